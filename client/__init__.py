@@ -1,0 +1,56 @@
+"""crowdmix client SDK: encode values under local differential privacy.
+
+    import client
+    params = client.RapporParams(k=128, h=2, m=64, f=0.5, p=0.5, q=0.75)
+    encoder = client.RapporEncoder(params, secret=stored_secret, metric="home_page")
+    report = encoder.encode("example.com")     # a client.Report, ε_1-LDP
+
+The core loads neither grpc, numpy nor redis. ``client.transport`` (grpc) and
+``client.batch`` (numpy) are imported only when used.
+"""
+
+from __future__ import annotations
+
+from client.basic import BasicEncoder, BasicParams
+from client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
+from client.hashing import bloom_bits
+from client.params import RapporParams
+from client.privacy import epsilon_inf, epsilon_one, p_star, q_star
+from client.randomness import BitSource, SecureBits
+from client.rappor import (
+    InstantaneousResponse,
+    PermanentResponse,
+    RapporEncoder,
+    cohort_for_secret,
+    new_secret,
+)
+from client.registry import MetricConfig, Registry, RegistryError, ShufflePolicy, load_registry
+from client.report import Report
+
+__all__ = [
+    "BasicEncoder",
+    "BasicParams",
+    "BitSource",
+    "CrowdmixClientError",
+    "InstantaneousResponse",
+    "MetricConfig",
+    "ParamsError",
+    "PermanentResponse",
+    "QueueFullError",
+    "RapporEncoder",
+    "RapporParams",
+    "Registry",
+    "RegistryError",
+    "Report",
+    "SecureBits",
+    "ShufflePolicy",
+    "TransportError",
+    "bloom_bits",
+    "cohort_for_secret",
+    "epsilon_inf",
+    "epsilon_one",
+    "load_registry",
+    "new_secret",
+    "p_star",
+    "q_star",
+]

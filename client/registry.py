@@ -1,0 +1,225 @@
+"""The metric registry: one TOML file shared by shuffler and aggregator.
+
+    [metrics.home_page]            # a RAPPOR metric
+    encoding = "rappor"
+    hashing = "mmh3"               # or "rappor-md5"
+    k = 128
+    h = 2
+    m = 64
+    f = 0.5
+    p = 0.5
+    q = 0.75
+
+    [metrics.home_page.shuffle]    # optional; defaults below
+    min_batch = 1000               # fewer pending reports are never released
+    max_batch = 100000
+    max_delay_seconds = 60.0
+    drop_probability = 0.0
+    disposal_days = 30             # older reports are discarded, never forwarded
+
+    [metrics.browser]              # a basic mechanism over a known domain
+    encoding = "oue"               # "binary-rr" | "krr" | "oue" | "olh"
+    epsilon = 2.0
+    domain = ["chrome", "firefox", "safari"]
+
+    [collection]
+    window_seconds = 86400         # counts are kept per window (a day by default)
+
+A bad entry raises ``RegistryError`` naming the metric and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from client.basic import MECHANISMS, BasicParams
+from client.errors import ParamsError
+from client.params import HASHINGS, Hashing, RapporParams
+
+__all__ = ["MetricConfig", "Registry", "RegistryError", "ShufflePolicy", "load_registry"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+class RegistryError(ParamsError):
+    """The registry file is missing, malformed, or names an invalid value."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShufflePolicy:
+    """When and how the shuffler releases a metric's reports."""
+
+    min_batch: int = 1000
+    max_batch: int = 100_000
+    max_delay_seconds: float = 60.0
+    drop_probability: float = 0.0
+    disposal_days: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("min_batch", "max_batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ParamsError(f"{name} must be a positive integer, got {v!r}")
+        if self.max_batch < self.min_batch:
+            raise ParamsError(
+                f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})"
+            )
+        for name in ("max_delay_seconds", "disposal_days"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
+                raise ParamsError(f"{name} must be a positive number, got {v!r}")
+        d = self.drop_probability
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0.0 <= d < 1.0:
+            raise ParamsError(f"drop_probability must be in [0, 1), got {d!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricConfig:
+    """One metric: its encoding (RAPPOR or a basic mechanism) and its shuffle policy."""
+
+    name: str
+    rappor: RapporParams | None = None
+    hashing: Hashing = "mmh3"
+    basic: BasicParams | None = None
+    domain: tuple[str, ...] | None = None
+    shuffle: ShufflePolicy = field(default_factory=ShufflePolicy)
+
+    def __post_init__(self) -> None:
+        if (self.rappor is None) == (self.basic is None):
+            raise ParamsError(f"metric {self.name!r}: exactly one of rappor/basic must be set")
+        if self.rappor is not None:
+            self.rappor.check_hashing(self.hashing)
+
+    @property
+    def encoding(self) -> str:
+        return "rappor" if self.basic is None else self.basic.mechanism
+
+    @property
+    def report_bytes(self) -> int:
+        return self.rappor.report_bytes if self.rappor is not None else self.basic.report_bytes  # type: ignore[union-attr]
+
+    @property
+    def num_cohorts(self) -> int:
+        return self.rappor.m if self.rappor is not None else 1
+
+    @property
+    def fingerprint(self) -> int:
+        if self.rappor is not None:
+            return self.rappor.fingerprint(self.hashing)
+        assert self.basic is not None  # guaranteed by __post_init__
+        return self.basic.fingerprint()
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    metrics: dict[str, MetricConfig]
+    window_seconds: int = 86400
+
+    def __getitem__(self, name: str) -> MetricConfig:
+        return self.metrics[name]
+
+    def get(self, name: str) -> MetricConfig | None:
+        return self.metrics.get(name)
+
+    def window_of(self, unix_seconds: float) -> int:
+        """The collection window of a time: coarse by design (a day by default)."""
+        return int(unix_seconds // self.window_seconds)
+
+
+_RAPPOR_KEYS = {"encoding", "hashing", "k", "h", "m", "f", "p", "q", "shuffle"}
+_BASIC_KEYS = {"encoding", "epsilon", "domain", "domain_size", "shuffle"}
+_SHUFFLE_KEYS = set(ShufflePolicy.__dataclass_fields__)
+
+
+def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
+    where = f"metric {name!r}"
+    if not isinstance(table, dict):
+        raise RegistryError(f"{where}: must be a table")
+    encoding = table.get("encoding", "rappor")
+    try:
+        shuffle_t = table.get("shuffle", {})
+        if not isinstance(shuffle_t, dict):
+            raise RegistryError(f"{where}: shuffle must be a table")
+        unknown = set(shuffle_t) - _SHUFFLE_KEYS
+        if unknown:
+            raise RegistryError(f"{where}: unknown shuffle field(s) {sorted(unknown)}")
+        shuffle = ShufflePolicy(**shuffle_t)
+        if encoding == "rappor":
+            unknown = set(table) - _RAPPOR_KEYS
+            if unknown:
+                raise RegistryError(f"{where}: unknown field(s) {sorted(unknown)}")
+            hashing = table.get("hashing", "mmh3")
+            if hashing not in HASHINGS:
+                raise RegistryError(f"{where}: hashing must be one of {HASHINGS}, got {hashing!r}")
+            kwargs = {key: table[key] for key in ("k", "h", "m", "f", "p", "q") if key in table}
+            return MetricConfig(
+                name=name, rappor=RapporParams(**kwargs), hashing=hashing, shuffle=shuffle
+            )
+        if encoding in MECHANISMS:
+            unknown = set(table) - _BASIC_KEYS
+            if unknown:
+                raise RegistryError(f"{where}: unknown field(s) {sorted(unknown)}")
+            if "epsilon" not in table:
+                raise RegistryError(f"{where}: epsilon is required for {encoding}")
+            domain = table.get("domain")
+            if domain is not None:
+                if not isinstance(domain, list) or not all(isinstance(v, str) for v in domain):
+                    raise RegistryError(f"{where}: domain must be a list of strings")
+                if len(set(domain)) != len(domain):
+                    raise RegistryError(f"{where}: domain values must be distinct")
+            size = len(domain) if domain is not None else table.get("domain_size", 2)
+            basic = BasicParams(mechanism=encoding, epsilon=table["epsilon"], domain_size=size)
+            return MetricConfig(
+                name=name,
+                basic=basic,
+                domain=tuple(domain) if domain is not None else None,
+                shuffle=shuffle,
+            )
+        raise RegistryError(
+            f"{where}: encoding must be 'rappor' or one of {', '.join(MECHANISMS)}, "
+            f"got {encoding!r}"
+        )
+    except RegistryError:
+        raise
+    except (ParamsError, TypeError) as exc:
+        raise RegistryError(f"{where}: {exc}") from None
+
+
+def parse_registry(data: dict[str, Any]) -> Registry:
+    unknown = set(data) - {"metrics", "collection"}
+    if unknown:
+        raise RegistryError(f"unknown top-level table(s) {sorted(unknown)}")
+    metrics_t = data.get("metrics")
+    if not isinstance(metrics_t, dict) or not metrics_t:
+        raise RegistryError("the registry defines no [metrics.NAME] table")
+    metrics = {}
+    for name, table in metrics_t.items():
+        if not _NAME.match(name):
+            raise RegistryError(f"metric name {name!r} must match {_NAME.pattern}")
+        metrics[name] = _metric_from_table(name, table)
+    collection = data.get("collection", {})
+    window = collection.get("window_seconds", 86400) if isinstance(collection, dict) else None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 3600:
+        raise RegistryError(
+            f"collection.window_seconds must be an integer of at least 3600 "
+            f"(finer windows would identify reports by time), got {window!r}"
+        )
+    return Registry(metrics=metrics, window_seconds=window)
+
+
+def load_registry(path: str | Path) -> Registry:
+    """Read and validate a registry file; ``RegistryError`` names what is wrong."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise RegistryError(f"metric registry {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(f"metric registry {path} is not valid TOML: {exc}") from None
+    return parse_registry(data)

@@ -1,0 +1,31 @@
+"""The encoded report as the SDK hands it to a transport (not a protobuf)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Report", "pack_bits", "unpack_bits"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """One report: what leaves the device. Bit i is bit i % 8 of byte i // 8."""
+
+    metric: str
+    cohort: int
+    bits: bytes
+    params_fingerprint: int
+
+    def bit_list(self, nbits: int | None = None) -> list[int]:
+        """Set bit positions, ascending."""
+        return unpack_bits(self.bits, nbits if nbits is not None else 8 * len(self.bits))
+
+
+def pack_bits(value: int, nbits: int) -> bytes:
+    """Bits of an int (bit i = Bloom bit i) as ceil(nbits/8) little-endian bytes."""
+    return value.to_bytes((nbits + 7) // 8, "little")
+
+
+def unpack_bits(data: bytes, nbits: int) -> list[int]:
+    value = int.from_bytes(data, "little")
+    return [i for i in range(nbits) if (value >> i) & 1]

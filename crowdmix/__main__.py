@@ -1,0 +1,5 @@
+import sys
+
+from crowdmix.cli import main
+
+sys.exit(main())
