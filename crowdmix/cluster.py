@@ -1,0 +1,357 @@
+"""A local crowdmix cluster on loopback: redis-server with AOF, N shufflers
+sharing it, one aggregator, with a generated metric registry and tokens.
+
+    with LocalCluster(workdir, shufflers=2) as cluster:
+        cluster.shuffler_targets      # ["127.0.0.1:PORT", ...]
+        cluster.token                 # bearer token for the shufflers
+        cluster.registry_path         # the generated metric registry
+
+``crowdmix cluster`` runs one in the foreground until SIGTERM/Ctrl-C;
+``deploy/launch.sh`` calls it. Everything binds 127.0.0.1 only, each process
+logs to ``workdir/<name>.log``, and ``stop()`` ends them all: SIGTERM first
+(graceful: shufflers flush and forward), SIGKILL only past the grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["DaemonProcess", "LocalCluster", "RedisServer", "free_port", "write_demo_registry"]
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """``start()``, ``stop()``, ``kill()`` and ``restart()`` a private redis-server.
+
+    With ``appendonly=True`` (AOF, fsync everysec) data survives a restart;
+    ``stop()`` is a clean SHUTDOWN, ``kill()`` a SIGKILL.
+    """
+
+    def __init__(self, *, appendonly: bool = True, directory: str | None = None) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError(
+                "redis-server is not installed: run scripts/bootstrap (it apt-get installs it)"
+            )
+        self.exe = exe
+        self.appendonly = appendonly
+        self._own_dir = directory is None
+        self.dir = Path(directory) if directory else Path(_mkdtemp("crowdmix-redis-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> None:
+        args = [
+            self.exe,
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.dir),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "everysec",
+            "--protected-mode", "no",
+            "--logfile", str(self.dir / "redis.log"),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {log}")
+            if self.ping():
+                return
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout}s")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as s:
+                s.sendall(b"SHUTDOWN\r\n")
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def cleanup(self) -> None:
+        self.kill()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _mkdtemp(prefix: str) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+@dataclass
+class DaemonProcess:
+    """One ``crowdmix`` daemon as a subprocess, logging to ``log_path``."""
+
+    name: str
+    args: list[str]
+    port: int
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.update(self.env)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "crowdmix", *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # a Ctrl-C in the launcher's terminal is ours to relay
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        from crowdmix.health import check_health
+
+        deadline = time.monotonic() + timeout
+        status = "not started"
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode if self.proc else '?'}; "
+                    f"last log lines:\n{self.tail_log()}"
+                )
+            status = check_health(self.target, timeout=1.0)
+            if status == "SERVING":
+                return
+            time.sleep(0.1)
+        raise RuntimeError(
+            f"{self.name} not healthy after {timeout}s ({status}):\n{self.tail_log()}"
+        )
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+
+    def stop(self, grace: float = 20.0) -> int | None:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def tail_log(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+DEMO_METRIC = "demo_values"
+
+
+def write_demo_registry(
+    path: Path, *, min_batch: int = 1000, max_delay_seconds: float = 1.0
+) -> Path:
+    """A metric registry with one RAPPOR metric (``demo_values``) for a local cluster."""
+    path.write_text(
+        "# Generated by crowdmix cluster: one RAPPOR metric for trials.\n"
+        f"[metrics.{DEMO_METRIC}]\n"
+        'encoding = "rappor"\n'
+        'hashing = "mmh3"\n'
+        "k = 32\nh = 2\nm = 16\nf = 0.25\np = 0.25\nq = 0.75\n\n"
+        f"[metrics.{DEMO_METRIC}.shuffle]\n"
+        f"min_batch = {min_batch}\nmax_batch = 100000\nmax_delay_seconds = {max_delay_seconds}\n"
+    )
+    return path
+
+
+class LocalCluster:
+    """Redis (AOF) + ``shufflers`` shuffler processes + one aggregator, on loopback."""
+
+    def __init__(
+        self,
+        workdir: str | Path,
+        *,
+        shufflers: int = 2,
+        registry_path: str | Path | None = None,
+        min_batch: int = 1000,
+        extra_shuffler_args: list[str] | None = None,
+        extra_aggregator_args: list[str] | None = None,
+    ) -> None:
+        if shufflers < 1:
+            raise ValueError(f"shufflers must be at least 1, got {shufflers}")
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.num_shufflers = shufflers
+        self.registry_path = (
+            Path(registry_path)
+            if registry_path is not None
+            else write_demo_registry(self.workdir / "metrics.toml", min_batch=min_batch)
+        )
+        self.token = secrets.token_urlsafe(24)
+        self.tokens_path = self.workdir / "tokens.txt"
+        self.tokens_path.write_text(f"local-cluster {self.token}\n")
+        self.tokens_path.chmod(0o600)
+        self.redis = RedisServer(appendonly=True, directory=str(self.workdir / "redis"))
+        self.aggregator: DaemonProcess | None = None
+        self.shufflers: list[DaemonProcess] = []
+        self._extra_shuffler_args = extra_shuffler_args or []
+        self._extra_aggregator_args = extra_aggregator_args or []
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    @property
+    def aggregator_target(self) -> str:
+        assert self.aggregator is not None, "cluster not started"
+        return self.aggregator.target
+
+    @property
+    def shuffler_targets(self) -> list[str]:
+        return [s.target for s in self.shufflers]
+
+    def _aggregator(self) -> DaemonProcess:
+        port = free_port()
+        args = [
+            "aggregator", "serve",
+            "--config", str(self.registry_path),
+            "--redis", self.redis.url,
+            "--listen", f"127.0.0.1:{port}",
+            *self._extra_aggregator_args,
+        ]  # fmt: skip
+        return DaemonProcess("aggregator", args, port, self.workdir / "aggregator.log")
+
+    def _shuffler(self, i: int, aggregator_target: str) -> DaemonProcess:
+        port = free_port()
+        args = [
+            "shuffler", "serve",
+            "--config", str(self.registry_path),
+            "--redis", self.redis.url,
+            "--listen", f"127.0.0.1:{port}",
+            "--aggregator", aggregator_target,
+            "--tokens", str(self.tokens_path),
+            *self._extra_shuffler_args,
+        ]  # fmt: skip
+        return DaemonProcess(f"shuffler-{i}", args, port, self.workdir / f"shuffler-{i}.log")
+
+    def start(self, timeout: float = 60.0) -> None:
+        try:
+            self.redis.start()
+            self.aggregator = self._aggregator()
+            self.aggregator.start()
+            self.aggregator.wait_healthy(timeout)
+            self.shufflers = [
+                self._shuffler(i, self.aggregator.target) for i in range(1, self.num_shufflers + 1)
+            ]
+            for s in self.shufflers:
+                s.start()
+            for s in self.shufflers:
+                s.wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def restart_shuffler(self, i: int) -> DaemonProcess:
+        """Start shuffler ``i`` (0-based) again on the same port, after a stop or kill."""
+        old = self.shufflers[i]
+        old.kill()
+        new = DaemonProcess(old.name, old.args, old.port, old.log_path)
+        new.start()
+        new.wait_healthy()
+        self.shufflers[i] = new
+        return new
+
+    def restart_aggregator(self) -> DaemonProcess:
+        assert self.aggregator is not None
+        old = self.aggregator
+        old.kill()
+        new = DaemonProcess(old.name, old.args, old.port, old.log_path)
+        new.start()
+        new.wait_healthy()
+        self.aggregator = new
+        return new
+
+    def stop(self, grace: float = 20.0) -> dict[str, int | None]:
+        """Stop shufflers first (they flush and forward), then the aggregator, then Redis."""
+        codes: dict[str, int | None] = {}
+        for s in self.shufflers:
+            codes[s.name] = s.stop(grace)
+        if self.aggregator is not None:
+            codes[self.aggregator.name] = self.aggregator.stop(grace)
+        self.redis.stop()
+        self.redis.kill()
+        return codes
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
