@@ -6,26 +6,54 @@ through a small buffer, so an encode costs no system call; the buffer is
 discarded in a forked child, which would otherwise replay the parent's bits.
 
 Bernoulli bit vectors are sampled *exactly* for any float probability (every
-float is a dyadic rational): a uniform U = 0.u1u2u3... is compared with
-p = 0.b1b2b3... most significant digit first, all ``nbits`` lanes at once
-("bit slicing"); a lane is decided at the first digit where U and p differ.
-Each round uses one fresh random word and decides half the open lanes, so
-about log2(nbits) + 2 words are drawn; a dyadic p such as 0.75 costs at most
-as many words as it has binary digits.
+float is a dyadic rational ``p = 0.b1 b2 ... bd`` in binary), all ``nbits``
+lanes at once ("bit slicing"). Lane by lane, digit j uses one fresh uniform
+bit ``u_j``: while the lane is undecided, ``b_j = 1, u_j = 1`` decides 1,
+``b_j = 0, u_j = 0`` decides 0, anything else moves to the next digit; a lane
+still open after digit d is 0. So P(1) = Σ_j b_j 2^-j = p exactly (the lane
+reads 1 iff the number 0.(1-u_1)(1-u_2)... is below p).
+
+Two evaluations of that one rule, which agree word for word:
+
+- ``bernoulli_bits`` walks the digits forwards and stops once every lane is
+  decided: about log2(nbits) + 2 words for a long expansion such as 0.3.
+- ``word_sampler`` evaluates it backwards over all d digits as a fixed boolean
+  formula of d uniform words, ``R_d = u_d``, ``R_j = u_j | R_{j+1}`` if
+  ``b_j = 1`` else ``u_j & R_{j+1}`` (p = 1/2 → u1, p = 3/4 → u1 | u2,
+  p = 1/4 → u1 & u2). All d words come from one draw, which is what makes the
+  per-report encoder fast for the short (dyadic) probabilities used in practice.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["BitSource", "SecureBits", "bernoulli_bits", "probability_digits"]
+__all__ = [
+    "MAX_FIXED_DIGITS",
+    "BitSource",
+    "SecureBits",
+    "bernoulli_bits",
+    "probability_digits",
+    "word_sampler",
+]
+
+# Probabilities with at most this many binary digits are sampled by the fixed
+# formula (one draw of d words); longer ones by the early-stopping loop, which
+# needs ~log2(nbits) + 2 words on average.
+MAX_FIXED_DIGITS = 12
 
 
 @runtime_checkable
 class BitSource(Protocol):
-    """Where an encoder's randomness comes from."""
+    """Where an encoder's randomness comes from.
+
+    Encoders may draw several words at once: ``random_bits(3 * k)`` read as
+    three k-bit words, word j = bits [j·k, (j+1)·k). A test source should
+    therefore behave as a bit stream (see tests/client/bitsources.py).
+    """
 
     def random_bits(self, nbits: int) -> int:
         """A uniform integer in [0, 2**nbits)."""
@@ -37,7 +65,11 @@ _LIVE_SOURCES: weakref.WeakSet[SecureBits] = weakref.WeakSet()
 
 
 class SecureBits:
-    """Uniform bits from ``os.urandom`` (the OS CSPRNG), read in 64 KiB chunks."""
+    """Uniform bits from ``os.urandom`` (the OS CSPRNG), read in 64 KiB chunks.
+
+    ``random_bits(n)`` consumes the next ceil(n/8) bytes of the OS stream and
+    returns their low n bits (little-endian).
+    """
 
     __slots__ = ("__weakref__", "_buf", "_pos")
 
@@ -61,13 +93,13 @@ class SecureBits:
     def random_bits(self, nbits: int) -> int:
         nbytes = (nbits + 7) >> 3
         pos = self._pos
-        if pos + nbytes > len(self._buf):
+        end = pos + nbytes
+        if end > len(self._buf):
             self._buf = os.urandom(max(_BUFFER, nbytes))
-            pos = 0
-        self._pos = pos + nbytes
-        value = int.from_bytes(self._buf[pos : pos + nbytes], "little")
-        extra = nbytes * 8 - nbits
-        return value >> extra if extra else value
+            pos, end = 0, nbytes
+        self._pos = end
+        value = int.from_bytes(self._buf[pos:end], "little")
+        return value & ((1 << nbits) - 1) if nbits & 7 else value
 
 
 def _forget_buffers_after_fork() -> None:
@@ -98,6 +130,7 @@ def bernoulli_bits(
 ) -> int:
     """An ``nbits``-bit integer whose bits are independent Bernoulli(``prob``), exactly.
 
+    Draws one ``nbits``-bit word per digit until every lane is decided.
     ``digits`` may pass ``probability_digits(prob)`` precomputed (hot loops).
     """
     if prob >= 1.0:
@@ -111,13 +144,51 @@ def bernoulli_bits(
     for digit in digits:
         u = source.random_bits(nbits)
         if digit:
-            # lanes with u=0 < 1 are below p: decided 1
-            result |= undecided & ~u
-            undecided &= u
-        else:
-            # lanes with u=1 > 0 are above p: decided 0
+            result |= undecided & u  # b=1, u=1: decided 1
             undecided &= ~u
+        else:
+            undecided &= u  # b=0, u=0: decided 0
         if not undecided:
             break
-    # Lanes equal to p on every digit are U >= p: they stay 0.
     return result
+
+
+def word_sampler(prob: float, nbits: int, first_word: int = 0) -> tuple[int, Callable[[int], int]]:
+    """Compile Bernoulli(``prob``) over ``nbits`` lanes into a fixed formula.
+
+    Returns ``(words, sample)``: ``sample(x)`` reads words ``first_word`` to
+    ``first_word + words - 1`` of ``x`` (word j = bits [j·nbits, (j+1)·nbits))
+    and returns the Bernoulli mask, equal to what ``bernoulli_bits`` returns
+    when given those words in order. Raises ``ValueError`` when ``prob`` has
+    more than ``MAX_FIXED_DIGITS`` binary digits (use ``bernoulli_bits``).
+    """
+    if not 0.0 <= prob <= 1.0:
+        raise ValueError(f"probability must be in [0, 1], got {prob!r}")
+    mask = (1 << nbits) - 1
+    if prob == 1.0:
+        return 0, lambda x: mask
+    digits = probability_digits(prob)
+    if len(digits) > MAX_FIXED_DIGITS:
+        raise ValueError(f"{prob!r} has {len(digits)} binary digits, more than {MAX_FIXED_DIGITS}")
+    if not digits:
+        return 0, lambda x: 0
+    s0 = first_word * nbits
+    if len(digits) == 1:  # p = 1/2
+        return 1, lambda x: (x >> s0) & mask
+    s1 = s0 + nbits
+    if digits == (1, 1):  # 3/4
+        return 2, lambda x: ((x >> s0) | (x >> s1)) & mask
+    if digits == (0, 1):  # 1/4
+        return 2, lambda x: (x >> s0) & (x >> s1) & mask
+    shifts = tuple(s0 + j * nbits for j in range(len(digits)))
+    # Backwards from the last digit (always 1 for a finite expansion).
+    steps = tuple(zip(reversed(shifts[:-1]), reversed(digits[:-1]), strict=True))
+    last = shifts[-1]
+
+    def sample(x: int) -> int:
+        r = x >> last
+        for shift, digit in steps:
+            r = (x >> shift) | r if digit else (x >> shift) & r
+        return r & mask
+
+    return len(digits), sample

@@ -5,27 +5,50 @@
   memoised without storing anything: a client that reports the same value
   again sends the same PRR, and averaging its reports reveals no more than
   ε_∞ (client.privacy).
-  * ``mmh3`` mode: keyed BLAKE2b (key = secret) streams the PRF's bits; one
-    uniform word, then a Bernoulli(f) noise mask sampled exactly
-    (client.randomness). PRR = (B & ~noise) | (uniform & noise).
+  * ``mmh3`` mode: keyed BLAKE2b streams the PRF's bits. With K = the secret
+    (BLAKE2b of it if longer than 64 bytes), personalisation
+    ``crowdmix.prr.v1`` and M = len(metric) (u32 LE) ‖ metric ‖ Bloom
+    (ceil(k/8) bytes LE), the stream S is
+    BLAKE2b-512_K(M ‖ 0 as u32 LE) ‖ BLAKE2b-512_K(M ‖ 1) ‖ ... read as a
+    little-endian bit string. Word 0 (bits [0, k)) is the uniform word U, the
+    following k-bit words give a Bernoulli(f) noise mask N, sampled exactly
+    (client.randomness). PRR = B ^ ((B ^ U) & N): B where N is 0, U where 1.
+    For k = 128 and f = 1/2 this is one BLAKE2b call.
   * ``rappor-md5`` mode: google/rappor's HMAC-SHA256(secret, 4-byte big-endian
     Bloom) with its byte-wise coin rule (bit i: digest byte i, low bit =
     uniform, high 7 bits < f*128 = noise), for bit-compatible reports.
 - Instantaneous randomized response (IRR, p and q) is fresh for every report,
   from a CSPRNG by default: report bit = Bernoulli(q) where PRR is 1,
-  Bernoulli(p) where it is 0.
+  Bernoulli(p) where it is 0. With probabilities of at most
+  ``MAX_FIXED_DIGITS`` binary digits, all the words of both masks come from a
+  single ``random_bits`` call: P = p-mask from words [0, wp), Q = q-mask from
+  words [wp, wp + wq), report = P ^ ((P ^ Q) & PRR).
+
+The hot path (``encode``) is one closure built per encoder that computes
+exactly ``instantaneous_response(permanent_response(bloom(value)))`` without
+the intermediate objects; tests check the two agree bit for bit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from client.hashing import bloom_int
+import mmh3
+
+from client.hashing import bloom_int, value_bytes
 from client.params import Hashing, RapporParams
-from client.randomness import BitSource, SecureBits, bernoulli_bits, probability_digits
-from client.report import Report, pack_bits
+from client.randomness import (
+    MAX_FIXED_DIGITS,
+    BitSource,
+    SecureBits,
+    bernoulli_bits,
+    probability_digits,
+    word_sampler,
+)
+from client.report import Report, make_report
 
 __all__ = [
     "InstantaneousResponse",
@@ -38,6 +61,8 @@ __all__ = [
 _MIN_SECRET_BYTES = 16
 _PERSON_PRR = b"crowdmix.prr.v1"
 _PERSON_COHORT = b"crowdmix.cht.v1"
+_BLOCK_BITS = 512  # one BLAKE2b-512 digest
+_M32 = 0xFFFFFFFF
 
 
 def new_secret() -> bytes:
@@ -81,29 +106,56 @@ class InstantaneousResponse:
     bits: int
 
 
-class _PrfBits:
-    """A deterministic BitSource: the keyed-BLAKE2b stream for one PRR input."""
+class _PrfStream:
+    """A deterministic BitSource: the keyed-BLAKE2b bit stream S of one PRR input."""
 
-    __slots__ = ("_base", "_block", "_buf", "_pos")
+    __slots__ = ("_acc", "_base", "_block", "_have")
 
     def __init__(self, base: hashlib.blake2b) -> None:
-        self._base = base
+        self._base = base  # state after M; block j appends j as u32 LE
         self._block = 0
-        self._buf = b""
-        self._pos = 0
+        self._acc = 0
+        self._have = 0
 
     def random_bits(self, nbits: int) -> int:
-        nbytes = (nbits + 7) >> 3
-        while self._pos + nbytes > len(self._buf):
+        while self._have < nbits:
             h = self._base.copy()
             h.update(self._block.to_bytes(4, "little"))
             self._block += 1
-            self._buf = self._buf[self._pos :] + h.digest()
-            self._pos = 0
-        value = int.from_bytes(self._buf[self._pos : self._pos + nbytes], "little")
-        self._pos += nbytes
-        extra = nbytes * 8 - nbits
-        return value >> extra if extra else value
+            self._acc |= int.from_bytes(h.digest(), "little") << self._have
+            self._have += _BLOCK_BITS
+        value = self._acc & ((1 << nbits) - 1)
+        self._acc >>= nbits
+        self._have -= nbits
+        return value
+
+
+def _fixed_words(prob: float) -> bool:
+    return prob == 1.0 or len(probability_digits(prob)) <= MAX_FIXED_DIGITS
+
+
+def _mmh3_bloom(k: int, h: int, cohort: int) -> Callable[[bytes], int]:
+    """Bloom filter of value bytes, as DESIGN.md's mmh3 rule (specialised by h)."""
+    hash128 = mmh3.hash128
+    if h == 1:
+        return lambda data: 1 << ((hash128(data, cohort, False) & _M32) % k)
+    if h == 2:
+
+        def bloom2(data: bytes) -> int:
+            d = hash128(data, cohort, False)
+            return (1 << ((d & _M32) % k)) | (1 << (((d >> 32) & _M32) % k))
+
+        return bloom2
+    shifts = tuple(32 * i for i in range(h))
+
+    def bloom_n(data: bytes) -> int:
+        d = hash128(data, cohort, False)
+        b = 0
+        for s in shifts:
+            b |= 1 << (((d >> s) & _M32) % k)
+        return b
+
+    return bloom_n
 
 
 class RapporEncoder:
@@ -117,14 +169,14 @@ class RapporEncoder:
     """
 
     __slots__ = (
+        "_encode",
         "_fingerprint",
         "_hashing",
-        "_irr_p",
-        "_irr_q",
+        "_irr",
         "_key",
-        "_metric_prefix",
         "_params",
-        "_prr_digits",
+        "_prefix",
+        "_prr",
         "_rand",
         "_secret",
         "cohort",
@@ -165,11 +217,11 @@ class RapporEncoder:
         self._rand: BitSource = rand if rand is not None else SecureBits()
         self._fingerprint = params.fingerprint(hashing)
         mb = metric.encode("utf-8")
-        self._metric_prefix = hashlib.blake2b(key=self._key, person=_PERSON_PRR, digest_size=64)
-        self._metric_prefix.update(len(mb).to_bytes(4, "little") + mb)
-        self._prr_digits = probability_digits(params.f)
-        self._irr_p = probability_digits(params.p) if params.p < 1.0 else None
-        self._irr_q = probability_digits(params.q) if params.q < 1.0 else None
+        self._prefix = hashlib.blake2b(key=self._key, person=_PERSON_PRR, digest_size=64)
+        self._prefix.update(len(mb).to_bytes(4, "little") + mb)
+        self._prr = self._prr_function()
+        self._irr = self._irr_function()
+        self._encode = self._build_encode()
 
     @property
     def params(self) -> RapporParams:
@@ -179,40 +231,109 @@ class RapporEncoder:
     def hashing(self) -> Hashing:
         return self._hashing
 
+    @property
+    def fingerprint(self) -> int:
+        return self._fingerprint
+
     def bloom(self, value: str | bytes) -> int:
         """The Bloom filter of ``value`` in this client's cohort, as an int."""
         return bloom_int(value, self.cohort, self._params, self._hashing)
 
     def permanent_response(self, bloom: int) -> PermanentResponse:
         """The memoised PRR of a Bloom filter (same inputs, same output, always)."""
-        k = self._params.k
-        if self._hashing == "rappor-md5":
-            return PermanentResponse(_google_prr(self._secret, bloom, self._params.f, k))
-        h = self._metric_prefix.copy()
-        h.update(pack_bits(bloom, k))
-        stream = _PrfBits(h)
-        uniform = stream.random_bits(k)
-        noise = bernoulli_bits(stream, self._params.f, k, self._prr_digits)
-        return PermanentResponse((bloom & ~noise) | (uniform & noise))
+        return PermanentResponse(self._prr(bloom))
 
     def instantaneous_response(self, prr: PermanentResponse) -> InstantaneousResponse:
         """Fresh IRR of a PRR: Bernoulli(q) on its 1 bits, Bernoulli(p) on its 0 bits."""
-        k = self._params.k
-        rand = self._rand
-        p_bits = bernoulli_bits(rand, self._params.p, k, self._irr_p)
-        q_bits = bernoulli_bits(rand, self._params.q, k, self._irr_q)
-        return InstantaneousResponse((p_bits & ~prr.bits) | (q_bits & prr.bits))
+        return InstantaneousResponse(self._irr(prr.bits))
 
     def encode(self, value: str | bytes) -> Report:
         """One report of ``value``: ε_1-LDP on its own (client.privacy)."""
-        prr = self.permanent_response(self.bloom(value))
-        irr = self.instantaneous_response(prr)
-        return Report(
-            metric=self.metric,
-            cohort=self.cohort,
-            bits=pack_bits(irr.bits, self._params.k),
-            params_fingerprint=self._fingerprint,
-        )
+        return self._encode(value)
+
+    # -- the three stages as closures over precomputed constants ---------------
+
+    def _prr_function(self) -> Callable[[int], int]:
+        params = self._params
+        k, f = params.k, params.f
+        if self._hashing == "rappor-md5":
+            secret = self._secret
+            return lambda bloom: _google_prr(secret, bloom, f, k)
+        prefix = self._prefix
+        # M ‖ block 0 in one update: the Bloom bytes followed by four zero bytes.
+        head = (k + 7) // 8 + 4
+        if _fixed_words(f):
+            words, noise_of = word_sampler(f, k, first_word=1)
+            if (1 + words) * k <= _BLOCK_BITS:
+
+                def prr_one_block(bloom: int) -> int:
+                    h = prefix.copy()
+                    h.update(bloom.to_bytes(head, "little"))
+                    s = int.from_bytes(h.digest(), "little")
+                    return bloom ^ ((bloom ^ s) & noise_of(s))
+
+                return prr_one_block
+        digits = probability_digits(f) if f < 1.0 else ()
+        nbytes = (k + 7) // 8
+
+        def prr_stream(bloom: int) -> int:
+            h = prefix.copy()
+            h.update(bloom.to_bytes(nbytes, "little"))
+            stream = _PrfStream(h)
+            uniform = stream.random_bits(k)
+            noise = bernoulli_bits(stream, f, k, digits)
+            return bloom ^ ((bloom ^ uniform) & noise)
+
+        return prr_stream
+
+    def _irr_function(self) -> Callable[[int], int]:
+        params = self._params
+        k, p, q = params.k, params.p, params.q
+        draw = self._rand.random_bits
+        if _fixed_words(p) and _fixed_words(q):
+            wp, p_of = word_sampler(p, k, first_word=0)
+            wq, q_of = word_sampler(q, k, first_word=wp)
+            total = (wp + wq) * k
+
+            def irr_fixed(prr: int) -> int:
+                x = draw(total)
+                pb = p_of(x)
+                return pb ^ ((pb ^ q_of(x)) & prr)
+
+            return irr_fixed
+        rand = self._rand
+        p_digits = probability_digits(p) if p < 1.0 else ()
+        q_digits = probability_digits(q) if q < 1.0 else ()
+
+        def irr_loop(prr: int) -> int:
+            pb = bernoulli_bits(rand, p, k, p_digits)
+            qb = bernoulli_bits(rand, q, k, q_digits)
+            return pb ^ ((pb ^ qb) & prr)
+
+        return irr_loop
+
+    def _build_encode(self) -> Callable[[str | bytes], Report]:
+        params = self._params
+        k = params.k
+        nbytes = params.report_bytes
+        metric, cohort, fp = self.metric, self.cohort, self._fingerprint
+        prr_of, irr_of = self._prr, self._irr
+        if self._hashing == "mmh3":
+            bloom_of = _mmh3_bloom(k, params.h, cohort)
+
+            def encode_mmh3(value: str | bytes) -> Report:
+                data = value.encode() if type(value) is str else value_bytes(value)
+                bits = irr_of(prr_of(bloom_of(data)))
+                return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp)
+
+            return encode_mmh3
+        bloom = self.bloom
+
+        def encode_generic(value: str | bytes) -> Report:
+            bits = irr_of(prr_of(bloom(value)))
+            return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp)
+
+        return encode_generic
 
 
 def _google_prr(secret: bytes, bloom: int, f: float, k: int) -> int:
