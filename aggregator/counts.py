@@ -7,62 +7,132 @@ metric and collection window.
     totals, ones = counts.totals, counts.ones               # extract (int64)
 
 ``totals[c]`` is the number of reports from cohort c; ``ones[c, i]`` how many of
-them had bit i set. No per-report Python work: a batch is counted with one
-``np.bincount`` over (cohort, byte column, byte value) triples, and the byte
-histogram is turned into bit counts with a 256×8 table.
+them had bit i set. Every accumulator (:class:`Counts`) stores exactly these two
+arrays, so storage, merging and the decoders are the same for RAPPOR and the
+basic mechanisms; only ``add`` differs (see :func:`accumulator_for` and
+``aggregator.basic_counts``). For a basic mechanism there is one cohort and
+``ones[0, v]`` is the *support* of domain value v (the reports that count for v).
+
+How a batch is counted (no per-report Python work, no per-batch allocation of a
+full histogram): reports are buffered in a block of ``BLOCK`` rows, each row
+zero-padded to whole 64-bit words. A full block is radix-sorted by cohort
+(skipped when it is already grouped), and then for each bit position j of a
+byte the words are masked with ``(w >> j) & 0x0101…01`` so that every byte lane
+holds a 0/1 bit; summing at most 255 such rows cannot carry between lanes
+(SWAR), so segment sums of one cohort's rows are bit counts for eight bytes at
+once. Segment sums are folded into int64 per cohort. Small batches therefore
+cost a copy into the block; extracting ``totals``/``ones`` flushes the block.
+
+Errors::
+
+    CountsError (ValueError)
+    └── CountsShapeError     a batch or merge does not fit (bit length, cohort range,
+                             padding bits, payload value out of range, unlike kinds)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CohortCounts", "CountsShapeError", "columns_to_arrays"]
+if TYPE_CHECKING:
+    from client.registry import MetricConfig
 
-# _BYTE_BITS[v, b] = bit b of byte value v (little-endian bit order, as on the wire)
-_BYTE_BITS = np.unpackbits(
-    np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little"
-).astype(np.int64)
-_CHUNK = 1 << 16
+__all__ = [
+    "BLOCK",
+    "CohortCounts",
+    "Counts",
+    "CountsError",
+    "CountsShapeError",
+    "accumulator_for",
+    "columns_to_arrays",
+]
+
+Int64Array = npt.NDArray[np.int64]
+
+#: Rows buffered before a block is counted: large enough to amortise the numpy
+#: call overhead, small enough that the block's temporaries stay in cache
+#: (measured best at 16-32 K rows for k=128, see bench/counts.py).
+BLOCK = 1 << 15
+# A byte lane of a uint64 holds counts up to 255 without carrying into its neighbour.
+_LANE_MAX = 255
+_LANE_ONES = np.uint64(0x0101010101010101)
+_SHIFTS = tuple(np.uint64(j) for j in range(8))
 
 
-class CountsShapeError(ValueError):
+class CountsError(ValueError):
+    """Base class of the counting errors."""
+
+
+class CountsShapeError(CountsError):
     """A batch does not fit the accumulator (bit length, cohort range, merge of unlike counts)."""
 
 
-@dataclass(slots=True)
-class CohortCounts:
-    """Report totals per cohort and bit counts per (cohort, bit), int64."""
+class Counts:
+    """Report totals per cohort (``totals[m]``) and supports per (cohort, bit) (``ones[m, nbits]``).
 
-    num_cohorts: int
-    nbits: int
-    totals: npt.NDArray[np.int64]
-    ones: npt.NDArray[np.int64]
+    Subclasses define how a batch of reports becomes supports (``add``) and the
+    payload size; merge, copy, equality and the arrays are shared.
+    """
 
-    @classmethod
-    def create(cls, num_cohorts: int, nbits: int) -> CohortCounts:
-        if num_cohorts < 1 or nbits < 1:
-            raise CountsShapeError(
-                f"need num_cohorts >= 1 and nbits >= 1, got {num_cohorts}, {nbits}"
-            )
-        return cls(
-            num_cohorts=num_cohorts,
-            nbits=nbits,
-            totals=np.zeros(num_cohorts, dtype=np.int64),
-            ones=np.zeros((num_cohorts, nbits), dtype=np.int64),
-        )
+    __slots__ = ("_ones", "_totals", "nbits", "num_cohorts")
+
+    #: What the supports count: "bits" (RAPPOR, OUE, binary RR), "index" (k-RR), "olh".
+    kind: ClassVar[str] = "bits"
+
+    def __init__(self, num_cohorts: int, nbits: int) -> None:
+        for name, value in (("num_cohorts", num_cohorts), ("nbits", nbits)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise CountsShapeError(f"{name} must be a positive integer, got {value!r}")
+        self.num_cohorts = int(num_cohorts)
+        self.nbits = int(nbits)
+        self._totals: Int64Array = np.zeros(self.num_cohorts, dtype=np.int64)
+        self._ones: Int64Array = np.zeros((self.num_cohorts, self.nbits), dtype=np.int64)
+
+    # -- extract -------------------------------------------------------------------------
+    def _flush(self) -> None:
+        """Count anything buffered (a no-op unless the subclass buffers)."""
 
     @property
-    def report_bytes(self) -> int:
-        return (self.nbits + 7) // 8
+    def totals(self) -> Int64Array:
+        self._flush()
+        return self._totals
+
+    @totals.setter
+    def totals(self, value: Int64Array) -> None:
+        self._flush()
+        self._totals = self._checked(value, (self.num_cohorts,), "totals")
+
+    @property
+    def ones(self) -> Int64Array:
+        self._flush()
+        return self._ones
+
+    @ones.setter
+    def ones(self, value: Int64Array) -> None:
+        self._flush()
+        self._ones = self._checked(value, (self.num_cohorts, self.nbits), "ones")
+
+    @staticmethod
+    def _checked(value: Any, shape: tuple[int, ...], name: str) -> Int64Array:
+        arr = np.asarray(value)
+        if arr.shape != shape:
+            raise CountsShapeError(f"{name} must have shape {shape}, got {arr.shape}")
+        if arr.dtype.kind not in "iu" or (arr.size and int(arr.min()) < 0):
+            raise CountsShapeError(f"{name} must be non-negative integers")
+        return arr.astype(np.int64, copy=True)
 
     @property
     def num_reports(self) -> int:
         return int(self.totals.sum())
 
+    @property
+    def report_bytes(self) -> int:
+        return (self.nbits + 7) // 8
+
+    # -- add -----------------------------------------------------------------------------
     def check_batch(self, cohorts: npt.NDArray[Any], bits: npt.NDArray[np.uint8]) -> None:
         """Raise CountsShapeError unless (cohorts, bits) is a valid batch for these counts."""
         nb = self.report_bytes
@@ -73,58 +143,238 @@ class CohortCounts:
                 f"{cohorts.shape[0] if cohorts.ndim == 1 else cohorts.shape} cohorts "
                 f"for {bits.shape[0]} reports"
             )
-        if cohorts.size and int(cohorts.max()) >= self.num_cohorts:
-            raise CountsShapeError(
-                f"cohort {int(cohorts.max())} out of range [0, {self.num_cohorts})"
-            )
-        extra = nb * 8 - self.nbits
-        if extra and bits.size and int((bits[:, -1] >> (8 - extra)).max()) != 0:
-            raise CountsShapeError(f"padding bits past bit {self.nbits} must be zero")
+        if cohorts.dtype.kind not in "iu":
+            raise CountsShapeError(f"cohorts must be integers, got dtype {cohorts.dtype}")
+        if cohorts.size:
+            lo, hi = int(cohorts.min()), int(cohorts.max())
+            if lo < 0 or hi >= self.num_cohorts:
+                bad = lo if lo < 0 else hi
+                raise CountsShapeError(f"cohort {bad} out of range [0, {self.num_cohorts})")
 
-    def add(self, cohorts: npt.NDArray[Any], bits: npt.NDArray[np.uint8]) -> None:
-        """Count a batch: ``cohorts`` (n,) ints, ``bits`` (n, ceil(k/8)) uint8. Validates first."""
-        cohorts = np.asarray(cohorts)
-        bits = np.asarray(bits, dtype=np.uint8)
-        self.check_batch(cohorts, bits)
-        n, nb = bits.shape
-        if n == 0:
-            return
-        self.totals += np.bincount(cohorts, minlength=self.num_cohorts).astype(np.int64)
-        # Histogram of (cohort, byte column, byte value); 256*nb bins per cohort.
-        stride = nb * 256
-        col_offsets = (np.arange(nb, dtype=np.int64) * 256)[None, :]
-        hist = np.zeros(self.num_cohorts * stride, dtype=np.int64)
-        for start in range(0, n, _CHUNK):
-            c = cohorts[start : start + _CHUNK].astype(np.int64)
-            b = bits[start : start + _CHUNK]
-            idx = (c * stride)[:, None] + col_offsets + b
-            hist += np.bincount(idx.ravel(), minlength=hist.size)
-        # (m, nb, 256) @ (256, 8) -> (m, nb, 8) -> (m, nb*8), drop padding bits
-        per_bit = hist.reshape(self.num_cohorts, nb, 256) @ _BYTE_BITS
-        self.ones += per_bit.reshape(self.num_cohorts, nb * 8)[:, : self.nbits]
+    @staticmethod
+    def _as_batch(cohorts: Any, bits: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]:
+        c = np.asarray(cohorts)
+        b = np.asarray(bits)
+        if b.dtype != np.uint8:
+            raise CountsShapeError(f"bits must be uint8, got dtype {b.dtype}")
+        return c, b
 
-    def merge(self, other: CohortCounts) -> None:
-        """Add another accumulator's counts (same shape) into this one."""
-        if (other.num_cohorts, other.nbits) != (self.num_cohorts, self.nbits):
+    def add(self, cohorts: Any, bits: Any) -> None:
+        """Count a batch: ``cohorts`` (n,) ints, ``bits`` (n, report_bytes) uint8.
+
+        The whole batch is validated before anything is counted.
+        """
+        raise NotImplementedError
+
+    # -- merge ---------------------------------------------------------------------------
+    def _same_shape(self, other: Counts) -> bool:
+        return (
+            type(other) is type(self)
+            and other.num_cohorts == self.num_cohorts
+            and other.nbits == self.nbits
+        )
+
+    def merge(self, other: Counts) -> None:
+        """Add another accumulator's counts (same kind and shape) into this one."""
+        if not self._same_shape(other):
             raise CountsShapeError(
-                f"cannot merge counts of shape ({other.num_cohorts}, {other.nbits}) "
-                f"into ({self.num_cohorts}, {self.nbits})"
+                f"cannot merge {type(other).__name__}({other.num_cohorts}, {other.nbits}) "
+                f"into {type(self).__name__}({self.num_cohorts}, {self.nbits})"
             )
         self.totals += other.totals
         self.ones += other.ones
 
-    def copy(self) -> CohortCounts:
-        return CohortCounts(
-            num_cohorts=self.num_cohorts,
-            nbits=self.nbits,
-            totals=self.totals.copy(),
-            ones=self.ones.copy(),
+    def copy(self) -> Counts:
+        new = self._empty_like()
+        new._totals = self.totals.copy()
+        new._ones = self.ones.copy()
+        return new
+
+    def _empty_like(self) -> Counts:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Counts) or not self._same_shape(other):
+            return False
+        return bool(
+            np.array_equal(self.totals, other.totals) and np.array_equal(self.ones, other.ones)
         )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_cohorts={self.num_cohorts}, nbits={self.nbits}, "
+            f"reports={self.num_reports})"
+        )
+
+
+class CohortCounts(Counts):
+    """Bit counts of packed reports: RAPPOR (m cohorts, k bits), OUE and binary RR (1 cohort)."""
+
+    __slots__ = ("_fill", "_lanes", "_pending_bits", "_pending_cohorts", "_words")
+
+    kind: ClassVar[str] = "bits"
+
+    def __init__(self, num_cohorts: int, nbits: int) -> None:
+        super().__init__(num_cohorts, nbits)
+        self._words = (self.report_bytes + 7) // 8
+        # _lanes[c, j, B] = reports of cohort c with bit j of byte B set, not yet in _ones.
+        self._lanes: Int64Array | None = None
+        self._pending_bits: npt.NDArray[np.uint8] | None = None
+        self._pending_cohorts: npt.NDArray[np.int64] | None = None
+        self._fill = 0
+
+    @classmethod
+    def create(cls, num_cohorts: int, nbits: int) -> CohortCounts:
+        return cls(num_cohorts, nbits)
+
+    def _empty_like(self) -> CohortCounts:
+        return CohortCounts(self.num_cohorts, self.nbits)
+
+    def check_batch(self, cohorts: npt.NDArray[Any], bits: npt.NDArray[np.uint8]) -> None:
+        super().check_batch(cohorts, bits)
+        extra = self.report_bytes * 8 - self.nbits
+        if extra and bits.size and int((bits[:, -1] >> (8 - extra)).max()) != 0:
+            raise CountsShapeError(f"padding bits past bit {self.nbits} must be zero")
+
+    def add(self, cohorts: Any, bits: Any) -> None:
+        c, b = self._as_batch(cohorts, bits)
+        self.check_batch(c, b)
+        n = b.shape[0]
+        if n == 0:
+            return
+        start = 0
+        if self._fill:  # top up the partly filled block first
+            start = min(n, BLOCK - self._fill)
+            self._buffer(c[:start], b[:start])
+            if self._fill == BLOCK:
+                self._flush_pending()
+        while n - start >= BLOCK:  # whole blocks straight from the caller's arrays
+            self._count_block(c[start : start + BLOCK], self._padded(b[start : start + BLOCK]))
+            start += BLOCK
+        if start < n:
+            self._buffer(c[start:], b[start:])
+
+    def _buffer(self, cohorts: npt.NDArray[Any], bits: npt.NDArray[np.uint8]) -> None:
+        if self._pending_bits is None or self._pending_cohorts is None:
+            self._pending_bits = np.zeros((BLOCK, self._words * 8), dtype=np.uint8)
+            self._pending_cohorts = np.zeros(BLOCK, dtype=np.int64)
+        n = bits.shape[0]
+        end = self._fill + n
+        self._pending_bits[self._fill : end, : bits.shape[1]] = bits
+        self._pending_cohorts[self._fill : end] = cohorts
+        self._fill = end
+
+    def _padded(self, bits: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
+        """Rows as whole little-endian uint64 words (a view when already aligned)."""
+        width = self._words * 8
+        if bits.shape[1] == width and bits.flags.c_contiguous:
+            return bits.view(np.uint64)
+        out = np.zeros((bits.shape[0], width), dtype=np.uint8)
+        out[:, : bits.shape[1]] = bits
+        return out.view(np.uint64)
+
+    def _flush_pending(self) -> None:
+        if self._fill and self._pending_bits is not None and self._pending_cohorts is not None:
+            fill = self._fill
+            self._count_block(
+                self._pending_cohorts[:fill], self._pending_bits[:fill].view(np.uint64)
+            )
+            self._pending_bits[:fill] = 0
+            self._fill = 0
+
+    def _count_block(self, cohorts: npt.NDArray[Any], words: npt.NDArray[np.uint64]) -> None:
+        """Add one block (n <= BLOCK rows of uint64 words) into the lane counters."""
+        m = self.num_cohorts
+        n = words.shape[0]
+        if self._lanes is None:
+            self._lanes = np.zeros((m, 8, self._words * 8), dtype=np.int64)
+        if m == 1:
+            sorted_c = np.zeros(n, dtype=np.int64)
+        else:
+            # Narrow the key so numpy's stable sort is a radix sort (8/16-bit keys).
+            key_type = np.uint8 if m <= 1 << 8 else np.uint16 if m <= 1 << 16 else np.int64
+            key: npt.NDArray[Any] = cohorts.astype(key_type, copy=False)
+            if n > 1 and bool(np.any(np.less(key[1:], key[:-1]))):
+                order = np.argsort(key, kind="stable")
+                key = key[order]
+                words = np.take(words, order, axis=0)
+            sorted_c = key.astype(np.int64)
+        self._totals += np.bincount(sorted_c, minlength=m)
+        # Cohort groups, then segments of at most 255 rows inside a group.
+        group_starts = np.flatnonzero(sorted_c[1:] != sorted_c[:-1]) + 1
+        group_starts = np.concatenate((np.zeros(1, dtype=np.int64), group_starts))
+        seg_starts = np.union1d(group_starts, np.arange(0, n, _LANE_MAX))
+        group_of_seg = np.searchsorted(seg_starts, group_starts)
+        present = sorted_c[group_starts]
+        for j, shift in enumerate(_SHIFTS):
+            lanes = (words >> shift) & _LANE_ONES
+            seg = np.add.reduceat(lanes, seg_starts, axis=0)  # (S, W) per-lane counts <= 255
+            per_byte = seg.view(np.uint8).astype(np.int64)  # (S, 8W): byte B's bit j
+            self._lanes[present, j] += np.add.reduceat(per_byte, group_of_seg, axis=0)
+
+    def _flush(self) -> None:
+        self._flush_pending()
+        if self._lanes is not None:
+            # _lanes[c, j, B] is Bloom bit 8B + j.
+            m = self.num_cohorts
+            folded = self._lanes.transpose(0, 2, 1).reshape(m, self._words * 64)
+            self._ones += folded[:, : self.nbits]
+            self._lanes = None
+
+
+def accumulator_for(
+    metric: MetricConfig,
+    *,
+    totals: npt.ArrayLike | None = None,
+    ones: npt.ArrayLike | None = None,
+) -> Counts:
+    """A fresh (or, given ``totals`` and ``ones``, a restored) accumulator for a metric.
+
+    ============  ===========================  ======================================
+    encoding      accumulator                  ``ones[c, i]`` counts reports …
+    ============  ===========================  ======================================
+    rappor        CohortCounts(m, k)           of cohort c with Bloom bit i set
+    binary-rr     CohortCounts(1, 1)           answering 1
+    oue           CohortCounts(1, d)           with bit i set
+    krr           IndexCounts(d)               reporting index i
+    olh           OlhSupportCounts(d, g)       whose (a, b, y) has H(i) = y
+    ============  ===========================  ======================================
+
+    Every accumulator takes ``add(cohorts, bits)`` with the columnar batch as
+    numpy arrays (see :func:`columns_to_arrays`), ``merge``, ``copy`` and
+    ``num_reports``.
+    """
+    from aggregator.basic_counts import IndexCounts, OlhSupportCounts
+
+    acc: Counts
+    if metric.rappor is not None:
+        acc = CohortCounts(metric.rappor.m, metric.rappor.k)
+    else:
+        basic = metric.basic
+        if basic is None:  # pragma: no cover - MetricConfig guarantees one of the two
+            raise CountsError(f"metric {metric.name!r} has no encoding")
+        d = basic.domain_size
+        if basic.mechanism == "binary-rr":
+            acc = CohortCounts(1, 1)
+        elif basic.mechanism == "oue":
+            acc = CohortCounts(1, d)
+        elif basic.mechanism == "krr":
+            acc = IndexCounts(d)
+        else:
+            acc = OlhSupportCounts(d, basic.olh_buckets)
+    if (totals is None) != (ones is None):
+        raise CountsShapeError("give both totals and ones, or neither")
+    if totals is not None and ones is not None:
+        acc.totals = np.asarray(totals)
+        acc.ones = np.asarray(ones)
+    return acc
 
 
 def columns_to_arrays(
     cohorts: Any, bits: bytes, count: int, report_bytes: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+) -> tuple[Int64Array, npt.NDArray[np.uint8]]:
     """A columnar batch (protos ReportColumns fields) as numpy arrays, without copying bits.
 
     Raises CountsShapeError when the lengths disagree.
