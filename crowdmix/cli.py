@@ -27,7 +27,7 @@ EXIT_USAGE = 2
 EXIT_MISSING_EXTRA = 3
 
 # name -> module providing register(subparsers); order is the order in --help.
-COMMAND_MODULES: tuple[str, ...] = ("crowdmix.info", "crowdmix.health")
+COMMAND_MODULES: tuple[str, ...] = ("crowdmix.info", "crowdmix.health", "aggregator.cli")
 
 
 class CliError(Exception):

@@ -1,0 +1,56 @@
+"""Prometheus metrics of the aggregator daemon (``prometheus-client``).
+
+Each server gets its own ``CollectorRegistry`` so several aggregators can run
+in one process (the demo, the tests) without clashing series.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["IngestMetrics"]
+
+
+class IngestMetrics:
+    """Counters and histograms updated by the Ingest servicer and the folder."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.batches = Counter(
+            "crowdmix_aggregator_batches",
+            "Batches acknowledged, by outcome (applied or duplicate)",
+            ["metric", "outcome"],
+            registry=r,
+        )
+        self.reports = Counter(
+            "crowdmix_aggregator_reports_counted",
+            "Reports counted (duplicates excluded)",
+            ["metric"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "crowdmix_aggregator_batches_rejected",
+            "Batches rejected, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "crowdmix_aggregator_store_errors",
+            "Ingest calls that failed because the count store was unavailable",
+            registry=r,
+        )
+        self.folded = Counter(
+            "crowdmix_aggregator_deltas_folded",
+            "Per-batch count deltas folded into window totals",
+            registry=r,
+        )
+        self.latency = Histogram(
+            "crowdmix_aggregator_ingest_seconds",
+            "Ingest call latency (validate, count, store)",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.up = Gauge(
+            "crowdmix_aggregator_serving", "1 while the server accepts batches", registry=r
+        )

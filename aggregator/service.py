@@ -1,0 +1,109 @@
+"""The gRPC ``Aggregator`` servicer: an adapter, proto → domain → proto.
+
+``Ingest(Batch)`` becomes :meth:`aggregator.ingest.Ingestor.ingest`; domain
+errors become status codes here and only here (:func:`status_for`):
+
+    InvalidBatch      → INVALID_ARGUMENT    (the reason; the sender must not retry)
+    ParamsConflict    → FAILED_PRECONDITION (counts exist under other params)
+    StoreUnavailable  → UNAVAILABLE         (nothing applied; retry, the id dedupes)
+    anything else     → INTERNAL            (logged here, never a stack trace to the caller)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+import numpy as np
+
+from aggregator.ingest import IngestBatch, Ingestor, IngestResult
+from aggregator.metrics import IngestMetrics
+from aggregator.store import InvalidBatch, ParamsConflict, StoreUnavailable
+from protos import crowdmix_pb2, crowdmix_pb2_grpc
+
+__all__ = ["AggregatorServicer", "batch_from_proto", "batch_to_proto", "status_for"]
+
+log = logging.getLogger("crowdmix.aggregator")
+
+
+def batch_from_proto(msg: crowdmix_pb2.Batch) -> IngestBatch:
+    """The wire batch as an IngestBatch (cohorts straight into numpy, bits not copied)."""
+    cols = msg.reports
+    return IngestBatch(
+        batch_id=msg.batch_id,
+        window=msg.window,
+        metric=cols.metric,
+        fingerprint=cols.params_fingerprint,
+        count=cols.count,
+        report_bytes=cols.report_bytes,
+        cohorts=np.array(cols.cohorts, dtype=np.int64),
+        bits=cols.bits,
+    )
+
+
+def batch_to_proto(batch: IngestBatch) -> crowdmix_pb2.Batch:
+    """The inverse of :func:`batch_from_proto` (for senders and tests)."""
+    return crowdmix_pb2.Batch(
+        batch_id=batch.batch_id,
+        window=batch.window,
+        reports=crowdmix_pb2.ReportColumns(
+            metric=batch.metric,
+            params_fingerprint=batch.fingerprint,
+            count=batch.count,
+            report_bytes=batch.report_bytes,
+            cohorts=batch.cohorts.tolist(),
+            bits=batch.bits,
+        ),
+    )
+
+
+def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status code and caller-visible message for an exception raised by ingest."""
+    if isinstance(exc, InvalidBatch):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, ParamsConflict):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+    if isinstance(exc, StoreUnavailable):
+        return grpc.StatusCode.UNAVAILABLE, "count store unavailable, retry later"
+    return grpc.StatusCode.INTERNAL, "internal error"
+
+
+class AggregatorServicer(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore[misc]
+    def __init__(self, ingestor: Ingestor, metrics: IngestMetrics | None = None) -> None:
+        self._ingestor = ingestor
+        self._metrics = metrics if metrics is not None else IngestMetrics()
+
+    def Ingest(
+        self, request: crowdmix_pb2.Batch, context: grpc.ServicerContext
+    ) -> crowdmix_pb2.IngestResponse:
+        start = time.perf_counter()
+        try:
+            result = self._ingest(request)
+        except Exception as exc:
+            code, message = status_for(exc)
+            self._count_failure(exc)
+            context.abort(code, message)
+        finally:
+            self._metrics.latency.observe(time.perf_counter() - start)
+        return crowdmix_pb2.IngestResponse(applied=result.applied, duplicate=result.duplicate)
+
+    def _ingest(self, request: crowdmix_pb2.Batch) -> IngestResult:
+        batch = batch_from_proto(request)
+        result = self._ingestor.ingest(batch)
+        outcome = "duplicate" if result.duplicate else "applied"
+        self._metrics.batches.labels(batch.metric, outcome).inc()
+        if result.applied:
+            self._metrics.reports.labels(batch.metric).inc(result.applied)
+        return result
+
+    def _count_failure(self, exc: Exception) -> None:
+        if isinstance(exc, InvalidBatch):
+            self._metrics.rejected.labels(exc.reason).inc()
+        elif isinstance(exc, ParamsConflict):
+            self._metrics.rejected.labels("params_conflict").inc()
+        elif isinstance(exc, StoreUnavailable):
+            self._metrics.store_errors.inc()
+            log.warning("ingest failed, store unavailable: %s", exc)
+        else:
+            log.exception("ingest failed unexpectedly")
