@@ -27,7 +27,12 @@ EXIT_USAGE = 2
 EXIT_MISSING_EXTRA = 3
 
 # name -> module providing register(subparsers); order is the order in --help.
-COMMAND_MODULES: tuple[str, ...] = ("crowdmix.info", "crowdmix.health", "aggregator.cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "crowdmix.info",
+    "crowdmix.health",
+    "aggregator.cli",
+    "shuffler.cli",
+)
 
 
 class CliError(Exception):

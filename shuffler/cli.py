@@ -1,0 +1,136 @@
+"""``crowdmix shuffler serve``: run the shuffler daemon.
+
+Exit codes: 0 stopped cleanly (SIGTERM/SIGINT: stop accepting, flush, forward
+what can be forwarded), 1 bad configuration (the message names the field),
+3 a missing optional dependency, 4 the listen address cannot be bound,
+5 the store cannot be reached at start-up (same numbers as the aggregator).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["EXIT_BIND", "EXIT_STORE", "register"]
+
+EXIT_STORE = 5
+EXIT_BIND = 4
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("shuffler", help="the shuffler daemon")
+    sub = parser.add_subparsers(dest="shuffler_command", metavar="ACTION", required=True)
+    serve = sub.add_parser(
+        "serve",
+        help="run the shuffler daemon",
+        description="Accept reports, store them durably, release shuffled batches of at least "
+        "min_batch to the aggregator. Settings: flags > [shuffler] table of --config > defaults.",
+    )
+    a = serve.add_argument
+    a(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="metric registry TOML (+ optional [shuffler])",
+    )
+    a("--redis", metavar="URL", help="Redis URL (default: the in-memory store, not durable)")
+    a("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:7400; port 0 = any)")
+    a("--aggregator", metavar="HOST:PORT", help="aggregator to forward batches to")
+    a("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
+    a("--tls-key", metavar="FILE", help="private key for --tls-cert (PEM)")
+    a("--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    a("--aggregator-ca", metavar="FILE", help="CA of the aggregator's certificate (TLS)")
+    a("--aggregator-cert", metavar="FILE", help="client certificate for mTLS to the aggregator")
+    a("--aggregator-key", metavar="FILE", help="key of --aggregator-cert")
+    a("--tokens", dest="tokens_file", metavar="FILE", help="bearer tokens, one a line")
+    a("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on 127.0.0.1")
+    a("--port-file", metavar="FILE", help="write the bound gRPC port here once listening")
+    a("--max-request-bytes", type=int, metavar="N")
+    a("--max-reports-per-request", type=int, metavar="N")
+    a("--rate-limit", dest="rate_limit_reports", type=float, metavar="REPORTS_PER_S",
+      help="per connection; 0 = unlimited")  # fmt: skip
+    a("--max-buffered", dest="max_buffered_reports", type=int, metavar="N")
+    a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS")
+    a("--workers", type=int, metavar="N", help="gRPC request threads (default 128)")
+    a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
+    a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.set_defaults(func=_serve)
+
+
+_OVERRIDES = (
+    "redis", "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
+    "aggregator_cert", "aggregator_key", "tokens_file", "metrics_port", "port_file",
+    "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
+    "commit_max_delay_ms", "workers", "shutdown_grace_seconds",
+)  # fmt: skip
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+    import os
+    import signal
+    import sys
+    import threading
+
+    from crowdmix.cli import CliError
+    from shuffler.config import load_config
+    from shuffler.errors import ConfigError, StoreUnavailable
+    from shuffler.memory_store import MemoryStore
+    from shuffler.redis_store import RedisStore
+    from shuffler.server import BindError, start_shuffler
+    from shuffler.store import ShufflerStore
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    log = logging.getLogger("crowdmix.shuffler")
+    try:
+        registry, settings = load_config(
+            args.config, {name: getattr(args, name) for name in _OVERRIDES}
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    store: ShufflerStore
+    if settings.redis is not None:
+        store = RedisStore(settings.redis)
+    else:
+        store = MemoryStore()
+        log.warning("in-memory store: acknowledged reports do not survive a crash (use --redis)")
+    try:
+        handle = start_shuffler(
+            registry,
+            store,
+            settings.aggregator,
+            listen=settings.listen,
+            settings=settings,
+            owns_store=True,
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    except StoreUnavailable as exc:
+        print(f"crowdmix: error: store unavailable: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    except BindError as exc:
+        print(f"crowdmix: error: {exc}", file=sys.stderr)
+        return EXIT_BIND
+    if settings.port_file is not None:
+        tmp = f"{settings.port_file}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(f"{handle.port}\n")
+        os.replace(tmp, settings.port_file)  # readers never see a half-written file
+    print(f"shuffler listening on port {handle.port}", file=sys.stderr, flush=True)
+    if handle.metrics_port is not None:
+        log.info("metrics on http://127.0.0.1:%d/metrics", handle.metrics_port)
+
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop_requested.wait(0.5):
+        pass
+    handle.stop()
+    return 0

@@ -1,0 +1,164 @@
+"""Daemon settings and the metric registry they point at.
+
+The registry (metrics, encodings, shuffle policies) is ``client.registry``'s
+TOML, shared with the aggregator. The daemon's own settings come from, in
+increasing precedence: the defaults below, an optional ``[shuffler]`` table in
+the same file (removed before the registry is parsed), and command-line flags::
+
+    [shuffler]
+    listen = "127.0.0.1:7400"
+    redis = "redis://127.0.0.1:6379/0"      # omit for the in-memory store
+    aggregator = "127.0.0.1:7500"
+    tokens_file = "/etc/crowdmix/tokens"     # one bearer token a line; omit: no auth
+    tls_cert = "/etc/crowdmix/shuffler.crt"  # with tls_key: serve TLS
+    tls_key = "/etc/crowdmix/shuffler.key"
+    aggregator_ca = "/etc/crowdmix/ca.crt"   # with aggregator_cert/key: mTLS to the aggregator
+    max_request_bytes = 4194304
+    max_reports_per_request = 100000
+    rate_limit_reports = 0                   # per connection per second; 0 = unlimited
+    max_buffered_reports = 50000000
+    commit_max_delay_ms = 0.0
+    metrics_port = 9400                      # Prometheus; omit for none
+
+A bad value raises ``ConfigError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from client.registry import Registry, RegistryError, parse_registry
+from shuffler.errors import ConfigError
+
+__all__ = ["ShufflerSettings", "load_config", "load_tokens"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShufflerSettings:
+    """Everything the daemon needs besides the registry. Paths are not opened here."""
+
+    listen: str = "127.0.0.1:7400"
+    redis: str | None = None
+    aggregator: str | None = None
+    tokens_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    aggregator_ca: str | None = None
+    aggregator_cert: str | None = None
+    aggregator_key: str | None = None
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_reports_per_request: int = 100_000
+    rate_limit_reports: float = 0.0
+    max_buffered_reports: int = 50_000_000
+    commit_max_delay_ms: float = 0.0
+    workers: int = 128
+    metrics_port: int | None = None
+    port_file: str | None = None
+    tick_seconds: float = 0.05
+    shutdown_grace_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"listen must be HOST:PORT, got {self.listen!r}")
+        if self.aggregator is not None:
+            h, s, p = self.aggregator.rpartition(":")
+            if not s or not h or not p.isdigit():
+                raise ConfigError(f"aggregator must be HOST:PORT, got {self.aggregator!r}")
+        if self.redis is not None and not self.redis.startswith(
+            ("redis://", "rediss://", "unix://")
+        ):
+            raise ConfigError(f"redis must be a redis:// URL, got {self.redis!r}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key must be given together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("tls_client_ca needs tls_cert and tls_key")
+        if (self.aggregator_cert is None) != (self.aggregator_key is None):
+            raise ConfigError("aggregator_cert and aggregator_key must be given together")
+        if self.aggregator_cert is not None and self.aggregator_ca is None:
+            raise ConfigError("aggregator_cert needs aggregator_ca (mTLS to the aggregator)")
+        for name in ("max_request_bytes", "max_reports_per_request", "max_buffered_reports"):
+            _positive_int(name, getattr(self, name))
+        _positive_int("workers", self.workers)
+        for name in ("rate_limit_reports", "commit_max_delay_ms"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
+                raise ConfigError(f"{name} must be a non-negative number, got {v!r}")
+        for name in ("tick_seconds", "shutdown_grace_seconds"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+                raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        mp = self.metrics_port
+        if mp is not None and (
+            isinstance(mp, bool) or not isinstance(mp, int) or not 0 <= mp < 65536
+        ):
+            raise ConfigError(f"metrics_port must be a port number, got {mp!r}")
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+
+def _positive_int(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+
+_FIELDS = {f.name for f in dataclasses.fields(ShufflerSettings)}
+
+
+def load_config(
+    path: str | Path, overrides: dict[str, Any] | None = None
+) -> tuple[Registry, ShufflerSettings]:
+    """Read the registry file and the daemon settings; ``overrides`` (flags) win.
+
+    Raises ``ConfigError`` naming the bad field (registry errors included).
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    table = data.pop("shuffler", {})
+    if not isinstance(table, dict):
+        raise ConfigError("[shuffler] must be a table")
+    unknown = set(table) - _FIELDS
+    if unknown:
+        raise ConfigError(f"[shuffler]: unknown field(s) {sorted(unknown)}")
+    try:
+        registry = parse_registry(data)
+    except RegistryError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    values = dict(table)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        settings = ShufflerSettings(**values)
+    except TypeError as exc:
+        raise ConfigError(f"[shuffler]: {exc}") from None
+    return registry, settings
+
+
+def load_tokens(path: str | Path) -> frozenset[str]:
+    """Bearer tokens, one a line as ``<app name> <token>`` or just ``<token>``;
+    blank lines and ``#`` comments are skipped. The app name is for operators only."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"tokens_file {path}: {exc.strerror or exc}") from None
+    tokens = frozenset(
+        s.split()[-1] for line in lines if (s := line.strip()) and not s.startswith("#")
+    )
+    if not tokens:
+        raise ConfigError(f"tokens_file {path} holds no token")
+    if any(len(t) < 16 for t in tokens):
+        raise ConfigError(f"tokens_file {path}: every token must be at least 16 characters")
+    return tokens

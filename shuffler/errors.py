@@ -1,0 +1,66 @@
+"""Exceptions of the shuffler daemon, one hierarchy, mapped to gRPC status codes
+in exactly one place (``shuffler.servicer._STATUS``):
+
+    ShufflerError
+    ├── ConfigError (a ValueError)          bad settings or registry; start-up fails naming it
+    ├── RequestRejected                     a request is refused as a whole (all or nothing)
+    │   ├── InvalidRequest                  INVALID_ARGUMENT   (unknown metric, bad length, ...)
+    │   ├── Unauthenticated                 UNAUTHENTICATED    (missing or unknown bearer token)
+    │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
+    ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
+    └── ForwardError                        the aggregator did not acknowledge a batch (retried)
+
+Every ``RequestRejected`` carries a short machine-readable ``reason`` (a label of
+the ``rejected_requests_total`` metric) and a message for the caller; neither ever
+contains report contents.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ForwardError",
+    "InvalidRequest",
+    "Overloaded",
+    "RequestRejected",
+    "ShufflerError",
+    "StoreUnavailable",
+    "Unauthenticated",
+]
+
+
+class ShufflerError(Exception):
+    """Base class of every error the shuffler raises on purpose."""
+
+
+class ConfigError(ShufflerError, ValueError):
+    """The daemon's settings or its metric registry are invalid; the message names the field."""
+
+
+class RequestRejected(ShufflerError):
+    """A submit request is refused as a whole; nothing of it is stored."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class InvalidRequest(RequestRejected):
+    """Malformed, or does not match the metric registry."""
+
+
+class Unauthenticated(RequestRejected):
+    """No bearer token, or one that is not in the tokens file."""
+
+
+class Overloaded(RequestRejected):
+    """Too large, over the connection's rate, or the buffer is full: try again later."""
+
+
+class StoreUnavailable(ShufflerError):
+    """The store could not be reached or did not confirm a write."""
+
+
+class ForwardError(ShufflerError):
+    """The aggregator did not acknowledge a batch."""

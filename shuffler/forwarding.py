@@ -1,0 +1,243 @@
+"""Release and forward: thresholding, disposal, permutation, Aggregator.Ingest.
+
+``Releaser.run_once`` looks at every pending queue (metric × window ×
+fingerprint) and releases a batch when
+
+- at least ``max_batch`` reports are pending (a full batch), or
+- at least ``min_batch`` are pending and the queue has waited ``max_delay``
+  since it became non-empty here or since its last release, or
+- the daemon is shutting down and at least ``min_batch`` are pending.
+
+Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
+the threshold atomically, so concurrent shuffler processes cannot leave a
+small remainder to each other. Waiting for ``max_delay`` rather than releasing
+at ``min_batch`` makes batches larger, which is what amplification by shuffling
+pays for.
+
+A taken batch is permuted with ``secure_permutation`` (CSPRNG) just before
+each send, sent to the aggregator, and deleted from the store only after the
+aggregator acknowledged it; failures are retried with exponential backoff.
+Batches whose collection window is older than ``disposal_days`` are discarded
+(queues and in-flight batches alike), never forwarded. Random drop happens at
+commit time (``shuffler.commit``), before anything is written: a dropped report
+never reaches the store, and a release can never fall under ``min_batch``
+because of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from client.registry import Registry
+from shuffler.errors import ForwardError, ShufflerError
+from shuffler.metrics import ShufflerMetrics
+from shuffler.shuffle import RandomBytes, secure_permutation
+from shuffler.store import BATCH_ID_BYTES, InFlightBatch, QueueKey, ShufflerStore
+
+__all__ = ["AggregatorSender", "Releaser", "Sender"]
+
+log = logging.getLogger("crowdmix.shuffler")
+
+Sender = Callable[[InFlightBatch], None]
+
+
+class Releaser:
+    """Turns pending queues into shuffled batches and forwards them (one thread)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        store: ShufflerStore,
+        send: Sender,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        random_bytes: RandomBytes = os.urandom,
+        metrics: ShufflerMetrics | None = None,
+        on_pending: Callable[[int], None] | None = None,
+        backoff: tuple[float, float] = (0.05, 5.0),
+    ) -> None:
+        self._registry = registry
+        self._store = store
+        self._send = send
+        self._clock = clock
+        self._monotonic = monotonic
+        self._random_bytes = random_bytes
+        self._metrics = metrics
+        self._on_pending = on_pending
+        self._backoff = backoff
+        self._since: dict[tuple[str, QueueKey], float] = {}
+
+    # -- policy -------------------------------------------------------------
+
+    def _expired(self, metric: str, window: int) -> bool:
+        """True when the whole window lies further back than the disposal age."""
+        age = self._registry[metric].shuffle.disposal_days * 86400.0
+        window_end = (window + 1) * self._registry.window_seconds
+        return window_end <= self._clock() - age
+
+    # -- loop ---------------------------------------------------------------
+
+    def recover(self, give_up: Callable[[], bool]) -> int:
+        """Forward in-flight batches found in the store (left by a crash); returns how many."""
+        done = 0
+        for metric in self._registry.metrics:
+            for batch_id in self._store.inflight_ids(metric):
+                batch = self._store.load_inflight(metric, batch_id)
+                if batch is not None:
+                    log.info(
+                        "re-forwarding in-flight batch of %s (%d reports)",
+                        metric,
+                        batch.chunk.count,
+                    )
+                    done += self.forward(batch, give_up)
+        return done
+
+    def run_once(self, give_up: Callable[[], bool], *, final: bool = False) -> int:
+        """One pass over every pending queue; returns the batches forwarded."""
+        forwarded = 0
+        total_pending = 0
+        now = self._monotonic()
+        for name, metric in self._registry.metrics.items():
+            policy = metric.shuffle
+            pending = self._store.pending(name)
+            metric_pending = 0
+            for key, count in sorted(pending.items()):
+                if self._expired(name, key.window):
+                    n = self._store.dispose(name, key)
+                    self._since.pop((name, key), None)
+                    log.info("disposed %d reports of %s (window %d too old)", n, name, key.window)
+                    if self._metrics is not None:
+                        self._metrics.disposed_reports.labels(name).inc(n)
+                    continue
+                since = self._since.setdefault((name, key), now)
+                while count >= policy.min_batch and (
+                    final or count >= policy.max_batch or now - since >= policy.max_delay_seconds
+                ):
+                    batch = self._store.take(
+                        name,
+                        key,
+                        min_batch=policy.min_batch,
+                        max_batch=policy.max_batch,
+                        batch_id=os.urandom(BATCH_ID_BYTES),
+                    )
+                    if batch is None:  # another process took them first
+                        break
+                    count -= batch.chunk.count
+                    since = self._since[(name, key)] = now
+                    forwarded += self.forward(batch, give_up)
+                    if give_up():
+                        break
+                metric_pending += count
+            for stale in [k for k in self._since if k[0] == name and k[1] not in pending]:
+                del self._since[stale]
+            if self._metrics is not None:
+                self._metrics.pending_reports.labels(name).set(metric_pending)
+            total_pending += metric_pending
+        if self._on_pending is not None:
+            self._on_pending(total_pending)
+        return forwarded
+
+    def forward(self, batch: InFlightBatch, give_up: Callable[[], bool]) -> int:
+        """Permute and send until acknowledged (→ 1) or ``give_up()`` (→ 0, batch stays)."""
+        if self._expired(batch.metric, batch.key.window):
+            self._store.ack(batch.metric, batch.batch_id)
+            log.info("disposed an in-flight batch of %s (window too old)", batch.metric)
+            if self._metrics is not None:
+                self._metrics.disposed_reports.labels(batch.metric).inc(batch.chunk.count)
+            return 0
+        delay = self._backoff[0]
+        while True:
+            order = secure_permutation(batch.chunk.count, self._random_bytes)
+            shuffled = InFlightBatch(
+                batch_id=batch.batch_id,
+                metric=batch.metric,
+                key=batch.key,
+                chunk=batch.chunk.select(order),
+            )
+            try:
+                self._send(shuffled)
+            except ForwardError as exc:
+                if self._metrics is not None:
+                    self._metrics.forward_failures.inc()
+                log.warning("aggregator did not take a batch of %s: %s", batch.metric, exc)
+                if give_up():
+                    return 0
+                time.sleep(delay)
+                delay = min(delay * 2, self._backoff[1])
+                continue
+            self._store.ack(batch.metric, batch.batch_id)
+            if self._metrics is not None:
+                self._metrics.batches_forwarded.labels(batch.metric).inc()
+                self._metrics.reports_forwarded.labels(batch.metric).inc(batch.chunk.count)
+            log.info("forwarded a batch of %d %s reports", batch.chunk.count, batch.metric)
+            return 1
+
+    def run(self, stop: threading.Event, *, tick: float, grace: float) -> None:
+        """Recover, then release until ``stop``; then a final pass bounded by ``grace``."""
+        deadline: list[float] = []
+
+        def give_up() -> bool:
+            if not stop.is_set():
+                return False
+            if not deadline:
+                deadline.append(self._monotonic() + grace)
+            return self._monotonic() > deadline[0]
+
+        try:
+            self.recover(give_up)
+            while not stop.is_set():
+                try:
+                    self.run_once(give_up)
+                except ShufflerError as exc:
+                    log.warning("release pass failed: %s", exc)
+                stop.wait(tick)
+            self.run_once(give_up, final=True)
+        except ShufflerError as exc:
+            log.error("final release pass failed: %s", exc)
+
+
+class AggregatorSender:
+    """Sends batches to ``Aggregator.Ingest``; optional (m)TLS. Raises ForwardError."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        ca: bytes | None = None,
+        cert: bytes | None = None,
+        key: bytes | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        import grpc
+
+        from protos import crowdmix_pb2_grpc
+
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        if ca is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=ca, private_key=key, certificate_chain=cert
+            )
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        self._stub = crowdmix_pb2_grpc.AggregatorStub(self._channel)
+        self._timeout = timeout
+
+    def __call__(self, batch: InFlightBatch) -> None:
+        import grpc
+
+        from shuffler.serde import batch_to_proto
+
+        try:
+            self._stub.Ingest(batch_to_proto(batch), timeout=self._timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            raise ForwardError(f"Ingest failed: {code}") from None
+
+    def close(self) -> None:
+        self._channel.close()

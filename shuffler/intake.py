@@ -1,0 +1,116 @@
+"""The domain side of Submit: authenticate, validate, admit, commit.
+
+``Intake.submit`` is what the gRPC servicer calls after turning protobufs into
+``ColumnsIn``; it raises the ``RequestRejected`` family (mapped to status codes
+in ``shuffler.servicer``) and returns the number of reports acknowledged.
+
+The connection key given for rate limiting (the transport's peer string) is
+kept in memory only while the connection is active, never stored or logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from client.registry import Registry
+from shuffler.commit import GroupCommitter
+from shuffler.errors import Overloaded, Unauthenticated
+from shuffler.validation import ColumnsIn, validate
+
+__all__ = ["Intake", "RateLimiter"]
+
+
+class RateLimiter:
+    """Token bucket per connection: ``rate`` reports/s, bucket of ``rate`` (1 s of burst).
+
+    A request is admitted while the bucket holds at least min(n, capacity) and
+    then debited n, possibly below zero: one request larger than a second's
+    allowance still gets through, and the average stays at ``rate``.
+    """
+
+    def __init__(self, rate: float, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._last_prune = monotonic()
+
+    def admit(self, connection: str, n: int) -> bool:
+        now = self._monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(connection, (self.rate, now))
+            tokens = min(self.rate, tokens + (now - last) * self.rate)
+            if tokens < min(n, self.rate):
+                self._buckets[connection] = (tokens, now)
+                return False
+            self._buckets[connection] = (tokens - n, now)
+            if now - self._last_prune > 60.0:
+                # forget connections idle long enough to have a full bucket again
+                self._buckets = {
+                    c: (t, at) for c, (t, at) in self._buckets.items() if now - at < 60.0
+                }
+                self._last_prune = now
+        return True
+
+
+class Intake:
+    """Authenticate → validate → rate limit → buffer bound → group commit."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        committer: GroupCommitter,
+        *,
+        tokens: frozenset[str] | None = None,
+        max_reports_per_request: int = 100_000,
+        rate_limit_reports: float = 0.0,
+        max_buffered_reports: int = 50_000_000,
+    ) -> None:
+        self.registry = registry
+        self._committer = committer
+        # Compare digests, so lookups do not time the token's bytes.
+        self._token_digests = None if tokens is None else frozenset(_digest(t) for t in tokens)
+        self._max_reports = max_reports_per_request
+        self._limiter = RateLimiter(rate_limit_reports) if rate_limit_reports > 0 else None
+        self._max_buffered = max_buffered_reports
+        self._lock = threading.Lock()
+        self._buffered = 0
+
+    def authenticate(self, token: str | None) -> None:
+        if self._token_digests is None:
+            return
+        if token is None:
+            raise Unauthenticated("no_token", "a bearer token is required")
+        if _digest(token) not in self._token_digests:
+            raise Unauthenticated("bad_token", "the bearer token is not valid")
+
+    def set_buffered(self, reports: int) -> None:
+        """The store's pending total, as last observed (several processes may add to it)."""
+        with self._lock:
+            self._buffered = reports
+
+    def add_buffered(self, reports: int) -> None:
+        with self._lock:
+            self._buffered += reports
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    def submit(self, parts: Sequence[ColumnsIn], *, connection: str) -> int:
+        """Store the request's reports or raise; returns how many were acknowledged."""
+        chunks = validate(self.registry, parts, max_reports=self._max_reports)
+        n = sum(c.count for c in chunks.values())
+        if self._limiter is not None and not self._limiter.admit(connection, n):
+            raise Overloaded("rate_limited", "this connection is over its report rate")
+        if self._buffered + n > self._max_buffered:
+            raise Overloaded("buffer_full", "the shuffler's buffer is full; retry later")
+        self._committer.commit(chunks)
+        return n
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()

@@ -1,0 +1,83 @@
+"""Prometheus metrics of one shuffler instance (own CollectorRegistry, so several
+instances can live in one process, e.g. tests and ``crowdmix demo``).
+
+Nothing here is labelled by anything identifying: labels are metric names from
+the registry and rejection reasons.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ShufflerMetrics"]
+
+
+class ShufflerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.accepted_reports = Counter(
+            "crowdmix_shuffler_accepted_reports", "Reports stored and acknowledged", registry=r
+        )
+        self.accepted_requests = Counter(
+            "crowdmix_shuffler_accepted_requests", "Submit requests acknowledged", registry=r
+        )
+        self.rejected_requests = Counter(
+            "crowdmix_shuffler_rejected_requests",
+            "Submit requests refused, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.dropped_reports = Counter(
+            "crowdmix_shuffler_dropped_reports",
+            "Reports removed by the random drop policy",
+            ["metric"],
+            registry=r,
+        )
+        self.disposed_reports = Counter(
+            "crowdmix_shuffler_disposed_reports",
+            "Reports discarded for age, never forwarded",
+            ["metric"],
+            registry=r,
+        )
+        self.pending_reports = Gauge(
+            "crowdmix_shuffler_pending_reports",
+            "Reports waiting in the store, per metric",
+            ["metric"],
+            registry=r,
+        )
+        self.batches_forwarded = Counter(
+            "crowdmix_shuffler_batches_forwarded",
+            "Batches acknowledged by the aggregator",
+            ["metric"],
+            registry=r,
+        )
+        self.reports_forwarded = Counter(
+            "crowdmix_shuffler_reports_forwarded",
+            "Reports in batches acknowledged by the aggregator",
+            ["metric"],
+            registry=r,
+        )
+        self.forward_failures = Counter(
+            "crowdmix_shuffler_forward_failures",
+            "Attempts to forward a batch that the aggregator did not acknowledge",
+            registry=r,
+        )
+        self.store_writes = Counter(
+            "crowdmix_shuffler_store_writes", "Group-commit writes to the store", registry=r
+        )
+        self.request_latency = Histogram(
+            "crowdmix_shuffler_request_latency_seconds",
+            "Submit latency, from receipt to acknowledgement",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+
+    def serve_http(self, port: int, addr: str = "127.0.0.1") -> tuple[Any, int]:
+        """Start the /metrics HTTP endpoint; returns (server, bound port)."""
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server, int(server.server_address[1])

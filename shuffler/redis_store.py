@@ -1,0 +1,176 @@
+"""The production store: Redis (redis-py), AOF recommended.
+
+Keys, all hash-tagged by metric so every key of a metric lives in one Redis
+Cluster slot and the Lua scripts below touch a single slot::
+
+    {prefix}:{<metric>}:pending           HASH  "<window>:<fingerprint>" -> pending report count
+    {prefix}:{<metric>}:q:<window>:<fp>   LIST  chunk blobs (shuffler.columns), oldest first
+    {prefix}:{<metric>}:inflight          HASH  batch id (16 bytes) -> window|fp header + chunks
+
+A flush of the group committer is one MULTI/EXEC: per queue one RPUSH of one
+blob and one HINCRBY, however many requests it carries. ``take`` is one Lua
+script, so when several shuffler processes share a Redis no report can be moved
+into two batches and the ``min_batch`` threshold is checked atomically with the
+move. (On Redis Cluster a flush spanning several metrics is one transaction per
+slot, so it is atomic per metric, not across metrics.)
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from shuffler.columns import decode_chunks
+from shuffler.errors import StoreUnavailable
+from shuffler.store import InFlightBatch, PendingWrite, QueueKey
+
+__all__ = ["RedisStore"]
+
+_INFLIGHT_HEADER = struct.Struct("<IQ")  # window, fingerprint
+
+# KEYS: pending hash, queue list, inflight hash
+# ARGV: queue field, min_batch, max_batch, batch id, in-flight header
+# Moves whole chunks while they fit; splits the last one so the batch holds
+# exactly max_batch when more are pending (same layout as columns.split_blob).
+_TAKE = """
+local pending = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local min_batch = tonumber(ARGV[2])
+local max_batch = tonumber(ARGV[3])
+if pending < min_batch or pending == 0 then return 0 end
+local parts = {ARGV[5]}
+local taken = 0
+while taken < max_batch do
+  local blob = redis.call('LINDEX', KEYS[2], 0)
+  if not blob then break end
+  local count, rb = struct.unpack('<I4I4', blob)
+  local want = max_batch - taken
+  if count <= want then
+    redis.call('LPOP', KEYS[2])
+    parts[#parts + 1] = blob
+    taken = taken + count
+  else
+    local c0 = 8
+    local b0 = c0 + 4 * count
+    parts[#parts + 1] = struct.pack('<I4I4', want, rb)
+      .. string.sub(blob, c0 + 1, c0 + 4 * want)
+      .. string.sub(blob, b0 + 1, b0 + rb * want)
+    redis.call('LSET', KEYS[2], 0, struct.pack('<I4I4', count - want, rb)
+      .. string.sub(blob, c0 + 4 * want + 1, b0)
+      .. string.sub(blob, b0 + rb * want + 1))
+    taken = taken + want
+  end
+end
+if taken == 0 then return 0 end
+if taken >= pending then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('HINCRBY', KEYS[1], ARGV[1], -taken)
+end
+redis.call('HSET', KEYS[3], ARGV[4], table.concat(parts))
+return taken
+"""
+
+# KEYS: pending hash, queue list; ARGV: queue field
+_DISPOSE = """
+local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
+return n
+"""
+
+
+class RedisStore:
+    """A ``ShufflerStore`` on Redis; ``url`` like ``redis://127.0.0.1:6379/0``."""
+
+    def __init__(self, url: str, *, prefix: str = "crowdmix", timeout: float = 10.0) -> None:
+        import redis
+
+        self._redis: Any = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 5.0)
+        )
+        self._prefix = prefix
+        self._take = self._redis.register_script(_TAKE)
+        self._dispose = self._redis.register_script(_DISPOSE)
+
+    def _k(self, metric: str, suffix: str) -> str:
+        return f"{self._prefix}:{{{metric}}}:{suffix}"
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        import redis
+
+        try:
+            yield
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
+
+    def append(self, writes: Sequence[PendingWrite]) -> None:
+        with self._errors():
+            pipe = self._redis.pipeline(transaction=True)
+            for w in writes:
+                if w.chunk.count == 0:
+                    continue
+                pipe.rpush(self._k(w.metric, f"q:{w.key.field}"), w.chunk.to_blob())
+                pipe.hincrby(self._k(w.metric, "pending"), w.key.field, w.chunk.count)
+            pipe.execute()
+
+    def pending(self, metric: str) -> dict[QueueKey, int]:
+        with self._errors():
+            raw: dict[Any, Any] = self._redis.hgetall(self._k(metric, "pending"))
+        return {QueueKey.from_field(f): int(n) for f, n in raw.items() if int(n) > 0}
+
+    def take(
+        self, metric: str, key: QueueKey, *, min_batch: int, max_batch: int, batch_id: bytes
+    ) -> InFlightBatch | None:
+        header = _INFLIGHT_HEADER.pack(key.window, key.fingerprint)
+        with self._errors():
+            taken = self._take(
+                keys=[
+                    self._k(metric, "pending"),
+                    self._k(metric, f"q:{key.field}"),
+                    self._k(metric, "inflight"),
+                ],
+                args=[key.field, min_batch, max_batch, batch_id, header],
+            )
+        if not taken:
+            return None
+        return self.load_inflight(metric, batch_id)
+
+    def inflight_ids(self, metric: str) -> list[bytes]:
+        with self._errors():
+            return [bytes(b) for b in self._redis.hkeys(self._k(metric, "inflight"))]
+
+    def load_inflight(self, metric: str, batch_id: bytes) -> InFlightBatch | None:
+        with self._errors():
+            blob = self._redis.hget(self._k(metric, "inflight"), batch_id)
+        if blob is None:
+            return None
+        window, fp = _INFLIGHT_HEADER.unpack_from(blob, 0)
+        return InFlightBatch(
+            batch_id=batch_id,
+            metric=metric,
+            key=QueueKey(window=window, fingerprint=fp),
+            chunk=decode_chunks(blob, _INFLIGHT_HEADER.size),
+        )
+
+    def ack(self, metric: str, batch_id: bytes) -> bool:
+        with self._errors():
+            return bool(self._redis.hdel(self._k(metric, "inflight"), batch_id))
+
+    def dispose(self, metric: str, key: QueueKey) -> int:
+        with self._errors():
+            n = self._dispose(
+                keys=[self._k(metric, "pending"), self._k(metric, f"q:{key.field}")],
+                args=[key.field],
+            )
+        return int(n)
+
+    def ping(self) -> None:
+        with self._errors():
+            self._redis.ping()
+
+    def close(self) -> None:
+        self._redis.close()

@@ -1,0 +1,83 @@
+"""Protobuf ↔ domain conversion, at the edge only (the domain never sees protos).
+
+Rows (``Report`` messages) are grouped into columns by (metric, fingerprint,
+bit length): grouping is the one per-report loop, unavoidable for per-report
+protobuf objects, and is why bulk senders should send ``ReportColumns``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from protos import crowdmix_pb2 as pb
+from shuffler.columns import Chunk
+from shuffler.store import InFlightBatch, QueueKey
+from shuffler.validation import ColumnsIn
+
+__all__ = ["batch_from_proto", "batch_to_proto", "request_to_columns"]
+
+
+def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn]:
+    parts: list[ColumnsIn] = []
+    if request.reports:
+        groups: dict[tuple[str, int, int], tuple[list[int], list[bytes]]] = {}
+        for r in request.reports:
+            cohorts, bits = groups.setdefault(
+                (r.metric, r.params_fingerprint, len(r.bits)), ([], [])
+            )
+            cohorts.append(r.cohort)
+            bits.append(r.bits)
+        for (metric, fp, nb), (cohorts, bits) in groups.items():
+            parts.append(
+                ColumnsIn(
+                    metric=metric,
+                    fingerprint=fp,
+                    count=len(cohorts),
+                    report_bytes=nb,
+                    cohorts=np.array(cohorts, dtype=np.int64),
+                    bits=b"".join(bits),
+                )
+            )
+    for c in request.columns:
+        parts.append(
+            ColumnsIn(
+                metric=c.metric,
+                fingerprint=c.params_fingerprint,
+                count=c.count,
+                report_bytes=c.report_bytes,
+                cohorts=np.fromiter(c.cohorts, dtype=np.int64, count=len(c.cohorts)),
+                bits=c.bits,
+            )
+        )
+    return parts
+
+
+def batch_to_proto(batch: InFlightBatch) -> pb.Batch:
+    chunk = batch.chunk
+    return pb.Batch(
+        batch_id=batch.batch_id,
+        window=batch.key.window,
+        reports=pb.ReportColumns(
+            metric=batch.metric,
+            params_fingerprint=batch.key.fingerprint,
+            count=chunk.count,
+            report_bytes=chunk.report_bytes,
+            cohorts=chunk.cohorts.tolist(),
+            bits=chunk.bits,
+        ),
+    )
+
+
+def batch_from_proto(message: pb.Batch) -> InFlightBatch:
+    """The inverse of ``batch_to_proto`` (test receivers, round-trip tests)."""
+    cols = message.reports
+    return InFlightBatch(
+        batch_id=message.batch_id,
+        metric=cols.metric,
+        key=QueueKey(window=message.window, fingerprint=cols.params_fingerprint),
+        chunk=Chunk(
+            report_bytes=cols.report_bytes,
+            cohorts=np.fromiter(cols.cohorts, dtype=np.uint32, count=len(cols.cohorts)),
+            bits=cols.bits,
+        ),
+    )

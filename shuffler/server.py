@@ -1,0 +1,232 @@
+"""Assemble and run a shuffler: gRPC server + group committer + releaser + metrics.
+
+    from shuffler import start_shuffler, MemoryStore
+    handle = start_shuffler(registry, MemoryStore(), aggregator="127.0.0.1:7500")
+    print(handle.port)        # bound port (listen defaults to 127.0.0.1:0)
+    handle.stop()             # graceful: stop accepting, flush, forward, close
+
+The gRPC server is the synchronous one (``grpc.server`` + a thread pool): for
+the device-style load of many small unary calls it was measured faster than
+``grpc.aio`` here (bench/shuffler_grpc_modes.py, BENCHMARKS.md), and the
+request threads simply block on the group commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from client.registry import Registry
+from shuffler.commit import GroupCommitter
+from shuffler.config import ShufflerSettings, load_tokens
+from shuffler.errors import ConfigError, ShufflerError
+from shuffler.forwarding import AggregatorSender, Releaser, Sender
+from shuffler.intake import Intake
+from shuffler.memory_store import MemoryStore
+from shuffler.metrics import ShufflerMetrics
+from shuffler.shuffle import RandomBytes
+from shuffler.store import ShufflerStore
+
+__all__ = ["ShufflerHandle", "start_shuffler"]
+
+log = logging.getLogger("crowdmix.shuffler")
+
+SERVICE_NAME = "crowdmix.v1.Shuffler"
+
+
+class BindError(ShufflerError):
+    """The listen address could not be bound."""
+
+
+@dataclass
+class ShufflerHandle:
+    """A running shuffler. ``stop()`` is graceful and idempotent."""
+
+    port: int
+    metrics_port: int | None
+    metrics: ShufflerMetrics
+    store: ShufflerStore
+    intake: Intake
+    _stop_fn: Callable[[float | None], None]
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self, grace: float | None = None) -> None:
+        if not self._stopped.is_set():
+            self._stop_fn(grace)
+            self._stopped.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until stopped (by ``stop`` from another thread or a signal handler)."""
+        return self._stopped.wait(timeout)
+
+    def __enter__(self) -> ShufflerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def start_shuffler(
+    registry: Registry,
+    store: ShufflerStore | None = None,
+    aggregator: str | Sender | None = None,
+    *,
+    listen: str = "127.0.0.1:0",
+    settings: ShufflerSettings | None = None,
+    tokens: frozenset[str] | None = None,
+    owns_store: bool = False,
+    random_bytes: RandomBytes = os.urandom,
+    clock: Callable[[], float] = time.time,
+) -> ShufflerHandle:
+    """Start serving; returns once the port is bound and the threads run.
+
+    ``aggregator`` is a HOST:PORT target (``settings`` gives its TLS files), a
+    callable taking an ``InFlightBatch`` (tests), or None: then nothing is
+    released and reports wait in the store. ``settings.listen`` is ignored in
+    favour of ``listen``. ``tokens`` (or ``settings.tokens_file``) turns on
+    bearer-token authentication. ``random_bytes`` exists for tests only.
+    """
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from protos import crowdmix_pb2_grpc
+    from shuffler.servicer import ShufflerServicer
+
+    settings = settings or ShufflerSettings()
+    store = store if store is not None else MemoryStore()
+    if tokens is None and settings.tokens_file is not None:
+        tokens = load_tokens(settings.tokens_file)
+    store.ping()
+    metrics = ShufflerMetrics()
+
+    committer = GroupCommitter(
+        store,
+        registry,
+        max_delay=settings.commit_max_delay_ms / 1000.0,
+        clock=clock,
+        random_bytes=random_bytes,
+        metrics=metrics,
+        on_commit=lambda n: intake.add_buffered(n),
+    )
+    intake = Intake(
+        registry,
+        committer,
+        tokens=tokens,
+        max_reports_per_request=settings.max_reports_per_request,
+        rate_limit_reports=settings.rate_limit_reports,
+        max_buffered_reports=settings.max_buffered_reports,
+    )
+
+    sender: Sender | None
+    closer: Callable[[], None] | None = None
+    if isinstance(aggregator, str):
+        agg = AggregatorSender(
+            aggregator,
+            ca=_read(settings.aggregator_ca),
+            cert=_read(settings.aggregator_cert),
+            key=_read(settings.aggregator_key),
+        )
+        sender, closer = agg, agg.close
+    else:
+        sender = aggregator
+
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="shuffler-rpc"),
+        options=[
+            ("grpc.max_receive_message_length", settings.max_request_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    crowdmix_pb2_grpc.add_ShufflerServicer_to_server(ShufflerServicer(intake, metrics), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        if settings.tls:
+            creds = grpc.ssl_server_credentials(
+                [(_read(settings.tls_key), _read(settings.tls_cert))],  # type: ignore[list-item]
+                root_certificates=_read(settings.tls_client_ca),
+                require_client_auth=settings.tls_client_ca is not None,
+            )
+            port = server.add_secure_port(listen, creds)
+        else:
+            port = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise BindError(f"cannot listen on {listen}: {exc}") from None
+    if not port:
+        raise BindError(f"cannot listen on {listen}")
+
+    stop_release = threading.Event()
+    releaser_thread: threading.Thread | None = None
+    if sender is not None:
+        releaser = Releaser(
+            registry,
+            store,
+            sender,
+            clock=clock,
+            random_bytes=random_bytes,
+            metrics=metrics,
+            on_pending=intake.set_buffered,
+        )
+        releaser_thread = threading.Thread(
+            target=releaser.run,
+            args=(stop_release,),
+            kwargs={"tick": settings.tick_seconds, "grace": settings.shutdown_grace_seconds},
+            name="shuffler-release",
+            daemon=True,
+        )
+    else:
+        log.warning("no aggregator configured: reports are stored but never released")
+
+    metrics_server: Any = None
+    metrics_port: int | None = None
+    if settings.metrics_port is not None:
+        metrics_server, metrics_port = metrics.serve_http(settings.metrics_port)
+
+    committer.start()
+    server.start()
+    if releaser_thread is not None:
+        releaser_thread.start()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("shuffler listening on %s (port %d)", listen.rpartition(":")[0], port)
+
+    def stop(grace: float | None) -> None:
+        g = settings.shutdown_grace_seconds if grace is None else grace
+        health_servicer.enter_graceful_shutdown()
+        server.stop(g).wait()  # no new calls; running calls finish (they wait on commit)
+        committer.close()  # write what is queued
+        stop_release.set()  # final release pass, bounded by the grace period
+        if releaser_thread is not None:
+            releaser_thread.join()
+        if closer is not None:
+            closer()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        if owns_store:
+            store.close()
+        log.info("shuffler stopped")
+
+    return ShufflerHandle(
+        port=port,
+        metrics_port=metrics_port,
+        metrics=metrics,
+        store=store,
+        intake=intake,
+        _stop_fn=stop,
+    )

@@ -1,0 +1,135 @@
+"""Validate submitted reports against the metric registry, whole columns at a time.
+
+A request is a list of ``ColumnsIn`` (rows are grouped into columns at the wire
+edge, ``shuffler.serde``). ``validate`` accepts all of it or raises
+``InvalidRequest`` / ``Overloaded`` with a reason; it never mutates anything, so
+a rejected request leaves the store untouched. Checks are numpy reductions over
+the columns (no per-report Python loop):
+
+=====================  ==================  ===========================================
+reason                 status              when
+=====================  ==================  ===========================================
+empty                  INVALID_ARGUMENT    no report at all
+unknown_metric         INVALID_ARGUMENT    metric not in the registry
+fingerprint_mismatch   INVALID_ARGUMENT    encoded under other params than the registry's
+malformed              INVALID_ARGUMENT    count disagrees with the cohorts or bits given
+bit_length             INVALID_ARGUMENT    not ceil(bits/8) bytes per report
+padding_bits           INVALID_ARGUMENT    a bit past the metric's last bit is set
+cohort_range           INVALID_ARGUMENT    cohort ≥ m (basic mechanisms: ≠ 0)
+value_range            INVALID_ARGUMENT    a k-RR index ≥ domain size
+too_many_reports       RESOURCE_EXHAUSTED  more than max_reports_per_request
+=====================  ==================  ===========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from client.registry import MetricConfig, Registry
+from shuffler.columns import Chunk
+from shuffler.errors import InvalidRequest, Overloaded
+
+__all__ = ["ColumnsIn", "payload_bits", "validate"]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnsIn:
+    """Submitted reports of one metric as columns, not yet checked."""
+
+    metric: str
+    fingerprint: int
+    count: int
+    report_bytes: int
+    cohorts: npt.NDArray[np.int64]
+    bits: bytes
+
+
+def payload_bits(metric: MetricConfig) -> int:
+    """Meaningful bits per report; the rest of the last byte must be zero."""
+    if metric.rappor is not None:
+        return metric.rappor.k
+    assert metric.basic is not None  # MetricConfig guarantees one of the two
+    if metric.basic.mechanism == "oue":
+        return metric.basic.domain_size
+    if metric.basic.mechanism == "binary-rr":
+        return 1
+    return 8 * metric.report_bytes
+
+
+def _check_one(registry: Registry, part: ColumnsIn) -> MetricConfig:
+    metric = registry.get(part.metric)
+    if metric is None:
+        raise InvalidRequest("unknown_metric", f"unknown metric {part.metric[:128]!r}")
+    where = f"metric {metric.name!r}"
+    if part.fingerprint != metric.fingerprint:
+        raise InvalidRequest(
+            "fingerprint_mismatch",
+            f"{where}: reports were encoded with other params than the registry's "
+            f"(fingerprint {part.fingerprint:#018x}, expected {metric.fingerprint:#018x})",
+        )
+    nb = metric.report_bytes
+    if part.report_bytes != nb:
+        raise InvalidRequest(
+            "bit_length", f"{where}: each report must be {nb} bytes, got {part.report_bytes}"
+        )
+    if part.cohorts.shape != (part.count,) or len(part.bits) != part.count * nb:
+        raise InvalidRequest(
+            "malformed",
+            f"{where}: count {part.count} disagrees with {part.cohorts.size} cohorts and "
+            f"{len(part.bits)} bytes of bits",
+        )
+    if part.count and int(part.cohorts.max()) >= metric.num_cohorts:
+        raise InvalidRequest(
+            "cohort_range",
+            f"{where}: cohort {int(part.cohorts.max())} out of range [0, {metric.num_cohorts})",
+        )
+    bits = np.frombuffer(part.bits, dtype=np.uint8).reshape(part.count, nb)
+    extra = 8 * nb - payload_bits(metric)
+    if extra and part.count and int((bits[:, -1] >> (8 - extra)).max()) != 0:
+        raise InvalidRequest(
+            "padding_bits", f"{where}: bits past bit {payload_bits(metric)} must be zero"
+        )
+    basic = metric.basic
+    if basic is not None and basic.mechanism == "krr" and part.count:
+        index = bits.astype(np.int64) @ (256 ** np.arange(nb, dtype=np.int64))
+        if int(index.max()) >= basic.domain_size:
+            raise InvalidRequest(
+                "value_range", f"{where}: k-RR index out of range [0, {basic.domain_size})"
+            )
+    return metric
+
+
+def validate(
+    registry: Registry, parts: Sequence[ColumnsIn], *, max_reports: int
+) -> dict[tuple[str, int], Chunk]:
+    """Check every part; return the reports as one chunk per (metric, fingerprint).
+
+    Raises ``InvalidRequest`` or ``Overloaded`` (reason in ``.reason``) for the
+    whole request when any part is bad.
+    """
+    total = sum(p.count for p in parts)
+    if total == 0:
+        raise InvalidRequest("empty", "the request carries no report")
+    if total > max_reports:
+        raise Overloaded(
+            "too_many_reports", f"{total} reports in one request; the limit is {max_reports}"
+        )
+    grouped: dict[tuple[str, int], list[Chunk]] = {}
+    for part in parts:
+        if part.count == 0 and not part.bits and part.cohorts.size == 0:
+            continue
+        metric = _check_one(registry, part)
+        if part.count and int(part.cohorts.min()) < 0:
+            raise InvalidRequest("cohort_range", f"metric {metric.name!r}: negative cohort")
+        grouped.setdefault((metric.name, metric.fingerprint), []).append(
+            Chunk(
+                report_bytes=metric.report_bytes,
+                cohorts=part.cohorts.astype(np.uint32),
+                bits=part.bits,
+            )
+        )
+    return {key: Chunk.concat(chunks) for key, chunks in grouped.items()}

@@ -1,0 +1,143 @@
+"""Shared test material: a small registry, report generators, a recording aggregator."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+
+from client.registry import Registry, parse_registry
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+from shuffler.columns import Chunk
+from shuffler.serde import batch_from_proto
+from shuffler.store import InFlightBatch
+
+RAPPOR = "home_page"  # k=16 (2 bytes), m=8 cohorts
+OUE = "browser"  # oue over 5 values: 1 byte, bits 5..7 are padding
+
+
+def make_registry(
+    *,
+    min_batch: int = 10,
+    max_batch: int = 100,
+    max_delay: float = 0.05,
+    drop: float = 0.0,
+    disposal_days: float = 30.0,
+) -> Registry:
+    shuffle = {
+        "min_batch": min_batch,
+        "max_batch": max_batch,
+        "max_delay_seconds": max_delay,
+        "drop_probability": drop,
+        "disposal_days": disposal_days,
+    }
+    return parse_registry(
+        {
+            "metrics": {
+                RAPPOR: {
+                    "encoding": "rappor",
+                    "k": 16,
+                    "h": 2,
+                    "m": 8,
+                    "f": 0.5,
+                    "p": 0.5,
+                    "q": 0.75,
+                    "shuffle": shuffle,
+                },
+                OUE: {
+                    "encoding": "oue",
+                    "epsilon": 1.0,
+                    "domain": ["a", "b", "c", "d", "e"],
+                    "shuffle": shuffle,
+                },
+            }
+        }
+    )
+
+
+REGISTRY_TOML = """
+[metrics.home_page]
+encoding = "rappor"
+k = 16
+h = 2
+m = 8
+f = 0.5
+p = 0.5
+q = 0.75
+
+[metrics.home_page.shuffle]
+min_batch = {min_batch}
+max_batch = {max_batch}
+max_delay_seconds = {max_delay}
+"""
+
+
+def unique_chunk(n: int, start: int = 0, *, num_cohorts: int = 8) -> Chunk:
+    """n RAPPOR (k=16) reports whose (cohort, bits) pairs are all distinct: report i
+    carries i in its 16 bits and i % num_cohorts as cohort (n ≤ 65536 - start)."""
+    ids = np.arange(start, start + n, dtype=np.uint32)
+    return Chunk(
+        report_bytes=2,
+        cohorts=(ids % num_cohorts).astype(np.uint32),
+        bits=ids.astype("<u2").tobytes(),
+    )
+
+
+def report_ids(chunk: Chunk) -> npt.NDArray[np.int64]:
+    """The ids of ``unique_chunk`` reports (checking cohorts agree)."""
+    ids = np.frombuffer(chunk.bits, dtype="<u2").astype(np.int64)
+    return ids
+
+
+def as_multiset(chunk: Chunk) -> Counter[tuple[int, bytes]]:
+    m = chunk.bit_matrix()
+    return Counter((int(c), m[i].tobytes()) for i, c in enumerate(chunk.cohorts))
+
+
+class RecordingAggregator(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore[misc]
+    """A real gRPC Aggregator on 127.0.0.1:0 that records batches (deduped by id).
+
+    ``fail_next`` makes the next N Ingest calls answer UNAVAILABLE.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches: dict[bytes, InFlightBatch] = {}
+        self.calls = 0
+        self.fail_next = 0
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=8))
+        crowdmix_pb2_grpc.add_AggregatorServicer_to_server(self, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def Ingest(self, request: pb.Batch, context: Any) -> pb.IngestResponse:
+        with self.lock:
+            self.calls += 1
+            if self.fail_next > 0:
+                self.fail_next -= 1
+                context.abort(grpc.StatusCode.UNAVAILABLE, "test: down")
+            batch = batch_from_proto(request)
+            dup = batch.batch_id in self.batches
+            self.batches[batch.batch_id] = batch
+        return pb.IngestResponse(applied=0 if dup else batch.chunk.count, duplicate=dup)
+
+    def all_reports(self) -> list[InFlightBatch]:
+        with self.lock:
+            return list(self.batches.values())
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(b.chunk.count for b in self.batches.values())
+
+    def stop(self) -> None:
+        self.server.stop(0).wait()

@@ -1,0 +1,134 @@
+"""One contract, every store: memory and real Redis (tests/conftest.py's redis_url)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+
+import numpy as np
+
+from shuffler.columns import Chunk
+from shuffler.store import PendingWrite, QueueKey, ShufflerStore
+from tests.shuffler.helpers import OUE, RAPPOR, as_multiset, report_ids, unique_chunk
+
+KEY = QueueKey(window=20000, fingerprint=0xDEADBEEF12345678)
+OTHER = QueueKey(window=20001, fingerprint=0xDEADBEEF12345678)
+
+
+def _bid() -> bytes:
+    return os.urandom(16)
+
+
+def test_append_counts_per_queue(store: ShufflerStore) -> None:
+    assert store.pending(RAPPOR) == {}
+    store.append(
+        [
+            PendingWrite(RAPPOR, KEY, unique_chunk(30)),
+            PendingWrite(RAPPOR, OTHER, unique_chunk(5, 100)),
+            PendingWrite(OUE, KEY, Chunk(1, np.zeros(3, np.uint32), b"\x01\x02\x04")),
+        ]
+    )
+    store.append([PendingWrite(RAPPOR, KEY, unique_chunk(12, 30))])
+    assert store.pending(RAPPOR) == {KEY: 42, OTHER: 5}
+    assert store.pending(OUE) == {KEY: 3}
+    assert store.pending("nothing_here") == {}
+
+
+def test_take_refuses_below_min_batch_and_changes_nothing(store: ShufflerStore) -> None:
+    store.append([PendingWrite(RAPPOR, KEY, unique_chunk(9))])
+    assert store.take(RAPPOR, KEY, min_batch=10, max_batch=100, batch_id=_bid()) is None
+    assert store.take(RAPPOR, OTHER, min_batch=1, max_batch=100, batch_id=_bid()) is None
+    assert store.pending(RAPPOR) == {KEY: 9}
+    assert store.inflight_ids(RAPPOR) == []
+
+
+def test_take_splits_chunks_to_exactly_max_batch(store: ShufflerStore) -> None:
+    for i in range(3):
+        store.append([PendingWrite(RAPPOR, KEY, unique_chunk(30, 30 * i))])
+    first = store.take(RAPPOR, KEY, min_batch=10, max_batch=50, batch_id=_bid())
+    assert first is not None and first.chunk.count == 50
+    assert first.key == KEY and first.metric == RAPPOR
+    # oldest first, and the split chunk keeps its tail pending
+    assert report_ids(first.chunk).tolist() == list(range(50))
+    assert np.array_equal(first.chunk.cohorts, np.arange(50) % 8)
+    assert store.pending(RAPPOR) == {KEY: 40}
+    second = store.take(RAPPOR, KEY, min_batch=40, max_batch=50, batch_id=_bid())
+    assert second is not None
+    assert report_ids(second.chunk).tolist() == list(range(50, 90))
+    assert store.pending(RAPPOR) == {}
+    assert store.take(RAPPOR, KEY, min_batch=1, max_batch=50, batch_id=_bid()) is None
+
+
+def test_inflight_survives_until_ack(store: ShufflerStore) -> None:
+    store.append([PendingWrite(RAPPOR, KEY, unique_chunk(20))])
+    bid = _bid()
+    batch = store.take(RAPPOR, KEY, min_batch=5, max_batch=100, batch_id=bid)
+    assert batch is not None and batch.batch_id == bid
+    assert store.inflight_ids(RAPPOR) == [bid]
+    loaded = store.load_inflight(RAPPOR, bid)
+    assert loaded is not None and loaded.key == KEY
+    assert as_multiset(loaded.chunk) == as_multiset(unique_chunk(20))
+    assert store.load_inflight(RAPPOR, _bid()) is None
+    assert store.ack(RAPPOR, bid) is True
+    assert store.ack(RAPPOR, bid) is False
+    assert store.inflight_ids(RAPPOR) == []
+    assert store.load_inflight(RAPPOR, bid) is None
+
+
+def test_dispose_discards_one_queue(store: ShufflerStore) -> None:
+    store.append(
+        [PendingWrite(RAPPOR, KEY, unique_chunk(7)), PendingWrite(RAPPOR, OTHER, unique_chunk(3))]
+    )
+    assert store.dispose(RAPPOR, KEY) == 7
+    assert store.dispose(RAPPOR, KEY) == 0
+    assert store.pending(RAPPOR) == {OTHER: 3}
+    assert store.take(RAPPOR, KEY, min_batch=1, max_batch=10, batch_id=_bid()) is None
+
+
+def test_concurrent_takes_never_share_a_report(store: ShufflerStore) -> None:
+    n = 5000
+    for i in range(0, n, 250):
+        store.append([PendingWrite(RAPPOR, KEY, unique_chunk(250, i))])
+    taken: list[Counter[int]] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        got: Counter[int] = Counter()
+        while True:
+            b = store.take(RAPPOR, KEY, min_batch=100, max_batch=137, batch_id=_bid())
+            if b is None:
+                break
+            assert b.chunk.count >= 100
+            got.update(report_ids(b.chunk).tolist())
+        with lock:
+            taken.append(got)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    union: Counter[int] = Counter()
+    for got in taken:
+        union.update(got)
+    left = sum(store.pending(RAPPOR).values())
+    assert max(union.values()) == 1  # no report in two batches
+    assert sum(union.values()) + left == n
+    assert left < 100  # everything releasable was released
+    assert len(store.inflight_ids(RAPPOR)) == len(set(store.inflight_ids(RAPPOR)))
+
+
+def test_redis_keys_are_hash_tagged_by_metric(redis_url: str) -> None:
+    """Every key of a metric carries {metric}: one Redis Cluster slot, so the Lua move works."""
+    import redis
+
+    from shuffler.redis_store import RedisStore
+
+    s = RedisStore(redis_url)
+    s.append([PendingWrite(RAPPOR, KEY, unique_chunk(20))])
+    assert s.take(RAPPOR, KEY, min_batch=5, max_batch=10, batch_id=_bid()) is not None
+    keys = [k.decode() for k in redis.Redis.from_url(redis_url).keys("*")]
+    assert len(keys) == 3  # pending hash, queue list, in-flight hash
+    assert all(f"{{{RAPPOR}}}" in k for k in keys)
+    s.close()
