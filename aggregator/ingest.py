@@ -8,7 +8,9 @@ Validation happens entirely before the store is touched (a rejected batch
 leaves no trace): a 16-byte batch id, a window not in the future, a metric the
 registry knows, its params fingerprint, the report length, the column lengths,
 cohorts in range and zero padding bits. Counting is one numpy pass over the
-whole batch (no per-report Python), then ``CountStore.apply`` adds the counts
+whole batch (no per-report Python; the metric's accumulator from
+``aggregator.counts.accumulator_for``, which also checks payload ranges of the
+basic mechanisms), then ``CountStore.apply`` adds the counts
 and records the batch id atomically: a batch applied before is acknowledged as
 a duplicate and counted zero times.
 """
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counts import CohortCounts, CountsShapeError
+from aggregator.counts import Counts, CountsShapeError, accumulator_for
 from aggregator.store import CountStore, InvalidBatch
 from client.registry import MetricConfig, Registry
 
@@ -33,7 +35,6 @@ __all__ = [
     "IngestBatch",
     "IngestResult",
     "Ingestor",
-    "counts_for",
 ]
 
 BATCH_ID_BYTES = 16
@@ -61,17 +62,6 @@ class IngestResult:
     duplicate: bool  # the batch id had been applied before: counted zero times
 
 
-def counts_for(config: MetricConfig) -> CohortCounts:
-    """An empty accumulator for a metric: per-cohort bit counts over its report bits.
-
-    RAPPOR: m cohorts × k bits. Basic mechanisms (cohort 0 only): every payload
-    bit counted, which the basic decoders read as per-bit/per-byte tallies.
-    """
-    if config.rappor is not None:
-        return CohortCounts.create(config.rappor.m, config.rappor.k)
-    return CohortCounts.create(1, 8 * config.report_bytes)
-
-
 class Ingestor:
     """Validates, counts and applies batches to a :class:`CountStore`."""
 
@@ -81,14 +71,14 @@ class Ingestor:
         store: CountStore,
         *,
         clock: Callable[[], float] = time.time,
-        accumulator: Callable[[MetricConfig], CohortCounts] = counts_for,
+        accumulator: Callable[[MetricConfig], Counts] = accumulator_for,
     ) -> None:
         self.registry = registry
         self.store = store
         self._clock = clock
         self._accumulator = accumulator
 
-    def validate(self, batch: IngestBatch) -> tuple[MetricConfig, CohortCounts]:
+    def validate(self, batch: IngestBatch) -> tuple[MetricConfig, Counts]:
         """The batch's metric config and its counts; raises InvalidBatch with the reason."""
         if len(batch.batch_id) != BATCH_ID_BYTES:
             raise InvalidBatch(

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counts import CohortCounts
+from aggregator.counts import CohortCounts, Counts
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig
@@ -351,7 +351,7 @@ def load_counts(
     source: CountStore | str,
     metric: str | MetricConfig,
     windows: Iterable[int] | None = None,
-) -> CohortCounts:
+) -> Counts:
     """Merged counts of ``metric`` over ``windows`` (all when None) from a store or a store URL.
 
     For the report job. Given a :class:`~client.registry.MetricConfig`, the
@@ -374,4 +374,4 @@ def load_counts(
         return stored.to_cohort_counts()
     from aggregator.counts import accumulator_for
 
-    return accumulator_for(metric, totals=stored.totals, ones=stored.ones)  # type: ignore[return-value]
+    return accumulator_for(metric, totals=stored.totals, ones=stored.ones)

@@ -1,0 +1,228 @@
+"""One contract suite, run against every count store backend (memory and real Redis)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aggregator.basic_counts import IndexCounts
+from aggregator.counts import CohortCounts, accumulator_for
+from aggregator.ingest import Ingestor
+from aggregator.redis_store import RedisCountStore
+from aggregator.store import (
+    CountStore,
+    MemoryCountStore,
+    ParamsConflict,
+    StoredCounts,
+    decode_counts,
+    encode_counts,
+    load_counts,
+)
+from client.registry import Registry
+from tests.service.helpers import direct_count, random_batch, write_registry
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Registry:
+    return write_registry(tmp_path)[1]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[CountStore]:
+    if request.param == "memory":
+        s: CountStore = MemoryCountStore()
+    else:
+        # fold_chunk=3 so folding takes several rounds in these small tests
+        s = RedisCountStore.from_url(request.getfixturevalue("redis_url"), fold_chunk=3)
+    yield s
+    s.close()
+
+
+def counts_of(registry: Registry, metric: str, rng: np.random.Generator, n: int) -> CohortCounts:
+    config = registry[metric]
+    b = random_batch(rng, config, n, window=1)
+    acc = accumulator_for(config)
+    acc.add(b.cohorts, np.frombuffer(b.bits, np.uint8).reshape(n, config.report_bytes))
+    assert isinstance(acc, CohortCounts)
+    return acc
+
+
+def same(a: StoredCounts | None, b: CohortCounts | StoredCounts) -> bool:
+    assert a is not None
+    return bool(np.array_equal(a.totals, b.totals) and np.array_equal(a.ones, b.ones))
+
+
+def test_apply_then_load_and_duplicate_is_counted_once(
+    store: CountStore, registry: Registry
+) -> None:
+    rng = np.random.default_rng(1)
+    fp = registry["pages"].fingerprint
+    delta = counts_of(registry, "pages", rng, 300)
+    assert store.load("pages") is None
+    assert store.apply("pages", 7, b"a" * 16, fp, delta) is True
+    assert same(store.load("pages"), delta)
+    # the same id again: acknowledged as a duplicate, counted zero times (any window)
+    assert store.apply("pages", 7, b"a" * 16, fp, delta) is False
+    assert store.apply("pages", 8, b"a" * 16, fp, delta) is False
+    assert same(store.load("pages"), delta)
+    assert store.windows("pages") == [7]
+    assert store.applied_batches("pages") == 1
+    assert store.metrics() == ["pages"]
+
+
+def test_windows_are_kept_apart_and_merge_on_request(store: CountStore, registry: Registry) -> None:
+    rng = np.random.default_rng(2)
+    fp = registry["pages"].fingerprint
+    d1, d2, d3 = (counts_of(registry, "pages", rng, n) for n in (100, 200, 50))
+    store.apply("pages", 20000, os.urandom(16), fp, d1)
+    store.apply("pages", 20001, os.urandom(16), fp, d2)
+    store.apply("pages", 20001, os.urandom(16), fp, d3)
+    assert store.windows("pages") == [20000, 20001]
+    assert same(store.load("pages", [20000]), d1)
+    w2 = StoredCounts.of(d2) + StoredCounts.of(d3)
+    assert same(store.load("pages", [20001]), w2)
+    assert same(store.load("pages"), StoredCounts.of(d1) + w2)
+    assert same(store.load("pages", [20000, 20001, 5]), StoredCounts.of(d1) + w2)
+    assert store.load("pages", [5]) is None
+    assert store.maintain() >= 0  # housekeeping never changes what is counted
+    assert same(store.load("pages"), StoredCounts.of(d1) + w2)
+
+
+def test_metrics_have_separate_ids_and_counts(store: CountStore, registry: Registry) -> None:
+    rng = np.random.default_rng(3)
+    pages = counts_of(registry, "pages", rng, 100)
+    other = counts_of(registry, "pages", rng, 10)
+    store.apply("pages", 1, b"x" * 16, registry["pages"].fingerprint, pages)
+    # the same batch id under another metric name is another batch
+    assert store.apply("pages.v2", 1, b"x" * 16, 99, other) is True
+    assert same(store.load("pages"), pages)
+    assert same(store.load("pages.v2"), other)
+    assert store.metrics() == ["pages", "pages.v2"]
+
+
+def test_params_conflict_changes_nothing(store: CountStore, registry: Registry) -> None:
+    rng = np.random.default_rng(4)
+    fp = registry["pages"].fingerprint
+    delta = counts_of(registry, "pages", rng, 100)
+    store.apply("pages", 1, os.urandom(16), fp, delta)
+    new_id = os.urandom(16)
+    with pytest.raises(ParamsConflict, match="fingerprint"):
+        store.apply("pages", 1, new_id, fp ^ 1, delta)
+    assert same(store.load("pages"), delta)
+    assert store.applied_batches("pages") == 1
+    # the rejected id was not recorded: with the right params it applies
+    assert store.apply("pages", 1, new_id, fp, delta) is True
+
+
+def test_folding_keeps_counts_exact(store: CountStore, registry: Registry) -> None:
+    rng = np.random.default_rng(5)
+    fp = registry["pages"].fingerprint
+    deltas = [counts_of(registry, "pages", rng, int(n)) for n in rng.integers(1, 400, 20)]
+    expected = StoredCounts.of(deltas[0])
+    for i, d in enumerate(deltas):
+        store.apply("pages", 3, os.urandom(16), fp, d)
+        if i:
+            expected = expected + StoredCounts.of(d)
+        if i % 7 == 0:
+            store.maintain()
+            assert same(store.load("pages"), expected)
+    store.maintain()
+    assert same(store.load("pages"), expected)
+    if isinstance(store, RedisCountStore):
+        assert store.pending("pages", 3) == 0
+
+
+def test_concurrent_threads_apply_each_batch_once(store: CountStore, registry: Registry) -> None:
+    """8 threads re-send overlapping batch ids while one thread folds: each id counted once."""
+    rng = np.random.default_rng(6)
+    fp = registry["pages"].fingerprint
+    batches = [(os.urandom(16), counts_of(registry, "pages", rng, 50)) for _ in range(40)]
+    expected = StoredCounts.of(batches[0][1])
+    for _, d in batches[1:]:
+        expected = expected + StoredCounts.of(d)
+    outcomes: list[bool] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def sender(seed: int) -> None:
+        order = np.random.default_rng(seed).permutation(len(batches))
+        for i in order[: len(batches) // 2 + seed]:
+            bid, d = batches[int(i)]
+            ok = store.apply("pages", 4, bid, fp, d)
+            with lock:
+                outcomes.append(ok)
+
+    def folder() -> None:
+        while not stop.is_set():
+            store.maintain()
+
+    f = threading.Thread(target=folder)
+    f.start()
+    threads = [threading.Thread(target=sender, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # every batch once more, from here: only the ones nobody sent yet apply
+    for bid, d in batches:
+        with lock:
+            outcomes.append(store.apply("pages", 4, bid, fp, d))
+    stop.set()
+    f.join()
+    assert sum(outcomes) == len(batches)  # exactly one "applied" per id
+    assert same(store.load("pages"), expected)
+    assert store.applied_batches("pages") == len(batches)
+
+
+def test_load_counts_returns_the_metrics_accumulator(store: CountStore, registry: Registry) -> None:
+    rng = np.random.default_rng(7)
+    config = registry["browser"]
+    batches = [random_batch(rng, config, 200, window=9) for _ in range(3)]
+    ingestor = Ingestor(registry, store)
+    for b in batches:
+        ingestor.ingest(b)
+    counts = load_counts(store, config)
+    assert isinstance(counts, IndexCounts)
+    assert counts == direct_count(config, batches)
+    plain = load_counts(store, "browser", windows=[9])
+    assert np.array_equal(plain.ones, counts.ones)
+    with pytest.raises(LookupError, match="browser"):
+        load_counts(store, "browser", windows=[10])
+    with pytest.raises(LookupError, match="no counts stored"):
+        load_counts(store, "unknown")
+
+
+def test_load_counts_from_a_redis_url(redis_url: str, registry: Registry) -> None:
+    rng = np.random.default_rng(8)
+    store = RedisCountStore.from_url(redis_url)
+    delta = counts_of(registry, "pages", rng, 500)
+    store.apply("pages", 2, os.urandom(16), registry["pages"].fingerprint, delta)
+    store.close()
+    counts = load_counts(redis_url, registry["pages"], windows=[2])
+    assert counts == delta
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(1, 5),
+    k=st.integers(1, 40),
+    top=st.sampled_from([0, 1, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**40]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_blob_roundtrip_uses_the_narrowest_dtype(m: int, k: int, top: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    totals = rng.integers(0, top + 1, size=m, dtype=np.int64)
+    ones = rng.integers(0, top + 1, size=(m, k), dtype=np.int64)
+    ones.flat[0] = top
+    blob = encode_counts(StoredCounts(totals, ones))
+    back = decode_counts(blob)
+    assert np.array_equal(back.totals, totals) and np.array_equal(back.ones, ones)
+    width = 1 if top < 2**8 else 2 if top < 2**16 else 4 if top < 2**32 else 8
+    assert len(blob) == 16 + width * m * (k + 1)
