@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["load_config_registry", "register"]
 
 
 def register(sub: Any) -> None:
@@ -53,22 +53,46 @@ def _read(path: str, what: str) -> bytes:
         raise CliError(f"cannot read {what} {path}: {exc.strerror}") from None
 
 
+def load_config_registry(path: str) -> Any:
+    """The metric registry of a config file shared with the shuffler.
+
+    The shuffler's own ``[shuffler]`` table (and an ``[aggregator]`` table, kept
+    for symmetry) may sit in the same file; they are daemon settings, not metrics.
+    """
+    import tomllib
+
+    from client.registry import RegistryError, parse_registry
+    from crowdmix.cli import CliError
+
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise CliError(f"metric registry {path} does not exist") from None
+    except OSError as exc:
+        raise CliError(f"cannot read metric registry {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"metric registry {path} is not valid TOML: {exc}") from None
+    data.pop("shuffler", None)
+    data.pop("aggregator", None)
+    try:
+        return parse_registry(data)
+    except RegistryError as exc:
+        raise CliError(f"{path}: {exc}") from None
+
+
 def serve(args: argparse.Namespace) -> int:
     import logging
 
     from aggregator.server import EXIT_BIND, EXIT_STORE, AggregatorServer, BindError, TlsFiles
     from aggregator.store import StoreUnavailable, open_store
-    from client.registry import RegistryError, load_registry
     from crowdmix.cli import CliError
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s aggregator %(levelname)s %(message)s"
     )
     log = logging.getLogger("crowdmix.aggregator")
-    try:
-        registry = load_registry(args.config)
-    except RegistryError as exc:
-        raise CliError(str(exc)) from None
+    registry = load_config_registry(args.config)
     if (args.tls_cert is None) != (args.tls_key is None):
         raise CliError("--tls-cert and --tls-key go together")
     if args.tls_client_ca and not args.tls_cert:

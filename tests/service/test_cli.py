@@ -1,0 +1,150 @@
+"""``crowdmix aggregator serve`` as a real process: health, SIGTERM, exit codes, mTLS."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from aggregator.service import batch_to_proto
+from crowdmix.cluster import DaemonProcess, free_port
+from crowdmix.health import check_health
+from protos import crowdmix_pb2_grpc
+from tests.service.helpers import REGISTRY_TOML, now_window, random_batch, write_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def aggregator(tmp_path: Path, *extra: str, config: Path | None = None) -> DaemonProcess:
+    if config is None:
+        config, _ = write_registry(tmp_path)
+    port = free_port()
+    return DaemonProcess(
+        "aggregator",
+        ["aggregator", "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}", *extra],
+        port,
+        tmp_path / "aggregator.log",
+    )
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crowdmix", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def test_serve_answers_health_writes_its_port_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    # the config may carry the shuffler's own [shuffler] table: it is not a metric
+    config = tmp_path / "shared.toml"
+    config.write_text(REGISTRY_TOML + '\n[shuffler]\nlisten = "127.0.0.1:0"\n')
+    port_file = tmp_path / "port"
+    d = aggregator(tmp_path, "--port-file", str(port_file), "--metrics-port", "0", config=config)
+    d.start()
+    try:
+        d.wait_healthy(30)
+        assert int(port_file.read_text()) == d.port
+        assert check_health(d.target, service="crowdmix.v1.Aggregator") == "SERVING"
+        d.signal(signal.SIGTERM)
+        assert d.proc is not None
+        assert d.proc.wait(timeout=30) == 0
+        assert "aggregator stopped" in d.tail_log()
+    finally:
+        d.kill()
+
+
+def test_bad_registry_exits_1_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(REGISTRY_TOML.replace("k = 20", "k = 0"))
+    result = run_cli("aggregator", "serve", "--config", str(bad), "--listen", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert "'pages'" in result.stderr and "k" in result.stderr
+    missing = run_cli("aggregator", "serve", "--config", str(tmp_path / "none.toml"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_port_in_use_exits_4_and_unreachable_redis_exits_5(tmp_path: Path) -> None:
+    config, _ = write_registry(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("aggregator", "serve", "--config", str(config), "--listen",
+                         f"127.0.0.1:{port}")  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    assert "cannot listen" in result.stderr
+    result = run_cli("aggregator", "serve", "--config", str(config), "--listen", "127.0.0.1:0",
+                     "--redis", f"redis://127.0.0.1:{free_port()}/0")  # fmt: skip
+    assert result.returncode == 5, result.stderr
+    assert "redis unavailable" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tls")
+    subprocess.run(
+        ["bash", str(ROOT / "deploy/tls/make-certs.sh"), str(out), "localhost", "127.0.0.1"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return out
+
+
+def test_mtls_admits_only_clients_with_a_certificate_from_the_ca(
+    tmp_path: Path, certs: Path
+) -> None:
+    _, registry = write_registry(tmp_path)
+    d = aggregator(
+        tmp_path,
+        "--tls-cert", str(certs / "aggregator.crt"),
+        "--tls-key", str(certs / "aggregator.key"),
+        "--tls-client-ca", str(certs / "ca.crt"),
+    )  # fmt: skip
+    d.start()
+    ca = (certs / "ca.crt").read_bytes()
+    batch = batch_to_proto(random_batch(np.random.default_rng(1), registry["pages"], 20,
+                                        now_window(registry)))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        with_cert = grpc.ssl_channel_credentials(
+            root_certificates=ca,
+            private_key=(certs / "shuffler-client.key").read_bytes(),
+            certificate_chain=(certs / "shuffler-client.crt").read_bytes(),
+        )
+        while True:  # wait for the server to listen
+            with grpc.secure_channel(d.target, with_cert) as channel:
+                try:
+                    resp = crowdmix_pb2_grpc.AggregatorStub(channel).Ingest(batch, timeout=5)
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline or not d.alive():
+                        raise
+                    time.sleep(0.2)
+        assert resp.applied == 20
+        without_cert = grpc.ssl_channel_credentials(root_certificates=ca)
+        with grpc.secure_channel(d.target, without_cert) as channel:
+            with pytest.raises(grpc.RpcError) as info:
+                crowdmix_pb2_grpc.AggregatorStub(channel).Ingest(batch, timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        with grpc.insecure_channel(d.target) as channel, pytest.raises(grpc.RpcError):
+            crowdmix_pb2_grpc.AggregatorStub(channel).Ingest(batch, timeout=5)
+        assert d.stop() == 0
+    finally:
+        d.kill()
+
+
+def test_tls_flags_must_come_together(tmp_path: Path) -> None:
+    config, _ = write_registry(tmp_path)
+    result = run_cli("aggregator", "serve", "--config", str(config), "--tls-cert", "x.crt")
+    assert result.returncode == 1 and "--tls-key" in result.stderr
