@@ -38,8 +38,6 @@ __all__ = ["ShufflerHandle", "start_shuffler"]
 
 log = logging.getLogger("crowdmix.shuffler")
 
-SERVICE_NAME = "crowdmix.v1.Shuffler"
-
 
 class BindError(ShufflerError):
     """The listen address could not be bound."""
@@ -105,8 +103,7 @@ def start_shuffler(
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-    from protos import crowdmix_pb2_grpc
-    from shuffler.servicer import ShufflerServicer
+    from shuffler.servicer import SERVICE_NAME, ShufflerServicer
 
     settings = settings or ShufflerSettings()
     store = store if store is not None else MemoryStore()
@@ -153,7 +150,7 @@ def start_shuffler(
             ("grpc.so_reuseport", 0),
         ],
     )
-    crowdmix_pb2_grpc.add_ShufflerServicer_to_server(ShufflerServicer(intake, metrics), server)
+    server.add_generic_rpc_handlers((ShufflerServicer(intake, metrics).handler(),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:

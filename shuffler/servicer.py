@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
 from shuffler.errors import (
     InvalidRequest,
     Overloaded,
@@ -27,7 +27,9 @@ from shuffler.intake import Intake
 from shuffler.metrics import ShufflerMetrics
 from shuffler.serde import request_to_columns
 
-__all__ = ["ShufflerServicer", "status_for"]
+__all__ = ["SERVICE_NAME", "ShufflerServicer", "status_for"]
+
+SERVICE_NAME = "crowdmix.v1.Shuffler"
 
 log = logging.getLogger("crowdmix.shuffler")
 
@@ -53,10 +55,30 @@ def _bearer(context: grpc.ServicerContext) -> str | None:
     return None
 
 
-class ShufflerServicer(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+class ShufflerServicer:
+    """Submit and SubmitStream on raw request bytes.
+
+    The methods are registered with no request deserializer (``handler``), so a
+    request that is not a valid protobuf is answered INVALID_ARGUMENT
+    ("malformed") here instead of grpc's generic INTERNAL.
+    """
+
     def __init__(self, intake: Intake, metrics: ShufflerMetrics) -> None:
         self._intake = intake
         self._metrics = metrics
+
+    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "Submit": grpc.unary_unary_rpc_method_handler(
+                    self.Submit, response_serializer=pb.SubmitResponse.SerializeToString
+                ),
+                "SubmitStream": grpc.stream_unary_rpc_method_handler(
+                    self.SubmitStream, response_serializer=pb.SubmitResponse.SerializeToString
+                ),
+            },
+        )
 
     def _abort(self, context: grpc.ServicerContext, exc: ShufflerError) -> NoReturn:
         reason = exc.reason if isinstance(exc, RequestRejected) else "store_unavailable"
@@ -65,33 +87,34 @@ class ShufflerServicer(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc
             log.warning("submit failed: %s", exc)
         context.abort(status_for(exc), f"{reason}: {exc}")
 
-    def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.SubmitResponse:
+    def _submit_one(self, raw: bytes, context: grpc.ServicerContext) -> int:
         start = time.perf_counter()
         try:
-            self._intake.authenticate(_bearer(context))
-            accepted = self._intake.submit(request_to_columns(request), connection=context.peer())
-        except ShufflerError as exc:
-            self._abort(context, exc)
+            request = pb.SubmitRequest.FromString(raw)
+        except DecodeError:
+            raise InvalidRequest("malformed", "the request is not a SubmitRequest") from None
+        accepted = self._intake.submit(request_to_columns(request), connection=context.peer())
         self._metrics.accepted_reports.inc(accepted)
         self._metrics.accepted_requests.inc()
         self._metrics.request_latency.observe(time.perf_counter() - start)
+        return accepted
+
+    def Submit(self, raw: bytes, context: grpc.ServicerContext) -> pb.SubmitResponse:
+        try:
+            self._intake.authenticate(_bearer(context))
+            accepted = self._submit_one(raw, context)
+        except ShufflerError as exc:
+            self._abort(context, exc)
         return pb.SubmitResponse(accepted=accepted)
 
     def SubmitStream(
-        self, request_iterator: Iterator[pb.SubmitRequest], context: grpc.ServicerContext
+        self, request_iterator: Iterator[bytes], context: grpc.ServicerContext
     ) -> pb.SubmitResponse:
         total = 0
         try:
             self._intake.authenticate(_bearer(context))
-            for request in request_iterator:
-                start = time.perf_counter()
-                accepted = self._intake.submit(
-                    request_to_columns(request), connection=context.peer()
-                )
-                total += accepted
-                self._metrics.accepted_reports.inc(accepted)
-                self._metrics.accepted_requests.inc()
-                self._metrics.request_latency.observe(time.perf_counter() - start)
+            for raw in request_iterator:
+                total += self._submit_one(raw, context)
         except ShufflerError as exc:
             self._abort(context, exc)
         return pb.SubmitResponse(accepted=total)

@@ -1,0 +1,241 @@
+"""Reports in through Submit, shuffled batches out to a real gRPC Aggregator."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+from shuffler.columns import Chunk
+from shuffler.config import ShufflerSettings
+from shuffler.memory_store import MemoryStore
+from shuffler.server import start_shuffler
+from shuffler.store import PendingWrite, QueueKey, ShufflerStore
+from tests.shuffler.helpers import RAPPOR, RecordingAggregator, make_registry
+
+FAST = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
+
+
+def ids_chunk(ids: npt.NDArray[np.int64]) -> Chunk:
+    """Reports that encode a unique id: cohort = id >> 16, bits = id & 0xffff (k=16, m=8)."""
+    return Chunk(
+        report_bytes=2,
+        cohorts=(ids >> 16).astype(np.uint32),
+        bits=(ids & 0xFFFF).astype("<u2").tobytes(),
+    )
+
+
+def ids_of(chunk: Chunk) -> npt.NDArray[np.int64]:
+    low = np.frombuffer(chunk.bits, dtype="<u2").astype(np.int64)
+    return (chunk.cohorts.astype(np.int64) << 16) | low
+
+
+def columns_request(ids: npt.NDArray[np.int64], fp: int) -> pb.SubmitRequest:
+    c = ids_chunk(ids)
+    return pb.SubmitRequest(
+        columns=[
+            pb.ReportColumns(
+                metric=RAPPOR,
+                params_fingerprint=fp,
+                count=c.count,
+                report_bytes=2,
+                cohorts=c.cohorts.tolist(),
+                bits=c.bits,
+            )
+        ]
+    )
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+def test_100k_reports_come_out_as_exactly_the_input_multiset(
+    store: ShufflerStore, aggregator: RecordingAggregator
+) -> None:
+    # max_delay is long, so batches go out full while reports arrive (14 × 7000) and
+    # the final flush at stop releases the remaining 2000 (= min_batch).
+    registry = make_registry(min_batch=2000, max_batch=7000, max_delay=60.0)
+    fp = registry[RAPPOR].fingerprint
+    n = 100_000
+    ids = np.arange(n, dtype=np.int64)
+    ids[-500:] = ids[:500]  # duplicates in the input must come out twice, too
+    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            futures = [
+                stub.Submit.future(columns_request(ids[i : i + 1000], fp), timeout=30)
+                for i in range(0, n, 1000)
+            ]
+            assert sum(f.result().accepted for f in futures) == n
+        wait_for(lambda: aggregator.total() == 98_000)
+    finally:
+        handle.stop(grace=5)
+    assert aggregator.total() == n
+    batches = aggregator.all_reports()
+    out = np.sort(np.concatenate([ids_of(b.chunk) for b in batches]))
+    assert np.array_equal(out, np.sort(ids))  # union is exactly the input multiset
+    assert min(b.chunk.count for b in batches) >= 2000  # never a small batch
+    assert max(b.chunk.count for b in batches) <= 7000
+    assert all(b.key.fingerprint == fp and b.metric == RAPPOR for b in batches)
+    assert len({b.batch_id for b in batches}) == len(batches)
+    assert all(len(b.batch_id) == 16 for b in batches)
+    # shuffled: a released batch is not in arrival order
+    assert not any(np.all(np.diff(ids_of(b.chunk)) > 0) for b in batches)
+    assert sum(store.pending(RAPPOR).values()) == 0 and store.inflight_ids(RAPPOR) == []
+
+
+def test_fewer_than_min_batch_are_never_released(aggregator: RecordingAggregator) -> None:
+    registry = make_registry(min_batch=1000, max_batch=5000, max_delay=0.01)
+    fp = registry[RAPPOR].fingerprint
+    store = MemoryStore()
+    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            stub.Submit(columns_request(np.arange(999, dtype=np.int64), fp), timeout=10)
+            time.sleep(0.3)  # many release ticks, max_delay long past
+            assert aggregator.total() == 0
+            stub.Submit(columns_request(np.arange(999, 1000, dtype=np.int64), fp), timeout=10)
+            wait_for(lambda: aggregator.total() == 1000)
+            stub.Submit(columns_request(np.arange(5, dtype=np.int64), fp), timeout=10)
+    finally:
+        handle.stop(grace=2)  # the final flush still respects the threshold
+    assert aggregator.total() == 1000
+    assert sum(store.pending(RAPPOR).values()) == 5
+
+
+def test_waits_max_delay_before_releasing_a_partial_batch(
+    aggregator: RecordingAggregator,
+) -> None:
+    registry = make_registry(min_batch=10, max_batch=1000, max_delay=0.6)
+    fp = registry[RAPPOR].fingerprint
+    handle = start_shuffler(registry, MemoryStore(), aggregator.target, settings=FAST)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            t0 = time.monotonic()
+            stub.Submit(columns_request(np.arange(50, dtype=np.int64), fp), timeout=10)
+            time.sleep(0.3)
+            assert aggregator.total() == 0  # 50 ≥ min_batch but max_delay has not passed
+            wait_for(lambda: aggregator.total() == 50)
+            assert time.monotonic() - t0 >= 0.55
+            # a full batch goes at once
+            t1 = time.monotonic()
+            stub.Submit(columns_request(np.arange(1000, dtype=np.int64), fp), timeout=10)
+            wait_for(lambda: aggregator.total() == 1050)
+            assert time.monotonic() - t1 < 0.5
+    finally:
+        handle.stop(grace=2)
+
+
+def test_retries_while_aggregator_is_down_then_deletes_after_ack(
+    aggregator: RecordingAggregator,
+) -> None:
+    registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
+    fp = registry[RAPPOR].fingerprint
+    store = MemoryStore()
+    aggregator.fail_next = 4
+    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            stub.Submit(columns_request(np.arange(100, dtype=np.int64), fp), timeout=10)
+            wait_for(lambda: len(store.inflight_ids(RAPPOR)) == 1)
+            wait_for(lambda: aggregator.total() == 100, timeout=20)
+            wait_for(lambda: store.inflight_ids(RAPPOR) == [])
+    finally:
+        handle.stop(grace=2)
+    assert aggregator.calls == 5
+    assert handle.metrics.forward_failures._value.get() == 4
+
+
+def test_recovery_reforwards_inflight_batches_once(aggregator: RecordingAggregator) -> None:
+    registry = make_registry(min_batch=10, max_batch=100)
+    fp = registry[RAPPOR].fingerprint
+    store = MemoryStore()
+    key = QueueKey(window=registry.window_of(time.time()), fingerprint=fp)
+    store.append([PendingWrite(RAPPOR, key, ids_chunk(np.arange(150, dtype=np.int64)))])
+    left = store.take(RAPPOR, key, min_batch=10, max_batch=100, batch_id=b"A" * 16)
+    assert left is not None
+    # the "crashed" process's batch was already delivered once; the aggregator dedupes
+    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
+    try:
+        wait_for(lambda: aggregator.total() == 150)
+        wait_for(lambda: store.inflight_ids(RAPPOR) == [])
+    finally:
+        handle.stop(grace=2)
+    assert b"A" * 16 in aggregator.batches
+
+
+def test_old_windows_are_disposed_never_forwarded(aggregator: RecordingAggregator) -> None:
+    registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01, disposal_days=2)
+    fp = registry[RAPPOR].fingerprint
+    now_window = registry.window_of(time.time())
+    store = MemoryStore()
+    old = QueueKey(window=now_window - 3, fingerprint=fp)
+    fresh = QueueKey(window=now_window - 1, fingerprint=fp)
+    store.append([PendingWrite(RAPPOR, old, ids_chunk(np.arange(50, dtype=np.int64)))])
+    store.append([PendingWrite(RAPPOR, old, ids_chunk(np.arange(50, 100, dtype=np.int64)))])
+    assert store.take(RAPPOR, old, min_batch=10, max_batch=50, batch_id=b"B" * 16)
+    store.append([PendingWrite(RAPPOR, fresh, ids_chunk(np.arange(20, dtype=np.int64)))])
+    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
+    try:
+        wait_for(lambda: aggregator.total() == 20)
+        wait_for(lambda: store.pending(RAPPOR) == {} and store.inflight_ids(RAPPOR) == [])
+    finally:
+        handle.stop(grace=2)
+    assert [b.key.window for b in aggregator.all_reports()] == [now_window - 1]
+    assert handle.metrics.disposed_reports.labels(RAPPOR)._value.get() == 100
+
+
+def test_drop_probability_thins_reports_before_storage(aggregator: RecordingAggregator) -> None:
+    registry = make_registry(min_batch=10, max_batch=100_000, max_delay=0.01, drop=0.5)
+    fp = registry[RAPPOR].fingerprint
+    store = MemoryStore()
+    handle = start_shuffler(registry, store, None, settings=FAST)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            for i in range(20):
+                ids = np.arange(1000 * i, 1000 * (i + 1), dtype=np.int64)
+                assert stub.Submit(columns_request(ids, fp), timeout=10).accepted == 1000
+    finally:
+        handle.stop(grace=1)
+    kept = sum(store.pending(RAPPOR).values())
+    # Binomial(20000, 0.5): sd 70.7; ±7 sd fails with probability < 3e-12.
+    assert abs(kept - 10_000) < 7 * 70.8
+    dropped = handle.metrics.dropped_reports.labels(RAPPOR)._value.get()
+    assert dropped + kept == 20_000
+
+
+@pytest.mark.parametrize("delay_ms", [0.0, 2.0])
+def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
+    registry = make_registry()
+    fp = registry[RAPPOR].fingerprint
+    settings = ShufflerSettings(commit_max_delay_ms=delay_ms)
+    handle = start_shuffler(registry, MemoryStore(), None, settings=settings)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            futures = [
+                stub.Submit.future(columns_request(np.arange(10, dtype=np.int64), fp), timeout=10)
+                for _ in range(300)
+            ]
+            assert all(f.result().accepted == 10 for f in futures)
+    finally:
+        handle.stop(grace=1)
+    writes = handle.metrics.store_writes._value.get()
+    assert writes < 300  # coalesced: fewer store writes than acknowledged requests
+    assert sum(handle.store.pending(RAPPOR).values()) == 3000
