@@ -1,0 +1,169 @@
+"""Real `crowdmix shuffler serve` processes on one real Redis, a real gRPC aggregator."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from protos import crowdmix_pb2_grpc
+from shuffler.redis_store import RedisStore
+from tests.shuffler.helpers import RAPPOR, REGISTRY_TOML, RecordingAggregator, make_registry
+from tests.shuffler.test_pipeline import columns_request, ids_of, wait_for
+
+FP = make_registry().metrics[RAPPOR].fingerprint
+
+
+class ShufflerProcess:
+    def __init__(self, tmp: Path, name: str, config: Path, redis_url: str, aggregator: str) -> None:
+        self.port_file = tmp / f"{name}.port"
+        self.log = (tmp / f"{name}.log").open("wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "crowdmix", "shuffler", "serve",
+                "--config", str(config),
+                "--redis", redis_url,
+                "--listen", "127.0.0.1:0",
+                "--aggregator", aggregator,
+                "--port-file", str(self.port_file),
+                "--grace", "3",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not self.port_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"shuffler did not start: {self.logs(tmp, name)}")
+            time.sleep(0.05)
+        self.port = int(self.port_file.read_text())
+        self.tmp, self.name = tmp, name
+
+    @staticmethod
+    def logs(tmp: Path, name: str) -> str:
+        return (tmp / f"{name}.log").read_text(errors="replace")[-3000:]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=30)
+        self.log.close()
+        return code
+
+
+@pytest.fixture
+def procs() -> Iterator[list[ShufflerProcess]]:
+    started: list[ShufflerProcess] = []
+    yield started
+    for p in started:
+        if p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait()
+
+
+def write_config(tmp: Path, *, min_batch: int, max_batch: int, max_delay: float) -> Path:
+    path = tmp / "metrics.toml"
+    path.write_text(
+        REGISTRY_TOML.format(min_batch=min_batch, max_batch=max_batch, max_delay=max_delay)
+    )
+    return path
+
+
+def test_two_processes_on_one_redis_never_share_a_report(
+    tmp_path: Path,
+    redis_url: str,
+    aggregator: RecordingAggregator,
+    procs: list[ShufflerProcess],
+) -> None:
+    config = write_config(tmp_path, min_batch=500, max_batch=1500, max_delay=0.02)
+    for name in ("a", "b"):
+        procs.append(ShufflerProcess(tmp_path, name, config, redis_url, aggregator.target))
+    n = 40_000
+    channels = [grpc.insecure_channel(f"127.0.0.1:{p.port}") for p in procs]
+    stubs = [crowdmix_pb2_grpc.ShufflerStub(ch) for ch in channels]
+    futures = [
+        stubs[i % 2].Submit.future(columns_request(np.arange(i, i + 1000), FP), timeout=30)
+        for i in range(0, n, 1000)
+    ]
+    assert sum(f.result().accepted for f in futures) == n
+    for ch in channels:
+        ch.close()
+    store = RedisStore(redis_url)
+
+    def settled() -> bool:
+        pending = sum(store.pending(RAPPOR).values())
+        return pending < 500 and aggregator.total() + pending == n
+
+    wait_for(settled, timeout=60)
+    forwarded = np.concatenate([ids_of(b.chunk) for b in aggregator.all_reports()])
+    assert len(np.unique(forwarded)) == len(forwarded)  # no report in two batches
+    assert np.isin(forwarded, np.arange(n)).all()
+    assert min(b.chunk.count for b in aggregator.all_reports()) >= 500
+    assert [p.stop(signal.SIGTERM) for p in procs] == [0, 0]  # graceful exit
+    assert store.inflight_ids(RAPPOR) == []
+    store.close()
+
+
+def test_sigkill_then_restart_forwards_every_acknowledged_report(
+    tmp_path: Path,
+    redis_url: str,
+    aggregator: RecordingAggregator,
+    procs: list[ShufflerProcess],
+) -> None:
+    config = write_config(tmp_path, min_batch=1000, max_batch=2500, max_delay=0.05)
+    aggregator.fail_next = 10**9  # the aggregator is down: the first batch stays in flight
+    procs.append(ShufflerProcess(tmp_path, "first", config, redis_url, aggregator.target))
+    n = 10_000
+    with grpc.insecure_channel(f"127.0.0.1:{procs[0].port}") as ch:
+        stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+        for i in range(0, n, 1000):
+            assert stub.Submit(columns_request(np.arange(i, i + 1000), FP), timeout=30).accepted
+    store = RedisStore(redis_url)
+    wait_for(lambda: len(store.inflight_ids(RAPPOR)) == 1 and aggregator.calls >= 2)
+    assert procs[0].stop(signal.SIGKILL) == -signal.SIGKILL
+    assert aggregator.total() == 0
+    aggregator.fail_next = 0  # the aggregator is back
+    procs.append(ShufflerProcess(tmp_path, "second", config, redis_url, aggregator.target))
+    wait_for(lambda: aggregator.total() == n, timeout=60)
+    forwarded = np.sort(np.concatenate([ids_of(b.chunk) for b in aggregator.all_reports()]))
+    assert np.array_equal(forwarded, np.arange(n))
+    assert procs[1].stop() == 0
+    assert store.pending(RAPPOR) == {} and store.inflight_ids(RAPPOR) == []
+    logs = ShufflerProcess.logs(tmp_path, "second")
+    assert "re-forwarding in-flight batch" in logs
+    store.close()
+
+
+def test_bad_config_exits_1_naming_the_field(tmp_path: Path) -> None:
+    config = write_config(tmp_path, min_batch=0, max_batch=10, max_delay=1.0)
+    out = subprocess.run(
+        [sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "min_batch" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unreachable_redis_exits_5(tmp_path: Path) -> None:
+    from tests.redis_server import free_port
+
+    config = write_config(tmp_path, min_batch=10, max_batch=10, max_delay=1.0)
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+            "--redis", f"redis://127.0.0.1:{free_port()}/0", "--listen", "127.0.0.1:0",
+        ],
+        capture_output=True, text=True, timeout=60, env={**os.environ},
+    )  # fmt: skip
+    assert out.returncode == 5, out.stderr
+    assert "store unavailable" in out.stderr
