@@ -1,0 +1,190 @@
+"""Configuration, limits, health, metrics endpoint, TLS, graceful stop."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+from shuffler.config import ShufflerSettings, load_config, load_tokens
+from shuffler.errors import ConfigError
+from shuffler.intake import RateLimiter
+from shuffler.memory_store import MemoryStore
+from shuffler.server import start_shuffler
+from tests.shuffler.helpers import RAPPOR, REGISTRY_TOML, RecordingAggregator, make_registry
+from tests.shuffler.test_pipeline import columns_request
+
+REGISTRY = make_registry()
+FP = REGISTRY[RAPPOR].fingerprint
+
+
+def write(tmp: Path, extra: str = "") -> Path:
+    p = tmp / "m.toml"
+    p.write_text(REGISTRY_TOML.format(min_batch=10, max_batch=20, max_delay=1.0) + extra)
+    return p
+
+
+def test_config_table_and_flags_merge(tmp_path: Path) -> None:
+    path = write(tmp_path, '\n[shuffler]\nlisten = "127.0.0.1:9000"\nworkers = 7\n')
+    registry, settings = load_config(path, {"workers": 9, "redis": None})
+    assert RAPPOR in registry.metrics
+    assert settings.listen == "127.0.0.1:9000" and settings.workers == 9
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ('\n[shuffler]\nlisten = "nowhere"\n', "listen"),
+        ("\n[shuffler]\nmax_request_bytes = 0\n", "max_request_bytes"),
+        ("\n[shuffler]\nrate_limit_reports = -1\n", "rate_limit_reports"),
+        ('\n[shuffler]\ntls_cert = "a.pem"\n', "tls_cert"),
+        ("\n[shuffler]\nbogus = 1\n", "bogus"),
+        ('\n[shuffler]\nredis = "http://x"\n', "redis"),
+        ("\n[metrics.x]\nk = 0\n", "k"),
+    ],
+)
+def test_bad_config_names_the_field(tmp_path: Path, extra: str, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        load_config(write(tmp_path, extra))
+
+
+def test_tokens_file(tmp_path: Path) -> None:
+    p = tmp_path / "tokens"
+    p.write_text("# comment\napp-one abcdefghijklmnop0\n\nqrstuvwxyz0123456789\n")
+    assert load_tokens(p) == {"abcdefghijklmnop0", "qrstuvwxyz0123456789"}
+    p.write_text("short\n")
+    with pytest.raises(ConfigError, match="16"):
+        load_tokens(p)
+    with pytest.raises(ConfigError, match="tokens_file"):
+        load_tokens(tmp_path / "missing")
+
+
+def test_rate_limiter_token_bucket() -> None:
+    now = [0.0]
+    limiter = RateLimiter(100.0, monotonic=lambda: now[0])
+    assert limiter.admit("c1", 100)
+    assert not limiter.admit("c1", 1)  # bucket empty
+    assert limiter.admit("c2", 50)  # other connections have their own bucket
+    now[0] = 0.5
+    assert limiter.admit("c1", 50) and not limiter.admit("c1", 1)
+    now[0] = 2.0
+    assert limiter.admit("c1", 1000)  # a big request may go into debt...
+    now[0] = 3.0
+    assert not limiter.admit("c1", 1)  # ...which is paid back before the next one
+
+
+def test_rate_limit_and_buffer_bound_are_resource_exhausted() -> None:
+    settings = ShufflerSettings(rate_limit_reports=100.0, max_buffered_reports=250)
+    store = MemoryStore()
+    handle = start_shuffler(REGISTRY, store, None, settings=settings)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            assert stub.Submit(columns_request(np.arange(100), FP)).accepted == 100
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Submit(columns_request(np.arange(100), FP))
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert err.value.details().startswith("rate_limited")
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch2:  # a new connection
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch2)
+            assert stub.Submit(columns_request(np.arange(100), FP)).accepted == 100
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch3:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch3)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Submit(columns_request(np.arange(100), FP))
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert err.value.details().startswith("buffer_full")
+    finally:
+        handle.stop(grace=1)
+    assert sum(store.pending(RAPPOR).values()) == 200
+    rejected = handle.metrics.rejected_requests
+    assert rejected.labels("rate_limited")._value.get() == 1
+    assert rejected.labels("buffer_full")._value.get() == 1
+
+
+def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator) -> None:
+    settings = ShufflerSettings(metrics_port=0, tick_seconds=0.01)
+    registry = make_registry(min_batch=10, max_batch=10)
+    handle = start_shuffler(registry, MemoryStore(), aggregator.target, settings=settings)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            for service in ("", "crowdmix.v1.Shuffler"):
+                resp = health.Check(health_pb2.HealthCheckRequest(service=service))
+                assert resp.status == health_pb2.HealthCheckResponse.SERVING
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            stub.Submit(columns_request(np.arange(25), FP))
+            with pytest.raises(grpc.RpcError):
+                stub.Submit(pb.SubmitRequest())
+        deadline = time.monotonic() + 10
+        while aggregator.total() < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert handle.metrics_port
+        time.sleep(0.1)
+        url = f"http://127.0.0.1:{handle.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    finally:
+        handle.stop(grace=1)
+    assert "crowdmix_shuffler_accepted_reports_total 25.0" in text
+    assert 'crowdmix_shuffler_rejected_requests_total{reason="empty"} 1.0' in text
+    assert f'crowdmix_shuffler_batches_forwarded_total{{metric="{RAPPOR}"}} 2.0' in text
+    assert f'crowdmix_shuffler_pending_reports{{metric="{RAPPOR}"}} 5.0' in text
+    assert "crowdmix_shuffler_request_latency_seconds_count" in text
+    assert "crowdmix_shuffler_forward_failures_total 0.0" in text
+
+
+def test_graceful_stop_flushes_releasable_reports(aggregator: RecordingAggregator) -> None:
+    registry = make_registry(min_batch=10, max_batch=1000, max_delay=3600)
+    handle = start_shuffler(registry, MemoryStore(), aggregator.target)
+    with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+        crowdmix_pb2_grpc.ShufflerStub(ch).Submit(columns_request(np.arange(40), FP))
+    assert aggregator.total() == 0  # max_delay is an hour away
+    handle.stop(grace=5)
+    assert aggregator.total() == 40
+    with pytest.raises(grpc.RpcError), grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+        crowdmix_pb2_grpc.ShufflerStub(ch).Submit(columns_request(np.arange(40), FP), timeout=2)
+
+
+def _certs(tmp: Path) -> tuple[Path, Path]:
+    key, crt = tmp / "s.key", tmp / "s.crt"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
+            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return crt, key
+
+
+def test_tls_and_token(tmp_path: Path) -> None:
+    crt, key = _certs(tmp_path)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("app 0123456789abcdef-token\n")
+    settings = ShufflerSettings(tls_cert=str(crt), tls_key=str(key), tokens_file=str(tokens))
+    handle = start_shuffler(REGISTRY, MemoryStore(), None, settings=settings)
+    try:
+        creds = grpc.ssl_channel_credentials(root_certificates=crt.read_bytes())
+        with grpc.secure_channel(f"127.0.0.1:{handle.port}", creds) as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            meta = (("authorization", "Bearer 0123456789abcdef-token"),)
+            assert stub.Submit(columns_request(np.arange(3), FP), metadata=meta).accepted == 3
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Submit(columns_request(np.arange(3), FP))
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        plain = grpc.insecure_channel(f"127.0.0.1:{handle.port}")
+        with plain, pytest.raises(grpc.RpcError):  # plaintext is not served
+            crowdmix_pb2_grpc.ShufflerStub(plain).Submit(
+                columns_request(np.arange(3), FP), timeout=2
+            )
+    finally:
+        handle.stop(grace=1)
