@@ -1,0 +1,277 @@
+"""Send reports to a shuffler over gRPC: ``ShufflerClient``.
+
+    from client.transport import ShufflerClient
+    with ShufflerClient("shuffler.example:7400", token=TOKEN, tls=True) as sender:
+        sender.submit(encoder.encode("example.com"))
+        ...                      # sent in the background in batches
+    # leaving the block flushes what is queued and closes the channel
+
+Importing this module loads grpc (``pip install 'crowdmix[transport]'``);
+``import client`` does not.
+
+- Reports wait in a bounded in-memory queue (``max_queue``); when it is full the
+  *oldest* report is dropped and ``dropped`` counts it, so a device that is
+  offline for long keeps its newest reports and never grows without bound.
+- A background thread sends up to ``batch_size`` reports per request once that
+  many are queued or every ``flush_interval`` seconds; ``flush()`` sends
+  everything now. Requests of ``columnar_threshold`` reports or more go as
+  ``ReportColumns`` (much cheaper for the server to parse than rows).
+- ``UNAVAILABLE`` and ``RESOURCE_EXHAUSTED`` are retried with exponential
+  backoff and full jitter (delays uniform in [0, min(cap, base·2^attempt)]), up
+  to ``max_attempts``; the reports then go back to the front of the queue.
+  Other errors (invalid reports, bad token, a deadline with unknown outcome) are
+  not retried: the request's reports are counted in ``failed`` and discarded,
+  because re-sending a request that may have been stored would count a device
+  twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from types import TracebackType
+
+from client.errors import TransportError
+from client.report import Report
+
+try:
+    import grpc
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
+    raise ModuleNotFoundError(
+        "client.transport needs grpc: pip install 'crowdmix[transport]'", name=exc.name
+    ) from None
+
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+
+__all__ = ["ShufflerClient"]
+
+log = logging.getLogger("crowdmix.client")
+
+_RETRY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+
+class ShufflerClient:
+    """Queues reports and delivers them to a shuffler in batches, with retries."""
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        *,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        client_cert: bytes | None = None,
+        client_key: bytes | None = None,
+        max_queue: int = 10_000,
+        batch_size: int = 500,
+        columnar_threshold: int = 16,
+        flush_interval: float = 5.0,
+        max_attempts: int = 5,
+        backoff_base: float = 0.1,
+        backoff_cap: float = 5.0,
+        timeout: float = 10.0,
+        background: bool = True,
+    ) -> None:
+        for name, v in (("max_queue", max_queue), ("batch_size", batch_size)):
+            if v < 1:
+                raise ValueError(f"{name} must be positive, got {v}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if (client_cert is None) != (client_key is None):
+            raise ValueError("client_cert and client_key must be given together")
+        self.target = target
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        if tls or root_certificates is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=root_certificates,
+                private_key=client_key,
+                certificate_chain=client_cert,
+            )
+            self._channel = grpc.secure_channel(target, creds)
+        else:
+            self._channel = grpc.insecure_channel(target)
+        self._stub = crowdmix_pb2_grpc.ShufflerStub(self._channel)
+        self._max_queue = max_queue
+        self._batch_size = batch_size
+        self._columnar_threshold = columnar_threshold
+        self._flush_interval = flush_interval
+        self._max_attempts = max_attempts
+        self._backoff = (backoff_base, backoff_cap)
+        self._timeout = timeout
+        self._jitter = random.Random()  # timing jitter only; no privacy depends on it
+        self._queue: deque[Report] = deque()
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self.dropped = 0  # reports evicted from the full queue (oldest first)
+        self.sent = 0  # reports the shuffler acknowledged
+        self.failed = 0  # reports discarded after a non-retryable error
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="crowdmix-sender", daemon=True)
+            self._thread.start()
+
+    # -- queue ----------------------------------------------------------------
+
+    def submit(self, report: Report) -> None:
+        """Queue one report (never blocks on the network)."""
+        self.submit_many((report,))
+
+    def submit_many(self, reports: Iterable[Report]) -> None:
+        with self._cond:
+            if self._closed:
+                raise TransportError("the client is closed")
+            for r in reports:
+                if len(self._queue) >= self._max_queue:
+                    self._queue.popleft()
+                    self.dropped += 1
+                self._queue.append(r)
+            if len(self._queue) >= self._batch_size:
+                self._cond.notify()
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    # -- sending --------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Send everything queued now; returns reports acknowledged by this call.
+
+        Raises ``TransportError`` when a batch could not be delivered (the
+        reports stay queued after retryable failures).
+        """
+        total = 0
+        while True:
+            n = self._send_one_batch(raise_errors=True)
+            if n == 0:
+                return total
+            total += n
+
+    def _take(self) -> list[Report]:
+        with self._cond:
+            n = min(self._batch_size, len(self._queue))
+            return [self._queue.popleft() for _ in range(n)]
+
+    def _requeue(self, batch: list[Report]) -> None:
+        with self._cond:
+            room = self._max_queue - len(self._queue)
+            keep = batch[-room:] if room > 0 else []
+            self.dropped += len(batch) - len(keep)
+            self._queue.extendleft(reversed(keep))
+
+    def _send_one_batch(self, *, raise_errors: bool) -> int:
+        with self._send_lock:
+            batch = self._take()
+            if not batch:
+                return 0
+            request = self._request(batch)
+            delay_cap = self._backoff[0]
+            for attempt in range(1, self._max_attempts + 1):
+                try:
+                    resp = self._stub.Submit(
+                        request, metadata=self._metadata, timeout=self._timeout
+                    )
+                except grpc.RpcError as exc:
+                    code = exc.code() if isinstance(exc, grpc.Call) else None
+                    if code in _RETRY and attempt < self._max_attempts and not self._closing():
+                        time.sleep(self._jitter.uniform(0.0, delay_cap))
+                        delay_cap = min(delay_cap * 2, self._backoff[1])
+                        continue
+                    if code in _RETRY:
+                        self._requeue(batch)
+                    else:
+                        self.failed += len(batch)
+                    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+                    message = f"shuffler {self.target}: {code}: {details}"
+                    if raise_errors:
+                        raise TransportError(message) from None
+                    log.warning("could not send %d reports: %s", len(batch), message)
+                    return 0
+                self.sent += int(resp.accepted)
+                return len(batch)
+            return 0  # unreachable: the loop returns or raises
+
+    def _closing(self) -> bool:
+        """The background sender stops retrying once close() began; close() flushes."""
+        return self._closed and threading.current_thread() is self._thread
+
+    def _request(self, batch: list[Report]) -> pb.SubmitRequest:
+        if len(batch) < self._columnar_threshold:
+            return pb.SubmitRequest(
+                reports=[
+                    pb.Report(
+                        metric=r.metric,
+                        cohort=r.cohort,
+                        bits=r.bits,
+                        params_fingerprint=r.params_fingerprint,
+                    )
+                    for r in batch
+                ]
+            )
+        groups: dict[tuple[str, int, int], tuple[list[int], list[bytes]]] = {}
+        for r in batch:
+            cohorts, bits = groups.setdefault(
+                (r.metric, r.params_fingerprint, len(r.bits)), ([], [])
+            )
+            cohorts.append(r.cohort)
+            bits.append(r.bits)
+        return pb.SubmitRequest(
+            columns=[
+                pb.ReportColumns(
+                    metric=metric,
+                    params_fingerprint=fp,
+                    count=len(cohorts),
+                    report_bytes=nb,
+                    cohorts=cohorts,
+                    bits=b"".join(bits),
+                )
+                for (metric, fp, nb), (cohorts, bits) in groups.items()
+            ]
+        )
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._closed and len(self._queue) < self._batch_size:
+                    self._cond.wait(self._flush_interval)
+                if self._closed:
+                    return
+            while self._send_one_batch(raise_errors=False):
+                with self._cond:
+                    if self._closed or len(self._queue) < self._batch_size:
+                        break
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def close(self, *, flush: bool = True) -> None:
+        """Stop the background sender, send what is queued (unless ``flush=False``),
+        close the channel. Raises ``TransportError`` if the final flush fails."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if flush:
+                self.flush()
+        finally:
+            self._channel.close()
+
+    def __enter__(self) -> ShufflerClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(flush=exc_type is None)

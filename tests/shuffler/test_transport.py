@@ -1,0 +1,158 @@
+"""ShufflerClient against a real shuffler server on 127.0.0.1:0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import pytest
+
+from client.errors import TransportError
+from client.report import Report
+from client.transport import ShufflerClient
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+from shuffler.memory_store import MemoryStore
+from shuffler.server import ShufflerHandle, start_shuffler
+from tests.shuffler.helpers import RAPPOR, make_registry
+
+REGISTRY = make_registry()
+FP = REGISTRY[RAPPOR].fingerprint
+TOKEN = "transport-token-0123456789"
+
+
+def report(i: int, fp: int = FP) -> Report:
+    return Report(metric=RAPPOR, cohort=i % 8, bits=(i % 65536).to_bytes(2, "little"),
+                  params_fingerprint=fp)  # fmt: skip
+
+
+@pytest.fixture
+def shuffler() -> Iterator[ShufflerHandle]:
+    handle = start_shuffler(REGISTRY, MemoryStore(), None, tokens=frozenset({TOKEN}))
+    yield handle
+    handle.stop(grace=1)
+
+
+def stored(handle: ShufflerHandle) -> int:
+    return sum(handle.store.pending(RAPPOR).values())
+
+
+def test_import_client_loads_no_grpc() -> None:
+    code = "import sys, client; assert 'grpc' not in sys.modules and 'numpy' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_batches_rows_and_columns_and_flushes_on_close(shuffler: ShufflerHandle) -> None:
+    with ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=100,
+                        columnar_threshold=16, flush_interval=60) as c:  # fmt: skip
+        c.submit_many(report(i) for i in range(250))  # two full batches go in background
+        deadline = time.monotonic() + 10
+        while stored(shuffler) < 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stored(shuffler) == 200 and c.queued == 50
+        c.submit_many(report(i) for i in range(5))
+        assert c.flush() == 55  # 55 ≥ columnar threshold: one columnar request
+        c.submit(report(1))
+    assert stored(shuffler) == 256
+    assert c.sent == 256 and c.dropped == 0 and c.failed == 0
+    assert shuffler.metrics.accepted_requests._value.get() == 4
+
+
+def test_bounded_queue_drops_oldest(shuffler: ShufflerHandle) -> None:
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, max_queue=10, background=False)
+    c.submit_many(report(i) for i in range(25))
+    assert c.queued == 10 and c.dropped == 15
+    assert c.flush() == 10
+    c.close()
+    (key,) = shuffler.store.pending(RAPPOR)
+    batch = shuffler.store.take(RAPPOR, key, min_batch=1, max_batch=100, batch_id=b"t" * 16)
+    assert batch is not None
+    assert sorted(int.from_bytes(b.tobytes(), "little") for b in batch.chunk.bit_matrix()) == list(
+        range(15, 25)
+    )  # the newest ten survived
+
+
+def test_non_retryable_errors_raise_and_count(shuffler: ShufflerHandle) -> None:
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", "wrong-token-000000000", background=False)
+    c.submit(report(1))
+    with pytest.raises(TransportError, match="UNAUTHENTICATED"):
+        c.flush()
+    assert c.failed == 1 and c.queued == 0
+    c2 = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, background=False)
+    c2.submit(report(1, fp=123))
+    with pytest.raises(TransportError, match="fingerprint_mismatch"):
+        c2.flush()
+    c.close()
+    c2.close()
+    assert stored(shuffler) == 0
+
+
+class FlakyShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+    """Answers UNAVAILABLE / RESOURCE_EXHAUSTED a set number of times, then accepts."""
+
+    def __init__(self, failures: list[grpc.StatusCode]) -> None:
+        self.failures = failures
+        self.calls: list[float] = []
+        self.accepted = 0
+
+    def Submit(self, request: pb.SubmitRequest, context: Any) -> pb.SubmitResponse:
+        self.calls.append(time.monotonic())
+        if self.failures:
+            context.abort(self.failures.pop(0), "test: try later")
+        n = len(request.reports) + sum(c.count for c in request.columns)
+        self.accepted += n
+        return pb.SubmitResponse(accepted=n)
+
+
+def test_retries_with_backoff_then_requeues() -> None:
+    flaky = FlakyShuffler([grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED] * 3)
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    crowdmix_pb2_grpc.add_ShufflerServicer_to_server(flaky, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=4,
+                           backoff_base=0.01, backoff_cap=0.05)  # fmt: skip
+        c.submit_many(report(i) for i in range(3))
+        with pytest.raises(TransportError, match="RESOURCE_EXHAUSTED"):
+            c.flush()  # four attempts, all refused: the reports go back in the queue
+        assert c.queued == 3 and len(flaky.calls) == 4
+        assert c.flush() == 3  # two more refusals, then accepted
+        assert flaky.accepted == 3 and len(flaky.calls) == 7
+        c.close()
+    finally:
+        server.stop(0)
+
+
+def test_unreachable_shuffler_keeps_reports_queued() -> None:
+    from tests.redis_server import free_port
+
+    c = ShufflerClient(f"127.0.0.1:{free_port()}", background=False, max_attempts=2,
+                       backoff_base=0.01, timeout=2)  # fmt: skip
+    c.submit_many(report(i) for i in range(4))
+    with pytest.raises(TransportError, match="UNAVAILABLE"):
+        c.flush()
+    assert c.queued == 4
+    c.close(flush=False)
+
+
+def test_many_threads_submitting(shuffler: ShufflerHandle) -> None:
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=64, flush_interval=0.05)
+
+    def work(t: int) -> None:
+        for i in range(500):
+            c.submit(report(t * 1000 + i))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    c.close()
+    assert stored(shuffler) == 2000 and c.sent == 2000
