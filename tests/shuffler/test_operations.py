@@ -81,22 +81,30 @@ def test_rate_limiter_token_bucket() -> None:
     assert not limiter.admit("c1", 1)  # ...which is paid back before the next one
 
 
+def own_connection(port: int) -> grpc.Channel:
+    """A channel with its own TCP connection (grpc shares connections between channels
+    to one target by default, and the rate limit is per connection)."""
+    return grpc.insecure_channel(
+        f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+
+
 def test_rate_limit_and_buffer_bound_are_resource_exhausted() -> None:
     settings = ShufflerSettings(rate_limit_reports=100.0, max_buffered_reports=250)
     store = MemoryStore()
     handle = start_shuffler(REGISTRY, store, None, settings=settings)
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+        with own_connection(handle.port) as ch:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)
             assert stub.Submit(columns_request(np.arange(100), FP)).accepted == 100
             with pytest.raises(grpc.RpcError) as err:
                 stub.Submit(columns_request(np.arange(100), FP))
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert err.value.details().startswith("rate_limited")
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch2:  # a new connection
+        with own_connection(handle.port) as ch2:  # a new connection
             stub = crowdmix_pb2_grpc.ShufflerStub(ch2)
             assert stub.Submit(columns_request(np.arange(100), FP)).accepted == 100
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch3:
+        with own_connection(handle.port) as ch3:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch3)
             with pytest.raises(grpc.RpcError) as err:
                 stub.Submit(columns_request(np.arange(100), FP))
