@@ -138,18 +138,18 @@ def _mmh3_bloom(k: int, h: int, cohort: int) -> Callable[[bytes], int]:
     """Bloom filter of value bytes, as DESIGN.md's mmh3 rule (specialised by h)."""
     hash128 = mmh3.hash128
     if h == 1:
-        return lambda data: 1 << ((hash128(data, cohort, False) & _M32) % k)
+        return lambda data: 1 << ((hash128(data, cohort, True, False) & _M32) % k)
     if h == 2:
 
         def bloom2(data: bytes) -> int:
-            d = hash128(data, cohort, False)
+            d = hash128(data, cohort, True, False)
             return (1 << ((d & _M32) % k)) | (1 << (((d >> 32) & _M32) % k))
 
         return bloom2
     shifts = tuple(32 * i for i in range(h))
 
     def bloom_n(data: bytes) -> int:
-        d = hash128(data, cohort, False)
+        d = hash128(data, cohort, True, False)
         b = 0
         for s in shifts:
             b |= 1 << (((d >> s) & _M32) % k)

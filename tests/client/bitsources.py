@@ -1,0 +1,46 @@
+"""Deterministic BitSources for tests (production code always defaults to SecureBits)."""
+
+from __future__ import annotations
+
+import random
+
+
+class ScriptedBits:
+    """Returns scripted words as one little-endian bit stream.
+
+    ``ScriptedBits([w0, w1, ...], word_bits=k)``: ``random_bits(k)`` returns w0,
+    then w1, ...; ``random_bits(2 * k)`` returns ``w0 | w1 << k``. Running out
+    of script is an error, so a test also pins how many bits an encoder draws.
+    """
+
+    def __init__(self, words: list[int], word_bits: int) -> None:
+        self._stream = 0
+        for i, w in enumerate(words):
+            if not 0 <= w < 1 << word_bits:
+                raise ValueError(f"word {i} does not fit in {word_bits} bits")
+            self._stream |= w << (i * word_bits)
+        self._left = len(words) * word_bits
+        self.drawn = 0
+
+    def random_bits(self, nbits: int) -> int:
+        if nbits > self._left:
+            raise AssertionError(f"asked for {nbits} bits, only {self._left} scripted")
+        value = self._stream & ((1 << nbits) - 1)
+        self._stream >>= nbits
+        self._left -= nbits
+        self.drawn += nbits
+        return value
+
+    @property
+    def left(self) -> int:
+        return self._left
+
+
+class SeededBits:
+    """Seeded pseudo-random bits (Mersenne Twister) for statistical tests only."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+
+    def random_bits(self, nbits: int) -> int:
+        return self._rng.getrandbits(nbits)
