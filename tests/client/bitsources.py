@@ -44,3 +44,14 @@ class SeededBits:
 
     def random_bits(self, nbits: int) -> int:
         return self._rng.getrandbits(nbits)
+
+
+def scripted_fields(fields: list[tuple[int, int]]) -> ScriptedBits:
+    """A ScriptedBits from (value, nbits) fields in draw order (each drawn by one call)."""
+    src = ScriptedBits([], 1)
+    for value, nbits in reversed(fields):
+        if not 0 <= value < 1 << nbits:
+            raise ValueError(f"{value} does not fit in {nbits} bits")
+        src._stream = (src._stream << nbits) | value
+        src._left += nbits
+    return src
