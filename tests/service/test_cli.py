@@ -79,12 +79,21 @@ def test_port_in_use_exits_4_and_unreachable_redis_exits_5(tmp_path: Path) -> No
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = run_cli("aggregator", "serve", "--config", str(config), "--listen",
-                         f"127.0.0.1:{port}")  # fmt: skip
+        result = run_cli(
+            "aggregator", "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"
+        )
     assert result.returncode == 4, result.stderr
     assert "cannot listen" in result.stderr
-    result = run_cli("aggregator", "serve", "--config", str(config), "--listen", "127.0.0.1:0",
-                     "--redis", f"redis://127.0.0.1:{free_port()}/0")  # fmt: skip
+    result = run_cli(
+        "aggregator",
+        "serve",
+        "--config",
+        str(config),
+        "--listen",
+        "127.0.0.1:0",
+        "--redis",
+        f"redis://127.0.0.1:{free_port()}/0",
+    )
     assert result.returncode == 5, result.stderr
     assert "redis unavailable" in result.stderr
 
@@ -113,8 +122,9 @@ def test_mtls_admits_only_clients_with_a_certificate_from_the_ca(
     )  # fmt: skip
     d.start()
     ca = (certs / "ca.crt").read_bytes()
-    batch = batch_to_proto(random_batch(np.random.default_rng(1), registry["pages"], 20,
-                                        now_window(registry)))  # fmt: skip
+    batch = batch_to_proto(
+        random_batch(np.random.default_rng(1), registry["pages"], 20, now_window(registry))
+    )
     try:
         deadline = time.monotonic() + 30
         with_cert = grpc.ssl_channel_credentials(
