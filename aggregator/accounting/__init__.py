@@ -1,0 +1,56 @@
+"""Privacy accounting: local guarantees, amplification by shuffling, composition,
+a ledger per metric, a planner, and the privacy statement of a release.
+
+Pure math (no state, numpy/scipy imported lazily): ``local``, ``pairs``,
+``amplification``, ``composition``, ``pld``, ``planner``. State: ``ledger``.
+
+Exceptions::
+
+    ValueError                 bad parameters (names the field)
+    AccountingError            base of the ledger's errors
+    ├── BudgetExceededError    a release would exceed the metric's budget (nothing recorded)
+    └── LedgerCorruptError     a stored ledger cannot be read
+"""
+
+from __future__ import annotations
+
+from aggregator.accounting.amplification import (
+    BOUNDS,
+    AmplificationResult,
+    amplify,
+    fmt21_closed_form,
+    shuffled_rr_lower_bound,
+)
+from aggregator.accounting.composition import (
+    METHODS,
+    compose,
+    compose_advanced,
+    compose_basic,
+    compose_optimal,
+)
+from aggregator.accounting.local import epsilon_k, total_variation
+from aggregator.accounting.statement import (
+    CentralGuarantee,
+    LongitudinalGuarantee,
+    PrivacyStatement,
+    privacy_statement,
+)
+
+__all__ = [
+    "BOUNDS",
+    "METHODS",
+    "AmplificationResult",
+    "CentralGuarantee",
+    "LongitudinalGuarantee",
+    "PrivacyStatement",
+    "amplify",
+    "compose",
+    "compose_advanced",
+    "compose_basic",
+    "compose_optimal",
+    "epsilon_k",
+    "fmt21_closed_form",
+    "privacy_statement",
+    "shuffled_rr_lower_bound",
+    "total_variation",
+]

@@ -1,0 +1,126 @@
+"""Local (per-client) privacy of one client's reports: pure math, no state.
+
+RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``client.privacy`` holds p*, q*,
+ε_1 (one report) and ε_∞ (the PRR bound); this module adds
+
+- ``epsilon_k``: k reports of one value over the same memoised PRR. Per Bloom bit
+  the PRR keeps the bit w.p. 1-f/2, so with x the IRR likelihood ratio of the k
+  observed bits,
+
+      R(x) = ((1-f/2)·x + f/2) / ((f/2)·x + 1-f/2)
+
+  and, two values differing in at most 2h Bloom bits,
+
+      ε_k = h·[ ln R((q/p)^k) − ln R(((1−q)/(1−p))^k) ].
+
+  ε_1 equals client.privacy.epsilon_one and ε_k → ε_∞ as k → ∞. Computed in log
+  space (x = e^y, ln R = logaddexp(ln(1-f/2)+y, ln(f/2)) − logaddexp(ln(f/2)+y,
+  ln(1-f/2))) so huge k never overflows.
+- ``total_variation``: β, the exact total variation distance between one report's
+  distributions for the worst-case pair of values (disjoint Bloom bits). β is the
+  parameter of the (p, β, q) variation-ratio amplification bound (Wang et al.,
+  VLDB 2024). The 2h differing bits are independent; the likelihood depends only
+  on (j1, j2), the ones among the h bits of each value, so
+
+      β = ½ Σ_{j1,j2} |B(j1;h,q*)B(j2;h,p*) − B(j1;h,p*)B(j2;h,q*)|.
+
+  Any pair sharing Bloom bits differs in fewer coordinates, a marginal of this
+  pair, so its distance is no larger.
+- basic mechanisms (Wang, Blocki, Li, Jha, USENIX Security 2017): ε is the
+  configured parameter; β for a generic ε-LDP randomizer is (e^ε−1)/(e^ε+1),
+  for k-RR over d values (e^ε−1)/(e^ε+d−1).
+"""
+
+from __future__ import annotations
+
+import math
+
+from client.basic import BasicParams
+from client.params import RapporParams
+from client.privacy import epsilon_inf, epsilon_one, p_star, q_star
+
+__all__ = [
+    "basic_epsilon",
+    "basic_total_variation",
+    "epsilon_inf",
+    "epsilon_k",
+    "epsilon_one",
+    "generic_total_variation",
+    "total_variation",
+]
+
+
+def _logaddexp(a: float, b: float) -> float:
+    if a == -math.inf:
+        return b
+    if b == -math.inf:
+        return a
+    hi, lo = (a, b) if a > b else (b, a)
+    return hi + math.log1p(math.exp(lo - hi))
+
+
+def _log_r(f: float, log_x: float) -> float:
+    """ln R(e^log_x) with R(x) = ((1-f/2)x + f/2) / ((f/2)x + 1-f/2)."""
+    keep, flip = math.log1p(-f / 2.0), (math.log(f / 2.0) if f > 0 else -math.inf)
+    return _logaddexp(keep + log_x, flip) - _logaddexp(flip + log_x, keep)
+
+
+def epsilon_k(params: RapporParams, k: int) -> float:
+    """ε_k: the LDP level of k reports of one value over one memoised PRR.
+
+    ``k`` = 0 gives 0; inf when p = 0 or q = 1 and f = 0 (the IRR then reveals bits).
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    if k == 0:
+        return 0.0
+    p, q, f = params.p, params.q, params.f
+    if p <= 0.0 or q >= 1.0:
+        # (q/p)^k or ((1-q)/(1-p))^k is infinite/zero: R saturates at its PRR limit.
+        if f <= 0.0:
+            return math.inf
+        up = math.log1p(-f / 2) - math.log(f / 2) if p <= 0.0 else None
+        down = math.log(f / 2) - math.log1p(-f / 2) if q >= 1.0 else None
+        if up is None:
+            up = _log_r(f, k * (math.log(q) - math.log(p)))
+        if down is None:
+            down = _log_r(f, k * (math.log1p(-q) - math.log1p(-p)))
+        return params.h * (up - down)
+    up = _log_r(f, k * (math.log(q) - math.log(p)))
+    down = _log_r(f, k * (math.log1p(-q) - math.log1p(-p)))
+    return params.h * (up - down)
+
+
+def _binom_pmf(n: int, p: float) -> list[float]:
+    return [math.comb(n, j) * p**j * (1.0 - p) ** (n - j) for j in range(n + 1)]
+
+
+def total_variation(params: RapporParams) -> float:
+    """β: exact TV distance between one report's distributions, worst-case values."""
+    h, ps, qs = params.h, p_star(params), q_star(params)
+    b_q, b_p = _binom_pmf(h, qs), _binom_pmf(h, ps)
+    total = 0.0
+    for j1 in range(h + 1):
+        for j2 in range(h + 1):
+            total += abs(b_q[j1] * b_p[j2] - b_p[j1] * b_q[j2])
+    return min(1.0, 0.5 * total)
+
+
+def generic_total_variation(epsilon: float) -> float:
+    """β = (e^ε−1)/(e^ε+1): the largest TV distance any ε-LDP randomizer can have."""
+    if epsilon == math.inf:
+        return 1.0
+    return math.tanh(epsilon / 2.0)
+
+
+def basic_epsilon(params: BasicParams) -> float:
+    """ε of one report of a basic mechanism: its configured parameter."""
+    return params.epsilon
+
+
+def basic_total_variation(params: BasicParams) -> float:
+    """β of a basic mechanism: k-RR's exact value, the generic one otherwise."""
+    e = math.exp(params.epsilon)
+    if params.mechanism in ("krr", "binary-rr"):
+        return (e - 1.0) / (e + params.domain_size - 1.0)
+    return generic_total_variation(params.epsilon)

@@ -1,0 +1,100 @@
+"""Privacy-loss-distribution composition of per-round shuffle pairs.
+
+When every round uses fresh randomness (a basic mechanism, or RAPPOR with
+f = 0), R shuffled releases compose. Composing the per-round dominating pair's
+privacy-loss distribution (PLD; Koskela, Jälkö, Honkela 2020; Doroshenko,
+Ghazi, Kamath, Kumar, Manurangsi 2022, as implemented by google's
+``dp_accounting``) is much tighter than composing per-round (ε, δ): for
+n = 1e5, ε0 = 1.074286, δ = 1e-6 and 1000 rounds it gives ≈0.56 against 3.2 for
+optimal composition of per-round (ε, δ) and 21 for basic composition.
+
+The pair (``aggregator.accounting.pairs``) is over (a, t) = (N0, N0 + N1); under
+P its mass at t ≥ 1 is Pr[C=t−1]·B_t(a)/t·L_P(a) and the privacy loss is
+ln(L_P(a)/L_Q(a)) with
+
+    L_P(a) = 2pα·a + 2α·(t−a) + γρ(n−t),   L_Q(a) = 2α·a + 2pα·(t−a) + γρ(n−t).
+
+(t = 0 has loss 0.) Every point within many standard deviations of the mean is
+kept, losses are rounded up to the grid (pessimistic), and all mass left out
+becomes infinite loss, so the composed ε is an upper bound. Cost grows like n
+(about 5e6 points at n = 1e5), so n is capped at ``MAX_PLD_N``; above it use
+``compose_optimal`` of the per-round (ε, δ).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aggregator.accounting.pairs import ClonePair
+
+__all__ = ["MAX_PLD_N", "pld_epsilon", "shuffle_pld"]
+
+MAX_PLD_N = 2_000_000
+# Standard deviations of Bin(t, ½) kept around t/2 (mass outside: < 1e-15 per t).
+_A_WIDTH = 8.5
+_CHUNK_POINTS = 4_000_000
+
+
+def shuffle_pld(pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = 1e-5) -> Any:
+    """dp_accounting PrivacyLossDistribution of one shuffled round (pessimistic)."""
+    import numpy as np
+    from dp_accounting.pld import privacy_loss_distribution as pld_mod
+    from scipy import stats
+
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PLD_N:
+        raise ValueError(f"n must be an integer in [1, {MAX_PLD_N}] for PLD accounting, got {n!r}")
+    ev = pair.evaluate(n, min(0.5, tail / 1e-3))  # window leaving out ≈ tail of C's mass
+    arr = ev._arrays()
+    t_all, w1_all, ncoef_all = arr["t"], arr["w1"], arr["ncoef"]
+    p, alpha = pair.p, pair.alpha
+    counts: dict[int, float] = {}
+    kept = 0.0
+    # t = 0 (C = 0 and the victim in neither bucket): P = Q there, loss 0.
+    if n >= 1 and pair.gamma > 0.0 and t_all[0] == 1.0:
+        m, prob = n - 1, min(1.0, 2.0 * pair.r)
+        zero_mass = float(stats.binom.pmf(0, m, prob)) * pair.gamma
+        counts[0] = zero_mass
+        kept += zero_mass
+    start = 0
+    while start < len(t_all):
+        # Chunk over t so the (t, a) grid stays within memory.
+        width = int(2 * _A_WIDTH * 0.5 * math.sqrt(t_all[start]) + 3)
+        stop = min(len(t_all), start + max(1, _CHUNK_POINTS // max(width, 1)))
+        t = t_all[start:stop]
+        w1, ncoef = w1_all[start:stop], ncoef_all[start:stop]
+        half = _A_WIDTH * 0.5 * np.sqrt(t)
+        lo = np.maximum(0.0, np.floor(t / 2 - half))
+        hi = np.minimum(t, np.ceil(t / 2 + half))
+        sizes = (hi - lo + 1).astype(np.int64)
+        rows = np.repeat(np.arange(len(t)), sizes)
+        offs = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        a = lo[rows] + offs
+        tt = t[rows]
+        lp = 2 * p * alpha * a + 2 * alpha * (tt - a) + ncoef[rows]
+        lq = 2 * alpha * a + 2 * p * alpha * (tt - a) + ncoef[rows]
+        mass = w1[rows] * np.exp(stats.binom.logpmf(a, tt, 0.5)) * lp / tt
+        loss_idx = np.ceil(np.log(lp / lq) / grid).astype(np.int64)
+        base = int(loss_idx.min())
+        summed = np.bincount(loss_idx - base, weights=mass)
+        for i in np.nonzero(summed)[0]:
+            key = int(i) + base
+            counts[key] = counts.get(key, 0.0) + float(summed[i])
+        kept += math.fsum(mass)
+        start = stop
+    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite loss.
+    infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14)
+    return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
+        counts, infinity_mass, grid, pessimistic_estimate=True, symmetric=True
+    )
+
+
+def pld_epsilon(pair: ClonePair, n: int, rounds: int, delta: float) -> float:
+    """ε after ``rounds`` fresh shuffled rounds of n reports, composed by PLD."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    one = shuffle_pld(pair, n, tail=min(1e-12, delta * 1e-4 / rounds))
+    composed = one.self_compose(rounds) if rounds > 1 else one
+    return float(composed.get_epsilon_for_delta(delta))

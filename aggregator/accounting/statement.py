@@ -1,0 +1,401 @@
+"""The privacy statement of one release: every published number carries one.
+
+``privacy_statement(metric, n_reports, ...)`` gathers, for one metric:
+
+- local: ε_1 (one report, what a client is promised with no trust at all),
+  ε_∞ (RAPPOR's PRR bound for any number of reports of one value) and ε_R for R
+  reports over one memoised PRR;
+- central: (ε, δ) of the analyst's view after shuffling, the best of the valid
+  bounds (``amplification``), computed within the hiding crowd of one report:
+  its shuffled batch and, unless the cohort is drawn fresh per report, its
+  cohort (a persistent cohort travels with the report, so only same-cohort
+  reports hide each other; the smallest cohort's share is used);
+- longitudinal (R > 1 releases from the same clients): with a memoised PRR the
+  rounds together are bounded by amplifying ε_R or ε_∞, never by composing
+  per-round figures; with fresh randomness every round (basic mechanisms,
+  RAPPOR with f = 0) the per-round pair's PLD is composed (``pld``), or the
+  per-round (ε, δ) by optimal composition when n is too large for a PLD.
+
+Assumptions the statement names in ``render()``: the shuffler and the
+aggregator do not collude; ``batch_sizes`` omitted means the release's reports
+were shuffled as one batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from client.registry import MetricConfig
+
+__all__ = ["CentralGuarantee", "LongitudinalGuarantee", "PrivacyStatement", "privacy_statement"]
+
+# Cohort-count estimate when sizes are unknown: the mean minus this many sd.
+_COHORT_SD = 5.0
+
+_BOUND_NAMES = {
+    "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
+    "rappor": "RAPPOR-specific variation-ratio bound (Wang et al. 2024)",
+    "variation-ratio": "mechanism-specific variation-ratio bound (Wang et al. 2024)",
+    "none": "no amplification",
+}
+
+_ARGUMENTS = {
+    "single-release": "one release",
+    "memoised-prr-k": "memoised PRR: the R reports of one client are one ε_R-LDP "
+    "randomizer, amplified",
+    "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
+    "ε_∞-LDP PRR, amplified (holds for any number of rounds)",
+    "pld-composition": "fresh randomness each round: the per-round shuffle pair's "
+    "privacy-loss distribution composed (dp_accounting)",
+    "optimal-composition": "fresh randomness each round: optimal composition "
+    "(Kairouz-Oh-Viswanath 2015) of per-round (ε, δ)",
+}
+
+
+def _json_float(x: float | None) -> float | None:
+    return None if x is None or math.isinf(x) or math.isnan(x) else x
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CentralGuarantee:
+    """(ε, δ) of one shuffled release, the bound it came from, and every bound tried."""
+
+    epsilon: float
+    delta: float
+    bound: str
+    amplified: bool
+    n_amplify: int
+    candidates: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LongitudinalGuarantee:
+    """(ε, δ) of ``rounds`` releases together and the argument that gives it."""
+
+    rounds: int
+    epsilon: float
+    delta: float
+    argument: str
+    candidates: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrivacyStatement:
+    """What the analyst publishes alongside a release."""
+
+    metric: str
+    encoding: str
+    n_reports: int
+    delta: float
+    epsilon_local: float
+    epsilon_inf: float | None
+    epsilon_rounds: float | None
+    beta: float
+    num_cohorts: int
+    cohort_per_report: bool
+    smallest_cohort_share: float
+    cohort_share_estimated: bool
+    batch_size: int
+    batch_assumed: bool
+    central: CentralGuarantee
+    longitudinal: LongitudinalGuarantee
+
+    @property
+    def cohort_caveat(self) -> str:
+        if self.num_cohorts == 1:
+            return "one cohort: every report of the batch hides every other"
+        if self.cohort_per_report:
+            return (
+                f"{self.num_cohorts} cohorts drawn fresh per report: the whole batch "
+                "hides each report"
+            )
+        how = "estimated" if self.cohort_share_estimated else "measured"
+        return (
+            f"{self.num_cohorts} persistent cohorts: a report hides only among reports of "
+            f"its own cohort, so amplification uses the smallest cohort's share "
+            f"({self.smallest_cohort_share:.4g}, {how}) of the batch: "
+            f"{self.central.n_amplify} reports"
+        )
+
+    @property
+    def assumptions(self) -> list[str]:
+        out = ["the shuffler and the aggregator do not collude"]
+        if self.longitudinal.rounds > 1:
+            out.append("the same clients report in every round")
+        if self.batch_assumed:
+            out.append("the release's reports were shuffled as one batch")
+        return out
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready (infinite ε becomes null)."""
+        return {
+            "metric": self.metric,
+            "encoding": self.encoding,
+            "n_reports": self.n_reports,
+            "local": {
+                "epsilon_1": _json_float(self.epsilon_local),
+                "epsilon_inf": _json_float(self.epsilon_inf),
+                "epsilon_rounds": _json_float(self.epsilon_rounds),
+                "beta": self.beta,
+            },
+            "cohorts": {
+                "num_cohorts": self.num_cohorts,
+                "drawn_per_report": self.cohort_per_report,
+                "smallest_share": self.smallest_cohort_share,
+                "share_estimated": self.cohort_share_estimated,
+                "caveat": self.cohort_caveat,
+            },
+            "batch": {"size": self.batch_size, "assumed_one_batch": self.batch_assumed},
+            "central": {
+                "epsilon": _json_float(self.central.epsilon),
+                "delta": self.central.delta,
+                "bound": self.central.bound,
+                "bound_description": _BOUND_NAMES.get(self.central.bound, self.central.bound),
+                "amplified": self.central.amplified,
+                "n_amplify": self.central.n_amplify,
+                "candidates": {k: _json_float(v) for k, v in self.central.candidates.items()},
+            },
+            "longitudinal": {
+                "rounds": self.longitudinal.rounds,
+                "epsilon": _json_float(self.longitudinal.epsilon),
+                "delta": self.longitudinal.delta,
+                "argument": self.longitudinal.argument,
+                "argument_description": _ARGUMENTS[self.longitudinal.argument],
+                "candidates": {k: _json_float(v) for k, v in self.longitudinal.candidates.items()},
+            },
+            "assumptions": self.assumptions,
+        }
+
+    def render(self) -> str:
+        """A plain-English paragraph an analyst can quote."""
+        c, lg = self.central, self.longitudinal
+        local = f"Each report is {self.epsilon_local:.4g}-locally differentially private on its own"
+        if self.epsilon_inf is not None and not math.isinf(self.epsilon_inf):
+            local += (
+                f", and any number of reports of one value by one client stay within "
+                f"ε_∞ = {self.epsilon_inf:.4g} (memoised permanent randomized response)"
+            )
+        local += "; this holds even if every server is compromised."
+        if c.amplified:
+            central = (
+                f" Shuffling hides each report among others: if the shuffler and the "
+                f"aggregator do not collude, this release of {self.n_reports:,} reports "
+                f"satisfies (ε = {c.epsilon:.4g}, δ = {c.delta:.2g})-differential privacy "
+                f"by the {_BOUND_NAMES.get(c.bound, c.bound)}."
+            )
+        else:
+            central = (
+                f" Shuffling {c.n_amplify:,} reports is too few to improve on the local "
+                f"guarantee (no amplification): the release is {c.epsilon:.4g}-differentially "
+                "private."
+            )
+        cohort = f" Cohorts: {self.cohort_caveat}."
+        batch = (
+            " This assumes all reports were shuffled as one batch; split into several, "
+            "the smallest batch's guarantee applies."
+            if self.batch_assumed
+            else f" The smallest shuffled batch held {self.batch_size:,} reports."
+        )
+        text = local + central + cohort + batch
+        if lg.rounds > 1:
+            text += (
+                f" Over {lg.rounds} releases from the same clients the total is "
+                f"(ε = {lg.epsilon:.4g}, δ = {lg.delta:.2g}) ({_ARGUMENTS[lg.argument]})."
+            )
+        return text
+
+
+def _smallest_share(
+    metric: MetricConfig,
+    n_reports: int,
+    cohort_sizes: Sequence[int] | float | None,
+    per_report: bool,
+) -> tuple[float, bool]:
+    m = metric.num_cohorts
+    if m == 1 or per_report:
+        return 1.0, False
+    if cohort_sizes is None:
+        mean = n_reports / m
+        low = max(1.0, mean - _COHORT_SD * math.sqrt(mean * (1.0 - 1.0 / m)))
+        return min(1.0, low / n_reports), True
+    if isinstance(cohort_sizes, int | float) and not isinstance(cohort_sizes, bool):
+        share = float(cohort_sizes)
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"cohort share must be in (0, 1], got {cohort_sizes!r}")
+        return share, False
+    sizes = [int(s) for s in cohort_sizes]  # type: ignore[union-attr]
+    if any(s < 0 for s in sizes):
+        raise ValueError("cohort sizes must be non-negative")
+    if len(sizes) > m:
+        raise ValueError(f"got {len(sizes)} cohort sizes for a metric with {m} cohorts")
+    if sum(sizes) != n_reports:
+        raise ValueError(f"cohort sizes sum to {sum(sizes)}, not n_reports={n_reports}")
+    # An empty cohort holds nobody to protect; the smallest non-empty one is the crowd.
+    nonempty = [s for s in sizes if s > 0]
+    return (min(nonempty) / n_reports if nonempty else 1.0), False
+
+
+def _central(
+    epsilon0: float, beta: float, generic_beta: float, n: int, delta: float, specific: str | None
+) -> CentralGuarantee:
+    from aggregator.accounting.amplification import amplify
+
+    cands: dict[str, float] = {}
+    generic = amplify(epsilon0, n, delta, bound="generic")
+    cands["generic"] = generic.epsilon
+    if specific is not None and beta < generic_beta * (1.0 - 1e-9):
+        cands[specific] = amplify(epsilon0, n, delta, bound="rappor", beta=beta).epsilon
+    name = min(cands, key=lambda k: cands[k])
+    eps = cands[name]
+    amplified = eps < epsilon0 * (1.0 - 1e-3)
+    return CentralGuarantee(
+        epsilon=eps if amplified else epsilon0,
+        delta=delta,
+        bound=name if amplified else "none",
+        amplified=amplified,
+        n_amplify=n,
+        candidates=cands,
+    )
+
+
+def privacy_statement(
+    metric: MetricConfig,
+    n_reports: int,
+    *,
+    delta: float = 1e-6,
+    cohort_sizes: Sequence[int] | float | None = None,
+    cohort_per_report: bool = False,
+    batch_sizes: Sequence[int] | None = None,
+    rounds: int = 1,
+) -> PrivacyStatement:
+    """The privacy statement of a release of ``n_reports`` reports of ``metric``.
+
+    cohort_sizes: reports per cohort (e.g. ``CohortCounts.totals``) or the
+        smallest cohort's share of the batch; omitted, it is estimated as the
+        mean minus 5 standard deviations of a uniform cohort draw.
+    cohort_per_report: the cohort is drawn fresh per report (no cohort caveat).
+    batch_sizes: sizes of the shuffled batches the release came from; the
+        smallest one is the crowd. Omitted: one batch of ``n_reports``.
+    rounds: releases from the same clients (windows) covered by the
+        longitudinal figure.
+    """
+    from aggregator.accounting import local
+
+    if isinstance(n_reports, bool) or not isinstance(n_reports, int) or n_reports < 1:
+        raise ValueError(f"n_reports must be a positive integer, got {n_reports!r}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    if batch_sizes is not None:
+        batches = [int(b) for b in batch_sizes]
+        if not batches or min(batches) < 1 or sum(batches) != n_reports:
+            raise ValueError("batch_sizes must be positive and sum to n_reports")
+        batch = min(batches)
+    else:
+        batch = n_reports
+    share, estimated = _smallest_share(metric, n_reports, cohort_sizes, cohort_per_report)
+    n_amp = max(1, math.floor(share * batch + 1e-9))
+
+    if metric.rappor is not None:
+        params = metric.rappor
+        eps1 = local.epsilon_one(params)
+        eps_inf: float | None = local.epsilon_inf(params)
+        eps_rounds: float | None = local.epsilon_k(params, rounds)
+        beta = local.total_variation(params)
+        specific: str | None = "rappor"
+        fresh = params.f == 0.0
+    else:
+        assert metric.basic is not None  # MetricConfig guarantees one of the two
+        eps1 = local.basic_epsilon(metric.basic)
+        eps_inf, eps_rounds = None, None
+        beta = local.basic_total_variation(metric.basic)
+        specific = "variation-ratio"
+        fresh = True
+    generic_beta = local.generic_total_variation(eps1)
+    if math.isinf(eps1):
+        central = CentralGuarantee(
+            epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
+        )
+    else:
+        central = _central(eps1, beta, generic_beta, n_amp, delta, specific)
+
+    longitudinal = _longitudinal(
+        central, rounds, n_amp, delta, eps1, eps_rounds, eps_inf, fresh, metric
+    )
+    return PrivacyStatement(
+        metric=metric.name,
+        encoding=metric.encoding,
+        n_reports=n_reports,
+        delta=delta,
+        epsilon_local=eps1,
+        epsilon_inf=eps_inf,
+        epsilon_rounds=eps_rounds,
+        beta=beta,
+        num_cohorts=metric.num_cohorts,
+        cohort_per_report=cohort_per_report,
+        smallest_cohort_share=share,
+        cohort_share_estimated=estimated,
+        batch_size=batch,
+        batch_assumed=batch_sizes is None,
+        central=central,
+        longitudinal=longitudinal,
+    )
+
+
+def _longitudinal(
+    central: CentralGuarantee,
+    rounds: int,
+    n_amp: int,
+    delta: float,
+    eps1: float,
+    eps_rounds: float | None,
+    eps_inf: float | None,
+    fresh: bool,
+    metric: MetricConfig,
+) -> LongitudinalGuarantee:
+    from aggregator.accounting.amplification import amplify
+    from aggregator.accounting.composition import compose_basic, compose_optimal
+    from aggregator.accounting.pairs import ClonePair
+    from aggregator.accounting.pld import MAX_PLD_N, pld_epsilon
+
+    if rounds == 1:
+        return LongitudinalGuarantee(
+            rounds=1,
+            epsilon=central.epsilon,
+            delta=central.delta,
+            argument="single-release",
+            candidates={"single-release": central.epsilon},
+        )
+    cands: dict[str, float] = {}
+    if metric.rappor is not None:
+        # Memoised PRR (or f = 0, where the PRR is the Bloom filter itself): the R
+        # reports of one client are one randomizer of its value; unlinking the
+        # rounds is post-processing of the linked view.
+        if eps_rounds is not None and not math.isinf(eps_rounds):
+            cands["memoised-prr-k"] = amplify(eps_rounds, n_amp, delta).epsilon
+        if eps_inf is not None and not math.isinf(eps_inf):
+            cands["memoised-prr-inf"] = amplify(eps_inf, n_amp, delta).epsilon
+    if fresh and not math.isinf(eps1):
+        if central.amplified and n_amp <= MAX_PLD_N and eps1 > 0.0:
+            cands["pld-composition"] = pld_epsilon(
+                ClonePair.stronger_clone(eps1), n_amp, rounds, delta
+            )
+        else:
+            # Per-round δ_r = δ/(2R), the rest of δ for the composition itself.
+            per_round = delta / (2.0 * rounds)
+            eps_r = amplify(eps1, n_amp, per_round).epsilon
+            if rounds * per_round < delta:
+                cands["optimal-composition"] = compose_optimal(eps_r, per_round, rounds, delta)
+            else:
+                cands["optimal-composition"] = compose_basic(eps_r, per_round, rounds)[0]
+    if not cands:
+        return LongitudinalGuarantee(
+            rounds=rounds, epsilon=math.inf, delta=delta, argument="single-release"
+        )
+    name = min(cands, key=lambda k: cands[k])
+    return LongitudinalGuarantee(
+        rounds=rounds, epsilon=cands[name], delta=delta, argument=name, candidates=cands
+    )
