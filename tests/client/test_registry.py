@@ -1,0 +1,107 @@
+"""The metric registry: the documented example parses; every bad field is named."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import client.registry
+from client import BasicParams, RapporParams, RegistryError, ShufflePolicy, load_registry
+from client.registry import parse_registry
+
+
+def _example_toml() -> str:
+    doc = client.registry.__doc__ or ""
+    return doc.split("\n\n", 1)[1].split("\nA bad entry", 1)[0]
+
+
+def _example() -> dict[str, Any]:
+    return tomllib.loads(_example_toml())
+
+
+def test_documented_example_parses(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.toml"
+    path.write_text(_example_toml())
+    reg = load_registry(path)
+    assert reg.window_seconds == 86400
+    home = reg["home_page"]
+    assert home.rappor == RapporParams(k=128, h=2, m=64, f=0.5, p=0.5, q=0.75)
+    assert (home.encoding, home.hashing, home.num_cohorts, home.report_bytes) == (
+        "rappor",
+        "mmh3",
+        64,
+        16,
+    )
+    assert home.shuffle == ShufflePolicy()
+    assert home.fingerprint == home.rappor.fingerprint("mmh3")
+    browser = reg["browser"]
+    assert browser.basic == BasicParams(mechanism="oue", epsilon=2.0, domain_size=3)
+    assert browser.domain == ("chrome", "firefox", "safari")
+    assert (browser.num_cohorts, browser.report_bytes) == (1, 1)
+    assert reg.get("nope") is None
+    assert reg.window_of(86400 * 3 + 5) == 3
+
+
+def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    data = _example()
+    table = data
+    for key in path[:-1]:
+        table = table[key]
+    if value is _DELETE:
+        del table[path[-1]]
+    else:
+        table[path[-1]] = value
+    return data
+
+
+_DELETE = object()
+
+BAD: list[tuple[tuple[str, ...], Any, str]] = [
+    (("metrics", "home_page", "k"), 0, "'home_page': k"),
+    (("metrics", "home_page", "h"), 9, "'home_page': h"),
+    (("metrics", "home_page", "m"), -1, "'home_page': m"),
+    (("metrics", "home_page", "f"), 1.0, "'home_page': f"),
+    (("metrics", "home_page", "p"), 0.9, "'home_page': p must be below q"),
+    (("metrics", "home_page", "q"), "x", "'home_page': q"),
+    (("metrics", "home_page", "hashing"), "sha1", "'home_page': hashing"),
+    (("metrics", "home_page", "encoding"), "bloom", "'home_page': encoding"),
+    (("metrics", "home_page", "colour"), 1, "'home_page': unknown field"),
+    (("metrics", "home_page", "shuffle", "min_batch"), 0, "'home_page': min_batch"),
+    (("metrics", "home_page", "shuffle", "max_batch"), 10, "'home_page': max_batch"),
+    (("metrics", "home_page", "shuffle", "max_delay_seconds"), 0, "'home_page': max_delay"),
+    (("metrics", "home_page", "shuffle", "drop_probability"), 1.0, "'home_page': drop_prob"),
+    (("metrics", "home_page", "shuffle", "disposal_days"), -1, "'home_page': disposal_days"),
+    (("metrics", "home_page", "shuffle", "burst"), 1, "'home_page': unknown shuffle"),
+    (("metrics", "browser", "epsilon"), _DELETE, "'browser': epsilon is required"),
+    (("metrics", "browser", "epsilon"), -2.0, "'browser': epsilon"),
+    (("metrics", "browser", "domain"), ["a", "a"], "'browser': domain values must be distinct"),
+    (("metrics", "browser", "domain"), "chrome", "'browser': domain must be a list"),
+    (("metrics", "browser", "k"), 8, "'browser': unknown field"),
+    (("collection", "window_seconds"), 60, "window_seconds"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), BAD)
+def test_bad_field_names_metric_and_field(path: tuple[str, ...], value: Any, message: str) -> None:
+    with pytest.raises(RegistryError, match=r"metric " + message if "'" in message else message):
+        parse_registry(_with(path, value))
+
+
+def test_bad_files_and_tables(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match="does not exist"):
+        load_registry(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[metrics\n")
+    with pytest.raises(RegistryError, match="not valid TOML"):
+        load_registry(bad)
+    with pytest.raises(RegistryError, match=r"no \[metrics\.NAME\]"):
+        parse_registry({})
+    with pytest.raises(RegistryError, match="unknown top-level"):
+        parse_registry({**_example(), "extra": {}})
+    with pytest.raises(RegistryError, match="metric name"):
+        parse_registry({"metrics": {"bad name!": {"k": 8}}})
+    with pytest.raises(RegistryError, match="k must be at most 32 with rappor-md5"):
+        parse_registry(_with(("metrics", "home_page", "hashing"), "rappor-md5"))
