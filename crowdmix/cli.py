@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.health",
     "aggregator.cli",
     "shuffler.cli",
+    "crowdmix.simulate",
 )
 
 

@@ -1,0 +1,250 @@
+"""``crowdmix simulate``: play N clients against a running shuffler.
+
+Each simulated client is what a real device would be: its own secret (fresh
+from the OS CSPRNG — ``--seed`` fixes only which value each client holds), the
+cohort that secret implies, the real SDK encoder, and the real transport.
+``--mode unary`` sends one report per call from ``--concurrency`` threads
+(device-style); ``--mode batched`` sends ``--batch-size`` reports per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from client.registry import MetricConfig
+    from client.report import Report
+
+__all__ = ["SimulationResult", "encode_population", "register", "simulate"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="play N simulated clients against a running shuffler",
+        description="Each client has its own secret and cohort and reports one value through "
+        "the real client SDK and transport.",
+    )
+    p.add_argument("--target", required=True, metavar="HOST:PORT", help="the shuffler")
+    p.add_argument("--config", required=True, metavar="FILE", help="metric registry TOML")
+    p.add_argument("--metric", required=True, help="metric name in the registry")
+    p.add_argument("--token", help="bearer token (or --token-file)")
+    p.add_argument("--token-file", metavar="FILE", help="file whose last token is used")
+    p.add_argument("--tls-ca", metavar="FILE", help="CA certificate: speak TLS to the shuffler")
+    p.add_argument("--clients", type=int, default=10_000, help="simulated clients (default 10000)")
+    p.add_argument("--values", type=int, default=100, help="distinct values v1..vN (default 100)")
+    p.add_argument(
+        "--distribution",
+        default="zipf1.5",
+        help="zipf1 | zipf1.5 | exp | gauss | unif (default zipf1.5)",
+    )
+    p.add_argument("--seed", type=int, help="fix which value each client holds (not secrets)")
+    p.add_argument("--mode", choices=["batched", "unary"], default="batched")
+    p.add_argument("--batch-size", type=int, default=1000, help="reports per request (batched)")
+    p.add_argument("--concurrency", type=int, default=16, help="sender threads (unary)")
+    p.add_argument("--truth-out", metavar="FILE", help="write true value counts as CSV")
+    p.set_defaults(func=run)
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    clients: int
+    acknowledged: int
+    failed: int
+    dropped: int
+    seconds: float
+    true_counts: dict[str, int]
+
+    @property
+    def rate(self) -> float:
+        return self.acknowledged / self.seconds if self.seconds > 0 else 0.0
+
+
+def encode_population(metric: MetricConfig, values: list[str]) -> list[Report]:
+    """One report per client holding ``values[i]``, each client with a fresh secret."""
+    from client.basic import BasicEncoder
+    from client.rappor import RapporEncoder
+
+    if metric.rappor is not None:
+        params, hashing = metric.rappor, metric.hashing
+        return [
+            RapporEncoder(
+                params, secret=os.urandom(32), metric=metric.name, hashing=hashing
+            ).encode(v)
+            for v in values
+        ]
+    assert metric.basic is not None
+    enc = BasicEncoder(metric.basic, metric=metric.name, domain=metric.domain)
+    if metric.domain is not None:
+        return [enc.encode(v) for v in values]
+    return [enc.encode(int(v)) for v in values]
+
+
+def _population_values(
+    metric: MetricConfig, clients: int, num_values: int, dist: str, seed: int | None
+) -> list[str]:
+    from crowdmix.population import draw_population
+
+    if metric.basic is not None:
+        num_values = metric.basic.domain_size
+    pop = draw_population(clients, num_values=num_values, distribution=dist, seed=seed)
+    if metric.basic is not None:
+        names = metric.domain if metric.domain is not None else [str(i) for i in range(num_values)]
+        return [names[i] for i in pop.choice]
+    return [pop.values[i] for i in pop.choice]
+
+
+def simulate(
+    target: str,
+    metric: MetricConfig,
+    *,
+    clients: int,
+    num_values: int = 100,
+    distribution: str = "zipf1.5",
+    seed: int | None = None,
+    mode: str = "batched",
+    batch_size: int = 1000,
+    concurrency: int = 16,
+    token: str | None = None,
+    root_certificates: bytes | None = None,
+    progress: bool = False,
+) -> SimulationResult:
+    """Encode ``clients`` clients' values and deliver them; returns what was acknowledged."""
+    from collections import Counter
+
+    from client.transport import ShufflerClient
+
+    if clients < 1:
+        raise ValueError(f"clients must be positive, got {clients}")
+    values = _population_values(metric, clients, num_values, distribution, seed)
+    reports = encode_population(metric, values)
+    start = time.perf_counter()
+    tls = root_certificates is not None
+    acked = failed = dropped = 0
+    if mode == "batched":
+        with ShufflerClient(
+            target,
+            token,
+            tls=tls,
+            root_certificates=root_certificates,
+            max_queue=len(reports),
+            batch_size=batch_size,
+            background=False,
+        ) as sender:
+            for i in range(0, len(reports), batch_size):
+                sender.submit_many(reports[i : i + batch_size])
+                sender.flush()
+                if progress:
+                    _progress(min(i + batch_size, len(reports)), len(reports))
+            acked, failed, dropped = sender.sent, sender.failed, sender.dropped
+    elif mode == "unary":
+        lock = threading.Lock()
+        totals = [0, 0, 0]
+        chunks = [reports[i::concurrency] for i in range(max(1, concurrency))]
+
+        def worker(mine: list[Report]) -> None:
+            with ShufflerClient(
+                target,
+                token,
+                tls=tls,
+                root_certificates=root_certificates,
+                batch_size=1,
+                columnar_threshold=2,
+                background=False,
+            ) as sender:
+                for r in mine:
+                    sender.submit(r)
+                    sender.flush()
+                with lock:
+                    totals[0] += sender.sent
+                    totals[1] += sender.failed
+                    totals[2] += sender.dropped
+
+        threads = [threading.Thread(target=worker, args=(c,)) for c in chunks if c]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        acked, failed, dropped = totals
+    else:
+        raise ValueError(f"mode must be batched or unary, got {mode!r}")
+    seconds = time.perf_counter() - start
+    return SimulationResult(
+        clients=clients,
+        acknowledged=acked,
+        failed=failed,
+        dropped=dropped,
+        seconds=seconds,
+        true_counts=dict(Counter(values)),
+    )
+
+
+def _progress(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // total
+    sys.stderr.write(f"\r  sending [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from client.registry import RegistryError, load_registry
+    from crowdmix.cli import CliError
+
+    try:
+        registry = load_registry(args.config)
+    except RegistryError as exc:
+        raise CliError(str(exc)) from None
+    metric = registry.get(args.metric)
+    if metric is None:
+        raise CliError(f"metric {args.metric!r} is not in {args.config}")
+    token = args.token
+    if args.token_file:
+        lines = [
+            ln.split()[-1]
+            for ln in Path(args.token_file).read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")
+        ]
+        if not lines:
+            raise CliError(f"{args.token_file} holds no token")
+        token = lines[-1]
+    ca = Path(args.tls_ca).read_bytes() if args.tls_ca else None
+    for name in ("clients", "values", "batch_size", "concurrency"):
+        if getattr(args, name) < 1:
+            raise CliError(f"--{name.replace('_', '-')} must be positive")
+    try:
+        result = simulate(
+            args.target,
+            metric,
+            clients=args.clients,
+            num_values=args.values,
+            distribution=args.distribution,
+            seed=args.seed,
+            mode=args.mode,
+            batch_size=args.batch_size,
+            concurrency=args.concurrency,
+            token=token,
+            root_certificates=ca,
+            progress=sys.stderr.isatty(),
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    print(
+        f"simulated {result.clients} clients of {metric.name!r}: "
+        f"{result.acknowledged} acknowledged, {result.failed} failed, {result.dropped} dropped "
+        f"in {result.seconds:.2f}s ({result.rate:,.0f} reports/s)"
+    )
+    if args.truth_out:
+        with open(args.truth_out, "w") as fh:
+            fh.write("value,count\n")
+            for v, c in sorted(result.true_counts.items(), key=lambda kv: -kv[1]):
+                fh.write(f"{v},{c}\n")
+    return 0 if result.failed == 0 and result.acknowledged == result.clients else 1
