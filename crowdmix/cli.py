@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aggregator.cli",
     "shuffler.cli",
     "crowdmix.simulate",
+    "aggregator.accounting.cli",
 )
 
 

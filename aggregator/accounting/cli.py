@@ -1,0 +1,298 @@
+"""``crowdmix privacy ...`` and ``crowdmix plan``: thin wrappers over the accounting math.
+
+    crowdmix privacy amplify --epsilon0 E --n N --delta D [--bound B] [--json]
+    crowdmix privacy compose --epsilon E --delta D --k K --target-delta D2 --method M [--json]
+    crowdmix privacy rounds  --epsilon0 E --n N --rounds R --delta D [--json]
+    crowdmix privacy metric  --config FILE --metric NAME --n N [--rounds R] [--json]
+    crowdmix privacy ledger  --file F --metric NAME [--json]
+    crowdmix plan --epsilon E --delta D --n N --candidates C [--rounds R] [--json]
+
+Only argparse/stdlib at module level; the math is imported inside each command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    privacy = sub.add_parser(
+        "privacy", help="local, amplified and composed privacy guarantees (ε, δ)"
+    )
+    psub = privacy.add_subparsers(dest="privacy_command", metavar="WHAT")
+    privacy.set_defaults(func=lambda args: _usage(privacy))
+
+    amp = psub.add_parser("amplify", help="central (ε, δ) of n shuffled ε0-LDP reports")
+    amp.add_argument("--epsilon0", type=float, help="local ε of one report (default: ε_1 of -k..)")
+    amp.add_argument("--n", type=int, required=True, help="reports shuffled together")
+    amp.add_argument("--delta", type=float, default=1e-6, help="target δ (default 1e-6)")
+    amp.add_argument(
+        "--bound",
+        default="generic",
+        choices=("generic", "rappor", "fmt21", "fmt21-closed"),
+        help="generic stronger clone (default), RAPPOR (p,β,q), FMT21 exact or closed form",
+    )
+    amp.add_argument("--beta", type=float, help="total variation β for --bound rappor")
+    _rappor_args(amp)
+    amp.add_argument("--lower", action="store_true", help="also print the shuffled-RR lower bound")
+    amp.add_argument("--json", action="store_true", help="print a JSON object")
+    amp.set_defaults(func=_amplify)
+
+    comp = psub.add_parser("compose", help="k-fold composition of an (ε, δ) mechanism")
+    comp.add_argument("--epsilon", type=float, required=True)
+    comp.add_argument("--delta", type=float, default=0.0)
+    comp.add_argument("--k", type=int, required=True, help="number of releases")
+    comp.add_argument("--target-delta", type=float, default=1e-6)
+    comp.add_argument("--method", default="optimal", choices=("basic", "advanced", "optimal"))
+    comp.add_argument("--json", action="store_true")
+    comp.set_defaults(func=_compose)
+
+    rounds = psub.add_parser(
+        "rounds", help="R shuffled rounds with fresh randomness: PLD vs per-round composition"
+    )
+    rounds.add_argument("--epsilon0", type=float, required=True)
+    rounds.add_argument("--n", type=int, required=True)
+    rounds.add_argument("--rounds", type=int, required=True)
+    rounds.add_argument("--delta", type=float, default=1e-6)
+    rounds.add_argument("--json", action="store_true")
+    rounds.set_defaults(func=_rounds)
+
+    metric = psub.add_parser("metric", help="the privacy statement of a registry metric")
+    metric.add_argument("--config", required=True, help="metric registry TOML")
+    metric.add_argument("--metric", required=True)
+    metric.add_argument("--n", type=int, required=True, help="reports in the release")
+    metric.add_argument("--rounds", type=int, default=1, help="releases from the same clients")
+    metric.add_argument("--delta", type=float, default=1e-6)
+    metric.add_argument(
+        "--cohort-share", type=float, help="smallest cohort's share (default: estimated)"
+    )
+    metric.add_argument("--cohort-per-report", action="store_true")
+    metric.add_argument("--json", action="store_true")
+    metric.set_defaults(func=_metric)
+
+    ledger = psub.add_parser("ledger", help="releases recorded in a JSON ledger file")
+    ledger.add_argument("--file", required=True)
+    ledger.add_argument("--metric", required=True)
+    ledger.add_argument("--json", action="store_true")
+    ledger.set_defaults(func=_ledger)
+
+    plan = sub.add_parser("plan", help="RAPPOR parameters for a target central (ε, δ)")
+    plan.add_argument("--epsilon", type=float, required=True, help="target central ε")
+    plan.add_argument("--delta", type=float, default=1e-6)
+    plan.add_argument("--n", type=int, required=True, help="expected reports per release")
+    plan.add_argument("--candidates", type=int, required=True, help="candidate values")
+    plan.add_argument("--rounds", type=int, default=1, help="releases the target must cover")
+    plan.add_argument("--cohorts", type=int, default=4)
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(func=_plan)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _rappor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-k", type=int, default=16, help="RAPPOR Bloom bits (with --bound rappor)")
+    p.add_argument("--hashes", type=int, default=2, help="RAPPOR h (default 2)")
+    p.add_argument("-f", type=float, default=0.5)
+    p.add_argument("-p", type=float, default=0.5)
+    p.add_argument("-q", type=float, default=0.75)
+
+
+def _print(args: argparse.Namespace, out: dict[str, Any], text: str) -> None:
+    if args.json:
+        print(json.dumps(out, indent=2, allow_nan=False))
+    else:
+        print(text)
+
+
+def _fail(exc: Exception) -> Exception:
+    from crowdmix.cli import CliError
+
+    return CliError(str(exc))
+
+
+def _amplify(args: argparse.Namespace) -> int:
+    from aggregator.accounting.amplification import amplify, shuffled_rr_lower_bound
+    from aggregator.accounting.local import epsilon_one, total_variation
+    from client.errors import ParamsError
+    from client.params import RapporParams
+
+    try:
+        eps0, beta = args.epsilon0, args.beta
+        if eps0 is None or (args.bound == "rappor" and beta is None):
+            params = RapporParams(k=args.k, h=args.hashes, f=args.f, p=args.p, q=args.q)
+            eps1 = epsilon_one(params)
+            if eps0 is None:
+                eps0 = eps1
+            elif abs(eps0 - eps1) > 1e-9 * max(1.0, eps1):
+                raise ValueError(
+                    f"--bound rappor: --epsilon0 {eps0} is not ε_1 = {eps1:.9g} of the RAPPOR "
+                    "params given; pass --beta, or drop --epsilon0"
+                )
+            if args.bound == "rappor":
+                beta = total_variation(params)
+        result = amplify(eps0, args.n, args.delta, bound=args.bound, beta=beta)
+        lower = shuffled_rr_lower_bound(eps0, args.n, args.delta) if args.lower else None
+    except (ValueError, ParamsError) as exc:
+        raise _fail(exc) from None
+    out = result.to_dict()
+    if beta is not None:
+        out["beta"] = beta
+    if lower is not None:
+        out["rr_lower_bound"] = lower
+    text = (
+        f"{args.n:,} shuffled reports of an ε0 = {eps0:.6g} randomizer: "
+        + (
+            f"(ε = {result.epsilon:.6g}, δ = {result.delta:.3g}) by the {result.bound} bound"
+            if result.amplified
+            else f"no amplification (ε = ε0 = {eps0:.6g})"
+        )
+        + (f"\n  shuffled randomized response needs at least ε = {lower:.6g}" if lower else "")
+    )
+    _print(args, out, text)
+    return 0
+
+
+def _compose(args: argparse.Namespace) -> int:
+    from aggregator.accounting.composition import compose
+
+    try:
+        eps, delta = compose(args.epsilon, args.delta, args.k, args.target_delta, args.method)
+    except ValueError as exc:
+        raise _fail(exc) from None
+    out = {
+        "epsilon": eps,
+        "delta": delta,
+        "method": args.method,
+        "k": args.k,
+        "per_release": {"epsilon": args.epsilon, "delta": args.delta},
+    }
+    _print(
+        args,
+        out,
+        f"{args.k} × (ε={args.epsilon}, δ={args.delta}) → "
+        f"(ε = {eps:.6g}, δ = {delta:.3g}) [{args.method}]",
+    )
+    return 0
+
+
+def _rounds(args: argparse.Namespace) -> int:
+    from aggregator.accounting.amplification import amplify
+    from aggregator.accounting.composition import compose_basic, compose_optimal
+    from aggregator.accounting.pairs import ClonePair
+    from aggregator.accounting.pld import pld_epsilon
+
+    try:
+        pld = pld_epsilon(ClonePair.stronger_clone(args.epsilon0), args.n, args.rounds, args.delta)
+        per_delta = args.delta / (2.0 * args.rounds)
+        per_round = amplify(args.epsilon0, args.n, per_delta).epsilon
+        optimal = compose_optimal(per_round, per_delta, args.rounds, args.delta)
+        basic = compose_basic(per_round, per_delta, args.rounds)[0]
+    except ValueError as exc:
+        raise _fail(exc) from None
+    out = {
+        "epsilon": pld,
+        "delta": args.delta,
+        "method": "pld",
+        "per_round": {"epsilon": per_round, "delta": per_delta},
+        "optimal_composition": optimal,
+        "basic_composition": basic,
+    }
+    _print(
+        args,
+        out,
+        f"{args.rounds} rounds of {args.n:,} shuffled ε0={args.epsilon0} reports, δ={args.delta}:"
+        f"\n  PLD of the per-round pair: ε = {pld:.6g}"
+        f"\n  optimal composition of per-round (ε={per_round:.4g}, δ={per_delta:.2g}): "
+        f"ε = {optimal:.6g}\n  basic composition: ε = {basic:.6g}",
+    )
+    return 0
+
+
+def _metric(args: argparse.Namespace) -> int:
+    from aggregator.accounting.statement import privacy_statement
+    from client.errors import ParamsError
+    from client.registry import load_registry
+
+    try:
+        registry = load_registry(args.config)
+        metric = registry.get(args.metric)
+        if metric is None:
+            raise ValueError(f"metric {args.metric!r} is not in {args.config}")
+        stmt = privacy_statement(
+            metric,
+            args.n,
+            delta=args.delta,
+            cohort_sizes=args.cohort_share,
+            cohort_per_report=args.cohort_per_report,
+            rounds=args.rounds,
+        )
+    except (ValueError, ParamsError) as exc:
+        raise _fail(exc) from None
+    _print(args, stmt.to_dict(), stmt.render())
+    return 0
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    from aggregator.accounting.ledger import AccountingError, JsonFileLedgerStore, PrivacyLedger
+
+    try:
+        ledger = PrivacyLedger(JsonFileLedgerStore(args.file))
+        releases = ledger.releases(args.metric)
+        eps, delta = ledger.cumulative(releases)
+    except AccountingError as exc:
+        raise _fail(exc) from None
+    out = {
+        "metric": args.metric,
+        "releases": [r.to_dict() for r in releases],
+        "cumulative": {"epsilon": eps, "delta": delta},
+    }
+    lines = [f"{len(releases)} release(s) of {args.metric}"]
+    lines += [
+        f"  {r.release_id}: window {r.window}, {r.n_reports:,} reports, "
+        f"(ε={r.epsilon:.4g}, δ={r.delta:.2g}) [{r.bound}]"
+        for r in releases
+    ]
+    lines.append(f"  cumulative: (ε = {eps:.6g}, δ = {delta:.3g})")
+    _print(args, out, "\n".join(lines))
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from aggregator.accounting.planner import plan
+
+    try:
+        result = plan(
+            args.epsilon,
+            args.delta,
+            args.n,
+            args.candidates,
+            rounds=args.rounds,
+            cohorts=args.cohorts,
+        )
+    except ValueError as exc:
+        raise _fail(exc) from None
+    p = result.params
+    out = result.to_dict()
+    if not math.isfinite(result.epsilon_inf):
+        out["epsilon_inf"] = None
+    text = (
+        f"For central ε ≤ {args.epsilon} (δ = {args.delta}) over {args.rounds} release(s) of "
+        f"~{args.n:,} reports and {args.candidates} candidates:\n"
+        f"  k={p.k} h={p.h} m={p.m} f={p.f} p={p.p:.4f} q={p.q:.4f}\n"
+        f"  local ε_1 = {result.epsilon_1:.4g}, ε_∞ = {result.epsilon_inf:.4g}\n"
+        f"  central ε = {result.central_epsilon:.4g} per release ({result.central_bound}), "
+        f"{result.longitudinal_epsilon:.4g} over all ({result.longitudinal_argument})\n"
+        f"  std error of a frequency ≈ {result.std_error:.3g}; smallest detectable "
+        f"frequency ≈ {result.detectable_frequency:.3g} "
+        f"(α={result.alpha}, power {result.power}, Bonferroni over candidates)"
+    )
+    _print(args, out, text)
+    return 0

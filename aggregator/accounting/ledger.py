@@ -1,0 +1,339 @@
+"""The privacy ledger: every release of a metric, and a budget it must stay within.
+
+A report job asks the ledger before publishing: ``record`` validates the
+release (well-formed, not already recorded, cumulative guarantee within the
+metric's budget) and only then appends it, so a refused release leaves the
+ledger untouched. Storage sits behind ``LedgerStore`` (memory, a JSON file, or
+Redis); every backend offers one compare-and-append, so two report jobs
+racing on one metric cannot both spend the last of a budget.
+
+Cumulative guarantee of releases 1..k of a metric: basic composition
+(Σε_i, Σδ_i), which holds for any releases, or, when the newest release carries
+a ``longitudinal`` figure covering all k releases (from
+``privacy_statement(..., rounds=k)``: the memoised-PRR or PLD argument),
+whichever has the smaller ε.
+
+Errors (all ``AccountingError``)::
+
+    AccountingError
+    ├── BudgetExceededError     the release would exceed the budget; nothing recorded
+    ├── DuplicateReleaseError   a release with this id is already recorded
+    ├── ConcurrentUpdateError   another writer appended first; re-read and retry
+    └── LedgerCorruptError      stored data cannot be read back
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from threading import Lock
+from typing import Any, Protocol
+
+__all__ = [
+    "AccountingError",
+    "Budget",
+    "BudgetExceededError",
+    "ConcurrentUpdateError",
+    "DuplicateReleaseError",
+    "JsonFileLedgerStore",
+    "LedgerCorruptError",
+    "LedgerStore",
+    "MemoryLedgerStore",
+    "PrivacyLedger",
+    "RedisLedgerStore",
+    "Release",
+]
+
+
+class AccountingError(Exception):
+    """Base of the ledger's errors."""
+
+
+class BudgetExceededError(AccountingError):
+    """Recording the release would exceed the metric's privacy budget."""
+
+
+class DuplicateReleaseError(AccountingError):
+    """A release with the same id is already in the ledger."""
+
+
+class ConcurrentUpdateError(AccountingError):
+    """The ledger changed between validation and append."""
+
+
+class LedgerCorruptError(AccountingError):
+    """A stored ledger entry cannot be parsed."""
+
+
+def _check_eps_delta(where: str, eps: Any, delta: Any) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or math.isnan(eps) or eps < 0:
+        raise ValueError(f"{where}epsilon must be a non-negative number, got {eps!r}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 <= delta < 1.0:
+        raise ValueError(f"{where}delta must be in [0, 1), got {delta!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """The most a metric may ever spend: (ε, δ) over all its releases."""
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        _check_eps_delta("budget ", self.epsilon, self.delta)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release:
+    """One published result: which data, what mechanism, what it cost."""
+
+    release_id: str
+    window: int
+    n_reports: int
+    mechanism: str
+    epsilon: float
+    delta: float
+    bound: str = "generic"
+    batch_sizes: tuple[int, ...] = ()
+    longitudinal_epsilon: float | None = None
+    longitudinal_delta: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.release_id, str) or not 0 < len(self.release_id) <= 256:
+            raise ValueError(f"release_id must be a non-empty string, got {self.release_id!r}")
+        for name in ("window", "n_reports"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+        if not isinstance(self.mechanism, str) or not self.mechanism:
+            raise ValueError(f"mechanism must be a non-empty string, got {self.mechanism!r}")
+        _check_eps_delta("", self.epsilon, self.delta)
+        object.__setattr__(self, "batch_sizes", tuple(self.batch_sizes))
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch_sizes must be positive integers, got {self.batch_sizes!r}")
+        if (self.longitudinal_epsilon is None) != (self.longitudinal_delta is None):
+            raise ValueError("longitudinal_epsilon and longitudinal_delta go together")
+        if self.longitudinal_epsilon is not None:
+            _check_eps_delta("longitudinal_", self.longitudinal_epsilon, self.longitudinal_delta)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "release_id": self.release_id,
+            "window": self.window,
+            "n_reports": self.n_reports,
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "bound": self.bound,
+            "batch_sizes": list(self.batch_sizes),
+            "longitudinal_epsilon": self.longitudinal_epsilon,
+            "longitudinal_delta": self.longitudinal_delta,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Release:
+        try:
+            return cls(
+                release_id=data["release_id"],
+                window=data["window"],
+                n_reports=data["n_reports"],
+                mechanism=data["mechanism"],
+                epsilon=data["epsilon"],
+                delta=data["delta"],
+                bound=data.get("bound", "generic"),
+                batch_sizes=tuple(data.get("batch_sizes", ())),
+                longitudinal_epsilon=data.get("longitudinal_epsilon"),
+                longitudinal_delta=data.get("longitudinal_delta"),
+                extra=dict(data.get("extra", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LedgerCorruptError(f"ledger entry cannot be read: {exc}") from None
+
+
+class LedgerStore(Protocol):
+    """Where ledger entries live. ``append`` is a compare-and-append."""
+
+    def load(self, metric: str) -> list[dict[str, Any]]:
+        """All entries of ``metric`` in order (empty if none)."""
+        ...
+
+    def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
+        """Append iff ``metric`` still has ``expected_length`` entries, else
+        raise ConcurrentUpdateError."""
+        ...
+
+
+class MemoryLedgerStore:
+    """In-process store (tests, the embedded demo)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, list[dict[str, Any]]] = {}
+        self._lock = Lock()
+
+    def load(self, metric: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [json.loads(json.dumps(e)) for e in self._data.get(metric, [])]
+
+    def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
+        copy = json.loads(json.dumps(entry))
+        with self._lock:
+            entries = self._data.setdefault(metric, [])
+            if len(entries) != expected_length:
+                raise ConcurrentUpdateError(f"ledger of {metric!r} changed; retry")
+            entries.append(copy)
+
+
+class JsonFileLedgerStore:
+    """One JSON file {metric: [entries]}; an exclusive flock guards each append
+    and the file is replaced atomically (a crash never leaves half a ledger)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+
+    def _read(self) -> dict[str, list[dict[str, Any]]]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LedgerCorruptError(f"ledger file {self.path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+            raise LedgerCorruptError(f"ledger file {self.path} must map metric names to lists")
+        return data
+
+    def load(self, metric: str) -> list[dict[str, Any]]:
+        return list(self._read().get(metric, []))
+
+    def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                data = self._read()
+                entries = data.setdefault(metric, [])
+                if len(entries) != expected_length:
+                    raise ConcurrentUpdateError(f"ledger of {metric!r} changed; retry")
+                entries.append(entry)
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
+                try:
+                    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                        json.dump(data, fh, indent=1, sort_keys=True)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    os.replace(tmp, self.path)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class RedisLedgerStore:
+    """A Redis list per metric; WATCH/MULTI makes the append a compare-and-append."""
+
+    def __init__(self, client: Any, prefix: str = "crowdmix:ledger:") -> None:
+        self._redis = client
+        self._prefix = prefix
+
+    def _key(self, metric: str) -> str:
+        return f"{self._prefix}{{{metric}}}"
+
+    def load(self, metric: str) -> list[dict[str, Any]]:
+        out = []
+        for raw in self._redis.lrange(self._key(metric), 0, -1):
+            try:
+                out.append(json.loads(raw))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise LedgerCorruptError(f"ledger entry of {metric!r} is not JSON: {exc}") from None
+        return out
+
+    def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
+        import redis
+
+        key = self._key(metric)
+        with self._redis.pipeline() as pipe:
+            try:
+                pipe.watch(key)
+                if pipe.llen(key) != expected_length:
+                    raise ConcurrentUpdateError(f"ledger of {metric!r} changed; retry")
+                pipe.multi()
+                pipe.rpush(key, json.dumps(entry, sort_keys=True))
+                pipe.execute()
+            except redis.WatchError:
+                raise ConcurrentUpdateError(f"ledger of {metric!r} changed; retry") from None
+
+
+class PrivacyLedger:
+    """Per-metric record of releases with a budget check before every append."""
+
+    def __init__(
+        self, store: LedgerStore, budgets: Mapping[str, Budget] | Budget | None = None
+    ) -> None:
+        self.store = store
+        self._budgets = budgets
+
+    def budget(self, metric: str) -> Budget | None:
+        if self._budgets is None or isinstance(self._budgets, Budget):
+            return self._budgets
+        return self._budgets.get(metric)
+
+    def releases(self, metric: str) -> list[Release]:
+        return [Release.from_dict(e) for e in self.store.load(metric)]
+
+    @staticmethod
+    def cumulative(releases: list[Release]) -> tuple[float, float]:
+        """(ε, δ) of all ``releases`` together (see the module docstring)."""
+        if not releases:
+            return 0.0, 0.0
+        eps = math.fsum(r.epsilon for r in releases)
+        delta = min(1.0, math.fsum(r.delta for r in releases))
+        last = releases[-1]
+        if last.longitudinal_epsilon is not None and last.longitudinal_epsilon < eps:
+            assert last.longitudinal_delta is not None  # paired in Release.__post_init__
+            return last.longitudinal_epsilon, last.longitudinal_delta
+        return eps, delta
+
+    def spent(self, metric: str) -> tuple[float, float]:
+        return self.cumulative(self.releases(metric))
+
+    def check(self, metric: str, release: Release) -> tuple[float, float]:
+        """The cumulative (ε, δ) if ``release`` were recorded; raises if refused."""
+        return self._validate(metric, release, self.releases(metric))
+
+    def _validate(
+        self, metric: str, release: Release, existing: list[Release]
+    ) -> tuple[float, float]:
+        if any(r.release_id == release.release_id for r in existing):
+            raise DuplicateReleaseError(
+                f"release {release.release_id!r} of {metric!r} is already recorded"
+            )
+        eps, delta = self.cumulative([*existing, release])
+        budget = self.budget(metric)
+        if budget is not None and (eps > budget.epsilon or delta > budget.delta):
+            spent_eps, spent_delta = self.cumulative(existing)
+            raise BudgetExceededError(
+                f"release {release.release_id!r} of {metric!r} would bring the total to "
+                f"(ε={eps:.6g}, δ={delta:.3g}), over the budget (ε={budget.epsilon:.6g}, "
+                f"δ={budget.delta:.3g}); already spent (ε={spent_eps:.6g}, δ={spent_delta:.3g}). "
+                "Nothing was recorded."
+            )
+        return eps, delta
+
+    def record(self, metric: str, release: Release) -> tuple[float, float]:
+        """Validate, then append; returns the new cumulative (ε, δ)."""
+        existing = self.releases(metric)
+        result = self._validate(metric, release, existing)
+        self.store.append(metric, release.to_dict(), len(existing))
+        return result

@@ -1,0 +1,231 @@
+"""The planner: a target central (ε, δ), expected n and candidate count → RAPPOR
+parameters (k, h, m, f, p, q), with the expected standard error and the smallest
+detectable frequency (google/rappor issue #9 asked for this guide).
+
+Method (every step monotone, so the result is checked, not hoped for):
+
+1. The crowd one report hides in: the smallest of m cohorts, estimated as in
+   ``privacy_statement`` (n/m minus 5 standard deviations).
+2. ε0_max: the largest local ε whose generic stronger-clone amplification
+   within that crowd meets the target ε (bisection on ε0; the bound is
+   monotone in ε0). With ``rounds`` > 1 the target applies to all rounds
+   together, and a memoised PRR bounds them by ε_R or ε_∞ (see statement.py),
+   so the local figure that must fit under ε0_max is min(ε_R, ε_∞).
+3. For h ∈ {1, 2} and f ∈ {1/8, 1/4, 1/2, 3/4}, the symmetric IRR q = 1 − p with
+   the largest q that keeps the local figure ≤ ε0_max (bisection: ε_1 and ε_R
+   grow with q). The RAPPOR-specific bound is never used to loosen the choice,
+   only reported (it can only be tighter).
+4. The idealised standard error of one candidate's frequency: h·n noisy bits
+   carry it, each with variance at most 1/4, scaled by the signal q* − p*:
+
+       se = 1 / (2·(q* − p*)·sqrt(h·n))
+
+   (a lower bound on the decoder's error: Bloom collisions among candidates
+   and the regression add to it). The smallest frequency detected with the
+   given power by a one-sided z-test at level α/candidates (Bonferroni):
+   (z_{1−α/C} + z_power)·se.
+5. k: a power of two ≥ 1.5·h·C (then fewer than half the Bloom bits are set
+   with every candidate present), within [16, 4096]; m: ``cohorts`` (default
+   4: enough that two candidates colliding in every cohort is negligible,
+   small enough to keep the crowd large).
+
+The proposal is fed back through ``privacy_statement`` and the figures it
+prints come from there, so a plan that misses its target cannot be returned.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from client.params import RapporParams
+
+__all__ = ["Plan", "PlanError", "plan"]
+
+_H_CHOICES = (1, 2)
+_F_CHOICES = (0.125, 0.25, 0.5, 0.75)
+_Q_MAX = 0.99
+
+
+class PlanError(ValueError):
+    """The target cannot be met (e.g. too few reports for any amplification)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A proposed parameter set and what it delivers."""
+
+    params: RapporParams
+    target_epsilon: float
+    delta: float
+    n: int
+    candidates: int
+    rounds: int
+    epsilon_local_max: float
+    epsilon_1: float
+    epsilon_inf: float
+    central_epsilon: float
+    central_bound: str
+    longitudinal_epsilon: float
+    longitudinal_argument: str
+    n_amplify: int
+    std_error: float
+    detectable_frequency: float
+    alpha: float
+    power: float
+
+    @property
+    def meets_target(self) -> bool:
+        return max(self.central_epsilon, self.longitudinal_epsilon) <= self.target_epsilon
+
+    def to_dict(self) -> dict[str, object]:
+        p = self.params
+        return {
+            "params": {"k": p.k, "h": p.h, "m": p.m, "f": p.f, "p": p.p, "q": p.q},
+            "target": {"epsilon": self.target_epsilon, "delta": self.delta, "rounds": self.rounds},
+            "n": self.n,
+            "candidates": self.candidates,
+            "n_amplify": self.n_amplify,
+            "epsilon_local_max": self.epsilon_local_max,
+            "epsilon_1": self.epsilon_1,
+            "epsilon_inf": self.epsilon_inf,
+            "central": {"epsilon": self.central_epsilon, "bound": self.central_bound},
+            "longitudinal": {
+                "epsilon": self.longitudinal_epsilon,
+                "argument": self.longitudinal_argument,
+            },
+            "std_error": self.std_error,
+            "detectable_frequency": self.detectable_frequency,
+            "alpha": self.alpha,
+            "power": self.power,
+            "meets_target": self.meets_target,
+        }
+
+
+def _next_pow2(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1.0, x))))
+
+
+def _max_local_epsilon(target: float, n_amp: int, delta: float) -> float:
+    """Largest ε0 (to 1e-6 relative, rounded down) with generic amplification ≤ target."""
+    from aggregator.accounting.amplification import amplify
+
+    if amplify(target, n_amp, delta).epsilon > target:  # cannot happen: bound ≤ ε0
+        return 0.0
+    lo, hi = target, max(2.0 * target, 1.0)
+    while amplify(hi, n_amp, delta).epsilon <= target:
+        lo, hi = hi, 2.0 * hi
+        if hi > 40.0:
+            return lo
+    while hi - lo > 1e-6 * lo:
+        mid = 0.5 * (lo + hi)
+        if amplify(mid, n_amp, delta).epsilon <= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _local_figure(params: RapporParams, rounds: int) -> float:
+    from aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one
+
+    if rounds == 1:
+        return epsilon_one(params)
+    return min(epsilon_k(params, rounds), epsilon_inf(params))
+
+
+def _best_q(h: int, f: float, k: int, m: int, rounds: int, eps_max: float) -> RapporParams | None:
+    def make(q: float) -> RapporParams:
+        return RapporParams(k=k, h=h, m=m, f=f, p=1.0 - q, q=q)
+
+    if _local_figure(make(_Q_MAX), rounds) <= eps_max:
+        return make(_Q_MAX)
+    lo, hi = 0.5, _Q_MAX  # q = 0.5 carries no signal; the figure rises with q
+    while hi - lo > 1e-9:
+        mid = 0.5 * (lo + hi)
+        if _local_figure(make(mid), rounds) <= eps_max:
+            lo = mid
+        else:
+            hi = mid
+    return make(lo) if lo > 0.5 else None
+
+
+def std_error(params: RapporParams, n: int) -> float:
+    """Idealised standard error of one candidate's frequency (see module docstring)."""
+    from client.privacy import p_star, q_star
+
+    signal = q_star(params) - p_star(params)
+    return 1.0 / (2.0 * signal * math.sqrt(params.h * n))
+
+
+def plan(
+    epsilon: float,
+    delta: float,
+    n: int,
+    candidates: int,
+    *,
+    rounds: int = 1,
+    cohorts: int = 4,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> Plan:
+    """Propose RAPPOR params meeting central ``epsilon`` (over ``rounds`` releases)."""
+    from scipy.stats import norm
+
+    from aggregator.accounting.statement import _smallest_share, privacy_statement
+    from client.registry import MetricConfig
+
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon < 20:
+        raise ValueError(f"epsilon must be in (0, 20), got {epsilon!r}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    for name, v in (("n", n), ("candidates", candidates), ("rounds", rounds), ("cohorts", cohorts)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if not 0.0 < alpha < 1.0 or not 0.0 < power < 1.0:
+        raise ValueError("alpha and power must be in (0, 1)")
+
+    probe = MetricConfig(name="plan", rappor=RapporParams(k=16, h=1, m=cohorts))
+    share, _ = _smallest_share(probe, n, None, False)
+    n_amp = max(1, math.floor(share * n + 1e-9))
+    eps_max = _max_local_epsilon(float(epsilon), n_amp, delta)
+
+    best: tuple[float, RapporParams] | None = None
+    for h in _H_CHOICES:
+        k = min(4096, max(16, _next_pow2(1.5 * h * candidates)))
+        for f in _F_CHOICES:
+            params = _best_q(h, f, k, cohorts, rounds, eps_max)
+            if params is None:
+                continue
+            se = std_error(params, n)
+            if best is None or se < best[0]:
+                best = (se, params)
+    if best is None:
+        raise PlanError(
+            f"no RAPPOR parameters reach ε={epsilon} with δ={delta} for n={n} "
+            f"(a report hides among only ~{n_amp} others)"
+        )
+    se, params = best
+    metric = MetricConfig(name="plan", rappor=params)
+    stmt = privacy_statement(metric, n, delta=delta, rounds=rounds)
+    z = float(norm.isf(alpha / candidates)) + float(norm.ppf(power))
+    return Plan(
+        params=params,
+        target_epsilon=float(epsilon),
+        delta=delta,
+        n=n,
+        candidates=candidates,
+        rounds=rounds,
+        epsilon_local_max=eps_max,
+        epsilon_1=stmt.epsilon_local,
+        epsilon_inf=stmt.epsilon_inf if stmt.epsilon_inf is not None else math.inf,
+        central_epsilon=stmt.central.epsilon,
+        central_bound=stmt.central.bound,
+        longitudinal_epsilon=stmt.longitudinal.epsilon,
+        longitudinal_argument=stmt.longitudinal.argument,
+        n_amplify=stmt.central.n_amplify,
+        std_error=se,
+        detectable_frequency=min(1.0, z * se),
+        alpha=alpha,
+        power=power,
+    )
