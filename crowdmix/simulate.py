@@ -196,6 +196,7 @@ def _progress(done: int, total: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from client.errors import TransportError
     from client.registry import RegistryError, load_registry
     from crowdmix.cli import CliError
 
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             root_certificates=ca,
             progress=sys.stderr.isatty(),
         )
-    except ValueError as exc:
+    except (ValueError, TransportError) as exc:
         raise CliError(str(exc)) from None
     print(
         f"simulated {result.clients} clients of {metric.name!r}: "

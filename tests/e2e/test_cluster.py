@@ -1,0 +1,130 @@
+"""The local-cluster launcher starts Redis, two shufflers and an aggregator as real
+processes; ``crowdmix simulate`` drives it; every acknowledged report is counted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aggregator.store import load_counts
+from crowdmix.cluster import DEMO_METRIC, LocalCluster
+from crowdmix.health import check_health
+
+
+def _counted(cluster: LocalCluster, expected: int, timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    total = 0
+    while time.monotonic() < deadline:
+        try:
+            total = int(load_counts(cluster.redis_url, DEMO_METRIC).totals.sum())
+        except LookupError:
+            total = 0
+        if total >= expected:
+            return total
+        time.sleep(0.2)
+    return total
+
+
+def _simulate(cluster: LocalCluster, target: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crowdmix",
+            "simulate",
+            "--target",
+            target,
+            "--config",
+            str(cluster.registry_path),
+            "--metric",
+            DEMO_METRIC,
+            "--token",
+            cluster.token,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_launcher_simulate_and_clean_stop(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "cluster", shufflers=2, min_batch=500)
+    cluster.start()
+    try:
+        for target in [*cluster.shuffler_targets, cluster.aggregator_target]:
+            assert check_health(target) == "SERVING"
+        batched = _simulate(cluster, cluster.shuffler_targets[0], "--clients", "3000")
+        assert batched.returncode == 0, batched.stderr
+        assert "3000 acknowledged" in batched.stdout
+        unary = _simulate(
+            cluster,
+            cluster.shuffler_targets[1],
+            "--clients", "600",
+            "--mode", "unary",
+            "--concurrency", "8",
+        )  # fmt: skip
+        assert unary.returncode == 0, unary.stderr
+        assert "600 acknowledged" in unary.stdout
+        assert _counted(cluster, 3600) == 3600
+        # A bad token is refused by the shuffler, and the simulator says so.
+        cluster.token, good = "x" * 32, cluster.token
+        refused = _simulate(cluster, cluster.shuffler_targets[0], "--clients", "10")
+        cluster.token = good
+        assert refused.returncode == 1
+        assert "UNAUTHENTICATED" in refused.stderr
+    finally:
+        codes = cluster.stop()
+    assert codes == {"shuffler-1": 0, "shuffler-2": 0, "aggregator": 0}
+    assert all(not s.alive() for s in cluster.shufflers)
+    assert not cluster.redis.ping()
+
+
+def test_simulate_rejects_unknown_metric(tmp_path: Path) -> None:
+    from crowdmix.cluster import write_demo_registry
+
+    registry = write_demo_registry(tmp_path / "m.toml")
+    out = subprocess.run(
+        [sys.executable, "-m", "crowdmix", "simulate", "--target", "127.0.0.1:1",
+         "--config", str(registry), "--metric", "nope"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "metric 'nope' is not in" in out.stderr
+
+
+@pytest.mark.slow
+def test_cluster_command_runs_until_sigterm(tmp_path: Path) -> None:
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crowdmix", "cluster", "--dir", str(tmp_path / "c")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if line.startswith("Stop with") or not line:
+                break
+        assert lines[-1].startswith("Stop with"), "".join(lines) + proc.stderr.read()
+        targets = [ln.split()[1] for ln in lines if ln.strip().startswith(("shuffler-", "aggr"))]
+        assert len(targets) == 3
+        assert all(check_health(t) == "SERVING" for t in targets)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "shuffler-1 exit 0, shuffler-2 exit 0, aggregator exit 0" in out
