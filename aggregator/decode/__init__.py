@@ -1,0 +1,38 @@
+"""Decoders: counts → frequencies with standard errors, intervals and significance.
+
+- ``rappor``: RAPPOR (weighted NNLS, LASSO screening, analytic SEs);
+- ``basic``: binary RR, k-RR, OUE, OLH closed-form estimators;
+- ``stats``: p-values, corrections, intervals; ``simulate``: exact count simulation.
+"""
+
+from __future__ import annotations
+
+from aggregator.decode.errors import (
+    DecodeError,
+    DecodeWarning,
+    IllPosedError,
+    NoReportsError,
+    ParamsMismatchError,
+)
+from aggregator.decode.rappor import (
+    DecodeOptions,
+    bit_estimates,
+    decode_rappor,
+    design_matrix,
+    detection_threshold,
+)
+from aggregator.decode.result import DecodeResult
+
+__all__ = [
+    "DecodeError",
+    "DecodeOptions",
+    "DecodeResult",
+    "DecodeWarning",
+    "IllPosedError",
+    "NoReportsError",
+    "ParamsMismatchError",
+    "bit_estimates",
+    "decode_rappor",
+    "design_matrix",
+    "detection_threshold",
+]
