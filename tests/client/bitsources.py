@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+import numpy.typing as npt
+
 
 class ScriptedBits:
     """Returns scripted words as one little-endian bit stream.
@@ -55,3 +58,26 @@ def scripted_fields(fields: list[tuple[int, int]]) -> ScriptedBits:
         src._stream = (src._stream << nbits) | value
         src._left += nbits
     return src
+
+
+class SeededBytes:
+    """A seeded ByteSource for client.batch in tests (numpy PCG64; never in production)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def random_array(self, n: int) -> npt.NDArray[np.uint8]:
+        return np.frombuffer(bytearray(self._rng.bytes(n)), dtype=np.uint8)
+
+
+class ScriptedBytes:
+    """A ByteSource returning scripted uint8 arrays, in order."""
+
+    def __init__(self, arrays: list[list[int]]) -> None:
+        self._arrays = [np.array(a, dtype=np.uint8) for a in arrays]
+
+    def random_array(self, n: int) -> npt.NDArray[np.uint8]:
+        arr = self._arrays.pop(0)
+        if arr.size != n:
+            raise AssertionError(f"asked for {n} bytes, scripted {arr.size}")
+        return arr.copy()

@@ -64,7 +64,7 @@ def test_fingerprint_changes_with_every_field_and_hashing() -> None:
     for name, value in changes.items():
         other = dataclasses.replace(base, **{name: value})
         for hashing in ("mmh3", "rappor-md5"):
-            fp = other.fingerprint(hashing)  # type: ignore[arg-type]
+            fp = other.fingerprint(hashing)
             assert fp not in seen, name
             seen.add(fp)
     assert 0 <= base.fingerprint() < 2**64
