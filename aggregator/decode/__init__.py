@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from aggregator.decode.basic import decode_basic, project_to_simplex
 from aggregator.decode.errors import (
     DecodeError,
     DecodeWarning,
@@ -32,7 +33,9 @@ __all__ = [
     "NoReportsError",
     "ParamsMismatchError",
     "bit_estimates",
+    "decode_basic",
     "decode_rappor",
     "design_matrix",
     "detection_threshold",
+    "project_to_simplex",
 ]

@@ -1,0 +1,138 @@
+"""Closed-form estimators for the basic mechanisms (Wang, Blocki, Li, Jha,
+"Locally Differentially Private Protocols for Frequency Estimation", USENIX
+Security 2017, §3–4).
+
+Every mechanism is a *pure* protocol: a report supports value v with
+probability p* when the client holds v and q* otherwise. With S_v reports
+supporting v out of n (``ones[0, v]``, ``totals[0]``; see
+``aggregator.basic_counts``):
+
+    ĉ_v = (S_v − n·q*) / (p* − q*)                           (unbiased)
+    Var(ĉ_v) = n·q*(1−q*)/(p*−q*)² + c_v·(1−p*−q*)/(p*−q*)    (Wang et al., eq. 2)
+
+with c_v the true count (the plug-in max(ĉ_v, 0) is used). The mechanisms'
+(p*, q*):
+
+    binary-rr   e^ε/(e^ε+1),       1/(e^ε+1)         (support of 1 = bit set)
+    krr         e^ε/(e^ε+d−1),     1/(e^ε+d−1)
+    oue         1/2,               1/(e^ε+1)
+    olh         e^ε/(e^ε+g−1),     1/g               (g = round(e^ε)+1)
+
+Optionally the estimated proportions are projected onto the probability
+simplex (Euclidean projection; Duchi, Shalev-Shwartz, Singer, Chandra, ICML
+2008), which trades unbiasedness for lower total error; standard errors stay
+those of the unbiased estimator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from aggregator.decode.errors import NoReportsError, ParamsMismatchError
+from aggregator.decode.result import DecodeResult
+from aggregator.decode.stats import (
+    Correction,
+    confidence_interval,
+    critical_z,
+    one_sided_p_values,
+    significant,
+)
+from client.basic import BasicParams
+
+__all__ = ["decode_basic", "project_to_simplex", "support_probabilities"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def support_probabilities(params: BasicParams) -> tuple[float, float]:
+    """(p*, q*): P(a report supports v | client holds v), P(… | client holds another value)."""
+    e = math.exp(params.epsilon)
+    mech = params.mechanism
+    if mech == "binary-rr":
+        return e / (e + 1.0), 1.0 / (e + 1.0)
+    if mech == "krr":
+        d = params.domain_size
+        return e / (e + d - 1.0), 1.0 / (e + d - 1.0)
+    if mech == "oue":
+        return 0.5, params.oue_q
+    g = params.olh_buckets
+    return params.keep_probability, 1.0 / g
+
+
+def project_to_simplex(v: npt.ArrayLike) -> FloatArray:
+    """argmin ‖x − v‖₂ over {x >= 0, Σx = 1} (sort-based, O(d log d))."""
+    v = np.asarray(v, dtype=np.float64)
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - 1.0
+    idx = np.arange(1, v.size + 1)
+    rho = int(np.flatnonzero(u - css / idx > 0)[-1])
+    theta = css[rho] / (rho + 1.0)
+    return np.maximum(v - theta, 0.0)
+
+
+def decode_basic(
+    totals: npt.ArrayLike,
+    ones: npt.ArrayLike,
+    params: BasicParams,
+    values: Sequence[str] | None = None,
+    *,
+    alpha: float = 0.05,
+    correction: Correction = "bonferroni",
+    level: float = 0.95,
+    project: bool = False,
+) -> DecodeResult:
+    """Frequencies of every domain value from a basic mechanism's supports."""
+    tot = np.asarray(totals, dtype=np.int64).ravel()
+    sup = np.asarray(ones, dtype=np.int64)
+    d = params.domain_size
+    width = 1 if params.mechanism == "binary-rr" else d
+    if tot.shape != (1,) or sup.shape != (1, width):
+        raise ParamsMismatchError(
+            f"{params.mechanism} counts must be totals[1], ones[1, {width}]; "
+            f"got {tot.shape}, {sup.shape}"
+        )
+    n = int(tot[0])
+    if n == 0:
+        raise NoReportsError("there are no reports to decode")
+    if np.any(sup < 0) or np.any(sup > n):
+        raise ParamsMismatchError("supports must be between 0 and the number of reports")
+    if params.mechanism == "binary-rr":
+        support = np.array([n - sup[0, 0], sup[0, 0]], dtype=np.float64)
+    else:
+        support = sup[0].astype(np.float64)
+    names = tuple(values) if values is not None else tuple(str(i) for i in range(d))
+    if len(names) != d:
+        raise ParamsMismatchError(f"{len(names)} value names for a domain of {d}")
+    ps, qs = support_probabilities(params)
+    span = ps - qs
+    count = (support - n * qs) / span
+    var = n * qs * (1 - qs) / span**2 + np.maximum(count, 0.0) * (1 - ps - qs) / span
+    proportion = count / n
+    std_error = np.sqrt(np.maximum(var, 0.0)) / n
+    p_value = one_sided_p_values(proportion, std_error)
+    is_sig = significant(p_value, alpha=alpha, correction=correction)
+    if project:
+        proportion = project_to_simplex(proportion)
+    ci_low, ci_high = confidence_interval(proportion, std_error, level)
+    null_se = math.sqrt(qs * (1 - qs) / n) / span
+    tests = d if correction == "bonferroni" else 1
+    return DecodeResult(
+        values=names,
+        proportion=proportion,
+        std_error=std_error,
+        ci_low=ci_low,
+        ci_high=np.minimum(ci_high, 1.0),
+        p_value=p_value,
+        significant=is_sig,
+        num_reports=n,
+        num_cohorts=1,
+        detection_threshold=critical_z(alpha / tests) * null_se,
+        method=f"{params.mechanism}: unbiased estimator" + (" + simplex projection" * project),
+        alpha=alpha,
+        correction=correction,
+        diagnostics={"p_star": ps, "q_star": qs},
+    )
