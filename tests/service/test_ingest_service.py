@@ -292,3 +292,23 @@ def test_two_servers_in_one_process_and_stop_is_graceful(
         assert a.port != b.port
         assert check_health(a.target) == "SERVING"
     assert check_health(a.target, timeout=1.0).startswith("UNREACHABLE")
+
+
+class _BrokenStore(MemoryCountStore):
+    def apply(self, *args: object, **kwargs: object) -> bool:
+        raise RuntimeError("secret internals")
+
+
+def test_an_unexpected_error_is_internal_without_details(registry: Registry) -> None:
+    rng = np.random.default_rng(15)
+    b = random_batch(rng, registry["pages"], 10, now_window(registry))
+    with (
+        start_aggregator(registry, _BrokenStore()) as srv,
+        grpc.insecure_channel(srv.target) as channel,
+    ):
+        stub = crowdmix_pb2_grpc.AggregatorStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Ingest(batch_to_proto(b))
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+        assert info.value.details() == "internal error"
+        assert check_health(srv.target) == "SERVING"

@@ -146,3 +146,24 @@ def test_params_changed_under_a_metric_name_is_failed_precondition(
     store = RedisCountStore.from_url(redis_url)
     assert load_counts(store, registry["pages"]) == direct_count(registry["pages"], [first])
     store.close()
+
+
+def test_the_daemon_folds_deltas_in_the_background(tmp_path: Path, redis_url: str) -> None:
+    _, registry = write_registry(tmp_path)
+    batches = _batches(registry, 12, 61)
+    store = RedisCountStore.from_url(redis_url)
+    with (
+        start_aggregator(registry, store, maintain_interval=0.05) as server,
+        grpc.insecure_channel(server.target) as channel,
+    ):
+        stub = crowdmix_pb2_grpc.AggregatorStub(channel)
+        for b in batches:
+            stub.Ingest(batch_to_proto(b))
+        deadline = time.monotonic() + 10
+        while store.pending("pages", batches[0].window) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.pending("pages", batches[0].window) == 0
+        folded = server.metrics.registry.get_sample_value("crowdmix_aggregator_deltas_folded_total")
+        assert folded == len(batches)
+    assert load_counts(store, registry["pages"]) == direct_count(registry["pages"], batches)
+    store.close()
