@@ -16,7 +16,7 @@ What is equal to what (per-report encoder = ``client.RapporEncoder``):
 - PRR, memoised (``encode_clients``, ``permanent_responses``): for client i
   with secret s_i and cohort c_i, identical bit for bit to
   ``RapporEncoder(params, secret=s_i, metric=..., cohort=c_i).permanent_response``
-  (computed by it, in Python: a few µs per distinct (client, value)). Use
+  (the same client.rappor.PrrRule, in Python: a few µs per report). Use
   this whenever a simulated client reports a value more than once.
 - PRR, fresh (``encode_indices``, ``fresh_permanent_responses``): B where a
   Bernoulli(f) mask N is 0 and a uniform bit where it is 1, both drawn from
@@ -39,7 +39,7 @@ inject a seeded ``ByteSource`` explicitly.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from client.hashing import bloom_int
 from client.params import Hashing, RapporParams
 from client.randomness import MAX_FIXED_DIGITS, probability_digits
-from client.rappor import RapporEncoder, cohort_for_secret
+from client.rappor import PrrRule, _secret_bytes, cohort_for_secret
 from client.report import Report, make_report
 
 __all__ = [
@@ -204,13 +204,6 @@ class EncodedBatch:
         ]
 
 
-class _NoRandomness:
-    """The BitSource of encoders used only for their PRR: drawing from it is a bug."""
-
-    def random_bits(self, nbits: int) -> int:
-        raise RuntimeError("batch PRR encoders never draw IRR bits")
-
-
 class BatchEncoder:
     """Encodes many reports of one metric at once, numpy-vectorised (see the module doc)."""
 
@@ -299,16 +292,18 @@ class BatchEncoder:
             coh = np.fromiter((cohort_for_secret(s, p.m) for s in secrets), np.uint32, n)
         else:
             coh = self._check_cohorts(cohorts, n)
-        none = _NoRandomness()
+        rule = PrrRule(p, self.hashing)
+        blooms: dict[tuple[str | bytes, int], int] = {}
+        bound: dict[bytes | str, Callable[[int], int]] = {}
         parts = []
-        encoders: dict[tuple[bytes | str, int], RapporEncoder] = {}
         for s, v, c in zip(secrets, values, coh.tolist(), strict=True):
-            enc = encoders.get((s, c))
-            if enc is None:
-                enc = encoders[(s, c)] = RapporEncoder(
-                    p, secret=s, metric=self.metric, hashing=self.hashing, rand=none, cohort=c
-                )
-            parts.append(self._pack(enc.permanent_response(enc.bloom(v)).bits))
+            prr_of = bound.get(s)
+            if prr_of is None:
+                prr_of = bound[s] = rule.keyed(_secret_bytes(s), self.metric)
+            bloom = blooms.get((v, c))
+            if bloom is None:
+                bloom = blooms[(v, c)] = bloom_int(v, c, p, self.hashing)
+            parts.append(self._pack(prr_of(bloom)))
         prr = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n, p.report_bytes)
         return coh, prr
 

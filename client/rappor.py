@@ -53,6 +53,7 @@ from client.report import Report, make_report
 __all__ = [
     "InstantaneousResponse",
     "PermanentResponse",
+    "PrrRule",
     "RapporEncoder",
     "cohort_for_secret",
     "new_secret",
@@ -158,6 +159,66 @@ def _mmh3_bloom(k: int, h: int, cohort: int) -> Callable[[bytes], int]:
     return bloom_n
 
 
+class PrrRule:
+    """The PRR of one (params, hashing), shared by all clients; ``keyed`` binds a client.
+
+    Building the rule (Bernoulli formulas, block layout) costs a few µs; binding
+    a client costs one keyed BLAKE2b set-up, so simulations of many clients
+    build the rule once (client.batch).
+    """
+
+    __slots__ = ("_digits", "_hashing", "_noise_of", "_one_block", "_params")
+
+    def __init__(self, params: RapporParams, hashing: Hashing) -> None:
+        params.check_hashing(hashing)
+        self._params = params
+        self._hashing: Hashing = hashing
+        f, k = params.f, params.k
+        self._one_block = False
+        self._noise_of: Callable[[int], int] | None = None
+        if _fixed_words(f):
+            words, noise_of = word_sampler(f, k, first_word=1)
+            if (1 + words) * k <= _BLOCK_BITS:
+                self._one_block, self._noise_of = True, noise_of
+        self._digits = probability_digits(f) if f < 1.0 else ()
+
+    def keyed(self, secret: bytes, metric: str) -> Callable[[int], int]:
+        """bloom -> PRR of the client holding ``secret``, for ``metric``."""
+        params = self._params
+        k, f = params.k, params.f
+        if self._hashing == "rappor-md5":
+            return lambda bloom: _google_prr(secret, bloom, f, k)
+        if len(secret) < _MIN_SECRET_BYTES:
+            raise ValueError(f"secret must be at least {_MIN_SECRET_BYTES} bytes to key the PRR")
+        mb = metric.encode("utf-8")
+        prefix = hashlib.blake2b(key=_prf_key(secret), person=_PERSON_PRR, digest_size=64)
+        prefix.update(len(mb).to_bytes(4, "little") + mb)
+        noise_of = self._noise_of
+        if self._one_block and noise_of is not None:
+            # M ‖ block 0 in one update: the Bloom bytes followed by four zero bytes.
+            head = (k + 7) // 8 + 4
+
+            def prr_one_block(bloom: int) -> int:
+                h = prefix.copy()
+                h.update(bloom.to_bytes(head, "little"))
+                s = int.from_bytes(h.digest(), "little")
+                return bloom ^ ((bloom ^ s) & noise_of(s))
+
+            return prr_one_block
+        digits = self._digits
+        nbytes = (k + 7) // 8
+
+        def prr_stream(bloom: int) -> int:
+            h = prefix.copy()
+            h.update(bloom.to_bytes(nbytes, "little"))
+            stream = _PrfStream(h)
+            uniform = stream.random_bits(k)
+            noise = bernoulli_bits(stream, f, k, digits)
+            return bloom ^ ((bloom ^ uniform) & noise)
+
+        return prr_stream
+
+
 class RapporEncoder:
     """Encodes values of one metric for one client.
 
@@ -173,9 +234,7 @@ class RapporEncoder:
         "_fingerprint",
         "_hashing",
         "_irr",
-        "_key",
         "_params",
-        "_prefix",
         "_prr",
         "_rand",
         "_secret",
@@ -211,15 +270,11 @@ class RapporEncoder:
         self._params = params
         self._hashing: Hashing = hashing
         self._secret = secret_b
-        self._key = _prf_key(secret_b)
         self.metric = metric
         self.cohort = cohort
         self._rand: BitSource = rand if rand is not None else SecureBits()
         self._fingerprint = params.fingerprint(hashing)
-        mb = metric.encode("utf-8")
-        self._prefix = hashlib.blake2b(key=self._key, person=_PERSON_PRR, digest_size=64)
-        self._prefix.update(len(mb).to_bytes(4, "little") + mb)
-        self._prr = self._prr_function()
+        self._prr = PrrRule(params, hashing).keyed(secret_b, metric)
         self._irr = self._irr_function()
         self._encode = self._build_encode()
 
@@ -252,39 +307,6 @@ class RapporEncoder:
         return self._encode(value)
 
     # -- the three stages as closures over precomputed constants ---------------
-
-    def _prr_function(self) -> Callable[[int], int]:
-        params = self._params
-        k, f = params.k, params.f
-        if self._hashing == "rappor-md5":
-            secret = self._secret
-            return lambda bloom: _google_prr(secret, bloom, f, k)
-        prefix = self._prefix
-        # M ‖ block 0 in one update: the Bloom bytes followed by four zero bytes.
-        head = (k + 7) // 8 + 4
-        if _fixed_words(f):
-            words, noise_of = word_sampler(f, k, first_word=1)
-            if (1 + words) * k <= _BLOCK_BITS:
-
-                def prr_one_block(bloom: int) -> int:
-                    h = prefix.copy()
-                    h.update(bloom.to_bytes(head, "little"))
-                    s = int.from_bytes(h.digest(), "little")
-                    return bloom ^ ((bloom ^ s) & noise_of(s))
-
-                return prr_one_block
-        digits = probability_digits(f) if f < 1.0 else ()
-        nbytes = (k + 7) // 8
-
-        def prr_stream(bloom: int) -> int:
-            h = prefix.copy()
-            h.update(bloom.to_bytes(nbytes, "little"))
-            stream = _PrfStream(h)
-            uniform = stream.random_bits(k)
-            noise = bernoulli_bits(stream, f, k, digits)
-            return bloom ^ ((bloom ^ uniform) & noise)
-
-        return prr_stream
 
     def _irr_function(self) -> Callable[[int], int]:
         params = self._params

@@ -184,6 +184,8 @@ def test_bad_input_is_rejected() -> None:
         enc.instantaneous_responses(np.zeros((2, 3), dtype=np.uint8))
     with pytest.raises(ValueError, match="secrets"):
         enc.permanent_responses([b"x" * 16], ["a", "b"])
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        enc.permanent_responses([b"short"], ["a"], [0])
     with pytest.raises(ValueError, match="metric"):
         BatchEncoder(params, metric="")
 
