@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "shuffler.cli",
     "crowdmix.simulate",
     "aggregator.accounting.cli",
+    "aggregator.report_cli",
     "crowdmix.cluster",
 )
 

@@ -1,0 +1,176 @@
+"""google/rappor's analysis files, read and written so its users can switch.
+
+- ``params.csv``: header ``k,h,m,p,q,f``, then one row of values.
+- ``counts.csv``: no header; one row per cohort: N (reports in the cohort),
+  then the counts of bits 0..k-1.
+- ``map.csv``: no header; one row per candidate: the value, then m·h
+  1-based row numbers ``cohort·k + bit + 1`` (cohort-major, h entries per
+  cohort; two hashes that hit one bit repeat it).
+
+Errors::
+
+    RapporFileError (ValueError)   a file is missing or does not fit the params (names file/line)
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from client.errors import ParamsError
+from client.hashing import bloom_bits
+from client.params import Hashing, RapporParams
+
+__all__ = [
+    "RapporFileError",
+    "read_counts_csv",
+    "read_map_csv",
+    "read_params_csv",
+    "write_counts_csv",
+    "write_map_csv",
+    "write_params_csv",
+]
+
+_PARAM_FIELDS = ("k", "h", "m", "p", "q", "f")
+
+
+class RapporFileError(ValueError):
+    """A google/rappor file is missing, malformed, or inconsistent with the params."""
+
+
+def _rows(path: str | os.PathLike[str]) -> list[list[str]]:
+    try:
+        with Path(path).open(newline="", encoding="utf-8") as fh:
+            return [row for row in csv.reader(fh) if row and any(cell.strip() for cell in row)]
+    except FileNotFoundError:
+        raise RapporFileError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise RapporFileError(f"cannot read {path}: {exc}") from None
+
+
+def read_params_csv(path: str | os.PathLike[str]) -> RapporParams:
+    rows = _rows(path)
+    if len(rows) != 2:
+        raise RapporFileError(f"{path}: expected a header and one row, got {len(rows)} rows")
+    header = [h.strip().strip('"') for h in rows[0]]
+    if sorted(header) != sorted(_PARAM_FIELDS):
+        raise RapporFileError(f"{path}: header must be {','.join(_PARAM_FIELDS)}, got {header}")
+    raw = dict(zip(header, (c.strip() for c in rows[1]), strict=False))
+    try:
+        return RapporParams(
+            k=int(raw["k"]),
+            h=int(raw["h"]),
+            m=int(raw["m"]),
+            p=float(raw["p"]),
+            q=float(raw["q"]),
+            f=float(raw["f"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise RapporFileError(f"{path}: {exc}") from None
+
+
+def write_params_csv(path: str | os.PathLike[str], params: RapporParams) -> None:
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(_PARAM_FIELDS)
+        w.writerow([params.k, params.h, params.m, params.p, params.q, params.f])
+
+
+def read_counts_csv(
+    path: str | os.PathLike[str], params: RapporParams
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(totals[m], ones[m, k]) from a counts file; checked against the params."""
+    rows = _rows(path)
+    if len(rows) != params.m:
+        raise RapporFileError(f"{path}: {len(rows)} cohort rows, but params say m={params.m}")
+    try:
+        table = np.array([[int(float(c)) for c in row] for row in rows], dtype=np.int64)
+    except ValueError as exc:
+        raise RapporFileError(f"{path}: counts must be integers ({exc})") from None
+    if table.ndim != 2 or table.shape[1] != params.k + 1:
+        widths = sorted({len(r) for r in rows})
+        raise RapporFileError(
+            f"{path}: rows must have k+1 = {params.k + 1} columns (N, then k bit counts), "
+            f"got {widths}"
+        )
+    totals, ones = table[:, 0], table[:, 1:]
+    if np.any(table < 0) or np.any(ones > totals[:, None]):
+        bad = int(np.flatnonzero(np.any(ones > totals[:, None], axis=1) | (totals < 0))[0])
+        raise RapporFileError(
+            f"{path}: line {bad + 1}: bit counts must be between 0 and the cohort's N"
+        )
+    return totals.copy(), ones.copy()
+
+
+def write_counts_csv(
+    path: str | os.PathLike[str], totals: npt.ArrayLike, ones: npt.ArrayLike
+) -> None:
+    tot = np.asarray(totals, dtype=np.int64)
+    cnt = np.asarray(ones, dtype=np.int64)
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        for n, row in zip(tot.tolist(), cnt.tolist(), strict=True):
+            w.writerow([n, *row])
+
+
+def read_map_csv(
+    path: str | os.PathLike[str], params: RapporParams
+) -> tuple[list[str], sp.csc_matrix]:
+    """Candidates and the (m·k × C) 0/1 design matrix from a map file."""
+    rows = _rows(path)
+    if not rows:
+        raise RapporFileError(f"{path}: no candidates")
+    mk = params.m * params.k
+    expected = params.m * params.h
+    values: list[str] = []
+    r_idx: list[int] = []
+    c_idx: list[int] = []
+    for line, row in enumerate(rows, start=1):
+        if len(row) - 1 != expected:
+            raise RapporFileError(
+                f"{path}: line {line} ({row[0]!r}) has {len(row) - 1} entries, expected "
+                f"m·h = {expected}: does the map match the params?"
+            )
+        try:
+            entries = [int(c) for c in row[1:]]
+        except ValueError:
+            raise RapporFileError(f"{path}: line {line}: entries must be integers") from None
+        if min(entries) < 1 or max(entries) > mk:
+            raise RapporFileError(f"{path}: line {line}: entries must be in [1, m·k = {mk}]")
+        col = len(values)
+        values.append(row[0])
+        r_idx.extend(e - 1 for e in entries)
+        c_idx.extend([col] * len(entries))
+    x = sp.csc_matrix(
+        (np.ones(len(r_idx)), (np.array(r_idx), np.array(c_idx))), shape=(mk, len(values))
+    )
+    x.data[:] = 1.0  # two hashes on one bit set it once
+    return values, x
+
+
+def write_map_csv(
+    path: str | os.PathLike[str],
+    candidates: Sequence[str],
+    params: RapporParams,
+    hashing: Hashing = "rappor-md5",
+) -> None:
+    """A map file from ``client.hashing``; a cohort with < h distinct bits repeats one."""
+    try:
+        params.check_hashing(hashing)
+    except ParamsError as exc:
+        raise RapporFileError(str(exc)) from None
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        for value in candidates:
+            row: list[object] = [value]
+            for cohort in range(params.m):
+                bits = bloom_bits(value, cohort, params, hashing)
+                bits += [bits[-1]] * (params.h - len(bits))
+                row.extend(cohort * params.k + b + 1 for b in bits)
+            w.writerow(row)

@@ -1,0 +1,293 @@
+"""The report job as a library: counts + candidates + metric config → decoded
+table, summary (with the privacy statement) and plot.
+
+    job = ReportJob(metric=metric, totals=counts.totals, ones=counts.ones,
+                    candidates=tuple(candidates), source="counts.npz")
+    outcome = run_report(job)                 # decode + summary
+    paths = write_outputs(outcome, out_dir)   # results.csv, summary.json, plot.png
+    print(format_table(outcome.result))
+
+Privacy figures: ``run_report(privacy=...)`` takes a ready dict, or a
+function ``(metric, totals) -> dict``; by default :func:`privacy_figures`
+gives the local ε_1/ε_∞ and, from ``aggregator.accounting``, the amplified
+central (ε, δ) of the release.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from aggregator.decode.errors import IllPosedError, ParamsMismatchError
+from aggregator.decode.rappor import DecodeOptions
+from aggregator.decode.result import DecodeResult
+from client.registry import MetricConfig
+
+__all__ = [
+    "RESULT_COLUMNS",
+    "ReportJob",
+    "ReportOutcome",
+    "format_table",
+    "privacy_figures",
+    "read_candidates",
+    "run_report",
+    "write_outputs",
+    "write_results_csv",
+]
+
+RESULT_COLUMNS = (
+    "value",
+    "estimate",
+    "std_error",
+    "ci_low",
+    "ci_high",
+    "proportion",
+    "p_value",
+    "significant",
+)
+PrivacySource = Callable[[MetricConfig, npt.NDArray[np.int64]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportJob:
+    """What to decode. ``design`` (from a google/rappor map file) overrides hashing."""
+
+    metric: MetricConfig
+    totals: npt.NDArray[np.int64]
+    ones: npt.NDArray[np.int64]
+    candidates: tuple[str, ...] | None = None
+    design: Any = None  # scipy.sparse matrix (m·k × C) or None
+    source: str = ""
+    window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOutcome:
+    result: DecodeResult
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def read_candidates(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """Candidate values, one per line (UTF-8); blank lines skipped; duplicates are an error."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ParamsMismatchError(f"candidates file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParamsMismatchError(f"cannot read candidates file {path}: {exc}") from None
+    values = [line.rstrip("\r") for line in text.split("\n")]
+    values = [v for v in values if v.strip()]
+    seen: set[str] = set()
+    dups = [v for v in values if v in seen or seen.add(v)]  # type: ignore[func-returns-value]
+    if dups:
+        raise ParamsMismatchError(f"{path}: duplicate candidate(s) {dups[:5]}")
+    if not values:
+        raise ParamsMismatchError(f"{path}: no candidates")
+    return tuple(values)
+
+
+def privacy_figures(metric: MetricConfig, totals: npt.NDArray[np.int64]) -> dict[str, Any]:
+    """Local ε figures plus, when computable, the shuffled release's central (ε, δ)."""
+    from client.privacy import epsilon_inf, epsilon_one
+
+    out: dict[str, Any] = {}
+    if metric.rappor is not None:
+        out["local"] = {
+            "epsilon_1": _finite(epsilon_one(metric.rappor)),
+            "epsilon_inf": _finite(epsilon_inf(metric.rappor)),
+        }
+    elif metric.basic is not None:
+        out["local"] = {"epsilon_1": metric.basic.epsilon, "epsilon_inf": None}
+    n = int(totals.sum())
+    try:
+        from aggregator.accounting import privacy_statement
+
+        statement = privacy_statement(metric, n, cohort_sizes=[int(t) for t in totals])
+        out["statement"] = statement.to_dict()
+        out["text"] = statement.render()
+    except (ImportError, ValueError, ArithmeticError) as exc:
+        out["statement"] = None
+        out["text"] = f"central guarantee not computed: {exc}"
+    return out
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isinf(x) or math.isnan(x) else x
+
+
+def _decode(job: ReportJob, options: DecodeOptions, project: bool) -> DecodeResult:
+    metric = job.metric
+    if metric.rappor is not None:
+        from aggregator.decode.rappor import decode_rappor, design_matrix
+
+        if job.candidates is None:
+            raise IllPosedError("RAPPOR needs a list of candidate values to decode against")
+        design = job.design
+        if design is None:
+            design = design_matrix(job.candidates, metric.rappor, metric.hashing)
+        return decode_rappor(job.totals, job.ones, metric.rappor, design, job.candidates, options)
+    from aggregator.decode.basic import decode_basic
+
+    assert metric.basic is not None  # MetricConfig holds exactly one encoding
+    names = job.candidates if job.candidates is not None else metric.domain
+    return decode_basic(
+        job.totals,
+        job.ones,
+        metric.basic,
+        names,
+        alpha=options.alpha,
+        correction=options.correction,
+        level=options.level,
+        project=project,
+    )
+
+
+def run_report(
+    job: ReportJob,
+    *,
+    options: DecodeOptions | None = None,
+    project: bool = False,
+    privacy: dict[str, Any] | PrivacySource | None = None,
+) -> ReportOutcome:
+    """Decode ``job`` and assemble the summary. Raises DecodeError when nothing can be decoded."""
+    started = time.perf_counter()
+    opts = options if options is not None else DecodeOptions()
+    result = _decode(job, opts, project)
+    decoded = time.perf_counter()
+    if privacy is None:
+        figures = privacy_figures(job.metric, job.totals)
+    elif callable(privacy):
+        figures = privacy(job.metric, job.totals)
+    else:
+        figures = privacy
+    metric = job.metric
+    params: dict[str, Any]
+    if metric.rappor is not None:
+        r = metric.rappor
+        params = {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q}
+        params["hashing"] = metric.hashing if job.design is None else "map file"
+    else:
+        assert metric.basic is not None
+        params = {"epsilon": metric.basic.epsilon, "domain_size": metric.basic.domain_size}
+    summary: dict[str, Any] = {
+        "metric": metric.name,
+        "encoding": metric.encoding,
+        "params": params,
+        "source": job.source,
+        "window": job.window,
+        "reports": result.num_reports,
+        "cohorts": {"with_reports": result.num_cohorts, "total": metric.num_cohorts},
+        "candidates": len(result.values),
+        "detected": result.detected,
+        "allocated_mass": result.allocated_mass,
+        "detection_threshold": {
+            "proportion": result.detection_threshold,
+            "reports": result.detection_threshold * result.num_reports,
+        },
+        "method": result.method,
+        "alpha": result.alpha,
+        "correction": result.correction,
+        "warnings": list(result.warnings),
+        "diagnostics": {k: _json_safe(v) for k, v in result.diagnostics.items()},
+        "privacy": figures,
+        "elapsed_seconds": {
+            "decode": decoded - started,
+            "total": time.perf_counter() - started,
+        },
+    }
+    return ReportOutcome(result, summary)
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float | np.floating):
+        return _finite(float(v))
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+def write_results_csv(path: str | os.PathLike[str], result: DecodeResult) -> None:
+    """One row per candidate: significant first, then by estimate (reports), descending."""
+    n = result.num_reports
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(RESULT_COLUMNS)
+        for i in result.order():
+            w.writerow(
+                [
+                    result.values[i],
+                    f"{result.proportion[i] * n:.6g}",
+                    f"{result.std_error[i] * n:.6g}",
+                    f"{result.ci_low[i] * n:.6g}",
+                    f"{result.ci_high[i] * n:.6g}",
+                    f"{result.proportion[i]:.6g}",
+                    f"{result.p_value[i]:.6g}",
+                    "true" if result.significant[i] else "false",
+                ]
+            )
+
+
+def write_outputs(
+    outcome: ReportOutcome, out_dir: str | os.PathLike[str], *, plot: bool = True, top: int = 20
+) -> dict[str, Path]:
+    """results.csv, summary.json and (unless ``plot=False``) plot.png in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"results": out / "results.csv", "summary": out / "summary.json"}
+    write_results_csv(paths["results"], outcome.result)
+    paths["summary"].write_text(
+        json.dumps(outcome.summary, indent=2, allow_nan=False, default=_json_safe) + "\n",
+        encoding="utf-8",
+    )
+    if plot:
+        from aggregator.plot import plot_estimates
+
+        paths["plot"] = out / "plot.png"
+        plot_estimates(
+            outcome.result,
+            paths["plot"],
+            top=top,
+            title=f"{outcome.summary.get('metric', '')}: top values with 95% intervals",
+        )
+    return paths
+
+
+def format_table(result: DecodeResult, top: int = 20) -> str:
+    """A fixed-width table of the top rows (significant first) for the terminal."""
+    n = result.num_reports
+    order = result.order()[:top]
+    width = max([5, *(len(_clip(result.values[i])) for i in order)])
+    head = (
+        f"{'value':<{width}}  {'estimate':>10}  {'std err':>9}  {'95% CI':>23}  "
+        f"{'share':>7}  {'p-value':>9}  sig"
+    )
+    lines = [head, "-" * len(head)]
+    for i in order:
+        ci = f"[{result.ci_low[i] * n:,.0f}, {result.ci_high[i] * n:,.0f}]"
+        lines.append(
+            f"{_clip(result.values[i]):<{width}}  {result.proportion[i] * n:>10,.0f}  "
+            f"{result.std_error[i] * n:>9,.0f}  {ci:>23}  {result.proportion[i]:>7.2%}  "
+            f"{result.p_value[i]:>9.2g}  {'yes' if result.significant[i] else 'no'}"
+        )
+    hidden = len(result.values) - len(order)
+    if hidden > 0:
+        lines.append(f"... {hidden} more rows in results.csv")
+    return "\n".join(lines)
+
+
+def _clip(value: str, width: int = 40) -> str:
+    return value if len(value) <= width else value[: width - 1] + "…"
+
+
+def sorted_values(result: DecodeResult) -> Sequence[str]:
+    return [result.values[i] for i in result.order()]

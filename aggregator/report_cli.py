@@ -1,0 +1,192 @@
+"""``crowdmix report``: decode counts into a table, a summary and a chart.
+
+    crowdmix report --counts counts.npz --config metrics.toml --metric NAME \\
+        [--candidates FILE] --out DIR
+    crowdmix report --rappor-counts counts.csv --rappor-map map.csv \\
+        --rappor-params params.csv --out DIR
+
+Counts come from a *source*: a small function that returns a ``ReportJob``
+when its own options were given, else ``None`` (see ``_SOURCES``; a live
+store source such as ``--redis URL`` adds one function and its options in
+``_add_source_arguments``). Only argparse/stdlib at module level.
+
+Exit codes: 0 something was detected; 1 nothing could be decoded (bad input,
+or no candidate significant — the outputs are still written for inspection).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aggregator.report import ReportJob
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "report",
+        help="decode counts: frequencies, 95%% intervals, significance, privacy, plot",
+        description="Decode counts (crowdmix counts file, or google/rappor's counts/map/"
+        "params files) into results.csv, summary.json and plot.png, and print a table.",
+    )
+    _add_source_arguments(p)
+    p.add_argument("--candidates", metavar="FILE", help="candidate values, one per line")
+    p.add_argument("--out", metavar="DIR", required=True, help="output directory")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
+    p.add_argument(
+        "--correction",
+        choices=("bonferroni", "bh", "none"),
+        default="bonferroni",
+        help="multiple-testing correction: bonferroni (default, family-wise), "
+        "bh (Benjamini-Hochberg, false discovery rate), none",
+    )
+    p.add_argument("--top", type=int, default=20, help="rows in the table and plot (20)")
+    p.add_argument(
+        "--project", action="store_true", help="basic mechanisms: project onto the simplex"
+    )
+    p.add_argument("--no-plot", action="store_true", help="skip plot.png")
+    p.set_defaults(func=_run)
+
+
+def _add_source_arguments(p: argparse.ArgumentParser) -> None:
+    own = p.add_argument_group("crowdmix counts")
+    own.add_argument("--counts", metavar="FILE", help="counts file written by the accumulator")
+    own.add_argument("--config", metavar="FILE", help="metric registry (metrics.toml)")
+    own.add_argument("--metric", metavar="NAME", help="metric name in the registry")
+    rap = p.add_argument_group("google/rappor files")
+    rap.add_argument("--rappor-counts", metavar="FILE", help="counts.csv (N, bit counts)")
+    rap.add_argument("--rappor-map", metavar="FILE", help="map.csv (candidate, m·h rows)")
+    rap.add_argument("--rappor-params", metavar="FILE", help="params.csv (k,h,m,p,q,f)")
+
+
+def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
+    if args.counts is None:
+        return None
+    from aggregator.counts_file import load_counts
+    from aggregator.report import ReportJob, read_candidates
+    from crowdmix.cli import CliError
+
+    if not args.config or not args.metric:
+        raise CliError("--counts needs --config FILE and --metric NAME")
+    metric = _metric(args.config, args.metric)
+    saved = load_counts(args.counts)
+    saved.check_metric(metric)
+    candidates = read_candidates(args.candidates) if args.candidates else None
+    if metric.rappor is not None and candidates is None:
+        raise CliError("a RAPPOR metric needs --candidates FILE (one value per line)")
+    return ReportJob(
+        metric=metric,
+        totals=saved.counts.totals,
+        ones=saved.counts.ones,
+        candidates=candidates,
+        source=str(args.counts),
+        window=saved.window,
+    )
+
+
+def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
+    given = [args.rappor_counts, args.rappor_map, args.rappor_params]
+    if not any(given):
+        return None
+    from crowdmix.cli import CliError
+
+    if not all(given):
+        raise CliError(
+            "google/rappor input needs --rappor-counts, --rappor-map and --rappor-params"
+        )
+    from aggregator.rappor_files import read_counts_csv, read_map_csv, read_params_csv
+    from aggregator.report import ReportJob
+    from client.params import Hashing
+    from client.registry import MetricConfig
+
+    params = read_params_csv(args.rappor_params)
+    totals, ones = read_counts_csv(args.rappor_counts, params)
+    values, design = read_map_csv(args.rappor_map, params)
+    # The map fixes the Bloom bits; hashing only labels the config (privacy ignores it).
+    hashing: Hashing = "rappor-md5" if params.k <= 32 else "mmh3"
+    metric = MetricConfig(name=args.metric or "rappor", rappor=params, hashing=hashing)
+    return ReportJob(
+        metric=metric,
+        totals=totals,
+        ones=ones,
+        candidates=tuple(values),
+        design=design,
+        source=str(args.rappor_counts),
+    )
+
+
+_SOURCES: tuple[Callable[[argparse.Namespace], ReportJob | None], ...] = (
+    _from_counts_file,
+    _from_rappor_files,
+)
+
+
+def _metric(config: str, name: str) -> Any:
+    from client.registry import load_registry
+    from crowdmix.cli import CliError
+
+    registry = load_registry(config)
+    metric = registry.get(name)
+    if metric is None:
+        known = ", ".join(sorted(registry.metrics))
+        raise CliError(f"metric {name!r} is not in {config} (known: {known})")
+    return metric
+
+
+def _run(args: argparse.Namespace) -> int:
+    from crowdmix.cli import CliError
+
+    try:
+        return _report(args)
+    except ValueError as exc:  # DecodeError, CountsError, RapporFileError, RegistryError
+        raise CliError(str(exc)) from None
+
+
+def _report(args: argparse.Namespace) -> int:
+    import warnings
+
+    from aggregator.decode import DecodeOptions, DecodeWarning
+    from aggregator.report import format_table, run_report, write_outputs
+    from crowdmix.cli import CliError
+
+    jobs = [job for job in (source(args) for source in _SOURCES) if job is not None]
+    if not jobs:
+        raise CliError(
+            "give counts: --counts FILE --config FILE --metric NAME [--candidates FILE], "
+            "or --rappor-counts/--rappor-map/--rappor-params"
+        )
+    if len(jobs) > 1:
+        raise CliError("give one counts source, not several")
+    options = DecodeOptions(alpha=args.alpha, correction=args.correction)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecodeWarning)  # they are in the summary and printed
+        outcome = run_report(jobs[0], options=options, project=args.project)
+    paths = write_outputs(outcome, args.out, plot=not args.no_plot, top=args.top)
+    result, summary = outcome.result, outcome.summary
+    print(format_table(result, top=args.top))
+    print()
+    for note in result.warnings:
+        print(f"warning: {note}", file=sys.stderr)
+    print(
+        f"{summary['reports']:,} reports, {summary['cohorts']['with_reports']} cohorts; "
+        f"{result.detected} of {len(result.values)} candidates detected "
+        f"({result.correction}, α={result.alpha}); allocated mass {result.allocated_mass:.1%}; "
+        f"detection threshold {result.detection_threshold:.2%}"
+    )
+    text = summary.get("privacy", {}).get("text")
+    if text:
+        print(f"privacy: {text}")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if result.detected == 0:
+        print(
+            "crowdmix: error: nothing could be decoded: no candidate is significant "
+            f"(detection threshold {result.detection_threshold:.2%} of reports)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
