@@ -14,8 +14,7 @@ RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``client.privacy`` holds p*, q*,
       ε_k = h·[ ln R((q/p)^k) − ln R(((1−q)/(1−p))^k) ].
 
   ε_1 equals client.privacy.epsilon_one and ε_k → ε_∞ as k → ∞. Computed in log
-  space (x = e^y, ln R = logaddexp(ln(1-f/2)+y, ln(f/2)) − logaddexp(ln(f/2)+y,
-  ln(1-f/2))) so huge k never overflows.
+  space (x = e^y, dividing through by e^max(y, 0)) so huge k never overflows.
 - ``total_variation``: β, the exact total variation distance between one report's
   distributions for the worst-case pair of values (disjoint Bloom bits). β is the
   parameter of the (p, β, q) variation-ratio amplification bound (Wang et al.,
@@ -50,19 +49,19 @@ __all__ = [
 ]
 
 
-def _logaddexp(a: float, b: float) -> float:
-    if a == -math.inf:
-        return b
-    if b == -math.inf:
-        return a
-    hi, lo = (a, b) if a > b else (b, a)
-    return hi + math.log1p(math.exp(lo - hi))
-
-
 def _log_r(f: float, log_x: float) -> float:
-    """ln R(e^log_x) with R(x) = ((1-f/2)x + f/2) / ((f/2)x + 1-f/2)."""
-    keep, flip = math.log1p(-f / 2.0), (math.log(f / 2.0) if f > 0 else -math.inf)
-    return _logaddexp(keep + log_x, flip) - _logaddexp(flip + log_x, keep)
+    """ln R(e^log_x) with R(x) = ((1-f/2)x + f/2) / ((f/2)x + 1-f/2).
+
+    Written with e^{-|log_x|} ≤ 1 so a huge k·ln(q/p) never cancels against itself.
+    """
+    if f == 0.0:  # no PRR: R(x) = x
+        return log_x
+    keep, flip = 1.0 - f / 2.0, f / 2.0
+    if log_x >= 0.0:
+        small = math.exp(-log_x)
+        return math.log(keep + flip * small) - math.log(flip + keep * small)
+    small = math.exp(log_x)
+    return math.log(keep * small + flip) - math.log(flip * small + keep)
 
 
 def epsilon_k(params: RapporParams, k: int) -> float:
@@ -85,10 +84,12 @@ def epsilon_k(params: RapporParams, k: int) -> float:
             up = _log_r(f, k * (math.log(q) - math.log(p)))
         if down is None:
             down = _log_r(f, k * (math.log1p(-q) - math.log1p(-p)))
-        return params.h * (up - down)
+        return min(params.h * (up - down), epsilon_inf(params))
     up = _log_r(f, k * (math.log(q) - math.log(p)))
     down = _log_r(f, k * (math.log1p(-q) - math.log1p(-p)))
-    return params.h * (up - down)
+    # R maps into [(f/2)/(1-f/2), (1-f/2)/(f/2)], so ε_k ≤ ε_∞ exactly; clip the
+    # last-ulp rounding of the log-space sums (and keep ε_k ≥ ε_1 the same way).
+    return min(params.h * (up - down), epsilon_inf(params))
 
 
 def _binom_pmf(n: int, p: float) -> list[float]:

@@ -206,9 +206,14 @@ def plan(
             f"(a report hides among only ~{n_amp} others)"
         )
     se, params = best
+    z = float(norm.isf(alpha / candidates)) + float(norm.ppf(power))
+    if z * se >= 1.0:
+        raise PlanError(
+            f"ε={epsilon} with δ={delta} and n={n} leaves no usable signal: even a value held "
+            f"by every client would not be detected (std error {se:.3g}); raise ε or n"
+        )
     metric = MetricConfig(name="plan", rappor=params)
     stmt = privacy_statement(metric, n, delta=delta, rounds=rounds)
-    z = float(norm.isf(alpha / candidates)) + float(norm.ppf(power))
     return Plan(
         params=params,
         target_epsilon=float(epsilon),
@@ -225,7 +230,7 @@ def plan(
         longitudinal_argument=stmt.longitudinal.argument,
         n_amplify=stmt.central.n_amplify,
         std_error=se,
-        detectable_frequency=min(1.0, z * se),
+        detectable_frequency=z * se,
         alpha=alpha,
         power=power,
     )

@@ -374,10 +374,11 @@ def _longitudinal(
         # Memoised PRR (or f = 0, where the PRR is the Bloom filter itself): the R
         # reports of one client are one randomizer of its value; unlinking the
         # rounds is post-processing of the linked view.
-        if eps_rounds is not None and not math.isinf(eps_rounds):
-            cands["memoised-prr-k"] = amplify(eps_rounds, n_amp, delta).epsilon
+        # ε_∞ first: on a tie (ε_R has reached ε_∞) name the argument that holds forever.
         if eps_inf is not None and not math.isinf(eps_inf):
             cands["memoised-prr-inf"] = amplify(eps_inf, n_amp, delta).epsilon
+        if eps_rounds is not None and not math.isinf(eps_rounds):
+            cands["memoised-prr-k"] = amplify(eps_rounds, n_amp, delta).epsilon
     if fresh and not math.isinf(eps1):
         if central.amplified and n_amp <= MAX_PLD_N and eps1 > 0.0:
             cands["pld-composition"] = pld_epsilon(

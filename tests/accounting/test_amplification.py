@@ -1,0 +1,180 @@
+"""Amplification by shuffling: exactness of the pair evaluation, reference values,
+safe-side root search and the invariants (Hypothesis)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aggregator.accounting.amplification import (
+    amplify,
+    epsilon_from_pair,
+    fmt21_closed_form,
+    shuffled_rr_lower_bound,
+)
+from aggregator.accounting.local import epsilon_one, total_variation
+from aggregator.accounting.pairs import ClonePair
+from client.params import RapporParams
+
+DELTA = 1e-6
+
+
+def _brute_force_delta(pair: ClonePair, n: int, eps: float) -> float:
+    """D_{e^ε}(P‖Q) by enumerating every (N0, N1) with multinomial weights."""
+    r, g = pair.r, pair.gamma
+    others: dict[tuple[int, int], float] = {}
+    m = n - 1
+    for a in range(m + 1):
+        for b in range(m + 1 - a):
+            coef = math.factorial(m) / (
+                math.factorial(a) * math.factorial(b) * math.factorial(m - a - b)
+            )
+            others[(a, b)] = coef * r**a * r**b * (1 - 2 * r) ** (m - a - b)
+    victim_p = {(1, 0): pair.p * pair.alpha, (0, 1): pair.alpha, (0, 0): g}
+    victim_q = {(1, 0): pair.alpha, (0, 1): pair.p * pair.alpha, (0, 0): g}
+    pdist: dict[tuple[int, int], float] = {}
+    qdist: dict[tuple[int, int], float] = {}
+    for (a, b), w in others.items():
+        for (da, db), v in victim_p.items():
+            pdist[(a + da, b + db)] = pdist.get((a + da, b + db), 0.0) + w * v
+        for (da, db), v in victim_q.items():
+            qdist[(a + da, b + db)] = qdist.get((a + da, b + db), 0.0) + w * v
+    e = math.exp(eps)
+    d_pq = sum(max(0.0, pdist[o] - e * qdist.get(o, 0.0)) for o in pdist)
+    d_qp = sum(max(0.0, qdist[o] - e * pdist.get(o, 0.0)) for o in qdist)
+    return max(d_pq, d_qp)
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ClonePair.stronger_clone(1.0),
+        ClonePair.stronger_clone(3.0),
+        ClonePair.clones_fmt21(2.0),
+        ClonePair.variation_ratio(math.exp(1.2), 0.2, math.exp(1.2)),
+        ClonePair(p=math.exp(2.0), alpha=1 / (math.exp(2.0) + 2), r=1 / (math.exp(2.0) + 2)),
+    ],
+)
+@pytest.mark.parametrize("n", [1, 2, 7, 25])
+def test_pair_evaluation_is_exact(pair: ClonePair, n: int) -> None:
+    ev = pair.evaluate(n, DELTA)
+    assert ev.tail <= 1e-3 * DELTA  # mass of C outside the window, charged to δ
+    for eps in (0.0, 0.1, 0.5, 1.0, math.log(pair.p) * 0.9):
+        exact = _brute_force_delta(pair, n, eps)
+        # An upper bound, and off by no more than the charged tail.
+        assert exact - 1e-13 <= ev.delta(eps) <= exact + ev.tail + 1e-13
+
+
+def test_pair_tail_is_charged_at_large_n() -> None:
+    ev = ClonePair.stronger_clone(1.0).evaluate(10**6, DELTA)
+    assert 0.0 < ev.tail <= 1e-3 * DELTA
+
+
+def test_reference_values() -> None:
+    # Computed with independent code (issue 6), δ = 1e-6.
+    assert amplify(4.0, 10**5, DELTA).epsilon == pytest.approx(0.11815, abs=5e-6)
+    assert amplify(4.0, 10**5, DELTA, bound="fmt21").epsilon == pytest.approx(0.16977, abs=5e-6)
+    assert amplify(4.0, 10**5, DELTA, bound="fmt21-closed").epsilon == pytest.approx(
+        0.5346, abs=5e-5
+    )
+    params = RapporParams()
+    eps1 = epsilon_one(params)
+    assert amplify(eps1, 10**6, DELTA).epsilon == pytest.approx(0.003872, abs=5e-7)
+    rappor = amplify(eps1, 10**6, DELTA, bound="rappor", beta=total_variation(params))
+    assert rappor.epsilon == pytest.approx(0.002289, abs=5e-7)
+    assert shuffled_rr_lower_bound(4.0, 10**5, DELTA) == pytest.approx(0.117, abs=5e-4)
+
+
+def test_root_is_on_the_safe_side_and_tight() -> None:
+    pair = ClonePair.stronger_clone(2.0)
+    ev = pair.evaluate(20_000, DELTA)
+    eps = epsilon_from_pair(pair, 20_000, DELTA, 2.0)
+    assert ev.delta(eps) <= DELTA
+    assert ev.delta(eps * (1 - 1e-6)) > DELTA
+
+
+def test_no_amplification_for_tiny_batches() -> None:
+    result = amplify(4.0, 50, DELTA)
+    assert not result.amplified
+    assert result.epsilon == 4.0
+    assert amplify(4.0, 10**5, DELTA).amplified
+    assert fmt21_closed_form(4.0, 1000, DELTA) is None  # outside its regime
+    closed = amplify(4.0, 1000, DELTA, bound="fmt21-closed")
+    assert not closed.amplified and closed.epsilon == 4.0
+
+
+def test_bound_ordering_at_reference_point() -> None:
+    generic = amplify(4.0, 10**5, DELTA).epsilon
+    fmt21 = amplify(4.0, 10**5, DELTA, bound="fmt21").epsilon
+    closed = amplify(4.0, 10**5, DELTA, bound="fmt21-closed").epsilon
+    assert shuffled_rr_lower_bound(4.0, 10**5, DELTA) <= generic < fmt21 < closed
+    assert shuffled_rr_lower_bound(4.0, 10**5, DELTA, domain=2) <= generic
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilon0": -1.0, "n": 10, "delta": DELTA}, "epsilon0"),
+        ({"epsilon0": 1.0, "n": 0, "delta": DELTA}, "n must"),
+        ({"epsilon0": 1.0, "n": 10, "delta": 0.0}, "delta"),
+        ({"epsilon0": 1.0, "n": 10, "delta": DELTA, "bound": "nope"}, "bound"),
+        ({"epsilon0": 1.0, "n": 10, "delta": DELTA, "bound": "rappor"}, "beta"),
+        ({"epsilon0": 1.0, "n": 10, "delta": DELTA, "bound": "rappor", "beta": 0.9}, "beta"),
+    ],
+)
+def test_bad_input_is_rejected(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        amplify(**kwargs)  # type: ignore[arg-type]
+
+
+def test_pair_params_are_validated() -> None:
+    with pytest.raises(ValueError, match="p must"):
+        ClonePair(p=1.0, alpha=0.1, r=0.1)
+    with pytest.raises(ValueError, match="alpha"):
+        ClonePair(p=2.0, alpha=0.5, r=0.1)
+    with pytest.raises(ValueError, match="r must"):
+        ClonePair(p=2.0, alpha=0.2, r=0.6)
+
+
+# Invariants. Kept to n ≤ 2e4 and few examples: the timing targets live in bench/.
+EPS0 = st.floats(0.05, 6.0)
+N = st.integers(2, 20_000)
+
+
+@settings(max_examples=12, deadline=None)
+@given(eps0=EPS0, n=N)
+def test_never_above_epsilon0_never_below_rr(eps0: float, n: int) -> None:
+    generic = amplify(eps0, n, DELTA).epsilon
+    assert generic <= eps0
+    assert generic >= shuffled_rr_lower_bound(eps0, n, DELTA) * (1 - 1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(eps0=EPS0, n=N)
+def test_monotone_in_n(eps0: float, n: int) -> None:
+    assert amplify(eps0, 2 * n, DELTA).epsilon <= amplify(eps0, n, DELTA).epsilon * (1 + 1e-8)
+
+
+@settings(max_examples=10, deadline=None)
+@given(eps0=EPS0, n=N, factor=st.floats(1.05, 2.0))
+def test_monotone_in_epsilon0(eps0: float, n: int, factor: float) -> None:
+    low = amplify(eps0, n, DELTA).epsilon
+    assert low <= amplify(eps0 * factor, n, DELTA).epsilon * (1 + 1e-8)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    h=st.integers(1, 3),
+    f=st.floats(0.1, 0.9),
+    q=st.floats(0.55, 0.95),
+    n=st.integers(1000, 20_000),
+)
+def test_rappor_bound_is_never_looser_than_generic(h: int, f: float, q: float, n: int) -> None:
+    params = RapporParams(k=32, h=h, f=f, p=1 - q, q=q)
+    eps1 = epsilon_one(params)
+    generic = amplify(eps1, n, DELTA).epsilon
+    specific = amplify(eps1, n, DELTA, bound="rappor", beta=total_variation(params)).epsilon
+    assert specific <= generic * (1 + 1e-8)

@@ -1,0 +1,175 @@
+"""``crowdmix privacy`` and ``crowdmix plan`` through the real command entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crowdmix.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_amplify_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "privacy",
+        "amplify",
+        "--epsilon0",
+        "4",
+        "--n",
+        "100000",
+        "--delta",
+        "1e-6",
+        "--json",
+    )
+    data = json.loads(out)
+    assert code == 0
+    assert {"epsilon", "delta", "bound", "amplified"} <= set(data)
+    assert data["epsilon"] == pytest.approx(0.11815, abs=5e-6)
+    assert data["bound"] == "generic" and data["amplified"] is True
+    code, out, _ = run(
+        capsys,
+        "privacy",
+        "amplify",
+        "--epsilon0",
+        "4",
+        "--n",
+        "30",
+        "--bound",
+        "fmt21-closed",
+        "--json",
+    )
+    assert json.loads(out)["amplified"] is False and json.loads(out)["epsilon"] == 4.0
+
+
+def test_amplify_rappor_from_params(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "privacy", "amplify", "--n", "1000000", "--bound", "rappor", "--json"
+    )
+    data = json.loads(out)
+    assert code == 0 and data["epsilon"] == pytest.approx(0.002289, abs=5e-7)
+    assert data["beta"] == pytest.approx(0.190430, abs=5e-7)
+
+
+def test_compose_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "privacy",
+        "compose",
+        "--epsilon",
+        "0.5",
+        "--delta",
+        "1e-8",
+        "--k",
+        "100",
+        "--target-delta",
+        "1e-6",
+        "--method",
+        "optimal",
+        "--json",
+    )
+    assert code == 0 and json.loads(out)["epsilon"] == pytest.approx(42.6521, abs=5e-5)
+    code, out, _ = run(
+        capsys,
+        "privacy",
+        "compose",
+        "--epsilon",
+        "0.5",
+        "--k",
+        "100",
+        "--method",
+        "basic",
+        "--json",
+    )
+    assert json.loads(out)["epsilon"] == 50.0
+
+
+def test_metric_statement_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "metrics.toml"
+    config.write_text("[metrics.pages]\nk = 16\nh = 2\nm = 4\n")
+    code, out, _ = run(
+        capsys,
+        "privacy",
+        "metric",
+        "--config",
+        str(config),
+        "--metric",
+        "pages",
+        "--n",
+        "100000",
+        "--rounds",
+        "4",
+        "--cohort-share",
+        "0.25",
+        "--json",
+    )
+    data = json.loads(out)
+    assert code == 0
+    assert data["central"]["n_amplify"] == 25_000
+    assert data["longitudinal"]["rounds"] == 4
+    code, out, _ = run(
+        capsys, "privacy", "metric", "--config", str(config), "--metric", "pages", "--n", "1000"
+    )
+    assert code == 0 and "differentially private" in out
+
+
+def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "plan", "--epsilon", "1", "--n", "1000000", "--candidates", "100", "--json"
+    )
+    data = json.loads(out)
+    assert code == 0 and data["meets_target"] is True
+    assert set(data["params"]) == {"k", "h", "m", "f", "p", "q"}
+    assert data["central"]["epsilon"] <= 1.0
+
+
+def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from aggregator.accounting.ledger import JsonFileLedgerStore, PrivacyLedger, Release
+
+    path = tmp_path / "ledger.json"
+    PrivacyLedger(JsonFileLedgerStore(path)).record(
+        "pages",
+        Release(release_id="w1", window=1, n_reports=10, mechanism="rr", epsilon=0.3, delta=0.0),
+    )
+    code, out, _ = run(
+        capsys, "privacy", "ledger", "--file", str(path), "--metric", "pages", "--json"
+    )
+    assert code == 0 and json.loads(out)["cumulative"]["epsilon"] == 0.3
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["privacy", "amplify", "--epsilon0", "-1", "--n", "10"], "epsilon0"),
+        (["privacy", "amplify", "--epsilon0", "1", "--n", "10", "--bound", "rappor"], "--beta"),
+        (["privacy", "compose", "--epsilon", "1", "--delta", "0.1", "--k", "100"], "target_delta"),
+        (
+            ["privacy", "metric", "--config", "/nonexistent.toml", "--metric", "x", "--n", "5"],
+            "does not exist",
+        ),
+        (["plan", "--epsilon", "1", "--n", "10", "--candidates", "0"], "candidates"),
+    ],
+)
+def test_user_errors_exit_1_with_a_message(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 1
+    assert message in err and "Traceback" not in err
+
+
+def test_entry_point_lists_privacy_and_plan() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "crowdmix", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0
+    assert "privacy" in result.stdout and "plan" in result.stdout

@@ -1,0 +1,152 @@
+"""The privacy ledger: one contract suite run against every store (memory, JSON
+file, real Redis), plus the failure paths of each."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aggregator.accounting.ledger import (
+    Budget,
+    BudgetExceededError,
+    ConcurrentUpdateError,
+    DuplicateReleaseError,
+    JsonFileLedgerStore,
+    LedgerCorruptError,
+    LedgerStore,
+    MemoryLedgerStore,
+    PrivacyLedger,
+    RedisLedgerStore,
+    Release,
+)
+
+
+def release(rid: str, eps: float = 0.5, delta: float = 1e-7, **kw: object) -> Release:
+    return Release(
+        release_id=rid,
+        window=kw.pop("window", 1),  # type: ignore[arg-type]
+        n_reports=10_000,
+        mechanism="rappor k=16 h=2 m=1 f=0.5 p=0.5 q=0.75",
+        epsilon=eps,
+        delta=delta,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(params=["memory", "json", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerStore]:
+    if request.param == "memory":
+        yield MemoryLedgerStore()
+    elif request.param == "json":
+        yield JsonFileLedgerStore(tmp_path / "ledger.json")
+    else:
+        import redis
+
+        url = request.getfixturevalue("redis_url")
+        client = redis.Redis.from_url(url)
+        try:
+            yield RedisLedgerStore(client)
+        finally:
+            client.close()
+
+
+def test_records_releases_and_composes(store: LedgerStore) -> None:
+    ledger = PrivacyLedger(store, {"pages": Budget(epsilon=2.0, delta=1e-6)})
+    assert ledger.spent("pages") == (0.0, 0.0)
+    eps, delta = ledger.record("pages", release("r1"))
+    assert eps == 0.5 and delta == pytest.approx(1e-7)
+    eps, delta = ledger.record("pages", release("r2", window=2, batch_sizes=(6000, 4000)))
+    assert eps == 1.0 and delta == pytest.approx(2e-7)
+    got = ledger.releases("pages")
+    assert [r.release_id for r in got] == ["r1", "r2"]
+    assert got[1].batch_sizes == (6000, 4000)
+    assert got[1] == release("r2", window=2, batch_sizes=(6000, 4000))
+    assert ledger.releases("other") == []
+
+
+def test_over_budget_release_is_refused_and_nothing_is_recorded(store: LedgerStore) -> None:
+    ledger = PrivacyLedger(store, Budget(epsilon=1.2, delta=1e-6))
+    ledger.record("pages", release("r1"))
+    ledger.record("pages", release("r2"))
+    before = store.load("pages")
+    with pytest.raises(BudgetExceededError, match=r"over the budget.*Nothing was recorded"):
+        ledger.record("pages", release("r3"))
+    assert store.load("pages") == before
+    with pytest.raises(BudgetExceededError):
+        ledger.check("pages", release("r3"))
+    # δ counts too.
+    with pytest.raises(BudgetExceededError):
+        ledger.record("pages", release("r4", eps=0.01, delta=1e-5))
+    assert store.load("pages") == before
+    # A smaller release still fits.
+    assert ledger.record("pages", release("r5", eps=0.2))[0] == pytest.approx(1.2)
+
+
+def test_duplicate_release_is_refused(store: LedgerStore) -> None:
+    ledger = PrivacyLedger(store)
+    ledger.record("pages", release("r1"))
+    with pytest.raises(DuplicateReleaseError, match="r1"):
+        ledger.record("pages", release("r1"))
+    assert len(store.load("pages")) == 1
+
+
+def test_append_is_compare_and_append(store: LedgerStore) -> None:
+    store.append("pages", release("r1").to_dict(), 0)
+    with pytest.raises(ConcurrentUpdateError):
+        store.append("pages", release("r2").to_dict(), 0)  # a stale writer
+    assert [e["release_id"] for e in store.load("pages")] == ["r1"]
+
+
+def test_longitudinal_figure_caps_the_cumulative_total(store: LedgerStore) -> None:
+    ledger = PrivacyLedger(store, Budget(epsilon=1.0, delta=1e-6))
+    ledger.record("pages", release("r1", eps=0.4))
+    ledger.record("pages", release("r2", eps=0.4))
+    # Basic composition would reach 1.2; the memoised-PRR figure for all three is 0.7.
+    capped = release("r3", eps=0.4, longitudinal_epsilon=0.7, longitudinal_delta=1e-6)
+    assert ledger.record("pages", capped) == (0.7, 1e-6)
+    assert ledger.spent("pages") == (0.7, 1e-6)
+
+
+def test_release_validation() -> None:
+    with pytest.raises(ValueError, match="release_id"):
+        release("")
+    with pytest.raises(ValueError, match="epsilon"):
+        release("x", eps=-1.0)
+    with pytest.raises(ValueError, match="delta"):
+        release("x", delta=1.0)
+    with pytest.raises(ValueError, match="batch_sizes"):
+        release("x", batch_sizes=(0,))
+    with pytest.raises(ValueError, match="together"):
+        release("x", longitudinal_epsilon=0.1)
+    with pytest.raises(ValueError, match="budget"):
+        Budget(epsilon=-1.0, delta=0.0)
+
+
+def test_json_store_survives_reopen_and_reports_corruption(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "ledger.json"
+    PrivacyLedger(JsonFileLedgerStore(path)).record("pages", release("r1"))
+    reopened = PrivacyLedger(JsonFileLedgerStore(path))
+    assert [r.release_id for r in reopened.releases("pages")] == ["r1"]
+    assert not list(path.parent.glob("ledger.json.*[!k]"))  # no temp files left behind
+    path.write_text("{not json")
+    with pytest.raises(LedgerCorruptError, match="not valid JSON"):
+        reopened.releases("pages")
+    path.write_text(json.dumps({"pages": [{"release_id": "r1"}]}))
+    with pytest.raises(LedgerCorruptError, match="cannot be read"):
+        reopened.releases("pages")
+
+
+def test_redis_store_reports_corruption(redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        store = RedisLedgerStore(client)
+        client.rpush("crowdmix:ledger:{pages}", b"\xff garbage")
+        with pytest.raises(LedgerCorruptError):
+            store.load("pages")
+    finally:
+        client.close()

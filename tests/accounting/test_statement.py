@@ -1,0 +1,148 @@
+"""privacy_statement: cohort handling, batches, longitudinal arguments, output."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from aggregator.accounting import amplify, privacy_statement
+from aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one, total_variation
+from client.basic import BasicParams
+from client.params import RapporParams
+from client.registry import MetricConfig
+
+DELTA = 1e-6
+
+
+def rappor_metric(m: int = 1, f: float = 0.5) -> MetricConfig:
+    return MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=m, f=f))
+
+
+def test_single_cohort_uses_the_whole_batch_and_best_bound() -> None:
+    stmt = privacy_statement(rappor_metric(), 10**6, delta=DELTA)
+    params = RapporParams(k=16, h=2, m=1)
+    assert stmt.epsilon_local == pytest.approx(epsilon_one(params))
+    assert stmt.epsilon_inf == pytest.approx(epsilon_inf(params))
+    assert stmt.beta == pytest.approx(total_variation(params))
+    assert stmt.central.n_amplify == 10**6
+    assert stmt.central.bound == "rappor"
+    assert stmt.central.epsilon == pytest.approx(0.002289, abs=5e-7)
+    assert stmt.central.candidates["generic"] == pytest.approx(0.003872, abs=5e-7)
+    assert stmt.longitudinal.argument == "single-release"
+
+
+def test_persistent_cohorts_amplify_within_the_smallest_cohort() -> None:
+    sizes = [400_000, 300_000, 200_000, 100_000]
+    stmt = privacy_statement(rappor_metric(m=4), 10**6, delta=DELTA, cohort_sizes=sizes)
+    assert stmt.central.n_amplify == 100_000
+    assert stmt.smallest_cohort_share == pytest.approx(0.1)
+    eps1 = epsilon_one(RapporParams(k=16, h=2, m=4))
+    beta = total_variation(RapporParams(k=16, h=2, m=4))
+    expected = amplify(eps1, 100_000, DELTA, bound="rappor", beta=beta).epsilon
+    assert stmt.central.epsilon == pytest.approx(expected, rel=1e-12)
+    assert "smallest cohort" in stmt.render()
+    # A share given directly means the same thing.
+    by_share = privacy_statement(rappor_metric(m=4), 10**6, delta=DELTA, cohort_sizes=0.1)
+    assert by_share.central.n_amplify == 100_000
+    # Cohorts drawn fresh per report: no caveat, the whole batch hides each report.
+    fresh = privacy_statement(
+        rappor_metric(m=4), 10**6, delta=DELTA, cohort_sizes=sizes, cohort_per_report=True
+    )
+    assert fresh.central.n_amplify == 10**6
+    assert fresh.central.epsilon < stmt.central.epsilon
+
+
+def test_unknown_cohort_sizes_are_estimated_conservatively() -> None:
+    stmt = privacy_statement(rappor_metric(m=64), 10**6, delta=DELTA)
+    assert stmt.cohort_share_estimated
+    assert stmt.central.n_amplify < 10**6 // 64
+    assert stmt.to_dict()["cohorts"]["share_estimated"] is True  # type: ignore[index]
+
+
+def test_empty_cohorts_are_ignored_and_bad_sizes_rejected() -> None:
+    stmt = privacy_statement(rappor_metric(m=4), 1000, delta=DELTA, cohort_sizes=[0, 500, 500])
+    assert stmt.central.n_amplify == 500
+    with pytest.raises(ValueError, match="sum to"):
+        privacy_statement(rappor_metric(m=4), 1000, cohort_sizes=[1, 2])
+    with pytest.raises(ValueError, match="share"):
+        privacy_statement(rappor_metric(m=4), 1000, cohort_sizes=1.5)
+    with pytest.raises(ValueError, match="cohort sizes"):
+        privacy_statement(rappor_metric(m=2), 3, cohort_sizes=[1, 1, 1])
+
+
+def test_batches_use_the_smallest_batch() -> None:
+    stmt = privacy_statement(rappor_metric(), 150_000, delta=DELTA, batch_sizes=[100_000, 50_000])
+    assert stmt.central.n_amplify == 50_000
+    assert not stmt.batch_assumed
+    assert "smallest shuffled batch" in stmt.render()
+    with pytest.raises(ValueError, match="batch_sizes"):
+        privacy_statement(rappor_metric(), 10, batch_sizes=[5, 4])
+
+
+def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
+    params = RapporParams(k=16, h=2, m=1)
+    stmt = privacy_statement(rappor_metric(), 10**5, delta=DELTA, rounds=10)
+    lg = stmt.longitudinal
+    assert lg.rounds == 10
+    assert stmt.epsilon_rounds == pytest.approx(epsilon_k(params, 10))
+    assert lg.candidates["memoised-prr-k"] == pytest.approx(
+        amplify(epsilon_k(params, 10), 10**5, DELTA).epsilon
+    )
+    assert lg.candidates["memoised-prr-inf"] == pytest.approx(
+        amplify(epsilon_inf(params), 10**5, DELTA).epsilon
+    )
+    assert lg.argument in ("memoised-prr-k", "memoised-prr-inf")
+    assert "pld-composition" not in lg.candidates  # rounds share the PRR: never composed
+    assert lg.epsilon == min(lg.candidates.values())
+    assert lg.epsilon >= stmt.central.epsilon
+    # Many rounds: the ε_∞ argument takes over and stops growing.
+    many = privacy_statement(rappor_metric(), 10**5, delta=DELTA, rounds=10**6)
+    assert many.longitudinal.argument == "memoised-prr-inf"
+
+
+def test_fresh_randomness_rounds_are_composed() -> None:
+    metric = MetricConfig(name="b", basic=BasicParams(mechanism="krr", epsilon=1.0, domain_size=4))
+    stmt = privacy_statement(metric, 20_000, delta=DELTA, rounds=20)
+    assert stmt.epsilon_inf is None
+    assert stmt.longitudinal.argument == "pld-composition"
+    assert stmt.central.bound == "variation-ratio"
+    assert stmt.central.epsilon < stmt.longitudinal.epsilon < 20 * stmt.central.epsilon
+
+
+def test_to_dict_is_json_and_render_is_quotable() -> None:
+    stmt = privacy_statement(rappor_metric(m=8), 10**5, delta=DELTA, rounds=3)
+    data = json.loads(json.dumps(stmt.to_dict(), allow_nan=False))
+    assert data["central"]["bound"] in ("rappor", "generic")
+    assert data["central"]["delta"] == DELTA
+    assert data["local"]["epsilon_1"] == pytest.approx(stmt.epsilon_local)
+    assert data["longitudinal"]["argument"].startswith("memoised-prr")
+    assert "the shuffler and the aggregator do not collude" in data["assumptions"]
+    text = stmt.render()
+    assert f"{stmt.central.epsilon:.4g}" in text and "collude" in text and "3 releases" in text
+
+
+def test_no_prr_gives_infinite_eps_inf_as_null() -> None:
+    stmt = privacy_statement(rappor_metric(f=0.0), 10**4, delta=DELTA, rounds=2)
+    assert stmt.epsilon_inf is not None and math.isinf(stmt.epsilon_inf)
+    data = json.loads(json.dumps(stmt.to_dict(), allow_nan=False))
+    assert data["local"]["epsilon_inf"] is None
+
+
+def test_too_few_reports_say_no_amplification() -> None:
+    metric = MetricConfig(name="b", basic=BasicParams(mechanism="binary-rr", epsilon=4.0))
+    stmt = privacy_statement(metric, 20, delta=DELTA)
+    assert not stmt.central.amplified
+    assert stmt.central.bound == "none"
+    assert stmt.central.epsilon == stmt.epsilon_local
+    assert "no amplification" in stmt.render()
+
+
+def test_statement_input_validation() -> None:
+    with pytest.raises(ValueError, match="n_reports"):
+        privacy_statement(rappor_metric(), 0)
+    with pytest.raises(ValueError, match="delta"):
+        privacy_statement(rappor_metric(), 10, delta=0.0)
+    with pytest.raises(ValueError, match="rounds"):
+        privacy_statement(rappor_metric(), 10, rounds=0)
