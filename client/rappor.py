@@ -182,17 +182,27 @@ class PrrRule:
                 self._one_block, self._noise_of = True, noise_of
         self._digits = probability_digits(f) if f < 1.0 else ()
 
+    @property
+    def one_block_noise(self) -> Callable[[int], int] | None:
+        """mmh3 mode, when U and N fit one BLAKE2b block S: S -> N (U is S's word 0)."""
+        return self._noise_of if self._one_block and self._hashing == "mmh3" else None
+
+    def keyed_prefix(self, secret: bytes, metric: str) -> hashlib.blake2b:
+        """Keyed BLAKE2b state after len(metric) ‖ metric (mmh3 mode)."""
+        if len(secret) < _MIN_SECRET_BYTES:
+            raise ValueError(f"secret must be at least {_MIN_SECRET_BYTES} bytes to key the PRR")
+        mb = metric.encode("utf-8")
+        prefix = hashlib.blake2b(key=_prf_key(secret), person=_PERSON_PRR, digest_size=64)
+        prefix.update(len(mb).to_bytes(4, "little") + mb)
+        return prefix
+
     def keyed(self, secret: bytes, metric: str) -> Callable[[int], int]:
         """bloom -> PRR of the client holding ``secret``, for ``metric``."""
         params = self._params
         k, f = params.k, params.f
         if self._hashing == "rappor-md5":
             return lambda bloom: _google_prr(secret, bloom, f, k)
-        if len(secret) < _MIN_SECRET_BYTES:
-            raise ValueError(f"secret must be at least {_MIN_SECRET_BYTES} bytes to key the PRR")
-        mb = metric.encode("utf-8")
-        prefix = hashlib.blake2b(key=_prf_key(secret), person=_PERSON_PRR, digest_size=64)
-        prefix.update(len(mb).to_bytes(4, "little") + mb)
+        prefix = self.keyed_prefix(secret, metric)
         noise_of = self._noise_of
         if self._one_block and noise_of is not None:
             # M ‖ block 0 in one update: the Bloom bytes followed by four zero bytes.
@@ -274,9 +284,10 @@ class RapporEncoder:
         self.cohort = cohort
         self._rand: BitSource = rand if rand is not None else SecureBits()
         self._fingerprint = params.fingerprint(hashing)
-        self._prr = PrrRule(params, hashing).keyed(secret_b, metric)
+        rule = PrrRule(params, hashing)
+        self._prr = rule.keyed(secret_b, metric)
         self._irr = self._irr_function()
-        self._encode = self._build_encode()
+        self._encode = self._build_fused(rule) or self._build_encode()
 
     @property
     def params(self) -> RapporParams:
@@ -333,6 +344,39 @@ class RapporEncoder:
             return pb ^ ((pb ^ qb) & prr)
 
         return irr_loop
+
+    def _build_fused(self, rule: PrrRule) -> Callable[[str | bytes], Report] | None:
+        """encode() as one closure, for mmh3 with a one-block PRR and fixed IRR formulas
+        (the usual case): the same operations as bloom -> _prr -> _irr, inlined."""
+        params = self._params
+        k, p, q = params.k, params.p, params.q
+        noise_of = rule.one_block_noise
+        if noise_of is None or not (_fixed_words(p) and _fixed_words(q)):
+            return None
+        prefix = rule.keyed_prefix(self._secret, self.metric)
+        head = (k + 7) // 8 + 4
+        nbytes = params.report_bytes
+        wp, p_of = word_sampler(p, k, first_word=0)
+        wq, q_of = word_sampler(q, k, first_word=wp)
+        total = (wp + wq) * k
+        draw = self._rand.random_bits
+        bloom_of = _mmh3_bloom(k, params.h, self.cohort)
+        metric, cohort, fp = self.metric, self.cohort, self._fingerprint
+        from_bytes = int.from_bytes
+
+        def encode_fused(value: str | bytes) -> Report:
+            data = value.encode() if type(value) is str else value_bytes(value)
+            bloom = bloom_of(data)
+            h = prefix.copy()
+            h.update(bloom.to_bytes(head, "little"))
+            s = from_bytes(h.digest(), "little")
+            prr = bloom ^ ((bloom ^ s) & noise_of(s))
+            x = draw(total)
+            pb = p_of(x)
+            bits = pb ^ ((pb ^ q_of(x)) & prr)
+            return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp)
+
+        return encode_fused
 
     def _build_encode(self) -> Callable[[str | bytes], Report]:
         params = self._params
