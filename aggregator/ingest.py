@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aggregator.counts import Counts, CountsShapeError, accumulator_for
-from aggregator.store import CountStore, InvalidBatch
+from aggregator.store import CountStore, InvalidBatch, describe_metric
 from client.registry import MetricConfig, Registry
 
 __all__ = [
@@ -77,6 +77,7 @@ class Ingestor:
         self.store = store
         self._clock = clock
         self._accumulator = accumulator
+        self._descriptions: dict[str, str] = {}
 
     def validate(self, batch: IngestBatch) -> tuple[MetricConfig, Counts]:
         """The batch's metric config and its counts; raises InvalidBatch with the reason."""
@@ -142,7 +143,15 @@ class Ingestor:
     def ingest(self, batch: IngestBatch) -> IngestResult:
         """Validate, count, and apply once. Store errors propagate (StoreError)."""
         config, counts = self.validate(batch)
+        description = self._descriptions.get(config.name)
+        if description is None:
+            description = self._descriptions[config.name] = describe_metric(config)
         applied = self.store.apply(
-            batch.metric, batch.window, batch.batch_id, config.fingerprint, counts
+            batch.metric,
+            batch.window,
+            batch.batch_id,
+            config.fingerprint,
+            counts,
+            description=description,
         )
         return IngestResult(applied=batch.count if applied else 0, duplicate=not applied)

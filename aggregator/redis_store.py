@@ -25,7 +25,7 @@ processes can therefore share one Redis, each ingesting and folding.
 
 Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
 
-    {prefix}:{metric}:meta           hash: fingerprint
+    {prefix}:{metric}:meta           hash: fingerprint, description (registry entry, JSON)
     {prefix}:{metric}:ids            set of applied batch ids (16 bytes each)
     {prefix}:{metric}:windows        set of windows holding counts
     {prefix}:{metric}:w:{W}:deltas   hash: batch id -> counts blob (not yet folded)
@@ -61,7 +61,7 @@ _APPLY = """
 local fp = redis.call('HGET', KEYS[4], 'fingerprint')
 if fp and fp ~= ARGV[4] then return {-1, fp} end
 if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return {0} end
-if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4]) end
+if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description', ARGV[5]) end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[2])
 return {1}
@@ -110,7 +110,14 @@ class RedisCountStore:
 
     # -- CountStore -------------------------------------------------------------------------
     def apply(
-        self, metric: str, window: int, batch_id: bytes, fingerprint: int, delta: CountsLike
+        self,
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        *,
+        description: str = "",
     ) -> bool:
         keys = [
             self._k(metric, "ids"),
@@ -118,7 +125,13 @@ class RedisCountStore:
             self._k(metric, f"w:{window}:deltas"),
             self._k(metric, "meta"),
         ]
-        args: list[bytes | str] = [batch_id, str(window), encode_counts(delta), str(fingerprint)]
+        args: list[bytes | str] = [
+            batch_id,
+            str(window),
+            encode_counts(delta),
+            str(fingerprint),
+            description,
+        ]
         result = self._call(lambda: self._apply(keys=keys, args=args))
         if int(result[0]) == -1:
             raise ParamsConflict(
@@ -146,6 +159,12 @@ class RedisCountStore:
                 blobs.append(replies[i])
             blobs.extend(replies[i + 1])
         return sum_blobs(blobs)
+
+    def description(self, metric: str) -> str | None:
+        raw = self._call(lambda: self._r.hget(self._k(metric, "meta"), "description"))
+        if not raw:
+            return None
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     def windows(self, metric: str) -> list[int]:
         members = self._call(lambda: self._r.smembers(self._k(metric, "windows")))

@@ -29,6 +29,7 @@ Errors (one hierarchy for the aggregator service, also used by
 
 from __future__ import annotations
 
+import json
 import struct
 import threading
 from collections.abc import Iterable, Sequence
@@ -56,9 +57,12 @@ __all__ = [
     "StoreUnavailable",
     "StoredCounts",
     "decode_counts",
+    "describe_metric",
     "encode_counts",
     "load_counts",
+    "metric_from_description",
     "open_store",
+    "stored_metric",
     "sum_blobs",
 ]
 
@@ -152,14 +156,27 @@ class CountStore(Protocol):
     """Counts per (metric, window) plus the applied batch ids, changed together."""
 
     def apply(
-        self, metric: str, window: int, batch_id: bytes, fingerprint: int, delta: CountsLike
+        self,
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        *,
+        description: str = "",
     ) -> bool:
         """Add ``delta`` to (metric, window) and record ``batch_id``, atomically.
 
         Returns False (and changes nothing) when ``batch_id`` was applied before
         for this metric. Raises ParamsConflict when ``fingerprint`` differs from
-        the one the metric's counts were first stored under.
+        the one the metric's counts were first stored under. ``description`` (the
+        metric's registry entry, :func:`describe_metric`) is kept with the first
+        batch so a report job can decode the counts without the registry file.
         """
+        ...
+
+    def description(self, metric: str) -> str | None:
+        """The description stored with the metric's first batch (None if none)."""
         ...
 
     def load(self, metric: str, windows: Iterable[int] | None = None) -> StoredCounts | None:
@@ -192,10 +209,18 @@ class MemoryCountStore:
         self._lock = threading.Lock()
         self._ids: dict[str, set[bytes]] = {}
         self._fingerprints: dict[str, int] = {}
+        self._descriptions: dict[str, str] = {}
         self._counts: dict[tuple[str, int], StoredCounts] = {}
 
     def apply(
-        self, metric: str, window: int, batch_id: bytes, fingerprint: int, delta: CountsLike
+        self,
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        *,
+        description: str = "",
     ) -> bool:
         add = StoredCounts.of(delta)
         with self._lock:
@@ -215,8 +240,14 @@ class MemoryCountStore:
                 updated.totals.copy(), updated.ones.copy()
             )
             ids.add(batch_id)
-            self._fingerprints[metric] = fingerprint
+            if known is None:
+                self._fingerprints[metric] = fingerprint
+                self._descriptions[metric] = description
             return True
+
+    def description(self, metric: str) -> str | None:
+        with self._lock:
+            return self._descriptions.get(metric) or None
 
     def load(self, metric: str, windows: Iterable[int] | None = None) -> StoredCounts | None:
         with self._lock:
@@ -336,6 +367,35 @@ def sum_blobs(blobs: Sequence[bytes], into: StoredCounts | None = None) -> Store
     return _split(m, k, total)
 
 
+def describe_metric(config: MetricConfig) -> str:
+    """A metric's registry entry (encoding and params, not its shuffle policy) as JSON."""
+    table: dict[str, object]
+    if config.rappor is not None:
+        r = config.rappor
+        table = {"encoding": "rappor", "hashing": config.hashing, "k": r.k, "h": r.h, "m": r.m,
+                 "f": r.f, "p": r.p, "q": r.q}  # fmt: skip
+    else:
+        assert config.basic is not None  # MetricConfig holds exactly one of the two
+        b = config.basic
+        table = {"encoding": b.mechanism, "epsilon": b.epsilon}
+        if config.domain is not None:
+            table["domain"] = list(config.domain)
+        else:
+            table["domain_size"] = b.domain_size
+    return json.dumps(table, sort_keys=True)
+
+
+def metric_from_description(name: str, description: str) -> MetricConfig:
+    """The MetricConfig a :func:`describe_metric` text stands for (validated like a registry)."""
+    from client.registry import RegistryError, parse_registry
+
+    try:
+        table = json.loads(description)
+    except json.JSONDecodeError as exc:
+        raise RegistryError(f"stored description of {name!r} is not JSON: {exc}") from None
+    return parse_registry({"metrics": {name: table}})[name]
+
+
 def open_store(url: str | None) -> CountStore:
     """A store for a URL: ``None``/``memory://`` → memory; ``redis://``, ``unix://`` → Redis."""
     if url is None or url == "memory://":
@@ -347,6 +407,12 @@ def open_store(url: str | None) -> CountStore:
     raise ValueError(f"store URL must be memory:// or redis://..., got {url!r}")
 
 
+def stored_metric(store: CountStore, name: str) -> MetricConfig | None:
+    """The metric config stored with ``name``'s counts (None when nothing is stored)."""
+    description = store.description(name)
+    return None if description is None else metric_from_description(name, description)
+
+
 def load_counts(
     source: CountStore | str,
     metric: str | MetricConfig,
@@ -354,24 +420,34 @@ def load_counts(
 ) -> Counts:
     """Merged counts of ``metric`` over ``windows`` (all when None) from a store or a store URL.
 
-    For the report job. Given a :class:`~client.registry.MetricConfig`, the
-    counts come back as that metric's accumulator
+    For the report job. The counts come back as the metric's accumulator
     (``aggregator.counts.accumulator_for``: CohortCounts for RAPPOR, OUE and
-    binary RR, index or OLH support counts for k-RR and OLH); given a name, as
-    CohortCounts. Raises LookupError when nothing is stored for that selection.
+    binary RR, index or OLH support counts for k-RR and OLH), for the given
+    :class:`~client.registry.MetricConfig` or, given a name, for the config
+    stored with the counts (raising ParamsConflict when a given config's
+    fingerprint is not the stored one). Raises LookupError when nothing is
+    stored for that selection.
     """
+    from aggregator.counts import accumulator_for
+
     name = metric if isinstance(metric, str) else metric.name
     store = open_store(source) if isinstance(source, str) else source
     try:
         stored = store.load(name, windows)
+        config = stored_metric(store, name) if stored is not None else None
     finally:
         if isinstance(source, str):
             store.close()
     if stored is None:
         which = "any window" if windows is None else f"window(s) {sorted(set(windows))}"
         raise LookupError(f"no counts stored for metric {name!r} in {which}")
-    if isinstance(metric, str):
+    if not isinstance(metric, str):
+        if config is not None and config.fingerprint != metric.fingerprint:
+            raise ParamsConflict(
+                f"metric {name!r}: the counts were stored under other params "
+                f"(fingerprint {config.fingerprint:#018x}, given {metric.fingerprint:#018x})"
+            )
+        config = metric
+    if config is None:
         return stored.to_cohort_counts()
-    from aggregator.counts import accumulator_for
-
-    return accumulator_for(metric, totals=stored.totals, ones=stored.ones)
+    return accumulator_for(config, totals=stored.totals, ones=stored.ones)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,13 @@ from aggregator.store import (
     ParamsConflict,
     StoredCounts,
     decode_counts,
+    describe_metric,
     encode_counts,
     load_counts,
+    metric_from_description,
+    stored_metric,
 )
-from client.registry import Registry
+from client.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 
 
@@ -226,3 +230,33 @@ def test_blob_roundtrip_uses_the_narrowest_dtype(m: int, k: int, top: int, seed:
     assert np.array_equal(back.totals, totals) and np.array_equal(back.ones, ones)
     width = 1 if top < 2**8 else 2 if top < 2**16 else 4 if top < 2**32 else 8
     assert len(blob) == 16 + width * m * (k + 1)
+
+
+def test_the_metric_description_travels_with_the_counts(
+    store: CountStore, registry: Registry
+) -> None:
+    rng = np.random.default_rng(9)
+    for name in ("pages", "browser"):
+        config = registry[name]
+        assert store.description(name) is None
+        Ingestor(registry, store).ingest(random_batch(rng, config, 50, window=3))
+        restored = stored_metric(store, name)
+        assert restored is not None
+        assert restored.fingerprint == config.fingerprint
+        assert (restored.rappor, restored.basic, restored.domain) == (
+            config.rappor,
+            config.basic,
+            config.domain,
+        )
+    # by name alone, the report job gets the metric's own accumulator
+    assert isinstance(load_counts(store, "browser"), IndexCounts)
+    changed = MetricConfig(name="pages", rappor=replace(registry["pages"].rappor, f=0.25))  # type: ignore[type-var]
+    with pytest.raises(ParamsConflict, match="other params"):
+        load_counts(store, changed)
+
+
+@pytest.mark.parametrize("name", ["pages", "browser"])
+def test_describe_metric_roundtrip(registry: Registry, name: str) -> None:
+    config = registry[name]
+    back = metric_from_description(name, describe_metric(config))
+    assert back.fingerprint == config.fingerprint and back.encoding == config.encoding
