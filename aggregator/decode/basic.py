@@ -71,7 +71,7 @@ def project_to_simplex(v: npt.ArrayLike) -> FloatArray:
     idx = np.arange(1, v.size + 1)
     rho = int(np.flatnonzero(u - css / idx > 0)[-1])
     theta = css[rho] / (rho + 1.0)
-    return np.maximum(v - theta, 0.0)
+    return np.asarray(np.maximum(v - theta, 0.0), dtype=np.float64)
 
 
 def decode_basic(
