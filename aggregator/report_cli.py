@@ -58,6 +58,11 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     own.add_argument("--counts", metavar="FILE", help="counts file written by the accumulator")
     own.add_argument("--config", metavar="FILE", help="metric registry (metrics.toml)")
     own.add_argument("--metric", metavar="NAME", help="metric name in the registry")
+    live = p.add_argument_group("live counts (aggregator store)")
+    live.add_argument("--redis", metavar="URL", help="the aggregator's Redis (needs --metric)")
+    live.add_argument(
+        "--windows", metavar="LIST", help="collection windows, e.g. 20400,20402-20405 (all)"
+    )
     rap = p.add_argument_group("google/rappor files")
     rap.add_argument("--rappor-counts", metavar="FILE", help="counts.csv (N, bit counts)")
     rap.add_argument("--rappor-map", metavar="FILE", help="map.csv (candidate, m·h rows)")
@@ -120,9 +125,52 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
     )
 
 
+def _from_redis(args: argparse.Namespace) -> ReportJob | None:
+    if args.redis is None:
+        return None
+    from aggregator.report import ReportJob, read_candidates
+    from aggregator.store import StoreError, load_counts, open_store, parse_windows
+    from crowdmix.cli import CliError
+
+    if not args.metric:
+        raise CliError("--redis needs --metric NAME")
+    windows = parse_windows(args.windows) if args.windows else None
+    store = open_store(args.redis)
+    try:  # the registry entry is stored with the counts; --config, if given, must match it
+        metric = _metric(args.config, args.metric) if args.config else args.metric
+        counts = load_counts(store, metric, windows)
+        config = metric if args.config else _stored(store, args.metric)
+    except (LookupError, StoreError) as exc:
+        raise CliError(str(exc).strip("'\"")) from None
+    finally:
+        store.close()
+    candidates = read_candidates(args.candidates) if args.candidates else None
+    if config.rappor is not None and candidates is None:
+        raise CliError("a RAPPOR metric needs --candidates FILE (one value per line)")
+    return ReportJob(
+        metric=config,
+        totals=counts.totals,
+        ones=counts.ones,
+        candidates=candidates,
+        source=f"redis ({args.metric})",
+        window=windows[0] if windows is not None and len(windows) == 1 else None,
+    )
+
+
+def _stored(store: Any, name: str) -> Any:
+    from aggregator.store import stored_metric
+    from crowdmix.cli import CliError
+
+    config = stored_metric(store, name)
+    if config is None:
+        raise CliError(f"no metric description stored for {name!r}: give --config FILE")
+    return config
+
+
 _SOURCES: tuple[Callable[[argparse.Namespace], ReportJob | None], ...] = (
     _from_counts_file,
     _from_rappor_files,
+    _from_redis,
 )
 
 
@@ -158,6 +206,7 @@ def _report(args: argparse.Namespace) -> int:
     if not jobs:
         raise CliError(
             "give counts: --counts FILE --config FILE --metric NAME [--candidates FILE], "
+            "--redis URL --metric NAME [--windows LIST], "
             "or --rappor-counts/--rappor-map/--rappor-params"
         )
     if len(jobs) > 1:

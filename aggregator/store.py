@@ -62,6 +62,7 @@ __all__ = [
     "load_counts",
     "metric_from_description",
     "open_store",
+    "parse_windows",
     "stored_metric",
     "sum_blobs",
 ]
@@ -405,6 +406,21 @@ def open_store(url: str | None) -> CountStore:
 
         return RedisCountStore.from_url(url)
     raise ValueError(f"store URL must be memory:// or redis://..., got {url!r}")
+
+
+def parse_windows(text: str) -> list[int]:
+    """Windows from ``"20400,20402-20405"`` (ranges inclusive), sorted; ValueError if malformed."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"windows must look like 20400,20402-20405, got {text!r}")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or last - first > 100_000:
+            raise ValueError(f"bad window range {part!r}")
+        out.update(range(first, last + 1))
+    return sorted(out)
 
 
 def stored_metric(store: CountStore, name: str) -> MetricConfig | None:
