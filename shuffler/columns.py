@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["HEADER", "Chunk", "decode_chunks", "split_blob"]
+__all__ = ["HEADER", "Chunk", "Pending", "Rows", "decode_chunks", "merge", "split_blob"]
 
 HEADER = struct.Struct("<II")
 _U32 = np.dtype("<u4")
@@ -74,6 +74,42 @@ class Chunk:
             cohorts=np.concatenate([c.cohorts for c in chunks]).astype(np.uint32, copy=False),
             bits=b"".join(c.bits for c in chunks),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Reports that arrived as rows, still as Python values: validating and
+    queueing a one-report request this way skips numpy entirely; rows become a
+    ``Chunk`` once per store write (``merge``)."""
+
+    report_bytes: int
+    cohorts: list[int]
+    bits: bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.cohorts)
+
+
+Pending = Chunk | Rows
+
+
+def merge(parts: Sequence[Pending]) -> Chunk:
+    """Concatenate chunks and rows (all of one report size) into one Chunk."""
+    rows = [p for p in parts if isinstance(p, Rows)]
+    chunks = [p for p in parts if isinstance(p, Chunk)]
+    if rows:
+        cohorts: list[int] = []
+        for r in rows:
+            cohorts.extend(r.cohorts)
+        chunks.append(
+            Chunk(
+                report_bytes=rows[0].report_bytes,
+                cohorts=np.array(cohorts, dtype=np.uint32),
+                bits=b"".join(r.bits for r in rows),
+            )
+        )
+    return Chunk.concat(chunks)
 
 
 def decode_chunks(buf: bytes | memoryview, offset: int = 0) -> Chunk:

@@ -1,16 +1,18 @@
 """Group commit: many concurrent requests, one store write.
 
-Each request thread hands its validated chunks to ``GroupCommitter.commit`` and
-blocks. One writer thread takes everything queued (after waiting up to
-``max_delay`` for more to join), concatenates it per (metric, fingerprint),
-applies the metric's random drop, and makes a single ``store.append``. Only
-then are the waiting requests released, so an acknowledgement always means
-"durably in the store"; if the write fails, every request in it fails (nothing
-is acknowledged, clients retry).
+Leader/follower, no dedicated writer thread: a request that finds no write in
+progress becomes the *leader*: it takes everything queued (itself included),
+concatenates it per (metric, fingerprint), applies the metric's random drop and
+makes a single ``store.append``. Requests arriving meanwhile queue up; when the
+write returns, the leader releases its followers and hands the lead to the
+first queued request, which writes the whole queue in one go. So coalescing
+grows with load by itself, and every request costs one thread wake-up (the
+measured alternative, a writer thread, cost two per request at low coalescing;
+see BENCHMARKS.md). ``max_delay`` > 0 makes a leader wait that long for more
+requests to join; the default 0 was measured best.
 
-While one write is in progress new requests queue up, so the coalescing grows
-with load by itself: no timer is needed for throughput (``max_delay`` = 0 is
-the default and measured best, see BENCHMARKS.md).
+An acknowledgement always means "durably in the store": if the write fails,
+every request in it fails (nothing is acknowledged, clients retry).
 
 The only time recorded is the collection window of the write
 (``Registry.window_of``), never a finer timestamp.
@@ -25,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from client.registry import Registry
-from shuffler.columns import Chunk
+from shuffler.columns import Pending, merge
 from shuffler.errors import ShufflerError, StoreUnavailable
 from shuffler.metrics import ShufflerMetrics
 from shuffler.shuffle import RandomBytes, keep_mask
@@ -37,12 +39,13 @@ log = logging.getLogger("crowdmix.shuffler")
 
 
 class _Waiter:
-    __slots__ = ("error", "event", "parts")
+    __slots__ = ("error", "event", "lead", "parts")
 
-    def __init__(self, parts: dict[tuple[str, int], Chunk]) -> None:
+    def __init__(self, parts: dict[tuple[str, int], Pending]) -> None:
         self.parts = parts
         self.event = threading.Event()
         self.error: ShufflerError | None = None
+        self.lead = False
 
 
 class GroupCommitter:
@@ -68,65 +71,68 @@ class GroupCommitter:
         self._on_commit = on_commit
         self._cond = threading.Condition()
         self._queue: list[_Waiter] = []
+        self._writing = False
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="shuffler-commit", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def close(self) -> None:
-        """Refuse new commits, write what is queued, stop the writer thread."""
+        """Refuse new commits and wait for a write in progress to finish."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join()
+            self._cond.wait_for(lambda: not self._writing)
 
-    def commit(self, parts: dict[tuple[str, int], Chunk]) -> None:
+    def commit(self, parts: dict[tuple[str, int], Pending]) -> None:
         """Block until ``parts`` are durably stored; raise ``StoreUnavailable`` otherwise."""
-        waiter = _Waiter(parts)
+        me = _Waiter(parts)
         with self._cond:
             if self._closed:
                 raise StoreUnavailable("the shuffler is shutting down")
-            self._queue.append(waiter)
-            self._cond.notify()
-        waiter.event.wait()
-        if waiter.error is not None:
-            raise waiter.error
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-            if self._max_delay > 0 and not self._closed:
-                time.sleep(self._max_delay)
-            with self._cond:
-                batch, self._queue = self._queue, []
-            error: ShufflerError | None = None
-            try:
-                self._write(batch)
-            except ShufflerError as exc:
-                error = exc
-            except Exception as exc:  # a store bug must not hang the waiting requests
-                log.exception("store write failed")
-                error = StoreUnavailable(f"store write failed: {type(exc).__name__}")
-            for w in batch:
+            self._queue.append(me)
+            lead = not self._writing
+            self._writing = True
+        if not lead:
+            me.event.wait()
+            if not me.lead:
+                if me.error is not None:
+                    raise me.error
+                return
+        if self._max_delay > 0:
+            time.sleep(self._max_delay)  # let more requests join this write
+        with self._cond:
+            batch, self._queue = self._queue, []
+        error: ShufflerError | None = None
+        try:
+            self._write(batch)
+        except ShufflerError as exc:
+            error = exc
+        except Exception as exc:  # a store bug must fail the requests, not hang them
+            log.exception("store write failed")
+            error = StoreUnavailable(f"store write failed: {type(exc).__name__}")
+        with self._cond:
+            successor = self._queue[0] if self._queue else None
+            if successor is not None:
+                successor.lead = True
+            else:
+                self._writing = False
+                self._cond.notify_all()
+        for w in batch:
+            if w is not me:
                 w.error = error
                 w.event.set()
+        if successor is not None:
+            successor.event.set()
+        if error is not None:
+            raise error
 
     def _write(self, batch: list[_Waiter]) -> None:
-        grouped: dict[tuple[str, int], list[Chunk]] = {}
+        grouped: dict[tuple[str, int], list[Pending]] = {}
         for w in batch:
-            for key, chunk in w.parts.items():
-                grouped.setdefault(key, []).append(chunk)
+            for key, part in w.parts.items():
+                grouped.setdefault(key, []).append(part)
         window = self._registry.window_of(self._clock())
         writes: list[PendingWrite] = []
         stored = 0
-        for (metric, fp), chunks in grouped.items():
-            chunk = Chunk.concat(chunks)
+        for (metric, fp), parts in grouped.items():
+            chunk = merge(parts)
             drop = self._registry[metric].shuffle.drop_probability
             if drop > 0.0:
                 keep = keep_mask(chunk.count, drop, self._random_bytes)

@@ -1,7 +1,7 @@
 """The domain side of Submit: authenticate, validate, admit, commit.
 
 ``Intake.submit`` is what the gRPC servicer calls after turning protobufs into
-``ColumnsIn``; it raises the ``RequestRejected`` family (mapped to status codes
+``ColumnsIn`` / ``RowsIn``; it raises the ``RequestRejected`` family (mapped to status codes
 in ``shuffler.servicer``) and returns the number of reports acknowledged.
 
 The connection key given for rate limiting (the transport's peer string) is
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from client.registry import Registry
 from shuffler.commit import GroupCommitter
 from shuffler.errors import Overloaded, Unauthenticated
-from shuffler.validation import ColumnsIn, validate
+from shuffler.validation import ColumnsIn, RowsIn, validate
 
 __all__ = ["Intake", "RateLimiter"]
 
@@ -100,7 +100,7 @@ class Intake:
     def buffered(self) -> int:
         return self._buffered
 
-    def submit(self, parts: Sequence[ColumnsIn], *, connection: str) -> int:
+    def submit(self, parts: Sequence[ColumnsIn | RowsIn], *, connection: str) -> int:
         """Store the request's reports or raise; returns how many were acknowledged."""
         chunks = validate(self.registry, parts, max_reports=self._max_reports)
         n = sum(c.count for c in chunks.values())

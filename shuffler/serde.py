@@ -1,8 +1,9 @@
 """Protobuf ↔ domain conversion, at the edge only (the domain never sees protos).
 
-Rows (``Report`` messages) are grouped into columns by (metric, fingerprint,
-bit length): grouping is the one per-report loop, unavoidable for per-report
-protobuf objects, and is why bulk senders should send ``ReportColumns``.
+Rows (``Report`` messages) are grouped by (metric, fingerprint, bit length)
+into ``RowsIn``: grouping is the one per-report loop, unavoidable for
+per-report protobuf objects, and is why bulk senders should send
+``ReportColumns`` (``ColumnsIn``, checked with numpy).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import numpy as np
 from protos import crowdmix_pb2 as pb
 from shuffler.columns import Chunk
 from shuffler.store import InFlightBatch, QueueKey
-from shuffler.validation import ColumnsIn
+from shuffler.validation import ColumnsIn, RowsIn
 
 __all__ = ["batch_from_proto", "batch_to_proto", "request_to_columns"]
 
 
-def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn]:
-    parts: list[ColumnsIn] = []
+def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn]:
+    parts: list[ColumnsIn | RowsIn] = []
     if request.reports:
         groups: dict[tuple[str, int, int], tuple[list[int], list[bytes]]] = {}
         for r in request.reports:
@@ -29,12 +30,11 @@ def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn]:
             bits.append(r.bits)
         for (metric, fp, nb), (cohorts, bits) in groups.items():
             parts.append(
-                ColumnsIn(
+                RowsIn(
                     metric=metric,
                     fingerprint=fp,
-                    count=len(cohorts),
                     report_bytes=nb,
-                    cohorts=np.array(cohorts, dtype=np.int64),
+                    cohorts=cohorts,
                     bits=b"".join(bits),
                 )
             )

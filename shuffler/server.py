@@ -195,7 +195,6 @@ def start_shuffler(
     if settings.metrics_port is not None:
         metrics_server, metrics_port = metrics.serve_http(settings.metrics_port)
 
-    committer.start()
     server.start()
     if releaser_thread is not None:
         releaser_thread.start()

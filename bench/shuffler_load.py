@@ -1,0 +1,220 @@
+"""Shuffler throughput and latency under load, on this box, with Redis AOF everysec.
+
+    .venv/bin/python bench/shuffler_load.py                       # unary + bulk, 1 shuffler
+    .venv/bin/python bench/shuffler_load.py --scenario unary --shufflers 1,2,4
+    .venv/bin/python bench/shuffler_load.py --store memory
+
+Everything runs on loopback: a private redis-server (AOF, fsync everysec), N
+``crowdmix shuffler serve`` processes sharing it, a sink aggregator process that
+acknowledges every batch, and load generator processes (bench/shuffler_loadgen.py).
+
+Targets (issue 4 §8):
+- device-style, one report per unary call, ≥ 64 concurrent callers:
+  ≥ 4 000 acknowledged calls/s with p99 ≤ 50 ms;
+- bulk, 1000-report columnar requests: ≥ 1 000 000 acknowledged reports/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+METRIC = "bench_rappor"
+REGISTRY = f"""
+[metrics.{METRIC}]
+encoding = "rappor"
+k = 128
+h = 2
+m = 64
+f = 0.5
+p = 0.5
+q = 0.75
+
+[metrics.{METRIC}.shuffle]
+min_batch = 1000
+max_batch = 100000
+max_delay_seconds = 1.0
+"""
+
+
+def sink_main(port_file: str) -> None:
+    """A minimal Aggregator that acknowledges every batch (its cost is not the shuffler's)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    from protos import crowdmix_pb2 as pb
+    from protos import crowdmix_pb2_grpc
+
+    class Sink(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore[misc]
+        def Ingest(self, request: pb.Batch, context: object) -> pb.IngestResponse:
+            return pb.IngestResponse(applied=request.reports.count)
+
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", -1)]
+    )
+    crowdmix_pb2_grpc.add_AggregatorServicer_to_server(Sink(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    Path(port_file).write_text(str(port))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    server.stop(1).wait()
+
+
+def wait_file(path: Path, proc: subprocess.Popen[bytes], what: str) -> int:
+    deadline = time.monotonic() + 60
+    while not path.exists() or not path.read_text().strip():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start")
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+class Cluster:
+    def __init__(self, n: int, store: str, workdir: Path, extra: list[str]) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.redis = None
+        redis_args: list[str] = []
+        if store == "redis":
+            from crowdmix.cluster import RedisServer
+
+            self.redis = RedisServer(appendonly=True, directory=str(workdir / "redis"))
+            self.redis.start()
+            redis_args = ["--redis", self.redis.url]
+        sink_file = workdir / "sink.port"
+        sink = subprocess.Popen([sys.executable, __file__, "--sink", str(sink_file)])
+        self.procs.append(sink)
+        sink_port = wait_file(sink_file, sink, "sink aggregator")
+        config = workdir / "metrics.toml"
+        config.write_text(REGISTRY)
+        self.targets = []
+        for i in range(n):
+            pf = workdir / f"shuffler-{i}.port"
+            log = (workdir / f"shuffler-{i}.log").open("wb")
+            p = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "crowdmix",
+                    "shuffler",
+                    "serve",
+                    "--config",
+                    str(config),
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--port-file",
+                    str(pf),
+                    "--aggregator",
+                    f"127.0.0.1:{sink_port}",
+                    "--log-level",
+                    "WARNING",
+                    *redis_args,
+                    *extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            self.procs.append(p)
+            self.targets.append(f"127.0.0.1:{wait_file(pf, p, f'shuffler {i}')}")
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if self.redis is not None:
+            self.redis.cleanup()
+
+
+def fingerprint() -> tuple[int, int]:
+    import tomllib
+
+    from client.registry import parse_registry
+
+    m = parse_registry(tomllib.loads(REGISTRY))[METRIC]
+    return m.fingerprint, m.report_bytes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--sink", help=argparse.SUPPRESS)
+    ap.add_argument("--scenario", choices=["unary", "bulk", "both"], default="both")
+    ap.add_argument("--shufflers", default="1", help="comma-separated process counts, e.g. 1,2,4")
+    ap.add_argument("--store", choices=["redis", "memory"], default="redis")
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--callers", type=int, default=64, help="unary calls in flight in total")
+    ap.add_argument("--generators", type=int, default=2, help="load generator processes")
+    ap.add_argument(
+        "--bulk-inflight", type=int, default=4, help="bulk requests in flight per generator"
+    )
+    ap.add_argument("--extra", default="", help="extra flags for crowdmix shuffler serve")
+    args = ap.parse_args()
+    if args.sink:
+        sink_main(args.sink)
+        return
+
+    from shuffler_loadgen import build_payload, run_load
+
+    print(f"uptime: {os.popen('uptime').read().strip()}")
+    print(f"cpus: {os.cpu_count()}, store: {args.store}")
+    fp, rb = fingerprint()
+    for n in [int(x) for x in args.shufflers.split(",")]:
+        with tempfile.TemporaryDirectory(prefix="crowdmix-bench-") as tmp:
+            cluster = Cluster(n, args.store, Path(tmp), args.extra.split())
+            try:
+                if args.scenario in ("unary", "both"):
+                    per_gen = args.callers // args.generators
+                    payload = build_payload(METRIC, fp, rb, 64, 1, seed=1)
+                    r = run_load(
+                        cluster.targets,
+                        payload,
+                        1,
+                        processes=args.generators,
+                        concurrency=per_gen,
+                        duration=args.duration,
+                    )
+                    met = r.calls_per_s >= 4000 and r.pct(99) <= 50
+                    print(
+                        f"[unary] shufflers={n} callers={per_gen * args.generators}: "
+                        f"{r.calls_per_s:,.0f} acked calls/s, p50 {r.pct(50):.1f} ms, "
+                        f"p99 {r.pct(99):.1f} ms, errors {r.errors} "
+                        f"(target ≥ 4,000 calls/s, p99 ≤ 50 ms: {'MET' if met else 'NOT MET'})"
+                    )
+                if args.scenario in ("bulk", "both"):
+                    payload = build_payload(METRIC, fp, rb, 64, 1000, seed=2)
+                    r = run_load(
+                        cluster.targets,
+                        payload,
+                        1000,
+                        processes=args.generators,
+                        concurrency=args.bulk_inflight,
+                        duration=args.duration,
+                    )
+                    met = r.reports_per_s >= 1_000_000
+                    print(
+                        f"[bulk]  shufflers={n} in flight={args.bulk_inflight * args.generators}: "
+                        f"{r.reports_per_s:,.0f} acked reports/s ({r.calls_per_s:,.0f} req/s), "
+                        f"p50 {r.pct(50):.1f} ms, p99 {r.pct(99):.1f} ms, errors {r.errors} "
+                        f"(target ≥ 1,000,000 reports/s: {'MET' if met else 'NOT MET'})"
+                    )
+            finally:
+                cluster.close()
+
+
+if __name__ == "__main__":
+    main()
