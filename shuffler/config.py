@@ -3,7 +3,8 @@
 The registry (metrics, encodings, shuffle policies) is ``client.registry``'s
 TOML, shared with the aggregator. The daemon's own settings come from, in
 increasing precedence: the defaults below, an optional ``[shuffler]`` table in
-the same file (removed before the registry is parsed), and command-line flags::
+the same file (removed before the registry is parsed, as is an ``[aggregator]``
+table), and command-line flags::
 
     [shuffler]
     listen = "127.0.0.1:7400"
@@ -128,6 +129,7 @@ def load_config(
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    data.pop("aggregator", None)  # the aggregator's settings may share the file
     table = data.pop("shuffler", {})
     if not isinstance(table, dict):
         raise ConfigError("[shuffler] must be a table")

@@ -196,3 +196,10 @@ def test_tls_and_token(tmp_path: Path) -> None:
             )
     finally:
         handle.stop(grace=1)
+
+
+def test_example_registry_loads() -> None:
+    path = Path(__file__).resolve().parents[2] / "deploy" / "metrics.example.toml"
+    registry, settings = load_config(path)
+    assert set(registry.metrics) == {"home_page", "browser"}
+    assert settings.listen == "127.0.0.1:7400" and settings.redis is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -248,3 +249,27 @@ def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
     # 100 requests in flight at once behind 20 ms writes: a handful of writes, not 100
     assert writes <= 25
     assert sum(handle.store.pending(RAPPOR).values()) == 1000
+
+
+def test_store_down_is_unavailable_and_nothing_is_acknowledged(private_redis: Any) -> None:
+    from shuffler.redis_store import RedisStore
+
+    registry = make_registry()
+    fp = registry[RAPPOR].fingerprint
+    store = RedisStore(private_redis.url, timeout=2.0)
+    handle = start_shuffler(registry, store, None)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            assert stub.Submit(columns_request(np.arange(10), fp), timeout=10).accepted == 10
+            private_redis.stop()  # clean shutdown: the AOF keeps the 10 acknowledged
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Submit(columns_request(np.arange(10), fp), timeout=10)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "Traceback" not in err.value.details()
+            private_redis.start()
+            assert stub.Submit(columns_request(np.arange(5), fp), timeout=10).accepted == 5
+        assert sum(store.pending(RAPPOR).values()) == 15
+    finally:
+        handle.stop(grace=1)
+        store.close()
