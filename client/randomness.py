@@ -27,6 +27,7 @@ Two evaluations of that one rule, which agree word for word:
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
@@ -71,34 +72,43 @@ class SecureBits:
     returns their low n bits (little-endian).
     """
 
-    __slots__ = ("__weakref__", "_buf", "_pos")
+    __slots__ = ("__weakref__", "_buf", "_lock", "_pos")
 
     def __init__(self) -> None:
         self._buf = b""
         self._pos = 0
+        # Two threads must never be handed the same bytes (one encoder may be
+        # shared by an app's threads). Under CPython 3.11's GIL the claim below
+        # happens not to yield, but free-threaded builds would race: lock it.
+        self._lock = threading.Lock()
         _LIVE_SOURCES.add(self)
 
     def _discard(self) -> None:
+        # In a forked child: another parent thread may have held the lock.
+        self._lock = threading.Lock()
         self._buf = b""
         self._pos = 0
 
     def random_bytes(self, n: int) -> bytes:
-        pos = self._pos
-        if pos + n > len(self._buf):
-            self._buf = os.urandom(max(_BUFFER, n))
-            pos = 0
-        self._pos = pos + n
-        return self._buf[pos : pos + n]
+        with self._lock:
+            pos = self._pos
+            if pos + n > len(self._buf):
+                self._buf = os.urandom(max(_BUFFER, n))
+                pos = 0
+            self._pos = pos + n
+            return self._buf[pos : pos + n]
 
     def random_bits(self, nbits: int) -> int:
         nbytes = (nbits + 7) >> 3
-        pos = self._pos
-        end = pos + nbytes
-        if end > len(self._buf):
-            self._buf = os.urandom(max(_BUFFER, nbytes))
-            pos, end = 0, nbytes
-        self._pos = end
-        value = int.from_bytes(self._buf[pos:end], "little")
+        with self._lock:
+            pos = self._pos
+            end = pos + nbytes
+            if end > len(self._buf):
+                self._buf = os.urandom(max(_BUFFER, nbytes))
+                pos, end = 0, nbytes
+            self._pos = end
+            chunk = self._buf[pos:end]
+        value = int.from_bytes(chunk, "little")
         return value & ((1 << nbits) - 1) if nbits & 7 else value
 
 
