@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from client.errors import ParamsError
-from client.randomness import BitSource, SecureBits, bernoulli_bits
+from client.randomness import BitSource, bernoulli_bits, shared_secure_bits
 from client.report import Report, pack_bits
 
 __all__ = [
@@ -148,7 +148,7 @@ class BasicEncoder:
         self.metric = metric
         self._domain = tuple(domain) if domain is not None else None
         self._index = {v: i for i, v in enumerate(domain)} if domain is not None else None
-        self._rand: BitSource = rand if rand is not None else SecureBits()
+        self._rand: BitSource = rand if rand is not None else shared_secure_bits()
         self._fingerprint = params.fingerprint()
 
     def index_of(self, value: str | int) -> int:

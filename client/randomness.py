@@ -38,6 +38,7 @@ __all__ = [
     "SecureBits",
     "bernoulli_bits",
     "probability_digits",
+    "shared_secure_bits",
     "word_sampler",
 ]
 
@@ -110,6 +111,25 @@ class SecureBits:
             chunk = self._buf[pos:end]
         value = int.from_bytes(chunk, "little")
         return value & ((1 << nbits) - 1) if nbits & 7 else value
+
+
+_SHARED: SecureBits | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_secure_bits() -> SecureBits:
+    """The process-wide SecureBits that encoders use by default.
+
+    Sharing one buffer means a simulation of many clients (one encoder each)
+    does not read 64 KiB from the OS per encoder; the lock in SecureBits keeps
+    every draw distinct.
+    """
+    global _SHARED
+    if _SHARED is None:
+        with _SHARED_LOCK:
+            if _SHARED is None:
+                _SHARED = SecureBits()
+    return _SHARED
 
 
 def _forget_buffers_after_fork() -> None:

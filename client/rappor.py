@@ -43,9 +43,9 @@ from client.params import Hashing, RapporParams
 from client.randomness import (
     MAX_FIXED_DIGITS,
     BitSource,
-    SecureBits,
     bernoulli_bits,
     probability_digits,
+    shared_secure_bits,
     word_sampler,
 )
 from client.report import Report, make_report
@@ -282,7 +282,7 @@ class RapporEncoder:
         self._secret = secret_b
         self.metric = metric
         self.cohort = cohort
-        self._rand: BitSource = rand if rand is not None else SecureBits()
+        self._rand: BitSource = rand if rand is not None else shared_secure_bits()
         self._fingerprint = params.fingerprint(hashing)
         rule = PrrRule(params, hashing)
         self._prr = rule.keyed(secret_b, metric)

@@ -8,6 +8,7 @@ import pytest
 
 import client
 from client import BasicEncoder, BasicParams, RapporEncoder, RapporParams, SecureBits
+from client.randomness import shared_secure_bits
 
 
 class _CountingUrandom:
@@ -20,14 +21,23 @@ class _CountingUrandom:
         return bytes([self.fill]) * n
 
 
+@pytest.fixture
+def fresh_shared_source() -> None:
+    """Empty the shared default source's buffer so the next draw reads os.urandom."""
+    shared_secure_bits()._discard()
+
+
 def test_default_sources_are_secure_bits() -> None:
     enc = RapporEncoder(RapporParams(), secret=client.new_secret(), metric="m")
     assert type(enc._rand) is SecureBits
     basic = BasicEncoder(BasicParams(mechanism="krr", epsilon=1.0, domain_size=3), metric="m")
     assert type(basic._rand) is SecureBits
+    # One process-wide source: many encoders do not each buffer 64 KiB.
+    assert enc._rand is basic._rand is shared_secure_bits()
 
 
 @pytest.mark.parametrize(("fill", "expected"), [(0x00, 0), (0xFF, (1 << 20) - 1)])
+@pytest.mark.usefixtures("fresh_shared_source")
 def test_rappor_irr_reads_os_urandom(
     monkeypatch: pytest.MonkeyPatch, fill: int, expected: int
 ) -> None:
@@ -38,10 +48,13 @@ def test_rappor_irr_reads_os_urandom(
     params = RapporParams(k=20, h=2, m=4, f=0.5, p=0.25, q=0.75)
     enc = RapporEncoder(params, secret=bytes(range(16)), metric="m")
     reports = [enc.encode(v) for v in ("a", "b", "c")]
-    assert fake.calls == 1  # one 64 KiB buffer serves many reports
+    other = RapporEncoder(params, secret=bytes(range(1, 17)), metric="m")
+    reports += [other.encode(v) for v in ("a", "b", "c")]
+    assert fake.calls == 1  # one 64 KiB buffer serves many reports and encoders
     assert {int.from_bytes(r.bits, "little") for r in reports} == {expected}
 
 
+@pytest.mark.usefixtures("fresh_shared_source")
 def test_basic_encoder_reads_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = _CountingUrandom(0xFF)
     monkeypatch.setattr(os, "urandom", fake)
