@@ -26,20 +26,41 @@ def register(sub: Any) -> None:
     p = sub.add_parser("aggregator", help="the aggregator daemon (ingest shuffled batches)")
     asub = p.add_subparsers(dest="aggregator_command", metavar="COMMAND", required=True)
     s = asub.add_parser("serve", help="serve Aggregator.Ingest until SIGTERM")
-    s.add_argument("--config", required=True, help="metric registry (TOML)")
-    s.add_argument("--redis", help="Redis URL for counts (default: in memory, lost at exit)")
-    s.add_argument("--listen", default="127.0.0.1:50052", help="HOST:PORT (default %(default)s)")
-    s.add_argument("--tls-cert", help="server certificate (PEM); enables TLS")
-    s.add_argument("--tls-key", help="server private key (PEM)")
-    s.add_argument("--tls-client-ca", help="CA (PEM) that client certificates must chain to: mTLS")
-    s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    s.add_argument("--config", required=True, metavar="FILE", help="metric registry (TOML)")
     s.add_argument(
-        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (%(default)s)"
+        "--redis", metavar="URL", help="Redis URL for counts (default: in memory, lost at exit)"
     )
-    s.add_argument("--port-file", help="write the bound gRPC port here once listening")
-    s.add_argument("--workers", type=int, default=8, help="Ingest threads (default %(default)s)")
     s.add_argument(
-        "--grace", type=float, default=10.0, help="seconds to drain on SIGTERM (%(default)s)"
+        "--listen", default="127.0.0.1:7500", metavar="HOST:PORT", help="(default %(default)s)"
+    )
+    s.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM); enables TLS")
+    s.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
+    s.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="CA (PEM) that client certificates must chain to: mTLS",
+    )
+    s.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+    )
+    s.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address for --metrics-port (%(default)s)",
+    )
+    s.add_argument(
+        "--port-file", metavar="FILE", help="write the bound gRPC port here once listening"
+    )
+    s.add_argument(
+        "--workers", type=int, default=8, metavar="N", help="Ingest threads (default %(default)s)"
+    )
+    s.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds to drain on SIGTERM (%(default)s)",
     )
     s.set_defaults(func=serve)
 
