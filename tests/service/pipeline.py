@@ -11,6 +11,7 @@ of exactly those reports.
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -149,6 +150,7 @@ class Pipeline:
         *,
         max_batch: int = 20_000,
         shuffler_args: tuple[str, ...] = (),
+        aggregator_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = workdir
         self.redis_url = redis_url
@@ -159,6 +161,7 @@ class Pipeline:
         self.aggregator_port = free_port()
         self.shuffler_port = free_port()
         self._shuffler_args = shuffler_args
+        self._aggregator_args = aggregator_args
         self._n = itertools.count()
         self.aggregator: DaemonProcess | None = None
         self.shuffler: DaemonProcess | None = None
@@ -180,11 +183,16 @@ class Pipeline:
             self.workdir / f"{name}-{next(self._n)}.log",
         )
         d.start()
-        d.wait_healthy(60)
+        if "--tls-client-ca" in args:  # health needs a client certificate: wait for the port
+            _wait_listening(d, 60)
+        else:
+            d.wait_healthy(60)
         return d
 
     def start_aggregator(self) -> DaemonProcess:
-        self.aggregator = self._daemon("aggregator", self.aggregator_port, ["aggregator", "serve"])
+        self.aggregator = self._daemon(
+            "aggregator", self.aggregator_port, ["aggregator", "serve", *self._aggregator_args]
+        )
         return self.aggregator
 
     def start_shuffler(self) -> DaemonProcess:
@@ -232,6 +240,19 @@ class Pipeline:
             f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
             for p in sorted(self.workdir.glob("*.log"))
         )
+
+
+def _wait_listening(d: DaemonProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not d.alive():
+            raise RuntimeError(f"{d.name} exited:\n{d.tail_log()}")
+        try:
+            socket.create_connection(("127.0.0.1", d.port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{d.name} not listening after {timeout}s:\n{d.tail_log()}")
 
 
 def explain(expected: StoredCounts, got: StoredCounts | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from tests.redis_server import RedisServer
 from tests.service.pipeline import METRIC, Load, Pipeline, explain, matching_subset
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -226,3 +228,40 @@ def test_a_batch_delivered_twice_across_an_aggregator_crash_counts_once(
     got = pipeline.counts()
     assert got is not None and got.num_reports == n
     assert pipeline.store.applied_batches(METRIC) == 1
+
+
+def test_shuffler_forwards_to_the_aggregator_over_mtls(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
+    certs = tmp_path / "tls"
+    subprocess.run(
+        ["bash", str(ROOT / "deploy/tls/make-certs.sh"), str(certs), "localhost", "127.0.0.1"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    p = Pipeline(
+        tmp_path,
+        private_redis.url,
+        aggregator_args=(
+            "--tls-cert", str(certs / "aggregator.crt"),
+            "--tls-key", str(certs / "aggregator.key"),
+            "--tls-client-ca", str(certs / "ca.crt"),
+        ),
+        shuffler_args=(
+            "--aggregator-ca", str(certs / "ca.crt"),
+            "--aggregator-cert", str(certs / "shuffler-client.crt"),
+            "--aggregator-key", str(certs / "shuffler-client.key"),
+        ),
+    )  # fmt: skip
+    try:
+        p.start_aggregator()
+        p.start_shuffler()
+        load = Load(30, seed=7)
+        load.send(p.shuffler_target, p.config, range(30))
+        assert set(load.outcome) == {"OK"}
+        assert p.wait_counted(30_000, settle=0.3) == 30_000, p.logs()
+        assert_acked_counted_once(p, load)
+    finally:
+        codes = p.stop()
+    assert all(code == 0 for code in codes.values()), codes
