@@ -57,7 +57,7 @@ from typing import Any
 __all__ = ["ClonePair", "EvaluatedPair"]
 
 # C's window covers all but TAIL_FRACTION·δ of its mass; that mass is added to δ.
-TAIL_FRACTION = 1e-3
+TAIL_FRACTION = 1e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,17 +110,32 @@ class ClonePair:
         """P(victim lands in neither bucket)."""
         return max(0.0, 1.0 - self.alpha * (1.0 + self.p))
 
-    def evaluate(self, n: int, delta: float) -> EvaluatedPair:
-        """Prepare the exact δ(ε) of n shuffled reports (window sized for target δ)."""
-        return EvaluatedPair(self, n, delta)
+    def evaluate(self, n: int, delta: float, *, tail: float | None = None) -> EvaluatedPair:
+        """Prepare the exact δ(ε) of n shuffled reports; C's window leaves out at
+        most ``tail`` of its mass (default TAIL_FRACTION·δ), charged to δ."""
+        return EvaluatedPair(self, n, delta, tail=tail)
 
 
 class EvaluatedPair:
-    """δ(ε) for one pair and n, with C's window and weights computed once."""
+    """δ(ε) for one pair and n, with C's window and weights computed once.
 
-    __slots__ = ("_bin", "_ncoef", "_t", "_w1", "_w2", "n", "pair", "tail")
+    Keeps a cache between calls, so one instance serves one thread."""
 
-    def __init__(self, pair: ClonePair, n: int, delta: float) -> None:
+    __slots__ = (
+        "_a0",
+        "_bin",
+        "_ncoef",
+        "_s_prev",
+        "_s_t",
+        "_t",
+        "_w1",
+        "_w2",
+        "n",
+        "pair",
+        "tail",
+    )
+
+    def __init__(self, pair: ClonePair, n: int, delta: float, *, tail: float | None = None) -> None:
         import numpy as np
         from scipy import stats
 
@@ -134,12 +149,12 @@ class EvaluatedPair:
         if m == 0:
             c_lo, c_hi = 0, 0
         else:
-            mean, sd = m * prob, math.sqrt(m * prob * (1.0 - prob))
-            # Normal-tail width for TAIL_FRACTION·δ plus slack for skew; the exact
-            # mass left out is measured below and added to δ, so this only sets speed.
-            k = math.sqrt(2.0 * math.log(2.0 / (TAIL_FRACTION * delta))) + 2.0
-            c_lo = max(0, math.floor(mean - k * sd - 2))
-            c_hi = min(m, math.ceil(mean + k * sd + 2))
+            # The central interval holding all but TAIL_FRACTION·δ of C's mass; the
+            # exact mass left out is measured below and charged to δ, so the
+            # quantiles only set speed, never correctness.
+            tau = 0.5 * (TAIL_FRACTION * delta if tail is None else tail)
+            c_lo = max(0, int(stats.binom.ppf(tau, m, prob)) - 1)
+            c_hi = min(m, int(stats.binom.isf(tau, m, prob)) + 1)
         low = float(stats.binom.cdf(c_lo, m, prob)) if c_lo > 0 else 0.0
         high = float(stats.binom.sf(c_hi, m, prob)) if c_hi < m else 0.0
         self.tail = low + high
@@ -150,6 +165,11 @@ class EvaluatedPair:
         # γρ(n−t): the weight of "victim in neither bucket" relative to Pr[C=t−1]·…/t.
         rho = prob / (1.0 - prob) if prob < 1.0 else 0.0
         self._ncoef = pair.gamma * rho * (n - self._t)
+        # Cache of the last cutoffs and tail probabilities: a root search's late
+        # steps move ε so little that most cutoffs a0(t) do not change.
+        self._a0 = np.full_like(self._t, -1.0)
+        self._s_t = np.zeros_like(self._t)
+        self._s_prev = np.zeros_like(self._t)
 
     def delta(self, epsilon: float) -> float:
         """An upper bound on D_{e^ε}(P‖Q) = D_{e^ε}(Q‖P) (window tail included)."""
@@ -160,8 +180,14 @@ class EvaluatedPair:
         slope = 2.0 * pr.alpha * (pr.p - 1.0) * (1.0 + e)
         const = 2.0 * pr.alpha * (1.0 - pr.p * e) * t + self._ncoef * (1.0 - e)
         a0 = np.clip(np.floor(-const / slope) + 1.0, 0.0, t + 1.0)
-        s_t = self._bin.sf(a0 - 1.0, t, 0.5)
-        s_prev = s_t + 0.5 * self._bin.pmf(a0 - 1.0, t - 1.0, 0.5)
+        changed = a0 != self._a0
+        if changed.any():
+            a_c, t_c = a0[changed], t[changed]
+            s_c = self._bin.sf(a_c - 1.0, t_c, 0.5)
+            self._s_t[changed] = s_c
+            self._s_prev[changed] = s_c + 0.5 * self._bin.pmf(a_c - 1.0, t_c - 1.0, 0.5)
+            self._a0 = a0
+        s_t, s_prev = self._s_t, self._s_prev
         terms = self._w1 * (0.5 * slope * s_prev + 2.0 * pr.alpha * (1.0 - pr.p * e) * s_t)
         terms += self._w2 * pr.gamma * (1.0 - e) * s_t
         total = float(np.sum(terms, dtype=np.float64))

@@ -15,7 +15,8 @@ ln(L_P(a)/L_Q(a)) with
     L_P(a) = 2pα·a + 2α·(t−a) + γρ(n−t),   L_Q(a) = 2α·a + 2pα·(t−a) + γρ(n−t).
 
 (t = 0 has loss 0.) Every point within many standard deviations of the mean is
-kept, losses are rounded up to the grid (pessimistic), and all mass left out
+kept, losses are rounded up to a 1e-5 grid (pessimistic: R rounds add at most
+R·1e-5 to the composed ε), and all mass left out
 becomes infinite loss, so the composed ε is an upper bound. Cost grows like n
 (about 5e6 points at n = 1e5), so n is capped at ``MAX_PLD_N``; above it use
 ``compose_optimal`` of the per-round (ε, δ).
@@ -44,7 +45,7 @@ def shuffle_pld(pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = 1
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PLD_N:
         raise ValueError(f"n must be an integer in [1, {MAX_PLD_N}] for PLD accounting, got {n!r}")
-    ev = pair.evaluate(n, min(0.5, tail / 1e-3))  # window leaving out ≈ tail of C's mass
+    ev = pair.evaluate(n, 0.5, tail=tail)  # window leaving out at most ``tail`` of C's mass
     arr = ev._arrays()
     t_all, w1_all, ncoef_all = arr["t"], arr["w1"], arr["ncoef"]
     p, alpha = pair.p, pair.alpha
