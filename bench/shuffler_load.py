@@ -71,6 +71,15 @@ def sink_main(port_file: str) -> None:
     server.stop(1).wait()
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """user + system CPU time of processes so far (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def wait_file(path: Path, proc: subprocess.Popen[bytes], what: str) -> int:
     deadline = time.monotonic() + 60
     while not path.exists() or not path.read_text().strip():
@@ -97,7 +106,8 @@ class Cluster:
         sink_port = wait_file(sink_file, sink, "sink aggregator")
         config = workdir / "metrics.toml"
         config.write_text(REGISTRY)
-        self.targets = []
+        self.targets: list[str] = []
+        self.shuffler_pids: list[int] = []
         for i in range(n):
             pf = workdir / f"shuffler-{i}.port"
             log = (workdir / f"shuffler-{i}.log").open("wb")
@@ -125,7 +135,15 @@ class Cluster:
                 stderr=subprocess.STDOUT,
             )
             self.procs.append(p)
+            self.shuffler_pids.append(p.pid)
             self.targets.append(f"127.0.0.1:{wait_file(pf, p, f'shuffler {i}')}")
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds used so far by the shufflers and by redis-server."""
+        redis_cpu = 0.0
+        if self.redis is not None and self.redis.proc is not None:
+            redis_cpu = cpu_seconds([self.redis.proc.pid])
+        return cpu_seconds(self.shuffler_pids), redis_cpu
 
     def close(self) -> None:
         for p in reversed(self.procs):
@@ -146,6 +164,17 @@ def fingerprint() -> tuple[int, int]:
 
     m = parse_registry(tomllib.loads(REGISTRY))[METRIC]
     return m.fingerprint, m.report_bytes
+
+
+def cpu_line(c0: tuple[float, float], c1: tuple[float, float], n: int, unit: str) -> str:
+    """CPU per acknowledged unit over warm-up + run + drain (an upper bound: the
+    generators' warm-up and drain are counted, their calls are not)."""
+    shuf, red = c1[0] - c0[0], c1[1] - c0[1]
+    n = max(n, 1)
+    return (
+        f"        CPU: shufflers {shuf:.1f} s ({shuf / n * 1e6:.1f} us/{unit}), "
+        f"redis {red:.1f} s ({red / n * 1e6:.2f} us/{unit}) — upper bounds, see docstring"
+    )
 
 
 def main() -> None:
@@ -180,6 +209,7 @@ def main() -> None:
                 if args.scenario in ("unary", "both"):
                     per_gen = args.callers // args.generators
                     payload = build_payload(METRIC, fp, rb, 64, 1, seed=1)
+                    c0 = cluster.cpu()
                     r = run_load(
                         cluster.targets,
                         payload,
@@ -188,6 +218,7 @@ def main() -> None:
                         concurrency=per_gen,
                         duration=args.duration,
                     )
+                    c1 = cluster.cpu()
                     met = r.calls_per_s >= 4000 and r.pct(99) <= 50
                     print(
                         f"[unary] shufflers={n} callers={per_gen * args.generators}: "
@@ -195,8 +226,10 @@ def main() -> None:
                         f"p99 {r.pct(99):.1f} ms, errors {r.errors} "
                         f"(target ≥ 4,000 calls/s, p99 ≤ 50 ms: {'MET' if met else 'NOT MET'})"
                     )
+                    print(cpu_line(c0, c1, r.calls, "call"))
                 if args.scenario in ("bulk", "both"):
                     payload = build_payload(METRIC, fp, rb, 64, 1000, seed=2)
+                    c0 = cluster.cpu()
                     r = run_load(
                         cluster.targets,
                         payload,
@@ -205,6 +238,7 @@ def main() -> None:
                         concurrency=args.bulk_inflight,
                         duration=args.duration,
                     )
+                    c1 = cluster.cpu()
                     met = r.reports_per_s >= 1_000_000
                     print(
                         f"[bulk]  shufflers={n} in flight={args.bulk_inflight * args.generators}: "
@@ -212,6 +246,7 @@ def main() -> None:
                         f"p50 {r.pct(50):.1f} ms, p99 {r.pct(99):.1f} ms, errors {r.errors} "
                         f"(target ≥ 1,000,000 reports/s: {'MET' if met else 'NOT MET'})"
                     )
+                    print(cpu_line(c0, c1, r.reports, "report"))
             finally:
                 cluster.close()
 

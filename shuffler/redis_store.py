@@ -3,16 +3,22 @@
 Keys, all hash-tagged by metric so every key of a metric lives in one Redis
 Cluster slot and the Lua scripts below touch a single slot::
 
-    {prefix}:{<metric>}:pending           HASH  "<window>:<fingerprint>" -> pending report count
-    {prefix}:{<metric>}:q:<window>:<fp>   LIST  chunk blobs (shuffler.columns), oldest first
-    {prefix}:{<metric>}:inflight          HASH  batch id (16 bytes) -> window|fp header + chunks
+    {prefix}:{<metric>}:pending            HASH  "<window>:<fingerprint>" -> pending reports
+    {prefix}:{<metric>}:q:<window>:<fp>    LIST  chunk blobs (shuffler.columns), oldest first
+    {prefix}:{<metric>}:qn:<window>:<fp>   LIST  report count of each chunk, same order
+    {prefix}:{<metric>}:inflight           HASH  batch id (16 bytes) -> window|fp header
+    {prefix}:{<metric>}:b:<batch id hex>   LIST  the batch's chunk blobs
 
 A flush of the group committer is one MULTI/EXEC: per queue one RPUSH of one
-blob and one HINCRBY, however many requests it carries. ``take`` is one Lua
-script, so when several shuffler processes share a Redis no report can be moved
-into two batches and the ``min_batch`` threshold is checked atomically with the
-move. (On Redis Cluster a flush spanning several metrics is one transaction per
-slot, so it is atomic per metric, not across metrics.)
+blob, one RPUSH of its count and one HINCRBY, however many requests it carries.
+``take`` is one Lua script, so when several shuffler processes share a Redis no
+report can be moved into two batches, and the ``min_batch`` threshold is checked
+atomically with the move. The script moves whole chunks with LMOVE, reading
+only their counts (no report bytes are copied, and the AOF records a small
+LMOVE rather than the batch's data); only a chunk that must be split to end the
+batch at exactly ``max_batch`` is read and rewritten. (On Redis Cluster a flush
+spanning several metrics is one transaction per slot, so it is atomic per
+metric, not across metrics.)
 """
 
 from __future__ import annotations
@@ -30,54 +36,62 @@ __all__ = ["RedisStore"]
 
 _INFLIGHT_HEADER = struct.Struct("<IQ")  # window, fingerprint
 
-# KEYS: pending hash, queue list, inflight hash
+# KEYS: pending hash, queue list, counts list, inflight hash, batch list
 # ARGV: queue field, min_batch, max_batch, batch id, in-flight header
-# Moves whole chunks while they fit; splits the last one so the batch holds
-# exactly max_batch when more are pending (same layout as columns.split_blob).
+# Same split arithmetic as columns.split_blob (the contract tests split on both stores).
 _TAKE = """
 local pending = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local min_batch = tonumber(ARGV[2])
 local max_batch = tonumber(ARGV[3])
 if pending < min_batch or pending == 0 then return 0 end
-local parts = {ARGV[5]}
 local taken = 0
 while taken < max_batch do
-  local blob = redis.call('LINDEX', KEYS[2], 0)
-  if not blob then break end
-  local count, rb = struct.unpack('<I4I4', blob)
+  local count = redis.call('LINDEX', KEYS[3], 0)
+  if not count then break end
+  count = tonumber(count)
   local want = max_batch - taken
   if count <= want then
-    redis.call('LPOP', KEYS[2])
-    parts[#parts + 1] = blob
+    redis.call('LPOP', KEYS[3])
+    redis.call('LMOVE', KEYS[2], KEYS[5], 'LEFT', 'RIGHT')
     taken = taken + count
   else
+    local blob = redis.call('LINDEX', KEYS[2], 0)
+    local _, rb = struct.unpack('<I4I4', blob)
     local c0 = 8
     local b0 = c0 + 4 * count
-    parts[#parts + 1] = struct.pack('<I4I4', want, rb)
+    redis.call('RPUSH', KEYS[5], struct.pack('<I4I4', want, rb)
       .. string.sub(blob, c0 + 1, c0 + 4 * want)
-      .. string.sub(blob, b0 + 1, b0 + rb * want)
+      .. string.sub(blob, b0 + 1, b0 + rb * want))
     redis.call('LSET', KEYS[2], 0, struct.pack('<I4I4', count - want, rb)
       .. string.sub(blob, c0 + 4 * want + 1, b0)
       .. string.sub(blob, b0 + rb * want + 1))
+    redis.call('LSET', KEYS[3], 0, count - want)
     taken = taken + want
   end
 end
 if taken == 0 then return 0 end
 if taken >= pending then
   redis.call('HDEL', KEYS[1], ARGV[1])
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[3])
 else
   redis.call('HINCRBY', KEYS[1], ARGV[1], -taken)
 end
-redis.call('HSET', KEYS[3], ARGV[4], table.concat(parts))
+redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
 return taken
 """
 
-# KEYS: pending hash, queue list; ARGV: queue field
+# KEYS: pending hash, queue list, counts list; ARGV: queue field
 _DISPOSE = """
 local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
+return n
+"""
+
+# KEYS: inflight hash, batch list; ARGV: batch id
+_ACK = """
+local n = redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('UNLINK', KEYS[2])
 return n
 """
 
@@ -94,6 +108,7 @@ class RedisStore:
         self._prefix = prefix
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
+        self._ack = self._redis.register_script(_ACK)
 
     def _k(self, metric: str, suffix: str) -> str:
         return f"{self._prefix}:{{{metric}}}:{suffix}"
@@ -114,6 +129,7 @@ class RedisStore:
                 if w.chunk.count == 0:
                     continue
                 pipe.rpush(self._k(w.metric, f"q:{w.key.field}"), w.chunk.to_blob())
+                pipe.rpush(self._k(w.metric, f"qn:{w.key.field}"), w.chunk.count)
                 pipe.hincrby(self._k(w.metric, "pending"), w.key.field, w.chunk.count)
             pipe.execute()
 
@@ -131,7 +147,9 @@ class RedisStore:
                 keys=[
                     self._k(metric, "pending"),
                     self._k(metric, f"q:{key.field}"),
+                    self._k(metric, f"qn:{key.field}"),
                     self._k(metric, "inflight"),
+                    self._k(metric, f"b:{batch_id.hex()}"),
                 ],
                 args=[key.field, min_batch, max_batch, batch_id, header],
             )
@@ -145,25 +163,36 @@ class RedisStore:
 
     def load_inflight(self, metric: str, batch_id: bytes) -> InFlightBatch | None:
         with self._errors():
-            blob = self._redis.hget(self._k(metric, "inflight"), batch_id)
-        if blob is None:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hget(self._k(metric, "inflight"), batch_id)
+            pipe.lrange(self._k(metric, f"b:{batch_id.hex()}"), 0, -1)
+            header, blobs = pipe.execute()
+        if header is None:
             return None
-        window, fp = _INFLIGHT_HEADER.unpack_from(blob, 0)
+        window, fp = _INFLIGHT_HEADER.unpack(header)
         return InFlightBatch(
             batch_id=batch_id,
             metric=metric,
             key=QueueKey(window=window, fingerprint=fp),
-            chunk=decode_chunks(blob, _INFLIGHT_HEADER.size),
+            chunk=decode_chunks(b"".join(blobs)),
         )
 
     def ack(self, metric: str, batch_id: bytes) -> bool:
         with self._errors():
-            return bool(self._redis.hdel(self._k(metric, "inflight"), batch_id))
+            n = self._ack(
+                keys=[self._k(metric, "inflight"), self._k(metric, f"b:{batch_id.hex()}")],
+                args=[batch_id],
+            )
+        return bool(n)
 
     def dispose(self, metric: str, key: QueueKey) -> int:
         with self._errors():
             n = self._dispose(
-                keys=[self._k(metric, "pending"), self._k(metric, f"q:{key.field}")],
+                keys=[
+                    self._k(metric, "pending"),
+                    self._k(metric, f"q:{key.field}"),
+                    self._k(metric, f"qn:{key.field}"),
+                ],
                 args=[key.field],
             )
         return int(n)

@@ -129,6 +129,6 @@ def test_redis_keys_are_hash_tagged_by_metric(redis_url: str) -> None:
     s.append([PendingWrite(RAPPOR, KEY, unique_chunk(20))])
     assert s.take(RAPPOR, KEY, min_batch=5, max_batch=10, batch_id=_bid()) is not None
     keys = [k.decode() for k in redis.Redis.from_url(redis_url).keys("*")]
-    assert len(keys) == 3  # pending hash, queue list, in-flight hash
+    assert len(keys) == 5  # pending hash, queue + counts lists, in-flight hash, batch list
     assert all(f"{{{RAPPOR}}}" in k for k in keys)
     s.close()
