@@ -18,6 +18,7 @@ The ε_k bound for k reports over one memoised PRR lives with the accounting
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from client.params import RapporParams
 
@@ -37,11 +38,19 @@ def q_star(params: RapporParams) -> float:
 
 
 def epsilon_one(params: RapporParams) -> float:
-    """ε_1 = h·ln(q*(1-p*)/(p*(1-q*))): the LDP level of one report. inf if p*=0 or q*=1."""
-    ps, qs = p_star(params), q_star(params)
-    if ps <= 0.0 or qs >= 1.0:
+    """ε_1 = h·ln(q*(1-p*)/(p*(1-q*))): the LDP level of one report. inf if p*=0 or q*=1.
+
+    Evaluated on exact rationals (every float is one): p* and q* as floats can
+    underflow (q = 5e-324 makes both 0) although the ratio is finite.
+    """
+    f, p, q = (Fraction(x) for x in (params.f, params.p, params.q))
+    ps = f * (p + q) / 2 + (1 - f) * p
+    qs = f * (p + q) / 2 + (1 - f) * q
+    if ps <= 0 or qs >= 1:
         return math.inf
-    return params.h * (math.log(qs) + math.log1p(-ps) - math.log(ps) - math.log1p(-qs))
+    ratio = qs * (1 - ps) / (ps * (1 - qs))
+    # ln of numerator and denominator separately: both may exceed the float range.
+    return params.h * (math.log(ratio.numerator) - math.log(ratio.denominator))
 
 
 def epsilon_inf(params: RapporParams) -> float:

@@ -26,6 +26,7 @@ Two evaluations of that one rule, which agree word for word:
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
@@ -141,6 +142,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_buffers_after_fork)
 
 
+@functools.lru_cache(maxsize=256)
 def probability_digits(prob: float) -> tuple[int, ...]:
     """The binary digits b1, b2, ... of ``prob`` in [0, 1) (finite for a float)."""
     if not 0.0 <= prob < 1.0:
@@ -183,6 +185,7 @@ def bernoulli_bits(
     return result
 
 
+@functools.lru_cache(maxsize=256)  # pure closures: encoders of equal params share them
 def word_sampler(prob: float, nbits: int, first_word: int = 0) -> tuple[int, Callable[[int], int]]:
     """Compile Bernoulli(``prob``) over ``nbits`` lanes into a fixed formula.
 

@@ -31,6 +31,7 @@ the intermediate objects; tests check the two agree bit for bit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Callable
@@ -196,13 +197,19 @@ class PrrRule:
         prefix.update(len(mb).to_bytes(4, "little") + mb)
         return prefix
 
-    def keyed(self, secret: bytes, metric: str) -> Callable[[int], int]:
-        """bloom -> PRR of the client holding ``secret``, for ``metric``."""
+    def keyed(
+        self, secret: bytes, metric: str, prefix: hashlib.blake2b | None = None
+    ) -> Callable[[int], int]:
+        """bloom -> PRR of the client holding ``secret``, for ``metric``.
+
+        ``prefix`` may pass ``keyed_prefix(secret, metric)`` if already computed.
+        """
         params = self._params
         k, f = params.k, params.f
         if self._hashing == "rappor-md5":
             return lambda bloom: _google_prr(secret, bloom, f, k)
-        prefix = self.keyed_prefix(secret, metric)
+        if prefix is None:
+            prefix = self.keyed_prefix(secret, metric)
         noise_of = self._noise_of
         if self._one_block and noise_of is not None:
             # M ‖ block 0 in one update: the Bloom bytes followed by four zero bytes.
@@ -227,6 +234,11 @@ class PrrRule:
             return bloom ^ ((bloom ^ uniform) & noise)
 
         return prr_stream
+
+
+@functools.lru_cache(maxsize=64)
+def _rule_for(params: RapporParams, hashing: Hashing) -> PrrRule:
+    return PrrRule(params, hashing)
 
 
 class RapporEncoder:
@@ -284,10 +296,12 @@ class RapporEncoder:
         self.cohort = cohort
         self._rand: BitSource = rand if rand is not None else shared_secure_bits()
         self._fingerprint = params.fingerprint(hashing)
-        rule = PrrRule(params, hashing)
-        self._prr = rule.keyed(secret_b, metric)
+        rule = _rule_for(params, hashing)
+        prefix = rule.keyed_prefix(secret_b, metric) if hashing == "mmh3" else None
+        self._prr = rule.keyed(secret_b, metric, prefix)
         self._irr = self._irr_function()
-        self._encode = self._build_fused(rule) or self._build_encode()
+        fused = self._build_fused(rule, prefix) if prefix is not None else None
+        self._encode = fused if fused is not None else self._build_encode()
 
     @property
     def params(self) -> RapporParams:
@@ -345,7 +359,9 @@ class RapporEncoder:
 
         return irr_loop
 
-    def _build_fused(self, rule: PrrRule) -> Callable[[str | bytes], Report] | None:
+    def _build_fused(
+        self, rule: PrrRule, prefix: hashlib.blake2b
+    ) -> Callable[[str | bytes], Report] | None:
         """encode() as one closure, for mmh3 with a one-block PRR and fixed IRR formulas
         (the usual case): the same operations as bloom -> _prr -> _irr, inlined."""
         params = self._params
@@ -353,7 +369,6 @@ class RapporEncoder:
         noise_of = rule.one_block_noise
         if noise_of is None or not (_fixed_words(p) and _fixed_words(q)):
             return None
-        prefix = rule.keyed_prefix(self._secret, self.metric)
         head = (k + 7) // 8 + 4
         nbytes = params.report_bytes
         wp, p_of = word_sampler(p, k, first_word=0)

@@ -21,6 +21,12 @@ def test_known_values() -> None:
     assert epsilon_inf(params) == pytest.approx(4 * math.log(3), rel=1e-14)
 
 
+def test_tiny_probabilities_do_not_underflow() -> None:
+    # q = 5e-324: p* and q* underflow to 0.0 as floats, yet q*/p* = (1-f/2)/(f/2).
+    params = RapporParams(f=0.5, p=0.0, q=5e-324, h=1)
+    assert epsilon_one(params) == pytest.approx(math.log(3), rel=1e-12)
+
+
 def test_degenerate_parameters_are_infinite() -> None:
     assert epsilon_inf(RapporParams(f=0.0)) == math.inf
     assert epsilon_one(RapporParams(f=0.0, p=0.0, q=0.5)) == math.inf
@@ -59,5 +65,5 @@ def test_one_report_never_reveals_more_than_the_prr(f: float, p: float, q: float
     p, q = min(p, q), max(p, q)
     assume(p < q)
     params = RapporParams(k=16, h=h, f=f, p=p, q=q)
-    assert 0 <= p_star(params) < q_star(params) <= 1
+    assert 0 <= p_star(params) <= q_star(params) <= 1
     assert epsilon_one(params) <= epsilon_inf(params) * (1 + 1e-12)
