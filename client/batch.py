@@ -174,7 +174,7 @@ def bernoulli_array(source: ByteSource, prob: float, shape: tuple[int, ...]) -> 
     return result.reshape(shape)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # arrays: no elementwise ==
 class EncodedBatch:
     """Reports of one metric as columns: cohorts (uint32, n) and bits (uint8, n × ceil(k/8))."""
 
