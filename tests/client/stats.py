@@ -41,11 +41,6 @@ def clopper_pearson(
     return lo, hi
 
 
-def z_of(alpha: float) -> float:
-    """The two-sided normal quantile for alpha (used only for readable messages)."""
-    return float(stats.norm.isf(alpha / 2)) if alpha < 1 else 0.0
-
-
 def chi_square_ok(observed: npt.NDArray[np.int64], alpha: float = ALPHA) -> bool:
     """Uniformity of counts over categories at level alpha (chi-square, df = cells - 1)."""
     obs = np.asarray(observed, dtype=np.float64)
