@@ -203,7 +203,12 @@ def parse_registry(data: dict[str, Any]) -> Registry:
             raise RegistryError(f"metric name {name!r} must match {_NAME.pattern}")
         metrics[name] = _metric_from_table(name, table)
     collection = data.get("collection", {})
-    window = collection.get("window_seconds", 86400) if isinstance(collection, dict) else None
+    if not isinstance(collection, dict):
+        raise RegistryError("collection must be a table")
+    unknown = set(collection) - {"window_seconds"}
+    if unknown:
+        raise RegistryError(f"unknown collection field(s) {sorted(unknown)}")
+    window = collection.get("window_seconds", 86400)
     if isinstance(window, bool) or not isinstance(window, int) or window < 3600:
         raise RegistryError(
             f"collection.window_seconds must be an integer of at least 3600 "

@@ -81,6 +81,8 @@ BAD: list[tuple[tuple[str, ...], Any, str]] = [
     (("metrics", "browser", "domain"), "chrome", "'browser': domain must be a list"),
     (("metrics", "browser", "k"), 8, "'browser': unknown field"),
     (("collection", "window_seconds"), 60, "window_seconds"),
+    (("collection", "window_second"), 86400, "unknown collection field"),
+    (("collection",), 5, "collection must be a table"),
 ]
 
 
