@@ -26,7 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from aggregator.counts import Counts, CountsShapeError, accumulator_for
-from aggregator.store import CountStore, InvalidBatch, describe_metric
+from aggregator.store import CountStore, InvalidBatch
+from aggregator.store_codec import describe_metric
 from client.registry import MetricConfig, Registry
 
 __all__ = [

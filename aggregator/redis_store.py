@@ -7,7 +7,7 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 
 1. checks the params fingerprint of the metric (counts under other params never mix),
 2. ``SADD``s the batch id to the metric's applied-ids set (already there → duplicate, stop),
-3. ``HSET``s the batch's counts as one compact blob (``store.encode_counts``) under its id
+3. ``HSET``s the batch's counts as one compact blob (``store_codec.encode_counts``) under its id
    in the window's delta hash, and records the window.
 
 So counts and ids change together (a Lua script runs atomically and Redis
@@ -48,9 +48,8 @@ from aggregator.store import (
     StoredCounts,
     StoreError,
     StoreUnavailable,
-    encode_counts,
-    sum_blobs,
 )
+from aggregator.store_codec import encode_counts, sum_blobs
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 

@@ -13,7 +13,8 @@ reverse).
   aggregator processes may share it (see that module for why it stores one
   compact per-batch delta rather than incrementing counters).
 
-Both pass one contract suite (tests/service/test_store_contract.py).
+Both pass one contract suite (tests/service/test_store_contract.py); what they
+serialise, and how, is in :mod:`aggregator.store_codec`.
 ``open_store(url)`` picks the backend from a URL: ``memory://`` or
 ``redis://...``.
 
@@ -29,10 +30,8 @@ Errors (one hierarchy for the aggregator service, also used by
 
 from __future__ import annotations
 
-import json
-import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -56,15 +55,10 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredCounts",
-    "decode_counts",
-    "describe_metric",
-    "encode_counts",
     "load_counts",
-    "metric_from_description",
     "open_store",
     "parse_windows",
     "stored_metric",
-    "sum_blobs",
 ]
 
 
@@ -283,120 +277,6 @@ class MemoryCountStore:
         pass
 
 
-# -- compact serialisation of counts (one blob per applied batch in Redis) ---------------------
-#
-# header: magic, version, itemsize of the count dtype, num_cohorts, nbits; then totals (m) and
-# ones (m*k) little-endian unsigned (or int64 for folded sums). The narrowest dtype that holds
-# the batch's largest count is used: a 1000-report batch at m=64, k=128 is 16.5 KB with uint16
-# instead of 66 KB with int64, and that is what Redis writes to the AOF.
-_HEADER = struct.Struct("<4sBBxxII")
-_MAGIC = b"CMCT"
-_DTYPES: dict[int, np.dtype[np.integer]] = {
-    1: np.dtype("<u1"),
-    2: np.dtype("<u2"),
-    4: np.dtype("<u4"),
-    8: np.dtype("<i8"),
-}
-
-
-def encode_counts(counts: CountsLike | StoredCounts) -> bytes:
-    """Counts as a compact blob (narrowest unsigned dtype that holds them)."""
-    totals = np.asarray(counts.totals)
-    ones = np.asarray(counts.ones)
-    top = max(int(totals.max(initial=0)), int(ones.max(initial=0)))
-    low = min(int(totals.min(initial=0)), int(ones.min(initial=0)))
-    if low < 0:
-        size = 8
-    elif top < 1 << 8:
-        size = 1
-    elif top < 1 << 16:
-        size = 2
-    elif top < 1 << 32:
-        size = 4
-    else:
-        size = 8
-    dtype = _DTYPES[size]
-    m, k = ones.shape
-    header = _HEADER.pack(_MAGIC, 1, size, m, k)
-    return b"".join((header, totals.astype(dtype).tobytes(), ones.astype(dtype).tobytes()))
-
-
-def _blob_arrays(blob: bytes) -> tuple[int, int, npt.NDArray[np.integer]]:
-    if len(blob) < _HEADER.size:
-        raise StoreError("stored counts blob is truncated")
-    magic, version, size, m, k = _HEADER.unpack_from(blob)
-    if magic != _MAGIC or version != 1 or size not in _DTYPES:
-        raise StoreError("stored counts blob has an unknown format")
-    dtype = _DTYPES[size]
-    if len(blob) != _HEADER.size + size * m * (k + 1):
-        raise StoreError("stored counts blob has the wrong length")
-    return m, k, np.frombuffer(blob, dtype=dtype, offset=_HEADER.size)
-
-
-def _split(m: int, k: int, flat: Int64Array) -> StoredCounts:
-    return StoredCounts(flat[:m], flat[m:].reshape(m, k))
-
-
-def decode_counts(blob: bytes) -> StoredCounts:
-    """The inverse of :func:`encode_counts` (int64 arrays)."""
-    m, k, flat = _blob_arrays(blob)
-    return _split(m, k, flat.astype(np.int64))
-
-
-def sum_blobs(blobs: Sequence[bytes], into: StoredCounts | None = None) -> StoredCounts | None:
-    """Add many blobs of one shape (grouped by dtype, summed in numpy), optionally into ``into``."""
-    by_shape: dict[tuple[int, int], list[npt.NDArray[np.integer]]] = {}
-    for blob in blobs:
-        m, k, flat = _blob_arrays(blob)
-        by_shape.setdefault((m, k), []).append(flat)
-    if into is not None:
-        by_shape.setdefault(into.shape, [])
-    if len(by_shape) > 1:
-        raise ParamsConflict(f"stored counts have different shapes {sorted(by_shape)}")
-    if not by_shape:
-        return None
-    ((m, k), flats) = next(iter(by_shape.items()))
-    total = np.zeros(m * (k + 1), dtype=np.int64)
-    if into is not None:
-        total[:m] = into.totals
-        total[m:] = into.ones.ravel()
-    by_dtype: dict[np.dtype[np.integer], list[npt.NDArray[np.integer]]] = {}
-    for flat in flats:
-        by_dtype.setdefault(flat.dtype, []).append(flat)
-    for group in by_dtype.values():
-        total += np.stack(group).sum(axis=0, dtype=np.int64)
-    return _split(m, k, total)
-
-
-def describe_metric(config: MetricConfig) -> str:
-    """A metric's registry entry (encoding and params, not its shuffle policy) as JSON."""
-    table: dict[str, object]
-    if config.rappor is not None:
-        r = config.rappor
-        table = {"encoding": "rappor", "hashing": config.hashing, "k": r.k, "h": r.h, "m": r.m,
-                 "f": r.f, "p": r.p, "q": r.q}  # fmt: skip
-    else:
-        assert config.basic is not None  # MetricConfig holds exactly one of the two
-        b = config.basic
-        table = {"encoding": b.mechanism, "epsilon": b.epsilon}
-        if config.domain is not None:
-            table["domain"] = list(config.domain)
-        else:
-            table["domain_size"] = b.domain_size
-    return json.dumps(table, sort_keys=True)
-
-
-def metric_from_description(name: str, description: str) -> MetricConfig:
-    """The MetricConfig a :func:`describe_metric` text stands for (validated like a registry)."""
-    from client.registry import RegistryError, parse_registry
-
-    try:
-        table = json.loads(description)
-    except json.JSONDecodeError as exc:
-        raise RegistryError(f"stored description of {name!r} is not JSON: {exc}") from None
-    return parse_registry({"metrics": {name: table}})[name]
-
-
 def open_store(url: str | None) -> CountStore:
     """A store for a URL: ``None``/``memory://`` → memory; ``redis://``, ``unix://`` → Redis."""
     if url is None or url == "memory://":
@@ -425,6 +305,8 @@ def parse_windows(text: str) -> list[int]:
 
 def stored_metric(store: CountStore, name: str) -> MetricConfig | None:
     """The metric config stored with ``name``'s counts (None when nothing is stored)."""
+    from aggregator.store_codec import metric_from_description
+
     description = store.description(name)
     return None if description is None else metric_from_description(name, description)
 

@@ -22,12 +22,14 @@ from aggregator.store import (
     MemoryCountStore,
     ParamsConflict,
     StoredCounts,
+    load_counts,
+    stored_metric,
+)
+from aggregator.store_codec import (
     decode_counts,
     describe_metric,
     encode_counts,
-    load_counts,
     metric_from_description,
-    stored_metric,
 )
 from client.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
