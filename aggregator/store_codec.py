@@ -30,10 +30,10 @@ __all__ = [
     "sum_blobs",
 ]
 
-# # header: magic, version, itemsize of the count dtype, num_cohorts, nbits; then totals (m) and
-# ones (m*k) little-endian unsigned (or int64 for folded sums). The narrowest dtype that holds
-# the batch's largest count is used: a 1000-report batch at m=64, k=128 is 16.5 KB with uint16
-# instead of 66 KB with int64, and that is what Redis writes to the AOF.
+# Blob: magic, version, itemsize of the count dtype, num_cohorts, nbits; then totals (m) and
+# ones (m*k) little-endian, in the narrowest dtype that holds the largest count (int64 only
+# when needed). A 1000-report batch at m=64, k=128 has counts < 256: 8.3 KB instead of
+# 66 KB as int64, and that is what Redis writes to the AOF per batch.
 _HEADER = struct.Struct("<4sBBxxII")
 _MAGIC = b"CMCT"
 _DTYPES: dict[int, np.dtype[np.integer]] = {
