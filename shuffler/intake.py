@@ -79,6 +79,15 @@ class Intake:
         self._lock = threading.Lock()
         self._buffered = 0
 
+    @property
+    def auth_required(self) -> bool:
+        return self._token_digests is not None
+
+    @property
+    def rate_limited(self) -> bool:
+        """Whether ``submit`` needs a real connection key (the limiter is on)."""
+        return self._limiter is not None
+
     def authenticate(self, token: str | None) -> None:
         if self._token_digests is None:
             return
