@@ -88,6 +88,22 @@ def test_mmh3_prr_matches_reference(k: int, f: float) -> None:
         assert prr >> k == 0
 
 
+@pytest.mark.parametrize(
+    ("k", "f", "bloom", "prr"),
+    [
+        (128, 0.5, 0x1000000000000000000000010, 0x1628148B0891E7400407800121A41210),
+        (13, 0.45, 0x18, 0x218),
+    ],
+)
+def test_mmh3_prr_golden_vectors(k: int, f: float, bloom: int, prr: int) -> None:
+    # Pinned once: a client that upgrades must keep its PRRs (else averaging its
+    # old and new reports leaks more than ε_∞). Any change here is a protocol change.
+    params = RapporParams(k=k, h=2, m=64, f=f, p=0.5, q=0.75)
+    enc = RapporEncoder(params, secret=SECRET, metric="home_page", cohort=3)
+    assert enc.bloom("example.com") == bloom
+    assert enc.permanent_response(bloom).bits == prr
+
+
 def test_prr_depends_on_secret_metric_and_bloom_only() -> None:
     params = RapporParams(k=128, h=2, m=4, f=0.5)
     a = RapporEncoder(params, secret=SECRET, metric="m", cohort=1)
