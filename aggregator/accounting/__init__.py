@@ -7,8 +7,11 @@ Pure math (no state, numpy/scipy imported lazily): ``local``, ``pairs``,
 Exceptions::
 
     ValueError                 bad parameters (names the field)
+    └── PlanError              the planner cannot meet the target
     AccountingError            base of the ledger's errors
     ├── BudgetExceededError    a release would exceed the metric's budget (nothing recorded)
+    ├── DuplicateReleaseError  the release id is already recorded
+    ├── ConcurrentUpdateError  another writer appended first
     └── LedgerCorruptError     a stored ledger cannot be read
 """
 
@@ -28,7 +31,22 @@ from aggregator.accounting.composition import (
     compose_basic,
     compose_optimal,
 )
+from aggregator.accounting.ledger import (
+    AccountingError,
+    Budget,
+    BudgetExceededError,
+    ConcurrentUpdateError,
+    DuplicateReleaseError,
+    JsonFileLedgerStore,
+    LedgerCorruptError,
+    LedgerStore,
+    MemoryLedgerStore,
+    PrivacyLedger,
+    RedisLedgerStore,
+    Release,
+)
 from aggregator.accounting.local import epsilon_k, total_variation
+from aggregator.accounting.planner import Plan, PlanError, plan
 from aggregator.accounting.statement import (
     CentralGuarantee,
     LongitudinalGuarantee,
@@ -39,10 +57,24 @@ from aggregator.accounting.statement import (
 __all__ = [
     "BOUNDS",
     "METHODS",
+    "AccountingError",
     "AmplificationResult",
+    "Budget",
+    "BudgetExceededError",
     "CentralGuarantee",
+    "ConcurrentUpdateError",
+    "DuplicateReleaseError",
+    "JsonFileLedgerStore",
+    "LedgerCorruptError",
+    "LedgerStore",
     "LongitudinalGuarantee",
+    "MemoryLedgerStore",
+    "Plan",
+    "PlanError",
+    "PrivacyLedger",
     "PrivacyStatement",
+    "RedisLedgerStore",
+    "Release",
     "amplify",
     "compose",
     "compose_advanced",
@@ -50,6 +82,7 @@ __all__ = [
     "compose_optimal",
     "epsilon_k",
     "fmt21_closed_form",
+    "plan",
     "privacy_statement",
     "shuffled_rr_lower_bound",
     "total_variation",

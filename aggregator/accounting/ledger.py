@@ -7,11 +7,16 @@ ledger untouched. Storage sits behind ``LedgerStore`` (memory, a JSON file, or
 Redis); every backend offers one compare-and-append, so two report jobs
 racing on one metric cannot both spend the last of a budget.
 
-Cumulative guarantee of releases 1..k of a metric: basic composition
-(Σε_i, Σδ_i), which holds for any releases, or, when the newest release carries
-a ``longitudinal`` figure covering all k releases (from
-``privacy_statement(..., rounds=k)``: the memoised-PRR or PLD argument),
-whichever has the smaller ε.
+Cumulative guarantee of releases 1..k of a metric:
+
+- every release used fresh randomness (``fresh_randomness=True``: basic
+  mechanisms, RAPPOR with f = 0): basic composition (Σε_i, Σδ_i), or the newest
+  release's ``longitudinal`` figure covering all k (PLD composition, from
+  ``privacy_statement(..., rounds=k)``) when its ε is smaller;
+- otherwise (a memoised PRR shared across releases) composition theorems do not
+  apply, because the releases share randomness: the newest release must carry
+  the longitudinal figure for all k releases (ε_k or ε_∞ amplified), and that
+  figure is the total. A release without it is refused.
 
 Errors (all ``AccountingError``)::
 
@@ -98,6 +103,7 @@ class Release:
     mechanism: str
     epsilon: float
     delta: float
+    fresh_randomness: bool
     bound: str = "generic"
     batch_sizes: tuple[int, ...] = ()
     longitudinal_epsilon: float | None = None
@@ -114,6 +120,8 @@ class Release:
         if not isinstance(self.mechanism, str) or not self.mechanism:
             raise ValueError(f"mechanism must be a non-empty string, got {self.mechanism!r}")
         _check_eps_delta("", self.epsilon, self.delta)
+        if not isinstance(self.fresh_randomness, bool):
+            raise ValueError(f"fresh_randomness must be a bool, got {self.fresh_randomness!r}")
         object.__setattr__(self, "batch_sizes", tuple(self.batch_sizes))
         if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch_sizes must be positive integers, got {self.batch_sizes!r}")
@@ -130,6 +138,7 @@ class Release:
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
             "delta": self.delta,
+            "fresh_randomness": self.fresh_randomness,
             "bound": self.bound,
             "batch_sizes": list(self.batch_sizes),
             "longitudinal_epsilon": self.longitudinal_epsilon,
@@ -147,6 +156,7 @@ class Release:
                 mechanism=data["mechanism"],
                 epsilon=data["epsilon"],
                 delta=data["delta"],
+                fresh_randomness=data["fresh_randomness"],
                 bound=data.get("bound", "generic"),
                 batch_sizes=tuple(data.get("batch_sizes", ())),
                 longitudinal_epsilon=data.get("longitudinal_epsilon"),
@@ -294,12 +304,25 @@ class PrivacyLedger:
 
     @staticmethod
     def cumulative(releases: list[Release]) -> tuple[float, float]:
-        """(ε, δ) of all ``releases`` together (see the module docstring)."""
+        """(ε, δ) of all ``releases`` together (see the module docstring).
+
+        Raises ValueError when shared randomness leaves the total unbounded (a
+        non-fresh release history whose newest entry has no longitudinal figure).
+        """
         if not releases:
             return 0.0, 0.0
+        last = releases[-1]
+        if not all(r.fresh_randomness for r in releases):
+            if last.longitudinal_epsilon is None or last.longitudinal_delta is None:
+                raise ValueError(
+                    f"release {last.release_id!r} shares randomness (a memoised PRR) with "
+                    "earlier releases, so per-release figures do not compose: it must carry "
+                    "the longitudinal figure for all releases "
+                    "(privacy_statement(..., rounds=k).to_release(...))"
+                )
+            return last.longitudinal_epsilon, last.longitudinal_delta
         eps = math.fsum(r.epsilon for r in releases)
         delta = min(1.0, math.fsum(r.delta for r in releases))
-        last = releases[-1]
         if last.longitudinal_epsilon is not None and last.longitudinal_epsilon < eps:
             assert last.longitudinal_delta is not None  # paired in Release.__post_init__
             return last.longitudinal_epsilon, last.longitudinal_delta

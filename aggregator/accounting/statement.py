@@ -26,8 +26,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from client.registry import MetricConfig
+
+if TYPE_CHECKING:
+    from aggregator.accounting.ledger import Release
 
 __all__ = ["CentralGuarantee", "LongitudinalGuarantee", "PrivacyStatement", "privacy_statement"]
 
@@ -101,6 +105,8 @@ class PrivacyStatement:
     batch_assumed: bool
     central: CentralGuarantee
     longitudinal: LongitudinalGuarantee
+    batch_sizes: tuple[int, ...] = ()
+    fresh_randomness: bool = False
 
     @property
     def cohort_caveat(self) -> str:
@@ -167,6 +173,29 @@ class PrivacyStatement:
             },
             "assumptions": self.assumptions,
         }
+
+    def to_release(self, *, release_id: str, window: int, mechanism: str | None = None) -> Release:
+        """The ledger entry of this release. Build the statement with ``rounds`` = k,
+        the number of releases of the metric including this one: its longitudinal
+        figure is then the ledger's total (required for a memoised PRR)."""
+        from aggregator.accounting.ledger import Release
+
+        lg = self.longitudinal
+        capped = not math.isinf(lg.epsilon)
+        return Release(
+            release_id=release_id,
+            window=window,
+            n_reports=self.n_reports,
+            mechanism=mechanism or self.encoding,
+            epsilon=self.central.epsilon,
+            delta=self.central.delta,
+            fresh_randomness=self.fresh_randomness,
+            bound=self.central.bound,
+            batch_sizes=self.batch_sizes,
+            longitudinal_epsilon=lg.epsilon if capped else None,
+            longitudinal_delta=lg.delta if capped else None,
+            extra={"argument": lg.argument, "n_amplify": self.central.n_amplify},
+        )
 
     def render(self) -> str:
         """A plain-English paragraph an analyst can quote."""
@@ -295,6 +324,7 @@ def privacy_statement(
             raise ValueError("batch_sizes must be positive and sum to n_reports")
         batch = min(batches)
     else:
+        batches = []
         batch = n_reports
     share, estimated = _smallest_share(metric, n_reports, cohort_sizes, cohort_per_report)
     n_amp = max(1, math.floor(share * batch + 1e-9))
@@ -342,6 +372,8 @@ def privacy_statement(
         batch_assumed=batch_sizes is None,
         central=central,
         longitudinal=longitudinal,
+        batch_sizes=tuple(batches),
+        fresh_randomness=fresh,
     )
 
 

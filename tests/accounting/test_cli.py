@@ -138,7 +138,15 @@ def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
     path = tmp_path / "ledger.json"
     PrivacyLedger(JsonFileLedgerStore(path)).record(
         "pages",
-        Release(release_id="w1", window=1, n_reports=10, mechanism="rr", epsilon=0.3, delta=0.0),
+        Release(
+            release_id="w1",
+            window=1,
+            n_reports=10,
+            mechanism="rr",
+            epsilon=0.3,
+            delta=0.0,
+            fresh_randomness=True,
+        ),
     )
     code, out, _ = run(
         capsys, "privacy", "ledger", "--file", str(path), "--metric", "pages", "--json"

@@ -32,6 +32,7 @@ def release(rid: str, eps: float = 0.5, delta: float = 1e-7, **kw: object) -> Re
         mechanism="rappor k=16 h=2 m=1 f=0.5 p=0.5 q=0.75",
         epsilon=eps,
         delta=delta,
+        fresh_randomness=kw.pop("fresh_randomness", True),  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]
     )
 
@@ -110,6 +111,21 @@ def test_longitudinal_figure_caps_the_cumulative_total(store: LedgerStore) -> No
     assert ledger.spent("pages") == (0.7, 1e-6)
 
 
+def test_shared_randomness_never_composes_per_release_figures(store: LedgerStore) -> None:
+    ledger = PrivacyLedger(store, Budget(epsilon=5.0, delta=1e-5))
+    memo = {"fresh_randomness": False}
+    ledger.record(
+        "pages", release("r1", eps=0.1, longitudinal_epsilon=0.1, longitudinal_delta=1e-7, **memo)
+    )  # type: ignore[arg-type]
+    # Without the longitudinal figure for both releases the total is unknown: refused.
+    with pytest.raises(ValueError, match="shares randomness"):
+        ledger.record("pages", release("r2", eps=0.1, **memo))  # type: ignore[arg-type]
+    assert len(store.load("pages")) == 1
+    # The memoised-PRR figure is the total even when it exceeds Σε.
+    entry = release("r2", eps=0.1, longitudinal_epsilon=0.35, longitudinal_delta=1e-6, **memo)  # type: ignore[arg-type]
+    assert ledger.record("pages", entry) == (0.35, 1e-6)
+
+
 def test_release_validation() -> None:
     with pytest.raises(ValueError, match="release_id"):
         release("")
@@ -121,6 +137,8 @@ def test_release_validation() -> None:
         release("x", batch_sizes=(0,))
     with pytest.raises(ValueError, match="together"):
         release("x", longitudinal_epsilon=0.1)
+    with pytest.raises(ValueError, match="fresh_randomness"):
+        release("x", fresh_randomness=1)
     with pytest.raises(ValueError, match="budget"):
         Budget(epsilon=-1.0, delta=0.0)
 
@@ -150,3 +168,24 @@ def test_redis_store_reports_corruption(redis_url: str) -> None:
             store.load("pages")
     finally:
         client.close()
+
+
+def test_statement_becomes_a_ledger_entry_and_caps_the_total() -> None:
+    from aggregator.accounting import privacy_statement
+    from client.params import RapporParams
+    from client.registry import MetricConfig
+
+    metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
+    ledger = PrivacyLedger(MemoryLedgerStore(), Budget(epsilon=1.0, delta=1e-5))
+    total = 0.0
+    for window in range(1, 4):
+        stmt = privacy_statement(metric, 10_000, batch_sizes=[6000, 4000], rounds=window)
+        entry = stmt.to_release(release_id=f"w{window}", window=window)
+        assert entry.batch_sizes == (6000, 4000)
+        total, _ = ledger.record("pages", entry)
+    # Three releases sharing one memoised PRR: the total is the memoised-PRR figure
+    # (ε_3 amplified), never the sum of per-release ε (which would understate it here).
+    releases = ledger.releases("pages")
+    assert not any(r.fresh_randomness for r in releases)
+    assert total == releases[-1].longitudinal_epsilon
+    assert releases[-1].extra["argument"] == "memoised-prr-k"
