@@ -3,7 +3,8 @@
     crowdmix privacy amplify --epsilon0 E --n N --delta D [--bound B] [--json]
     crowdmix privacy compose --epsilon E --delta D --k K --target-delta D2 --method M [--json]
     crowdmix privacy rounds  --epsilon0 E --n N --rounds R --delta D [--json]
-    crowdmix privacy metric  --config FILE --metric NAME --n N [--rounds R] [--json]
+    crowdmix privacy metric  --config FILE --metric NAME --n N [--rounds R]
+                             [--cohort-share S] [--batch-sizes B1,B2,..] [--json]
     crowdmix privacy ledger  --file F --metric NAME [--json]
     crowdmix plan --epsilon E --delta D --n N --candidates C [--rounds R] [--json]
 
@@ -72,6 +73,9 @@ def register(sub: Any) -> None:
         "--cohort-share", type=float, help="smallest cohort's share (default: estimated)"
     )
     metric.add_argument("--cohort-per-report", action="store_true")
+    metric.add_argument(
+        "--batch-sizes", help="comma-separated sizes of the shuffled batches (default: one batch)"
+    )
     metric.add_argument("--json", action="store_true")
     metric.set_defaults(func=_metric)
 
@@ -222,6 +226,14 @@ def _metric(args: argparse.Namespace) -> int:
     from client.registry import load_registry
 
     try:
+        batches = None
+        if args.batch_sizes:
+            try:
+                batches = [int(b) for b in args.batch_sizes.split(",")]
+            except ValueError:
+                raise ValueError(
+                    f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}"
+                ) from None
         registry = load_registry(args.config)
         metric = registry.get(args.metric)
         if metric is None:
@@ -232,6 +244,7 @@ def _metric(args: argparse.Namespace) -> int:
             delta=args.delta,
             cohort_sizes=args.cohort_share,
             cohort_per_report=args.cohort_per_report,
+            batch_sizes=batches,
             rounds=args.rounds,
         )
     except (ValueError, ParamsError) as exc:

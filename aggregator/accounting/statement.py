@@ -231,7 +231,8 @@ class PrivacyStatement:
         if lg.rounds > 1:
             text += (
                 f" Over {lg.rounds} releases from the same clients the total is "
-                f"(ε = {lg.epsilon:.4g}, δ = {lg.delta:.2g}) ({_ARGUMENTS[lg.argument]})."
+                f"(ε = {lg.epsilon:.4g}, δ = {lg.delta:.2g}) "
+                f"({_ARGUMENTS[lg.argument].replace('ε_R', f'ε_{lg.rounds}')})."
             )
         return text
 

@@ -120,6 +120,36 @@ def test_metric_statement_json(capsys: pytest.CaptureFixture[str], tmp_path: Pat
         capsys, "privacy", "metric", "--config", str(config), "--metric", "pages", "--n", "1000"
     )
     assert code == 0 and "differentially private" in out
+    code, out, _ = run(
+        capsys,
+        "privacy",
+        "metric",
+        "--config",
+        str(config),
+        "--metric",
+        "pages",
+        "--n",
+        "100000",
+        "--batch-sizes",
+        "60000,40000",
+        "--cohort-per-report",
+        "--json",
+    )
+    assert code == 0 and json.loads(out)["central"]["n_amplify"] == 40_000
+    code, _, err = run(
+        capsys,
+        "privacy",
+        "metric",
+        "--config",
+        str(config),
+        "--metric",
+        "pages",
+        "--n",
+        "10",
+        "--batch-sizes",
+        "a,b",
+    )
+    assert code == 1 and "--batch-sizes" in err
 
 
 def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
