@@ -28,6 +28,7 @@ EXIT_MISSING_EXTRA = 3
 
 # name -> module providing register(subparsers); order is the order in --help.
 COMMAND_MODULES: tuple[str, ...] = (
+    "crowdmix.demo",
     "crowdmix.info",
     "crowdmix.health",
     "aggregator.cli",

@@ -1,0 +1,388 @@
+"""``crowdmix demo``: the whole pipeline in one process, on real gRPC over loopback.
+
+1. A simulated population: ``--clients`` clients, each holding one of v1..vN
+   drawn from ``--distribution``; each client gets a fresh 32-byte secret from
+   the OS CSPRNG and the cohort that secret implies.
+2. Encode with the client SDK (``client.batch.BatchEncoder.encode_clients``:
+   the device's memoised PRR bit for bit, a fresh CSPRNG IRR per report).
+3. Submit through ``client.transport.ShufflerClient`` to a shuffler, which
+   authenticates, validates, stores (memory, or Redis with ``--redis``),
+   thresholds, shuffles with a CSPRNG and forwards batches to an aggregator,
+   which counts each batch exactly once.
+4. The report job decodes the aggregator's counts against the candidate
+   values (the true ones plus decoys that nobody holds) and states the
+   privacy guarantee; the table shows the truth beside each estimate.
+
+Outputs in ``--out``: results.csv, summary.json (with ``truth`` and ``total
+variation``), plot.png (estimate with 95% interval against the truth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from aggregator.report import ReportOutcome
+    from client.batch import ByteSource
+    from client.registry import MetricConfig, Registry
+    from crowdmix.population import Population
+
+__all__ = ["DemoResult", "register", "run_demo"]
+
+METRIC = "demo_values"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the whole pipeline in one process: clients -> shuffler -> aggregator -> report",
+        description="Simulated clients encode with the SDK and submit over gRPC to a shuffler, "
+        "which thresholds, shuffles and forwards to an aggregator; then the report job decodes "
+        "and states the privacy guarantee. Nothing to install: in-memory stores by default.",
+    )
+    p.add_argument("--clients", type=int, default=300_000, help="clients (default 300000)")
+    p.add_argument("--values", type=int, default=100, help="distinct values v1..vN (default 100)")
+    p.add_argument(
+        "--distribution",
+        default="zipf1.5",
+        help="zipf1 | zipf1.5 | exp | gauss | unif (default zipf1.5)",
+    )
+    p.add_argument("--decoys", type=int, default=20, help="candidates nobody holds (default 20)")
+    p.add_argument("--seed", type=int, help="fix the population (secrets stay random)")
+    p.add_argument("--out", default="crowdmix-out/demo", metavar="DIR", help="output directory")
+    p.add_argument("--redis", metavar="URL", help="use Redis for both stores instead of memory")
+    p.add_argument("--top", type=int, default=15, help="rows in the terminal table (default 15)")
+    g = p.add_argument_group("RAPPOR parameters (see `crowdmix plan`)")
+    g.add_argument("-k", type=int, default=64, help="Bloom filter bits (default 64)")
+    g.add_argument("--hashes", type=int, default=2, help="hash functions h (default 2)")
+    g.add_argument("--cohorts", type=int, default=16, help="cohorts m (default 16)")
+    g.add_argument("-f", type=float, default=0.25, help="PRR noise f (default 0.25)")
+    g.add_argument("-p", type=float, default=0.25, help="IRR P(1|0) (default 0.25)")
+    g.add_argument("-q", type=float, default=0.75, help="IRR P(1|1) (default 0.75)")
+    g.add_argument(
+        "--min-batch", type=int, help="shuffler threshold (default: clients/10, at most 10000)"
+    )
+    p.set_defaults(func=run)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    outcome: ReportOutcome
+    truth: dict[str, float]
+    total_variation: float
+    acknowledged: int
+    counted: int
+    held_back: int
+    paths: dict[str, Path]
+
+
+def _say(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(msg, flush=True)
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    from client.params import RapporParams
+    from client.registry import MetricConfig, Registry, ShufflePolicy
+
+    params = RapporParams(k=args.k, h=args.hashes, m=args.cohorts, f=args.f, p=args.p, q=args.q)
+    min_batch = args.min_batch if args.min_batch else max(1, min(10_000, args.clients // 10))
+    policy = ShufflePolicy(
+        min_batch=min_batch, max_batch=max(min_batch, 100_000), max_delay_seconds=0.5
+    )
+    return Registry(metrics={METRIC: MetricConfig(name=METRIC, rappor=params, shuffle=policy)})
+
+
+def _encode(
+    metric: MetricConfig,
+    population: Population,
+    byte_source: ByteSource | None,
+    new_secret: Callable[[], bytes],
+) -> Any:
+    from client.batch import BatchEncoder
+
+    assert metric.rappor is not None
+    encoder = BatchEncoder(
+        metric.rappor, metric=metric.name, hashing=metric.hashing, source=byte_source
+    )
+    client_secrets = [new_secret() for _ in range(population.size)]
+    values = [population.values[i] for i in population.choice]
+    return encoder.encode_clients(client_secrets, values)
+
+
+def _progress(label: str, done: int, total: int, quiet: bool) -> None:
+    if quiet:
+        return
+    width = 30
+    filled = width * done // max(1, total)
+    end = "\n" if done >= total else ""
+    sys.stdout.write(
+        f"\r  {label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{end}"
+    )
+    sys.stdout.flush()
+
+
+def _wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout: float) -> int:
+    """Poll the aggregator's store until ``expected`` reports are counted (or time runs out)."""
+    from aggregator.store import load_counts
+
+    deadline = time.monotonic() + timeout
+    counted = 0
+    while time.monotonic() < deadline:
+        try:
+            counted = int(load_counts(aggregator_store, metric).totals.sum())
+        except LookupError:
+            counted = 0
+        if counted >= expected:
+            break
+        time.sleep(0.1)
+    return counted
+
+
+def _new_secret() -> bytes:
+    return os.urandom(32)
+
+
+def run_demo(
+    args: argparse.Namespace,
+    *,
+    quiet: bool = False,
+    byte_source: ByteSource | None = None,
+    new_secret: Callable[[], bytes] = _new_secret,
+) -> DemoResult:
+    """Run the pipeline end to end; raises ValueError/RuntimeError with a message on failure.
+
+    ``byte_source`` (the IRR's randomness) and ``new_secret`` exist so tests can
+    seed a run; left unset, both are the OS CSPRNG as on a device.
+    """
+    from aggregator.report import ReportJob, run_report, write_outputs
+    from aggregator.server import start_aggregator
+    from aggregator.store import load_counts, open_store
+    from client.transport import ShufflerClient
+    from crowdmix.population import draw_population
+    from shuffler.config import ShufflerSettings
+    from shuffler.memory_store import MemoryStore
+    from shuffler.server import start_shuffler
+
+    started = time.perf_counter()
+    for name in ("clients", "values", "top"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be positive")
+    if args.decoys < 0:
+        raise ValueError("--decoys must not be negative")
+    registry = _registry(args)
+    metric = registry[METRIC]
+    assert metric.rappor is not None
+    population = draw_population(args.clients, args.values, args.distribution, seed=args.seed)
+
+    _say(
+        f"crowdmix demo: {population.size:,} clients, {args.values} values ({args.distribution}), "
+        f"RAPPOR k={metric.rappor.k} h={metric.rappor.h} m={metric.rappor.m} "
+        f"f={metric.rappor.f} p={metric.rappor.p} q={metric.rappor.q}",
+        quiet,
+    )
+    t0 = time.perf_counter()
+    batch = _encode(metric, population, byte_source, new_secret)
+    _say(f"  encoded on the clients in {time.perf_counter() - t0:.1f}s", quiet)
+
+    token = secrets.token_urlsafe(24)
+    if args.redis:
+        from shuffler.redis_store import RedisStore
+
+        shuffler_store: Any = RedisStore(args.redis)
+        aggregator_store = open_store(args.redis)
+    else:
+        shuffler_store = MemoryStore()
+        aggregator_store = open_store(None)
+    aggregator = start_aggregator(registry, aggregator_store, listen="127.0.0.1:0")
+    shuffler = start_shuffler(
+        registry,
+        shuffler_store,
+        f"127.0.0.1:{aggregator.port}",
+        listen="127.0.0.1:0",
+        settings=ShufflerSettings(),
+        tokens=frozenset({token}),
+    )
+    store_name = "Redis" if args.redis else "memory"
+    _say(
+        f"  shuffler on 127.0.0.1:{shuffler.port} -> aggregator on 127.0.0.1:{aggregator.port} "
+        f"({store_name} stores, threshold {metric.shuffle.min_batch:,} reports)",
+        quiet,
+    )
+    try:
+        t0 = time.perf_counter()
+        reports = batch.reports()
+        chunk = 1000
+        with ShufflerClient(
+            f"127.0.0.1:{shuffler.port}",
+            token,
+            max_queue=len(reports),
+            batch_size=chunk,
+            background=False,
+        ) as sender:
+            for i in range(0, len(reports), chunk):
+                sender.submit_many(reports[i : i + chunk])
+                sender.flush()
+                if (i // chunk) % 20 == 0 or i + chunk >= len(reports):
+                    _progress("submitting", min(i + chunk, len(reports)), len(reports), quiet)
+            acknowledged = sender.sent
+        _say(f"  {acknowledged:,} reports acknowledged in {time.perf_counter() - t0:.1f}s", quiet)
+
+        # Stopping the shuffler gracefully releases every batch that meets the
+        # threshold; a remainder below min_batch is held back, never released.
+        shuffler.stop()
+        pending = sum(shuffler_store.pending(METRIC).values())
+        expected = acknowledged - pending
+        counted = _wait_for_counts(aggregator_store, METRIC, expected, timeout=60.0)
+        if counted != expected:
+            raise RuntimeError(f"the aggregator counted {counted:,} reports, expected {expected:,}")
+        _say(
+            f"  shuffled batches counted by the aggregator: {counted:,} reports"
+            + (f" ({pending:,} held back below the threshold)" if pending else ""),
+            quiet,
+        )
+
+        counts = load_counts(aggregator_store, metric)
+        candidates = population.values + tuple(f"decoy-{i}" for i in range(1, args.decoys + 1))
+        outcome = run_report(
+            ReportJob(
+                metric=metric,
+                totals=counts.totals,
+                ones=counts.ones,
+                candidates=candidates,
+                source=f"demo ({store_name} store)",
+            )
+        )
+    finally:
+        shuffler.stop()
+        aggregator.stop()
+        if args.redis:
+            shuffler_store.close()
+            aggregator_store.close()
+
+    truth = population.true_frequencies()
+    result = outcome.result
+    estimate = {
+        v: float(result.proportion[i]) for i, v in enumerate(result.values) if result.significant[i]
+    }
+    tv = 0.5 * sum(
+        abs(estimate.get(v, 0.0) - truth.get(v, 0.0)) for v in set(estimate) | set(truth)
+    )
+    outcome.summary["demo"] = {
+        "clients": population.size,
+        "distribution": args.distribution,
+        "values": args.values,
+        "decoys": args.decoys,
+        "acknowledged": acknowledged,
+        "counted": counted,
+        "held_back": pending,
+        "total_variation": tv,
+        "truth": truth,
+        "elapsed_seconds": time.perf_counter() - started,
+    }
+    out = Path(args.out)
+    paths = write_outputs(outcome, out, plot=False)
+    paths["plot"] = out / "plot.png"
+    _plot_against_truth(outcome, truth, paths["plot"], top=args.top)
+    return DemoResult(outcome, truth, tv, acknowledged, counted, pending, paths)
+
+
+def _plot_against_truth(
+    outcome: ReportOutcome, truth: dict[str, float], path: Path, *, top: int
+) -> None:
+    """Horizontal bars: estimate with its 95% interval, the true share as a marker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    result = outcome.result
+    order = [i for i in result.order() if result.significant[i]][:top] or result.order()[:top]
+    labels = [result.values[i] for i in order]
+    est = np.array([result.proportion[i] for i in order]) * 100
+    lo = np.array([result.ci_low[i] for i in order]) * 100
+    hi = np.array([result.ci_high[i] for i in order]) * 100
+    tru = np.array([truth.get(v, 0.0) for v in labels]) * 100
+    y = np.arange(len(order))[::-1]
+    fig, ax = plt.subplots(figsize=(8.5, max(2.5, 0.38 * len(order) + 1.6)), dpi=110)
+    ax.barh(y, est, color="#4C78A8", label="estimate")
+    ax.errorbar(
+        est, y, xerr=[est - lo, hi - est], fmt="none", ecolor="black", capsize=3, lw=1,
+        label="95% interval",
+    )  # fmt: skip
+    ax.scatter(tru, y, marker="D", color="#E45756", zorder=3, label="true share")
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("share of reports (%)")
+    n = result.num_reports
+    tv = outcome.summary.get("demo", {}).get("total_variation")
+    title = f"crowdmix demo: top {len(order)} values from {n:,} shuffled reports"
+    if tv is not None:
+        title += f" (TV {tv:.3f})"
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _table(demo: DemoResult, top: int) -> str:
+    result = demo.outcome.result
+    n = result.num_reports
+    order = result.order()[:top]
+    width = max(5, *(len(result.values[i]) for i in order))
+    head = (
+        f"{'value':<{width}}  {'estimate':>9}  {'95% interval':>17}  {'true':>7}  "
+        f"{'in CI':>5}  {'signif.':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for i in order:
+        v = result.values[i]
+        t = demo.truth.get(v, 0.0)
+        inside = result.ci_low[i] <= t <= result.ci_high[i]
+        lines.append(
+            f"{v:<{width}}  {result.proportion[i]:>9.2%}  "
+            f"{f'[{result.ci_low[i]:.2%}, {result.ci_high[i]:.2%}]':>17}  {t:>7.2%}  "
+            f"{'yes' if inside else 'no':>5}  {'yes' if result.significant[i] else 'no':>7}"
+        )
+    del n
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aggregator.decode.errors import DecodeError
+    from crowdmix.cli import CliError
+
+    try:
+        demo = run_demo(args)
+    except (ValueError, RuntimeError, DecodeError) as exc:
+        raise CliError(str(exc)) from None
+    result = demo.outcome.result
+    print()
+    print(_table(demo, args.top))
+    print()
+    print(
+        f"detected {result.detected} of {len(result.values)} candidates "
+        f"({args.decoys} of them decoys nobody holds); allocated mass {result.allocated_mass:.3f}; "
+        f"total variation distance to the truth {demo.total_variation:.3f}"
+    )
+    privacy = demo.outcome.summary.get("privacy", {})
+    text = privacy.get("text")
+    if text:
+        print()
+        print("Privacy:")
+        for line in str(text).splitlines():
+            print(f"  {line}")
+    print()
+    print("wrote " + ", ".join(str(p) for p in demo.paths.values()))
+    return 0
