@@ -2,7 +2,14 @@
 a ledger per metric, a planner, and the privacy statement of a release.
 
 Pure math (no state, numpy/scipy imported lazily): ``local``, ``pairs``,
-``amplification``, ``composition``, ``pld``, ``planner``. State: ``ledger``.
+``amplification``, ``composition``, ``pld``, ``guarantees``, ``planner``.
+Output: ``statement``. State: ``ledger`` (+ ``ledger_stores``). CLI: ``cli``.
+
+The report job's entry point::
+
+    privacy_statement(metric, n_reports, *, delta=1e-6, cohort_sizes=None,
+                      cohort_per_report=False, batch_sizes=None, rounds=1)
+        -> PrivacyStatement  (.to_dict(), .render(), .to_release(...))
 
 Exceptions::
 
@@ -37,13 +44,15 @@ from aggregator.accounting.ledger import (
     BudgetExceededError,
     ConcurrentUpdateError,
     DuplicateReleaseError,
-    JsonFileLedgerStore,
     LedgerCorruptError,
+    PrivacyLedger,
+    Release,
+)
+from aggregator.accounting.ledger_stores import (
+    JsonFileLedgerStore,
     LedgerStore,
     MemoryLedgerStore,
-    PrivacyLedger,
     RedisLedgerStore,
-    Release,
 )
 from aggregator.accounting.local import epsilon_k, total_variation
 from aggregator.accounting.planner import Plan, PlanError, plan

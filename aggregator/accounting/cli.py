@@ -254,7 +254,8 @@ def _metric(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from aggregator.accounting.ledger import AccountingError, JsonFileLedgerStore, PrivacyLedger
+    from aggregator.accounting.ledger import AccountingError, PrivacyLedger
+    from aggregator.accounting.ledger_stores import JsonFileLedgerStore
 
     try:
         ledger = PrivacyLedger(JsonFileLedgerStore(args.file))

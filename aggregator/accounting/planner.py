@@ -172,7 +172,8 @@ def plan(
     """Propose RAPPOR params meeting central ``epsilon`` (over ``rounds`` releases)."""
     from scipy.stats import norm
 
-    from aggregator.accounting.statement import _smallest_share, privacy_statement
+    from aggregator.accounting.guarantees import smallest_cohort_share
+    from aggregator.accounting.statement import privacy_statement
     from client.registry import MetricConfig
 
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon < 20:
@@ -186,7 +187,7 @@ def plan(
         raise ValueError("alpha and power must be in (0, 1)")
 
     probe = MetricConfig(name="plan", rappor=RapporParams(k=16, h=1, m=cohorts))
-    share, _ = _smallest_share(probe, n, None, False)
+    share, _ = smallest_cohort_share(probe, n, None, False)
     n_amp = max(1, math.floor(share * n + 1e-9))
     eps_max = _max_local_epsilon(float(epsilon), n_amp, delta)
 

@@ -6,15 +6,14 @@
   ε_∞ (RAPPOR's PRR bound for any number of reports of one value) and ε_R for R
   reports over one memoised PRR;
 - central: (ε, δ) of the analyst's view after shuffling, the best of the valid
-  bounds (``amplification``), computed within the hiding crowd of one report:
-  its shuffled batch and, unless the cohort is drawn fresh per report, its
-  cohort (a persistent cohort travels with the report, so only same-cohort
-  reports hide each other; the smallest cohort's share is used);
-- longitudinal (R > 1 releases from the same clients): with a memoised PRR the
-  rounds together are bounded by amplifying ε_R or ε_∞, never by composing
-  per-round figures; with fresh randomness every round (basic mechanisms,
-  RAPPOR with f = 0) the per-round pair's PLD is composed (``pld``), or the
-  per-round (ε, δ) by optimal composition when n is too large for a PLD.
+  bounds, computed within the hiding crowd of one report (its batch and, for
+  persistent cohorts, the smallest cohort's share of it);
+- longitudinal (R > 1 releases from the same clients): ε_R or ε_∞ amplified
+  for a memoised PRR (never composed per round), PLD or optimal composition
+  for fresh randomness.
+
+Which bound and argument apply, and why, is in ``guarantees``; this module
+holds the statement itself and its JSON and plain-English forms.
 
 Assumptions the statement names in ``render()``: the shuffler and the
 aggregator do not collude; ``batch_sizes`` omitted means the release's reports
@@ -25,18 +24,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from aggregator.accounting.guarantees import (
+    CentralGuarantee,
+    LongitudinalGuarantee,
+    central_guarantee,
+    longitudinal_guarantee,
+    smallest_cohort_share,
+)
 from client.registry import MetricConfig
 
 if TYPE_CHECKING:
     from aggregator.accounting.ledger import Release
 
 __all__ = ["CentralGuarantee", "LongitudinalGuarantee", "PrivacyStatement", "privacy_statement"]
-
-# Cohort-count estimate when sizes are unknown: the mean minus this many sd.
-_COHORT_SD = 5.0
 
 _BOUND_NAMES = {
     "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
@@ -60,29 +63,6 @@ _ARGUMENTS = {
 
 def _json_float(x: float | None) -> float | None:
     return None if x is None or math.isinf(x) or math.isnan(x) else x
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CentralGuarantee:
-    """(ε, δ) of one shuffled release, the bound it came from, and every bound tried."""
-
-    epsilon: float
-    delta: float
-    bound: str
-    amplified: bool
-    n_amplify: int
-    candidates: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LongitudinalGuarantee:
-    """(ε, δ) of ``rounds`` releases together and the argument that gives it."""
-
-    rounds: int
-    epsilon: float
-    delta: float
-    argument: str
-    candidates: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,59 +217,6 @@ class PrivacyStatement:
         return text
 
 
-def _smallest_share(
-    metric: MetricConfig,
-    n_reports: int,
-    cohort_sizes: Sequence[int] | float | None,
-    per_report: bool,
-) -> tuple[float, bool]:
-    m = metric.num_cohorts
-    if m == 1 or per_report:
-        return 1.0, False
-    if cohort_sizes is None:
-        mean = n_reports / m
-        low = max(1.0, mean - _COHORT_SD * math.sqrt(mean * (1.0 - 1.0 / m)))
-        return min(1.0, low / n_reports), True
-    if isinstance(cohort_sizes, int | float) and not isinstance(cohort_sizes, bool):
-        share = float(cohort_sizes)
-        if not 0.0 < share <= 1.0:
-            raise ValueError(f"cohort share must be in (0, 1], got {cohort_sizes!r}")
-        return share, False
-    sizes = [int(s) for s in cohort_sizes]  # type: ignore[union-attr]
-    if any(s < 0 for s in sizes):
-        raise ValueError("cohort sizes must be non-negative")
-    if len(sizes) > m:
-        raise ValueError(f"got {len(sizes)} cohort sizes for a metric with {m} cohorts")
-    if sum(sizes) != n_reports:
-        raise ValueError(f"cohort sizes sum to {sum(sizes)}, not n_reports={n_reports}")
-    # An empty cohort holds nobody to protect; the smallest non-empty one is the crowd.
-    nonempty = [s for s in sizes if s > 0]
-    return (min(nonempty) / n_reports if nonempty else 1.0), False
-
-
-def _central(
-    epsilon0: float, beta: float, generic_beta: float, n: int, delta: float, specific: str | None
-) -> CentralGuarantee:
-    from aggregator.accounting.amplification import amplify
-
-    cands: dict[str, float] = {}
-    generic = amplify(epsilon0, n, delta, bound="generic")
-    cands["generic"] = generic.epsilon
-    if specific is not None and beta < generic_beta * (1.0 - 1e-9):
-        cands[specific] = amplify(epsilon0, n, delta, bound="rappor", beta=beta).epsilon
-    name = min(cands, key=lambda k: cands[k])
-    eps = cands[name]
-    amplified = eps < epsilon0 * (1.0 - 1e-3)
-    return CentralGuarantee(
-        epsilon=eps if amplified else epsilon0,
-        delta=delta,
-        bound=name if amplified else "none",
-        amplified=amplified,
-        n_amplify=n,
-        candidates=cands,
-    )
-
-
 def privacy_statement(
     metric: MetricConfig,
     n_reports: int,
@@ -327,7 +254,7 @@ def privacy_statement(
     else:
         batches = []
         batch = n_reports
-    share, estimated = _smallest_share(metric, n_reports, cohort_sizes, cohort_per_report)
+    share, estimated = smallest_cohort_share(metric, n_reports, cohort_sizes, cohort_per_report)
     n_amp = max(1, math.floor(share * batch + 1e-9))
 
     if metric.rappor is not None:
@@ -351,9 +278,9 @@ def privacy_statement(
             epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
         )
     else:
-        central = _central(eps1, beta, generic_beta, n_amp, delta, specific)
+        central = central_guarantee(eps1, beta, generic_beta, n_amp, delta, specific)
 
-    longitudinal = _longitudinal(
+    longitudinal = longitudinal_guarantee(
         central, rounds, n_amp, delta, eps1, eps_rounds, eps_inf, fresh, metric
     )
     return PrivacyStatement(
@@ -375,61 +302,4 @@ def privacy_statement(
         longitudinal=longitudinal,
         batch_sizes=tuple(batches),
         fresh_randomness=fresh,
-    )
-
-
-def _longitudinal(
-    central: CentralGuarantee,
-    rounds: int,
-    n_amp: int,
-    delta: float,
-    eps1: float,
-    eps_rounds: float | None,
-    eps_inf: float | None,
-    fresh: bool,
-    metric: MetricConfig,
-) -> LongitudinalGuarantee:
-    from aggregator.accounting.amplification import amplify
-    from aggregator.accounting.composition import compose_basic, compose_optimal
-    from aggregator.accounting.pairs import ClonePair
-    from aggregator.accounting.pld import MAX_PLD_N, pld_epsilon
-
-    if rounds == 1:
-        return LongitudinalGuarantee(
-            rounds=1,
-            epsilon=central.epsilon,
-            delta=central.delta,
-            argument="single-release",
-            candidates={"single-release": central.epsilon},
-        )
-    cands: dict[str, float] = {}
-    if metric.rappor is not None:
-        # Memoised PRR (or f = 0, where the PRR is the Bloom filter itself): the R
-        # reports of one client are one randomizer of its value; unlinking the
-        # rounds is post-processing of the linked view.
-        # ε_∞ first: on a tie (ε_R has reached ε_∞) name the argument that holds forever.
-        if eps_inf is not None and not math.isinf(eps_inf):
-            cands["memoised-prr-inf"] = amplify(eps_inf, n_amp, delta).epsilon
-        if eps_rounds is not None and not math.isinf(eps_rounds):
-            cands["memoised-prr-k"] = amplify(eps_rounds, n_amp, delta).epsilon
-    if fresh and not math.isinf(eps1):
-        if central.amplified and n_amp <= MAX_PLD_N and eps1 > 0.0:
-            cands["pld-composition"] = pld_epsilon(
-                ClonePair.stronger_clone(eps1), n_amp, rounds, delta
-            )
-        else:
-            # Per-round δ_r = δ/(2R), the rest of δ for the composition itself.
-            per_round = delta / (2.0 * rounds)
-            eps_r = amplify(eps1, n_amp, per_round).epsilon
-            if rounds * per_round < delta:
-                cands["optimal-composition"] = compose_optimal(eps_r, per_round, rounds, delta)
-            else:
-                cands["optimal-composition"] = compose_basic(eps_r, per_round, rounds)[0]
-    if not cands:
-        return LongitudinalGuarantee(
-            rounds=rounds, epsilon=math.inf, delta=delta, argument="single-release"
-        )
-    name = min(cands, key=lambda k: cands[k])
-    return LongitudinalGuarantee(
-        rounds=rounds, epsilon=cands[name], delta=delta, argument=name, candidates=cands
     )

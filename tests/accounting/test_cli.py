@@ -163,7 +163,8 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from aggregator.accounting.ledger import JsonFileLedgerStore, PrivacyLedger, Release
+    from aggregator.accounting.ledger import PrivacyLedger, Release
+    from aggregator.accounting.ledger_stores import JsonFileLedgerStore
 
     path = tmp_path / "ledger.json"
     PrivacyLedger(JsonFileLedgerStore(path)).record(

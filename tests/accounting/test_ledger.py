@@ -14,13 +14,15 @@ from aggregator.accounting.ledger import (
     BudgetExceededError,
     ConcurrentUpdateError,
     DuplicateReleaseError,
-    JsonFileLedgerStore,
     LedgerCorruptError,
+    PrivacyLedger,
+    Release,
+)
+from aggregator.accounting.ledger_stores import (
+    JsonFileLedgerStore,
     LedgerStore,
     MemoryLedgerStore,
-    PrivacyLedger,
     RedisLedgerStore,
-    Release,
 )
 
 
