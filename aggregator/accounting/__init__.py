@@ -19,6 +19,7 @@ Exceptions::
     ├── BudgetExceededError    a release would exceed the metric's budget (nothing recorded)
     ├── DuplicateReleaseError  the release id is already recorded
     ├── ConcurrentUpdateError  another writer appended first
+    ├── UnboundedReleaseError  memoised-PRR release without its longitudinal figure
     └── LedgerCorruptError     a stored ledger cannot be read
 """
 
@@ -47,6 +48,7 @@ from aggregator.accounting.ledger import (
     LedgerCorruptError,
     PrivacyLedger,
     Release,
+    UnboundedReleaseError,
 )
 from aggregator.accounting.ledger_stores import (
     JsonFileLedgerStore,
@@ -84,6 +86,7 @@ __all__ = [
     "PrivacyStatement",
     "RedisLedgerStore",
     "Release",
+    "UnboundedReleaseError",
     "amplify",
     "compose",
     "compose_advanced",

@@ -24,6 +24,7 @@ Errors (all ``AccountingError``)::
     ├── BudgetExceededError     the release would exceed the budget; nothing recorded
     ├── DuplicateReleaseError   a release with this id is already recorded
     ├── ConcurrentUpdateError   another writer appended first; re-read and retry
+    ├── UnboundedReleaseError   shares randomness (memoised PRR) but has no longitudinal figure
     └── LedgerCorruptError      stored data cannot be read back
 """
 
@@ -46,6 +47,7 @@ __all__ = [
     "LedgerCorruptError",
     "PrivacyLedger",
     "Release",
+    "UnboundedReleaseError",
 ]
 
 
@@ -63,6 +65,10 @@ class DuplicateReleaseError(AccountingError):
 
 class ConcurrentUpdateError(AccountingError):
     """The ledger changed between validation and append."""
+
+
+class UnboundedReleaseError(AccountingError, ValueError):
+    """Shared randomness and no longitudinal figure: the total cannot be bounded."""
 
 
 class LedgerCorruptError(AccountingError):
@@ -182,7 +188,7 @@ class PrivacyLedger:
     def cumulative(releases: list[Release]) -> tuple[float, float]:
         """(ε, δ) of all ``releases`` together (see the module docstring).
 
-        Raises ValueError when shared randomness leaves the total unbounded (a
+        Raises UnboundedReleaseError when shared randomness leaves the total unbounded (a
         non-fresh release history whose newest entry has no longitudinal figure).
         """
         if not releases:
@@ -190,7 +196,7 @@ class PrivacyLedger:
         last = releases[-1]
         if not all(r.fresh_randomness for r in releases):
             if last.longitudinal_epsilon is None or last.longitudinal_delta is None:
-                raise ValueError(
+                raise UnboundedReleaseError(
                     f"release {last.release_id!r} shares randomness (a memoised PRR) with "
                     "earlier releases, so per-release figures do not compose: it must carry "
                     "the longitudinal figure for all releases "

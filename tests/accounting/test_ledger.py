@@ -17,6 +17,7 @@ from aggregator.accounting.ledger import (
     LedgerCorruptError,
     PrivacyLedger,
     Release,
+    UnboundedReleaseError,
 )
 from aggregator.accounting.ledger_stores import (
     JsonFileLedgerStore,
@@ -120,7 +121,7 @@ def test_shared_randomness_never_composes_per_release_figures(store: LedgerStore
         "pages", release("r1", eps=0.1, longitudinal_epsilon=0.1, longitudinal_delta=1e-7, **memo)
     )  # type: ignore[arg-type]
     # Without the longitudinal figure for both releases the total is unknown: refused.
-    with pytest.raises(ValueError, match="shares randomness"):
+    with pytest.raises(UnboundedReleaseError, match="shares randomness"):
         ledger.record("pages", release("r2", eps=0.1, **memo))  # type: ignore[arg-type]
     assert len(store.load("pages")) == 1
     # The memoised-PRR figure is the total even when it exceeds Σε.
