@@ -146,3 +146,16 @@ def test_statement_input_validation() -> None:
         privacy_statement(rappor_metric(), 10, delta=0.0)
     with pytest.raises(ValueError, match="rounds"):
         privacy_statement(rappor_metric(), 10, rounds=0)
+
+
+def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
+    from aggregator.accounting.composition import compose_optimal
+    from aggregator.accounting.pld import MAX_PLD_N
+
+    metric = MetricConfig(name="b", basic=BasicParams(mechanism="oue", epsilon=2.0, domain_size=8))
+    n = 2 * MAX_PLD_N
+    stmt = privacy_statement(metric, n, delta=DELTA, rounds=10)
+    assert stmt.longitudinal.argument == "optimal-composition"
+    per_round = amplify(2.0, n, DELTA / 20).epsilon
+    expected = compose_optimal(per_round, DELTA / 20, 10, DELTA)
+    assert stmt.longitudinal.epsilon == pytest.approx(expected, rel=1e-12)
