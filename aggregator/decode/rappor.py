@@ -43,7 +43,6 @@ Fit (what differs from the reference):
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -53,13 +52,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.optimize import nnls
 
 from aggregator.decode.errors import (
     DecodeWarning,
     IllPosedError,
     NoReportsError,
     ParamsMismatchError,
+)
+from aggregator.decode.rappor_model import (
+    bit_estimates,
+    design_matrix,
+    detection_threshold,
+    report_probabilities,
 )
 from aggregator.decode.result import DecodeResult
 from aggregator.decode.stats import (
@@ -70,8 +74,12 @@ from aggregator.decode.stats import (
     selective_interval,
     significant,
 )
-from client.hashing import bloom_int
-from client.params import Hashing, RapporParams
+from aggregator.decode.wls import (
+    fit_nnls,
+    inverse_diagonal,
+    lasso_screen,
+)
+from client.params import RapporParams
 
 __all__ = [
     "DecodeOptions",
@@ -83,8 +91,6 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
-# Below this the Gram matrix of the final support is treated as singular.
-_MIN_EIGEN_RATIO = 1e-10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,56 +118,6 @@ class DecodeOptions:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
         if self.screen_z < 0 or self.screen_above <= 0 or not 0 < self.max_support <= 1:
             raise ValueError("screen_z >= 0, screen_above > 0 and 0 < max_support <= 1 required")
-
-
-def report_probabilities(params: RapporParams) -> tuple[float, float]:
-    """(p01, p11): P(report bit 1 | Bloom bit 0) and P(report bit 1 | Bloom bit 1)."""
-    f, p, q = params.f, params.p, params.q
-    return p * (1 - f / 2) + q * f / 2, q * (1 - f / 2) + p * f / 2
-
-
-def bit_estimates(
-    totals: npt.ArrayLike, ones: npt.ArrayLike, params: RapporParams
-) -> tuple[FloatArray, FloatArray]:
-    """Unbiased Bloom bit fractions y (m, k) and their binomial variances.
-
-    Variances use π clipped to [p01, p11] (its possible range); cohorts with
-    no reports get y = 0 and variance inf.
-    """
-    tot = np.asarray(totals, dtype=np.float64)
-    c = np.asarray(ones, dtype=np.float64)
-    p01, p11 = report_probabilities(params)
-    span = p11 - p01
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = c / tot[:, None]
-        y = np.where(tot[:, None] > 0, (frac - p01) / span, 0.0)
-        pi = np.clip(frac, p01, p11)
-        var = np.where(tot[:, None] > 0, pi * (1 - pi) / (tot[:, None] * span**2), np.inf)
-    return y, var
-
-
-def design_matrix(
-    candidates: Sequence[str | bytes], params: RapporParams, hashing: Hashing = "mmh3"
-) -> sp.csc_matrix:
-    """X (m·k × C), X[j·k + i, v] = 1 when candidate v's Bloom filter in cohort j has bit i.
-
-    Hashing is ``client.hashing.bloom_int``: the one definition the encoders use.
-    """
-    params.check_hashing(hashing)
-    k, m = params.k, params.m
-    rows: list[int] = []
-    cols: list[int] = []
-    for v, value in enumerate(candidates):
-        for cohort in range(m):
-            bloom = bloom_int(value, cohort, params, hashing)
-            base = cohort * k
-            while bloom:
-                low = bloom & -bloom
-                rows.append(base + low.bit_length() - 1)
-                cols.append(v)
-                bloom ^= low
-    data = np.ones(len(rows), dtype=np.float64)
-    return sp.csc_matrix((data, (rows, cols)), shape=(m * k, len(candidates)))
 
 
 def _check_inputs(
@@ -195,134 +151,6 @@ def _duplicate_columns(x: sp.csc_matrix, values: Sequence[str]) -> list[list[str
         key = np.sort(indices[indptr[v] : indptr[v + 1]]).tobytes()
         seen.setdefault(key, []).append(v)
     return [[values[i] for i in group] for group in seen.values() if len(group) > 1]
-
-
-def _lasso_screen(
-    xw: sp.csc_matrix, yw: FloatArray, col_norms: FloatArray, options: DecodeOptions
-) -> npt.NDArray[np.intp]:
-    """Candidates a non-negative LASSO keeps (sklearn objective ‖y−Xb‖²/2n + α‖b‖₁).
-
-    A null candidate enters when |x_v' r|/n > α; x_v' r has sd ‖x_v‖, so
-    α = screen_z·median‖x_v‖/n admits it with probability Φ̄(screen_z).
-    """
-    from sklearn.linear_model import Lasso
-
-    n_rows = xw.shape[0]
-    cap = max(1, int(options.max_support * n_rows))
-    alpha = max(options.screen_z, 1e-3) * float(np.median(col_norms)) / n_rows
-    keep = np.arange(0)
-    for _ in range(12):
-        model = Lasso(
-            alpha=alpha,
-            positive=True,
-            fit_intercept=True,
-            max_iter=2000,
-            tol=1e-4,
-            selection="cyclic",
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # ConvergenceWarning: screening needs no precision
-            model.fit(xw, yw)
-        keep = np.flatnonzero(model.coef_ > 0)
-        if keep.size <= cap:
-            return keep
-        alpha *= 1.5
-    return keep[np.argsort(-model.coef_[keep])[:cap]]
-
-
-def _sum_std_error(a: FloatArray, beta: FloatArray) -> float:
-    """Standard error of Σβ over the active columns (unit-variance whitened rows)."""
-    active = beta > 0
-    if not active.any():
-        return 0.0
-    aa = a[:, active]
-    try:
-        sol = np.linalg.solve(aa.T @ aa, np.ones(int(active.sum())))
-    except np.linalg.LinAlgError:
-        return math.inf
-    return math.sqrt(max(float(np.sum(sol)), 0.0))
-
-
-def _inverse_diagonal(gram: FloatArray) -> FloatArray:
-    """diag(G^-1) for a Gram matrix; inf for directions G cannot resolve (collinear columns)."""
-    try:
-        chol = np.linalg.cholesky(gram)
-        d = np.diag(chol)
-        if d.min() ** 2 > _MIN_EIGEN_RATIO * np.max(np.diag(gram)):
-            inv_l = np.linalg.solve(chol, np.eye(gram.shape[0]))
-            return np.asarray(np.einsum("ij,ij->j", inv_l, inv_l), dtype=np.float64)
-    except np.linalg.LinAlgError:
-        pass
-    diag = np.diag(np.linalg.pinv(gram, hermitian=True))
-    # pinv gives finite variances for unresolvable directions; call them infinite
-    w, v = np.linalg.eigh(gram)
-    null = w <= _MIN_EIGEN_RATIO * max(float(w[-1]), 1e-300)
-    unresolved = np.any(np.abs(v[:, null]) > 1e-6, axis=1)
-    return np.where(unresolved, np.inf, np.maximum(diag, 0.0))
-
-
-@dataclass(slots=True)
-class _Fit:
-    support: npt.NDArray[np.intp]  # candidate indexes fitted
-    beta: FloatArray  # per support entry (>= 0)
-    std_error: FloatArray  # per support entry (inf where beta == 0)
-    dispersion: float
-    rss: float
-
-
-def _nnls_normal(gram: FloatArray, corr: FloatArray, a: FloatArray, t: FloatArray) -> FloatArray:
-    """argmin_{β>=0} ‖aβ − t‖² through the small normal equations when a is tall.
-
-    With G = a'a = R'R (Cholesky), ‖aβ − t‖² = ‖Rβ − R'⁻¹a't‖² + const, an
-    NNLS problem with as many rows as columns (8192 → 245 rows: ~10× faster).
-    Falls back to the tall problem when G is not numerically positive definite.
-    """
-    maxiter = 50 * max(10, gram.shape[0])
-    if a.shape[0] > 2 * a.shape[1]:
-        try:
-            upper = np.linalg.cholesky(gram).T
-            rhs = np.linalg.solve(upper.T, corr)
-            beta, _ = nnls(upper, rhs, maxiter=maxiter)
-            return np.asarray(beta, dtype=np.float64)
-        except (np.linalg.LinAlgError, RuntimeError):
-            pass
-    beta, _ = nnls(a, t, maxiter=maxiter)
-    return np.asarray(beta, dtype=np.float64)
-
-
-def _fit(
-    xd: FloatArray, target: FloatArray, offset: FloatArray, support: npt.NDArray[np.intp]
-) -> _Fit:
-    """NNLS of ``target`` on centred whitened columns ``xd - offset`` and analytic SEs."""
-    n_rows = xd.shape[0]
-    if support.size == 0:
-        rss = float(target @ target)
-        return _Fit(support, np.zeros(0), np.zeros(0), max(1.0, rss / n_rows), rss)
-    a = xd - offset[:, None]
-    gram = a.T @ a
-    corr = a.T @ target
-    beta = _nnls_normal(gram, corr, a, target)
-    if beta.sum() > 1.0 + 3.0 * _sum_std_error(a, beta):
-        # Frequencies cannot sum past 1. Only an excess beyond noise is corrected
-        # (clamping every excess would bias all estimates down when Σx = 1):
-        # refit with Σβ = 1 as a heavily weighted extra equation w·(1'β − 1).
-        w2 = 1e6 * float(np.mean(np.diag(gram)))
-        beta = _nnls_normal(
-            gram + w2,
-            corr + w2,
-            np.vstack([a, np.full((1, a.shape[1]), math.sqrt(w2))]),
-            np.append(target, math.sqrt(w2)),
-        )
-    active = beta > 0
-    resid = target - a @ beta
-    rss = float(resid @ resid)
-    dof = max(1, n_rows - int(active.sum()))
-    dispersion = max(1.0, rss / dof)
-    se = np.full(support.size, np.inf)
-    if active.any():
-        aa = a[:, active]
-        se[active] = np.sqrt(dispersion * _inverse_diagonal(aa.T @ aa))
-    return _Fit(support, beta, se, dispersion, rss)
 
 
 def _selection_cutoff(
@@ -419,14 +247,20 @@ def _decode_rappor(
     xw, target, offset, norms = whiten(p01 + span * y_obs)
     screened = c > opts.screen_above * rows.size
     t_screen = time.perf_counter()
-    support = _lasso_screen(xw, target + offset, norms, opts) if screened else np.arange(c)
+    support = (
+        lasso_screen(
+            xw, target + offset, norms, screen_z=opts.screen_z, max_support=opts.max_support
+        )
+        if screened
+        else np.arange(c)
+    )
     t_screen = time.perf_counter() - t_screen
     n_screened = int(support.size)
-    fit = _fit(xw[:, support].toarray(), target, offset, support)
+    fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
     # Stage 1: re-weight from the fitted bit rates (noise-free weights), refit.
     fitted = background * (1 - fit.beta.sum()) + np.asarray(x[:, support] @ fit.beta).ravel()
     xw, target, offset, norms = whiten(p01 + span * fitted)
-    fit = _fit(xw[:, support].toarray(), target, offset, support)
+    fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
     # Stage 2: prune candidates whose estimates are indistinguishable from zero
     # (z < prune_z) and refit, until none is pruned: dropping them lowers the
     # others' variance inflation from collisions (see the module docstring).
@@ -436,7 +270,7 @@ def _decode_rappor(
         if keep.all() or not keep.any():
             break
         support = support[keep]
-        fit = _fit(xw[:, support].toarray(), target, offset, support)
+        fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
 
     proportion = np.zeros(c)
     std_error = np.full(c, np.inf)
@@ -447,7 +281,7 @@ def _decode_rappor(
     is_sig = significant(p_value, alpha=opts.alpha, correction=opts.correction)
     if is_sig.any():
         xa = xw[:, np.flatnonzero(is_sig)].toarray() - offset[:, None]
-        if not np.all(np.isfinite(_inverse_diagonal(xa.T @ xa))):
+        if not np.all(np.isfinite(inverse_diagonal(xa.T @ xa))):
             raise IllPosedError(
                 "the significant candidates are collinear in the design (the counts cannot "
                 "separate them); use more cohorts or Bloom bits, or fewer candidates"
@@ -491,19 +325,3 @@ def _decode_rappor(
             "decode_seconds": time.perf_counter() - started,
         },
     )
-
-
-def detection_threshold(
-    params: RapporParams, num_reports: int, *, num_candidates: int = 1, alpha: float = 0.05
-) -> float:
-    """Smallest proportion detected (at 50% power) for these params and n, before data.
-
-    An isolated candidate has h Bloom bits in each cohort, each estimated with
-    variance ≈ p*(1-p*)/(N_j (p11-p01)^2) when rare (π ≈ p01 = p*), so
-    se_0 = sqrt(p01(1-p01) / (h·n)) / (p11 - p01); threshold = z_{α/C}·se_0.
-    """
-    if num_reports < 1:
-        raise ValueError(f"num_reports must be positive, got {num_reports}")
-    p01, p11 = report_probabilities(params)
-    se0 = math.sqrt(p01 * (1 - p01) / (params.h * num_reports)) / (p11 - p01)
-    return critical_z(alpha / max(1, num_candidates)) * se0

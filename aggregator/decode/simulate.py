@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from aggregator.decode.rappor import report_probabilities
+from aggregator.decode.rappor_model import report_probabilities
 from client.params import RapporParams
 
 __all__ = ["simulate_rappor_counts"]

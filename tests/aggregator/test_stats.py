@@ -81,6 +81,8 @@ def test_public_surface_of_decode() -> None:
         "basic",
         "errors",
         "rappor",
+        "rappor_model",
+        "wls",
         "result",
         "stats",
         "simulate",
