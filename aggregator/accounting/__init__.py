@@ -10,6 +10,8 @@ The report job's entry point::
     privacy_statement(metric, n_reports, *, delta=1e-6, cohort_sizes=None,
                       cohort_per_report=False, batch_sizes=None, rounds=1)
         -> PrivacyStatement  (.to_dict(), .render(), .to_release(...))
+    record_release(ledger, metric, n_reports, *, release_id, window, ...)
+        -> (PrivacyStatement, cumulative (ε, δ))   # statement + ledger entry in one step
 
 Exceptions::
 
@@ -63,6 +65,7 @@ from aggregator.accounting.statement import (
     LongitudinalGuarantee,
     PrivacyStatement,
     privacy_statement,
+    record_release,
 )
 
 __all__ = [
@@ -96,6 +99,7 @@ __all__ = [
     "fmt21_closed_form",
     "plan",
     "privacy_statement",
+    "record_release",
     "shuffled_rr_lower_bound",
     "total_variation",
 ]

@@ -37,9 +37,15 @@ from aggregator.accounting.guarantees import (
 from client.registry import MetricConfig
 
 if TYPE_CHECKING:
-    from aggregator.accounting.ledger import Release
+    from aggregator.accounting.ledger import PrivacyLedger, Release
 
-__all__ = ["CentralGuarantee", "LongitudinalGuarantee", "PrivacyStatement", "privacy_statement"]
+__all__ = [
+    "CentralGuarantee",
+    "LongitudinalGuarantee",
+    "PrivacyStatement",
+    "privacy_statement",
+    "record_release",
+]
 
 _BOUND_NAMES = {
     "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
@@ -303,3 +309,48 @@ def privacy_statement(
         batch_sizes=tuple(batches),
         fresh_randomness=fresh,
     )
+
+
+def record_release(
+    ledger: PrivacyLedger,
+    metric: MetricConfig,
+    n_reports: int,
+    *,
+    release_id: str,
+    window: int,
+    delta: float = 1e-6,
+    cohort_sizes: Sequence[int] | float | None = None,
+    cohort_per_report: bool = False,
+    batch_sizes: Sequence[int] | None = None,
+    attempts: int = 3,
+) -> tuple[PrivacyStatement, tuple[float, float]]:
+    """Statement for the next release of ``metric`` and its ledger entry, in one step.
+
+    ``rounds`` is the number of releases already in the ledger plus this one, so
+    the statement's longitudinal figure covers them all. Raises
+    BudgetExceededError (nothing recorded) when the total would exceed the
+    budget; retries when another writer appended in between.
+    """
+    from aggregator.accounting.ledger import ConcurrentUpdateError
+
+    for attempt in range(attempts):
+        rounds = len(ledger.releases(metric.name)) + 1
+        stmt = privacy_statement(
+            metric,
+            n_reports,
+            delta=delta,
+            cohort_sizes=cohort_sizes,
+            cohort_per_report=cohort_per_report,
+            batch_sizes=batch_sizes,
+            rounds=rounds,
+        )
+        try:
+            total = ledger.record(
+                metric.name, stmt.to_release(release_id=release_id, window=window)
+            )
+        except ConcurrentUpdateError:
+            if attempt == attempts - 1:
+                raise
+            continue
+        return stmt, total
+    raise AssertionError("unreachable")  # the loop returns or raises

@@ -192,3 +192,45 @@ def test_statement_becomes_a_ledger_entry_and_caps_the_total() -> None:
     assert not any(r.fresh_randomness for r in releases)
     assert total == releases[-1].longitudinal_epsilon
     assert releases[-1].extra["argument"] == "memoised-prr-k"
+
+
+def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
+    from aggregator.accounting import privacy_statement, record_release
+    from client.params import RapporParams
+    from client.registry import MetricConfig
+
+    metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
+    first = privacy_statement(metric, 10_000, rounds=1).central.epsilon
+    second = privacy_statement(metric, 10_000, rounds=2).longitudinal.epsilon
+    store = MemoryLedgerStore()
+    ledger = PrivacyLedger(store, Budget(epsilon=(first + second) / 2 + 1e-9, delta=1e-5))
+    stmt, total = record_release(ledger, metric, 10_000, release_id="w1", window=1)
+    assert stmt.longitudinal.rounds == 1 and total[0] == pytest.approx(first)
+    with pytest.raises(BudgetExceededError):
+        record_release(ledger, metric, 10_000, release_id="w2", window=2)
+    assert len(store.load("pages")) == 1
+
+
+def test_record_release_retries_when_another_writer_wins() -> None:
+    from aggregator.accounting import record_release
+    from client.params import RapporParams
+    from client.registry import MetricConfig
+
+    class RacingStore(MemoryLedgerStore):
+        """Another report job appends just before our first append."""
+
+        raced = False
+
+        def append(self, metric: str, entry: dict[str, object], expected_length: int) -> None:
+            if not self.raced:
+                self.raced = True
+                other = release("other", fresh_randomness=False, longitudinal_epsilon=0.05,
+                                longitudinal_delta=1e-6)  # fmt: skip
+                super().append(metric, other.to_dict(), expected_length)
+            super().append(metric, entry, expected_length)
+
+    metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
+    store = RacingStore()
+    stmt, _ = record_release(PrivacyLedger(store), metric, 10_000, release_id="w1", window=1)
+    assert stmt.longitudinal.rounds == 2  # recomputed over both releases
+    assert [e["release_id"] for e in store.load("pages")] == ["other", "w1"]
