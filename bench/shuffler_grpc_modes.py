@@ -38,7 +38,7 @@ def serve_sync(port_file: str) -> None:
                 accepted=len(request.reports) + sum(c.count for c in request.columns)
             )
 
-    server = grpc.server(ThreadPoolExecutor(max_workers=128))
+    server = grpc.server(ThreadPoolExecutor(max_workers=8))  # as the shuffler's default
     crowdmix_pb2_grpc.add_ShufflerServicer_to_server(Bare(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

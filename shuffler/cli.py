@@ -51,7 +51,12 @@ def register(subparsers: Any) -> None:
       help="per connection; 0 = unlimited")  # fmt: skip
     a("--max-buffered", dest="max_buffered_reports", type=int, metavar="N")
     a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS")
-    a("--workers", type=int, metavar="N", help="gRPC request threads (default 128)")
+    a(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="gRPC request threads (default 8; each open SubmitStream holds one)",
+    )
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_serve)

@@ -233,7 +233,7 @@ class SlowStore(MemoryStore):
 def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
-    settings = ShufflerSettings(commit_max_delay_ms=delay_ms)
+    settings = ShufflerSettings(commit_max_delay_ms=delay_ms, workers=32)
     handle = start_shuffler(registry, SlowStore(), None, settings=settings)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
@@ -246,7 +246,7 @@ def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
     finally:
         handle.stop(grace=1)
     writes = handle.metrics.store_writes._value.get()
-    # 100 requests in flight at once behind 20 ms writes: a handful of writes, not 100
+    # 100 requests, 32 at a time in the server behind 20 ms writes: ~4-10 writes, not 100
     assert writes <= 25
     assert sum(handle.store.pending(RAPPOR).values()) == 1000
 
