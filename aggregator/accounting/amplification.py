@@ -77,8 +77,8 @@ class AmplificationResult:
 def _check(epsilon0: float, n: int, delta: float) -> None:
     if isinstance(epsilon0, bool) or not isinstance(epsilon0, int | float):
         raise ValueError(f"epsilon0 must be a number, got {epsilon0!r}")
-    if math.isnan(epsilon0) or epsilon0 < 0.0:
-        raise ValueError(f"epsilon0 must be non-negative, got {epsilon0!r}")
+    if not math.isfinite(epsilon0) or epsilon0 < 0.0:
+        raise ValueError(f"epsilon0 must be finite and non-negative, got {epsilon0!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
@@ -164,8 +164,8 @@ def amplify(
     if bound == "rappor" and beta is None:
         raise ValueError("the rappor bound needs beta (the exact total variation distance)")
     eps: float = epsilon0
-    if epsilon0 == 0.0 or math.isinf(epsilon0):
-        eps = epsilon0
+    if epsilon0 == 0.0:
+        eps = 0.0
     elif bound == "fmt21-closed":
         closed = fmt21_closed_form(epsilon0, n, delta)
         eps = epsilon0 if closed is None else min(epsilon0, closed)

@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
 
     amp = psub.add_parser("amplify", help="central (ε, δ) of n shuffled ε0-LDP reports")
     amp.add_argument("--epsilon0", type=float, help="local ε of one report (default: ε_1 of -k..)")
-    amp.add_argument("--n", type=int, required=True, help="reports shuffled together")
+    amp.add_argument("--n", type=_count, required=True, help="reports shuffled together (1e8 ok)")
     amp.add_argument("--delta", type=float, default=1e-6, help="target δ (default 1e-6)")
     amp.add_argument(
         "--bound",
@@ -57,7 +57,7 @@ def register(sub: Any) -> None:
         "rounds", help="R shuffled rounds with fresh randomness: PLD vs per-round composition"
     )
     rounds.add_argument("--epsilon0", type=float, required=True)
-    rounds.add_argument("--n", type=int, required=True)
+    rounds.add_argument("--n", type=_count, required=True)
     rounds.add_argument("--rounds", type=int, required=True)
     rounds.add_argument("--delta", type=float, default=1e-6)
     rounds.add_argument("--json", action="store_true")
@@ -66,7 +66,7 @@ def register(sub: Any) -> None:
     metric = psub.add_parser("metric", help="the privacy statement of a registry metric")
     metric.add_argument("--config", required=True, help="metric registry TOML")
     metric.add_argument("--metric", required=True)
-    metric.add_argument("--n", type=int, required=True, help="reports in the release")
+    metric.add_argument("--n", type=_count, required=True, help="reports in the release")
     metric.add_argument("--rounds", type=int, default=1, help="releases from the same clients")
     metric.add_argument("--delta", type=float, default=1e-6)
     metric.add_argument(
@@ -88,12 +88,23 @@ def register(sub: Any) -> None:
     plan = sub.add_parser("plan", help="RAPPOR parameters for a target central (ε, δ)")
     plan.add_argument("--epsilon", type=float, required=True, help="target central ε")
     plan.add_argument("--delta", type=float, default=1e-6)
-    plan.add_argument("--n", type=int, required=True, help="expected reports per release")
+    plan.add_argument("--n", type=_count, required=True, help="expected reports per release")
     plan.add_argument("--candidates", type=int, required=True, help="candidate values")
     plan.add_argument("--rounds", type=int, default=1, help="releases the target must cover")
     plan.add_argument("--cohorts", type=int, default=4)
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(func=_plan)
+
+
+def _count(text: str) -> int:
+    """A positive count, also written like 1e8."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value.is_integer() or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return int(value)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -51,6 +51,15 @@ def test_amplify_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out)["amplified"] is False and json.loads(out)["epsilon"] == 4.0
 
 
+def test_counts_accept_scientific_notation(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "privacy", "amplify", "--epsilon0", "4", "--n", "1e5", "--json")
+    assert code == 0 and json.loads(out)["n"] == 100_000
+    with pytest.raises(SystemExit):  # argparse usage error, exit 2
+        main(["privacy", "amplify", "--epsilon0", "4", "--n", "1.5"])
+    code, _, err = run(capsys, "privacy", "amplify", "--epsilon0", "inf", "--n", "10")
+    assert code == 1 and "finite" in err
+
+
 def test_amplify_rappor_from_params(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
         capsys, "privacy", "amplify", "--n", "1000000", "--bound", "rappor", "--json"
