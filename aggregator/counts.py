@@ -308,8 +308,12 @@ class CohortCounts(Counts):
         seg_starts = np.union1d(group_starts, np.arange(0, n, _LANE_MAX))
         group_of_seg = np.searchsorted(seg_starts, group_starts)
         present = sorted_c[group_starts]
+        # One scratch buffer for the eight passes: a fresh 0.5 MB temporary per
+        # pass would be mmap'd and page-faulted every time (measured ~15% slower).
+        lanes = np.empty(words.shape, dtype=np.uint64)
         for j, shift in enumerate(_SHIFTS):
-            lanes = (words >> shift) & _LANE_ONES
+            np.right_shift(words, shift, out=lanes)
+            np.bitwise_and(lanes, _LANE_ONES, out=lanes)
             seg = np.add.reduceat(lanes, seg_starts, axis=0)  # (S, W) per-lane counts <= 255
             per_byte = seg.view(np.uint8).astype(np.int64)  # (S, 8W): byte B's bit j
             self._lanes[present, j] += np.add.reduceat(per_byte, group_of_seg, axis=0)
