@@ -48,6 +48,8 @@ BOUNDS: tuple[str, ...] = get_args(AmplificationBound)
 
 # "amplified" means at least this relative gain over ε0.
 AMPLIFIED_MARGIN = 1e-3
+# Above this ε0 (clone probability < 1e-21) no bound is computed: ε0 is returned.
+_NO_CLONES = 50.0
 # Relative precision of the root search; the answer is rounded up, never down.
 _XTOL = 1e-9
 
@@ -166,6 +168,8 @@ def amplify(
     eps: float = epsilon0
     if epsilon0 == 0.0:
         eps = 0.0
+    elif epsilon0 > _NO_CLONES:
+        eps = epsilon0  # clone probability ~e^−ε0: nothing to hide among; ε0 itself is valid
     elif bound == "fmt21-closed":
         closed = fmt21_closed_form(epsilon0, n, delta)
         eps = epsilon0 if closed is None else min(epsilon0, closed)

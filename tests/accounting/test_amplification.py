@@ -106,6 +106,12 @@ def test_no_amplification_for_tiny_batches() -> None:
     assert not closed.amplified and closed.epsilon == 4.0
 
 
+def test_huge_epsilon0_is_not_amplified_and_does_not_overflow() -> None:
+    for bound in ("generic", "fmt21", "fmt21-closed"):
+        result = amplify(800.0, 10**6, DELTA, bound=bound)
+        assert result.epsilon == 800.0 and not result.amplified
+
+
 def test_bound_ordering_at_reference_point() -> None:
     generic = amplify(4.0, 10**5, DELTA).epsilon
     fmt21 = amplify(4.0, 10**5, DELTA, bound="fmt21").epsilon
