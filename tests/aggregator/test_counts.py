@@ -261,3 +261,25 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
         load_counts(tmp_path / "junk.npz")
     with pytest.raises(CountsFileError, match="does not exist"):
         load_counts(tmp_path / "missing.npz")
+
+
+def test_a_protobuf_batch_counts_straight_from_its_columns() -> None:
+    from protos import crowdmix_pb2
+
+    rng = np.random.default_rng(21)
+    cohorts, bits = random_batch(rng, 3000, 64, 128)
+    wire = crowdmix_pb2.ReportColumns(
+        metric="m",
+        count=3000,
+        report_bytes=16,
+        cohorts=cohorts.tolist(),
+        bits=bits.tobytes(),
+    ).SerializeToString()
+    batch = crowdmix_pb2.ReportColumns.FromString(wire)
+    c, b = columns_to_arrays(batch.cohorts, batch.bits, batch.count, batch.report_bytes)
+    assert not b.flags.writeable  # a view of the message's bytes, not a copy
+    counts = CohortCounts.create(64, 128)
+    counts.add(c, b)
+    totals, ones = unpacked_counts(cohorts, bits, 64, 128)
+    np.testing.assert_array_equal(counts.totals, totals)
+    np.testing.assert_array_equal(counts.ones, ones)
