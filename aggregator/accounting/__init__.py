@@ -8,7 +8,7 @@ Output: ``statement``. State: ``ledger`` (+ ``ledger_stores``). CLI: ``cli``.
 The report job's entry point::
 
     privacy_statement(metric, n_reports, *, delta=1e-6, cohort_sizes=None,
-                      cohort_per_report=False, batch_sizes=None, rounds=1)
+                      cohort_per_report=False, batch_sizes=None, rounds=1, shuffled=True)
         -> PrivacyStatement  (.to_dict(), .render(), .to_release(...))
     record_release(ledger, metric, n_reports, *, release_id, window, ...)
         -> (PrivacyStatement, cumulative (ε, δ))   # statement + ledger entry in one step

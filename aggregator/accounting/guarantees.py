@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from client.registry import MetricConfig
 
 __all__ = [
+    "COHORT_SD",
     "CentralGuarantee",
     "LongitudinalGuarantee",
     "central_guarantee",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 # Cohort-count estimate when sizes are unknown: the mean minus this many sd.
-_COHORT_SD = 5.0
+COHORT_SD = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +75,7 @@ def smallest_cohort_share(
         return 1.0, False
     if cohort_sizes is None:
         mean = n_reports / m
-        low = max(1.0, mean - _COHORT_SD * math.sqrt(mean * (1.0 - 1.0 / m)))
+        low = max(1.0, mean - COHORT_SD * math.sqrt(mean * (1.0 - 1.0 / m)))
         return min(1.0, low / n_reports), True
     if isinstance(cohort_sizes, int | float) and not isinstance(cohort_sizes, bool):
         share = float(cohort_sizes)

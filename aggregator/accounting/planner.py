@@ -4,8 +4,9 @@ detectable frequency (google/rappor issue #9 asked for this guide).
 
 Method (every step monotone, so the result is checked, not hoped for):
 
-1. The crowd one report hides in: the smallest of m cohorts, estimated as in
-   ``privacy_statement`` (n/m minus 5 standard deviations).
+1. The crowd one report hides in: the smallest of m cohorts of a shuffled
+   batch of n reports (n is the expected batch size: set the shuffle policy's
+   min_batch to it), estimated as in ``privacy_statement`` (n/m minus 5 sd).
 2. ε0_max: the largest local ε whose generic stronger-clone amplification
    within that crowd meets the target ε (bisection on ε0; the bound is
    monotone in ε0). With ``rounds`` > 1 the target applies to all rounds
@@ -214,7 +215,7 @@ def plan(
             f"by every client would not be detected (std error {se:.3g}); raise ε or n"
         )
     metric = MetricConfig(name="plan", rappor=params)
-    stmt = privacy_statement(metric, n, delta=delta, rounds=rounds)
+    stmt = privacy_statement(metric, n, delta=delta, rounds=rounds, batch_sizes=[n])
     return Plan(
         params=params,
         target_epsilon=float(epsilon),

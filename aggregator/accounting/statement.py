@@ -16,8 +16,11 @@ Which bound and argument apply, and why, is in ``guarantees``; this module
 holds the statement itself and its JSON and plain-English forms.
 
 Assumptions the statement names in ``render()``: the shuffler and the
-aggregator do not collude; ``batch_sizes`` omitted means the release's reports
-were shuffled as one batch.
+aggregator do not collude; without ``batch_sizes`` the smallest batch the
+metric's shuffle policy allows (``min_batch``) is assumed, because a shuffler
+fed by a trickle of clients releases batches of about that size; with
+``shuffled=False`` (reports that never went through a shuffler) only the local
+guarantees hold.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aggregator.accounting.guarantees import (
+    COHORT_SD,
     CentralGuarantee,
     LongitudinalGuarantee,
     central_guarantee,
@@ -89,6 +93,7 @@ class PrivacyStatement:
     cohort_share_estimated: bool
     batch_size: int
     batch_assumed: bool
+    shuffled: bool = True
     central: CentralGuarantee
     longitudinal: LongitudinalGuarantee
     batch_sizes: tuple[int, ...] = ()
@@ -116,8 +121,13 @@ class PrivacyStatement:
         out = ["the shuffler and the aggregator do not collude"]
         if self.longitudinal.rounds > 1:
             out.append("the same clients report in every round")
-        if self.batch_assumed:
-            out.append("the release's reports were shuffled as one batch")
+        if not self.shuffled:
+            out.append("the reports were not shuffled: only local guarantees apply")
+        elif self.batch_assumed:
+            out.append(
+                f"batch sizes unknown: the smallest batch the shuffle policy allows "
+                f"({self.batch_size} reports) was assumed"
+            )
         return out
 
     def to_dict(self) -> dict[str, object]:
@@ -139,7 +149,12 @@ class PrivacyStatement:
                 "share_estimated": self.cohort_share_estimated,
                 "caveat": self.cohort_caveat,
             },
-            "batch": {"size": self.batch_size, "assumed_one_batch": self.batch_assumed},
+            "batch": {
+                "shuffled": self.shuffled,
+                "smallest": self.batch_size,
+                "assumed_min_batch": self.batch_assumed,
+                "sizes": list(self.batch_sizes),
+            },
             "central": {
                 "epsilon": _json_float(self.central.epsilon),
                 "delta": self.central.delta,
@@ -207,12 +222,16 @@ class PrivacyStatement:
                 "private."
             )
         cohort = f" Cohorts: {self.cohort_caveat}."
-        batch = (
-            " This assumes all reports were shuffled as one batch; split into several, "
-            "the smallest batch's guarantee applies."
-            if self.batch_assumed
-            else f" The smallest shuffled batch held {self.batch_size:,} reports."
-        )
+        if not self.shuffled:
+            batch = " These reports were not shuffled, so only the local guarantee applies."
+        elif self.batch_assumed:
+            batch = (
+                " The batch sizes were not given, so this assumes the smallest batch the "
+                f"shuffle policy allows ({self.batch_size:,} reports); with the actual sizes "
+                "the figure is usually smaller."
+            )
+        else:
+            batch = f" The smallest shuffled batch held {self.batch_size:,} reports."
         text = local + central + cohort + batch
         if lg.rounds > 1:
             text += (
@@ -232,6 +251,7 @@ def privacy_statement(
     cohort_per_report: bool = False,
     batch_sizes: Sequence[int] | None = None,
     rounds: int = 1,
+    shuffled: bool = True,
 ) -> PrivacyStatement:
     """The privacy statement of a release of ``n_reports`` reports of ``metric``.
 
@@ -240,7 +260,10 @@ def privacy_statement(
         mean minus 5 standard deviations of a uniform cohort draw.
     cohort_per_report: the cohort is drawn fresh per report (no cohort caveat).
     batch_sizes: sizes of the shuffled batches the release came from; the
-        smallest one is the crowd. Omitted: one batch of ``n_reports``.
+        smallest one is the crowd. Omitted: the smallest batch the metric's
+        shuffle policy allows, min(n_reports, shuffle.min_batch).
+    shuffled: False for reports that never went through a shuffler (e.g.
+        google/rappor files): no amplification, local guarantees only.
     rounds: releases from the same clients (windows) covered by the
         longitudinal figure.
     """
@@ -259,9 +282,21 @@ def privacy_statement(
         batch = min(batches)
     else:
         batches = []
-        batch = n_reports
-    share, estimated = smallest_cohort_share(metric, n_reports, cohort_sizes, cohort_per_report)
-    n_amp = max(1, math.floor(share * batch + 1e-9))
+        batch = min(n_reports, metric.shuffle.min_batch)
+    if cohort_sizes is None or batch == n_reports:
+        # Sizes unknown: estimate the smallest cohort of the batch itself.
+        sized = batch if cohort_sizes is None else n_reports
+        share, estimated = smallest_cohort_share(metric, sized, cohort_sizes, cohort_per_report)
+        n_amp = max(1, math.floor(share * batch + 1e-9))
+    else:
+        # Shares measured over the release, applied to a smaller batch: a batch's
+        # cohort counts scatter around share·batch, so take 5 standard deviations off.
+        share, _ = smallest_cohort_share(metric, n_reports, cohort_sizes, cohort_per_report)
+        estimated = share < 1.0
+        mean = share * batch
+        n_amp = max(1, math.floor(mean - COHORT_SD * math.sqrt(mean * (1.0 - share)) + 1e-9))
+    if not shuffled:
+        n_amp = 1  # unshuffled reports hide among nobody: every bound returns ε0
 
     if metric.rappor is not None:
         params = metric.rappor
@@ -304,6 +339,7 @@ def privacy_statement(
         cohort_share_estimated=estimated,
         batch_size=batch,
         batch_assumed=batch_sizes is None,
+        shuffled=shuffled,
         central=central,
         longitudinal=longitudinal,
         batch_sizes=tuple(batches),
@@ -322,6 +358,7 @@ def record_release(
     cohort_sizes: Sequence[int] | float | None = None,
     cohort_per_report: bool = False,
     batch_sizes: Sequence[int] | None = None,
+    shuffled: bool = True,
     attempts: int = 3,
 ) -> tuple[PrivacyStatement, tuple[float, float]]:
     """Statement for the next release of ``metric`` and its ledger entry, in one step.
@@ -343,6 +380,7 @@ def record_release(
             cohort_per_report=cohort_per_report,
             batch_sizes=batch_sizes,
             rounds=rounds,
+            shuffled=shuffled,
         )
         try:
             total = ledger.record(

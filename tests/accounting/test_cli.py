@@ -119,6 +119,8 @@ def test_metric_statement_json(capsys: pytest.CaptureFixture[str], tmp_path: Pat
         "4",
         "--cohort-share",
         "0.25",
+        "--batch-sizes",
+        "100000",
         "--json",
     )
     data = json.loads(out)

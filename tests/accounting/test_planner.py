@@ -21,7 +21,7 @@ def test_plan_round_trip_meets_target(epsilon: float, n: int, candidates: int, r
     assert p.k >= 1.5 * p.h * candidates or p.k == 4096
     # Fed back through the same statement a report job prints:
     metric = MetricConfig(name="planned", rappor=p)
-    stmt = privacy_statement(metric, n, delta=1e-6, rounds=rounds)
+    stmt = privacy_statement(metric, n, delta=1e-6, rounds=rounds, batch_sizes=[n])
     assert stmt.central.epsilon <= epsilon
     assert stmt.longitudinal.epsilon <= epsilon
     assert proposal.central_epsilon == stmt.central.epsilon

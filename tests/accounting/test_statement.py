@@ -11,13 +11,21 @@ from aggregator.accounting import amplify, privacy_statement
 from aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one, total_variation
 from client.basic import BasicParams
 from client.params import RapporParams
-from client.registry import MetricConfig
+from client.registry import MetricConfig, ShufflePolicy
 
 DELTA = 1e-6
+# A policy whose batches are never split below 1e8 reports: these tests then see
+# one batch of n_reports, as if the caller had passed batch_sizes=[n_reports].
+ONE_BATCH = ShufflePolicy(min_batch=10**8, max_batch=10**8)
 
 
 def rappor_metric(m: int = 1, f: float = 0.5) -> MetricConfig:
-    return MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=m, f=f))
+    return MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=m, f=f), shuffle=ONE_BATCH)
+
+
+def basic_metric(mechanism: str, epsilon: float, d: int = 2) -> MetricConfig:
+    params = BasicParams(mechanism=mechanism, epsilon=epsilon, domain_size=d)  # type: ignore[arg-type]
+    return MetricConfig(name="b", basic=params, shuffle=ONE_BATCH)
 
 
 def test_single_cohort_uses_the_whole_batch_and_best_bound() -> None:
@@ -72,6 +80,29 @@ def test_empty_cohorts_are_ignored_and_bad_sizes_rejected() -> None:
         privacy_statement(rappor_metric(m=2), 3, cohort_sizes=[1, 1, 1])
 
 
+def test_unknown_batches_assume_the_policys_smallest_batch() -> None:
+    policy = ShufflePolicy(min_batch=5000, max_batch=50_000)
+    metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1), shuffle=policy)
+    stmt = privacy_statement(metric, 10**6, delta=DELTA)
+    assert stmt.batch_assumed and stmt.batch_size == 5000
+    assert stmt.central.n_amplify == 5000
+    assert "smallest batch the shuffle policy allows (5,000 reports)" in stmt.render()
+    known = privacy_statement(metric, 10**6, delta=DELTA, batch_sizes=[50_000] * 20)
+    assert known.central.n_amplify == 50_000
+    assert known.central.epsilon < stmt.central.epsilon
+    # Fewer reports than min_batch: they can only have been one batch.
+    assert privacy_statement(metric, 3000, delta=DELTA).central.n_amplify == 3000
+
+
+def test_unshuffled_reports_get_local_guarantees_only() -> None:
+    stmt = privacy_statement(rappor_metric(), 10**6, delta=DELTA, rounds=5, shuffled=False)
+    params = RapporParams(k=16, h=2, m=1)
+    assert not stmt.central.amplified and stmt.central.epsilon == epsilon_one(params)
+    assert stmt.longitudinal.epsilon == pytest.approx(epsilon_k(params, 5))
+    assert "not shuffled" in stmt.render()
+    assert stmt.to_dict()["batch"]["shuffled"] is False  # type: ignore[index]
+
+
 def test_batches_use_the_smallest_batch() -> None:
     stmt = privacy_statement(rappor_metric(), 150_000, delta=DELTA, batch_sizes=[100_000, 50_000])
     assert stmt.central.n_amplify == 50_000
@@ -103,7 +134,7 @@ def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
 
 
 def test_fresh_randomness_rounds_are_composed() -> None:
-    metric = MetricConfig(name="b", basic=BasicParams(mechanism="krr", epsilon=1.0, domain_size=4))
+    metric = basic_metric("krr", 1.0, 4)
     stmt = privacy_statement(metric, 20_000, delta=DELTA, rounds=20)
     assert stmt.epsilon_inf is None
     assert stmt.longitudinal.argument == "pld-composition"
@@ -131,7 +162,7 @@ def test_no_prr_gives_infinite_eps_inf_as_null() -> None:
 
 
 def test_too_few_reports_say_no_amplification() -> None:
-    metric = MetricConfig(name="b", basic=BasicParams(mechanism="binary-rr", epsilon=4.0))
+    metric = basic_metric("binary-rr", 4.0)
     stmt = privacy_statement(metric, 20, delta=DELTA)
     assert not stmt.central.amplified
     assert stmt.central.bound == "none"
@@ -152,10 +183,23 @@ def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
     from aggregator.accounting.composition import compose_optimal
     from aggregator.accounting.pld import MAX_PLD_N
 
-    metric = MetricConfig(name="b", basic=BasicParams(mechanism="oue", epsilon=2.0, domain_size=8))
+    metric = basic_metric("oue", 2.0, 8)
     n = 2 * MAX_PLD_N
     stmt = privacy_statement(metric, n, delta=DELTA, rounds=10)
     assert stmt.longitudinal.argument == "optimal-composition"
     per_round = amplify(2.0, n, DELTA / 20).epsilon
     expected = compose_optimal(per_round, DELTA / 20, 10, DELTA)
     assert stmt.longitudinal.epsilon == pytest.approx(expected, rel=1e-12)
+
+
+def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> None:
+    policy = ShufflePolicy(min_batch=1000, max_batch=10_000)
+    metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=8), shuffle=policy)
+    # Measured shares over the release (smallest 1/8), applied to 1000-report batches.
+    stmt = privacy_statement(metric, 80_000, delta=DELTA, cohort_sizes=[10_000] * 8)
+    mean = 1000 / 8
+    assert stmt.central.n_amplify == int(mean - 5 * (mean * (1 - 1 / 8)) ** 0.5)
+    assert stmt.cohort_share_estimated
+    # Unknown sizes: estimated for the batch itself.
+    unknown = privacy_statement(metric, 80_000, delta=DELTA)
+    assert unknown.central.n_amplify < 1000 / 8
