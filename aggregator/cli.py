@@ -80,26 +80,13 @@ def load_config_registry(path: str) -> Any:
     The shuffler's own ``[shuffler]`` table (and an ``[aggregator]`` table, kept
     for symmetry) may sit in the same file; they are daemon settings, not metrics.
     """
-    import tomllib
-
-    from client.registry import RegistryError, parse_registry
+    from client.registry import RegistryError, load_registry
     from crowdmix.cli import CliError
 
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise CliError(f"metric registry {path} does not exist") from None
-    except OSError as exc:
-        raise CliError(f"cannot read metric registry {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CliError(f"metric registry {path} is not valid TOML: {exc}") from None
-    data.pop("shuffler", None)
-    data.pop("aggregator", None)
-    try:
-        return parse_registry(data)
+        return load_registry(path)
     except RegistryError as exc:
-        raise CliError(f"{path}: {exc}") from None
+        raise CliError(str(exc)) from None
 
 
 def serve(args: argparse.Namespace) -> int:

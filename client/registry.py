@@ -25,6 +25,8 @@
     [collection]
     window_seconds = 86400         # counts are kept per window (a day by default)
 
+    [shuffler]                     # optional daemon settings (shuffler.config)
+
 A bad entry raises ``RegistryError`` naming the metric and the field.
 """
 
@@ -42,6 +44,10 @@ from client.errors import ParamsError
 from client.params import HASHINGS, Hashing, RapporParams
 
 __all__ = ["MetricConfig", "Registry", "RegistryError", "ShufflePolicy", "load_registry"]
+
+# Top-level tables that hold daemon settings, not metrics: [shuffler] is read by
+# shuffler.config, [aggregator] is reserved for the aggregator's settings.
+DAEMON_TABLES = ("shuffler", "aggregator")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
@@ -191,7 +197,8 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
 
 
 def parse_registry(data: dict[str, Any]) -> Registry:
-    unknown = set(data) - {"metrics", "collection"}
+    # Daemon settings may share the file; each daemon validates its own table.
+    unknown = set(data) - {"metrics", "collection", *DAEMON_TABLES}
     if unknown:
         raise RegistryError(f"unknown top-level table(s) {sorted(unknown)}")
     metrics_t = data.get("metrics")
@@ -227,4 +234,9 @@ def load_registry(path: str | Path) -> Registry:
         raise RegistryError(f"metric registry {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"metric registry {path} is not valid TOML: {exc}") from None
-    return parse_registry(data)
+    except OSError as exc:
+        raise RegistryError(f"cannot read metric registry {path}: {exc.strerror or exc}") from None
+    try:
+        return parse_registry(data)
+    except RegistryError as exc:
+        raise RegistryError(f"{path}: {exc}") from None

@@ -107,3 +107,19 @@ def test_bad_files_and_tables(tmp_path: Path) -> None:
         parse_registry({"metrics": {"bad name!": {"k": 8}}})
     with pytest.raises(RegistryError, match="k must be at most 32 with rappor-md5"):
         parse_registry(_with(("metrics", "home_page", "hashing"), "rappor-md5"))
+
+
+def test_daemon_tables_share_the_file_but_other_tables_do_not(tmp_path: Path) -> None:
+    text = '[metrics.a]\nencoding = "binary-rr"\nepsilon = 1.0\n'
+    for table in ("shuffler", "aggregator"):
+        path = tmp_path / f"{table}.toml"
+        path.write_text(text + f'\n[{table}]\nlisten = "127.0.0.1:0"\n')
+        assert set(load_registry(path).metrics) == {"a"}
+    path = tmp_path / "typo.toml"
+    path.write_text(text + "\n[shufler]\nlisten = 1\n")
+    with pytest.raises(
+        RegistryError, match=r"typo.toml: unknown top-level table\(s\) \['shufler'\]"
+    ):
+        load_registry(path)
+    with pytest.raises(RegistryError, match="cannot read metric registry"):
+        load_registry(tmp_path)  # a directory

@@ -41,8 +41,8 @@ def test_compose_topology_and_commands_parse() -> None:
             assert (DEPLOY / src).is_file(), f"{name} mounts missing {src}"
     # Shufflers forward to the aggregator service and listen where they are published.
     shuffler = services["shuffler-1"]["command"]
-    assert "--aggregator=aggregator:7071" in shuffler
-    assert "--listen=0.0.0.0:7071" in services["aggregator"]["command"]
+    assert "--aggregator=aggregator:7500" in shuffler
+    assert "--listen=0.0.0.0:7500" in services["aggregator"]["command"]
 
 
 def test_example_registry_and_tokens_load() -> None:
