@@ -9,16 +9,19 @@ Cluster slot and the Lua scripts below touch a single slot::
     {prefix}:{<metric>}:inflight           HASH  batch id (16 bytes) -> window|fp header
     {prefix}:{<metric>}:b:<batch id hex>   LIST  the batch's chunk blobs
 
-A flush of the group committer is one MULTI/EXEC: per queue one RPUSH of one
-blob, one RPUSH of its count and one HINCRBY, however many requests it carries.
+A flush of the group committer is one Lua script call (atomic, like MULTI/EXEC,
+but one command: redis-py spends ~60 µs of CPU on an EVALSHA and ~150 µs on a
+three-command MULTI pipeline here): per queue one RPUSH of one blob, one RPUSH
+of its count and one HINCRBY, however many requests it carries.
 ``take`` is one Lua script, so when several shuffler processes share a Redis no
 report can be moved into two batches, and the ``min_batch`` threshold is checked
 atomically with the move. The script moves whole chunks with LMOVE, reading
 only their counts (no report bytes are copied, and the AOF records a small
 LMOVE rather than the batch's data); only a chunk that must be split to end the
 batch at exactly ``max_batch`` is read and rewritten. (On Redis Cluster a flush
-spanning several metrics is one transaction per slot, so it is atomic per
-metric, not across metrics.)
+spanning several metrics would have to be one script call per slot, atomic per
+metric; this store uses a plain ``redis.Redis`` client, so on a single node a
+flush is atomic across metrics.)
 """
 
 from __future__ import annotations
@@ -35,6 +38,16 @@ from shuffler.store import InFlightBatch, PendingWrite, QueueKey
 __all__ = ["RedisStore"]
 
 _INFLIGHT_HEADER = struct.Struct("<IQ")  # window, fingerprint
+
+# KEYS: (queue list, counts list, pending hash) per queue; ARGV: (blob, count, field)
+_APPEND = """
+for i = 1, #KEYS, 3 do
+  redis.call('RPUSH', KEYS[i], ARGV[i])
+  redis.call('RPUSH', KEYS[i + 1], ARGV[i + 1])
+  redis.call('HINCRBY', KEYS[i + 2], ARGV[i + 2], ARGV[i + 1])
+end
+return #KEYS / 3
+"""
 
 # KEYS: pending hash, queue list, counts list, inflight hash, batch list
 # ARGV: queue field, min_batch, max_batch, batch id, in-flight header
@@ -106,6 +119,7 @@ class RedisStore:
             url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 5.0)
         )
         self._prefix = prefix
+        self._append = self._redis.register_script(_APPEND)
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
         self._ack = self._redis.register_script(_ACK)
@@ -123,15 +137,21 @@ class RedisStore:
             raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
 
     def append(self, writes: Sequence[PendingWrite]) -> None:
-        with self._errors():
-            pipe = self._redis.pipeline(transaction=True)
-            for w in writes:
-                if w.chunk.count == 0:
-                    continue
-                pipe.rpush(self._k(w.metric, f"q:{w.key.field}"), w.chunk.to_blob())
-                pipe.rpush(self._k(w.metric, f"qn:{w.key.field}"), w.chunk.count)
-                pipe.hincrby(self._k(w.metric, "pending"), w.key.field, w.chunk.count)
-            pipe.execute()
+        keys: list[str] = []
+        args: list[bytes | int | str] = []
+        for w in writes:
+            if w.chunk.count == 0:
+                continue
+            field = w.key.field
+            keys += [
+                self._k(w.metric, f"q:{field}"),
+                self._k(w.metric, f"qn:{field}"),
+                self._k(w.metric, "pending"),
+            ]
+            args += [w.chunk.to_blob(), w.chunk.count, field]
+        if keys:
+            with self._errors():
+                self._append(keys=keys, args=args)
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._errors():
