@@ -245,6 +245,13 @@ def _decode_rappor(
 
     # Stage 0: weights from the observed bit rates, candidate screening.
     xw, target, offset, norms = whiten(p01 + span * y_obs)
+    flat = norms <= 1e-9 * max(float(norms.max()), 1e-300)
+    if flat.any():
+        raise IllPosedError(
+            f"{int(flat.sum())} candidate(s) (e.g. {values[int(np.flatnonzero(flat)[0])]!r}) set "
+            f"every bit a value outside the candidates would (k={params.k}, h={params.h}): "
+            "their frequency cannot be estimated from these counts"
+        )
     screened = c > opts.screen_above * rows.size
     t_screen = time.perf_counter()
     support = (

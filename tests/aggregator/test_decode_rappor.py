@@ -217,3 +217,11 @@ def test_decode_result_and_options_validate() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert DecodeOptions().correction == "bonferroni"
+
+
+def test_one_bit_bloom_filters_carry_no_information() -> None:
+    params = RapporParams(k=1, h=1, m=4, p=0.25, q=0.75, f=0.5)
+    with pytest.raises(IllPosedError, match="cannot be estimated"):
+        decode_rappor(
+            np.full(4, 100), np.full((4, 1), 60), params, design_matrix(["a"], params), ["a"]
+        )
