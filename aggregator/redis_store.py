@@ -30,6 +30,7 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:windows        set of windows holding counts
     {prefix}:{metric}:w:{W}:deltas   hash: batch id -> counts blob (not yet folded)
     {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
+    {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
 
 The ids set grows by one member per batch (about 80 bytes in Redis): with the
 shuffler's default 100 k-report batches that is 0.8 bytes per 1000 reports.
@@ -40,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+import numpy as np
 import redis
 
 from aggregator.store import (
@@ -63,6 +65,7 @@ if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return {0} end
 if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description', ARGV[5]) end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
 return {1}
 """
 
@@ -123,6 +126,7 @@ class RedisCountStore:
             self._k(metric, "windows"),
             self._k(metric, f"w:{window}:deltas"),
             self._k(metric, "meta"),
+            self._k(metric, f"w:{window}:sizes"),
         ]
         args: list[bytes | str] = [
             batch_id,
@@ -130,6 +134,7 @@ class RedisCountStore:
             encode_counts(delta),
             str(fingerprint),
             description,
+            str(int(np.asarray(delta.totals).sum())),
         ]
         result = self._call(lambda: self._apply(keys=keys, args=args))
         if int(result[0]) == -1:
@@ -168,6 +173,21 @@ class RedisCountStore:
     def windows(self, metric: str) -> list[int]:
         members = self._call(lambda: self._r.smembers(self._k(metric, "windows")))
         return sorted(int(w) for w in members)
+
+    def batch_sizes(self, metric: str, windows: Iterable[int] | None = None) -> dict[int, int]:
+        wanted = self.windows(metric) if windows is None else sorted(set(windows))
+
+        def read() -> list[Any]:
+            pipe = self._r.pipeline(transaction=True)
+            for w in wanted:
+                pipe.hgetall(self._k(metric, f"w:{w}:sizes"))
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        out: dict[int, int] = {}
+        for histogram in self._call(read) if wanted else []:
+            for size, n in histogram.items():
+                out[int(size)] = out.get(int(size), 0) + int(n)
+        return out
 
     def metrics(self) -> list[str]:
         pattern = f"{self._prefix}:{{*}}:meta"

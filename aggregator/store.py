@@ -31,6 +31,7 @@ Errors (one hierarchy for the aggregator service, also used by
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -55,6 +56,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredCounts",
+    "load_batch_sizes",
     "load_counts",
     "open_store",
     "parse_windows",
@@ -182,6 +184,14 @@ class CountStore(Protocol):
         """Windows holding counts for ``metric``, ascending (one release each)."""
         ...
 
+    def batch_sizes(self, metric: str, windows: Iterable[int] | None = None) -> dict[int, int]:
+        """Reports per applied batch over ``windows`` (all when None), as size -> batches.
+
+        Recorded atomically with the batch id: the privacy statement of a release
+        needs its smallest shuffled batch, which is the crowd a report hides in.
+        """
+        ...
+
     def metrics(self) -> list[str]:
         """Metrics with stored counts, sorted."""
         ...
@@ -206,6 +216,7 @@ class MemoryCountStore:
         self._fingerprints: dict[str, int] = {}
         self._descriptions: dict[str, str] = {}
         self._counts: dict[tuple[str, int], StoredCounts] = {}
+        self._sizes: dict[tuple[str, int], Counter[int]] = {}
 
     def apply(
         self,
@@ -235,6 +246,7 @@ class MemoryCountStore:
                 updated.totals.copy(), updated.ones.copy()
             )
             ids.add(batch_id)
+            self._sizes.setdefault((metric, window), Counter())[add.num_reports] += 1
             if known is None:
                 self._fingerprints[metric] = fingerprint
                 self._descriptions[metric] = description
@@ -258,6 +270,14 @@ class MemoryCountStore:
     def windows(self, metric: str) -> list[int]:
         with self._lock:
             return self._windows_locked(metric)
+
+    def batch_sizes(self, metric: str, windows: Iterable[int] | None = None) -> dict[int, int]:
+        with self._lock:
+            wanted = self._windows_locked(metric) if windows is None else set(windows)
+            out: Counter[int] = Counter()
+            for w in wanted:
+                out.update(self._sizes.get((metric, w), {}))
+            return dict(out)
 
     def _windows_locked(self, metric: str) -> list[int]:
         return sorted(w for (m, w) in self._counts if m == metric)
@@ -309,6 +329,19 @@ def stored_metric(store: CountStore, name: str) -> MetricConfig | None:
 
     description = store.description(name)
     return None if description is None else metric_from_description(name, description)
+
+
+def load_batch_sizes(
+    source: CountStore | str, metric: str, windows: Iterable[int] | None = None
+) -> list[int]:
+    """The size of every batch applied for ``metric`` over ``windows`` (all when None)."""
+    store = open_store(source) if isinstance(source, str) else source
+    try:
+        histogram = store.batch_sizes(metric, windows)
+    finally:
+        if isinstance(source, str):
+            store.close()
+    return sorted(size for size, n in histogram.items() for _ in range(n))
 
 
 def load_counts(

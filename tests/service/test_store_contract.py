@@ -22,6 +22,7 @@ from aggregator.store import (
     MemoryCountStore,
     ParamsConflict,
     StoredCounts,
+    load_batch_sizes,
     load_counts,
     stored_metric,
 )
@@ -99,6 +100,24 @@ def test_windows_are_kept_apart_and_merge_on_request(store: CountStore, registry
     assert store.load("pages", [5]) is None
     assert store.maintain() >= 0  # housekeeping never changes what is counted
     assert same(store.load("pages"), StoredCounts.of(d1) + w2)
+
+
+def test_batch_sizes_are_recorded_once_per_batch_and_window(
+    store: CountStore, registry: Registry
+) -> None:
+    rng = np.random.default_rng(3)
+    fp = registry["pages"].fingerprint
+    d1, d2, d3 = (counts_of(registry, "pages", rng, n) for n in (100, 200, 100))
+    assert store.batch_sizes("pages") == {}
+    store.apply("pages", 1, b"1" * 16, fp, d1)
+    store.apply("pages", 2, b"2" * 16, fp, d2)
+    store.apply("pages", 2, b"3" * 16, fp, d3)
+    store.apply("pages", 2, b"3" * 16, fp, d3)  # a duplicate adds no batch
+    assert store.maintain() >= 0  # folding keeps the sizes
+    assert store.batch_sizes("pages") == {100: 2, 200: 1}
+    assert store.batch_sizes("pages", [2]) == {100: 1, 200: 1}
+    assert store.batch_sizes("pages", [9]) == {}
+    assert load_batch_sizes(store, "pages") == [100, 100, 200]
 
 
 def test_metrics_have_separate_ids_and_counts(store: CountStore, registry: Registry) -> None:
