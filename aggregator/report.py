@@ -277,12 +277,17 @@ def format_table(result: DecodeResult, top: int = 20) -> str:
         lines.append(
             f"{_clip(result.values[i]):<{width}}  {result.proportion[i] * n:>10,.0f}  "
             f"{result.std_error[i] * n:>9,.0f}  {ci:>23}  {result.proportion[i]:>7.2%}  "
-            f"{result.p_value[i]:>9.2g}  {'yes' if result.significant[i] else 'no'}"
+            f"{_p(result.p_value[i]):>9}  {'yes' if result.significant[i] else 'no'}"
         )
     hidden = len(result.values) - len(order)
     if hidden > 0:
         lines.append(f"... {hidden} more rows in results.csv")
     return "\n".join(lines)
+
+
+def _p(p: float) -> str:
+    """p-values below float range print as a bound, not as a misleading 0."""
+    return "<1e-300" if p < 1e-300 else f"{p:.2g}"
 
 
 def _clip(value: str, width: int = 40) -> str:
