@@ -69,6 +69,12 @@ class ReportJob:
     design: Any = None  # scipy.sparse matrix (m·k × C) or None
     source: str = ""
     window: int | None = None
+    # For the privacy statement: the shuffled batches the counts came from (None:
+    # unknown, the metric's min_batch is assumed), whether they were shuffled at
+    # all (google/rappor files were not), and how many windows (releases) merge.
+    batch_sizes: tuple[int, ...] | None = None
+    shuffled: bool = True
+    rounds: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +102,20 @@ def read_candidates(path: str | os.PathLike[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
-def privacy_figures(metric: MetricConfig, totals: npt.NDArray[np.int64]) -> dict[str, Any]:
-    """Local ε figures plus, when computable, the shuffled release's central (ε, δ)."""
+def privacy_figures(
+    metric: MetricConfig,
+    totals: npt.NDArray[np.int64],
+    *,
+    batch_sizes: Sequence[int] | None = None,
+    shuffled: bool = True,
+    rounds: int = 1,
+) -> dict[str, Any]:
+    """Local ε figures plus, when computable, the release's central (ε, δ) after shuffling.
+
+    ``batch_sizes`` that do not add up to the reports counted (batches applied
+    before sizes were recorded) are ignored, and the statement falls back to
+    the conservative assumption it states.
+    """
     from client.privacy import epsilon_inf, epsilon_one
 
     out: dict[str, Any] = {}
@@ -109,10 +127,19 @@ def privacy_figures(metric: MetricConfig, totals: npt.NDArray[np.int64]) -> dict
     elif metric.basic is not None:
         out["local"] = {"epsilon_1": metric.basic.epsilon, "epsilon_inf": None}
     n = int(totals.sum())
+    if batch_sizes is not None and sum(batch_sizes) != n:
+        batch_sizes = None
     try:
         from aggregator.accounting import privacy_statement
 
-        statement = privacy_statement(metric, n, cohort_sizes=[int(t) for t in totals])
+        statement = privacy_statement(
+            metric,
+            n,
+            cohort_sizes=[int(t) for t in totals],
+            batch_sizes=batch_sizes,
+            shuffled=shuffled,
+            rounds=rounds,
+        )
         out["statement"] = statement.to_dict()
         out["text"] = statement.render()
     except (ImportError, ValueError, ArithmeticError) as exc:
@@ -165,7 +192,13 @@ def run_report(
     result = _decode(job, opts, project)
     decoded = time.perf_counter()
     if privacy is None:
-        figures = privacy_figures(job.metric, job.totals)
+        figures = privacy_figures(
+            job.metric,
+            job.totals,
+            batch_sizes=job.batch_sizes,
+            shuffled=job.shuffled,
+            rounds=job.rounds,
+        )
     elif callable(privacy):
         figures = privacy(job.metric, job.totals)
     else:

@@ -122,6 +122,7 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
         candidates=tuple(values),
         design=design,
         source=str(args.rappor_counts),
+        shuffled=False,  # google/rappor's pipeline has no shuffler: only local figures hold
     )
 
 
@@ -129,7 +130,13 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
     if args.redis is None:
         return None
     from aggregator.report import ReportJob, read_candidates
-    from aggregator.store import StoreError, load_counts, open_store, parse_windows
+    from aggregator.store import (
+        StoreError,
+        load_batch_sizes,
+        load_counts,
+        open_store,
+        parse_windows,
+    )
     from crowdmix.cli import CliError
 
     if not args.metric:
@@ -140,6 +147,9 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         metric = _metric(args.config, args.metric) if args.config else args.metric
         counts = load_counts(store, metric, windows)
         config = metric if args.config else _stored(store, args.metric)
+        batch_sizes = tuple(load_batch_sizes(store, args.metric, windows))
+        stored_windows = store.windows(args.metric)
+        rounds = len(stored_windows if windows is None else set(windows) & set(stored_windows))
     except (LookupError, StoreError) as exc:
         raise CliError(str(exc).strip("'\"")) from None
     finally:
@@ -154,6 +164,8 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         candidates=candidates,
         source=f"redis ({args.metric})",
         window=windows[0] if windows is not None and len(windows) == 1 else None,
+        batch_sizes=batch_sizes or None,
+        rounds=max(1, rounds),
     )
 
 

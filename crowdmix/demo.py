@@ -166,7 +166,7 @@ def run_demo(
     """
     from aggregator.report import ReportJob, run_report, write_outputs
     from aggregator.server import start_aggregator
-    from aggregator.store import load_counts, open_store
+    from aggregator.store import load_batch_sizes, load_counts, open_store
     from client.transport import ShufflerClient
     from crowdmix.population import draw_population
     from shuffler.config import ShufflerSettings
@@ -252,6 +252,7 @@ def run_demo(
         )
 
         counts = load_counts(aggregator_store, metric)
+        batch_sizes = tuple(load_batch_sizes(aggregator_store, METRIC))
         candidates = population.values + tuple(f"decoy-{i}" for i in range(1, args.decoys + 1))
         outcome = run_report(
             ReportJob(
@@ -260,6 +261,7 @@ def run_demo(
                 ones=counts.ones,
                 candidates=candidates,
                 source=f"demo ({store_name} store)",
+                batch_sizes=batch_sizes,
             )
         )
     finally:

@@ -109,11 +109,17 @@ class PrivacyStatement:
                 "hides each report"
             )
         how = "estimated" if self.cohort_share_estimated else "measured"
+        where = (
+            f"of the smallest batch ({self.batch_size:,} reports), less five standard "
+            "deviations for how a cohort's count varies between batches"
+            if self.batch_size < self.n_reports
+            else "of the batch"
+        )
         return (
             f"{self.num_cohorts} persistent cohorts: a report hides only among reports of "
             f"its own cohort, so amplification uses the smallest cohort's share "
-            f"({self.smallest_cohort_share:.4g}, {how}) of the batch: "
-            f"{self.central.n_amplify} reports"
+            f"({self.smallest_cohort_share:.4g}, {how}) {where}: "
+            f"{self.central.n_amplify:,} reports"
         )
 
     @property

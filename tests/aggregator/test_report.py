@@ -153,7 +153,11 @@ def test_report_cli_on_rappor_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert summary["detected"] == sum(r["significant"] == "true" for r in rows)
     assert 0 < summary["allocated_mass"] <= 1.2
     assert summary["privacy"]["local"]["epsilon_1"] == pytest.approx(epsilon_one(PARAMS))
-    assert summary["privacy"]["statement"]["central"]["epsilon"] is not None
+    # google/rappor's pipeline has no shuffler: no amplification may be claimed.
+    central = summary["privacy"]["statement"]["central"]
+    assert central["amplified"] is False
+    assert central["epsilon"] == pytest.approx(epsilon_one(PARAMS))
+    assert summary["privacy"]["statement"]["batch"]["shuffled"] is False
     assert summary["elapsed_seconds"]["total"] > 0
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -60,6 +60,9 @@ def test_demo_decodes_the_truth_within_its_intervals(tmp_path: Path) -> None:
     privacy = summary["privacy"]
     assert privacy["local"]["epsilon_1"] > privacy["statement"]["central"]["epsilon"] > 0
     assert "locally differentially private" in privacy["text"]
+    # The central figure rests on the batches the shuffler actually released.
+    assert privacy["statement"]["batch"]["assumed_min_batch"] is False
+    assert sum(privacy["statement"]["batch"]["sizes"]) == demo.counted
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

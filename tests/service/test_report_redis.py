@@ -98,7 +98,15 @@ def test_report_decodes_live_counts_from_redis(tmp_path: Path, redis_url: str) -
     assert set(TRUE) <= significant
     for value, share in TRUE.items():
         assert abs(float(rows[value]["proportion"]) - share) < 0.05
-    assert json.loads((out / "summary.json").read_text())["reports"] == 60_000
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reports"] == 60_000
+    # The statement rests on the batches the aggregator saw, and two windows are
+    # two releases from (possibly) the same clients.
+    statement = summary["privacy"]["statement"]
+    assert statement["batch"]["sizes"] == [20_000, 20_000, 20_000]
+    assert statement["batch"]["smallest"] == 20_000
+    assert statement["batch"]["assumed_min_batch"] is False
+    assert statement["longitudinal"]["rounds"] == 2
 
     one = tmp_path / "one"
     result = crowdmix(
@@ -116,7 +124,10 @@ def test_report_decodes_live_counts_from_redis(tmp_path: Path, redis_url: str) -
         "--no-plot",
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads((one / "summary.json").read_text())["reports"] == 20_000
+    summary = json.loads((one / "summary.json").read_text())
+    assert summary["reports"] == 20_000
+    assert summary["privacy"]["statement"]["batch"]["sizes"] == [20_000]
+    assert summary["privacy"]["statement"]["longitudinal"]["rounds"] == 1
 
 
 def test_report_redis_errors_are_messages(tmp_path: Path, redis_url: str) -> None:
