@@ -80,6 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_MISSING_EXTRA
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`crowdmix ... | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush cannot fail again.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
 
 
 _EXTRA_FOR = {
