@@ -1,0 +1,128 @@
+"""The README's commands cannot rot: every ``crowdmix`` command line in it parses with
+the real command-line parser, the quick-start commands run, and the SDK snippet runs
+against a real shuffler."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crowdmix.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _code_blocks(lang: str = "") -> list[str]:
+    """Fenced blocks whose info string is ``lang`` ("" for plain shell blocks)."""
+    blocks, current, info = [], None, ""
+    for line in README.splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current, info = [], line[3:].strip()
+            else:
+                if info == lang:
+                    blocks.append("\n".join(current) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _command_lines() -> list[list[str]]:
+    """Shell lines of the README's plain code blocks, continuations joined, comments cut."""
+    lines = []
+    for block in _code_blocks():
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line:
+                lines.append(shlex.split(line))
+    return lines
+
+
+def _crowdmix_commands() -> list[list[str]]:
+    out = []
+    for words in _command_lines():
+        if words[0] in ("crowdmix", "scripts/crowdmix"):
+            # "[--flag X]" marks optional parts in the prose; drop the brackets' contents
+            cleaned, depth = [], 0
+            for w in words[1:]:
+                depth += w.count("[")
+                if depth == 0:
+                    cleaned.append(w)
+                depth -= w.count("]")
+            out.append(cleaned)
+    return out
+
+
+def test_readme_names_the_two_commands_and_ci_runs_the_test_one() -> None:
+    quick = _code_blocks()[1]
+    assert "scripts/crowdmix demo" in quick and "scripts/check" in quick
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "exec scripts/check" in ci
+
+
+def test_every_crowdmix_command_in_the_readme_parses() -> None:
+    commands = _crowdmix_commands()
+    assert len(commands) >= 12
+    parser = build_parser()
+    for argv in commands:
+        args = parser.parse_args(argv)  # exits (fails the test) on an unknown flag
+        assert getattr(args, "func", None) is not None, argv
+
+
+@pytest.mark.slow
+def test_quick_start_run_command_works(tmp_path: Path) -> None:
+    # The exact README command (scripts/crowdmix bootstraps .venv, then runs), at a
+    # smaller population so the suite stays quick.
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "crowdmix"), "demo", "--clients", "20000", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Privacy:" in out.stdout
+    assert {p.name for p in tmp_path.iterdir()} >= {"results.csv", "summary.json", "plot.png"}
+
+
+def test_planner_and_privacy_commands_in_the_readme_run() -> None:
+    runnable = [c for c in _crowdmix_commands() if c[0] in ("plan", "privacy")]
+    assert any(c[0] == "plan" for c in runnable)
+    for argv in runnable:
+        out = subprocess.run(
+            [sys.executable, "-m", "crowdmix", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, (argv, out.stderr)
+
+
+def test_sdk_snippet_runs_against_a_real_shuffler() -> None:
+    from client.params import RapporParams
+    from client.registry import MetricConfig, Registry, ShufflePolicy
+    from shuffler.server import start_shuffler
+
+    snippet = _code_blocks("python")[0]
+    registry = Registry(
+        metrics={
+            "home_page": MetricConfig(
+                name="home_page",
+                rappor=RapporParams(k=128, h=2, m=64, f=0.5, p=0.5, q=0.75),
+                shuffle=ShufflePolicy(min_batch=10),
+            )
+        }
+    )
+    token = "t" * 32
+    with start_shuffler(registry, tokens=frozenset({token})) as shuffler:
+        code = snippet.replace('"shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
+        code = code.replace("tls=True", "tls=False")
+        namespace: dict[str, object] = {"APP_TOKEN": token}
+        exec(compile(code, "README.md", "exec"), namespace)
+        assert sum(shuffler.store.pending("home_page").values()) == 1
