@@ -119,18 +119,6 @@ def _encode(
     return encoder.encode_clients(client_secrets, values)
 
 
-def _progress(label: str, done: int, total: int, quiet: bool) -> None:
-    if quiet:
-        return
-    width = 30
-    filled = width * done // max(1, total)
-    end = "\n" if done >= total else ""
-    sys.stdout.write(
-        f"\r  {label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{end}"
-    )
-    sys.stdout.flush()
-
-
 def _wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout: float) -> int:
     """Poll the aggregator's store until ``expected`` reports are counted (or time runs out)."""
     from aggregator.store import load_counts
@@ -169,6 +157,7 @@ def run_demo(
     from aggregator.store import load_batch_sizes, load_counts, open_store
     from client.transport import ShufflerClient
     from crowdmix.population import draw_population
+    from crowdmix.simulate import progress_bar
     from shuffler.config import ShufflerSettings
     from shuffler.memory_store import MemoryStore
     from shuffler.server import start_shuffler
@@ -232,8 +221,9 @@ def run_demo(
             for i in range(0, len(reports), chunk):
                 sender.submit_many(reports[i : i + chunk])
                 sender.flush()
-                if (i // chunk) % 20 == 0 or i + chunk >= len(reports):
-                    _progress("submitting", min(i + chunk, len(reports)), len(reports), quiet)
+                if not quiet and ((i // chunk) % 20 == 0 or i + chunk >= len(reports)):
+                    done = min(i + chunk, len(reports))
+                    progress_bar("submitting", done, len(reports), sys.stdout)
             acknowledged = sender.sent
         _say(f"  {acknowledged:,} reports acknowledged in {time.perf_counter() - t0:.1f}s", quiet)
 

@@ -16,13 +16,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig
     from client.report import Report
 
-__all__ = ["SimulationResult", "encode_population", "register", "simulate"]
+__all__ = ["SimulationResult", "encode_population", "progress_bar", "register", "simulate"]
 
 
 def register(sub: Any) -> None:
@@ -142,7 +142,9 @@ def simulate(
                 sender.submit_many(reports[i : i + batch_size])
                 sender.flush()
                 if progress:
-                    _progress(min(i + batch_size, len(reports)), len(reports))
+                    progress_bar(
+                        "sending", min(i + batch_size, len(reports)), len(reports), sys.stderr
+                    )
             acked, failed, dropped = sender.sent, sender.failed, sender.dropped
     elif mode == "unary":
         lock = threading.Lock()
@@ -186,13 +188,13 @@ def simulate(
     )
 
 
-def _progress(done: int, total: int) -> None:
+def progress_bar(label: str, done: int, total: int, stream: TextIO) -> None:
+    """Redraw one ``label [####....] done/total`` line on ``stream``; a newline when done."""
     width = 30
-    filled = width * done // total
-    sys.stderr.write(f"\r  sending [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+    filled = width * done // max(1, total)
+    end = "\n" if done >= total else ""
+    stream.write(f"\r  {label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{end}")
+    stream.flush()
 
 
 def run(args: argparse.Namespace) -> int:
