@@ -57,6 +57,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="gRPC request threads (default 8; each open SubmitStream holds one)",
     )
+    a("--server", choices=["sync", "aio"], help="gRPC server kind (default sync)")
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_serve)
@@ -66,7 +67,7 @@ _OVERRIDES = (
     "redis", "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
     "aggregator_cert", "aggregator_key", "tokens_file", "metrics_port", "port_file",
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
-    "commit_max_delay_ms", "workers", "shutdown_grace_seconds",
+    "commit_max_delay_ms", "workers", "server", "shutdown_grace_seconds",
 )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from client.registry import Registry
 from shuffler.columns import Pending, merge
@@ -101,7 +101,7 @@ class GroupCommitter:
             batch, self._queue = self._queue, []
         error: ShufflerError | None = None
         try:
-            self._write(batch)
+            self.write([w.parts for w in batch])
         except ShufflerError as exc:
             error = exc
         except Exception as exc:  # a store bug must fail the requests, not hang them
@@ -123,10 +123,12 @@ class GroupCommitter:
         if error is not None:
             raise error
 
-    def _write(self, batch: list[_Waiter]) -> None:
+    def write(self, requests: Sequence[dict[tuple[str, int], Pending]]) -> None:
+        """One store write for several requests' reports (no coordination: callers
+        serialize; the asyncio server calls this from its single writer thread)."""
         grouped: dict[tuple[str, int], list[Pending]] = {}
-        for w in batch:
-            for key, part in w.parts.items():
+        for request in requests:
+            for key, part in request.items():
                 grouped.setdefault(key, []).append(part)
         window = self._registry.window_of(self._clock())
         writes: list[PendingWrite] = []

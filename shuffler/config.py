@@ -62,6 +62,7 @@ class ShufflerSettings:
     # CPU per unary call, 128 → 325 µs). A SubmitStream holds one for its whole
     # duration: raise it above the number of concurrently streaming senders.
     workers: int = 8
+    server: str = "sync"  # "sync" (grpc.server + threads) or "aio" (grpc.aio)
     metrics_port: int | None = None
     port_file: str | None = None
     tick_seconds: float = 0.05
@@ -90,6 +91,8 @@ class ShufflerSettings:
         for name in ("max_request_bytes", "max_reports_per_request", "max_buffered_reports"):
             _positive_int(name, getattr(self, name))
         _positive_int("workers", self.workers)
+        if self.server not in ("sync", "aio"):
+            raise ConfigError(f"server must be 'sync' or 'aio', got {self.server!r}")
         for name in ("rate_limit_reports", "commit_max_delay_ms"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:

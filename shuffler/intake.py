@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from client.registry import Registry
+from shuffler.columns import Pending
 from shuffler.commit import GroupCommitter
 from shuffler.errors import Overloaded, Unauthenticated
 from shuffler.validation import ColumnsIn, RowsIn, validate
@@ -109,14 +110,21 @@ class Intake:
     def buffered(self) -> int:
         return self._buffered
 
-    def submit(self, parts: Sequence[ColumnsIn | RowsIn], *, connection: str) -> int:
-        """Store the request's reports or raise; returns how many were acknowledged."""
+    def admit(
+        self, parts: Sequence[ColumnsIn | RowsIn], *, connection: str
+    ) -> tuple[dict[tuple[str, int], Pending], int]:
+        """Validate and apply the limits; returns what to commit and its report count."""
         chunks = validate(self.registry, parts, max_reports=self._max_reports)
         n = sum(c.count for c in chunks.values())
         if self._limiter is not None and not self._limiter.admit(connection, n):
             raise Overloaded("rate_limited", "this connection is over its report rate")
         if self._buffered + n > self._max_buffered:
             raise Overloaded("buffer_full", "the shuffler's buffer is full; retry later")
+        return chunks, n
+
+    def submit(self, parts: Sequence[ColumnsIn | RowsIn], *, connection: str) -> int:
+        """Store the request's reports or raise; returns how many were acknowledged."""
+        chunks, n = self.admit(parts, connection=connection)
         self._committer.commit(chunks)
         return n
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from client.registry import Registry
 from shuffler.commit import GroupCommitter
@@ -33,6 +33,9 @@ from shuffler.memory_store import MemoryStore
 from shuffler.metrics import ShufflerMetrics
 from shuffler.shuffle import RandomBytes
 from shuffler.store import ShufflerStore
+
+if TYPE_CHECKING:
+    from shuffler.aio_server import AioFront
 
 __all__ = ["ShufflerHandle", "start_shuffler"]
 
@@ -71,6 +74,49 @@ class ShufflerHandle:
         self.stop()
 
 
+class _SyncFront:
+    """grpc.server on a thread pool: request threads block on the group commit."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        metrics: ShufflerMetrics,
+        *,
+        workers: int,
+        options: list[tuple[str, Any]],
+    ) -> None:
+        import grpc
+        from grpc_health.v1 import health, health_pb2_grpc
+
+        from shuffler.servicer import ShufflerServicer
+
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shuffler-rpc"),
+            options=options,
+        )
+        self._server.add_generic_rpc_handlers((ShufflerServicer(intake, metrics).handler(),))
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+
+    def add_port(self, listen: str, creds: Any) -> int:
+        if creds is None:
+            return int(self._server.add_insecure_port(listen))
+        return int(self._server.add_secure_port(listen, creds))
+
+    def start(self) -> None:
+        from grpc_health.v1 import health_pb2
+
+        from shuffler.servicer import SERVICE_NAME
+
+        self._server.start()
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def stop(self, grace: float) -> None:
+        self._health.enter_graceful_shutdown()
+        self._server.stop(grace).wait()
+
+
 def _read(path: str | None) -> bytes | None:
     if path is None:
         return None
@@ -101,9 +147,6 @@ def start_shuffler(
     bearer-token authentication. ``random_bytes`` exists for tests only.
     """
     import grpc
-    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-    from shuffler.servicer import SERVICE_NAME, ShufflerServicer
 
     settings = settings or ShufflerSettings()
     store = store if store is not None else MemoryStore()
@@ -143,29 +186,31 @@ def start_shuffler(
     else:
         sender = aggregator
 
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="shuffler-rpc"),
-        options=[
-            ("grpc.max_receive_message_length", settings.max_request_bytes),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    server.add_generic_rpc_handlers((ShufflerServicer(intake, metrics).handler(),))
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    options = [
+        ("grpc.max_receive_message_length", settings.max_request_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    front: _SyncFront | AioFront
+    if settings.server == "aio":
+        from shuffler.aio_server import AioFront
+
+        front = AioFront(intake, committer, metrics, options=options)
+    else:
+        front = _SyncFront(intake, metrics, workers=settings.workers, options=options)
+    creds = None
+    if settings.tls:
+        creds = grpc.ssl_server_credentials(
+            [(_read(settings.tls_key), _read(settings.tls_cert))],  # type: ignore[list-item]
+            root_certificates=_read(settings.tls_client_ca),
+            require_client_auth=settings.tls_client_ca is not None,
+        )
     try:
-        if settings.tls:
-            creds = grpc.ssl_server_credentials(
-                [(_read(settings.tls_key), _read(settings.tls_cert))],  # type: ignore[list-item]
-                root_certificates=_read(settings.tls_client_ca),
-                require_client_auth=settings.tls_client_ca is not None,
-            )
-            port = server.add_secure_port(listen, creds)
-        else:
-            port = server.add_insecure_port(listen)
+        port = front.add_port(listen, creds)
     except RuntimeError as exc:
+        front.stop(0)
         raise BindError(f"cannot listen on {listen}: {exc}") from None
     if not port:
+        front.stop(0)
         raise BindError(f"cannot listen on {listen}")
 
     stop_release = threading.Event()
@@ -195,18 +240,20 @@ def start_shuffler(
     if settings.metrics_port is not None:
         metrics_server, metrics_port = metrics.serve_http(settings.metrics_port)
 
-    server.start()
+    front.start()
     if releaser_thread is not None:
         releaser_thread.start()
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("shuffler listening on %s (port %d)", listen.rpartition(":")[0], port)
+    log.info(
+        "shuffler (%s server) listening on %s (port %d)",
+        settings.server,
+        listen.rpartition(":")[0],
+        port,
+    )
 
     def stop(grace: float | None) -> None:
         g = settings.shutdown_grace_seconds if grace is None else grace
-        health_servicer.enter_graceful_shutdown()
-        server.stop(g).wait()  # no new calls; running calls finish (they wait on commit)
-        committer.close()  # write what is queued
+        front.stop(g)  # no new calls; running calls finish (they wait on their commit)
+        committer.close()
         stop_release.set()  # final release pass, bounded by the grace period
         if releaser_thread is not None:
             releaser_thread.join()

@@ -27,7 +27,7 @@ from shuffler.intake import Intake
 from shuffler.metrics import ShufflerMetrics
 from shuffler.serde import request_to_columns
 
-__all__ = ["SERVICE_NAME", "ShufflerServicer", "status_for"]
+__all__ = ["SERVICE_NAME", "ShufflerServicer", "bearer", "parse", "rejection", "status_for"]
 
 SERVICE_NAME = "crowdmix.v1.Shuffler"
 
@@ -48,8 +48,24 @@ def status_for(exc: ShufflerError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def _bearer(context: grpc.ServicerContext) -> str | None:
-    for key, value in context.invocation_metadata():
+def parse(raw: bytes) -> pb.SubmitRequest:
+    try:
+        return pb.SubmitRequest.FromString(raw)
+    except DecodeError:
+        raise InvalidRequest("malformed", "the request is not a SubmitRequest") from None
+
+
+def rejection(exc: ShufflerError, metrics: ShufflerMetrics) -> tuple[grpc.StatusCode, str]:
+    """Status code and details for a domain error; counts it by reason."""
+    reason = exc.reason if isinstance(exc, RequestRejected) else "store_unavailable"
+    metrics.rejected_requests.labels(reason).inc()
+    if not isinstance(exc, RequestRejected):
+        log.warning("submit failed: %s", exc)
+    return status_for(exc), f"{reason}: {exc}"
+
+
+def bearer(context: Any) -> str | None:
+    for key, value in context.invocation_metadata() or ():
         if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
             return value[len("Bearer ") :].strip()
     return None
@@ -81,18 +97,11 @@ class ShufflerServicer:
         )
 
     def _abort(self, context: grpc.ServicerContext, exc: ShufflerError) -> NoReturn:
-        reason = exc.reason if isinstance(exc, RequestRejected) else "store_unavailable"
-        self._metrics.rejected_requests.labels(reason).inc()
-        if not isinstance(exc, RequestRejected):
-            log.warning("submit failed: %s", exc)
-        context.abort(status_for(exc), f"{reason}: {exc}")
+        context.abort(*rejection(exc, self._metrics))
 
     def _submit_one(self, raw: bytes, context: grpc.ServicerContext) -> int:
         start = time.perf_counter()
-        try:
-            request = pb.SubmitRequest.FromString(raw)
-        except DecodeError:
-            raise InvalidRequest("malformed", "the request is not a SubmitRequest") from None
+        request = parse(raw)
         connection = context.peer() if self._intake.rate_limited else ""
         accepted = self._intake.submit(request_to_columns(request), connection=connection)
         self._metrics.accepted_reports.inc(accepted)
@@ -103,7 +112,7 @@ class ShufflerServicer:
     def Submit(self, raw: bytes, context: grpc.ServicerContext) -> pb.SubmitResponse:
         try:
             if self._intake.auth_required:
-                self._intake.authenticate(_bearer(context))
+                self._intake.authenticate(bearer(context))
             accepted = self._submit_one(raw, context)
         except ShufflerError as exc:
             self._abort(context, exc)
@@ -115,7 +124,7 @@ class ShufflerServicer:
         total = 0
         try:
             if self._intake.auth_required:
-                self._intake.authenticate(_bearer(context))
+                self._intake.authenticate(bearer(context))
             for raw in request_iterator:
                 total += self._submit_one(raw, context)
         except ShufflerError as exc:

@@ -118,8 +118,9 @@ def test_rate_limit_and_buffer_bound_are_resource_exhausted() -> None:
     assert rejected.labels("buffer_full")._value.get() == 1
 
 
-def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator) -> None:
-    settings = ShufflerSettings(metrics_port=0, tick_seconds=0.01)
+@pytest.mark.parametrize("server", ["sync", "aio"])
+def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator, server: str) -> None:
+    settings = ShufflerSettings(metrics_port=0, tick_seconds=0.01, server=server)
     registry = make_registry(min_batch=10, max_batch=10)
     handle = start_shuffler(registry, MemoryStore(), aggregator.target, settings=settings)
     try:
@@ -174,11 +175,14 @@ def _certs(tmp: Path) -> tuple[Path, Path]:
     return crt, key
 
 
-def test_tls_and_token(tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", ["sync", "aio"])
+def test_tls_and_token(tmp_path: Path, server: str) -> None:
     crt, key = _certs(tmp_path)
     tokens = tmp_path / "tokens"
     tokens.write_text("app 0123456789abcdef-token\n")
-    settings = ShufflerSettings(tls_cert=str(crt), tls_key=str(key), tokens_file=str(tokens))
+    settings = ShufflerSettings(
+        tls_cert=str(crt), tls_key=str(key), tokens_file=str(tokens), server=server
+    )
     handle = start_shuffler(REGISTRY, MemoryStore(), None, settings=settings)
     try:
         creds = grpc.ssl_channel_credentials(root_certificates=crt.read_bytes())

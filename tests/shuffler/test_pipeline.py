@@ -61,8 +61,9 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.parametrize("server", ["sync", "aio"])
 def test_100k_reports_come_out_as_exactly_the_input_multiset(
-    store: ShufflerStore, aggregator: RecordingAggregator
+    store: ShufflerStore, aggregator: RecordingAggregator, server: str
 ) -> None:
     # max_delay is long, so batches go out full while reports arrive (14 × 7000) and
     # the final flush at stop releases the remaining 2000 (= min_batch).
@@ -71,7 +72,8 @@ def test_100k_reports_come_out_as_exactly_the_input_multiset(
     n = 100_000
     ids = np.arange(n, dtype=np.int64)
     ids[-500:] = ids[:500]  # duplicates in the input must come out twice, too
-    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
+    settings = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0, server=server)
+    handle = start_shuffler(registry, store, aggregator.target, settings=settings)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)
@@ -229,11 +231,11 @@ class SlowStore(MemoryStore):
         super().append(writes)
 
 
-@pytest.mark.parametrize("delay_ms", [0.0, 2.0])
-def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
+@pytest.mark.parametrize(("server", "delay_ms"), [("sync", 0.0), ("sync", 2.0), ("aio", 0.0)])
+def test_concurrent_requests_share_store_writes(server: str, delay_ms: float) -> None:
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
-    settings = ShufflerSettings(commit_max_delay_ms=delay_ms, workers=32)
+    settings = ShufflerSettings(commit_max_delay_ms=delay_ms, workers=32, server=server)
     handle = start_shuffler(registry, SlowStore(), None, settings=settings)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
@@ -251,13 +253,16 @@ def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
     assert sum(handle.store.pending(RAPPOR).values()) == 1000
 
 
-def test_store_down_is_unavailable_and_nothing_is_acknowledged(private_redis: Any) -> None:
+@pytest.mark.parametrize("server", ["sync", "aio"])
+def test_store_down_is_unavailable_and_nothing_is_acknowledged(
+    private_redis: Any, server: str
+) -> None:
     from shuffler.redis_store import RedisStore
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     store = RedisStore(private_redis.url, timeout=2.0)
-    handle = start_shuffler(registry, store, None)
+    handle = start_shuffler(registry, store, None, settings=ShufflerSettings(server=server))
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)

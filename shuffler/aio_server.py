@@ -1,0 +1,197 @@
+"""The asyncio front end (``--server aio``): grpc.aio on an event loop thread.
+
+Same servicer logic as ``shuffler.servicer`` (parse, ``Intake.admit``, status
+mapping) but a request waiting for its group commit holds no thread: it awaits
+a future. One writer thread does the store writes: whatever queued while the
+previous write ran goes into the next one (the same group commit as the sync
+server's leader/follower scheme). Chosen by measurement, see BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from protos import crowdmix_pb2 as pb
+from shuffler.columns import Pending
+from shuffler.commit import GroupCommitter
+from shuffler.errors import ShufflerError, StoreUnavailable
+from shuffler.intake import Intake
+from shuffler.metrics import ShufflerMetrics
+from shuffler.serde import request_to_columns
+from shuffler.servicer import SERVICE_NAME, bearer, parse, rejection
+
+__all__ = ["AioFront", "AsyncCommitter"]
+
+log = logging.getLogger("crowdmix.shuffler")
+
+Parts = dict[tuple[str, int], Pending]
+
+
+class AsyncCommitter:
+    """Group commit for coroutines: one store write at a time, in a writer thread."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        self._committer = committer
+        self._queue: list[tuple[Parts, asyncio.Future[None]]] = []
+        self._writing = False
+        self._closed = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shuffler-write")
+        self._task: asyncio.Task[None] | None = None
+
+    async def commit(self, parts: Parts) -> None:
+        if self._closed:
+            raise StoreUnavailable("the shuffler is shutting down")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._queue.append((parts, fut))
+        if not self._writing:
+            self._writing = True
+            self._task = loop.create_task(self._drain())
+        await fut
+
+    def _write(self, requests: Sequence[Parts]) -> ShufflerError | None:
+        try:
+            self._committer.write(requests)
+        except ShufflerError as exc:
+            return exc
+        except Exception as exc:  # a store bug must fail the requests, not hang them
+            log.exception("store write failed")
+            return StoreUnavailable(f"store write failed: {type(exc).__name__}")
+        return None
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                error = await loop.run_in_executor(
+                    self._executor, self._write, [parts for parts, _ in batch]
+                )
+                for _, fut in batch:
+                    if fut.done():  # the caller went away; its reports are stored anyway
+                        continue
+                    if error is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(error)
+        finally:
+            self._writing = False
+
+    def close(self) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=True)
+
+
+class AsyncShufflerServicer:
+    def __init__(self, intake: Intake, committer: AsyncCommitter, metrics: ShufflerMetrics) -> None:
+        self._intake = intake
+        self._committer = committer
+        self._metrics = metrics
+
+    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "Submit": grpc.unary_unary_rpc_method_handler(
+                    self.Submit, response_serializer=pb.SubmitResponse.SerializeToString
+                ),
+                "SubmitStream": grpc.stream_unary_rpc_method_handler(
+                    self.SubmitStream, response_serializer=pb.SubmitResponse.SerializeToString
+                ),
+            },
+        )
+
+    async def _submit_one(self, raw: bytes, context: Any) -> int:
+        start = time.perf_counter()
+        request = parse(raw)
+        connection = context.peer() if self._intake.rate_limited else ""
+        chunks, n = self._intake.admit(request_to_columns(request), connection=connection)
+        await self._committer.commit(chunks)
+        self._metrics.accepted_reports.inc(n)
+        self._metrics.accepted_requests.inc()
+        self._metrics.request_latency.observe(time.perf_counter() - start)
+        return n
+
+    async def Submit(self, raw: bytes, context: Any) -> pb.SubmitResponse:
+        try:
+            if self._intake.auth_required:
+                self._intake.authenticate(bearer(context))
+            accepted = await self._submit_one(raw, context)
+        except ShufflerError as exc:
+            await context.abort(*rejection(exc, self._metrics))
+        return pb.SubmitResponse(accepted=accepted)
+
+    async def SubmitStream(self, requests: AsyncIterator[bytes], context: Any) -> pb.SubmitResponse:
+        total = 0
+        try:
+            if self._intake.auth_required:
+                self._intake.authenticate(bearer(context))
+            async for raw in requests:
+                total += await self._submit_one(raw, context)
+        except ShufflerError as exc:
+            await context.abort(*rejection(exc, self._metrics))
+        return pb.SubmitResponse(accepted=total)
+
+
+class AioFront:
+    """A grpc.aio server on its own event-loop thread, driven from synchronous code."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        committer: GroupCommitter,
+        metrics: ShufflerMetrics,
+        *,
+        options: list[tuple[str, Any]],
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="shuffler-aio", daemon=True
+        )
+        self._thread.start()
+        self._committer = AsyncCommitter(committer)
+        servicer = AsyncShufflerServicer(intake, self._committer, metrics)
+
+        async def build() -> tuple[Any, Any]:
+            server = grpc.aio.server(options=options)
+            server.add_generic_rpc_handlers((servicer.handler(),))
+            health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+            return server, health_servicer
+
+        self._server, self._health = self._run(build())
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def add_port(self, listen: str, creds: grpc.ServerCredentials | None) -> int:
+        if creds is None:
+            return int(self._server.add_insecure_port(listen))
+        return int(self._server.add_secure_port(listen, creds))
+
+    def start(self) -> None:
+        async def start() -> None:
+            await self._server.start()
+            for name in ("", SERVICE_NAME):
+                await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+        self._run(start())
+
+    def stop(self, grace: float) -> None:
+        async def stop() -> None:
+            await self._health.enter_graceful_shutdown()
+            await self._server.stop(grace)
+
+        self._run(stop())
+        self._committer.close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
