@@ -45,7 +45,7 @@ def memory_store(n: int, per_chunk: int) -> float:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for c in data:
-        store.append([PendingWrite("m", KEY, c)])
+        store.append([PendingWrite.of("m", KEY, c)])
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     return (after - before) / n
@@ -66,7 +66,7 @@ def redis_store(n: int, per_chunk: int) -> float:
         data = chunks(n, per_chunk)
         step = max(1, 1000 // per_chunk)
         for i in range(0, len(data), step):  # several writes per MULTI, like a busy flush
-            store.append([PendingWrite("m", KEY, c) for c in data[i : i + step]])
+            store.append([PendingWrite.of("m", KEY, c) for c in data[i : i + step]])
         after = int(r.info("memory")["used_memory"])
         store.close()
         return (after - before) / n

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["HEADER", "Chunk", "Pending", "Rows", "decode_chunks", "merge", "split_blob"]
+__all__ = [
+    "HEADER",
+    "Chunk",
+    "Pending",
+    "Rows",
+    "decode_chunks",
+    "merge",
+    "merge_blob",
+    "split_blob",
+]
 
 HEADER = struct.Struct("<II")
 _U32 = np.dtype("<u4")
@@ -97,21 +106,28 @@ Pending = Chunk | Rows
 
 
 def merge(parts: Sequence[Pending]) -> Chunk:
-    """Concatenate chunks and rows (all of one report size) into one Chunk."""
-    rows = [p for p in parts if isinstance(p, Rows)]
-    chunks = [p for p in parts if isinstance(p, Chunk)]
-    if rows:
-        cohorts: list[int] = []
-        for r in rows:
-            cohorts.extend(r.cohorts)
-        chunks.append(
-            Chunk(
-                report_bytes=rows[0].report_bytes,
-                cohorts=np.array(cohorts, dtype=np.uint32),
-                bits=b"".join(r.bits for r in rows),
-            )
-        )
+    """Concatenate chunks and rows (all of one report size), in order, into one Chunk."""
+    chunks = [
+        Chunk(p.report_bytes, np.array(p.cohorts, dtype=np.uint32), p.bits)
+        if isinstance(p, Rows)
+        else p
+        for p in parts
+    ]
     return Chunk.concat(chunks)
+
+
+def merge_blob(parts: Sequence[Pending]) -> tuple[bytes, int]:
+    """``merge(parts).to_blob()`` and the report count, with bytes operations only:
+    the store write of a flush of one-report requests needs no numpy array."""
+    n = sum(p.count for p in parts)
+    cohorts = [
+        struct.pack(f"<{p.count}I", *p.cohorts)
+        if isinstance(p, Rows)
+        else p.cohorts.astype(_U32, copy=False).tobytes()
+        for p in parts
+    ]
+    bits = [p.bits for p in parts]
+    return b"".join((HEADER.pack(n, parts[0].report_bytes), *cohorts, *bits)), n
 
 
 def decode_chunks(buf: bytes | memoryview, offset: int = 0) -> Chunk:

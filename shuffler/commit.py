@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from client.registry import Registry
-from shuffler.columns import Pending, merge
+from shuffler.columns import Pending, merge, merge_blob
 from shuffler.errors import ShufflerError, StoreUnavailable
 from shuffler.metrics import ShufflerMetrics
 from shuffler.shuffle import RandomBytes, keep_mask
@@ -134,16 +134,19 @@ class GroupCommitter:
         writes: list[PendingWrite] = []
         stored = 0
         for (metric, fp), parts in grouped.items():
-            chunk = merge(parts)
+            qkey = QueueKey(window=window, fingerprint=fp)
             drop = self._registry[metric].shuffle.drop_probability
             if drop > 0.0:
-                keep = keep_mask(chunk.count, drop, self._random_bytes)
-                kept = chunk.select(keep.nonzero()[0])
+                chunk = merge(parts)
+                kept = chunk.select(keep_mask(chunk.count, drop, self._random_bytes).nonzero()[0])
                 if self._metrics is not None:
                     self._metrics.dropped_reports.labels(metric).inc(chunk.count - kept.count)
-                chunk = kept
-            stored += chunk.count
-            writes.append(PendingWrite(metric, QueueKey(window=window, fingerprint=fp), chunk))
+                write = PendingWrite.of(metric, qkey, kept)
+            else:
+                blob, count = merge_blob(parts)
+                write = PendingWrite(metric, qkey, blob, count)
+            stored += write.count
+            writes.append(write)
         self._store.append(writes)
         if self._metrics is not None:
             self._metrics.store_writes.inc()

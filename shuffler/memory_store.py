@@ -28,13 +28,12 @@ class MemoryStore:
         self._inflight: dict[tuple[str, bytes], tuple[QueueKey, bytes]] = {}
 
     def append(self, writes: Sequence[PendingWrite]) -> None:
-        blobs = [(w.metric, w.key, w.chunk.to_blob(), w.chunk.count) for w in writes]
         with self._lock:
-            for metric, key, blob, count in blobs:
-                if count == 0:
+            for w in writes:
+                if w.count == 0:
                     continue
-                self._queues.setdefault((metric, key), deque()).append(blob)
-                self._counts[(metric, key)] = self._counts.get((metric, key), 0) + count
+                self._queues.setdefault((w.metric, w.key), deque()).append(w.blob)
+                self._counts[(w.metric, w.key)] = self._counts.get((w.metric, w.key), 0) + w.count
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._lock:

@@ -140,7 +140,7 @@ class RedisStore:
         keys: list[str] = []
         args: list[bytes | int | str] = []
         for w in writes:
-            if w.chunk.count == 0:
+            if w.count == 0:
                 continue
             field = w.key.field
             keys += [
@@ -148,7 +148,7 @@ class RedisStore:
                 self._k(w.metric, f"qn:{field}"),
                 self._k(w.metric, "pending"),
             ]
-            args += [w.chunk.to_blob(), w.chunk.count, field]
+            args += [w.blob, w.count, field]
         if keys:
             with self._errors():
                 self._append(keys=keys, args=args)

@@ -51,11 +51,16 @@ class QueueKey:
 
 @dataclass(frozen=True, slots=True)
 class PendingWrite:
-    """Reports to append to one pending queue."""
+    """Reports to append to one pending queue: one chunk blob (``shuffler.columns``)."""
 
     metric: str
     key: QueueKey
-    chunk: Chunk
+    blob: bytes
+    count: int
+
+    @classmethod
+    def of(cls, metric: str, key: QueueKey, chunk: Chunk) -> PendingWrite:
+        return cls(metric, key, chunk.to_blob(), chunk.count)
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,7 +169,7 @@ def test_recovery_reforwards_inflight_batches_once(aggregator: RecordingAggregat
     fp = registry[RAPPOR].fingerprint
     store = MemoryStore()
     key = QueueKey(window=registry.window_of(time.time()), fingerprint=fp)
-    store.append([PendingWrite(RAPPOR, key, ids_chunk(np.arange(150, dtype=np.int64)))])
+    store.append([PendingWrite.of(RAPPOR, key, ids_chunk(np.arange(150, dtype=np.int64)))])
     left = store.take(RAPPOR, key, min_batch=10, max_batch=100, batch_id=b"A" * 16)
     assert left is not None
     # the "crashed" process's batch was already delivered once; the aggregator dedupes
@@ -189,10 +189,10 @@ def test_old_windows_are_disposed_never_forwarded(aggregator: RecordingAggregato
     store = MemoryStore()
     old = QueueKey(window=now_window - 3, fingerprint=fp)
     fresh = QueueKey(window=now_window - 1, fingerprint=fp)
-    store.append([PendingWrite(RAPPOR, old, ids_chunk(np.arange(50, dtype=np.int64)))])
-    store.append([PendingWrite(RAPPOR, old, ids_chunk(np.arange(50, 100, dtype=np.int64)))])
+    store.append([PendingWrite.of(RAPPOR, old, ids_chunk(np.arange(50, dtype=np.int64)))])
+    store.append([PendingWrite.of(RAPPOR, old, ids_chunk(np.arange(50, 100, dtype=np.int64)))])
     assert store.take(RAPPOR, old, min_batch=10, max_batch=50, batch_id=b"B" * 16)
-    store.append([PendingWrite(RAPPOR, fresh, ids_chunk(np.arange(20, dtype=np.int64)))])
+    store.append([PendingWrite.of(RAPPOR, fresh, ids_chunk(np.arange(20, dtype=np.int64)))])
     handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
     try:
         wait_for(lambda: aggregator.total() == 20)

@@ -79,7 +79,7 @@ def test_releaser_forwards_a_permutation_of_the_taken_batch() -> None:
     registry = make_registry(min_batch=10, max_batch=1000, max_delay=0.0001)
     store = MemoryStore()
     key = QueueKey(window=registry.window_of(__import__("time").time()), fingerprint=1)
-    store.append([PendingWrite(RAPPOR, key, unique_chunk(1000))])
+    store.append([PendingWrite.of(RAPPOR, key, unique_chunk(1000))])
     sent: list[InFlightBatch] = []
     keys = np.arange(1000, 0, -1, dtype=np.uint64).tobytes()  # sorts into reverse order
     releaser = Releaser(registry, store, sent.append, random_bytes=lambda n: keys[:n])

@@ -24,19 +24,19 @@ def test_append_counts_per_queue(store: ShufflerStore) -> None:
     assert store.pending(RAPPOR) == {}
     store.append(
         [
-            PendingWrite(RAPPOR, KEY, unique_chunk(30)),
-            PendingWrite(RAPPOR, OTHER, unique_chunk(5, 100)),
-            PendingWrite(OUE, KEY, Chunk(1, np.zeros(3, np.uint32), b"\x01\x02\x04")),
+            PendingWrite.of(RAPPOR, KEY, unique_chunk(30)),
+            PendingWrite.of(RAPPOR, OTHER, unique_chunk(5, 100)),
+            PendingWrite.of(OUE, KEY, Chunk(1, np.zeros(3, np.uint32), b"\x01\x02\x04")),
         ]
     )
-    store.append([PendingWrite(RAPPOR, KEY, unique_chunk(12, 30))])
+    store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(12, 30))])
     assert store.pending(RAPPOR) == {KEY: 42, OTHER: 5}
     assert store.pending(OUE) == {KEY: 3}
     assert store.pending("nothing_here") == {}
 
 
 def test_take_refuses_below_min_batch_and_changes_nothing(store: ShufflerStore) -> None:
-    store.append([PendingWrite(RAPPOR, KEY, unique_chunk(9))])
+    store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(9))])
     assert store.take(RAPPOR, KEY, min_batch=10, max_batch=100, batch_id=_bid()) is None
     assert store.take(RAPPOR, OTHER, min_batch=1, max_batch=100, batch_id=_bid()) is None
     assert store.pending(RAPPOR) == {KEY: 9}
@@ -45,7 +45,7 @@ def test_take_refuses_below_min_batch_and_changes_nothing(store: ShufflerStore) 
 
 def test_take_splits_chunks_to_exactly_max_batch(store: ShufflerStore) -> None:
     for i in range(3):
-        store.append([PendingWrite(RAPPOR, KEY, unique_chunk(30, 30 * i))])
+        store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(30, 30 * i))])
     first = store.take(RAPPOR, KEY, min_batch=10, max_batch=50, batch_id=_bid())
     assert first is not None and first.chunk.count == 50
     assert first.key == KEY and first.metric == RAPPOR
@@ -61,7 +61,7 @@ def test_take_splits_chunks_to_exactly_max_batch(store: ShufflerStore) -> None:
 
 
 def test_inflight_survives_until_ack(store: ShufflerStore) -> None:
-    store.append([PendingWrite(RAPPOR, KEY, unique_chunk(20))])
+    store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(20))])
     bid = _bid()
     batch = store.take(RAPPOR, KEY, min_batch=5, max_batch=100, batch_id=bid)
     assert batch is not None and batch.batch_id == bid
@@ -78,7 +78,10 @@ def test_inflight_survives_until_ack(store: ShufflerStore) -> None:
 
 def test_dispose_discards_one_queue(store: ShufflerStore) -> None:
     store.append(
-        [PendingWrite(RAPPOR, KEY, unique_chunk(7)), PendingWrite(RAPPOR, OTHER, unique_chunk(3))]
+        [
+            PendingWrite.of(RAPPOR, KEY, unique_chunk(7)),
+            PendingWrite.of(RAPPOR, OTHER, unique_chunk(3)),
+        ]
     )
     assert store.dispose(RAPPOR, KEY) == 7
     assert store.dispose(RAPPOR, KEY) == 0
@@ -89,7 +92,7 @@ def test_dispose_discards_one_queue(store: ShufflerStore) -> None:
 def test_concurrent_takes_never_share_a_report(store: ShufflerStore) -> None:
     n = 5000
     for i in range(0, n, 250):
-        store.append([PendingWrite(RAPPOR, KEY, unique_chunk(250, i))])
+        store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(250, i))])
     taken: list[Counter[int]] = []
     lock = threading.Lock()
 
@@ -126,9 +129,22 @@ def test_redis_keys_are_hash_tagged_by_metric(redis_url: str) -> None:
     from shuffler.redis_store import RedisStore
 
     s = RedisStore(redis_url)
-    s.append([PendingWrite(RAPPOR, KEY, unique_chunk(20))])
+    s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(20))])
     assert s.take(RAPPOR, KEY, min_batch=5, max_batch=10, batch_id=_bid()) is not None
     keys = [k.decode() for k in redis.Redis.from_url(redis_url).keys("*")]
     assert len(keys) == 5  # pending hash, queue + counts lists, in-flight hash, batch list
     assert all(f"{{{RAPPOR}}}" in k for k in keys)
     s.close()
+
+
+def test_merge_blob_equals_merge_then_to_blob() -> None:
+    from shuffler.columns import Rows, merge, merge_blob
+
+    parts = [
+        Rows(2, [3], b"\x01\x02"),
+        unique_chunk(5, 10),
+        Rows(2, [0, 7], b"\xaa\xbb\xcc\xdd"),
+    ]
+    blob, n = merge_blob(parts)
+    assert n == 8
+    assert blob == merge(parts).to_blob()

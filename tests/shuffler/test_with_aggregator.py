@@ -31,7 +31,7 @@ def test_reports_are_counted_exactly_once_by_the_aggregator() -> None:
     # a batch a crashed shuffler had delivered but not yet deleted: re-sent at start-up
     window = registry.window_of(time.time())
     key = QueueKey(window=window, fingerprint=fp)
-    store.append([PendingWrite(RAPPOR, key, ids_chunk(np.arange(20_000, 21_000)))])
+    store.append([PendingWrite.of(RAPPOR, key, ids_chunk(np.arange(20_000, 21_000)))])
     early = store.take(RAPPOR, key, min_batch=500, max_batch=1000, batch_id=os.urandom(16))
     assert early is not None
     sender = AggregatorSender(f"127.0.0.1:{aggregator.port}")
