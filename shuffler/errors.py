@@ -8,7 +8,7 @@ in exactly one place (``shuffler.servicer._STATUS``):
     │   ├── Unauthenticated                 UNAUTHENTICATED    (missing or unknown bearer token)
     │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
     ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
-    └── ForwardError                        the aggregator did not acknowledge a batch (retried)
+    └── ForwardError                        the aggregator did not acknowledge a batch
 
 Every ``RequestRejected`` carries a short machine-readable ``reason`` (a label of
 the ``rejected_requests_total`` metric) and a message for the caller; neither ever
@@ -63,4 +63,14 @@ class StoreUnavailable(ShufflerError):
 
 
 class ForwardError(ShufflerError):
-    """The aggregator did not acknowledge a batch."""
+    """The aggregator did not acknowledge a batch.
+
+    ``retryable`` is False when the aggregator refused the batch itself
+    (INVALID_ARGUMENT, FAILED_PRECONDITION): re-sending cannot help, so the batch
+    is parked in flight (kept, retried at the next start-up) instead of blocking
+    every other release behind it.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable

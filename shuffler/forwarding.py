@@ -71,6 +71,7 @@ class Releaser:
         self._on_pending = on_pending
         self._backoff = backoff
         self._since: dict[tuple[str, QueueKey], float] = {}
+        self.parked: set[bytes] = set()  # batch ids the aggregator refused outright
 
     # -- policy -------------------------------------------------------------
 
@@ -164,6 +165,16 @@ class Releaser:
             except ForwardError as exc:
                 if self._metrics is not None:
                     self._metrics.forward_failures.inc()
+                if not exc.retryable:
+                    self.parked.add(batch.batch_id)
+                    log.error(
+                        "aggregator refused a batch of %s (%d reports): %s; it stays in flight "
+                        "and is offered again at the next start-up",
+                        batch.metric,
+                        batch.chunk.count,
+                        exc,
+                    )
+                    return 0
                 log.warning("aggregator did not take a batch of %s: %s", batch.metric, exc)
                 if give_up():
                     return 0
@@ -236,8 +247,13 @@ class AggregatorSender:
         try:
             self._stub.Ingest(batch_to_proto(batch), timeout=self._timeout)
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            raise ForwardError(f"Ingest failed: {code}") from None
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            details = exc.details() if isinstance(exc, grpc.Call) else ""
+            raise ForwardError(
+                f"Ingest failed: {code}: {details}",
+                retryable=code
+                not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION),
+            ) from None
 
     def close(self) -> None:
         self._channel.close()

@@ -111,6 +111,8 @@ class RecordingAggregator(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore
         self.batches: dict[bytes, InFlightBatch] = {}
         self.calls = 0
         self.fail_next = 0
+        self.refuse: set[str] = set()  # metrics answered INVALID_ARGUMENT
+        self.refused = 0
         self.server = grpc.server(ThreadPoolExecutor(max_workers=8))
         crowdmix_pb2_grpc.add_AggregatorServicer_to_server(self, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -127,6 +129,9 @@ class RecordingAggregator(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore
                 self.fail_next -= 1
                 context.abort(grpc.StatusCode.UNAVAILABLE, "test: down")
             batch = batch_from_proto(request)
+            if batch.metric in self.refuse:
+                self.refused += 1
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "test: refused")
             dup = batch.batch_id in self.batches
             self.batches[batch.batch_id] = batch
         return pb.IngestResponse(applied=0 if dup else batch.chunk.count, duplicate=dup)

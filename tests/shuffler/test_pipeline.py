@@ -278,3 +278,30 @@ def test_store_down_is_unavailable_and_nothing_is_acknowledged(
     finally:
         handle.stop(grace=1)
         store.close()
+
+
+def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggregator) -> None:
+    from protos import crowdmix_pb2 as pb
+    from tests.shuffler.helpers import OUE
+
+    registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
+    fp, oue_fp = registry[RAPPOR].fingerprint, registry[OUE].fingerprint
+    aggregator.refuse = {OUE}
+    store = MemoryStore()
+    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            oue = pb.ReportColumns(
+                metric=OUE, params_fingerprint=oue_fp, count=20, report_bytes=1,
+                cohorts=[0] * 20, bits=b"\x01" * 20,
+            )  # fmt: skip
+            stub.Submit(pb.SubmitRequest(columns=[oue]), timeout=10)
+            wait_for(lambda: aggregator.refused == 1)
+            stub.Submit(columns_request(np.arange(30, dtype=np.int64), fp), timeout=10)
+            wait_for(lambda: aggregator.total() == 30)  # other releases are not blocked
+            time.sleep(0.2)
+    finally:
+        handle.stop(grace=1)
+    assert aggregator.refused == 1  # not re-sent in a loop
+    assert len(store.inflight_ids(OUE)) == 1  # kept for the next start-up
