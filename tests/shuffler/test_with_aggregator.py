@@ -4,7 +4,9 @@ loopback with memory stores, the way `crowdmix demo` runs them."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -69,3 +71,40 @@ def test_reports_are_counted_exactly_once_by_the_aggregator() -> None:
     assert np.array_equal(stored.totals, expected.totals)
     assert np.array_equal(stored.ones, expected.ones)
     assert counts_store.windows(RAPPOR) == [window]
+
+
+def test_mtls_to_the_aggregator(tmp_path: Path) -> None:
+    """Shuffler → aggregator over mutual TLS, with deploy/tls/make-certs.sh's material."""
+    from aggregator.server import TlsFiles
+
+    script = Path(__file__).resolve().parents[2] / "deploy" / "tls" / "make-certs.sh"
+    subprocess.run(["bash", str(script), str(tmp_path)], check=True, capture_output=True)
+    read = lambda name: (tmp_path / name).read_bytes()  # noqa: E731
+    registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
+    fp = registry[RAPPOR].fingerprint
+    counts_store = MemoryCountStore()
+    aggregator = start_aggregator(
+        registry,
+        counts_store,
+        tls=TlsFiles(
+            cert=read("aggregator.crt"), key=read("aggregator.key"), client_ca=read("ca.crt")
+        ),
+    )
+    settings = ShufflerSettings(
+        tick_seconds=0.01,
+        aggregator_ca=str(tmp_path / "ca.crt"),
+        aggregator_cert=str(tmp_path / "shuffler-client.crt"),
+        aggregator_key=str(tmp_path / "shuffler-client.key"),
+    )
+    shuffler = start_shuffler(
+        registry, MemoryStore(), f"localhost:{aggregator.port}", settings=settings
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{shuffler.port}") as ch:
+            crowdmix_pb2_grpc.ShufflerStub(ch).Submit(
+                columns_request(np.arange(50, dtype=np.int64), fp), timeout=10
+            )
+        wait_for(lambda: (s := counts_store.load(RAPPOR)) is not None and int(s.totals.sum()) == 50)
+    finally:
+        shuffler.stop(grace=2)
+        aggregator.stop()
