@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from shuffler.config import ShufflerSettings, load_config
 from shuffler.errors import (
+    BindError,
     ConfigError,
     ForwardError,
     InvalidRequest,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from shuffler.server import ShufflerHandle, start_shuffler
 
 __all__ = [
+    "BindError",
     "ConfigError",
     "ForwardError",
     "InFlightBatch",

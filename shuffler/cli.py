@@ -80,10 +80,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     from crowdmix.cli import CliError
     from shuffler.config import load_config
-    from shuffler.errors import ConfigError, StoreUnavailable
+    from shuffler.errors import BindError, ConfigError, StoreUnavailable
     from shuffler.memory_store import MemoryStore
     from shuffler.redis_store import RedisStore
-    from shuffler.server import BindError, start_shuffler
+    from shuffler.server import start_shuffler
     from shuffler.store import ShufflerStore
 
     logging.basicConfig(

@@ -2,6 +2,7 @@
 in exactly one place (``shuffler.servicer._STATUS``):
 
     ShufflerError
+    ├── BindError                           the listen address cannot be bound (exit 4)
     ├── ConfigError (a ValueError)          bad settings or registry; start-up fails naming it
     ├── RequestRejected                     a request is refused as a whole (all or nothing)
     │   ├── InvalidRequest                  INVALID_ARGUMENT   (unknown metric, bad length, ...)
@@ -18,6 +19,7 @@ contains report contents.
 from __future__ import annotations
 
 __all__ = [
+    "BindError",
     "ConfigError",
     "ForwardError",
     "InvalidRequest",
@@ -35,6 +37,10 @@ class ShufflerError(Exception):
 
 class ConfigError(ShufflerError, ValueError):
     """The daemon's settings or its metric registry are invalid; the message names the field."""
+
+
+class BindError(ShufflerError):
+    """The gRPC listen address could not be bound."""
 
 
 class RequestRejected(ShufflerError):

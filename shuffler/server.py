@@ -5,10 +5,10 @@
     print(handle.port)        # bound port (listen defaults to 127.0.0.1:0)
     handle.stop()             # graceful: stop accepting, flush, forward, close
 
-The gRPC server is the synchronous one (``grpc.server`` + a thread pool): for
-the device-style load of many small unary calls it was measured faster than
-``grpc.aio`` here (bench/shuffler_grpc_modes.py, BENCHMARKS.md), and the
-request threads simply block on the group commit.
+The default gRPC server is the synchronous one (``grpc.server`` + 8 request
+threads, which block on the group commit); ``settings.server = "aio"`` selects
+the grpc.aio front end (``shuffler.aio_server``). With the shuffler's work on
+top, sync did more device-style unary calls per second here (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from client.registry import Registry
 from shuffler.commit import GroupCommitter
 from shuffler.config import ShufflerSettings, load_tokens
-from shuffler.errors import ConfigError, ShufflerError
+from shuffler.errors import BindError, ConfigError
 from shuffler.forwarding import AggregatorSender, Releaser, Sender
 from shuffler.intake import Intake
 from shuffler.memory_store import MemoryStore
@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["ShufflerHandle", "start_shuffler"]
 
 log = logging.getLogger("crowdmix.shuffler")
-
-
-class BindError(ShufflerError):
-    """The listen address could not be bound."""
 
 
 @dataclass

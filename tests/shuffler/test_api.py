@@ -11,7 +11,8 @@ import shuffler
 def test_exported_members() -> None:
     assert sorted(shuffler.__all__) == sorted(
         [
-            "ConfigError", "ForwardError", "InFlightBatch", "InvalidRequest", "MemoryStore",
+            "BindError", "ConfigError", "ForwardError", "InFlightBatch", "InvalidRequest",
+            "MemoryStore",
             "Overloaded", "PendingWrite", "QueueKey", "RedisStore", "RequestRejected",
             "ShufflerError", "ShufflerHandle", "ShufflerSettings", "ShufflerStore",
             "StoreUnavailable", "Unauthenticated", "load_config", "start_shuffler",

@@ -167,3 +167,22 @@ def test_unreachable_redis_exits_5(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 5, out.stderr
     assert "store unavailable" in out.stderr
+
+
+def test_port_in_use_exits_4(tmp_path: Path) -> None:
+    import socket
+
+    config = write_config(tmp_path, min_batch=10, max_batch=10, max_delay=1.0)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run(
+            [
+                sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+                "--listen", f"127.0.0.1:{port}",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert out.returncode == 4, out.stderr
+    assert "cannot listen" in out.stderr
