@@ -33,6 +33,7 @@ from typing import Any
 
 from shuffler.columns import decode_chunks
 from shuffler.errors import StoreUnavailable
+from shuffler.resp import RespConnection
 from shuffler.store import InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["RedisStore"]
@@ -120,6 +121,17 @@ class RedisStore:
         )
         self._prefix = prefix
         self._append = self._redis.register_script(_APPEND)
+        self._fast: RespConnection | None = None
+        kw = self._redis.connection_pool.connection_kwargs
+        if url.startswith("redis://") and "host" in kw:
+            self._fast = RespConnection(
+                kw["host"],
+                int(kw.get("port", 6379)),
+                db=int(kw.get("db", 0) or 0),
+                username=kw.get("username"),
+                password=kw.get("password"),
+                timeout=timeout,
+            )
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
         self._ack = self._redis.register_script(_ACK)
@@ -149,9 +161,17 @@ class RedisStore:
                 self._k(w.metric, "pending"),
             ]
             args += [w.blob, w.count, field]
-        if keys:
-            with self._errors():
-                self._append(keys=keys, args=args)
+        if not keys:
+            return
+        if self._fast is not None:
+            self._fast.eval(
+                _APPEND,
+                [k.encode() for k in keys],
+                [a if isinstance(a, bytes) else str(a).encode() for a in args],
+            )
+            return
+        with self._errors():
+            self._append(keys=keys, args=args)
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._errors():
@@ -222,4 +242,6 @@ class RedisStore:
             self._redis.ping()
 
     def close(self) -> None:
+        if self._fast is not None:
+            self._fast.close()
         self._redis.close()

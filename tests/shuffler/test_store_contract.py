@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from typing import Any
 
 import numpy as np
+import pytest
 
 from shuffler.columns import Chunk
 from shuffler.store import PendingWrite, QueueKey, ShufflerStore
@@ -148,3 +150,25 @@ def test_merge_blob_equals_merge_then_to_blob() -> None:
     blob, n = merge_blob(parts)
     assert n == 8
     assert blob == merge(parts).to_blob()
+
+
+def test_redis_fast_append_reloads_a_flushed_script_and_reconnects(private_redis: Any) -> None:
+    import redis
+
+    from shuffler.errors import StoreUnavailable
+    from shuffler.redis_store import RedisStore
+
+    s = RedisStore(private_redis.url, timeout=2.0)
+    s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(3))])
+    redis.Redis.from_url(private_redis.url).script_flush()  # EVALSHA now answers NOSCRIPT
+    s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(4, 3))])
+    assert s.pending(RAPPOR) == {KEY: 7}
+    private_redis.stop()
+    with pytest.raises(StoreUnavailable):
+        s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(1))])
+    private_redis.start()  # AOF: the 7 acknowledged reports are back
+    s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(2, 7))])
+    assert s.pending(RAPPOR) == {KEY: 9}
+    batch = s.take(RAPPOR, KEY, min_batch=1, max_batch=100, batch_id=_bid())
+    assert batch is not None and sorted(report_ids(batch.chunk).tolist()) == list(range(9))
+    s.close()
