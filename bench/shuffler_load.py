@@ -80,6 +80,19 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def with_children(pids: list[int]) -> list[int]:
+    """The pids and their direct children (the siblings of ``--processes N``)."""
+    out = list(pids)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid in pids:
+            out.append(int(stat.parent.name))
+    return out
+
+
 def wait_file(path: Path, proc: subprocess.Popen[bytes], what: str) -> int:
     deadline = time.monotonic() + 60
     while not path.exists() or not path.read_text().strip():
@@ -143,7 +156,7 @@ class Cluster:
         redis_cpu = 0.0
         if self.redis is not None and self.redis.proc is not None:
             redis_cpu = cpu_seconds([self.redis.proc.pid])
-        return cpu_seconds(self.shuffler_pids), redis_cpu
+        return cpu_seconds(with_children(self.shuffler_pids)), redis_cpu
 
     def close(self) -> None:
         for p in reversed(self.procs):
@@ -191,6 +204,7 @@ def main() -> None:
     ap.add_argument(
         "--bulk-inflight", type=int, default=4, help="bulk requests in flight per generator"
     )
+    ap.add_argument("--connections", type=int, default=8, help="TCP connections per load generator")
     ap.add_argument("--extra", default="", help="extra flags for crowdmix shuffler serve")
     args = ap.parse_args()
     if args.sink:
@@ -216,6 +230,7 @@ def main() -> None:
                         1,
                         processes=args.generators,
                         concurrency=per_gen,
+                        connections=args.connections,
                         duration=args.duration,
                     )
                     c1 = cluster.cpu()
@@ -236,6 +251,7 @@ def main() -> None:
                         1000,
                         processes=args.generators,
                         concurrency=args.bulk_inflight,
+                        connections=min(args.connections, args.bulk_inflight),
                         duration=args.duration,
                     )
                     c1 = cluster.cpu()

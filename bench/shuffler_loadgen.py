@@ -85,12 +85,18 @@ def _worker(
     warmup: float,
     duration: float,
     token: str | None,
+    connections: int,
     out: Any,
 ) -> None:
     import grpc
 
-    channel = grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
-    call = channel.unary_unary("/crowdmix.v1.Shuffler/Submit")
+    # each channel its own TCP connection (devices each have their own; and with
+    # --processes the kernel spreads connections, not calls, over the processes)
+    channels = [
+        grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(connections)
+    ]
+    calls = [ch.unary_unary("/crowdmix.v1.Shuffler/Submit") for ch in channels]
     metadata = (("authorization", f"Bearer {token}"),) if token else None
     lock = threading.Lock()
     lat: list[float] = []
@@ -100,13 +106,13 @@ def _worker(
     done = threading.Event()
     live = [concurrency]
 
-    def fire() -> None:
+    def fire(i: int) -> None:
         t0 = time.perf_counter()
-        fut = call.future(payload, timeout=10, metadata=metadata)
+        fut = calls[i % connections].future(payload, timeout=10, metadata=metadata)
         wall = time.time()
-        fut.add_done_callback(lambda f: finished(f, t0, wall))
+        fut.add_done_callback(lambda f: finished(f, t0, wall, i))
 
-    def finished(f: Any, t0: float, wall: float) -> None:
+    def finished(f: Any, t0: float, wall: float, i: int) -> None:
         dt = time.perf_counter() - t0
         now = time.time()
         code = f.code()
@@ -127,14 +133,15 @@ def _worker(
         if again:
             if code != grpc.StatusCode.OK:
                 time.sleep(0.01)
-            fire()
+            fire(i)
 
     while time.time() < start_at:
         time.sleep(0.005)
-    for _ in range(concurrency):
-        fire()
+    for i in range(concurrency):
+        fire(i)
     done.wait(warmup + duration + 30)
-    channel.close()
+    for ch in channels:
+        ch.close()
     out.put((ok[0], ok[0] * per_request, dict(errors), np.array(lat)))
 
 
@@ -148,6 +155,7 @@ def run_load(
     warmup: float = 1.0,
     duration: float = 10.0,
     token: str | None = None,
+    connections: int = 1,
 ) -> LoadResult:
     """``processes`` generators, ``concurrency`` calls in flight each, spread over targets."""
     # spawn, not fork: a forked child of a process that used grpc can hang
@@ -166,6 +174,7 @@ def run_load(
                 warmup,
                 duration,
                 token,
+                connections,
                 out,
             ),
             daemon=True,

@@ -1,5 +1,9 @@
 """``crowdmix shuffler serve``: run the shuffler daemon.
 
+With ``--processes N`` (Redis only) the first process binds the port with
+SO_REUSEPORT and starts N-1 siblings on the same port and store; the kernel
+spreads connections over them. SIGTERM to the first process stops them all.
+
 Exit codes: 0 stopped cleanly (SIGTERM/SIGINT: stop accepting, flush, forward
 what can be forwarded), 1 bad configuration (the message names the field),
 3 a missing optional dependency, 4 the listen address cannot be bound,
@@ -59,22 +63,41 @@ def register(subparsers: Any) -> None:
     )
     a("--server", choices=["sync", "aio"], help="gRPC server kind (default sync)")
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
+    a("--processes", type=int, default=1, metavar="N",
+      help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
+      "one per core: a single Python process is bound by its GIL")  # fmt: skip
+    a("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_serve)
 
+
+# dest -> flag, to start sibling processes with the same settings
+_FLAGS = {
+    "redis": "--redis", "aggregator": "--aggregator", "tls_cert": "--tls-cert",
+    "tls_key": "--tls-key", "tls_client_ca": "--tls-client-ca",
+    "aggregator_ca": "--aggregator-ca", "aggregator_cert": "--aggregator-cert",
+    "aggregator_key": "--aggregator-key", "tokens_file": "--tokens",
+    "max_request_bytes": "--max-request-bytes",
+    "max_reports_per_request": "--max-reports-per-request",
+    "rate_limit_reports": "--rate-limit", "max_buffered_reports": "--max-buffered",
+    "commit_max_delay_ms": "--commit-delay-ms", "workers": "--workers", "server": "--server",
+    "shutdown_grace_seconds": "--grace",
+}  # fmt: skip
 
 _OVERRIDES = (
     "redis", "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
     "aggregator_cert", "aggregator_key", "tokens_file", "metrics_port", "port_file",
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
-    "commit_max_delay_ms", "workers", "server", "shutdown_grace_seconds",
+    "commit_max_delay_ms", "workers", "server", "shutdown_grace_seconds", "reuse_port",
 )  # fmt: skip
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import dataclasses
     import logging
     import os
     import signal
+    import subprocess
     import sys
     import threading
 
@@ -96,6 +119,12 @@ def _serve(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    if args.processes < 1:
+        raise CliError(f"--processes must be at least 1, got {args.processes}")
+    if args.processes > 1:
+        if settings.redis is None:
+            raise CliError("--processes > 1 needs --redis: the processes share one store")
+        settings = dataclasses.replace(settings, reuse_port=True)
     store: ShufflerStore
     if settings.redis is not None:
         store = RedisStore(settings.redis)
@@ -119,6 +148,10 @@ def _serve(args: argparse.Namespace) -> int:
     except BindError as exc:
         print(f"crowdmix: error: {exc}", file=sys.stderr)
         return EXIT_BIND
+    siblings = [
+        subprocess.Popen(_sibling_args(args, settings.listen, handle.port))
+        for _ in range(args.processes - 1)
+    ]
     if settings.port_file is not None:
         tmp = f"{settings.port_file}.tmp"
         with open(tmp, "w") as fh:
@@ -138,5 +171,22 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     while not stop_requested.wait(0.5):
         pass
+    for child in siblings:
+        child.send_signal(signal.SIGTERM)
     handle.stop()
-    return 0
+    codes = [child.wait() for child in siblings]
+    return max([0, *codes])
+
+
+def _sibling_args(args: argparse.Namespace, listen: str, port: int) -> list[str]:
+    """The command line of a sibling process: same settings, the bound port, no files
+    or ports of its own (the first process writes the port file and serves metrics)."""
+    import sys
+
+    host = listen.rpartition(":")[0]
+    out = [sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", args.config]
+    for dest, flag in _FLAGS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            out += [flag, str(value)]
+    return [*out, "--listen", f"{host}:{port}", "--reuse-port", "--log-level", args.log_level]

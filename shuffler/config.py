@@ -63,6 +63,7 @@ class ShufflerSettings:
     # duration: raise it above the number of concurrently streaming senders.
     workers: int = 8
     server: str = "sync"  # "sync" (grpc.server + threads) or "aio" (grpc.aio)
+    reuse_port: bool = False  # SO_REUSEPORT: several processes serve one port (--processes)
     metrics_port: int | None = None
     port_file: str | None = None
     tick_seconds: float = 0.05

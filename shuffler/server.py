@@ -184,7 +184,8 @@ def start_shuffler(
 
     options = [
         ("grpc.max_receive_message_length", settings.max_request_bytes),
-        ("grpc.so_reuseport", 0),
+        # off unless asked: a second server on a busy port must fail, not share it
+        ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
     ]
     front: _SyncFront | AioFront
     if settings.server == "aio":

@@ -154,6 +154,16 @@ def test_bad_config_exits_1_naming_the_field(tmp_path: Path) -> None:
     assert "min_batch" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_processes_need_redis(tmp_path: Path) -> None:
+    config = write_config(tmp_path, min_batch=10, max_batch=10, max_delay=1.0)
+    out = subprocess.run(
+        [sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+         "--processes", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1 and "--redis" in out.stderr
+
+
 def test_unreachable_redis_exits_5(tmp_path: Path) -> None:
     from tests.redis_server import free_port
 
@@ -186,3 +196,68 @@ def test_port_in_use_exits_4(tmp_path: Path) -> None:
         )  # fmt: skip
     assert out.returncode == 4, out.stderr
     assert "cannot listen" in out.stderr
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_processes_share_one_port_and_stop_together(
+    tmp_path: Path, redis_url: str, aggregator: RecordingAggregator
+) -> None:
+    config = write_config(tmp_path, min_batch=100, max_batch=1000, max_delay=0.05)
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+            "--redis", redis_url, "--listen", "127.0.0.1:0", "--aggregator", aggregator.target,
+            "--port-file", str(port_file), "--processes", "2",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: port_file.exists(), timeout=30)
+        port = int(port_file.read_text())
+        wait_for(lambda: len(_children(proc.pid)) == 1, timeout=30)
+        (child,) = _children(proc.pid)
+        n = 0
+        for i in range(20):  # separate connections, spread by the kernel over both processes
+            ch = grpc.insecure_channel(
+                f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            ids = np.arange(i * 100, (i + 1) * 100)
+            deadline = time.monotonic() + 20
+            while True:  # the sibling may still be starting: UNAVAILABLE is retried
+                try:
+                    stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+                    n += stub.Submit(columns_request(ids, FP), timeout=10).accepted
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            ch.close()
+        assert n == 2000
+        wait_for(lambda: aggregator.total() == 2000, timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        wait_for(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
