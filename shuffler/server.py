@@ -256,6 +256,16 @@ def start_shuffler(
             releaser_thread.join()
         if closer is not None:
             closer()
+        if isinstance(store, MemoryStore):
+            left = sum(sum(store.pending(m).values()) for m in registry.metrics)
+            stuck = sum(len(store.inflight_ids(m)) for m in registry.metrics)
+            if left or stuck:
+                log.warning(
+                    "in-memory store: %d pending reports and %d unacknowledged batches are "
+                    "lost with this process",
+                    left,
+                    stuck,
+                )
         if metrics_server is not None:
             metrics_server.shutdown()
         if owns_store:
