@@ -228,7 +228,16 @@ class AggregatorSender:
 
         from protos import crowdmix_pb2_grpc
 
-        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        options = [
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+            # gRPC's default reconnect backoff grows to 120 s: after a short aggregator
+            # outage batches would wait minutes. Releases already retry with their own
+            # backoff, so the channel should come back within seconds.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 3000),
+        ]
         if ca is not None:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=ca, private_key=key, certificate_chain=cert
