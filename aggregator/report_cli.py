@@ -63,6 +63,11 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     live.add_argument(
         "--windows", metavar="LIST", help="collection windows, e.g. 20400,20402-20405 (all)"
     )
+    led = p.add_argument_group("privacy ledger (record the release; refuse it over budget)")
+    led.add_argument("--ledger", metavar="FILE", help="JSON ledger of the metric's releases")
+    led.add_argument("--release-id", metavar="ID", help="this release's id (metric/window)")
+    led.add_argument("--budget-epsilon", type=float, metavar="E", help="total ε allowed")
+    led.add_argument("--budget-delta", type=float, default=1e-5, metavar="D", help="(1e-5)")
     rap = p.add_argument_group("google/rappor files")
     rap.add_argument("--rappor-counts", metavar="FILE", help="counts.csv (N, bit counts)")
     rap.add_argument("--rappor-map", metavar="FILE", help="map.csv (candidate, m·h rows)")
@@ -199,12 +204,81 @@ def _metric(config: str, name: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from aggregator.accounting import AccountingError
     from crowdmix.cli import CliError
 
     try:
         return _report(args)
     except ValueError as exc:  # DecodeError, CountsError, RapporFileError, RegistryError
         raise CliError(str(exc)) from None
+    except AccountingError as exc:  # over budget: nothing recorded, nothing written
+        raise CliError(f"release refused by the ledger {args.ledger}: {exc}") from None
+
+
+def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
+    """The privacy figures of a release recorded in ``--ledger`` (run after decoding).
+
+    The statement's longitudinal figure covers every release in the ledger; a
+    release over the budget raises BudgetExceededError and nothing is recorded
+    or written. Reporting the same release id again re-decodes the same counts,
+    which costs no privacy: it is not recorded twice.
+    """
+    from aggregator.accounting import (
+        Budget,
+        DuplicateReleaseError,
+        JsonFileLedgerStore,
+        PrivacyLedger,
+        record_release,
+    )
+    from aggregator.report import privacy_figures
+
+    budget = (
+        Budget(epsilon=args.budget_epsilon, delta=args.budget_delta)
+        if args.budget_epsilon is not None
+        else None
+    )
+    ledger = PrivacyLedger(JsonFileLedgerStore(args.ledger), budget)
+    window = job.window if job.window is not None else 0
+    release_id = (
+        args.release_id or f"{job.metric.name}/{job.window if job.window is not None else 'all'}"
+    )
+
+    def figures(metric: Any, totals: Any) -> dict[str, Any]:
+        out = privacy_figures(metric, totals, batch_sizes=job.batch_sizes, shuffled=job.shuffled)
+        n = int(totals.sum())
+        sizes = job.batch_sizes if job.batch_sizes and sum(job.batch_sizes) == n else None
+        try:
+            statement, (eps, delta) = record_release(
+                ledger,
+                metric,
+                n,
+                release_id=release_id,
+                window=window,
+                cohort_sizes=[int(t) for t in totals],
+                batch_sizes=sizes,
+                shuffled=job.shuffled,
+            )
+            recorded = True
+        except DuplicateReleaseError:
+            eps, delta = ledger.spent(metric.name)
+            recorded = False
+        else:
+            out["statement"] = statement.to_dict()
+            out["text"] = statement.render()
+        out["ledger"] = {
+            "path": str(args.ledger),
+            "release_id": release_id,
+            "recorded": recorded,
+            "releases": len(ledger.releases(metric.name)),
+            "total_epsilon": eps,
+            "total_delta": delta,
+            "budget": None
+            if budget is None
+            else {"epsilon": budget.epsilon, "delta": budget.delta},
+        }
+        return out
+
+    return figures
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -224,9 +298,10 @@ def _report(args: argparse.Namespace) -> int:
     if len(jobs) > 1:
         raise CliError("give one counts source, not several")
     options = DecodeOptions(alpha=args.alpha, correction=args.correction)
+    privacy = _ledger_privacy(args, jobs[0]) if args.ledger else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecodeWarning)  # they are in the summary and printed
-        outcome = run_report(jobs[0], options=options, project=args.project)
+        outcome = run_report(jobs[0], options=options, project=args.project, privacy=privacy)
     paths = write_outputs(outcome, args.out, plot=not args.no_plot, top=args.top)
     result, summary = outcome.result, outcome.summary
     print(format_table(result, top=args.top))

@@ -47,6 +47,7 @@ MECHANISMS: tuple[str, ...] = get_args(Mechanism)
 OLH_PRIME = 2**31 - 1
 MAX_DOMAIN = 1 << 24
 MAX_EPSILON = 30.0
+MAX_OLH_EPSILON = 20.0
 
 
 def index_bytes(n: int) -> int:
@@ -85,6 +86,9 @@ class BasicParams:
         d = self.domain_size
         if isinstance(d, bool) or not isinstance(d, int) or not 2 <= d <= MAX_DOMAIN:
             raise ParamsError(f"domain_size must be an integer in [2, {MAX_DOMAIN}], got {d!r}")
+        if self.mechanism == "olh" and eps > MAX_OLH_EPSILON:
+            # g = round(e^ε) + 1 buckets must fit the 4-byte y field (and a 31-bit hash).
+            raise ParamsError(f"epsilon must be at most {MAX_OLH_EPSILON} for olh, got {eps!r}")
         if self.mechanism == "binary-rr" and d != 2:
             raise ParamsError(f"domain_size must be 2 for binary-rr, got {d}")
 

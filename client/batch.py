@@ -39,6 +39,7 @@ inject a seeded ``ByteSource`` explicitly.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -88,6 +89,7 @@ class AesCtrKeystream:
         self._cipher_parts = (Cipher, algorithms.AES, modes.CTR)
         self._zeros = bytes(_CHUNK)
         self._rekey()
+        _KEYSTREAMS.add(self)
 
     def _rekey(self) -> None:
         cipher, aes, ctr = self._cipher_parts
@@ -104,6 +106,20 @@ class AesCtrKeystream:
             size = min(_CHUNK, n - start)
             self._encryptor.update_into(self._zeros[:size], view[start : start + size + 15])
         return buf[:n]
+
+
+# A forked child must never replay its parent's keystream: re-key at fork (the pid
+# check in random_array stays as a second line of defence).
+_KEYSTREAMS: weakref.WeakSet[AesCtrKeystream] = weakref.WeakSet()
+
+
+def _rekey_after_fork() -> None:
+    for stream in list(_KEYSTREAMS):
+        stream._rekey()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_rekey_after_fork)
 
 
 class UrandomBytes:

@@ -202,7 +202,16 @@ class PrivacyLedger:
                     "the longitudinal figure for all releases "
                     "(privacy_statement(..., rounds=k).to_release(...))"
                 )
-            return last.longitudinal_epsilon, last.longitudinal_delta
+            # Each figure covers every round up to its release, but was computed with
+            # that release's crowd; a later, larger crowd must not lower the total, so
+            # the largest figure recorded stands (each pair is valid; (max ε, max δ)
+            # is weaker than both).
+            figures = [
+                (r.longitudinal_epsilon, r.longitudinal_delta)
+                for r in releases
+                if r.longitudinal_epsilon is not None and r.longitudinal_delta is not None
+            ]
+            return max(e for e, _ in figures), max(d for _, d in figures)
         eps = math.fsum(r.epsilon for r in releases)
         delta = min(1.0, math.fsum(r.delta for r in releases))
         if last.longitudinal_epsilon is not None and last.longitudinal_epsilon < eps:

@@ -124,9 +124,19 @@ class PrivacyStatement:
 
     @property
     def assumptions(self) -> list[str]:
-        out = ["the shuffler and the aggregator do not collude"]
+        out = [
+            "the shuffler and the aggregator do not collude, and the aggregator cannot "
+            "read the shuffler's store",
+            # ε0 = ε_1 and the crowd counted in reports both need one report per person:
+            # k reports of one client would be ε_k-LDP and fill k places of the crowd.
+            "each client sends at most one report of this metric per collection window",
+        ]
         if self.longitudinal.rounds > 1:
             out.append("the same clients report in every round")
+            if self.longitudinal.argument.startswith("memoised-prr"):
+                # The PRR is memoised per Bloom filter: a client whose value changes
+                # gets a fresh PRR, and its rounds compose instead of sharing one.
+                out.append("each client's value is the same in every round")
         if not self.shuffled:
             out.append("the reports were not shuffled: only local guarantees apply")
         elif self.batch_assumed:
@@ -214,10 +224,15 @@ class PrivacyStatement:
                 f"ε_∞ = {self.epsilon_inf:.4g} (memoised permanent randomized response)"
             )
         local += "; this holds even if every server is compromised."
+        release = (
+            f"each of these {lg.rounds} releases"
+            if lg.rounds > 1
+            else f"this release of {self.n_reports:,} reports"
+        )
         if c.amplified:
             central = (
                 f" Shuffling hides each report among others: if the shuffler and the "
-                f"aggregator do not collude, this release of {self.n_reports:,} reports "
+                f"aggregator do not collude, {release} "
                 f"satisfies (ε = {c.epsilon:.4g}, δ = {c.delta:.2g})-differential privacy "
                 f"by the {_BOUND_NAMES.get(c.bound, c.bound)}."
             )
@@ -245,7 +260,7 @@ class PrivacyStatement:
                 f"(ε = {lg.epsilon:.4g}, δ = {lg.delta:.2g}) "
                 f"({_ARGUMENTS[lg.argument].replace('ε_R', f'ε_{lg.rounds}')})."
             )
-        return text
+        return text + " This assumes that " + "; that ".join(self.assumptions) + "."
 
 
 def privacy_statement(

@@ -234,3 +234,15 @@ def test_record_release_retries_when_another_writer_wins() -> None:
     stmt, _ = record_release(PrivacyLedger(store), metric, 10_000, release_id="w1", window=1)
     assert stmt.longitudinal.rounds == 2  # recomputed over both releases
     assert [e["release_id"] for e in store.load("pages")] == ["other", "w1"]
+
+
+def test_shared_randomness_total_never_decreases(store: LedgerStore) -> None:
+    # A later release computed with a larger crowd may state a smaller longitudinal
+    # figure; the total must keep the largest one recorded.
+    ledger = PrivacyLedger(store)
+    memo = {"fresh_randomness": False}
+    first = release("r1", eps=0.3, longitudinal_epsilon=0.3, longitudinal_delta=1e-7, **memo)  # type: ignore[arg-type]
+    second = release("r2", eps=0.1, longitudinal_epsilon=0.2, longitudinal_delta=1e-6, **memo)  # type: ignore[arg-type]
+    assert ledger.record("pages", first) == (0.3, 1e-7)
+    assert ledger.record("pages", second) == (0.3, 1e-6)
+    assert ledger.spent("pages") == (0.3, 1e-6)

@@ -149,9 +149,19 @@ def test_to_dict_is_json_and_render_is_quotable() -> None:
     assert data["central"]["delta"] == DELTA
     assert data["local"]["epsilon_1"] == pytest.approx(stmt.epsilon_local)
     assert data["longitudinal"]["argument"].startswith("memoised-prr")
-    assert "the shuffler and the aggregator do not collude" in data["assumptions"]
+    assumptions = " | ".join(data["assumptions"])
+    assert "the shuffler and the aggregator do not collude" in assumptions
+    assert "cannot read the shuffler's store" in assumptions
+    # ε0 = ε_1 counts one report per person; the memoised-PRR rounds argument needs
+    # the value to stay the same (a new value gets a fresh PRR).
+    assert "at most one report of this metric per collection window" in assumptions
+    assert "each client's value is the same in every round" in assumptions
     text = stmt.render()
     assert f"{stmt.central.epsilon:.4g}" in text and "collude" in text and "3 releases" in text
+    assert "each of these 3 releases satisfies" in text
+    assert "that each client's value is the same in every round" in text
+    single = privacy_statement(rappor_metric(m=8), 10**5, delta=DELTA).to_dict()
+    assert not any("same in every round" in a for a in single["assumptions"])
 
 
 def test_no_prr_gives_infinite_eps_inf_as_null() -> None:

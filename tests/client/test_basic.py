@@ -184,3 +184,13 @@ def test_olh_distribution() -> None:
     assert chi_square_ok(others)
     assert chi_square_ok(np.bincount(a_buckets, minlength=16))
     assert chi_square_ok(np.bincount(b_buckets, minlength=16))
+
+
+def test_olh_epsilon_is_capped_where_its_buckets_fit_the_payload() -> None:
+    from client.basic import MAX_OLH_EPSILON
+
+    params = BasicParams(mechanism="olh", epsilon=MAX_OLH_EPSILON, domain_size=4)
+    assert params.olh_buckets < 2**31
+    BasicEncoder(params, metric="m").encode(1)  # encodes without overflow
+    with pytest.raises(ValueError, match=r"at most 20\.0 for olh"):
+        BasicParams(mechanism="olh", epsilon=MAX_OLH_EPSILON + 1, domain_size=4)

@@ -206,3 +206,24 @@ def test_default_source_is_aes_ctr_keyed_from_os_urandom(monkeypatch: pytest.Mon
     b = BatchEncoder(RapporParams(k=16, h=2, m=4), metric="m")._source.random_array(1 << 16)
     assert not np.array_equal(a, b)  # two encoders, two keys
     assert UrandomBytes().random_array(8).size == 8 and calls[-1] == 8
+
+
+def test_a_forked_child_never_replays_the_parents_keystream() -> None:
+    import os
+
+    from client.batch import AesCtrKeystream
+
+    stream = AesCtrKeystream()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report its next 32 bytes and leave at once
+        try:
+            os.write(write_fd, bytes(stream.random_array(32)))
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    child = os.read(read_fd, 32)
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    parent = bytes(stream.random_array(32))
+    assert len(child) == 32 and child != parent

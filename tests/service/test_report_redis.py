@@ -141,3 +141,48 @@ def test_report_redis_errors_are_messages(tmp_path: Path, redis_url: str) -> Non
     )
     assert result.returncode == 1 and "windows" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_report_records_releases_in_a_ledger_and_refuses_one_over_budget(
+    tmp_path: Path, redis_url: str
+) -> None:
+    _, registry = write_registry(tmp_path, REGISTRY)
+    config = registry["home"]
+    rng = np.random.default_rng(7)
+    ingestor = Ingestor(registry, RedisCountStore.from_url(redis_url))
+    for window in (100, 101):
+        ingestor.ingest(rappor_batch(rng, config, 20_000, window))
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("\n".join(TRUE) + "\n")
+    ledger = tmp_path / "ledger.json"
+
+    def report(window: str, out: str, *budget: str) -> subprocess.CompletedProcess[str]:
+        return crowdmix(
+            "report", "--redis", redis_url, "--metric", "home", "--windows", window,
+            "--candidates", str(candidates), "--out", str(tmp_path / out), "--no-plot",
+            "--ledger", str(ledger), *budget,
+        )  # fmt: skip
+
+    first = report("100", "w100", "--budget-epsilon", "10")
+    assert first.returncode == 0, first.stderr
+    summary = json.loads((tmp_path / "w100" / "summary.json").read_text())
+    assert summary["privacy"]["ledger"]["recorded"] is True
+    assert summary["privacy"]["ledger"]["releases"] == 1
+    spent = summary["privacy"]["ledger"]["total_epsilon"]
+    assert 0 < spent < 10
+
+    again = report("100", "again", "--budget-epsilon", "10")  # same release: no new cost
+    assert again.returncode == 0, again.stderr
+    assert (
+        json.loads((tmp_path / "again" / "summary.json").read_text())["privacy"]["ledger"][
+            "releases"
+        ]
+        == 1
+    )
+
+    before = ledger.read_bytes()
+    refused = report("101", "w101", "--budget-epsilon", str(spent * 1.0001))
+    assert refused.returncode == 1
+    assert "release refused by the ledger" in refused.stderr
+    assert ledger.read_bytes() == before  # nothing recorded
+    assert not (tmp_path / "w101" / "summary.json").exists()  # nothing published
