@@ -3,11 +3,12 @@
     .venv/bin/python bench/e2e.py [--reports 10000000] [--shufflers 1] [--clients 2]
                                   [--threads 4] [--max-batch 100000]
 
-A local cluster on loopback (``crowdmix.cluster.LocalCluster``): redis-server with
-AOF, appendfsync everysec; ``--shufflers`` shuffler processes sharing it, bearer
-tokens on; one aggregator. ``--clients`` load processes × ``--threads`` threads send
-columnar ``Submit`` requests of 1000 reports (m=64, k=128: 16 bytes a report), pre-
-serialised from a pool of 64 distinct requests, round-robin over the shufflers.
+A local cluster on loopback (``crowdmix.cluster.LocalCluster``): ``--shufflers``
+shuffler processes sharing one redis-server (AOF, appendfsync everysec), bearer
+tokens on; one aggregator with a redis-server of its own (as deployed).
+``--clients`` load processes × ``--threads`` threads send columnar ``Submit``
+requests of 1000 reports (m=64, k=128: 16 bytes a report), pre-serialised from a
+pool of 64 distinct requests, round-robin over the shufflers.
 
 Printed: the acknowledged rate while sending (shuffler intake), and the end-to-end
 rate = reports counted / (first send → last report counted by the aggregator). The
@@ -147,7 +148,7 @@ def main() -> int:
     cluster = LocalCluster(work, shufflers=args.shufflers, registry_path=reg_path)
     cluster.start()
     try:
-        store = RedisCountStore.from_url(cluster.redis_url)
+        store = RedisCountStore.from_url(cluster.aggregator_redis_url)
         ctx = mp.get_context("spawn")
         out: mp.Queue = ctx.Queue()
         go = ctx.Event()

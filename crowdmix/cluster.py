@@ -1,5 +1,10 @@
-"""A local crowdmix cluster on loopback: redis-server with AOF, N shufflers
-sharing it, one aggregator, with a generated metric registry and tokens.
+"""A local crowdmix cluster on loopback: N shufflers sharing one redis-server
+(AOF), one aggregator with a redis-server of its own, a generated metric
+registry and tokens.
+
+The two Redis instances are the trust boundary made concrete: the shuffler's
+queues hold reports before they are thresholded and shuffled, so the
+aggregator must not be able to read them.
 
     with LocalCluster(workdir, shufflers=2) as cluster:
         cluster.shuffler_targets      # ["127.0.0.1:PORT", ...]
@@ -263,15 +268,24 @@ class LocalCluster:
         self.tokens_path = self.workdir / "tokens.txt"
         self.tokens_path.write_text(f"local-cluster {self.token}\n")
         self.tokens_path.chmod(0o600)
-        self.redis = RedisServer(appendonly=True, directory=str(self.workdir / "redis"))
+        self.redis = RedisServer(appendonly=True, directory=str(self.workdir / "redis-shuffler"))
+        self.aggregator_redis = RedisServer(
+            appendonly=True, directory=str(self.workdir / "redis-aggregator")
+        )
         self.aggregator: DaemonProcess | None = None
         self.shufflers: list[DaemonProcess] = []
         self._extra_shuffler_args = extra_shuffler_args or []
         self._extra_aggregator_args = extra_aggregator_args or []
 
     @property
-    def redis_url(self) -> str:
+    def shuffler_redis_url(self) -> str:
+        """The shufflers' store (pending and in-flight reports)."""
         return self.redis.url
+
+    @property
+    def aggregator_redis_url(self) -> str:
+        """The aggregator's store (counts): what ``crowdmix report --redis`` reads."""
+        return self.aggregator_redis.url
 
     @property
     def aggregator_target(self) -> str:
@@ -287,7 +301,7 @@ class LocalCluster:
         args = [
             "aggregator", "serve",
             "--config", str(self.registry_path),
-            "--redis", self.redis.url,
+            "--redis", self.aggregator_redis.url,
             "--listen", f"127.0.0.1:{port}",
             *self._extra_aggregator_args,
         ]  # fmt: skip
@@ -309,6 +323,7 @@ class LocalCluster:
     def start(self, timeout: float = 60.0) -> None:
         try:
             self.redis.start()
+            self.aggregator_redis.start()
             self.aggregator = self._aggregator()
             self.aggregator.start()
             self.aggregator.wait_healthy(timeout)
@@ -350,8 +365,9 @@ class LocalCluster:
             codes[s.name] = s.stop(grace)
         if self.aggregator is not None:
             codes[self.aggregator.name] = self.aggregator.stop(grace)
-        self.redis.stop()
-        self.redis.kill()
+        for server in (self.redis, self.aggregator_redis):
+            server.stop()
+            server.kill()
         return codes
 
     def __enter__(self) -> LocalCluster:
@@ -371,7 +387,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "cluster",
         help="run a local cluster on loopback: Redis (AOF), shufflers, an aggregator",
-        description="Starts redis-server with AOF, N shufflers sharing it and one aggregator, "
+        description="Starts N shufflers sharing a redis-server (AOF) and one aggregator with "
+        "a redis-server of its own, "
         "all on 127.0.0.1, with a generated metric registry and token; waits until all are "
         "healthy, prints how to reach them, and stops them all cleanly on SIGTERM or Ctrl-C.",
     )
@@ -396,7 +413,8 @@ def _run(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError) as exc:
         raise CliError(str(exc)) from None
     print(f"crowdmix local cluster in {cluster.workdir} (logs: *.log there)")
-    print(f"  redis       {cluster.redis_url}  (AOF everysec)")
+    print(f"  redis       {cluster.shuffler_redis_url}  (shufflers; AOF everysec)")
+    print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF everysec)")
     print(f"  aggregator  {cluster.aggregator_target}")
     for s in cluster.shufflers:
         print(f"  {s.name:<11} {s.target}")

@@ -20,7 +20,7 @@ def _counted(cluster: LocalCluster, expected: int, timeout: float = 30.0) -> int
     total = 0
     while time.monotonic() < deadline:
         try:
-            total = int(load_counts(cluster.redis_url, DEMO_METRIC).totals.sum())
+            total = int(load_counts(cluster.aggregator_redis_url, DEMO_METRIC).totals.sum())
         except LookupError:
             total = 0
         if total >= expected:
@@ -59,6 +59,8 @@ def test_launcher_simulate_and_clean_stop(tmp_path: Path) -> None:
     try:
         for target in [*cluster.shuffler_targets, cluster.aggregator_target]:
             assert check_health(target) == "SERVING"
+        # The aggregator cannot see the shufflers' queues: they live in another Redis.
+        assert cluster.shuffler_redis_url != cluster.aggregator_redis_url
         batched = _simulate(cluster, cluster.shuffler_targets[0], "--clients", "3000")
         assert batched.returncode == 0, batched.stderr
         assert "3000 acknowledged" in batched.stdout
@@ -82,7 +84,7 @@ def test_launcher_simulate_and_clean_stop(tmp_path: Path) -> None:
         codes = cluster.stop()
     assert codes == {"shuffler-1": 0, "shuffler-2": 0, "aggregator": 0}
     assert all(not s.alive() for s in cluster.shufflers)
-    assert not cluster.redis.ping()
+    assert not cluster.redis.ping() and not cluster.aggregator_redis.ping()
 
 
 def test_simulate_rejects_unknown_metric(tmp_path: Path) -> None:

@@ -26,8 +26,14 @@ def _compose() -> dict:  # type: ignore[type-arg]
 
 def test_compose_topology_and_commands_parse() -> None:
     services = _compose()["services"]
-    assert set(services) == {"redis", "aggregator", "shuffler-1", "shuffler-2"}
-    assert "--appendonly" in services["redis"]["command"]
+    assert set(services) == {
+        "redis-shuffler", "redis-aggregator", "aggregator", "shuffler-1", "shuffler-2"
+    }  # fmt: skip
+    assert "--appendonly" in services["redis-aggregator"]["command"]
+    # The aggregator must not reach the shufflers' queues: separate Redis instances.
+    assert "--redis=redis://redis-aggregator:6379/0" in services["aggregator"]["command"]
+    for name in ("shuffler-1", "shuffler-2"):
+        assert "--redis=redis://redis-shuffler:6379/0" in services[name]["command"]
     parser = build_parser()
     for name in ("aggregator", "shuffler-1", "shuffler-2"):
         svc = services[name]
