@@ -31,6 +31,7 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:w:{W}:deltas   hash: batch id -> counts blob (not yet folded)
     {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
     {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
+    {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
 
 The ids set grows by one member per batch (about 80 bytes in Redis): with the
 shuffler's default 100 k-report batches that is 0.8 bytes per 1000 reports.
@@ -50,6 +51,7 @@ from aggregator.store import (
     StoredCounts,
     StoreError,
     StoreUnavailable,
+    batch_crowd,
 )
 from aggregator.store_codec import encode_counts, sum_blobs
 
@@ -66,6 +68,8 @@ if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description'
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
+local crowd = redis.call('GET', KEYS[6])
+if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
 return {1}
 """
 
@@ -127,6 +131,7 @@ class RedisCountStore:
             self._k(metric, f"w:{window}:deltas"),
             self._k(metric, "meta"),
             self._k(metric, f"w:{window}:sizes"),
+            self._k(metric, f"w:{window}:crowd"),
         ]
         args: list[bytes | str] = [
             batch_id,
@@ -135,6 +140,7 @@ class RedisCountStore:
             str(fingerprint),
             description,
             str(int(np.asarray(delta.totals).sum())),
+            str(batch_crowd(np.asarray(delta.totals))),
         ]
         result = self._call(lambda: self._apply(keys=keys, args=args))
         if int(result[0]) == -1:
@@ -188,6 +194,14 @@ class RedisCountStore:
             for size, n in histogram.items():
                 out[int(size)] = out.get(int(size), 0) + int(n)
         return out
+
+    def smallest_crowd(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
+        wanted = self.windows(metric) if windows is None else sorted(set(windows))
+        if not wanted:
+            return None
+        keys = [self._k(metric, f"w:{w}:crowd") for w in wanted]
+        values = [int(v) for v in self._call(lambda: self._r.mget(keys)) if v is not None]
+        return min(values) if values else None
 
     def metrics(self) -> list[str]:
         pattern = f"{self._prefix}:{{*}}:meta"

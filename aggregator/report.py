@@ -75,6 +75,7 @@ class ReportJob:
     batch_sizes: tuple[int, ...] | None = None
     shuffled: bool = True
     rounds: int = 1
+    smallest_crowd: int | None = None  # measured at ingest (CountStore.smallest_crowd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ def privacy_figures(
     batch_sizes: Sequence[int] | None = None,
     shuffled: bool = True,
     rounds: int = 1,
+    smallest_crowd: int | None = None,
 ) -> dict[str, Any]:
     """Local ε figures plus, when computable, the release's central (ε, δ) after shuffling.
 
@@ -128,7 +130,7 @@ def privacy_figures(
         out["local"] = {"epsilon_1": metric.basic.epsilon, "epsilon_inf": None}
     n = int(totals.sum())
     if batch_sizes is not None and sum(batch_sizes) != n:
-        batch_sizes = None
+        batch_sizes = smallest_crowd = None
     try:
         from aggregator.accounting import privacy_statement
 
@@ -139,6 +141,7 @@ def privacy_figures(
             batch_sizes=batch_sizes,
             shuffled=shuffled,
             rounds=rounds,
+            smallest_crowd=smallest_crowd if batch_sizes is not None else None,
         )
         out["statement"] = statement.to_dict()
         out["text"] = statement.render()
@@ -198,6 +201,7 @@ def run_report(
             batch_sizes=job.batch_sizes,
             shuffled=job.shuffled,
             rounds=job.rounds,
+            smallest_crowd=job.smallest_crowd,
         )
     elif callable(privacy):
         figures = privacy(job.metric, job.totals)

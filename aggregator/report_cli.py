@@ -153,6 +153,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         counts = load_counts(store, metric, windows)
         config = metric if args.config else _stored(store, args.metric)
         batch_sizes = tuple(load_batch_sizes(store, args.metric, windows))
+        smallest_crowd = store.smallest_crowd(args.metric, windows)
         stored_windows = store.windows(args.metric)
         rounds = len(stored_windows if windows is None else set(windows) & set(stored_windows))
     except (LookupError, StoreError) as exc:
@@ -171,6 +172,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         window=windows[0] if windows is not None and len(windows) == 1 else None,
         batch_sizes=batch_sizes or None,
         rounds=max(1, rounds),
+        smallest_crowd=smallest_crowd,
     )
 
 
@@ -244,7 +246,13 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
     )
 
     def figures(metric: Any, totals: Any) -> dict[str, Any]:
-        out = privacy_figures(metric, totals, batch_sizes=job.batch_sizes, shuffled=job.shuffled)
+        out = privacy_figures(
+            metric,
+            totals,
+            batch_sizes=job.batch_sizes,
+            shuffled=job.shuffled,
+            smallest_crowd=job.smallest_crowd,
+        )
         n = int(totals.sum())
         sizes = job.batch_sizes if job.batch_sizes and sum(job.batch_sizes) == n else None
         try:
@@ -257,6 +265,7 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
                 cohort_sizes=[int(t) for t in totals],
                 batch_sizes=sizes,
                 shuffled=job.shuffled,
+                smallest_crowd=job.smallest_crowd if sizes is not None else None,
             )
             recorded = True
         except DuplicateReleaseError:

@@ -56,6 +56,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredCounts",
+    "batch_crowd",
     "load_batch_sizes",
     "load_counts",
     "open_store",
@@ -192,6 +193,14 @@ class CountStore(Protocol):
         """
         ...
 
+    def smallest_crowd(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
+        """The fewest same-cohort reports in any applied batch over ``windows`` (None: none).
+
+        A persistent cohort travels with each report, so a report hides only among
+        its batch's reports of the same cohort; recorded with the batch id.
+        """
+        ...
+
     def metrics(self) -> list[str]:
         """Metrics with stored counts, sorted."""
         ...
@@ -217,6 +226,7 @@ class MemoryCountStore:
         self._descriptions: dict[str, str] = {}
         self._counts: dict[tuple[str, int], StoredCounts] = {}
         self._sizes: dict[tuple[str, int], Counter[int]] = {}
+        self._crowds: dict[tuple[str, int], int] = {}
 
     def apply(
         self,
@@ -247,6 +257,9 @@ class MemoryCountStore:
             )
             ids.add(batch_id)
             self._sizes.setdefault((metric, window), Counter())[add.num_reports] += 1
+            crowd = batch_crowd(add.totals)
+            if crowd < self._crowds.get((metric, window), crowd + 1):
+                self._crowds[(metric, window)] = crowd
             if known is None:
                 self._fingerprints[metric] = fingerprint
                 self._descriptions[metric] = description
@@ -278,6 +291,12 @@ class MemoryCountStore:
             for w in wanted:
                 out.update(self._sizes.get((metric, w), {}))
             return dict(out)
+
+    def smallest_crowd(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
+        with self._lock:
+            wanted = self._windows_locked(metric) if windows is None else set(windows)
+            crowds = [self._crowds[(metric, w)] for w in wanted if (metric, w) in self._crowds]
+        return min(crowds) if crowds else None
 
     def _windows_locked(self, metric: str) -> list[int]:
         return sorted(w for (m, w) in self._counts if m == metric)
@@ -329,6 +348,12 @@ def stored_metric(store: CountStore, name: str) -> MetricConfig | None:
 
     description = store.description(name)
     return None if description is None else metric_from_description(name, description)
+
+
+def batch_crowd(totals: npt.NDArray[np.integer]) -> int:
+    """A batch's smallest non-empty cohort count (its whole size with one cohort)."""
+    present = totals[totals > 0]
+    return int(present.min()) if present.size else 0
 
 
 def load_batch_sizes(

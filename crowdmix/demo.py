@@ -252,6 +252,7 @@ def run_demo(
                 candidates=candidates,
                 source=f"demo ({store_name} store)",
                 batch_sizes=batch_sizes,
+                smallest_crowd=aggregator_store.smallest_crowd(METRIC),
             )
         )
     finally:

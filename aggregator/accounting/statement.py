@@ -98,6 +98,7 @@ class PrivacyStatement:
     longitudinal: LongitudinalGuarantee
     batch_sizes: tuple[int, ...] = ()
     fresh_randomness: bool = False
+    crowd_measured: bool = False
 
     @property
     def cohort_caveat(self) -> str:
@@ -107,6 +108,13 @@ class PrivacyStatement:
             return (
                 f"{self.num_cohorts} cohorts drawn fresh per report: the whole batch "
                 "hides each report"
+            )
+        if self.crowd_measured:
+            return (
+                f"{self.num_cohorts} persistent cohorts: a report hides only among reports of "
+                "its own cohort, so amplification uses the smallest same-cohort crowd of any "
+                f"shuffled batch, measured when the batches were counted: "
+                f"{self.central.n_amplify:,} reports"
             )
         how = "estimated" if self.cohort_share_estimated else "measured"
         where = (
@@ -169,6 +177,7 @@ class PrivacyStatement:
                 "shuffled": self.shuffled,
                 "smallest": self.batch_size,
                 "assumed_min_batch": self.batch_assumed,
+                "smallest_crowd_measured": self.crowd_measured,
                 "sizes": list(self.batch_sizes),
             },
             "central": {
@@ -273,6 +282,7 @@ def privacy_statement(
     batch_sizes: Sequence[int] | None = None,
     rounds: int = 1,
     shuffled: bool = True,
+    smallest_crowd: int | None = None,
 ) -> PrivacyStatement:
     """The privacy statement of a release of ``n_reports`` reports of ``metric``.
 
@@ -287,6 +297,9 @@ def privacy_statement(
         google/rappor files): no amplification, local guarantees only.
     rounds: releases from the same clients (windows) covered by the
         longitudinal figure.
+    smallest_crowd: the fewest same-cohort reports in any of the batches, as
+        the aggregator measured them (``CountStore.smallest_crowd``); when given
+        it is the number of reports each one hides among, instead of an estimate.
     """
     from aggregator.accounting import local
 
@@ -316,6 +329,19 @@ def privacy_statement(
         estimated = share < 1.0
         mean = share * batch
         n_amp = max(1, math.floor(mean - COHORT_SD * math.sqrt(mean * (1.0 - share)) + 1e-9))
+    crowd_measured = smallest_crowd is not None and not cohort_per_report
+    if crowd_measured:
+        # Measured at ingest: the fewest same-cohort reports any batch held. Exact,
+        # so it replaces the estimate above (and needs no allowance in δ).
+        assert smallest_crowd is not None
+        if isinstance(smallest_crowd, bool) or not isinstance(smallest_crowd, int):
+            raise ValueError(f"smallest_crowd must be an integer, got {smallest_crowd!r}")
+        if not 1 <= smallest_crowd <= batch:
+            raise ValueError(
+                f"smallest_crowd must be in [1, smallest batch = {batch}], got {smallest_crowd}"
+            )
+        n_amp = smallest_crowd
+        share, estimated = smallest_crowd / batch, False
     if not shuffled:
         n_amp = 1  # unshuffled reports hide among nobody: every bound returns ε0
 
@@ -365,6 +391,7 @@ def privacy_statement(
         longitudinal=longitudinal,
         batch_sizes=tuple(batches),
         fresh_randomness=fresh,
+        crowd_measured=crowd_measured,
     )
 
 
@@ -381,6 +408,7 @@ def record_release(
     batch_sizes: Sequence[int] | None = None,
     shuffled: bool = True,
     attempts: int = 3,
+    smallest_crowd: int | None = None,
 ) -> tuple[PrivacyStatement, tuple[float, float]]:
     """Statement for the next release of ``metric`` and its ledger entry, in one step.
 
@@ -402,6 +430,7 @@ def record_release(
             batch_sizes=batch_sizes,
             rounds=rounds,
             shuffled=shuffled,
+            smallest_crowd=smallest_crowd,
         )
         try:
             total = ledger.record(

@@ -213,3 +213,17 @@ def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> 
     # Unknown sizes: estimated for the batch itself.
     unknown = privacy_statement(metric, 80_000, delta=DELTA)
     assert unknown.central.n_amplify < 1000 / 8
+
+
+def test_a_measured_crowd_replaces_the_estimate() -> None:
+    metric = rappor_metric(m=8)
+    estimated = privacy_statement(metric, 10**5, delta=DELTA, batch_sizes=[50_000, 50_000],
+                                  cohort_sizes=[12_500] * 8)  # fmt: skip
+    measured = privacy_statement(metric, 10**5, delta=DELTA, batch_sizes=[50_000, 50_000],
+                                 cohort_sizes=[12_500] * 8, smallest_crowd=6_000)  # fmt: skip
+    assert measured.central.n_amplify == 6_000
+    assert estimated.central.n_amplify != 6_000  # 5 sd below 6 250
+    assert "measured when the batches were counted" in measured.render()
+    assert measured.to_dict()["batch"]["smallest_crowd_measured"] is True
+    with pytest.raises(ValueError, match="smallest_crowd"):
+        privacy_statement(metric, 10**5, delta=DELTA, batch_sizes=[10**5], smallest_crowd=0)

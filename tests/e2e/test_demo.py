@@ -63,6 +63,7 @@ def test_demo_decodes_the_truth_within_its_intervals(tmp_path: Path) -> None:
     # The central figure rests on the batches the shuffler actually released.
     assert privacy["statement"]["batch"]["assumed_min_batch"] is False
     assert sum(privacy["statement"]["batch"]["sizes"]) == demo.counted
+    assert privacy["statement"]["batch"]["smallest_crowd_measured"] is True
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -107,6 +107,7 @@ def test_report_decodes_live_counts_from_redis(tmp_path: Path, redis_url: str) -
     assert statement["batch"]["smallest"] == 20_000
     assert statement["batch"]["assumed_min_batch"] is False
     assert statement["longitudinal"]["rounds"] == 2
+    assert statement["batch"]["smallest_crowd_measured"] is True
 
     one = tmp_path / "one"
     result = crowdmix(

@@ -118,6 +118,13 @@ def test_batch_sizes_are_recorded_once_per_batch_and_window(
     assert store.batch_sizes("pages", [2]) == {100: 1, 200: 1}
     assert store.batch_sizes("pages", [9]) == {}
     assert load_batch_sizes(store, "pages") == [100, 100, 200]
+    # The smallest same-cohort crowd of any batch, measured from its cohort totals.
+    crowds = {w: min(int(t) for t in d.totals if t > 0) for w, d in ((1, d1), (2, d2))}
+    crowds[2] = min(crowds[2], min(int(t) for t in d3.totals if t > 0))
+    assert store.smallest_crowd("pages", [1]) == crowds[1]
+    assert store.smallest_crowd("pages", [2]) == crowds[2]
+    assert store.smallest_crowd("pages") == min(crowds.values())
+    assert store.smallest_crowd("pages", [9]) is None
 
 
 def test_metrics_have_separate_ids_and_counts(store: CountStore, registry: Registry) -> None:
