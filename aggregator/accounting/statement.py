@@ -145,6 +145,12 @@ class PrivacyStatement:
                 # The PRR is memoised per Bloom filter: a client whose value changes
                 # gets a fresh PRR, and its rounds compose instead of sharing one.
                 out.append("each client's value is the same in every round")
+                # The rounds are a post-processing of one shuffle of the PRRs only when
+                # each round shuffles the same clients together.
+                out.append(
+                    "every round shuffles the same clients together (one batch per round, "
+                    "or identical batch membership)"
+                )
         if not self.shuffled:
             out.append("the reports were not shuffled: only local guarantees apply")
         elif self.batch_assumed:

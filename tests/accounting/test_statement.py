@@ -156,6 +156,7 @@ def test_to_dict_is_json_and_render_is_quotable() -> None:
     # the value to stay the same (a new value gets a fresh PRR).
     assert "at most one report of this metric per collection window" in assumptions
     assert "each client's value is the same in every round" in assumptions
+    assert "every round shuffles the same clients together" in assumptions
     text = stmt.render()
     assert f"{stmt.central.epsilon:.4g}" in text and "collude" in text and "3 releases" in text
     assert "each of these 3 releases satisfies" in text
