@@ -92,6 +92,8 @@ def register(sub: Any) -> None:
     plan.add_argument("--candidates", type=int, required=True, help="candidate values")
     plan.add_argument("--rounds", type=int, default=1, help="releases the target must cover")
     plan.add_argument("--cohorts", type=int, default=4)
+    plan.add_argument("--max-local-epsilon", type=float, help="cap on ε_1 of one report")
+    plan.add_argument("--max-epsilon-inf", type=float, help="cap on ε_∞ (PRR bound)")
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(func=_plan)
 
@@ -301,6 +303,8 @@ def _plan(args: argparse.Namespace) -> int:
             args.candidates,
             rounds=args.rounds,
             cohorts=args.cohorts,
+            max_local_epsilon=args.max_local_epsilon,
+            max_epsilon_inf=args.max_epsilon_inf,
         )
     except ValueError as exc:
         raise _fail(exc) from None

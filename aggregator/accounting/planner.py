@@ -169,8 +169,16 @@ def plan(
     cohorts: int = 4,
     alpha: float = 0.05,
     power: float = 0.8,
+    max_local_epsilon: float | None = None,
+    max_epsilon_inf: float | None = None,
 ) -> Plan:
-    """Propose RAPPOR params meeting central ``epsilon`` (over ``rounds`` releases)."""
+    """Propose RAPPOR params meeting central ``epsilon`` (over ``rounds`` releases).
+
+    ``max_local_epsilon`` caps ε_1 (what one report reveals with no trust in any
+    server) and ``max_epsilon_inf`` caps ε_∞ (everything a client ever reports
+    about one value): a central target alone lets the planner trade local
+    privacy away when n is large.
+    """
     from scipy.stats import norm
 
     from aggregator.accounting.guarantees import smallest_cohort_share
@@ -191,11 +199,27 @@ def plan(
     share, _ = smallest_cohort_share(probe, n, None, False)
     n_amp = max(1, math.floor(share * n + 1e-9))
     eps_max = _max_local_epsilon(float(epsilon), n_amp, delta)
+    for name, cap in (
+        ("max_local_epsilon", max_local_epsilon),
+        ("max_epsilon_inf", max_epsilon_inf),
+    ):
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0
+        ):
+            raise ValueError(f"{name} must be a positive number, got {cap!r}")
+    if max_local_epsilon is not None:
+        eps_max = min(eps_max, float(max_local_epsilon))
 
     best: tuple[float, RapporParams] | None = None
     for h in _H_CHOICES:
         k = min(4096, max(16, _next_pow2(1.5 * h * candidates)))
         for f in _F_CHOICES:
+            # ε_∞ = 2h·ln((1 - f/2)/(f/2)) depends on h and f alone
+            if (
+                max_epsilon_inf is not None
+                and 2 * h * math.log((1 - f / 2) / (f / 2)) > max_epsilon_inf
+            ):
+                continue
             params = _best_q(h, f, k, cohorts, rounds, eps_max)
             if params is None:
                 continue
@@ -206,6 +230,11 @@ def plan(
         raise PlanError(
             f"no RAPPOR parameters reach ε={epsilon} with δ={delta} for n={n} "
             f"(a report hides among only ~{n_amp} others)"
+            + (
+                ""
+                if max_local_epsilon is None and max_epsilon_inf is None
+                else " within the local caps"
+            )
         )
     se, params = best
     z = float(norm.isf(alpha / candidates)) + float(norm.ppf(power))

@@ -47,3 +47,17 @@ def test_unreachable_and_bad_targets() -> None:
         plan(1.0, 1e-6, 1000, 0)
     with pytest.raises(ValueError, match="epsilon"):
         plan(0.0, 1e-6, 1000, 10)
+
+
+def test_local_caps_are_respected_and_the_target_still_met() -> None:
+    from client.privacy import epsilon_inf, epsilon_one
+
+    free = plan(1.0, 1e-6, 1_000_000, 1000)
+    capped = plan(1.0, 1e-6, 1_000_000, 1000, max_local_epsilon=4.0, max_epsilon_inf=8.0)
+    assert epsilon_one(free.params) > 4.0  # without caps the planner trades local privacy
+    assert epsilon_one(capped.params) <= 4.0 + 1e-9
+    assert epsilon_inf(capped.params) <= 8.0
+    assert capped.central_epsilon <= 1.0
+    assert capped.std_error >= free.std_error  # privacy costs accuracy
+    with pytest.raises(PlanError, match="within the local caps"):
+        plan(1.0, 1e-6, 1_000_000, 1000, max_epsilon_inf=0.5)
