@@ -32,6 +32,7 @@ Errors::
 
 from __future__ import annotations
 
+import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -70,7 +71,7 @@ class CountsShapeError(CountsError):
     """A batch does not fit the accumulator (bit length, cohort range, merge of unlike counts)."""
 
 
-class Counts:
+class Counts(abc.ABC):
     """Report totals per cohort (``totals[m]``) and supports per (cohort, bit) (``ones[m, nbits]``).
 
     Subclasses define how a batch of reports becomes supports (``add``) and the
@@ -92,7 +93,7 @@ class Counts:
         self._ones: Int64Array = np.zeros((self.num_cohorts, self.nbits), dtype=np.int64)
 
     # -- extract -------------------------------------------------------------------------
-    def _flush(self) -> None:
+    def _flush(self) -> None:  # noqa: B027 - a hook: most accumulators buffer nothing
         """Count anything buffered (a no-op unless the subclass buffers)."""
 
     @property
@@ -159,12 +160,12 @@ class Counts:
             raise CountsShapeError(f"bits must be uint8, got dtype {b.dtype}")
         return c, b
 
+    @abc.abstractmethod
     def add(self, cohorts: Any, bits: Any) -> None:
         """Count a batch: ``cohorts`` (n,) ints, ``bits`` (n, report_bytes) uint8.
 
         The whole batch is validated before anything is counted.
         """
-        raise NotImplementedError
 
     # -- merge ---------------------------------------------------------------------------
     def _same_shape(self, other: Counts) -> bool:
@@ -190,8 +191,9 @@ class Counts:
         new._ones = self.ones.copy()
         return new
 
+    @abc.abstractmethod
     def _empty_like(self) -> Counts:
-        raise NotImplementedError
+        """A zeroed accumulator of the same kind and shape."""
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Counts) or not self._same_shape(other):

@@ -27,7 +27,7 @@ from shuffler.errors import ShufflerError, StoreUnavailable
 from shuffler.intake import Intake
 from shuffler.metrics import ShufflerMetrics
 from shuffler.serde import request_to_columns
-from shuffler.servicer import SERVICE_NAME, bearer, parse, rejection
+from shuffler.servicer import SERVICE_NAME, bearer, parse, rejection, shuffler_handler
 
 __all__ = ["AioFront", "AsyncCommitter"]
 
@@ -98,17 +98,7 @@ class AsyncShufflerServicer:
         self._metrics = metrics
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        return grpc.method_handlers_generic_handler(
-            SERVICE_NAME,
-            {
-                "Submit": grpc.unary_unary_rpc_method_handler(
-                    self.Submit, response_serializer=pb.SubmitResponse.SerializeToString
-                ),
-                "SubmitStream": grpc.stream_unary_rpc_method_handler(
-                    self.SubmitStream, response_serializer=pb.SubmitResponse.SerializeToString
-                ),
-            },
-        )
+        return shuffler_handler(self.Submit, self.SubmitStream)
 
     async def _submit_one(self, raw: bytes, context: Any) -> int:
         start = time.perf_counter()

@@ -27,7 +27,15 @@ from shuffler.intake import Intake
 from shuffler.metrics import ShufflerMetrics
 from shuffler.serde import request_to_columns
 
-__all__ = ["SERVICE_NAME", "ShufflerServicer", "bearer", "parse", "rejection", "status_for"]
+__all__ = [
+    "SERVICE_NAME",
+    "ShufflerServicer",
+    "bearer",
+    "parse",
+    "rejection",
+    "shuffler_handler",
+    "status_for",
+]
 
 SERVICE_NAME = "crowdmix.v1.Shuffler"
 
@@ -71,6 +79,24 @@ def bearer(context: Any) -> str | None:
     return None
 
 
+def shuffler_handler(submit: Any, submit_stream: Any) -> grpc.GenericRpcHandler[Any, Any]:
+    """The Shuffler service's method table, shared by the sync and aio servers.
+
+    Requests arrive as raw bytes (no request deserializer): the servicer parses
+    them itself, so a request that is not a protobuf is INVALID_ARGUMENT.
+    """
+    serialize = pb.SubmitResponse.SerializeToString
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "Submit": grpc.unary_unary_rpc_method_handler(submit, response_serializer=serialize),
+            "SubmitStream": grpc.stream_unary_rpc_method_handler(
+                submit_stream, response_serializer=serialize
+            ),
+        },
+    )
+
+
 class ShufflerServicer:
     """Submit and SubmitStream on raw request bytes.
 
@@ -84,17 +110,7 @@ class ShufflerServicer:
         self._metrics = metrics
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        return grpc.method_handlers_generic_handler(
-            SERVICE_NAME,
-            {
-                "Submit": grpc.unary_unary_rpc_method_handler(
-                    self.Submit, response_serializer=pb.SubmitResponse.SerializeToString
-                ),
-                "SubmitStream": grpc.stream_unary_rpc_method_handler(
-                    self.SubmitStream, response_serializer=pb.SubmitResponse.SerializeToString
-                ),
-            },
-        )
+        return shuffler_handler(self.Submit, self.SubmitStream)
 
     def _abort(self, context: grpc.ServicerContext, exc: ShufflerError) -> NoReturn:
         context.abort(*rejection(exc, self._metrics))
