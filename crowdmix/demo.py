@@ -309,10 +309,10 @@ def _plot_against_truth(
     y = np.arange(len(order))[::-1]
     fig, ax = plt.subplots(figsize=(8.5, max(2.5, 0.38 * len(order) + 1.6)), dpi=110)
     ax.barh(y, est, color="#4C78A8", label="estimate")
-    ax.errorbar(
-        est, y, xerr=[est - lo, hi - est], fmt="none", ecolor="black", capsize=3, lw=1,
-        label="95% interval",
-    )  # fmt: skip
+    # Drawn as segments, not as error bars around the estimate: a selection-adjusted
+    # interval need not contain its estimate (near the detection cutoff it lies below).
+    ax.hlines(y, lo, hi, color="black", lw=1, label="95% interval")
+    ax.scatter(np.concatenate([lo, hi]), np.concatenate([y, y]), marker="|", color="black", s=40)
     ax.scatter(tru, y, marker="D", color="#E45756", zorder=3, label="true share")
     ax.set_yticks(y, labels)
     ax.set_xlabel("share of reports (%)")

@@ -96,3 +96,28 @@ def test_demo_rejects_bad_params(tmp_path: Path) -> None:
     )
     assert out.returncode == 1
     assert "p must be below q" in out.stderr
+
+
+def test_demo_plot_draws_intervals_that_exclude_their_estimate(tmp_path: Path) -> None:
+    # Selection-adjusted intervals near the detection cutoff may lie wholly below the
+    # estimate; the plot must draw them as they are (this crashed an unseeded run).
+    from aggregator.decode.result import DecodeResult
+    from aggregator.report import ReportOutcome
+    from crowdmix.demo import _plot_against_truth
+
+    result = DecodeResult(
+        values=("a", "b"),
+        proportion=np.array([0.5, 0.02]),
+        std_error=np.array([0.01, 0.01]),
+        ci_low=np.array([0.48, 0.0]),
+        ci_high=np.array([0.52, 0.015]),  # b's interval lies below its estimate
+        p_value=np.array([0.0, 0.01]),
+        significant=np.array([True, True]),
+        num_reports=1000,
+        num_cohorts=1,
+        detection_threshold=0.01,
+        method="test",
+    )
+    path = tmp_path / "plot.png"
+    _plot_against_truth(ReportOutcome(result, {}), {"a": 0.5, "b": 0.01}, path, top=5)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
