@@ -155,9 +155,8 @@ def run_demo(
     from aggregator.report import ReportJob, run_report, write_outputs
     from aggregator.server import start_aggregator
     from aggregator.store import load_batch_sizes, load_counts, open_store
-    from client.transport import ShufflerClient
     from crowdmix.population import draw_population
-    from crowdmix.simulate import progress_bar
+    from crowdmix.simulate import send_batched
     from shuffler.config import ShufflerSettings
     from shuffler.memory_store import MemoryStore
     from shuffler.server import start_shuffler
@@ -209,22 +208,13 @@ def run_demo(
     )
     try:
         t0 = time.perf_counter()
-        reports = batch.reports()
-        chunk = 1000
-        with ShufflerClient(
+        acknowledged, _, _ = send_batched(
             f"127.0.0.1:{shuffler.port}",
-            token,
-            max_queue=len(reports),
-            batch_size=chunk,
-            background=False,
-        ) as sender:
-            for i in range(0, len(reports), chunk):
-                sender.submit_many(reports[i : i + chunk])
-                sender.flush()
-                if not quiet and ((i // chunk) % 20 == 0 or i + chunk >= len(reports)):
-                    done = min(i + chunk, len(reports))
-                    progress_bar("submitting", done, len(reports), sys.stdout)
-            acknowledged = sender.sent
+            batch.reports(),
+            token=token,
+            batch_size=1000,
+            progress=None if quiet else ("submitting", sys.stdout),
+        )
         _say(f"  {acknowledged:,} reports acknowledged in {time.perf_counter() - t0:.1f}s", quiet)
 
         # Stopping the shuffler gracefully releases every batch that meets the

@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from client.registry import MetricConfig
     from client.report import Report
 
-__all__ = ["SimulationResult", "encode_population", "progress_bar", "register", "simulate"]
+__all__ = [
+    "SimulationResult",
+    "encode_population",
+    "progress_bar",
+    "register",
+    "send_batched",
+    "simulate",
+]
 
 
 def register(sub: Any) -> None:
@@ -129,23 +136,14 @@ def simulate(
     tls = root_certificates is not None
     acked = failed = dropped = 0
     if mode == "batched":
-        with ShufflerClient(
+        acked, failed, dropped = send_batched(
             target,
-            token,
-            tls=tls,
-            root_certificates=root_certificates,
-            max_queue=len(reports),
+            reports,
+            token=token,
             batch_size=batch_size,
-            background=False,
-        ) as sender:
-            for i in range(0, len(reports), batch_size):
-                sender.submit_many(reports[i : i + batch_size])
-                sender.flush()
-                if progress:
-                    progress_bar(
-                        "sending", min(i + batch_size, len(reports)), len(reports), sys.stderr
-                    )
-            acked, failed, dropped = sender.sent, sender.failed, sender.dropped
+            root_certificates=root_certificates,
+            progress=("sending", sys.stderr) if progress else None,
+        )
     elif mode == "unary":
         lock = threading.Lock()
         totals = [0, 0, 0]
@@ -186,6 +184,41 @@ def simulate(
         seconds=seconds,
         true_counts=dict(Counter(values)),
     )
+
+
+def send_batched(
+    target: str,
+    reports: list[Report],
+    *,
+    token: str | None = None,
+    batch_size: int = 1000,
+    root_certificates: bytes | None = None,
+    progress: tuple[str, TextIO] | None = None,
+) -> tuple[int, int, int]:
+    """Deliver ``reports`` in requests of ``batch_size`` through the SDK transport.
+
+    Returns (acknowledged, failed, dropped); raises TransportError on a refusal.
+    ``progress`` is a (label, stream) for a progress bar.
+    """
+    from client.transport import ShufflerClient
+
+    total = len(reports)
+    with ShufflerClient(
+        target,
+        token,
+        tls=root_certificates is not None,
+        root_certificates=root_certificates,
+        max_queue=max(1, total),
+        batch_size=batch_size,
+        background=False,
+    ) as sender:
+        for i in range(0, total, batch_size):
+            sender.submit_many(reports[i : i + batch_size])
+            sender.flush()
+            step = i // batch_size
+            if progress is not None and (step % 20 == 0 or i + batch_size >= total):
+                progress_bar(progress[0], min(i + batch_size, total), total, progress[1])
+        return sender.sent, sender.failed, sender.dropped
 
 
 def progress_bar(label: str, done: int, total: int, stream: TextIO) -> None:
