@@ -94,12 +94,19 @@ class MetricConfig:
     basic: BasicParams | None = None
     domain: tuple[str, ...] | None = None
     shuffle: ShufflePolicy = field(default_factory=ShufflePolicy)
+    # computed once: the shuffler compares it on every request (a BLAKE2b of the params)
+    _fingerprint: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         if (self.rappor is None) == (self.basic is None):
             raise ParamsError(f"metric {self.name!r}: exactly one of rappor/basic must be set")
         if self.rappor is not None:
             self.rappor.check_hashing(self.hashing)
+            fp = self.rappor.fingerprint(self.hashing)
+        else:
+            assert self.basic is not None
+            fp = self.basic.fingerprint()
+        object.__setattr__(self, "_fingerprint", fp)
 
     @property
     def encoding(self) -> str:
@@ -115,10 +122,7 @@ class MetricConfig:
 
     @property
     def fingerprint(self) -> int:
-        if self.rappor is not None:
-            return self.rappor.fingerprint(self.hashing)
-        assert self.basic is not None  # guaranteed by __post_init__
-        return self.basic.fingerprint()
+        return self._fingerprint
 
 
 @dataclass(frozen=True, slots=True)
