@@ -2,9 +2,12 @@
 
 Same servicer logic as ``shuffler.servicer`` (parse, ``Intake.admit``, status
 mapping) but a request waiting for its group commit holds no thread: it awaits
-a future. One writer thread does the store writes: whatever queued while the
+a future. One drain task does the store writes: whatever queued while the
 previous write ran goes into the next one (the same group commit as the sync
-server's leader/follower scheme). Chosen by measurement, see BENCHMARKS.md.
+server's leader/follower scheme). For Redis over TCP and for the memory store
+the write itself runs on the loop (``AsyncCommitter``), so the device-style
+path has no thread hand-off of ours at all. Chosen by measurement, see
+BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from shuffler.intake import Intake
 from shuffler.metrics import ShufflerMetrics
 from shuffler.serde import request_to_columns
 from shuffler.servicer import SERVICE_NAME, bearer, parse, rejection, shuffler_handler
+from shuffler.store import AsyncAppender, async_appender
 
 __all__ = ["AioFront", "AsyncCommitter"]
 
@@ -37,14 +41,26 @@ Parts = dict[tuple[str, int], Pending]
 
 
 class AsyncCommitter:
-    """Group commit for coroutines: one store write at a time, in a writer thread."""
+    """Group commit for coroutines: one store write at a time.
 
-    def __init__(self, committer: GroupCommitter) -> None:
+    Requests queue a future; a single drain task writes whatever queued while
+    the previous write ran. With a store that offers an event-loop appender
+    (``shuffler.store.async_appender``: Redis over plain TCP, memory) the write
+    runs on the loop itself, so a request costs no thread hand-off; otherwise
+    it runs in one writer thread.
+    """
+
+    def __init__(self, committer: GroupCommitter, appender: AsyncAppender | None) -> None:
         self._committer = committer
+        self._appender = appender
         self._queue: list[tuple[Parts, asyncio.Future[None]]] = []
         self._writing = False
         self._closed = False
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shuffler-write")
+        self._executor = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="shuffler-write")
+            if appender is None
+            else None
+        )
         self._task: asyncio.Task[None] | None = None
 
     async def commit(self, parts: Parts) -> None:
@@ -58,9 +74,16 @@ class AsyncCommitter:
             self._task = loop.create_task(self._drain())
         await fut
 
-    def _write(self, requests: Sequence[Parts]) -> ShufflerError | None:
+    async def _write(self, requests: Sequence[Parts]) -> ShufflerError | None:
         try:
-            self._committer.write(requests)
+            if self._appender is None:
+                assert self._executor is not None
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._executor, self._committer.write, requests)
+            else:
+                writes = self._committer.prepare(requests)
+                await self._appender.append(writes)
+                self._committer.committed(writes)
         except ShufflerError as exc:
             return exc
         except Exception as exc:  # a store bug must fail the requests, not hang them
@@ -69,13 +92,10 @@ class AsyncCommitter:
         return None
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
-                error = await loop.run_in_executor(
-                    self._executor, self._write, [parts for parts, _ in batch]
-                )
+                error = await self._write([parts for parts, _ in batch])
                 for _, fut in batch:
                     if fut.done():  # the caller went away; its reports are stored anyway
                         continue
@@ -86,9 +106,15 @@ class AsyncCommitter:
         finally:
             self._writing = False
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
+        """Refuse new commits, let the write in progress finish, close the connection."""
         self._closed = True
-        self._executor.shutdown(wait=True)
+        if self._task is not None:
+            await asyncio.shield(self._task)
+        if self._appender is not None:
+            await self._appender.aclose()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
 
 
 class AsyncShufflerServicer:
@@ -148,7 +174,7 @@ class AioFront:
             target=self._loop.run_forever, name="shuffler-aio", daemon=True
         )
         self._thread.start()
-        self._committer = AsyncCommitter(committer)
+        self._committer = AsyncCommitter(committer, async_appender(committer.store))
         servicer = AsyncShufflerServicer(intake, self._committer, metrics)
 
         async def build() -> tuple[Any, Any]:
@@ -180,8 +206,8 @@ class AioFront:
         async def stop() -> None:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(grace)
+            await self._committer.aclose()
 
         self._run(stop())
-        self._committer.close()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()

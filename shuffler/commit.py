@@ -74,6 +74,10 @@ class GroupCommitter:
         self._writing = False
         self._closed = False
 
+    @property
+    def store(self) -> ShufflerStore:
+        return self._store
+
     def close(self) -> None:
         """Refuse new commits and wait for a write in progress to finish."""
         with self._cond:
@@ -125,14 +129,21 @@ class GroupCommitter:
 
     def write(self, requests: Sequence[dict[tuple[str, int], Pending]]) -> None:
         """One store write for several requests' reports (no coordination: callers
-        serialize; the asyncio server calls this from its single writer thread)."""
+        serialize; the asyncio server uses ``prepare`` and ``committed`` around its
+        own append instead)."""
+        writes = self.prepare(requests)
+        self._store.append(writes)
+        self.committed(writes)
+
+    def prepare(self, requests: Sequence[dict[tuple[str, int], Pending]]) -> list[PendingWrite]:
+        """The store writes for several requests: one per (metric, fingerprint),
+        after the metric's random drop."""
         grouped: dict[tuple[str, int], list[Pending]] = {}
         for request in requests:
             for key, part in request.items():
                 grouped.setdefault(key, []).append(part)
         window = self._registry.window_of(self._clock())
         writes: list[PendingWrite] = []
-        stored = 0
         for (metric, fp), parts in grouped.items():
             qkey = QueueKey(window=window, fingerprint=fp)
             drop = self._registry[metric].shuffle.drop_probability
@@ -145,10 +156,12 @@ class GroupCommitter:
             else:
                 blob, count = merge_blob(parts)
                 write = PendingWrite(metric, qkey, blob, count)
-            stored += write.count
             writes.append(write)
-        self._store.append(writes)
+        return writes
+
+    def committed(self, writes: Sequence[PendingWrite]) -> None:
+        """Account for ``writes`` once the store has them."""
         if self._metrics is not None:
             self._metrics.store_writes.inc()
         if self._on_commit is not None:
-            self._on_commit(stored)
+            self._on_commit(sum(w.count for w in writes))

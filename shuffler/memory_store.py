@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from shuffler.columns import HEADER, decode_chunks, split_blob
-from shuffler.store import InFlightBatch, PendingWrite, QueueKey
+from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["MemoryStore"]
 
@@ -34,6 +34,13 @@ class MemoryStore:
                     continue
                 self._queues.setdefault((w.metric, w.key), deque()).append(w.blob)
                 self._counts[(w.metric, w.key)] = self._counts.get((w.metric, w.key), 0) + w.count
+
+    def async_appender(self) -> AsyncAppender | None:
+        """Appends run inline on the event loop: they hold the lock for microseconds.
+        Not for a subclass that overrides ``append`` (it may block: a thread it is)."""
+        if type(self).append is not MemoryStore.append:
+            return None
+        return _InlineAppender(self)
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._lock:
@@ -96,3 +103,14 @@ class MemoryStore:
 
     def close(self) -> None:
         return None
+
+
+class _InlineAppender:
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    async def append(self, writes: Sequence[PendingWrite]) -> None:
+        self._store.append(writes)
+
+    async def aclose(self) -> None:
+        pass

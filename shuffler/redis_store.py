@@ -33,8 +33,8 @@ from typing import Any
 
 from shuffler.columns import decode_chunks
 from shuffler.errors import StoreUnavailable
-from shuffler.resp import RespConnection
-from shuffler.store import InFlightBatch, PendingWrite, QueueKey
+from shuffler.resp import AsyncRespConnection, RespConnection
+from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["RedisStore"]
 
@@ -122,16 +122,18 @@ class RedisStore:
         self._prefix = prefix
         self._append = self._redis.register_script(_APPEND)
         self._fast: RespConnection | None = None
+        self._resp: dict[str, Any] | None = None  # RespConnection arguments (plain TCP only)
         kw = self._redis.connection_pool.connection_kwargs
         if url.startswith("redis://") and "host" in kw:
-            self._fast = RespConnection(
-                kw["host"],
-                int(kw.get("port", 6379)),
-                db=int(kw.get("db", 0) or 0),
-                username=kw.get("username"),
-                password=kw.get("password"),
-                timeout=timeout,
-            )
+            self._resp = {
+                "host": kw["host"],
+                "port": int(kw.get("port", 6379)),
+                "db": int(kw.get("db", 0) or 0),
+                "username": kw.get("username"),
+                "password": kw.get("password"),
+                "timeout": timeout,
+            }
+            self._fast = RespConnection(**self._resp)
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
         self._ack = self._redis.register_script(_ACK)
@@ -148,30 +150,37 @@ class RedisStore:
         except redis.RedisError as exc:
             raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
 
-    def append(self, writes: Sequence[PendingWrite]) -> None:
-        keys: list[str] = []
-        args: list[bytes | int | str] = []
+    def append_args(self, writes: Sequence[PendingWrite]) -> tuple[list[bytes], list[bytes]]:
+        """KEYS and ARGV of the append script for ``writes`` (empty when nothing to write)."""
+        keys: list[bytes] = []
+        args: list[bytes] = []
         for w in writes:
             if w.count == 0:
                 continue
             field = w.key.field
             keys += [
-                self._k(w.metric, f"q:{field}"),
-                self._k(w.metric, f"qn:{field}"),
-                self._k(w.metric, "pending"),
+                self._k(w.metric, f"q:{field}").encode(),
+                self._k(w.metric, f"qn:{field}").encode(),
+                self._k(w.metric, "pending").encode(),
             ]
-            args += [w.blob, w.count, field]
+            args += [w.blob, str(w.count).encode(), field.encode()]
+        return keys, args
+
+    def append(self, writes: Sequence[PendingWrite]) -> None:
+        keys, args = self.append_args(writes)
         if not keys:
             return
         if self._fast is not None:
-            self._fast.eval(
-                _APPEND,
-                [k.encode() for k in keys],
-                [a if isinstance(a, bytes) else str(a).encode() for a in args],
-            )
+            self._fast.eval(_APPEND, keys, args)
             return
         with self._errors():
             self._append(keys=keys, args=args)
+
+    def async_appender(self) -> AsyncAppender | None:
+        """An appender for one event loop, on its own connection (plain TCP only)."""
+        if self._resp is None:
+            return None
+        return _AsyncAppender(self, AsyncRespConnection(**self._resp))
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._errors():
@@ -245,3 +254,17 @@ class RedisStore:
         if self._fast is not None:
             self._fast.close()
         self._redis.close()
+
+
+class _AsyncAppender:
+    def __init__(self, store: RedisStore, connection: AsyncRespConnection) -> None:
+        self._store = store
+        self._connection = connection
+
+    async def append(self, writes: Sequence[PendingWrite]) -> None:
+        keys, args = self._store.append_args(writes)
+        if keys:
+            await self._connection.eval(_APPEND, keys, args)
+
+    async def aclose(self) -> None:
+        await self._connection.aclose()

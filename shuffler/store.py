@@ -26,7 +26,14 @@ from typing import Protocol
 
 from shuffler.columns import Chunk
 
-__all__ = ["InFlightBatch", "PendingWrite", "QueueKey", "ShufflerStore"]
+__all__ = [
+    "AsyncAppender",
+    "InFlightBatch",
+    "PendingWrite",
+    "QueueKey",
+    "ShufflerStore",
+    "async_appender",
+]
 
 BATCH_ID_BYTES = 16
 
@@ -112,3 +119,21 @@ class ShufflerStore(Protocol):
     def ping(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class AsyncAppender(Protocol):
+    """``append`` for the asyncio server's event loop: a flush without a thread hand-off.
+
+    A store offers one through an ``async_appender()`` method (optional; see
+    ``async_appender``). Same durability promise as ``ShufflerStore.append``.
+    """
+
+    async def append(self, writes: Sequence[PendingWrite]) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def async_appender(store: ShufflerStore) -> AsyncAppender | None:
+    """The store's event-loop appender, or None: then writes go to a thread."""
+    factory = getattr(store, "async_appender", None)
+    return None if factory is None else factory()  # type: ignore[no-any-return]
