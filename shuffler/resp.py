@@ -112,8 +112,12 @@ class RespConnection:
         sock = socket.create_connection(self._addr, timeout=self._timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock, self._buf = sock, b""
-        for command in _login(self._db, *self._auth):
-            self._roundtrip(command)
+        try:
+            for command in _login(self._db, *self._auth):
+                self._roundtrip(command)
+        except BaseException:
+            self.close_unlocked()  # never reuse a connection whose AUTH or SELECT failed
+            raise
         return sock
 
     def _line(self) -> bytes:
@@ -217,8 +221,12 @@ class AsyncRespConnection:
     async def _eval(self, call: _Script) -> bytes | int | None:
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(*self._addr)
-            for command in self._login:
-                await self._roundtrip(command)
+            try:
+                for command in self._login:
+                    await self._roundtrip(command)
+            except BaseException:
+                self._drop()  # never reuse a connection whose AUTH or SELECT failed
+                raise
         try:
             return await self._roundtrip(call.evalsha)
         except _RedisReplyError as exc:

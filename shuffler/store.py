@@ -136,4 +136,5 @@ class AsyncAppender(Protocol):
 def async_appender(store: ShufflerStore) -> AsyncAppender | None:
     """The store's event-loop appender, or None: then writes go to a thread."""
     factory = getattr(store, "async_appender", None)
-    return None if factory is None else factory()  # type: ignore[no-any-return]
+    appender: AsyncAppender | None = None if factory is None else factory()
+    return appender
