@@ -92,8 +92,11 @@ class AsyncCommitter:
         return None
 
     async def _drain(self) -> None:
+        delay = self._committer.max_delay
         try:
             while self._queue:
+                if delay > 0:
+                    await asyncio.sleep(delay)  # let more requests join this write
                 batch, self._queue = self._queue, []
                 error = await self._write([parts for parts, _ in batch])
                 for _, fut in batch:
@@ -126,16 +129,22 @@ class AsyncShufflerServicer:
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
         return shuffler_handler(self.Submit, self.SubmitStream)
 
-    async def _submit_one(self, raw: bytes, context: Any) -> int:
-        start = time.perf_counter()
+    def _admit(self, raw: bytes, context: Any) -> tuple[Parts, int]:
         request = parse(raw)
         connection = context.peer() if self._intake.rate_limited else ""
-        chunks, n = self._intake.admit(request_to_columns(request), connection=connection)
+        return self._intake.admit(request_to_columns(request), connection=connection)
+
+    async def _commit(self, chunks: Parts, n: int, start: float) -> int:
         await self._committer.commit(chunks)
         self._metrics.accepted_reports.inc(n)
         self._metrics.accepted_requests.inc()
         self._metrics.request_latency.observe(time.perf_counter() - start)
         return n
+
+    async def _submit_one(self, raw: bytes, context: Any) -> int:
+        start = time.perf_counter()
+        chunks, n = self._admit(raw, context)
+        return await self._commit(chunks, n, start)
 
     async def Submit(self, raw: bytes, context: Any) -> pb.SubmitResponse:
         try:
@@ -151,8 +160,22 @@ class AsyncShufflerServicer:
         try:
             if self._intake.auth_required:
                 self._intake.authenticate(bearer(context))
-            async for raw in requests:
-                total += await self._submit_one(raw, context)
+            # Each message is validated as it arrives (a bad one stops the stream, and
+            # nothing after it is stored); its commit runs while the next is read, so
+            # a stream pays one gather window, not one per message. The response
+            # still waits for every commit.
+            commits: list[asyncio.Task[int]] = []
+            try:
+                async for raw in requests:
+                    start = time.perf_counter()
+                    chunks, n = self._admit(raw, context)
+                    commits.append(asyncio.ensure_future(self._commit(chunks, n, start)))
+            finally:
+                done = await asyncio.gather(*commits, return_exceptions=True)
+            for result in done:
+                if isinstance(result, BaseException):
+                    raise result
+                total += result
         except ShufflerError as exc:
             await context.abort(*rejection(exc, self._metrics))
         return pb.SubmitResponse(accepted=total)

@@ -54,14 +54,15 @@ def register(subparsers: Any) -> None:
     a("--rate-limit", dest="rate_limit_reports", type=float, metavar="REPORTS_PER_S",
       help="per connection; 0 = unlimited")  # fmt: skip
     a("--max-buffered", dest="max_buffered_reports", type=int, metavar="N")
-    a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS")
+    a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS",
+      help="how long a store write waits for more requests (default: 1 aio, 0 sync)")  # fmt: skip
     a(
         "--workers",
         type=int,
         metavar="N",
-        help="gRPC request threads (default 8; each open SubmitStream holds one)",
+        help="sync server: gRPC request threads (default 8; each open SubmitStream holds one)",
     )
-    a("--server", choices=["sync", "aio"], help="gRPC server kind (default sync)")
+    a("--server", choices=["sync", "aio"], help="gRPC server kind (default aio)")
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--processes", type=int, default=1, metavar="N",
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "

@@ -78,6 +78,10 @@ class GroupCommitter:
     def store(self) -> ShufflerStore:
         return self._store
 
+    @property
+    def max_delay(self) -> float:
+        return self._max_delay
+
     def close(self) -> None:
         """Refuse new commits and wait for a write in progress to finish."""
         with self._cond:

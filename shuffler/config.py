@@ -18,7 +18,8 @@ table), and command-line flags::
     max_reports_per_request = 100000
     rate_limit_reports = 0                   # per connection per second; 0 = unlimited
     max_buffered_reports = 50000000
-    commit_max_delay_ms = 0.0
+    commit_max_delay_ms = 1.0                # omit: 1 ms (aio server), 0 (sync server)
+    server = "aio"                           # or "sync" (grpc.server + request threads)
     metrics_port = 9400                      # Prometheus; omit for none
 
 A bad value raises ``ConfigError`` naming the field.
@@ -57,12 +58,16 @@ class ShufflerSettings:
     max_reports_per_request: int = 100_000
     rate_limit_reports: float = 0.0
     max_buffered_reports: int = 50_000_000
-    commit_max_delay_ms: float = 0.0
-    # Few request threads measured best (GIL contention grows with threads: 8 → 194 µs
-    # CPU per unary call, 128 → 325 µs). A SubmitStream holds one for its whole
-    # duration: raise it above the number of concurrently streaming senders.
+    # How long a group commit waits for more requests to join its store write.
+    # None: the server kind's measured best, 1 ms for aio and 0 for sync (BENCHMARKS.md).
+    commit_max_delay_ms: float | None = None
+    # Sync server only. Few request threads measured best (GIL contention grows with
+    # threads: 8 → 194 µs CPU per unary call, 128 → 325 µs). A SubmitStream holds one
+    # for its whole duration: raise it above the number of concurrently streaming senders.
     workers: int = 8
-    server: str = "sync"  # "sync" (grpc.server + threads) or "aio" (grpc.aio)
+    # "aio" (grpc.aio, one event loop) or "sync" (grpc.server + request threads);
+    # aio did 1.5-2x the device-style calls/s of sync here (BENCHMARKS.md)
+    server: str = "aio"
     reuse_port: bool = False  # SO_REUSEPORT: several processes serve one port (--processes)
     metrics_port: int | None = None
     port_file: str | None = None
@@ -96,6 +101,8 @@ class ShufflerSettings:
             raise ConfigError(f"server must be 'sync' or 'aio', got {self.server!r}")
         for name in ("rate_limit_reports", "commit_max_delay_ms"):
             v = getattr(self, name)
+            if v is None and name == "commit_max_delay_ms":
+                continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
                 raise ConfigError(f"{name} must be a non-negative number, got {v!r}")
         for name in ("tick_seconds", "shutdown_grace_seconds"):
@@ -107,6 +114,12 @@ class ShufflerSettings:
             isinstance(mp, bool) or not isinstance(mp, int) or not 0 <= mp < 65536
         ):
             raise ConfigError(f"metrics_port must be a port number, got {mp!r}")
+
+    @property
+    def commit_delay_seconds(self) -> float:
+        if self.commit_max_delay_ms is None:
+            return 0.001 if self.server == "aio" else 0.0
+        return self.commit_max_delay_ms / 1000.0
 
     @property
     def tls(self) -> bool:

@@ -5,10 +5,11 @@
     print(handle.port)        # bound port (listen defaults to 127.0.0.1:0)
     handle.stop()             # graceful: stop accepting, flush, forward, close
 
-The default gRPC server is the synchronous one (``grpc.server`` + 8 request
-threads, which block on the group commit); ``settings.server = "aio"`` selects
-the grpc.aio front end (``shuffler.aio_server``). With the shuffler's work on
-top, sync did more device-style unary calls per second here (BENCHMARKS.md).
+The default gRPC server is grpc.aio (``shuffler.aio_server``): one event loop,
+requests await their group commit, whose Redis write also runs on the loop.
+``settings.server = "sync"`` selects ``grpc.server`` + 8 request threads that
+block on the group commit. With the shuffler's work on top, aio did 1.5-2x the
+device-style unary calls per second of sync here (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def start_shuffler(
     committer = GroupCommitter(
         store,
         registry,
-        max_delay=settings.commit_max_delay_ms / 1000.0,
+        max_delay=settings.commit_delay_seconds,
         clock=clock,
         random_bytes=random_bytes,
         metrics=metrics,

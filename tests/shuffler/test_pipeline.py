@@ -253,6 +253,44 @@ def test_concurrent_requests_share_store_writes(server: str, delay_ms: float) ->
     assert sum(handle.store.pending(RAPPOR).values()) == 1000
 
 
+@pytest.mark.parametrize("store_kind", ["memory", "redis"])
+def test_aio_writes_on_the_event_loop_and_coalesce_within_the_window(
+    store_kind: str, redis_url: str
+) -> None:
+    """The aio server's own write path (inline memory append, asyncio RESP for Redis):
+    100 requests sent at once, a 300 ms gather window, so they share a few writes."""
+    from shuffler.redis_store import RedisStore
+    from shuffler.store import async_appender
+
+    registry = make_registry()
+    fp = registry[RAPPOR].fingerprint
+    store: ShufflerStore = MemoryStore() if store_kind == "memory" else RedisStore(redis_url)
+    assert async_appender(store) is not None  # not the writer-thread fallback
+    settings = ShufflerSettings(server="aio", commit_max_delay_ms=300.0)
+    handle = start_shuffler(registry, store, None, settings=settings)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            futures = [
+                stub.Submit.future(columns_request(np.arange(10, dtype=np.int64), fp), timeout=10)
+                for _ in range(100)
+            ]
+            assert all(f.result().accepted == 10 for f in futures)
+        writes = handle.metrics.store_writes._value.get()
+        assert 1 <= writes <= 25
+        assert sum(store.pending(RAPPOR).values()) == 1000
+    finally:
+        handle.stop(grace=1)
+        store.close()
+
+
+def test_commit_window_defaults_follow_the_server_kind() -> None:
+    assert ShufflerSettings().server == "aio"
+    assert ShufflerSettings().commit_delay_seconds == 0.001
+    assert ShufflerSettings(server="sync").commit_delay_seconds == 0.0
+    assert ShufflerSettings(server="sync", commit_max_delay_ms=2.5).commit_delay_seconds == 0.0025
+
+
 @pytest.mark.parametrize("server", ["sync", "aio"])
 def test_store_down_is_unavailable_and_nothing_is_acknowledged(
     private_redis: Any, server: str
