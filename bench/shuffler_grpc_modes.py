@@ -4,7 +4,8 @@
 
 Serves a Shuffler.Submit that only parses the request and answers, in a server
 process of its own, and drives it with the same load generators as
-bench/shuffler_load.py (64 unary callers; then 1000-report columnar requests).
+bench/shuffler_load.py (64 unary callers; then 8 callers of 1000-report
+columnar requests), h2load by default, ``--loadgen grpc`` for the Python one.
 This is the ceiling the shuffler's own work is measured against, and how the
 server kind (sync vs asyncio) was chosen.
 """
@@ -82,13 +83,14 @@ def main() -> None:
     ap.add_argument("--serve", choices=["sync", "aio"], help=argparse.SUPPRESS)
     ap.add_argument("--port-file", help=argparse.SUPPRESS)
     ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--loadgen", choices=["h2load", "grpc"], default="h2load")
     args = ap.parse_args()
     if args.serve:
         (serve_sync if args.serve == "sync" else serve_aio)(args.port_file)
         return
-    from shuffler_loadgen import build_payload, run_load
+    from shuffler_loadgen import build_payload, run_h2load, run_load
 
-    print(f"uptime: {os.popen('uptime').read().strip()}")
+    print(f"uptime: {os.popen('uptime').read().strip()}, loadgen: {args.loadgen}")
     unary = build_payload("m", 1, 16, 64, 1, seed=1)
     bulk = build_payload("m", 1, 16, 64, 1000, seed=2)
     for kind in ("sync", "aio"):
@@ -101,12 +103,22 @@ def main() -> None:
                 time.sleep(0.05)
             target = [f"127.0.0.1:{pf.read_text()}"]
             try:
-                r = run_load(target, unary, 1, processes=2, concurrency=32, duration=args.duration)
+                if args.loadgen == "h2load":
+                    r = run_h2load(target, unary, 1, callers=64, duration=args.duration)
+                else:
+                    r = run_load(
+                        target, unary, 1, processes=2, concurrency=32, duration=args.duration
+                    )
                 print(
                     f"[{kind}] unary, 64 callers: {r.calls_per_s:,.0f} calls/s, "
                     f"p50 {r.pct(50):.1f} ms, p99 {r.pct(99):.1f} ms, errors {r.errors}"
                 )
-                r = run_load(target, bulk, 1000, processes=2, concurrency=4, duration=args.duration)
+                if args.loadgen == "h2load":
+                    r = run_h2load(target, bulk, 1000, callers=8, duration=args.duration)
+                else:
+                    r = run_load(
+                        target, bulk, 1000, processes=2, concurrency=4, duration=args.duration
+                    )
                 print(
                     f"[{kind}] bulk 1000/request, 8 in flight: {r.reports_per_s:,.0f} reports/s, "
                     f"p99 {r.pct(99):.1f} ms, errors {r.errors}"

@@ -6,7 +6,12 @@
 
 Everything runs on loopback: a private redis-server (AOF, fsync everysec), N
 ``crowdmix shuffler serve`` processes sharing it, a sink aggregator process that
-acknowledges every batch, and load generator processes (bench/shuffler_loadgen.py).
+acknowledges every batch, and a load generator (bench/shuffler_loadgen.py):
+``--loadgen h2load`` (default; C, one call in flight per connection, ~5 % of a
+core) or ``--loadgen grpc`` (Python grpc clients, which take ~100-150 µs of CPU
+per call from the same two cores). With h2load, every counted call is checked
+against the shuffler's own Prometheus counters: the run is refused unless the
+shufflers acknowledged at least that many requests and rejected none.
 
 Targets (issue 4 §8):
 - device-style, one report per unary call, ≥ 64 concurrent callers:
@@ -19,11 +24,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,6 +101,24 @@ def with_children(pids: list[int]) -> list[int]:
     return out
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def request_counters(metrics_url: str) -> tuple[float, float]:
+    """(accepted, rejected) Submit requests so far, from a shuffler's /metrics."""
+    accepted = rejected = 0.0
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("crowdmix_shuffler_accepted_requests_total "):
+                accepted += float(line.split()[-1])
+            elif line.startswith("crowdmix_shuffler_rejected_requests_total{"):
+                rejected += float(line.split()[-1])
+    return accepted, rejected
+
+
 def wait_file(path: Path, proc: subprocess.Popen[bytes], what: str) -> int:
     deadline = time.monotonic() + 60
     while not path.exists() or not path.read_text().strip():
@@ -121,8 +147,11 @@ class Cluster:
         config.write_text(REGISTRY)
         self.targets: list[str] = []
         self.shuffler_pids: list[int] = []
+        self.metrics_urls: list[str] = []
         for i in range(n):
             pf = workdir / f"shuffler-{i}.port"
+            metrics_port = free_port()
+            self.metrics_urls.append(f"http://127.0.0.1:{metrics_port}/metrics")
             log = (workdir / f"shuffler-{i}.log").open("wb")
             p = subprocess.Popen(
                 [
@@ -141,6 +170,8 @@ class Cluster:
                     f"127.0.0.1:{sink_port}",
                     "--log-level",
                     "WARNING",
+                    "--metrics-port",
+                    str(metrics_port),
                     *redis_args,
                     *extra,
                 ],
@@ -150,6 +181,12 @@ class Cluster:
             self.procs.append(p)
             self.shuffler_pids.append(p.pid)
             self.targets.append(f"127.0.0.1:{wait_file(pf, p, f'shuffler {i}')}")
+
+    def counters(self) -> tuple[float, float]:
+        """(accepted, rejected) requests summed over the shufflers (with --processes,
+        the first process's only: its siblings serve no metrics)."""
+        pairs = [request_counters(url) for url in self.metrics_urls]
+        return sum(a for a, _ in pairs), sum(r for _, r in pairs)
 
     def cpu(self) -> tuple[float, float]:
         """CPU seconds used so far by the shufflers and by redis-server."""
@@ -190,6 +227,43 @@ def cpu_line(c0: tuple[float, float], c1: tuple[float, float], n: int, unit: str
     )
 
 
+def load(
+    cluster: Cluster, args: argparse.Namespace, payload: bytes, per_request: int, inflight: int
+) -> tuple[Any, str]:
+    """Run one load; returns the result and a note on how acknowledgements were checked."""
+    from shuffler_loadgen import run_h2load, run_load
+
+    if args.loadgen == "grpc":
+        per_gen = max(1, inflight // args.generators)
+        r = run_load(
+            cluster.targets,
+            payload,
+            per_request,
+            processes=args.generators,
+            concurrency=per_gen,
+            connections=min(args.connections, per_gen),
+            duration=args.duration,
+        )
+        return r, f"grpc loadgen, {args.generators} processes, statuses checked per call"
+    before = cluster.counters()
+    r = run_h2load(cluster.targets, payload, per_request, callers=inflight, duration=args.duration)
+    time.sleep(0.5)  # let the last answers' counters land
+    after = cluster.counters()
+    accepted, rejected = after[0] - before[0], after[1] - before[1]
+    partial = "--processes" in args.extra
+    if rejected:
+        r.errors["rejected_by_shuffler"] = int(rejected)
+    if accepted < r.calls and not partial:
+        r.errors["unacknowledged"] = int(r.calls - accepted)
+        r.calls = r.reports = 0  # no figure from a run whose answers were not all acks
+    note = (
+        f"h2load, {inflight} connections x 1 call; shuffler counters: {accepted:.0f} accepted "
+        f"(warm-up included), {rejected:.0f} rejected"
+        + (" (first process only: --processes siblings serve no metrics)" if partial else "")
+    )
+    return r, note
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -199,69 +273,57 @@ def main() -> None:
     ap.add_argument("--shufflers", default="1", help="comma-separated process counts, e.g. 1,2,4")
     ap.add_argument("--store", choices=["redis", "memory"], default="redis")
     ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--loadgen", choices=["h2load", "grpc"], default="h2load")
     ap.add_argument("--callers", type=int, default=64, help="unary calls in flight in total")
-    ap.add_argument("--generators", type=int, default=2, help="load generator processes")
+    ap.add_argument("--bulk-inflight", type=int, default=8, help="bulk requests in flight in total")
     ap.add_argument(
-        "--bulk-inflight", type=int, default=4, help="bulk requests in flight per generator"
+        "--generators", type=int, default=2, help="grpc loadgen: load generator processes"
     )
-    ap.add_argument("--connections", type=int, default=8, help="TCP connections per load generator")
+    ap.add_argument(
+        "--connections", type=int, default=8, help="grpc loadgen: TCP connections per generator"
+    )
     ap.add_argument("--extra", default="", help="extra flags for crowdmix shuffler serve")
     args = ap.parse_args()
     if args.sink:
         sink_main(args.sink)
         return
 
-    from shuffler_loadgen import build_payload, run_load
+    from shuffler_loadgen import build_payload
 
     print(f"uptime: {os.popen('uptime').read().strip()}")
-    print(f"cpus: {os.cpu_count()}, store: {args.store}")
+    print(f"cpus: {os.cpu_count()}, store: {args.store}, loadgen: {args.loadgen}")
     fp, rb = fingerprint()
     for n in [int(x) for x in args.shufflers.split(",")]:
         with tempfile.TemporaryDirectory(prefix="crowdmix-bench-") as tmp:
             cluster = Cluster(n, args.store, Path(tmp), args.extra.split())
             try:
                 if args.scenario in ("unary", "both"):
-                    per_gen = args.callers // args.generators
                     payload = build_payload(METRIC, fp, rb, 64, 1, seed=1)
                     c0 = cluster.cpu()
-                    r = run_load(
-                        cluster.targets,
-                        payload,
-                        1,
-                        processes=args.generators,
-                        concurrency=per_gen,
-                        connections=args.connections,
-                        duration=args.duration,
-                    )
+                    r, note = load(cluster, args, payload, 1, args.callers)
                     c1 = cluster.cpu()
-                    met = r.calls_per_s >= 4000 and r.pct(99) <= 50
+                    met = r.calls_per_s >= 4000 and r.pct(99) <= 50 and not r.errors
                     print(
-                        f"[unary] shufflers={n} callers={per_gen * args.generators}: "
+                        f"[unary] shufflers={n} callers={args.callers}: "
                         f"{r.calls_per_s:,.0f} acked calls/s, p50 {r.pct(50):.1f} ms, "
                         f"p99 {r.pct(99):.1f} ms, errors {r.errors} "
                         f"(target ≥ 4,000 calls/s, p99 ≤ 50 ms: {'MET' if met else 'NOT MET'})"
                     )
+                    print(f"        {note}")
                     print(cpu_line(c0, c1, r.calls, "call"))
                 if args.scenario in ("bulk", "both"):
                     payload = build_payload(METRIC, fp, rb, 64, 1000, seed=2)
                     c0 = cluster.cpu()
-                    r = run_load(
-                        cluster.targets,
-                        payload,
-                        1000,
-                        processes=args.generators,
-                        concurrency=args.bulk_inflight,
-                        connections=min(args.connections, args.bulk_inflight),
-                        duration=args.duration,
-                    )
+                    r, note = load(cluster, args, payload, 1000, args.bulk_inflight)
                     c1 = cluster.cpu()
-                    met = r.reports_per_s >= 1_000_000
+                    met = r.reports_per_s >= 1_000_000 and not r.errors
                     print(
-                        f"[bulk]  shufflers={n} in flight={args.bulk_inflight * args.generators}: "
+                        f"[bulk]  shufflers={n} in flight={args.bulk_inflight}: "
                         f"{r.reports_per_s:,.0f} acked reports/s ({r.calls_per_s:,.0f} req/s), "
                         f"p50 {r.pct(50):.1f} ms, p99 {r.pct(99):.1f} ms, errors {r.errors} "
                         f"(target ≥ 1,000,000 reports/s: {'MET' if met else 'NOT MET'})"
                     )
+                    print(f"        {note}")
                     print(cpu_line(c0, c1, r.reports, "report"))
             finally:
                 cluster.close()
