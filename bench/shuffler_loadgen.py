@@ -5,21 +5,22 @@ of the measurement window (after a warm-up):
 
 - ``run_h2load`` (the default): nghttp2's ``h2load``, a C HTTP/2 load tester,
   posting a pre-built gRPC frame. ``callers`` connections each keep one call in
-  flight, as devices do. It costs ~5 % of a core at 6 k calls/s, so on this
-  2-core box the server under test gets the other ~1.9 cores. h2load counts
+  flight, as devices do. It costs ≤ 21 µs of CPU per call (~15 % of a core at
+  7 k calls/s), so on this 2-core box the server under test gets the rest. h2load counts
   HTTP 200s, and a gRPC error is also a 200 (its status is in the trailers), so
   the caller checks the acknowledgements against the shuffler's own counters.
 - ``run_load``: Python grpc clients in ``processes`` processes, each keeping
   ``concurrency`` calls in flight over ``connections`` channels (grpc futures;
   each completion issues the next call), pre-serialized requests through a raw
   method. It measures the same thing through the real client library, but
-  spends ~100-150 µs of CPU per call itself, on the cores the server needs.
+  spends ≤ 220 µs of CPU per call itself, on the cores the server needs.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import struct
 import subprocess
@@ -46,6 +47,7 @@ class LoadResult:
     errors: dict[str, int]
     seconds: float
     latencies: np.ndarray  # seconds, measurement window only
+    loadgen_cpu: float = float("nan")  # CPU seconds the generators used, warm-up included
 
     @property
     def calls_per_s(self) -> float:
@@ -175,6 +177,7 @@ def run_load(
 ) -> LoadResult:
     """``processes`` generators, ``concurrency`` calls in flight each, spread over targets."""
     # spawn, not fork: a forked child of a process that used grpc can hang
+    cpu0 = _children_cpu()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     start_at = time.time() + 4.0  # time for the spawned generators to import grpc
@@ -211,7 +214,14 @@ def run_load(
         errors=dict(errors),
         seconds=duration,
         latencies=np.concatenate([r[3] for r in results]) if results else np.array([]),
+        loadgen_cpu=_children_cpu() - cpu0,
     )
+
+
+def _children_cpu() -> float:
+    """user + system CPU of this process's finished, waited-for children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def ensure_h2load() -> str:
@@ -269,6 +279,7 @@ def run_h2load(
     (one h2load process per target). ``errors`` counts non-200 answers and failed
     or timed-out requests; gRPC statuses are the caller's to check."""
     h2load = ensure_h2load()
+    cpu0 = _children_cpu()
     frame = b"\x00" + struct.pack(">I", len(payload)) + payload  # uncompressed gRPC message
     with tempfile.TemporaryDirectory(prefix="crowdmix-h2load-") as tmp:
         body = Path(tmp) / "body"
@@ -303,4 +314,5 @@ def run_h2load(
         errors={k: v for k, v in errors.items() if v},
         seconds=duration,
         latencies=np.concatenate(latencies) if latencies else np.array([]),
+        loadgen_cpu=_children_cpu() - cpu0,
     )
