@@ -191,6 +191,7 @@ class AioFront:
         metrics: ShufflerMetrics,
         *,
         options: list[tuple[str, Any]],
+        max_concurrent_rpcs: int,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -201,7 +202,7 @@ class AioFront:
         servicer = AsyncShufflerServicer(intake, self._committer, metrics)
 
         async def build() -> tuple[Any, Any]:
-            server = grpc.aio.server(options=options)
+            server = grpc.aio.server(options=options, maximum_concurrent_rpcs=max_concurrent_rpcs)
             server.add_generic_rpc_handlers((servicer.handler(),))
             health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
             health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -54,6 +54,8 @@ def register(subparsers: Any) -> None:
     a("--rate-limit", dest="rate_limit_reports", type=float, metavar="REPORTS_PER_S",
       help="per connection; 0 = unlimited")  # fmt: skip
     a("--max-buffered", dest="max_buffered_reports", type=int, metavar="N")
+    a("--max-concurrent-rpcs", type=int, metavar="N",
+      help="calls served at once; more are refused RESOURCE_EXHAUSTED (default 4096)")  # fmt: skip
     a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS",
       help="how long a store write waits for more requests (default: 1 aio, 0 sync)")  # fmt: skip
     a(
@@ -81,6 +83,7 @@ _FLAGS = {
     "max_request_bytes": "--max-request-bytes",
     "max_reports_per_request": "--max-reports-per-request",
     "rate_limit_reports": "--rate-limit", "max_buffered_reports": "--max-buffered",
+    "max_concurrent_rpcs": "--max-concurrent-rpcs",
     "commit_max_delay_ms": "--commit-delay-ms", "workers": "--workers", "server": "--server",
     "shutdown_grace_seconds": "--grace",
 }  # fmt: skip
@@ -89,6 +92,7 @@ _OVERRIDES = (
     "redis", "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
     "aggregator_cert", "aggregator_key", "tokens_file", "metrics_port", "port_file",
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
+    "max_concurrent_rpcs",
     "commit_max_delay_ms", "workers", "server", "shutdown_grace_seconds", "reuse_port",
 )  # fmt: skip
 

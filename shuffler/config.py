@@ -18,6 +18,7 @@ table), and command-line flags::
     max_reports_per_request = 100000
     rate_limit_reports = 0                   # per connection per second; 0 = unlimited
     max_buffered_reports = 50000000
+    max_concurrent_rpcs = 4096               # more calls at once: RESOURCE_EXHAUSTED
     commit_max_delay_ms = 1.0                # omit: 1 ms (aio server), 0 (sync server)
     server = "aio"                           # or "sync" (grpc.server + request threads)
     metrics_port = 9400                      # Prometheus; omit for none
@@ -58,6 +59,10 @@ class ShufflerSettings:
     max_reports_per_request: int = 100_000
     rate_limit_reports: float = 0.0
     max_buffered_reports: int = 50_000_000
+    # Calls in progress at once (read, validating or waiting for their commit); more
+    # are refused RESOURCE_EXHAUSTED by gRPC before their request is read, which bounds
+    # the memory that requests in flight can hold (at most this × max_request_bytes).
+    max_concurrent_rpcs: int = 4096
     # How long a group commit waits for more requests to join its store write.
     # None: the server kind's measured best, 1 ms for aio and 0 for sync (BENCHMARKS.md).
     commit_max_delay_ms: float | None = None
@@ -94,7 +99,12 @@ class ShufflerSettings:
             raise ConfigError("aggregator_cert and aggregator_key must be given together")
         if self.aggregator_cert is not None and self.aggregator_ca is None:
             raise ConfigError("aggregator_cert needs aggregator_ca (mTLS to the aggregator)")
-        for name in ("max_request_bytes", "max_reports_per_request", "max_buffered_reports"):
+        for name in (
+            "max_request_bytes",
+            "max_reports_per_request",
+            "max_buffered_reports",
+            "max_concurrent_rpcs",
+        ):
             _positive_int(name, getattr(self, name))
         _positive_int("workers", self.workers)
         if self.server not in ("sync", "aio"):

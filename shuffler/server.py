@@ -81,6 +81,7 @@ class _SyncFront:
         *,
         workers: int,
         options: list[tuple[str, Any]],
+        max_concurrent_rpcs: int,
     ) -> None:
         import grpc
         from grpc_health.v1 import health, health_pb2_grpc
@@ -90,6 +91,7 @@ class _SyncFront:
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shuffler-rpc"),
             options=options,
+            maximum_concurrent_rpcs=max_concurrent_rpcs,
         )
         self._server.add_generic_rpc_handlers((ShufflerServicer(intake, metrics).handler(),))
         self._health = health.HealthServicer()
@@ -192,9 +194,21 @@ def start_shuffler(
     if settings.server == "aio":
         from shuffler.aio_server import AioFront
 
-        front = AioFront(intake, committer, metrics, options=options)
+        front = AioFront(
+            intake,
+            committer,
+            metrics,
+            options=options,
+            max_concurrent_rpcs=settings.max_concurrent_rpcs,
+        )
     else:
-        front = _SyncFront(intake, metrics, workers=settings.workers, options=options)
+        front = _SyncFront(
+            intake,
+            metrics,
+            workers=settings.workers,
+            options=options,
+            max_concurrent_rpcs=settings.max_concurrent_rpcs,
+        )
     creds = None
     if settings.tls:
         creds = grpc.ssl_server_credentials(

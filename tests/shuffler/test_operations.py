@@ -119,6 +119,37 @@ def test_rate_limit_and_buffer_bound_are_resource_exhausted() -> None:
 
 
 @pytest.mark.parametrize("server", ["sync", "aio"])
+def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted(server: str) -> None:
+    """Calls held by a slow store count against the limit; the excess is refused
+    before it is read, and only acknowledged requests are stored."""
+    from tests.shuffler.test_pipeline import SlowStore
+
+    settings = ShufflerSettings(server=server, max_concurrent_rpcs=4, workers=8)
+    store = SlowStore()
+    handle = start_shuffler(REGISTRY, store, None, settings=settings)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            futures = [
+                stub.Submit.future(columns_request(np.arange(10), FP), timeout=10)
+                for _ in range(40)
+            ]
+            codes = [f.code() for f in futures]
+    finally:
+        handle.stop(grace=1)
+    ok = codes.count(grpc.StatusCode.OK)
+    exhausted = codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert ok + exhausted == 40
+    assert ok >= 4 and exhausted >= 1
+    assert sum(store.pending(RAPPOR).values()) == 10 * ok
+
+
+def test_max_concurrent_rpcs_is_validated() -> None:
+    with pytest.raises(ConfigError, match="max_concurrent_rpcs"):
+        ShufflerSettings(max_concurrent_rpcs=0)
+
+
+@pytest.mark.parametrize("server", ["sync", "aio"])
 def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator, server: str) -> None:
     settings = ShufflerSettings(metrics_port=0, tick_seconds=0.01, server=server)
     registry = make_registry(min_batch=10, max_batch=10)
