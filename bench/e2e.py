@@ -134,18 +134,27 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--max-batch", type=int, default=100_000)
     ap.add_argument("--max-delay", type=float, default=0.2)
+    ap.add_argument(
+        "--shuffler-args", default="", help='extra flags for each shuffler, e.g. "--server sync"'
+    )
     args = ap.parse_args()
     requests = args.reports // PER_REQUEST
     print(
         f"load average at start: {os.getloadavg()[0]:.2f}; {args.reports:,} reports in "
         f"{requests:,} requests of {PER_REQUEST}; {args.shufflers} shuffler(s), "
         f"{args.clients}x{args.threads} client threads, max_batch {args.max_batch}"
+        + (f", shuffler args {args.shuffler_args!r}" if args.shuffler_args else "")
     )
     work = Path(tempfile.mkdtemp(prefix="crowdmix-e2e-"))
     reg_path = work / "metrics.toml"
     reg_path.write_text(registry_text(args.max_batch, args.max_delay))
     config = load_registry(reg_path)[METRIC]
-    cluster = LocalCluster(work, shufflers=args.shufflers, registry_path=reg_path)
+    cluster = LocalCluster(
+        work,
+        shufflers=args.shufflers,
+        registry_path=reg_path,
+        extra_shuffler_args=args.shuffler_args.split() or None,
+    )
     cluster.start()
     try:
         store = RedisCountStore.from_url(cluster.aggregator_redis_url)
