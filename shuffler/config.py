@@ -20,6 +20,7 @@ table), and command-line flags::
     max_buffered_reports = 50000000
     max_concurrent_rpcs = 4096               # more calls at once: RESOURCE_EXHAUSTED
     commit_max_delay_ms = 1.0                # omit: 1 ms (aio server), 0 (sync server)
+    parked_retry_seconds = 600               # re-offer batches the aggregator refused
     server = "aio"                           # or "sync" (grpc.server + request threads)
     metrics_port = 9400                      # Prometheus; omit for none
 
@@ -78,6 +79,8 @@ class ShufflerSettings:
     port_file: str | None = None
     tick_seconds: float = 0.05
     shutdown_grace_seconds: float = 10.0
+    # A batch the aggregator refused outright is offered again this often (and at start-up).
+    parked_retry_seconds: float = 600.0
 
     def __post_init__(self) -> None:
         host, sep, port = self.listen.rpartition(":")
@@ -115,7 +118,7 @@ class ShufflerSettings:
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
                 raise ConfigError(f"{name} must be a non-negative number, got {v!r}")
-        for name in ("tick_seconds", "shutdown_grace_seconds"):
+        for name in ("tick_seconds", "shutdown_grace_seconds", "parked_retry_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")

@@ -73,8 +73,8 @@ class ForwardError(ShufflerError):
 
     ``retryable`` is False when the aggregator refused the batch itself
     (INVALID_ARGUMENT, FAILED_PRECONDITION): re-sending cannot help, so the batch
-    is parked in flight (kept, retried at the next start-up) instead of blocking
-    every other release behind it.
+    is parked in flight (kept, offered again every ``parked_retry_seconds`` and at
+    the next start-up) instead of blocking every other release behind it.
     """
 
     def __init__(self, message: str, *, retryable: bool = True) -> None:

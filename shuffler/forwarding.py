@@ -60,6 +60,7 @@ class Releaser:
         metrics: ShufflerMetrics | None = None,
         on_pending: Callable[[int], None] | None = None,
         backoff: tuple[float, float] = (0.05, 5.0),
+        parked_retry_seconds: float = 600.0,
     ) -> None:
         self._registry = registry
         self._store = store
@@ -71,7 +72,13 @@ class Releaser:
         self._on_pending = on_pending
         self._backoff = backoff
         self._since: dict[tuple[str, QueueKey], float] = {}
-        self.parked: set[bytes] = set()  # batch ids the aggregator refused outright
+        # batch id -> metric, for batches the aggregator refused outright (INVALID_ARGUMENT,
+        # FAILED_PRECONDITION): they stay in flight and are offered again every
+        # ``parked_retry_seconds`` (an operator may have fixed the aggregator's registry)
+        # and at start-up, never in a tight loop; they are disposed with their window.
+        self.parked: dict[bytes, str] = {}
+        self._parked_retry = parked_retry_seconds
+        self._parked_since = monotonic()
 
     # -- policy -------------------------------------------------------------
 
@@ -166,13 +173,14 @@ class Releaser:
                 if self._metrics is not None:
                     self._metrics.forward_failures.inc()
                 if not exc.retryable:
-                    self.parked.add(batch.batch_id)
+                    self._park(batch.batch_id, batch.metric)
                     log.error(
                         "aggregator refused a batch of %s (%d reports): %s; it stays in flight "
-                        "and is offered again at the next start-up",
+                        "and is offered again in %.0f s and at the next start-up",
                         batch.metric,
                         batch.chunk.count,
                         exc,
+                        self._parked_retry,
                     )
                     return 0
                 log.warning("aggregator did not take a batch of %s: %s", batch.metric, exc)
@@ -187,6 +195,27 @@ class Releaser:
                 self._metrics.reports_forwarded.labels(batch.metric).inc(batch.chunk.count)
             log.info("forwarded a batch of %d %s reports", batch.chunk.count, batch.metric)
             return 1
+
+    def _park(self, batch_id: bytes, metric: str) -> None:
+        if not self.parked:
+            self._parked_since = self._monotonic()
+        self.parked[batch_id] = metric
+        if self._metrics is not None:
+            self._metrics.parked_batches.set(len(self.parked))
+
+    def retry_parked(self, give_up: Callable[[], bool]) -> int:
+        """Offer every parked batch once more; returns how many were acknowledged."""
+        parked, self.parked = self.parked, {}
+        self._parked_since = self._monotonic()
+        done = 0
+        for batch_id, metric in parked.items():
+            batch = self._store.load_inflight(metric, batch_id)
+            if batch is not None:  # None: acknowledged meanwhile (by another process)
+                log.info("offering a refused batch of %s again", metric)
+                done += self.forward(batch, give_up)
+        if self._metrics is not None:
+            self._metrics.parked_batches.set(len(self.parked))
+        return done
 
     def run(self, stop: threading.Event, *, tick: float, grace: float) -> None:
         """Recover, then release until ``stop``; then a final pass bounded by ``grace``."""
@@ -204,6 +233,10 @@ class Releaser:
             while not stop.is_set():
                 try:
                     self.run_once(give_up)
+                    if self.parked and (
+                        self._monotonic() - self._parked_since >= self._parked_retry
+                    ):
+                        self.retry_parked(give_up)
                 except ShufflerError as exc:
                     log.warning("release pass failed: %s", exc)
                 stop.wait(tick)

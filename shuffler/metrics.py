@@ -65,6 +65,12 @@ class ShufflerMetrics:
             "Attempts to forward a batch that the aggregator did not acknowledge",
             registry=r,
         )
+        self.parked_batches = Gauge(
+            "crowdmix_shuffler_parked_batches",
+            "Batches the aggregator refused (INVALID_ARGUMENT/FAILED_PRECONDITION), kept in "
+            "flight and offered again periodically",
+            registry=r,
+        )
         self.store_writes = Counter(
             "crowdmix_shuffler_store_writes", "Group-commit writes to the store", registry=r
         )

@@ -236,6 +236,7 @@ def start_shuffler(
             random_bytes=random_bytes,
             metrics=metrics,
             on_pending=intake.set_buffered,
+            parked_retry_seconds=settings.parked_retry_seconds,
         )
         releaser_thread = threading.Thread(
             target=releaser.run,

@@ -343,3 +343,37 @@ def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggr
         handle.stop(grace=1)
     assert aggregator.refused == 1  # not re-sent in a loop
     assert len(store.inflight_ids(OUE)) == 1  # kept for the next start-up
+    assert handle.metrics.parked_batches._value.get() == 1
+
+
+def test_a_refused_batch_is_offered_again_after_parked_retry_seconds(
+    aggregator: RecordingAggregator,
+) -> None:
+    """Once the aggregator takes it (an operator fixed its registry), the parked batch
+    is delivered without a restart, and the gauge goes back to 0."""
+    from protos import crowdmix_pb2 as pb
+    from tests.shuffler.helpers import OUE
+
+    registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
+    oue_fp = registry[OUE].fingerprint
+    aggregator.refuse = {OUE}
+    store = MemoryStore()
+    settings = ShufflerSettings(tick_seconds=0.01, parked_retry_seconds=0.5)
+    handle = start_shuffler(registry, store, aggregator.target, settings=settings)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            oue = pb.ReportColumns(
+                metric=OUE, params_fingerprint=oue_fp, count=20, report_bytes=1,
+                cohorts=[0] * 20, bits=b"\x01" * 20,
+            )  # fmt: skip
+            stub.Submit(pb.SubmitRequest(columns=[oue]), timeout=10)
+            wait_for(lambda: aggregator.refused == 1)
+            assert handle.metrics.parked_batches._value.get() == 1
+            aggregator.refuse = set()
+            wait_for(lambda: aggregator.total() == 20)
+            wait_for(lambda: not store.inflight_ids(OUE))
+    finally:
+        handle.stop(grace=1)
+    assert aggregator.refused == 1
+    assert handle.metrics.parked_batches._value.get() == 0
