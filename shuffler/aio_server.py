@@ -16,6 +16,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -26,11 +27,18 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from protos import crowdmix_pb2 as pb
 from shuffler.columns import Pending
 from shuffler.commit import GroupCommitter
-from shuffler.errors import ShufflerError, StoreUnavailable
+from shuffler.errors import ShufflerError, StoreOutcomeUnknown, StoreUnavailable
 from shuffler.intake import Intake
 from shuffler.metrics import ShufflerMetrics
 from shuffler.serde import request_to_columns
-from shuffler.servicer import SERVICE_NAME, bearer, parse, rejection, shuffler_handler
+from shuffler.servicer import (
+    SERVICE_NAME,
+    bearer,
+    parse,
+    rejection,
+    shuffler_handler,
+    stream_failure,
+)
 from shuffler.store import AsyncAppender, async_appender
 
 __all__ = ["AioFront", "AsyncCommitter"]
@@ -38,6 +46,22 @@ __all__ = ["AioFront", "AsyncCommitter"]
 log = logging.getLogger("crowdmix.shuffler")
 
 Parts = dict[tuple[str, int], Pending]
+
+# A SubmitStream's commits pending at once: enough to overlap reading and writing,
+# few enough that a stream holds at most this many messages in memory.
+STREAM_COMMITS_IN_FLIGHT = 2
+
+
+def _settle(
+    batch: Sequence[tuple[Parts, asyncio.Future[None]]], error: ShufflerError | None
+) -> None:
+    for _, fut in batch:
+        if fut.done():  # the caller went away; its reports are stored anyway
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
 
 
 class AsyncCommitter:
@@ -93,19 +117,21 @@ class AsyncCommitter:
 
     async def _drain(self) -> None:
         delay = self._committer.max_delay
+        batch: list[tuple[Parts, asyncio.Future[None]]] = []
         try:
             while self._queue:
                 if delay > 0:
                     await asyncio.sleep(delay)  # let more requests join this write
                 batch, self._queue = self._queue, []
                 error = await self._write([parts for parts, _ in batch])
-                for _, fut in batch:
-                    if fut.done():  # the caller went away; its reports are stored anyway
-                        continue
-                    if error is None:
-                        fut.set_result(None)
-                    else:
-                        fut.set_exception(error)
+                _settle(batch, error)
+                batch = []
+        except BaseException:
+            # cancelled (the loop is being torn down): never leave a request waiting
+            _settle(batch, StoreOutcomeUnknown("the store write was interrupted"))
+            _settle(self._queue, StoreUnavailable("the shuffler is shutting down"))
+            self._queue = []
+            raise
         finally:
             self._writing = False
 
@@ -156,28 +182,36 @@ class AsyncShufflerServicer:
         return pb.SubmitResponse(accepted=accepted)
 
     async def SubmitStream(self, requests: AsyncIterator[bytes], context: Any) -> pb.SubmitResponse:
-        total = 0
+        """Each message is validated as it arrives and its commit overlaps the reading
+        of the next one (a stream pays one gather window, not one per message), with at
+        most ``STREAM_COMMITS_IN_FLIGHT`` commits pending, so a stream cannot queue
+        unbounded memory behind a slow store. The first failure (a bad message or a
+        failed commit) stops the stream; nothing read after it is stored."""
+        total = messages = 0
+        error: ShufflerError | None = None
+        commits: deque[asyncio.Task[int]] = deque()
         try:
             if self._intake.auth_required:
                 self._intake.authenticate(bearer(context))
-            # Each message is validated as it arrives (a bad one stops the stream, and
-            # nothing after it is stored); its commit runs while the next is read, so
-            # a stream pays one gather window, not one per message. The response
-            # still waits for every commit.
-            commits: list[asyncio.Task[int]] = []
-            try:
-                async for raw in requests:
-                    start = time.perf_counter()
-                    chunks, n = self._admit(raw, context)
-                    commits.append(asyncio.ensure_future(self._commit(chunks, n, start)))
-            finally:
-                done = await asyncio.gather(*commits, return_exceptions=True)
-            for result in done:
-                if isinstance(result, BaseException):
-                    raise result
-                total += result
+            async for raw in requests:
+                while commits and (commits[0].done() or len(commits) >= STREAM_COMMITS_IN_FLIGHT):
+                    total += await commits.popleft()  # raises if that commit failed
+                    messages += 1
+                start = time.perf_counter()
+                chunks, n = self._admit(raw, context)
+                commits.append(asyncio.ensure_future(self._commit(chunks, n, start)))
         except ShufflerError as exc:
-            await context.abort(*rejection(exc, self._metrics))
+            error = exc
+        for result in await asyncio.gather(*commits, return_exceptions=True):
+            if isinstance(result, ShufflerError):
+                error = error or result
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                total += result
+                messages += 1
+        if error is not None:
+            await context.abort(*rejection(stream_failure(error, messages, total), self._metrics))
         return pb.SubmitResponse(accepted=total)
 
 

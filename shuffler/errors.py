@@ -9,6 +9,8 @@ in exactly one place (``shuffler.servicer._STATUS``):
     │   ├── Unauthenticated                 UNAUTHENTICATED    (missing or unknown bearer token)
     │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
     ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
+    │   └── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
+    ├── PartiallyStored                     ABORTED            (a stream failed after some messages)
     └── ForwardError                        the aggregator did not acknowledge a batch
 
 Every ``RequestRejected`` carries a short machine-readable ``reason`` (a label of
@@ -24,8 +26,10 @@ __all__ = [
     "ForwardError",
     "InvalidRequest",
     "Overloaded",
+    "PartiallyStored",
     "RequestRejected",
     "ShufflerError",
+    "StoreOutcomeUnknown",
     "StoreUnavailable",
     "Unauthenticated",
 ]
@@ -65,7 +69,14 @@ class Overloaded(RequestRejected):
 
 
 class StoreUnavailable(ShufflerError):
-    """The store could not be reached or did not confirm a write."""
+    """The store could not be reached or refused a write: nothing was stored."""
+
+
+class StoreOutcomeUnknown(StoreUnavailable):
+    """A write was sent but never confirmed (timeout, connection lost while waiting for
+    the reply), so it may have been stored. Answered DEADLINE_EXCEEDED, which the SDK
+    does not retry: a device's reports counted twice break the one-report-per-window
+    assumption of the privacy statement, a lost request does not."""
 
 
 class ForwardError(ShufflerError):
@@ -80,3 +91,16 @@ class ForwardError(ShufflerError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class PartiallyStored(ShufflerError):
+    """A SubmitStream failed with a retryable error after earlier messages of it were
+    stored. Answered ABORTED (which the SDK does not retry) instead of the retryable
+    status, whose blind retry would store those earlier messages twice."""
+
+    def __init__(self, messages: int, reports: int, cause: ShufflerError) -> None:
+        super().__init__(
+            f"{messages} earlier message(s) of this stream ({reports} reports) were stored "
+            f"before it failed ({cause}); resend only the messages after them"
+        )
+        self.cause = cause

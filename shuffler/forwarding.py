@@ -205,16 +205,24 @@ class Releaser:
 
     def retry_parked(self, give_up: Callable[[], bool]) -> int:
         """Offer every parked batch once more; returns how many were acknowledged."""
-        parked, self.parked = self.parked, {}
         self._parked_since = self._monotonic()
         done = 0
-        for batch_id, metric in parked.items():
-            batch = self._store.load_inflight(metric, batch_id)
-            if batch is not None:  # None: acknowledged meanwhile (by another process)
+        try:
+            for batch_id, metric in list(self.parked.items()):
+                # a store error here leaves this and the later batches parked
+                batch = self._store.load_inflight(metric, batch_id)
+                del self.parked[batch_id]  # forward() parks it again if refused again
+                if batch is None:  # acknowledged meanwhile (by another process)
+                    continue
                 log.info("offering a refused batch of %s again", metric)
-                done += self.forward(batch, give_up)
-        if self._metrics is not None:
-            self._metrics.parked_batches.set(len(self.parked))
+                try:
+                    done += self.forward(batch, give_up)
+                except BaseException:
+                    self.parked.setdefault(batch_id, metric)  # still in flight: keep it
+                    raise
+        finally:
+            if self._metrics is not None:
+                self._metrics.parked_batches.set(len(self.parked))
         return done
 
     def run(self, stop: threading.Event, *, tick: float, grace: float) -> None:

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shuffler.columns import decode_chunks
-from shuffler.errors import StoreUnavailable
+from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
 from shuffler.resp import AsyncRespConnection, RespConnection
 from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
@@ -147,6 +147,8 @@ class RedisStore:
 
         try:
             yield
+        except redis.TimeoutError as exc:  # may have timed out after sending: it may have run
+            raise StoreOutcomeUnknown(f"redis: {type(exc).__name__}: {exc}") from None
         except redis.RedisError as exc:
             raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
 

@@ -13,7 +13,10 @@ redis-py. Plain TCP only (``redis://``); the store falls back to redis-py for
 there costs no thread hand-off at all. Both share the reply parsing.
 
 Any socket, timeout or protocol error closes the connection and raises
-``StoreUnavailable``; the next call reconnects. The caller serializes calls
+``StoreUnavailable`` when the command never reached Redis, and its subclass
+``StoreOutcomeUnknown`` once the command was sent (it may have run); the next
+call reconnects. A connection that Redis closed while idle (a restart) is
+noticed before sending, so a restarted Redis gives the retryable error. The caller serializes calls
 (the group commit has one writer at a time); a lock guards it anyway.
 """
 
@@ -23,11 +26,12 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import select
 import socket
 import threading
 from dataclasses import dataclass
 
-from shuffler.errors import StoreUnavailable
+from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
 
 __all__ = ["AsyncRespConnection", "RespConnection", "encode_command"]
 
@@ -152,14 +156,26 @@ class RespConnection:
         self._sock.sendall(command)
         return self._reply()
 
+    def _stale(self) -> bool:
+        """Readable while idle: Redis closed it (EOF) or sent something unasked."""
+        assert self._sock is not None
+        if self._buf:
+            return True
+        readable, _, _ = select.select([self._sock], [], [], 0)
+        return bool(readable)
+
     def eval(self, script: str, keys: list[bytes], args: list[bytes]) -> bytes | int | None:
         """EVALSHA, falling back to EVAL once when the script is not cached."""
         call = _Script(script, keys, args)
         with self._lock:
+            sent = False
             try:
+                if self._sock is not None and self._stale():
+                    self.close_unlocked()
                 if self._sock is None:
                     self._connect()
                 try:
+                    sent = True
                     return self._roundtrip(call.evalsha)
                 except _RedisReplyError as exc:
                     if not str(exc).startswith("NOSCRIPT"):
@@ -169,7 +185,8 @@ class RespConnection:
                 raise StoreUnavailable(f"redis: {exc}") from None
             except (OSError, ConnectionError, ValueError) as exc:
                 self.close_unlocked()
-                raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
+                kind = StoreOutcomeUnknown if sent else StoreUnavailable
+                raise kind(f"redis: {type(exc).__name__}: {exc}") from None
 
     def close_unlocked(self) -> None:
         if self._sock is not None:
@@ -218,7 +235,22 @@ class AsyncRespConnection:
         await self._writer.drain()
         return await self._reply()
 
-    async def _eval(self, call: _Script) -> bytes | int | None:
+    def _stale(self) -> bool:
+        """Readable while idle: Redis closed it (EOF), whether or not the loop has
+        processed that yet."""
+        if self._reader is None or self._writer is None:
+            return False
+        if self._reader.at_eof():
+            return True
+        sock = self._writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        return bool(readable)
+
+    async def _eval(self, call: _Script, sent: list[bool]) -> bytes | int | None:
+        if self._stale():
+            self._drop()  # Redis closed it while idle (a restart): reconnect before sending
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(*self._addr)
             try:
@@ -227,6 +259,7 @@ class AsyncRespConnection:
             except BaseException:
                 self._drop()  # never reuse a connection whose AUTH or SELECT failed
                 raise
+        sent[0] = True
         try:
             return await self._roundtrip(call.evalsha)
         except _RedisReplyError as exc:
@@ -238,9 +271,10 @@ class AsyncRespConnection:
         """EVALSHA, falling back to EVAL once when the script is not cached."""
         call = _Script(script, keys, args)
         async with self._lock:
+            sent = [False]
             try:
                 async with asyncio.timeout(self._timeout):  # no extra task, unlike wait_for
-                    return await self._eval(call)
+                    return await self._eval(call, sent)
             except _RedisReplyError as exc:
                 raise StoreUnavailable(f"redis: {exc}") from None
             except (
@@ -252,7 +286,8 @@ class AsyncRespConnection:
             ) as exc:
                 # TimeoutError is an OSError; a half-read reply leaves the stream unusable
                 self._drop()
-                raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
+                kind = StoreOutcomeUnknown if sent[0] else StoreUnavailable
+                raise kind(f"redis: {type(exc).__name__}: {exc}") from None
             except asyncio.CancelledError:
                 self._drop()
                 raise

@@ -18,8 +18,10 @@ from protos import crowdmix_pb2 as pb
 from shuffler.errors import (
     InvalidRequest,
     Overloaded,
+    PartiallyStored,
     RequestRejected,
     ShufflerError,
+    StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
 )
@@ -35,6 +37,7 @@ __all__ = [
     "rejection",
     "shuffler_handler",
     "status_for",
+    "stream_failure",
 ]
 
 SERVICE_NAME = "crowdmix.v1.Shuffler"
@@ -45,7 +48,9 @@ _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StoreOutcomeUnknown, grpc.StatusCode.DEADLINE_EXCEEDED),  # before its base class
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (PartiallyStored, grpc.StatusCode.ABORTED),
 )
 
 
@@ -65,11 +70,30 @@ def parse(raw: bytes) -> pb.SubmitRequest:
 
 def rejection(exc: ShufflerError, metrics: ShufflerMetrics) -> tuple[grpc.StatusCode, str]:
     """Status code and details for a domain error; counts it by reason."""
-    reason = exc.reason if isinstance(exc, RequestRejected) else "store_unavailable"
+    if isinstance(exc, RequestRejected):
+        reason = exc.reason
+    elif isinstance(exc, StoreOutcomeUnknown):
+        reason = "store_outcome_unknown"
+    elif isinstance(exc, PartiallyStored):
+        reason = "partially_stored"
+    else:
+        reason = "store_unavailable"
     metrics.rejected_requests.labels(reason).inc()
     if not isinstance(exc, RequestRejected):
         log.warning("submit failed: %s", exc)
     return status_for(exc), f"{reason}: {exc}"
+
+
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def stream_failure(exc: ShufflerError, messages: int, reports: int) -> ShufflerError:
+    """The error a SubmitStream answers when ``exc`` stopped it after ``messages`` of
+    its messages (``reports`` reports) were stored: never a status that invites a
+    retry of the whole stream once part of it is in the store."""
+    if messages and status_for(exc) in _RETRYABLE:
+        return PartiallyStored(messages, reports, exc)
+    return exc
 
 
 def bearer(context: Any) -> str | None:
@@ -137,12 +161,13 @@ class ShufflerServicer:
     def SubmitStream(
         self, request_iterator: Iterator[bytes], context: grpc.ServicerContext
     ) -> pb.SubmitResponse:
-        total = 0
+        total = messages = 0
         try:
             if self._intake.auth_required:
                 self._intake.authenticate(bearer(context))
             for raw in request_iterator:
                 total += self._submit_one(raw, context)
+                messages += 1
         except ShufflerError as exc:
-            self._abort(context, exc)
+            self._abort(context, stream_failure(exc, messages, total))
         return pb.SubmitResponse(accepted=total)

@@ -144,6 +144,29 @@ def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted(server: str) ->
     assert sum(store.pending(RAPPOR).values()) == 10 * ok
 
 
+@pytest.mark.parametrize("server", ["sync", "aio"])
+def test_a_stream_failing_after_stored_messages_is_aborted_not_retryable(server: str) -> None:
+    """buffer_full is RESOURCE_EXHAUSTED (retry later) for a request, but once part of
+    a stream is stored a blind retry would store that part twice: ABORTED instead."""
+    settings = ShufflerSettings(server=server, max_buffered_reports=5)
+    store = MemoryStore()
+    handle = start_shuffler(REGISTRY, store, None, settings=settings)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            messages = [columns_request(np.arange(3), FP) for _ in range(3)]
+            with pytest.raises(grpc.RpcError) as err:
+                stub.SubmitStream(iter(messages), timeout=10)
+    finally:
+        handle.stop(grace=1)
+    assert err.value.code() == grpc.StatusCode.ABORTED
+    assert err.value.details().startswith("partially_stored")
+    assert "buffer" in err.value.details()
+    stored = sum(store.pending(RAPPOR).values())
+    assert stored in (3, 6)  # whole messages only; aio may overlap the second one
+    assert f"({stored} reports)" in err.value.details()
+
+
 def test_max_concurrent_rpcs_is_validated() -> None:
     with pytest.raises(ConfigError, match="max_concurrent_rpcs"):
         ShufflerSettings(max_concurrent_rpcs=0)

@@ -318,6 +318,48 @@ def test_store_down_is_unavailable_and_nothing_is_acknowledged(
         store.close()
 
 
+class UnconfirmedStore(MemoryStore):
+    """A store whose write is sent but never confirmed (e.g. a Redis reply timeout)."""
+
+    def append(self, writes: Sequence[PendingWrite]) -> None:
+        from shuffler.errors import StoreOutcomeUnknown
+
+        raise StoreOutcomeUnknown("redis: TimeoutError: timed out")
+
+
+@pytest.mark.parametrize("server", ["sync", "aio"])
+def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(server: str) -> None:
+    """UNAVAILABLE means "nothing stored, retry"; a write that may have run must not
+    invite a retry that would count the device twice."""
+    registry = make_registry()
+    fp = registry[RAPPOR].fingerprint
+    handle = start_shuffler(
+        registry, UnconfirmedStore(), None, settings=ShufflerSettings(server=server)
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Submit(columns_request(np.arange(10), fp), timeout=10)
+        # the SDK's transport gives up on it at once: one attempt, counted as failed
+        from client.errors import TransportError
+        from client.report import Report
+        from client.transport import ShufflerClient
+
+        sdk = ShufflerClient(f"127.0.0.1:{handle.port}", background=False, max_attempts=5)
+        nb = registry[RAPPOR].report_bytes
+        sdk.submit(Report(metric=RAPPOR, cohort=0, bits=bytes(nb), params_fingerprint=fp))
+        with pytest.raises(TransportError, match="DEADLINE_EXCEEDED"):
+            sdk.flush()
+        assert sdk.failed == 1 and sdk.queued == 0
+        sdk.close(flush=False)
+    finally:
+        handle.stop(grace=1)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert err.value.details().startswith("store_outcome_unknown")
+    assert handle.metrics.rejected_requests.labels("store_outcome_unknown")._value.get() == 2
+
+
 def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggregator) -> None:
     from protos import crowdmix_pb2 as pb
     from tests.shuffler.helpers import OUE
@@ -377,3 +419,43 @@ def test_a_refused_batch_is_offered_again_after_parked_retry_seconds(
         handle.stop(grace=1)
     assert aggregator.refused == 1
     assert handle.metrics.parked_batches._value.get() == 0
+
+
+def test_a_store_error_while_retrying_parked_batches_keeps_them_parked() -> None:
+    from shuffler.errors import ForwardError, StoreUnavailable
+    from shuffler.forwarding import Releaser
+    from shuffler.metrics import ShufflerMetrics
+    from shuffler.store import InFlightBatch
+
+    class FlakyStore(MemoryStore):
+        fail = False
+
+        def load_inflight(self, metric: str, batch_id: bytes) -> InFlightBatch | None:
+            if self.fail:
+                raise StoreUnavailable("redis: down")
+            return super().load_inflight(metric, batch_id)
+
+    registry = make_registry(min_batch=10, max_batch=100)
+    key = QueueKey(window=registry.window_of(time.time()), fingerprint=registry[RAPPOR].fingerprint)
+    store = FlakyStore()
+    store.append([PendingWrite.of(RAPPOR, key, ids_chunk(np.arange(20, dtype=np.int64)))])
+    refuse, sent = [True], []
+
+    def send(batch: InFlightBatch) -> None:
+        if refuse[0]:
+            raise ForwardError("refused", retryable=False)
+        sent.append(batch)
+
+    metrics = ShufflerMetrics()
+    releaser = Releaser(registry, store, send, metrics=metrics, parked_retry_seconds=0.0)
+    releaser.run_once(lambda: True, final=True)
+    assert len(releaser.parked) == 1 and metrics.parked_batches._value.get() == 1
+    store.fail = True
+    with pytest.raises(StoreUnavailable):
+        releaser.retry_parked(lambda: True)
+    assert len(releaser.parked) == 1 and metrics.parked_batches._value.get() == 1  # not forgotten
+    store.fail, refuse[0] = False, False
+    assert releaser.retry_parked(lambda: True) == 1
+    assert not releaser.parked and metrics.parked_batches._value.get() == 0
+    assert len(sent) == 1 and sorted(ids_of(sent[0].chunk)) == list(range(20))
+    assert not store.inflight_ids(RAPPOR)

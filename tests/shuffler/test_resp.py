@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from shuffler.errors import StoreUnavailable
+from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
 from shuffler.resp import AsyncRespConnection, RespConnection
 from tests.redis_server import RedisServer, free_port
 
@@ -362,7 +362,8 @@ def test_reply_after_timeout_is_not_read_by_the_next_call(
     connect: Connect, redis_url: str, r: Any
 ) -> None:
     client = connect(port_of(redis_url), timeout=0.2)
-    with pytest.raises(StoreUnavailable, match="TimeoutError"):
+    # the script was sent and ran: "may have been stored", not "nothing stored"
+    with pytest.raises(StoreOutcomeUnknown, match="TimeoutError"):
         client.eval(BUSY, [], [b"600000"])  # Redis answers 'slow' ~0.4 s after the client gave up
     r.ping()  # returns once the script is done, so the late reply has been sent by now
     assert client.eval("return 'fast'") == b"fast"
@@ -375,10 +376,12 @@ def test_redis_stopped_then_started_again(connect: Connect, private_redis: Redis
     client = connect(private_redis.port)
     assert client.eval(INCR, [b"n"]) == 1
     private_redis.stop()
-    # The open connection was closed by the server: noticed at once, not by the timeout.
+    # The open connection was closed by the server: noticed before sending (so the
+    # error is the retryable "nothing stored" one), not by the timeout.
     with pytest.raises(StoreUnavailable) as raised:
         client.eval(INCR, [b"n"])
     assert "TimeoutError" not in str(raised.value)
+    assert not isinstance(raised.value, StoreOutcomeUnknown)
     # Nothing listens now: the reconnect is refused.
     with pytest.raises(StoreUnavailable, match="ConnectionRefusedError"):
         client.eval(INCR, [b"n"])
@@ -391,7 +394,7 @@ def test_silent_server_times_out(connect: Connect) -> None:
     with SilentServer() as server:
         client = connect(server.port, timeout=0.5)
         started = time.monotonic()
-        with pytest.raises(StoreUnavailable, match="TimeoutError"):
+        with pytest.raises(StoreOutcomeUnknown, match="TimeoutError"):
             client.eval(RETURN_ONE)
         assert time.monotonic() - started < 10
         assert server.received.wait(5)  # the request went out; the answer never came
