@@ -264,7 +264,9 @@ class LocalCluster:
             if registry_path is not None
             else write_demo_registry(self.workdir / "metrics.toml", min_batch=min_batch)
         )
-        self.token = secrets.token_urlsafe(24)
+        self.token = secrets.token_hex(
+            24
+        )  # hex: never starts with "-", so it is safe as a CLI argument
         self.tokens_path = self.workdir / "tokens.txt"
         self.tokens_path.write_text(f"local-cluster {self.token}\n")
         self.tokens_path.chmod(0o600)

@@ -182,7 +182,7 @@ def run_demo(
     batch = _encode(metric, population, byte_source, new_secret)
     _say(f"  encoded on the clients in {time.perf_counter() - t0:.1f}s", quiet)
 
-    token = secrets.token_urlsafe(24)
+    token = secrets.token_hex(24)  # hex: never starts with "-", so it is safe as a CLI argument
     if args.redis:
         from shuffler.redis_store import RedisStore
 
