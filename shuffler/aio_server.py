@@ -260,11 +260,19 @@ class AioFront:
 
         self._run(start())
 
+    def enter_shutdown(self) -> None:
+        """Health checks answer NOT_SERVING (load balancers move devices elsewhere)."""
+        self._run(self._health.enter_graceful_shutdown())
+
     def stop(self, grace: float) -> None:
+        """Refuse new commits and finish the write in progress before the server stops:
+        gRPC answers calls it cancels at the end of ``grace`` UNAVAILABLE ("retry"), so
+        no call may still be waiting on a write that could then succeed."""
+
         async def stop() -> None:
             await self._health.enter_graceful_shutdown()
-            await self._server.stop(grace)
             await self._committer.aclose()
+            await self._server.stop(grace)
 
         self._run(stop())
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -111,6 +111,10 @@ class _SyncFront:
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+    def enter_shutdown(self) -> None:
+        """Health checks answer NOT_SERVING (load balancers move devices elsewhere)."""
+        self._health.enter_graceful_shutdown()
+
     def stop(self, grace: float) -> None:
         self._health.enter_graceful_shutdown()
         self._server.stop(grace).wait()
@@ -265,8 +269,12 @@ def start_shuffler(
 
     def stop(grace: float | None) -> None:
         g = settings.shutdown_grace_seconds if grace is None else grace
-        front.stop(g)  # no new calls; running calls finish (they wait on their commit)
+        # First refuse new commits and let queued writes finish, then stop the server:
+        # gRPC answers calls it cancels at the end of the grace period UNAVAILABLE
+        # ("nothing stored, retry"), so none may still be waiting on a write.
+        front.enter_shutdown()
         committer.close()
+        front.stop(g)
         stop_release.set()  # final release pass, bounded by the grace period
         if releaser_thread is not None:
             releaser_thread.join()

@@ -459,3 +459,39 @@ def test_a_store_error_while_retrying_parked_batches_keeps_them_parked() -> None
     assert not releaser.parked and metrics.parked_batches._value.get() == 0
     assert len(sent) == 1 and sorted(ids_of(sent[0].chunk)) == list(range(20))
     assert not store.inflight_ids(RAPPOR)
+
+
+class VerySlowStore(MemoryStore):
+    """Writes take a second: a shutdown begins while one is in progress."""
+
+    def append(self, writes: Sequence[PendingWrite]) -> None:
+        time.sleep(1.0)
+        super().append(writes)
+
+
+@pytest.mark.parametrize("server", ["sync", "aio"])
+def test_shutdown_mid_write_acknowledges_every_stored_report(server: str) -> None:
+    """stop() with a grace shorter than the write: gRPC would answer calls it cancels
+    UNAVAILABLE ("nothing stored, retry"), so the write in progress must finish and its
+    callers get their answer first; calls refused meanwhile store nothing."""
+    import threading
+
+    registry = make_registry()
+    fp = registry[RAPPOR].fingerprint
+    store = VerySlowStore()
+    handle = start_shuffler(registry, store, None, settings=ShufflerSettings(server=server))
+    with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+        stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+        futures = [
+            stub.Submit.future(columns_request(np.arange(10, dtype=np.int64), fp), timeout=20)
+            for _ in range(30)
+        ]
+        time.sleep(0.3)  # the first write is in progress, the rest are waiting for it
+        stopper = threading.Thread(target=handle.stop, kwargs={"grace": 0.1})
+        stopper.start()
+        codes = [f.code() for f in futures]
+        stopper.join(30)
+    ok = codes.count(grpc.StatusCode.OK)
+    assert ok >= 1
+    assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
+    assert sum(store.pending(RAPPOR).values()) == 10 * ok  # stored iff acknowledged
