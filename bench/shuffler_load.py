@@ -101,6 +101,12 @@ def with_children(pids: list[int]) -> list[int]:
     return out
 
 
+def steal_ticks() -> int:
+    """CPU time the hypervisor gave to other guests so far (/proc/stat, all CPUs)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -302,9 +308,9 @@ def main() -> None:
             try:
                 if args.scenario in ("unary", "both"):
                     payload = build_payload(METRIC, fp, rb, 64, 1, seed=1)
-                    c0 = cluster.cpu()
+                    c0, s0 = cluster.cpu(), steal_ticks()
                     r, note = load(cluster, args, payload, 1, args.callers)
-                    c1 = cluster.cpu()
+                    c1, s1 = cluster.cpu(), steal_ticks()
                     met = r.calls_per_s >= 4000 and r.pct(99) <= 50 and not r.errors
                     print(
                         f"[unary] shufflers={n} callers={args.callers}: "
@@ -312,13 +318,13 @@ def main() -> None:
                         f"p99 {r.pct(99):.1f} ms, errors {r.errors} "
                         f"(target ≥ 4,000 calls/s, p99 ≤ 50 ms: {'MET' if met else 'NOT MET'})"
                     )
-                    print(f"        {note}")
+                    print(f"        {note}; CPU steal during the run: {s1 - s0} ticks")
                     print(cpu_line(c0, c1, r.calls, "call", r.loadgen_cpu))
                 if args.scenario in ("bulk", "both"):
                     payload = build_payload(METRIC, fp, rb, 64, 1000, seed=2)
-                    c0 = cluster.cpu()
+                    c0, s0 = cluster.cpu(), steal_ticks()
                     r, note = load(cluster, args, payload, 1000, args.bulk_inflight)
-                    c1 = cluster.cpu()
+                    c1, s1 = cluster.cpu(), steal_ticks()
                     met = r.reports_per_s >= 1_000_000 and not r.errors
                     print(
                         f"[bulk]  shufflers={n} in flight={args.bulk_inflight}: "
@@ -326,7 +332,7 @@ def main() -> None:
                         f"p50 {r.pct(50):.1f} ms, p99 {r.pct(99):.1f} ms, errors {r.errors} "
                         f"(target ≥ 1,000,000 reports/s: {'MET' if met else 'NOT MET'})"
                     )
-                    print(f"        {note}")
+                    print(f"        {note}; CPU steal during the run: {s1 - s0} ticks")
                     print(cpu_line(c0, c1, r.reports, "report", r.loadgen_cpu))
             finally:
                 cluster.close()
