@@ -12,6 +12,7 @@ The core loads neither grpc, numpy nor redis. ``client.transport`` (grpc) and
 from __future__ import annotations
 
 from client.basic import BasicEncoder, BasicParams
+from client.budget import ReportBudget
 from client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
 from client.hashing import bloom_bits
 from client.params import RapporParams
@@ -42,6 +43,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "Report",
+    "ReportBudget",
     "SecureBits",
     "ShufflePolicy",
     "TransportError",

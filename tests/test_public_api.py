@@ -28,6 +28,7 @@ CLIENT_API = [
     "Registry",
     "RegistryError",
     "Report",
+    "ReportBudget",
     "SecureBits",
     "ShufflePolicy",
     "TransportError",

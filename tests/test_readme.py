@@ -104,7 +104,7 @@ def test_planner_and_privacy_commands_in_the_readme_run() -> None:
         assert out.returncode == 0, (argv, out.stderr)
 
 
-def test_sdk_snippet_runs_against_a_real_shuffler() -> None:
+def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     from client.params import RapporParams
     from client.registry import MetricConfig, Registry, ShufflePolicy
     from shuffler.server import start_shuffler
@@ -123,6 +123,9 @@ def test_sdk_snippet_runs_against_a_real_shuffler() -> None:
     with start_shuffler(registry, tokens=frozenset({token})) as shuffler:
         code = snippet.replace('"shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
         code = code.replace("tls=True", "tls=False")
-        namespace: dict[str, object] = {"APP_TOKEN": token}
+        budget_file = tmp_path / "budget.json"
+        namespace: dict[str, object] = {"APP_TOKEN": token, "BUDGET_FILE": budget_file}
         exec(compile(code, "README.md", "exec"), namespace)
         assert sum(shuffler.store.pending("home_page").values()) == 1
+        exec(compile(code, "README.md", "exec"), dict(namespace))  # the app runs again today
+        assert sum(shuffler.store.pending("home_page").values()) == 1  # nothing more sent
