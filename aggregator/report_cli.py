@@ -58,6 +58,12 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     own.add_argument("--counts", metavar="FILE", help="counts file written by the accumulator")
     own.add_argument("--config", metavar="FILE", help="metric registry (metrics.toml)")
     own.add_argument("--metric", metavar="NAME", help="metric name in the registry")
+    own.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="collection windows the counts file covers (needed when it merges windows)",
+    )
     live = p.add_argument_group("live counts (aggregator store)")
     live.add_argument("--redis", metavar="URL", help="the aggregator's Redis (needs --metric)")
     live.add_argument(
@@ -86,6 +92,20 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
     metric = _metric(args.config, args.metric)
     saved = load_counts(args.counts)
     saved.check_metric(metric)
+    rounds = args.rounds
+    if rounds is None:
+        if saved.window is None:
+            # a merge of windows composes one report per client per window: the
+            # statement must know how many, and defaulting to 1 would understate ε
+            raise CliError(
+                f"{args.counts} merges collection windows: give --rounds N, the number of "
+                "windows it covers, so the privacy statement composes them"
+            )
+        rounds = 1
+    if rounds < 1:
+        raise CliError(f"--rounds must be at least 1, got {rounds}")
+    if saved.window is not None and rounds != 1:
+        raise CliError(f"{args.counts} holds one collection window ({saved.window}): --rounds is 1")
     candidates = read_candidates(args.candidates) if args.candidates else None
     if metric.rappor is not None and candidates is None:
         raise CliError("a RAPPOR metric needs --candidates FILE (one value per line)")
@@ -96,6 +116,7 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
         candidates=candidates,
         source=str(args.counts),
         window=saved.window,
+        rounds=rounds,
     )
 
 

@@ -208,11 +208,14 @@ def test_report_cli_basic_mechanism(tmp_path: Path, capsys: pytest.CaptureFixtur
     counts = tmp_path / "b.npz"
     save_counts(counts, acc, metric="browser", encoding="krr", fingerprint=metric.fingerprint)
     out = tmp_path / "out"
-    code = main(
-        ["report", "--counts", str(counts), "--config", str(config), "--metric", "browser",
-         "--out", str(out), "--project"]
-    )  # fmt: skip
+    base = ["report", "--counts", str(counts), "--config", str(config), "--metric", "browser"]
+    # the file merges windows (none named): the statement needs to know how many
+    assert main([*base, "--out", str(out), "--project"]) == 1
+    assert "--rounds N" in capsys.readouterr().err
+    code = main([*base, "--out", str(out), "--project", "--rounds", "3"])
     assert code == 0
+    statement = json.loads((out / "summary.json").read_text())["privacy"]["statement"]
+    assert statement["longitudinal"]["rounds"] == 3
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert rows[0]["value"] == "chrome" and rows[0]["significant"] == "true"
     assert {r["value"] for r in rows} == {"chrome", "firefox", "safari", "edge"}
