@@ -18,20 +18,32 @@ def register(sub: Any) -> None:
     p.add_argument("--service", default="", help="service name to ask about (default: overall)")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
     p.add_argument("--tls-ca", help="CA certificate (PEM) when the daemon speaks TLS")
+    p.add_argument("--tls-cert", help="client certificate (PEM) for a daemon that requires one")
+    p.add_argument("--tls-key", help="key of --tls-cert (PEM)")
     p.set_defaults(func=run)
 
 
 def check_health(
-    target: str, *, service: str = "", timeout: float = 3.0, tls_ca: bytes | None = None
+    target: str,
+    *,
+    service: str = "",
+    timeout: float = 3.0,
+    tls_ca: bytes | None = None,
+    tls_cert: bytes | None = None,
+    tls_key: bytes | None = None,
 ) -> str:
-    """The serving status name (e.g. "SERVING"), or "UNREACHABLE: <reason>"."""
+    """The serving status name (e.g. "SERVING"), or "UNREACHABLE: <reason>".
+
+    ``tls_cert``/``tls_key`` present a client certificate (mutual TLS, as the
+    aggregator asks of its shufflers)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     if tls_ca is not None:
-        channel = grpc.secure_channel(
-            target, grpc.ssl_channel_credentials(root_certificates=tls_ca)
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=tls_ca, private_key=tls_key, certificate_chain=tls_cert
         )
+        channel = grpc.secure_channel(target, creds)
     else:
         channel = grpc.insecure_channel(target)
     with channel:
@@ -43,11 +55,32 @@ def check_health(
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
 
 
+def _read(path: str | None) -> bytes | None:
+    from crowdmix.cli import CliError
+
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    ca = None
-    if args.tls_ca:
-        with open(args.tls_ca, "rb") as fh:
-            ca = fh.read()
-    status = check_health(args.target, service=args.service, timeout=args.timeout, tls_ca=ca)
+    from crowdmix.cli import CliError
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise CliError("--tls-cert and --tls-key go together")
+    if args.tls_cert is not None and args.tls_ca is None:
+        raise CliError("--tls-cert needs --tls-ca (the daemon speaks TLS)")
+    status = check_health(
+        args.target,
+        service=args.service,
+        timeout=args.timeout,
+        tls_ca=_read(args.tls_ca),
+        tls_cert=_read(args.tls_cert),
+        tls_key=_read(args.tls_key),
+    )
     print(f"{args.target}: {status}")
     return 0 if status == "SERVING" else 1

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from client.registry import load_registry
@@ -95,3 +97,127 @@ def test_make_certs_produces_a_verifiable_chain(tmp_path: Path) -> None:
         )
         assert out.stdout.strip().endswith("OK")
         assert (tmp_path / f"{name}.key").stat().st_mode & 0o077 == 0
+
+
+TLS_MOUNT = "/etc/crowdmix/tls/"
+CERT_FILES = {  # what deploy/tls/make-certs.sh writes
+    "ca.crt", "aggregator.crt", "aggregator.key", "shuffler.crt", "shuffler.key",
+    "shuffler-client.crt", "shuffler-client.key",
+}  # fmt: skip
+
+
+def _tls_override() -> dict:  # type: ignore[type-arg]
+    data = yaml.safe_load((DEPLOY / "compose.tls.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_tls_override_commands_parse_and_name_the_generated_files() -> None:
+    services = _tls_override()["services"]
+    assert set(services) == {"aggregator", "shuffler-1", "shuffler-2"}
+    assert set(services) <= set(_compose()["services"])
+    parser = build_parser()
+    for svc in services.values():
+        assert "./tls/out:/etc/crowdmix/tls:ro" in svc["volumes"]
+        command, health = svc["command"], svc["healthcheck"]["test"]
+        parser.parse_args(command)
+        parser.parse_args(health[2:])
+        tls_paths = [a.split("=", 1)[1] for a in command + health if TLS_MOUNT in a]
+        assert tls_paths and {p.removeprefix(TLS_MOUNT) for p in tls_paths} <= CERT_FILES
+    aggregator = services["aggregator"]["command"]
+    assert f"--tls-client-ca={TLS_MOUNT}ca.crt" in aggregator  # mutual TLS
+    for name in ("shuffler-1", "shuffler-2"):
+        shuffler = services[name]["command"]
+        assert f"--aggregator-cert={TLS_MOUNT}shuffler-client.crt" in shuffler
+        assert any(a.startswith("--tls-cert=") for a in shuffler)
+
+
+def test_compose_tls_override_runs_with_certificates_from_make_certs(tmp_path: Path) -> None:
+    """The override's flags, with its paths mapped to this machine, start real daemons
+    that serve TLS; the aggregator's health check (mutual TLS) and the shuffler's pass,
+    and the certificates name the host the shufflers dial inside compose."""
+    from crowdmix.cluster import DaemonProcess, free_port
+    from crowdmix.health import check_health
+
+    certs = tmp_path / "out"
+    hosts = ["localhost", "127.0.0.1", "aggregator", "shuffler-1", "shuffler-2"]
+    header = (DEPLOY / "compose.tls.yaml").read_text()
+    assert f"make-certs.sh deploy/tls/out {' '.join(hosts)}" in header  # the documented call
+    subprocess.run(
+        ["bash", str(DEPLOY / "tls/make-certs.sh"), str(certs), *hosts],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    crt = str(certs / "aggregator.crt")
+    sans = subprocess.run(
+        ["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", crt],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert "DNS:aggregator" in sans
+
+    services = _tls_override()["services"]
+    agg_port, shuf_port = free_port(), free_port()
+
+    def local(args: list[str]) -> list[str]:
+        out = []
+        for a in args:
+            a = a.replace(TLS_MOUNT, f"{certs}/")
+            a = a.replace("/etc/crowdmix/metrics.toml", str(DEPLOY / "metrics.example.toml"))
+            a = a.replace("/etc/crowdmix/tokens.txt", str(DEPLOY / "tokens.example.txt"))
+            a = a.replace("0.0.0.0:7500", f"127.0.0.1:{agg_port}")
+            a = a.replace("0.0.0.0:7400", f"127.0.0.1:{shuf_port}")
+            a = a.replace("aggregator:7500", f"localhost:{agg_port}")
+            if a.startswith(("--redis=", "--metrics-port=", "--metrics-host=")):
+                continue  # in-memory stores, no metrics endpoint: not what is tested here
+            out.append(a)
+        return out
+
+    agg = DaemonProcess(
+        "aggregator", local(services["aggregator"]["command"]), agg_port, tmp_path / "agg.log"
+    )
+    shuf = DaemonProcess(
+        "shuffler", local(services["shuffler-1"]["command"]), shuf_port, tmp_path / "shuf.log"
+    )
+    agg.start()
+    try:
+        shuf.start()
+        try:
+            for daemon, svc in ((agg, "aggregator"), (shuf, "shuffler-1")):
+                health = local(services[svc]["healthcheck"]["test"][3:])
+                flags = dict(a.removeprefix("--").split("=", 1) for a in health if "=" in a)
+                read = {k: Path(v).read_bytes() for k, v in flags.items()}
+                deadline = time.monotonic() + 30
+                while True:
+                    assert health[-1] in ("127.0.0.1:7500", "127.0.0.1:7400")
+                    port = agg_port if svc == "aggregator" else shuf_port
+                    status = check_health(
+                        f"127.0.0.1:{port}",
+                        tls_ca=read["tls-ca"],
+                        tls_cert=read.get("tls-cert"),
+                        tls_key=read.get("tls-key"),
+                    )
+                    if status == "SERVING" or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
+                assert status == "SERVING", (svc, status, daemon.tail_log())
+            # without the client certificate the aggregator refuses the connection
+            no_cert = check_health(f"127.0.0.1:{agg_port}", tls_ca=read["tls-ca"])
+            assert no_cert.startswith("UNREACHABLE")
+        finally:
+            assert shuf.stop() == 0
+    finally:
+        assert agg.stop() == 0
+
+
+def test_health_client_certificate_flags_go_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crowdmix.cli import main
+
+    ca = tmp_path / "ca.crt"
+    ca.write_text("x")
+    assert main(["health", "--tls-ca", str(ca), "--tls-cert", str(ca), "127.0.0.1:1"]) == 1
+    assert "--tls-key" in capsys.readouterr().err
+    assert main(["health", "--tls-ca", str(tmp_path / "missing.crt"), "127.0.0.1:1"]) == 1
+    assert "missing.crt" in capsys.readouterr().err
