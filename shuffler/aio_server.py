@@ -271,9 +271,13 @@ class AioFront:
 
         async def stop() -> None:
             await self._health.enter_graceful_shutdown()
-            await self._committer.aclose()
-            await self._server.stop(grace)
+            try:
+                await self._committer.aclose()
+            finally:  # a store that fails to close must not keep the server up
+                await self._server.stop(grace)
 
-        self._run(stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
+        try:
+            self._run(stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
