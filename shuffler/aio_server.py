@@ -112,7 +112,8 @@ class AsyncCommitter:
             return exc
         except Exception as exc:  # a store bug must fail the requests, not hang them
             log.exception("store write failed")
-            return StoreUnavailable(f"store write failed: {type(exc).__name__}")
+            # the write may or may not have happened: not an invitation to retry
+            return StoreOutcomeUnknown(f"store write failed: {type(exc).__name__}")
         return None
 
     async def _drain(self) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 from client.registry import Registry
 from shuffler.columns import Pending, merge, merge_blob
-from shuffler.errors import ShufflerError, StoreUnavailable
+from shuffler.errors import ShufflerError, StoreOutcomeUnknown, StoreUnavailable
 from shuffler.metrics import ShufflerMetrics
 from shuffler.shuffle import RandomBytes, keep_mask
 from shuffler.store import PendingWrite, QueueKey, ShufflerStore
@@ -114,7 +114,8 @@ class GroupCommitter:
             error = exc
         except Exception as exc:  # a store bug must fail the requests, not hang them
             log.exception("store write failed")
-            error = StoreUnavailable(f"store write failed: {type(exc).__name__}")
+            # the write may or may not have happened: not an invitation to retry
+            error = StoreOutcomeUnknown(f"store write failed: {type(exc).__name__}")
         with self._cond:
             successor = self._queue[0] if self._queue else None
             if successor is not None:

@@ -327,15 +327,23 @@ class UnconfirmedStore(MemoryStore):
         raise StoreOutcomeUnknown("redis: TimeoutError: timed out")
 
 
+class BuggyStore(MemoryStore):
+    """A store whose write fails with an unexpected exception (a bug, not a store error)."""
+
+    def append(self, writes: Sequence[PendingWrite]) -> None:
+        raise RuntimeError("bug")
+
+
+@pytest.mark.parametrize("store_class", [UnconfirmedStore, BuggyStore])
 @pytest.mark.parametrize("server", ["sync", "aio"])
-def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(server: str) -> None:
-    """UNAVAILABLE means "nothing stored, retry"; a write that may have run must not
-    invite a retry that would count the device twice."""
+def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
+    server: str, store_class: type[MemoryStore]
+) -> None:
+    """UNAVAILABLE means "nothing stored, retry"; a write that may have run (no reply,
+    or a store bug mid-write) must not invite a retry that would count the device twice."""
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
-    handle = start_shuffler(
-        registry, UnconfirmedStore(), None, settings=ShufflerSettings(server=server)
-    )
+    handle = start_shuffler(registry, store_class(), None, settings=ShufflerSettings(server=server))
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)
@@ -357,6 +365,7 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(server: str) 
         handle.stop(grace=1)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert err.value.details().startswith("store_outcome_unknown")
+    assert "Traceback" not in err.value.details() and "bug" not in err.value.details()
     assert handle.metrics.rejected_requests.labels("store_outcome_unknown")._value.get() == 2
 
 
