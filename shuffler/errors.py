@@ -13,9 +13,10 @@ in exactly one place (``shuffler.servicer._STATUS``):
     ├── PartiallyStored                     ABORTED            (a stream failed after some messages)
     └── ForwardError                        the aggregator did not acknowledge a batch
 
-Every ``RequestRejected`` carries a short machine-readable ``reason`` (a label of
-the ``rejected_requests_total`` metric) and a message for the caller; neither ever
-contains report contents.
+Every error a request can be refused with carries a short machine-readable
+``reason`` (a label of the ``rejected_requests_total`` metric: per instance for
+``RequestRejected``, per class for the store and stream errors) and a message for
+the caller; neither ever contains report contents.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ __all__ = [
 
 class ShufflerError(Exception):
     """Base class of every error the shuffler raises on purpose."""
+
+    # the rejected_requests_total label of a request this error refused
+    reason: str = "internal"
 
 
 class ConfigError(ShufflerError, ValueError):
@@ -71,12 +75,16 @@ class Overloaded(RequestRejected):
 class StoreUnavailable(ShufflerError):
     """The store could not be reached or refused a write: nothing was stored."""
 
+    reason = "store_unavailable"
+
 
 class StoreOutcomeUnknown(StoreUnavailable):
     """A write was sent but never confirmed (timeout, connection lost while waiting for
     the reply), so it may have been stored. Answered DEADLINE_EXCEEDED, which the SDK
     does not retry: a device's reports counted twice break the one-report-per-window
     assumption of the privacy statement, a lost request does not."""
+
+    reason = "store_outcome_unknown"
 
 
 class ForwardError(ShufflerError):
@@ -97,6 +105,8 @@ class PartiallyStored(ShufflerError):
     """A SubmitStream failed with a retryable error after earlier messages of it were
     stored. Answered ABORTED (which the SDK does not retry) instead of the retryable
     status, whose blind retry would store those earlier messages twice."""
+
+    reason = "partially_stored"
 
     def __init__(self, messages: int, reports: int, cause: ShufflerError) -> None:
         super().__init__(

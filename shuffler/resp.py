@@ -16,8 +16,9 @@ Any socket, timeout or protocol error closes the connection and raises
 ``StoreUnavailable`` when the command never reached Redis, and its subclass
 ``StoreOutcomeUnknown`` once the command was sent (it may have run); the next
 call reconnects. A connection that Redis closed while idle (a restart) is
-noticed before sending, so a restarted Redis gives the retryable error. The caller serializes calls
-(the group commit has one writer at a time); a lock guards it anyway.
+noticed before sending, so a restarted Redis gives the retryable error. The
+caller serializes calls (the group commit has one writer at a time); a lock
+guards it anyway.
 """
 
 from __future__ import annotations
@@ -76,9 +77,15 @@ class _Script:
         self._script = script
         self._tail = [str(len(keys)).encode(), *keys, *args]
         self.evalsha = encode_command(b"EVALSHA", _sha1(script), *self._tail)
+        self.sent = False  # True once the command went out: a failure is then ambiguous
 
     def eval(self) -> bytes:
         return encode_command(b"EVAL", self._script.encode(), *self._tail)
+
+    def failed(self, exc: BaseException) -> StoreUnavailable:
+        """The store error for a socket, timeout or protocol failure of this call."""
+        kind = StoreOutcomeUnknown if self.sent else StoreUnavailable
+        return kind(f"redis: {type(exc).__name__}: {exc}")
 
 
 def _login(db: int, username: str | None, password: str | None) -> list[bytes]:
@@ -168,14 +175,13 @@ class RespConnection:
         """EVALSHA, falling back to EVAL once when the script is not cached."""
         call = _Script(script, keys, args)
         with self._lock:
-            sent = False
             try:
                 if self._sock is not None and self._stale():
                     self.close_unlocked()
                 if self._sock is None:
                     self._connect()
                 try:
-                    sent = True
+                    call.sent = True
                     return self._roundtrip(call.evalsha)
                 except _RedisReplyError as exc:
                     if not str(exc).startswith("NOSCRIPT"):
@@ -185,8 +191,7 @@ class RespConnection:
                 raise StoreUnavailable(f"redis: {exc}") from None
             except (OSError, ConnectionError, ValueError) as exc:
                 self.close_unlocked()
-                kind = StoreOutcomeUnknown if sent else StoreUnavailable
-                raise kind(f"redis: {type(exc).__name__}: {exc}") from None
+                raise call.failed(exc) from None
 
     def close_unlocked(self) -> None:
         if self._sock is not None:
@@ -248,7 +253,7 @@ class AsyncRespConnection:
         readable, _, _ = select.select([sock.fileno()], [], [], 0)
         return bool(readable)
 
-    async def _eval(self, call: _Script, sent: list[bool]) -> bytes | int | None:
+    async def _eval(self, call: _Script) -> bytes | int | None:
         if self._stale():
             self._drop()  # Redis closed it while idle (a restart): reconnect before sending
         if self._writer is None:
@@ -259,7 +264,7 @@ class AsyncRespConnection:
             except BaseException:
                 self._drop()  # never reuse a connection whose AUTH or SELECT failed
                 raise
-        sent[0] = True
+        call.sent = True
         try:
             return await self._roundtrip(call.evalsha)
         except _RedisReplyError as exc:
@@ -271,10 +276,9 @@ class AsyncRespConnection:
         """EVALSHA, falling back to EVAL once when the script is not cached."""
         call = _Script(script, keys, args)
         async with self._lock:
-            sent = [False]
             try:
                 async with asyncio.timeout(self._timeout):  # no extra task, unlike wait_for
-                    return await self._eval(call, sent)
+                    return await self._eval(call)
             except _RedisReplyError as exc:
                 raise StoreUnavailable(f"redis: {exc}") from None
             except (
@@ -286,8 +290,7 @@ class AsyncRespConnection:
             ) as exc:
                 # TimeoutError is an OSError; a half-read reply leaves the stream unusable
                 self._drop()
-                kind = StoreOutcomeUnknown if sent[0] else StoreUnavailable
-                raise kind(f"redis: {type(exc).__name__}: {exc}") from None
+                raise call.failed(exc) from None
             except asyncio.CancelledError:
                 self._drop()
                 raise

@@ -70,14 +70,7 @@ def parse(raw: bytes) -> pb.SubmitRequest:
 
 def rejection(exc: ShufflerError, metrics: ShufflerMetrics) -> tuple[grpc.StatusCode, str]:
     """Status code and details for a domain error; counts it by reason."""
-    if isinstance(exc, RequestRejected):
-        reason = exc.reason
-    elif isinstance(exc, StoreOutcomeUnknown):
-        reason = "store_outcome_unknown"
-    elif isinstance(exc, PartiallyStored):
-        reason = "partially_stored"
-    else:
-        reason = "store_unavailable"
+    reason = exc.reason
     metrics.rejected_requests.labels(reason).inc()
     if not isinstance(exc, RequestRejected):
         log.warning("submit failed: %s", exc)
