@@ -53,6 +53,10 @@ def test_serve_answers_health_writes_its_port_and_exits_0_on_sigterm(tmp_path: P
     d.start()
     try:
         d.wait_healthy(30)
+        # The file is written just after the server starts answering: a reader waits for it.
+        deadline = time.monotonic() + 10
+        while not port_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert int(port_file.read_text()) == d.port
         assert check_health(d.target, service="crowdmix.v1.Aggregator") == "SERVING"
         d.signal(signal.SIGTERM)
