@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aggregator.counts import CohortCounts
-from aggregator.redis_store import RedisCountStore
+from aggregator.counting.counts import CohortCounts
+from aggregator.store.redis import RedisCountStore
 from client.registry import load_registry
 from crowdmix.cluster import LocalCluster
 from protos import crowdmix_pb2 as pb

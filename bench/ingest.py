@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aggregator.ingest import IngestBatch, Ingestor
-from aggregator.redis_store import RedisCountStore
-from aggregator.store import MemoryCountStore
+from aggregator.daemon.ingest import IngestBatch, Ingestor
+from aggregator.store.base import MemoryCountStore
+from aggregator.store.redis import RedisCountStore
 from client.registry import load_registry
 from crowdmix.cluster import DaemonProcess, RedisServer, free_port
 from protos import crowdmix_pb2 as pb

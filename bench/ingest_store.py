@@ -30,9 +30,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aggregator.counts import CohortCounts
-from aggregator.redis_store import RedisCountStore
-from aggregator.store import CountStore, MemoryCountStore
+from aggregator.counting.counts import CohortCounts
+from aggregator.store.base import CountStore, MemoryCountStore
+from aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import RedisServer
 
 _HINCRBY = """

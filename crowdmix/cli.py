@@ -31,11 +31,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.demo",
     "crowdmix.info",
     "crowdmix.health",
-    "aggregator.cli",
-    "shuffler.cli",
+    "crowdmix.aggregator_serve",
+    "crowdmix.shuffler_serve",
     "crowdmix.simulate",
-    "aggregator.accounting.cli",
-    "aggregator.report_cli",
+    "crowdmix.privacy",
+    "crowdmix.report",
     "crowdmix.cluster",
 )
 

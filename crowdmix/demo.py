@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from aggregator.report import ReportOutcome
+    from aggregator.report.job import ReportOutcome
     from client.batch import ByteSource
     from client.registry import MetricConfig, Registry
     from crowdmix.population import Population
@@ -121,7 +121,7 @@ def _encode(
 
 def _wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout: float) -> int:
     """Poll the aggregator's store until ``expected`` reports are counted (or time runs out)."""
-    from aggregator.store import load_counts
+    from aggregator.store.base import load_counts
 
     deadline = time.monotonic() + timeout
     counted = 0
@@ -152,9 +152,9 @@ def run_demo(
     ``byte_source`` (the IRR's randomness) and ``new_secret`` exist so tests can
     seed a run; left unset, both are the OS CSPRNG as on a device.
     """
-    from aggregator.report import ReportJob, run_report, write_outputs
-    from aggregator.server import start_aggregator
-    from aggregator.store import load_batch_sizes, load_counts, open_store
+    from aggregator.daemon.server import start_aggregator
+    from aggregator.report.job import ReportJob, run_report, write_outputs
+    from aggregator.store.base import load_batch_sizes, load_counts, open_store
     from crowdmix.population import draw_population
     from crowdmix.simulate import send_batched
     from shuffler.config import ShufflerSettings

@@ -5,7 +5,7 @@ Security 2017, §3–4).
 Every mechanism is a *pure* protocol: a report supports value v with
 probability p* when the client holds v and q* otherwise. With S_v reports
 supporting v out of n (``ones[0, v]``, ``totals[0]``; see
-``aggregator.basic_counts``):
+``aggregator.counting.basic``):
 
     ĉ_v = (S_v − n·q*) / (p* − q*)                           (unbiased)
     Var(ĉ_v) = n·q*(1−q*)/(p*−q*)² + c_v·(1−p*−q*)/(p*−q*)    (Wang et al., eq. 2)

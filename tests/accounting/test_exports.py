@@ -25,7 +25,7 @@ def test_all_names_resolve_and_cover_bound_api() -> None:
 def test_importing_the_package_and_cli_stays_light() -> None:
     # Heavy math (numpy, scipy, dp_accounting) loads only when a bound is computed.
     code = (
-        "import sys, aggregator.accounting, aggregator.accounting.cli; "
+        "import sys, aggregator.accounting, crowdmix.privacy; "
         "print(sorted(m for m in ('numpy', 'scipy', 'dp_accounting', 'redis') if m in sys.modules))"
     )
     out = subprocess.run(

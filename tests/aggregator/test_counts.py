@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.basic_counts import IndexCounts, OlhSupportCounts, olh_hashes
-from aggregator.counts import (
+from aggregator.counting.basic import IndexCounts, OlhSupportCounts, olh_hashes
+from aggregator.counting.counts import (
     BLOCK,
     CohortCounts,
     CountsShapeError,
     accumulator_for,
     columns_to_arrays,
 )
-from aggregator.counts_file import CountsFileError, load_counts, save_counts
+from aggregator.counting.files import CountsFileError, load_counts, save_counts
 from client.basic import BasicEncoder, BasicParams, olh_hash
 from client.params import RapporParams
 from client.randomness import SecureBits

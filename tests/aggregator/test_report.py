@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.counts import accumulator_for
-from aggregator.counts_file import save_counts
+from aggregator.counting.counts import accumulator_for
+from aggregator.counting.files import save_counts
 from aggregator.decode import design_matrix
 from aggregator.decode.simulate import simulate_rappor_counts
-from aggregator.rappor_files import (
+from aggregator.report.job import RESULT_COLUMNS, ReportJob, read_candidates, run_report
+from aggregator.report.rappor_files import (
     RapporFileError,
     read_counts_csv,
     read_map_csv,
@@ -22,7 +23,6 @@ from aggregator.rappor_files import (
     write_map_csv,
     write_params_csv,
 )
-from aggregator.report import RESULT_COLUMNS, ReportJob, read_candidates, run_report
 from client.basic import BasicParams
 from client.params import RapporParams
 from client.privacy import epsilon_one

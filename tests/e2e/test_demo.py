@@ -102,7 +102,7 @@ def test_demo_plot_draws_intervals_that_exclude_their_estimate(tmp_path: Path) -
     # Selection-adjusted intervals near the detection cutoff may lie wholly below the
     # estimate; the plot must draw them as they are (this crashed an unseeded run).
     from aggregator.decode.result import DecodeResult
-    from aggregator.report import ReportOutcome
+    from aggregator.report.job import ReportOutcome
     from crowdmix.demo import _plot_against_truth
 
     result = DecodeResult(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.counts import Counts, accumulator_for
-from aggregator.ingest import IngestBatch
+from aggregator.counting.counts import Counts, accumulator_for
+from aggregator.daemon.ingest import IngestBatch
 from client.registry import MetricConfig, Registry, load_registry
 
 # k=20 is not a multiple of 8, so padding bits exist and must be checked.

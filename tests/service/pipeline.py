@@ -22,9 +22,9 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counts import CohortCounts
-from aggregator.redis_store import RedisCountStore
-from aggregator.store import StoredCounts, StoreUnavailable
+from aggregator.counting.counts import CohortCounts
+from aggregator.store.base import StoredCounts, StoreUnavailable
+from aggregator.store.redis import RedisCountStore
 from client.registry import MetricConfig, Registry, load_registry
 from crowdmix.cluster import DaemonProcess, free_port
 from protos import crowdmix_pb2 as pb

@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.service import batch_to_proto
+from aggregator.daemon.service import batch_to_proto
 from crowdmix.cluster import DaemonProcess, free_port
 from crowdmix.health import check_health
 from protos import crowdmix_pb2_grpc

@@ -21,8 +21,8 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.ingest import IngestBatch
-from aggregator.service import batch_to_proto
+from aggregator.daemon.ingest import IngestBatch
+from aggregator.daemon.service import batch_to_proto
 from protos import crowdmix_pb2_grpc
 from tests.redis_server import RedisServer
 from tests.service.pipeline import METRIC, Load, Pipeline, explain, matching_subset

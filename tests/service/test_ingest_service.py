@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from aggregator.ingest import IngestBatch
-from aggregator.server import AggregatorServer, start_aggregator
-from aggregator.service import batch_to_proto
-from aggregator.store import MemoryCountStore, StoredCounts, load_counts
+from aggregator.daemon.ingest import IngestBatch
+from aggregator.daemon.server import AggregatorServer, start_aggregator
+from aggregator.daemon.service import batch_to_proto
+from aggregator.store.base import MemoryCountStore, StoredCounts, load_counts
 from client.registry import Registry
 from crowdmix.health import check_health
 from protos import crowdmix_pb2, crowdmix_pb2_grpc

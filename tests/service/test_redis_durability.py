@@ -10,11 +10,11 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.ingest import IngestBatch, Ingestor
-from aggregator.redis_store import RedisCountStore
-from aggregator.server import start_aggregator
-from aggregator.service import batch_to_proto
-from aggregator.store import load_counts
+from aggregator.daemon.ingest import IngestBatch, Ingestor
+from aggregator.daemon.server import start_aggregator
+from aggregator.daemon.service import batch_to_proto
+from aggregator.store.base import load_counts
+from aggregator.store.redis import RedisCountStore
 from client.registry import Registry
 from protos import crowdmix_pb2_grpc
 from tests.redis_server import RedisServer

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.ingest import IngestBatch, Ingestor
-from aggregator.redis_store import RedisCountStore
+from aggregator.daemon.ingest import IngestBatch, Ingestor
+from aggregator.store.redis import RedisCountStore
 from client.hashing import bloom_int
 from client.registry import MetricConfig
 from tests.service.helpers import write_registry

@@ -13,11 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.basic_counts import IndexCounts
-from aggregator.counts import CohortCounts, accumulator_for
-from aggregator.ingest import Ingestor
-from aggregator.redis_store import RedisCountStore
-from aggregator.store import (
+from aggregator.counting.basic import IndexCounts
+from aggregator.counting.counts import CohortCounts, accumulator_for
+from aggregator.daemon.ingest import Ingestor
+from aggregator.store.base import (
     CountStore,
     MemoryCountStore,
     ParamsConflict,
@@ -26,12 +25,13 @@ from aggregator.store import (
     load_counts,
     stored_metric,
 )
-from aggregator.store_codec import (
+from aggregator.store.codec import (
     decode_counts,
     describe_metric,
     encode_counts,
     metric_from_description,
 )
+from aggregator.store.redis import RedisCountStore
 from client.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 

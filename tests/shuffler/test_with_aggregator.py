@@ -1,4 +1,4 @@
-"""Shuffler → the real aggregator service (aggregator.server), both in-process on
+"""Shuffler → the real aggregator service (aggregator.daemon.server), both in-process on
 loopback with memory stores, the way `crowdmix demo` runs them."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from aggregator.counts import CohortCounts
-from aggregator.server import start_aggregator
-from aggregator.store import MemoryCountStore
+from aggregator.counting.counts import CohortCounts
+from aggregator.daemon.server import start_aggregator
+from aggregator.store.base import MemoryCountStore
 from protos import crowdmix_pb2_grpc
 from shuffler.config import ShufflerSettings
 from shuffler.forwarding import AggregatorSender
@@ -75,7 +75,7 @@ def test_reports_are_counted_exactly_once_by_the_aggregator() -> None:
 
 def test_mtls_to_the_aggregator(tmp_path: Path) -> None:
     """Shuffler → aggregator over mutual TLS, with deploy/tls/make-certs.sh's material."""
-    from aggregator.server import TlsFiles
+    from aggregator.daemon.server import TlsFiles
 
     script = Path(__file__).resolve().parents[2] / "deploy" / "tls" / "make-certs.sh"
     subprocess.run(["bash", str(script), str(tmp_path)], check=True, capture_output=True)

@@ -8,18 +8,18 @@ counted twice, and a crash can never leave counts without their id (or the
 reverse).
 
 - :class:`MemoryCountStore`: a dict and a lock; the embedded default.
-- :class:`~aggregator.redis_store.RedisCountStore`: Redis with AOF; a Lua script
+- :class:`~aggregator.store.redis.RedisCountStore`: Redis with AOF; a Lua script
   makes "record id + store this batch's counts" atomic, and any number of
   aggregator processes may share it (see that module for why it stores one
   compact per-batch delta rather than incrementing counters).
 
 Both pass one contract suite (tests/service/test_store_contract.py); what they
-serialise, and how, is in :mod:`aggregator.store_codec`.
+serialise, and how, is in :mod:`aggregator.store.codec`.
 ``open_store(url)`` picks the backend from a URL: ``memory://`` or
 ``redis://...``.
 
 Errors (one hierarchy for the aggregator service, also used by
-:mod:`aggregator.ingest`)::
+:mod:`aggregator.daemon.ingest`)::
 
     AggregatorError
     ├── InvalidBatch          the batch breaks the registry or the wire contract
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counts import CohortCounts, Counts
+from aggregator.counting.counts import CohortCounts, Counts
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig
@@ -95,7 +95,7 @@ class ParamsConflict(StoreError):
 
 
 class CountsLike(Protocol):
-    """What the store needs of an accumulator (every ``aggregator.counts`` accumulator is one)."""
+    """What the store needs of an accumulator (each ``aggregator.counting.counts`` one is)."""
 
     @property
     def num_cohorts(self) -> int: ...
@@ -321,7 +321,7 @@ def open_store(url: str | None) -> CountStore:
     if url is None or url == "memory://":
         return MemoryCountStore()
     if url.startswith(("redis://", "rediss://", "unix://")):
-        from aggregator.redis_store import RedisCountStore
+        from aggregator.store.redis import RedisCountStore
 
         return RedisCountStore.from_url(url)
     raise ValueError(f"store URL must be memory:// or redis://..., got {url!r}")
@@ -344,7 +344,7 @@ def parse_windows(text: str) -> list[int]:
 
 def stored_metric(store: CountStore, name: str) -> MetricConfig | None:
     """The metric config stored with ``name``'s counts (None when nothing is stored)."""
-    from aggregator.store_codec import metric_from_description
+    from aggregator.store.codec import metric_from_description
 
     description = store.description(name)
     return None if description is None else metric_from_description(name, description)
@@ -377,14 +377,14 @@ def load_counts(
     """Merged counts of ``metric`` over ``windows`` (all when None) from a store or a store URL.
 
     For the report job. The counts come back as the metric's accumulator
-    (``aggregator.counts.accumulator_for``: CohortCounts for RAPPOR, OUE and
+    (``aggregator.counting.counts.accumulator_for``: CohortCounts for RAPPOR, OUE and
     binary RR, index or OLH support counts for k-RR and OLH), for the given
     :class:`~client.registry.MetricConfig` or, given a name, for the config
     stored with the counts (raising ParamsConflict when a given config's
     fingerprint is not the stored one). Raises LookupError when nothing is
     stored for that selection.
     """
-    from aggregator.counts import accumulator_for
+    from aggregator.counting.counts import accumulator_for
 
     name = metric if isinstance(metric, str) else metric.name
     store = open_store(source) if isinstance(source, str) else source

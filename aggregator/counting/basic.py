@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counts import Counts, CountsShapeError
+from aggregator.counting.counts import Counts, CountsShapeError
 from client.basic import OLH_PRIME, index_bytes
 
 __all__ = ["IndexCounts", "OlhSupportCounts", "olh_hashes"]

@@ -4,7 +4,7 @@
     server.port            # the bound port (read back when listening on :0)
     server.stop()          # NOT_SERVING, drain in-flight Ingest calls, stop
 
-``crowdmix aggregator serve`` (:mod:`aggregator.cli`) wraps this with signal
+``crowdmix aggregator serve`` (:mod:`crowdmix.aggregator_serve`) wraps this with signal
 handling; the demo and the tests call :func:`start_aggregator` in-process.
 
 The server is grpc's synchronous server on a thread pool: the shuffler issue
@@ -33,10 +33,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from aggregator.ingest import Ingestor
-from aggregator.metrics import IngestMetrics
-from aggregator.service import AggregatorServicer
-from aggregator.store import CountStore, MemoryCountStore, StoreError
+from aggregator.daemon.ingest import Ingestor
+from aggregator.daemon.metrics import IngestMetrics
+from aggregator.daemon.service import AggregatorServicer
+from aggregator.store.base import CountStore, MemoryCountStore, StoreError
 from client.registry import Registry
 from protos import crowdmix_pb2_grpc
 

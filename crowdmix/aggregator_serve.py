@@ -6,7 +6,7 @@
 
 Without ``--redis`` counts live in memory (lost at exit). ``--port-file``
 receives the bound port once the server listens (useful with ``--listen
-127.0.0.1:0``). Exit codes are listed in :mod:`aggregator.server`.
+127.0.0.1:0``). Exit codes are listed in :mod:`aggregator.daemon.server`.
 """
 
 from __future__ import annotations
@@ -92,8 +92,14 @@ def load_config_registry(path: str) -> Any:
 def serve(args: argparse.Namespace) -> int:
     import logging
 
-    from aggregator.server import EXIT_BIND, EXIT_STORE, AggregatorServer, BindError, TlsFiles
-    from aggregator.store import StoreUnavailable, open_store
+    from aggregator.daemon.server import (
+        EXIT_BIND,
+        EXIT_STORE,
+        AggregatorServer,
+        BindError,
+        TlsFiles,
+    )
+    from aggregator.store.base import StoreUnavailable, open_store
     from crowdmix.cli import CliError
 
     logging.basicConfig(

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import numpy as np
 import redis
 
-from aggregator.store import (
+from aggregator.store.base import (
     CountsLike,
     ParamsConflict,
     StoredCounts,
@@ -53,7 +53,7 @@ from aggregator.store import (
     StoreUnavailable,
     batch_crowd,
 )
-from aggregator.store_codec import encode_counts, sum_blobs
+from aggregator.store.codec import encode_counts, sum_blobs
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 

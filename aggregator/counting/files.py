@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aggregator.basic_counts import IndexCounts, OlhSupportCounts
-from aggregator.counts import CohortCounts, Counts, CountsError
+from aggregator.counting.basic import IndexCounts, OlhSupportCounts
+from aggregator.counting.counts import CohortCounts, Counts, CountsError
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig

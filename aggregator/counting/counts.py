@@ -10,7 +10,7 @@ metric and collection window.
 them had bit i set. Every accumulator (:class:`Counts`) stores exactly these two
 arrays, so storage, merging and the decoders are the same for RAPPOR and the
 basic mechanisms; only ``add`` differs (see :func:`accumulator_for` and
-``aggregator.basic_counts``). For a basic mechanism there is one cohort and
+``aggregator.counting.basic``). For a basic mechanism there is one cohort and
 ``ones[0, v]`` is the *support* of domain value v (the reports that count for v).
 
 How a batch is counted (no per-report Python work, no per-batch allocation of a
@@ -352,7 +352,7 @@ def accumulator_for(
     numpy arrays (see :func:`columns_to_arrays`), ``merge``, ``copy`` and
     ``num_reports``.
     """
-    from aggregator.basic_counts import IndexCounts, OlhSupportCounts
+    from aggregator.counting.basic import IndexCounts, OlhSupportCounts
 
     acc: Counts
     if metric.rappor is not None:

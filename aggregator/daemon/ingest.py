@@ -1,7 +1,7 @@
 """Ingest: validate a shuffled batch against the registry, count it, apply it once.
 
 This is the aggregator service's domain logic, free of gRPC: the servicer
-(:mod:`aggregator.service`) converts the wire ``Batch`` into an
+(:mod:`aggregator.daemon.service`) converts the wire ``Batch`` into an
 :class:`IngestBatch` and calls :meth:`Ingestor.ingest`.
 
 Validation happens entirely before the store is touched (a rejected batch
@@ -9,7 +9,7 @@ leaves no trace): a 16-byte batch id, a window not in the future, a metric the
 registry knows, its params fingerprint, the report length, the column lengths,
 cohorts in range and zero padding bits. Counting is one numpy pass over the
 whole batch (no per-report Python; the metric's accumulator from
-``aggregator.counts.accumulator_for``, which also checks payload ranges of the
+``aggregator.counting.counts.accumulator_for``, which also checks payload ranges of the
 basic mechanisms), then ``CountStore.apply`` adds the counts
 and records the batch id atomically: a batch applied before is acknowledged as
 a duplicate and counted zero times.
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counts import Counts, CountsShapeError, accumulator_for
-from aggregator.store import CountStore, InvalidBatch
-from aggregator.store_codec import describe_metric
+from aggregator.counting.counts import Counts, CountsShapeError, accumulator_for
+from aggregator.store.base import CountStore, InvalidBatch
+from aggregator.store.codec import describe_metric
 from client.registry import MetricConfig, Registry
 
 __all__ = [

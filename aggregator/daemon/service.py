@@ -1,6 +1,6 @@
 """The gRPC ``Aggregator`` servicer: an adapter, proto → domain → proto.
 
-``Ingest(Batch)`` becomes :meth:`aggregator.ingest.Ingestor.ingest`; domain
+``Ingest(Batch)`` becomes :meth:`aggregator.daemon.ingest.Ingestor.ingest`; domain
 errors become status codes here and only here (:func:`status_for`):
 
     InvalidBatch      → INVALID_ARGUMENT    (the reason; the sender must not retry)
@@ -17,9 +17,9 @@ import time
 import grpc
 import numpy as np
 
-from aggregator.ingest import IngestBatch, Ingestor, IngestResult
-from aggregator.metrics import IngestMetrics
-from aggregator.store import InvalidBatch, ParamsConflict, StoreUnavailable
+from aggregator.daemon.ingest import IngestBatch, Ingestor, IngestResult
+from aggregator.daemon.metrics import IngestMetrics
+from aggregator.store.base import InvalidBatch, ParamsConflict, StoreUnavailable
 from protos import crowdmix_pb2, crowdmix_pb2_grpc
 
 __all__ = ["AggregatorServicer", "batch_from_proto", "batch_to_proto", "status_for"]

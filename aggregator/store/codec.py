@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.store import CountsLike, Int64Array, ParamsConflict, StoredCounts, StoreError
+from aggregator.store.base import CountsLike, Int64Array, ParamsConflict, StoredCounts, StoreError
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig

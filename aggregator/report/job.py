@@ -287,7 +287,7 @@ def write_outputs(
         encoding="utf-8",
     )
     if plot:
-        from aggregator.plot import plot_estimates
+        from aggregator.report.plot import plot_estimates
 
         paths["plot"] = out / "plot.png"
         plot_estimates(

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from aggregator.report import ReportJob
+    from aggregator.report.job import ReportJob
 
 __all__ = ["register"]
 
@@ -83,8 +83,8 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
 def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
     if args.counts is None:
         return None
-    from aggregator.counts_file import load_counts
-    from aggregator.report import ReportJob, read_candidates
+    from aggregator.counting.files import load_counts
+    from aggregator.report.job import ReportJob, read_candidates
     from crowdmix.cli import CliError
 
     if not args.config or not args.metric:
@@ -130,8 +130,8 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
         raise CliError(
             "google/rappor input needs --rappor-counts, --rappor-map and --rappor-params"
         )
-    from aggregator.rappor_files import read_counts_csv, read_map_csv, read_params_csv
-    from aggregator.report import ReportJob
+    from aggregator.report.job import ReportJob
+    from aggregator.report.rappor_files import read_counts_csv, read_map_csv, read_params_csv
     from client.params import Hashing
     from client.registry import MetricConfig
 
@@ -155,8 +155,8 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
 def _from_redis(args: argparse.Namespace) -> ReportJob | None:
     if args.redis is None:
         return None
-    from aggregator.report import ReportJob, read_candidates
-    from aggregator.store import (
+    from aggregator.report.job import ReportJob, read_candidates
+    from aggregator.store.base import (
         StoreError,
         load_batch_sizes,
         load_counts,
@@ -198,7 +198,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
 
 
 def _stored(store: Any, name: str) -> Any:
-    from aggregator.store import stored_metric
+    from aggregator.store.base import stored_metric
     from crowdmix.cli import CliError
 
     config = stored_metric(store, name)
@@ -253,7 +253,7 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
         PrivacyLedger,
         record_release,
     )
-    from aggregator.report import privacy_figures
+    from aggregator.report.job import privacy_figures
 
     budget = (
         Budget(epsilon=args.budget_epsilon, delta=args.budget_delta)
@@ -315,7 +315,7 @@ def _report(args: argparse.Namespace) -> int:
     import warnings
 
     from aggregator.decode import DecodeOptions, DecodeWarning
-    from aggregator.report import format_table, run_report, write_outputs
+    from aggregator.report.job import format_table, run_report, write_outputs
     from crowdmix.cli import CliError
 
     jobs = [job for job in (source(args) for source in _SOURCES) if job is not None]

@@ -1,0 +1,1 @@
+"""Counting: the mergeable per-cohort accumulators and the counts file."""

@@ -1,0 +1,1 @@
+"""The aggregator daemon: gRPC server, the Ingest servicer, exactly-once ingest, metrics."""

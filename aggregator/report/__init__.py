@@ -1,0 +1,1 @@
+"""The report job: counts + candidates → decoded table, summary, plot and privacy statement."""
