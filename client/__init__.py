@@ -7,6 +7,10 @@
 
 The core loads neither grpc, numpy nor redis. ``client.transport`` (grpc) and
 ``client.batch`` (numpy) are imported only when used.
+
+This namespace is the SDK an app uses. What the daemons and analysts share with
+it lives in modules they import by name: ``client.registry`` (the metric
+registry), ``client.privacy`` (p*, q*) and ``client.hashing`` (Bloom bits).
 """
 
 from __future__ import annotations
@@ -14,9 +18,8 @@ from __future__ import annotations
 from client.basic import BasicEncoder, BasicParams
 from client.budget import ReportBudget
 from client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
-from client.hashing import bloom_bits
 from client.params import RapporParams
-from client.privacy import epsilon_inf, epsilon_one, p_star, q_star
+from client.privacy import epsilon_inf, epsilon_one
 from client.randomness import BitSource, SecureBits
 from client.rappor import (
     InstantaneousResponse,
@@ -25,7 +28,6 @@ from client.rappor import (
     cohort_for_secret,
     new_secret,
 )
-from client.registry import MetricConfig, Registry, RegistryError, ShufflePolicy, load_registry
 from client.report import Report
 
 __all__ = [
@@ -34,25 +36,17 @@ __all__ = [
     "BitSource",
     "CrowdmixClientError",
     "InstantaneousResponse",
-    "MetricConfig",
     "ParamsError",
     "PermanentResponse",
     "QueueFullError",
     "RapporEncoder",
     "RapporParams",
-    "Registry",
-    "RegistryError",
     "Report",
     "ReportBudget",
     "SecureBits",
-    "ShufflePolicy",
     "TransportError",
-    "bloom_bits",
     "cohort_for_secret",
     "epsilon_inf",
     "epsilon_one",
-    "load_registry",
     "new_secret",
-    "p_star",
-    "q_star",
 ]

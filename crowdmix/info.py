@@ -22,8 +22,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from client import RapporParams, epsilon_inf, epsilon_one, p_star, q_star
+    from client import RapporParams, epsilon_inf, epsilon_one
     from client.errors import ParamsError
+    from client.privacy import p_star, q_star
     from crowdmix.cli import CliError
 
     try:

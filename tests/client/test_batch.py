@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from client import RapporEncoder, RapporParams, cohort_for_secret, p_star, q_star
+from client import RapporEncoder, RapporParams, cohort_for_secret
 from client.batch import (
     AesCtrKeystream,
     BatchEncoder,
@@ -23,6 +23,7 @@ from client.batch import (
     bernoulli_array,
 )
 from client.hashing import bloom_int
+from client.privacy import p_star, q_star
 from client.randomness import probability_digits
 from tests.client.bitsources import ScriptedBytes, SeededBits, SeededBytes
 from tests.client.stats import binomial_ok

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from client import RapporParams, epsilon_inf, epsilon_one, p_star, q_star
+from client import RapporParams, epsilon_inf, epsilon_one
+from client.privacy import p_star, q_star
 
 
 def test_known_values() -> None:

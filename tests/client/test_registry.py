@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import client.registry
-from client import BasicParams, RapporParams, RegistryError, ShufflePolicy, load_registry
-from client.registry import parse_registry
+from client import BasicParams, RapporParams
+from client.registry import RegistryError, ShufflePolicy, load_registry, parse_registry
 
 
 def _example_toml() -> str:
