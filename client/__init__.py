@@ -1,9 +1,14 @@
 """crowdmix client SDK: encode values under local differential privacy.
 
-    import client
-    params = client.RapporParams(k=128, h=2, m=64, f=0.5, p=0.5, q=0.75)
-    encoder = client.RapporEncoder(params, secret=stored_secret, metric="home_page")
-    report = encoder.encode("example.com")     # a client.Report, ε_1-LDP
+    >>> import client
+    >>> params = client.RapporParams(k=128, h=2, m=64, f=0.5, p=0.5, q=0.75)
+    >>> secret = client.new_secret()        # made once per device and stored
+    >>> encoder = client.RapporEncoder(params, secret=secret, metric="home_page")
+    >>> report = encoder.encode("example.com")  # a client.Report, ε_1-LDP
+    >>> len(report.bits) == params.k // 8
+    True
+    >>> round(client.epsilon_one(params), 4)
+    1.0743
 
 The core loads neither grpc, numpy nor redis. ``client.transport`` (grpc) and
 ``client.batch`` (numpy) are imported only when used.

@@ -245,7 +245,9 @@ class RapporEncoder:
     """Encodes values of one metric for one client.
 
     >>> enc = RapporEncoder(RapporParams(), secret=new_secret(), metric="home_page")
-    >>> report = enc.encode("example.com")  # doctest: +SKIP
+    >>> report = enc.encode("example.com")
+    >>> report.metric, 0 <= report.cohort < RapporParams().m
+    ('home_page', True)
 
     ``rand`` is the IRR's randomness; leave it unset outside tests (the default
     reads the OS CSPRNG). ``cohort`` defaults to a PRF of the secret.

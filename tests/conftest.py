@@ -5,10 +5,24 @@ before each test."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.redis_server import RedisServer
+
+_INTEGRATION = {"service", "shuffler", "e2e", "test_readme.py", "test_smoke.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/service, tests/shuffler, tests/e2e and the README and smoke
+    tests start real servers or processes: they are ``integration``
+    (``scripts/check --fast`` skips them)."""
+    here = Path(__file__).parent
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.is_relative_to(here) and _INTEGRATION & set(path.relative_to(here).parts[:1]):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
