@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.simulate",
     "aggregator.accounting.cli",
     "aggregator.report_cli",
+    "aggregator.keys_cli",
     "crowdmix.cluster",
 )
 
