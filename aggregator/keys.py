@@ -248,11 +248,10 @@ class KeySet:
         current = self.active(now)
         if suite is None:
             suite = current[-1].suite if current else DEFAULT_SUITE
+        # the new key keeps the current key's grace; ``grace_seconds`` is for the outgoing
         new_grace = current[-1].grace_seconds if current else DEFAULT_GRACE_SECONDS
-        if grace_seconds is not None:
-            new_grace = _int(grace_seconds, "grace_seconds")
-            if new_grace < 0:
-                raise KeySetError(f"grace_seconds must be >= 0, got {new_grace}")
+        if grace_seconds is not None and _int(grace_seconds, "grace_seconds") < 0:
+            raise KeySetError(f"grace_seconds must be >= 0, got {grace_seconds}")
         grown, key = self.with_new_key(
             now, suite=suite, pending_seconds=pending_seconds, grace_seconds=new_grace
         )
@@ -265,15 +264,15 @@ class KeySet:
                     k,
                     # a key made in this same second still ends after it began
                     not_after=max(start, k.not_before + 1),
-                    grace_seconds=new_grace if grace_seconds is not None else k.grace_seconds,
+                    grace_seconds=k.grace_seconds if grace_seconds is None else grace_seconds,
                 )
             ended.append(k)
         return KeySet(tuple(ended)), key
 
     def retire(self, key_id: int, now: int, *, immediately: bool = False) -> KeySet:
         """End a key now. It still opens during its grace period unless ``immediately``
-        (a compromised key: expired at once, its private key erased). A pending key that
-        was never active is removed. Refuses to retire the last active key with a grace
+        (a compromised key: expired at once, its private key erased); so is a pending key.
+        Entries stay, so a key id is never reused. Refuses to retire the last active key with a grace
         period (devices would have no key); ``immediately`` is allowed even then.
         """
         key = self.get(key_id)
@@ -289,8 +288,8 @@ class KeySet:
             raise KeySetError(
                 f"key {key_id} is the only active key; rotate first so devices have a key"
             )
-        if state == "pending":
-            return KeySet(tuple(k for k in self.keys if k.key_id != key_id))
+        if state == "pending":  # never used: expired at once, its id never reused
+            immediately = True
         end = max(min(key.not_after or now, now), key.not_before + 1)
         if immediately:
             ended = replace(key, not_after=end, grace_seconds=0, private_key=None)

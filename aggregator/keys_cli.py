@@ -184,10 +184,7 @@ def _retire(args: argparse.Namespace, keys: Any, now: int) -> int:
     ks = keys.load_keyset(args.file).retire(args.id, now, immediately=args.now)
     keys.save_keyset(args.file, ks, now=now)
     key = ks.get(args.id)
-    if key is None:
-        print(f"removed pending key {args.id}")
-    else:
-        print(f"retired key {args.id}: {key.state(now)}")
+    print(f"retired key {args.id}: {key.state(now)}")
     _publish(args, keys, ks, now)
     return 0
 
