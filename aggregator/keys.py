@@ -114,9 +114,7 @@ class AggregatorKey:
             return "pending"
         if self.not_after is None or now < self.not_after:
             return "active"
-        expires = self.expires_at
-        assert expires is not None  # not_after is set here
-        return "grace" if now < expires else "expired"
+        return "grace" if now < self.not_after + self.grace_seconds else "expired"
 
     def opens_at(self, now: float) -> bool:
         """Whether reports sealed to this key are opened at time ``now``."""

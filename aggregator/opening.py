@@ -177,7 +177,8 @@ def _init_worker(keyset_json: str) -> None:
 def _worker_open(
     metric: str, report_bytes: int, now: float, key_ids: list[int], sealed: list[bytes]
 ) -> tuple[bytes, bytes]:
-    assert _worker_state is not None, "worker started without its key set"
+    if _worker_state is None:
+        raise RuntimeError("opening worker started without its key set")
     return _worker_state.open_chunk(metric, report_bytes, now, key_ids, sealed)
 
 
