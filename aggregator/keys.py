@@ -270,8 +270,8 @@ class KeySet:
     def retire(self, key_id: int, now: int, *, immediately: bool = False) -> KeySet:
         """End a key now. It still opens during its grace period unless ``immediately``
         (a compromised key: expired at once, its private key erased); so is a pending key.
-        Entries stay, so a key id is never reused. Refuses to retire the last active key with a grace
-        period (devices would have no key); ``immediately`` is allowed even then.
+        Entries stay, so a key id is never reused. Refuses to retire the last active key
+        with a grace period (devices would have no key); ``immediately`` is allowed then.
         """
         key = self.get(key_id)
         if key is None:
