@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
 from client.errors import ParamsError
-from client.sealing import (
+from client.sealed import (
     DEFAULT_SUITE,
     MAX_KEY_ID,
     PublicKeyConfig,

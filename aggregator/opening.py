@@ -33,13 +33,14 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from aggregator.keys import KeySet
-from client.sealing import (
+from client.sealed import (
     REPORT_ID_BYTES,
     SUITES,
     plaintext_length,
     report_info,
     sealed_length,
 )
+from client.sealing import hpke_suite
 
 __all__ = ["DROP_REASONS", "OpenedBatch", "Opener", "open_batch"]
 
@@ -75,7 +76,7 @@ class _OpenState:
 
     def __init__(self, keys: KeySet) -> None:
         self.keys = keys
-        self.suites = {name: s.hpke_suite() for name, s in SUITES.items()}
+        self.suites = {name: hpke_suite(s) for name, s in SUITES.items()}
         self.private = {k.key_id: k.hpke_private_key() for k in keys.keys if k.private_key}
 
     def open_chunk(

@@ -20,7 +20,7 @@ from aggregator.keys import (
     save_keyset,
     write_public_config,
 )
-from client.sealing import MLKEM768_X25519_SUITE, PublicKeySet
+from client.sealed import MLKEM768_X25519_SUITE, PublicKeySet
 
 T0 = 1_800_000_000
 

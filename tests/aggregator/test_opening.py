@@ -9,7 +9,8 @@ import pytest
 
 from aggregator.keys import KeySet
 from aggregator.opening import OpenedBatch, Opener, open_batch
-from client.sealing import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key, seal_report
+from client.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
+from client.sealing import seal_report
 
 T0 = 1_800_000_000
 RB = 3  # report bytes of the test metric

@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
 import client
-from client import sealing
-from client.sealing import (
+from client import sealed
+from client.sealed import (
     MLKEM768_X25519_SUITE,
     PublicKeyConfig,
     PublicKeySet,
@@ -26,11 +26,11 @@ from client.sealing import (
     SealingError,
     choose_key,
     report_info,
-    seal_report,
     sealed_length,
     sealed_length_for,
     unpack_plaintext,
 )
+from client.sealing import seal_report
 
 X25519 = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_128_GCM)
 
@@ -41,7 +41,7 @@ def _x25519_key(
     sk = x25519.X25519PrivateKey.generate()
     pub = PublicKeyConfig(
         key_id=key_id,
-        suite=sealing.DEFAULT_SUITE,
+        suite=sealed.DEFAULT_SUITE,
         public_key=sk.public_key().public_bytes_raw(),
         not_before=not_before,
     )
@@ -64,7 +64,7 @@ def test_round_trip_with_raw_hpke() -> None:
 
 def test_plaintext_layout_is_pinned() -> None:
     # bits ‖ cohort u32 LE ‖ fingerprint u64 LE ‖ report id: the aggregator depends on it
-    assert sealing.pack_plaintext(b"\xff", 1, 2, b"\x00" * 16) == (
+    assert sealed.pack_plaintext(b"\xff", 1, 2, b"\x00" * 16) == (
         b"\xff" + b"\x01\x00\x00\x00" + b"\x02" + b"\x00" * 7 + b"\x00" * 16
     )
     assert report_info("ab", 258) == (
@@ -141,8 +141,8 @@ def test_default_randomness_is_the_libraries_csprng(monkeypatch: pytest.MonkeyPa
     assert len(encs) == 200
     # report ids come from os.urandom
     calls: list[int] = []
-    monkeypatch.setattr(sealing.os, "urandom", lambda n: calls.append(n) or b"\x01" * n)
-    assert sealing.new_report_id() == b"\x01" * 16 and calls == [16]
+    monkeypatch.setattr(sealed.os, "urandom", lambda n: calls.append(n) or b"\x01" * n)
+    assert sealed.new_report_id() == b"\x01" * 16 and calls == [16]
 
 
 def test_sealed_report_byte_layout_round_trips_and_rejects_garbage() -> None:
@@ -160,7 +160,7 @@ def test_sealed_report_byte_layout_round_trips_and_rejects_garbage() -> None:
 def test_public_key_config_json_round_trip_and_key_choice() -> None:
     _, old = _x25519_key(key_id=1, not_before=100)
     sk2 = x25519.X25519PrivateKey.generate().public_key().public_bytes_raw()
-    new = PublicKeyConfig(key_id=2, suite=sealing.DEFAULT_SUITE, public_key=sk2, not_before=200)
+    new = PublicKeyConfig(key_id=2, suite=sealed.DEFAULT_SUITE, public_key=sk2, not_before=200)
     ended = PublicKeyConfig(
         key_id=1, suite=old.suite, public_key=old.public_key, not_before=100, not_after=200
     )
@@ -180,14 +180,15 @@ def test_public_key_config_json_round_trip_and_key_choice() -> None:
             PublicKeySet.from_json(bad)
 
 
-def test_import_client_does_not_load_cryptography_and_sealing_loads_no_server_module() -> None:
+def test_import_client_and_the_format_load_no_cryptography_and_sealing_no_server_module() -> None:
+    # client.sealed is what a shuffler imports: it must not load cryptography at all
     code = (
-        "import sys, json\nimport client\nbefore = sorted(sys.modules)\n"
+        "import sys, json\nimport client, client.sealed\nbefore = sorted(sys.modules)\n"
         "import client.sealing\nprint(json.dumps([before, sorted(sys.modules)]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = json.loads(out.stdout)
     assert not any(m.startswith("cryptography") for m in before)
     assert "cryptography.hazmat.primitives.hpke" in after
-    heavy = ("grpc", "numpy", "redis", "shuffler", "aggregator", "google.protobuf")
+    heavy = ("grpc", "numpy", "redis", "shuffler", "aggregator", "protos")
     assert [m for m in after if m.split(".")[0] in heavy or m.startswith("google.protobuf")] == []
