@@ -189,3 +189,18 @@ def test_keys_cli_bad_input_is_one_line_and_non_zero(tmp_path: Path) -> None:
         r = _crowdmix(*args, cwd=tmp_path)
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith("crowdmix keys ")
+
+
+def test_keys_cli_without_cryptography_names_the_extra(tmp_path: Path) -> None:
+    code = (
+        "import sys\nsys.modules['cryptography'] = None  # as if not installed\n"
+        "from crowdmix.cli import main\nsys.exit(main(['keys', 'list', '--file', 'k.json']))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert r.returncode == 3
+    assert r.stderr.strip().splitlines() == [
+        "crowdmix: error: keys need the 'cryptography' package (>= 47): "
+        "pip install 'crowdmix[aggregator]'"
+    ]

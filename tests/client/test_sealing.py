@@ -192,3 +192,14 @@ def test_import_client_and_the_format_load_no_cryptography_and_sealing_no_server
     assert "cryptography.hazmat.primitives.hpke" in after
     heavy = ("grpc", "numpy", "redis", "shuffler", "aggregator", "protos")
     assert [m for m in after if m.split(".")[0] in heavy or m.startswith("google.protobuf")] == []
+
+
+def test_without_cryptography_sealing_names_the_extra_and_the_format_still_imports() -> None:
+    code = (
+        "import sys\nsys.modules['cryptography'] = None  # as if not installed\n"
+        "import client.sealed\n"
+        "try:\n    import client.sealing\nexcept ModuleNotFoundError as exc:\n"
+        "    print(exc.name, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("cryptography ") and "crowdmix[transport]" in out.stdout
