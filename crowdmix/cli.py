@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.simulate",
     "crowdmix.privacy",
     "crowdmix.report",
+    "crowdmix.keys",
     "crowdmix.cluster",
 )
 

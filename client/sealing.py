@@ -1,0 +1,106 @@
+"""Sealing on the device: HPKE (RFC 9180) encryption of a report to the aggregator.
+
+The format (plaintext layout, ``info``, lengths, key configs) is ``client.sealed``;
+this module adds the one thing that needs ``cryptography``: the encryption.
+
+``cryptography`` (>= 47, the first version with ``hazmat.primitives.hpke``) is an
+optional extra; this module is the one place on the device side that imports it,
+and ``import client`` does not import this module (like ``client.batch``). A
+missing package raises ``ModuleNotFoundError`` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, Final
+
+from client.errors import ParamsError
+from client.sealed import (
+    SUITES,
+    PublicKeyConfig,
+    SealedReport,
+    SealingSuite,
+    pack_plaintext,
+    report_info,
+    suite_named,
+)
+
+try:
+    from cryptography.hazmat.primitives import hpke as _hpke
+    from cryptography.hazmat.primitives.asymmetric import mlkem as _mlkem
+    from cryptography.hazmat.primitives.asymmetric import x25519 as _x25519
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without the extra
+    raise ModuleNotFoundError(
+        "sealed reports need the 'cryptography' package (>= 47): pip install 'crowdmix[transport]'",
+        name="cryptography",
+    ) from exc
+
+__all__ = ["hpke_suite", "public_key_object", "seal_many", "seal_report"]
+
+
+def hpke_suite(suite: str | SealingSuite) -> Any:
+    """``cryptography``'s ``hpke.Suite`` for one of ``client.sealed.SUITES``."""
+    s = suite_named(suite) if isinstance(suite, str) else suite
+    kem = _hpke.KEM.MLKEM768_X25519 if s.post_quantum else _hpke.KEM.X25519
+    return _hpke.Suite(kem, _hpke.KDF.HKDF_SHA256, _hpke.AEAD.AES_128_GCM)
+
+
+@functools.lru_cache(maxsize=64)
+def _public_object(suite: str, raw: bytes) -> Any:
+    s = suite_named(suite)
+    try:
+        if not s.post_quantum:
+            return _x25519.X25519PublicKey.from_public_bytes(raw)
+        return _hpke.MLKEM768X25519PublicKey(
+            _mlkem.MLKEM768PublicKey.from_public_bytes(raw[:1184]),
+            _x25519.X25519PublicKey.from_public_bytes(raw[1184:]),
+        )
+    except ValueError as exc:
+        raise ParamsError(f"invalid {s.name} public key: {exc}") from None
+
+
+def public_key_object(key: PublicKeyConfig) -> Any:
+    """The ``cryptography`` public key of a published key (cached)."""
+    return _public_object(key.suite, key.public_key)
+
+
+def seal_report(
+    key: PublicKeyConfig,
+    *,
+    metric: str,
+    bits: bytes,
+    cohort: int,
+    fingerprint: int,
+    report_id: bytes,
+    report_bytes: int | None = None,
+) -> SealedReport:
+    """Seal one report to ``key``. Each call draws a fresh ephemeral KEM key pair
+    inside ``cryptography`` (OpenSSL's CSPRNG); nothing here chooses randomness.
+
+    ``report_bytes`` (the metric's length) guards the fixed-length promise: bits
+    of another length raise instead of making an odd-length ciphertext.
+    """
+    if report_bytes is not None and len(bits) != report_bytes:
+        raise ParamsError(f"metric {metric!r}: bits must be {report_bytes} bytes, got {len(bits)}")
+    plaintext = pack_plaintext(bits, cohort, fingerprint, report_id)
+    sealed = _SUITE_OBJECTS[key.suite].encrypt(
+        plaintext, public_key_object(key), info=report_info(metric, key.key_id)
+    )
+    return SealedReport(metric=metric, key_id=key.key_id, sealed=sealed)
+
+
+def seal_many(
+    key: PublicKeyConfig,
+    metric: str,
+    rows: Sequence[tuple[bytes, int, int, bytes]],
+) -> list[bytes]:
+    """Sealed values of many (bits, cohort, fingerprint, report id) rows: one
+    ``info`` for all; used by simulators and benchmarks."""
+    info = report_info(metric, key.key_id)
+    encrypt = _SUITE_OBJECTS[key.suite].encrypt
+    pub = public_key_object(key)
+    return [encrypt(pack_plaintext(b, c, f, r), pub, info=info) for b, c, f, r in rows]
+
+
+_SUITE_OBJECTS: Final = {name: hpke_suite(s) for name, s in SUITES.items()}

@@ -1,0 +1,206 @@
+"""Sealing on the device (client.sealing): layout, lengths, context binding, randomness.
+
+Opening here uses ``cryptography``'s HPKE directly, so these tests do not trust
+our own opener (tests/aggregator/test_opening.py covers that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hpke
+from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
+
+import client
+from client import sealed
+from client.registry import MetricConfig
+from client.sealed import (
+    MLKEM768_X25519_SUITE,
+    PublicKeyConfig,
+    PublicKeySet,
+    SealedReport,
+    SealingError,
+    choose_key,
+    report_info,
+    sealed_length,
+    sealed_length_for,
+    unpack_plaintext,
+)
+from client.sealing import seal_report
+
+X25519 = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_128_GCM)
+
+
+def _x25519_key(
+    key_id: int = 7, not_before: int = 0
+) -> tuple[x25519.X25519PrivateKey, PublicKeyConfig]:
+    sk = x25519.X25519PrivateKey.generate()
+    pub = PublicKeyConfig(
+        key_id=key_id,
+        suite=sealed.DEFAULT_SUITE,
+        public_key=sk.public_key().public_bytes_raw(),
+        not_before=not_before,
+    )
+    return sk, pub
+
+
+def _seal(pub: PublicKeyConfig, metric: str = "m", bits: bytes = b"\x05\xa0") -> SealedReport:
+    return seal_report(
+        pub, metric=metric, bits=bits, cohort=3, fingerprint=2**64 - 5, report_id=b"R" * 16
+    )
+
+
+def test_round_trip_with_raw_hpke() -> None:
+    sk, pub = _x25519_key()
+    r = _seal(pub)
+    assert (r.metric, r.key_id) == ("m", 7)
+    pt = X25519.decrypt(r.sealed, sk, info=report_info("m", 7))
+    assert unpack_plaintext(pt, 2) == (b"\x05\xa0", 3, 2**64 - 5, b"R" * 16)
+
+
+def test_plaintext_layout_is_pinned() -> None:
+    # bits ‖ cohort u32 LE ‖ fingerprint u64 LE ‖ report id: the aggregator depends on it
+    assert sealed.pack_plaintext(b"\xff", 1, 2, b"\x00" * 16) == (
+        b"\xff" + b"\x01\x00\x00\x00" + b"\x02" + b"\x00" * 7 + b"\x00" * 16
+    )
+    assert report_info("ab", 258) == (
+        b"crowdmix/sealed-report\x00" + b"\x01" + b"\x02\x01\x00\x00" + b"\x02\x00" + b"ab"
+    )
+
+
+def test_replay_under_another_metric_or_key_id_fails() -> None:
+    sk, pub = _x25519_key()
+    r = _seal(pub, metric="home")
+    for info in (report_info("away", 7), report_info("home", 8), b""):
+        with pytest.raises(InvalidTag):
+            X25519.decrypt(r.sealed, sk, info=info)
+
+
+def test_every_ciphertext_of_a_metric_has_the_same_length() -> None:
+    rappor = MetricConfig(name="r", rappor=client.RapporParams(k=100, h=2, m=8))
+    oue = MetricConfig(
+        name="o", basic=client.BasicParams(mechanism="oue", epsilon=1.0, domain_size=20)
+    )
+    _, pub = _x25519_key()
+    for metric in (rappor, oue):
+        n = metric.report_bytes
+        lengths = {
+            len(
+                seal_report(
+                    pub,
+                    metric=metric.name,
+                    bits=bytes([v]) * n,
+                    cohort=v,
+                    fingerprint=metric.fingerprint,
+                    report_id=os.urandom(16),
+                    report_bytes=n,
+                ).sealed
+            )
+            for v in (0, 1, 255)
+        }
+        # X25519 enc 32 + plaintext (bits + 4 + 8 + 16) + AES-GCM tag 16
+        assert lengths == {sealed_length_for(metric)} == {32 + n + 28 + 16}
+    with pytest.raises(client.ParamsError, match="bits must be 13 bytes"):
+        seal_report(
+            pub,
+            metric="r",
+            bits=b"x",
+            cohort=0,
+            fingerprint=0,
+            report_id=b"R" * 16,
+            report_bytes=13,
+        )
+
+
+def test_post_quantum_hybrid_suite_round_trip() -> None:
+    mk, xk = mlkem.MLKEM768PrivateKey.generate(), x25519.X25519PrivateKey.generate()
+    pub = PublicKeyConfig(
+        key_id=1,
+        suite=MLKEM768_X25519_SUITE.name,
+        public_key=mk.public_key().public_bytes_raw() + xk.public_key().public_bytes_raw(),
+        not_before=0,
+    )
+    r = _seal(pub)
+    assert len(r.sealed) == sealed_length(2, MLKEM768_X25519_SUITE.name) == 1120 + 2 + 28 + 16
+    suite = hpke.Suite(hpke.KEM.MLKEM768_X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_128_GCM)
+    pt = suite.decrypt(r.sealed, hpke.MLKEM768X25519PrivateKey(mk, xk), info=report_info("m", 1))
+    assert unpack_plaintext(pt, 2)[0] == b"\x05\xa0"
+
+
+def test_default_randomness_is_the_libraries_csprng(monkeypatch: pytest.MonkeyPatch) -> None:
+    # HPKE's ephemeral key comes from OpenSSL's CSPRNG inside cryptography: sealing has no
+    # randomness parameter to get wrong, and equal inputs never give equal encapsulations
+    # (a repeat among 200 X25519 public keys has probability < 2^-230).
+    assert "rand" not in " ".join(seal_report.__code__.co_varnames)
+    _, pub = _x25519_key()
+    encs = {_seal(pub).sealed[:32] for _ in range(200)}
+    assert len(encs) == 200
+    # report ids come from os.urandom
+    calls: list[int] = []
+    monkeypatch.setattr(sealed.os, "urandom", lambda n: calls.append(n) or b"\x01" * n)
+    assert sealed.new_report_id() == b"\x01" * 16 and calls == [16]
+
+
+def test_sealed_report_byte_layout_round_trips_and_rejects_garbage() -> None:
+    r = SealedReport(metric="héllo", key_id=0x01020304, sealed=b"\x00" * 78)
+    data = r.to_bytes()
+    assert data[:2] == (6).to_bytes(2, "little") and data[8:12] == b"\x04\x03\x02\x01"
+    assert SealedReport.from_bytes(data) == r
+    for bad in (b"", b"\x05\x00ab", b"\x01\x00a\x01\x00\x00\x00"):
+        with pytest.raises(client.ParamsError, match="truncated"):
+            SealedReport.from_bytes(bad)
+    with pytest.raises(client.ParamsError, match="key id"):
+        SealedReport(metric="m", key_id=2**32, sealed=b"x")
+
+
+def test_public_key_config_json_round_trip_and_key_choice() -> None:
+    _, old = _x25519_key(key_id=1, not_before=100)
+    sk2 = x25519.X25519PrivateKey.generate().public_key().public_bytes_raw()
+    new = PublicKeyConfig(key_id=2, suite=sealed.DEFAULT_SUITE, public_key=sk2, not_before=200)
+    ended = PublicKeyConfig(
+        key_id=1, suite=old.suite, public_key=old.public_key, not_before=100, not_after=200
+    )
+    ks = PublicKeySet((ended, new))
+    back = PublicKeySet.from_json(ks.to_json())
+    assert back == ks and back.version == ks.version
+    assert choose_key(back.keys, now=150).key_id == 1
+    assert choose_key(back.keys, now=200).key_id == 2  # not_after is exclusive
+    with pytest.raises(SealingError, match="refetch"):
+        choose_key(back.keys, now=50)
+    doc = json.loads(ks.to_json())
+    doc["keys"][0]["public_key"] = "AAAA"
+    with pytest.raises(client.ParamsError, match="32 bytes"):
+        PublicKeySet.from_json(json.dumps(doc))
+    for bad in ("{", "[]", '{"format": "crowdmix-public-keys", "protocol": 9, "keys": []}'):
+        with pytest.raises(client.ParamsError):
+            PublicKeySet.from_json(bad)
+
+
+def test_import_client_and_the_format_load_no_cryptography_and_sealing_no_server_module() -> None:
+    # client.sealed is what a shuffler imports: it must not load cryptography at all
+    code = (
+        "import sys, json\nimport client, client.sealed\nbefore = sorted(sys.modules)\n"
+        "import client.sealing\nprint(json.dumps([before, sorted(sys.modules)]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = json.loads(out.stdout)
+    assert not any(m.startswith("cryptography") for m in before)
+    assert "cryptography.hazmat.primitives.hpke" in after
+    heavy = ("grpc", "numpy", "redis", "shuffler", "aggregator", "protos")
+    assert [m for m in after if m.split(".")[0] in heavy or m.startswith("google.protobuf")] == []
+
+
+def test_without_cryptography_sealing_names_the_extra_and_the_format_still_imports() -> None:
+    code = (
+        "import sys\nsys.modules['cryptography'] = None  # as if not installed\n"
+        "import client.sealed\n"
+        "try:\n    import client.sealing\nexcept ModuleNotFoundError as exc:\n"
+        "    print(exc.name, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("cryptography ") and "crowdmix[transport]" in out.stdout
