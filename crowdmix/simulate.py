@@ -233,7 +233,7 @@ def progress_bar(label: str, done: int, total: int, stream: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     from client.errors import TransportError
     from client.registry import RegistryError, load_registry
-    from crowdmix.cli import CliError
+    from crowdmix.cli import CliError, read_input
 
     try:
         registry = load_registry(args.config)
@@ -244,18 +244,19 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"metric {args.metric!r} is not in {args.config}")
     token = args.token
     if args.token_file:
+        text = read_input(args.token_file, "--token-file").decode(errors="replace")
         lines = [
-            ln.split()[-1]
-            for ln in Path(args.token_file).read_text().splitlines()
-            if ln.strip() and not ln.startswith("#")
+            ln.split()[-1] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")
         ]
         if not lines:
             raise CliError(f"{args.token_file} holds no token")
         token = lines[-1]
-    ca = Path(args.tls_ca).read_bytes() if args.tls_ca else None
+    ca = read_input(args.tls_ca, "--tls-ca") if args.tls_ca else None
     for name in ("clients", "values", "batch_size", "concurrency"):
         if getattr(args, name) < 1:
             raise CliError(f"--{name.replace('_', '-')} must be positive")
+    if args.truth_out and not Path(args.truth_out).resolve().parent.is_dir():
+        raise CliError(f"--truth-out {args.truth_out}: its directory does not exist")
     try:
         result = simulate(
             args.target,
