@@ -7,7 +7,7 @@ value). Figures, each the best of R runs:
 
 - client seal µs/report (``client.sealing.seal_report``, one HPKE encryption with a
   fresh ephemeral key each) against raw ``Suite.encrypt`` of the same plaintext;
-- aggregator open rate on one core (``aggregator.opening.open_batch``, in process,
+- aggregator open rate on one core (``aggregator.sealing.opening.open_batch``, in process,
   CPU time) against the raw ``cryptography`` ``Suite.decrypt`` loop over the same
   ciphertexts measured in the same run, alternating; target ≥ 90 % of raw;
 - ``Opener(workers=1|2)`` on a larger batch, wall clock, pool already started, and
@@ -25,8 +25,8 @@ import os
 import time
 from collections.abc import Callable
 
-from aggregator.keys import KeySet
-from aggregator.opening import Opener, open_batch
+from aggregator.sealing.keys import KeySet
+from aggregator.sealing.opening import Opener, open_batch
 from client.sealed import MLKEM768_X25519_SUITE, X25519_SUITE, pack_plaintext, report_info
 from client.sealing import hpke_suite, public_key_object, seal_report
 

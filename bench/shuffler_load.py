@@ -166,6 +166,7 @@ class Cluster:
                     "crowdmix",
                     "shuffler",
                     "serve",
+                    "--allow-unauthenticated",  # the load generator sends no token
                     "--config",
                     str(config),
                     "--listen",

@@ -238,6 +238,8 @@ def load_registry(path: str | Path) -> Registry:
         raise RegistryError(f"metric registry {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"metric registry {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise RegistryError(f"metric registry {path} is not UTF-8 text (TOML)") from None
     except OSError as exc:
         raise RegistryError(f"cannot read metric registry {path}: {exc.strerror or exc}") from None
     try:

@@ -2,7 +2,7 @@
 
 No cryptography here (the shuffler imports this module to check key ids and
 lengths, and never loads ``cryptography``); sealing is ``client.sealing``,
-opening ``aggregator.opening``. RFC 9180 HPKE to the aggregator's public key.
+opening ``aggregator.sealing.opening``. RFC 9180 HPKE to the aggregator's public key.
 
 Plaintext (fixed length per metric, so every ciphertext of a metric under one
 suite has the same length and the shuffler can refuse any other length)::

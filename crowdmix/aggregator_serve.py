@@ -100,7 +100,7 @@ def serve(args: argparse.Namespace) -> int:
         TlsFiles,
     )
     from aggregator.store.base import StoreUnavailable, open_store
-    from crowdmix.cli import CliError
+    from crowdmix.cli import CliError, grpc_bind_noise_hidden
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s aggregator %(levelname)s %(message)s"
@@ -138,15 +138,16 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        server = AggregatorServer(
-            registry,
-            store,
-            listen=args.listen,
-            tls=tls,
-            workers=args.workers,
-            metrics_port=args.metrics_port,
-            metrics_host=args.metrics_host,
-        ).start()
+        with grpc_bind_noise_hidden():
+            server = AggregatorServer(
+                registry,
+                store,
+                listen=args.listen,
+                tls=tls,
+                workers=args.workers,
+                metrics_port=args.metrics_port,
+                metrics_host=args.metrics_host,
+            ).start()
     except BindError as exc:
         print(f"crowdmix: error: {exc}", file=sys.stderr)
         store.close()

@@ -225,6 +225,28 @@ class DaemonProcess:
 DEMO_METRIC = "demo_values"
 
 
+def _lock_directory(workdir: Path) -> int | None:
+    """An exclusive flock on ``workdir/cluster.lock``, held until ``_unlock``.
+
+    ValueError when another process holds it."""
+    import fcntl
+
+    path = workdir / "cluster.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise ValueError(
+            f"{workdir} is in use by another crowdmix cluster (pid {holder}): "
+            "give each cluster its own --dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
 def write_demo_registry(
     path: Path, *, min_batch: int = 1000, max_delay_seconds: float = 1.0
 ) -> Path:
@@ -257,7 +279,20 @@ class LocalCluster:
         if shufflers < 1:
             raise ValueError(f"shufflers must be at least 1, got {shufflers}")
         self.workdir = Path(workdir)
+        if self.workdir.exists() and not self.workdir.is_dir():
+            raise ValueError(f"{workdir} is a file, not a directory")
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # One cluster per directory: a second one would share the AOF files and
+        # overwrite the first one's token and registry.
+        self._lock = _lock_directory(self.workdir)
+        if registry_path is not None:
+            from client.registry import load_registry
+
+            try:
+                load_registry(registry_path)  # a bad registry is found before anything starts
+            except ValueError:
+                self._unlock()
+                raise
         self.num_shufflers = shufflers
         self.registry_path = (
             Path(registry_path)
@@ -370,7 +405,13 @@ class LocalCluster:
         for server in (self.redis, self.aggregator_redis):
             server.stop()
             server.kill()
+        self._unlock()
         return codes
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # closing the descriptor releases the flock
+            self._lock = None
 
     def __enter__(self) -> LocalCluster:
         self.start()
@@ -404,6 +445,8 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from crowdmix.cli import CliError
 
+    if args.shufflers < 1:
+        raise CliError(f"--shufflers must be at least 1, got {args.shufflers}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -414,6 +457,8 @@ def _run(args: argparse.Namespace) -> int:
         cluster.start()
     except (RuntimeError, ValueError) as exc:
         raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot use {args.dir}: {exc.strerror or exc}") from None
     print(f"crowdmix local cluster in {cluster.workdir} (logs: *.log there)")
     print(f"  redis       {cluster.shuffler_redis_url}  (shufflers; AOF everysec)")
     print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF everysec)")

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from client.registry import MetricConfig, Registry
     from crowdmix.population import Population
 
-__all__ = ["DemoResult", "register", "run_demo"]
+__all__ = ["DemoResult", "demo_redis_urls", "register", "run_demo"]
 
 METRIC = "demo_values"
 
@@ -59,7 +59,12 @@ def register(sub: Any) -> None:
     p.add_argument("--decoys", type=int, default=20, help="candidates nobody holds (default 20)")
     p.add_argument("--seed", type=int, help="fix the population (secrets stay random)")
     p.add_argument("--out", default="crowdmix-out/demo", metavar="DIR", help="output directory")
-    p.add_argument("--redis", metavar="URL", help="use Redis for both stores instead of memory")
+    p.add_argument(
+        "--redis",
+        metavar="URL",
+        help="use Redis instead of memory: the shuffler in the URL's database N, the "
+        "aggregator in database N+1 (both must be empty)",
+    )
     p.add_argument("--top", type=int, default=15, help="rows in the terminal table (default 15)")
     g = p.add_argument_group("RAPPOR parameters (see `crowdmix plan`)")
     g.add_argument("-k", type=int, default=64, help="Bloom filter bits (default 64)")
@@ -140,6 +145,51 @@ def _new_secret() -> bytes:
     return os.urandom(32)
 
 
+def demo_redis_urls(url: str) -> tuple[str, str]:
+    """(shuffler URL, aggregator URL): database N of ``url`` and database N+1.
+
+    The statement the demo prints assumes the shuffler and the aggregator do not
+    share their data; two databases keep their keys apart (a real deployment uses
+    two Redis servers, as ``crowdmix cluster`` does).
+    """
+    from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"--redis must be a redis://, rediss:// or unix:// URL, got {url!r}")
+    query = parse_qs(parts.query)
+    path_db = parts.path.strip("/") if parts.scheme != "unix" else ""
+    raw = query.get("db", [path_db or "0"])[0]
+    if not raw.isdigit():
+        raise ValueError(f"--redis {url}: the database must be a number, got {raw!r}")
+    db = int(raw)
+    if parts.scheme == "unix" or "db" in query:
+        query["db"] = [str(db + 1)]
+        other = urlunsplit(parts._replace(query=urlencode(query, doseq=True)))
+    else:
+        other = urlunsplit(parts._replace(path=f"/{db + 1}"))
+    return url, other
+
+
+def _require_empty_redis(url: str) -> None:
+    """Refuse a database that already holds keys: counts of an earlier run would mix in."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
+    try:
+        keys = int(client.dbsize())
+    except redis.RedisError as exc:
+        raise RuntimeError(f"cannot reach Redis at {url}: {exc}") from None
+    finally:
+        client.close()
+    if keys:
+        raise RuntimeError(
+            f"Redis {url} already holds {keys:,} keys (an earlier demo run?): the demo "
+            "counts from an empty store. Give another database number in --redis (the "
+            "aggregator takes the next one) or empty it: redis-cli -u URL FLUSHDB"
+        )
+
+
 def run_demo(
     args: argparse.Namespace,
     *,
@@ -167,6 +217,12 @@ def run_demo(
             raise ValueError(f"--{name} must be positive")
     if args.decoys < 0:
         raise ValueError("--decoys must not be negative")
+    if args.min_batch is not None and not 1 <= args.min_batch <= args.clients:
+        raise ValueError(
+            f"--min-batch {args.min_batch} must be between 1 and --clients {args.clients}: "
+            "the shuffler never releases fewer than min-batch reports, so nothing would "
+            "reach the aggregator"
+        )
     registry = _registry(args)
     metric = registry[METRIC]
     assert metric.rappor is not None
@@ -186,8 +242,11 @@ def run_demo(
     if args.redis:
         from shuffler.redis_store import RedisStore
 
-        shuffler_store: Any = RedisStore(args.redis)
-        aggregator_store = open_store(args.redis)
+        shuffler_url, aggregator_url = demo_redis_urls(args.redis)
+        for url in (shuffler_url, aggregator_url):
+            _require_empty_redis(url)
+        shuffler_store: Any = RedisStore(shuffler_url)
+        aggregator_store = open_store(aggregator_url)
     else:
         shuffler_store = MemoryStore()
         aggregator_store = open_store(None)
@@ -200,7 +259,9 @@ def run_demo(
         settings=ShufflerSettings(),
         tokens=frozenset({token}),
     )
-    store_name = "Redis" if args.redis else "memory"
+    store_name = (
+        f"Redis: shuffler {shuffler_url}, aggregator {aggregator_url}" if args.redis else "memory"
+    )
     _say(
         f"  shuffler on 127.0.0.1:{shuffler.port} -> aggregator on 127.0.0.1:{aggregator.port} "
         f"({store_name} stores, threshold {metric.shuffle.min_batch:,} reports)",
@@ -213,7 +274,8 @@ def run_demo(
             batch.reports(),
             token=token,
             batch_size=1000,
-            progress=None if quiet else ("submitting", sys.stdout),
+            # a bar redrawn with \r only on a terminal; in a log it would be noise
+            progress=None if quiet or not sys.stdout.isatty() else ("submitting", sys.stdout),
         )
         _say(f"  {acknowledged:,} reports acknowledged in {time.perf_counter() - t0:.1f}s", quiet)
 
@@ -344,12 +406,18 @@ def _table(demo: DemoResult, top: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from aggregator.decode.errors import DecodeError
-    from crowdmix.cli import CliError
+    from aggregator.store.base import StoreError
+    from client.errors import TransportError
+    from crowdmix.cli import CliError, out_dir
+    from shuffler.errors import ShufflerError
 
+    out_dir(args.out)  # before the work, not after it
     try:
         demo = run_demo(args)
-    except (ValueError, RuntimeError, DecodeError) as exc:
+    except (ValueError, RuntimeError, DecodeError, StoreError, ShufflerError) as exc:
         raise CliError(str(exc)) from None
+    except TransportError as exc:
+        raise CliError(f"the shuffler refused the reports: {exc}") from None
     result = demo.outcome.result
     print()
     print(_table(demo, args.top))

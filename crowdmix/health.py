@@ -56,15 +56,9 @@ def check_health(
 
 
 def _read(path: str | None) -> bytes | None:
-    from crowdmix.cli import CliError
+    from crowdmix.cli import read_input
 
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return None if path is None else read_input(path, "file")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,5 +76,8 @@ def run(args: argparse.Namespace) -> int:
         tls_cert=_read(args.tls_cert),
         tls_key=_read(args.tls_key),
     )
+    if status.startswith("UNREACHABLE"):
+        reason = status.partition(": ")[2]
+        raise CliError(f"{args.target} is unreachable ({reason})")
     print(f"{args.target}: {status}")
     return 0 if status == "SERVING" else 1

@@ -100,7 +100,7 @@ def _guard(run: Any) -> Any:
         from crowdmix.cli import CliError
 
         try:
-            from aggregator import keys as _keys
+            from aggregator.sealing import keys as _keys
         except ModuleNotFoundError as exc:
             if (exc.name or "").split(".")[0] != "cryptography":
                 raise

@@ -1,7 +1,8 @@
 """``crowdmix privacy ...`` and ``crowdmix plan``: thin wrappers over the accounting math.
 
     crowdmix privacy amplify --epsilon0 E --n N --delta D [--bound B] [--json]
-    crowdmix privacy compose --epsilon E --delta D --k K --target-delta D2 --method M [--json]
+    crowdmix privacy compose --epsilon E --delta D --releases R --target-delta D2 --method M
+                             [--json]     (--k R: the old spelling, deprecated and hidden)
     crowdmix privacy rounds  --epsilon0 E --n N --rounds R --delta D [--json]
     crowdmix privacy metric  --config FILE --metric NAME --n N [--rounds R]
                              [--cohort-share S] [--batch-sizes B1,B2,..] [--json]
@@ -47,7 +48,9 @@ def register(sub: Any) -> None:
     comp = psub.add_parser("compose", help="k-fold composition of an (ε, δ) mechanism")
     comp.add_argument("--epsilon", type=float, required=True)
     comp.add_argument("--delta", type=float, default=0.0)
-    comp.add_argument("--k", type=int, required=True, help="number of releases")
+    comp.add_argument("--releases", type=int, help="number of releases composed (required)")
+    # -k is Bloom bits everywhere else; the old spelling of --releases still works, unlisted
+    comp.add_argument("--k", dest="releases_deprecated", type=int, help=argparse.SUPPRESS)
     comp.add_argument("--target-delta", type=float, default=1e-6)
     comp.add_argument("--method", default="optimal", choices=("basic", "advanced", "optimal"))
     comp.add_argument("--json", action="store_true")
@@ -74,7 +77,8 @@ def register(sub: Any) -> None:
     )
     metric.add_argument("--cohort-per-report", action="store_true")
     metric.add_argument(
-        "--batch-sizes", help="comma-separated sizes of the shuffled batches (default: one batch)"
+        "--batch-sizes",
+        help="comma-separated sizes of the shuffled batches (default: one batch of --n)",
     )
     metric.add_argument("--json", action="store_true")
     metric.set_defaults(func=_metric)
@@ -178,23 +182,36 @@ def _amplify(args: argparse.Namespace) -> int:
 
 
 def _compose(args: argparse.Namespace) -> int:
-    from aggregator.accounting.composition import compose
+    import sys
 
+    from aggregator.accounting.composition import compose
+    from crowdmix.cli import CliError
+
+    releases = args.releases
+    if args.releases_deprecated is not None:
+        if releases is not None:
+            raise CliError("give --releases only (--k is its deprecated spelling)")
+        print("crowdmix: warning: --k is deprecated, use --releases", file=sys.stderr)
+        releases = args.releases_deprecated
+    if releases is None:
+        raise CliError("the following argument is required: --releases")
+    if releases < 1:
+        raise CliError(f"--releases must be a positive integer, got {releases}")
     try:
-        eps, delta = compose(args.epsilon, args.delta, args.k, args.target_delta, args.method)
+        eps, delta = compose(args.epsilon, args.delta, releases, args.target_delta, args.method)
     except ValueError as exc:
         raise _fail(exc) from None
     out = {
         "epsilon": eps,
         "delta": delta,
         "method": args.method,
-        "k": args.k,
+        "releases": releases,
         "per_release": {"epsilon": args.epsilon, "delta": args.delta},
     }
     _print(
         args,
         out,
-        f"{args.k} × (ε={args.epsilon}, δ={args.delta}) → "
+        f"{releases} × (ε={args.epsilon}, δ={args.delta}) → "
         f"(ε = {eps:.6g}, δ = {delta:.3g}) [{args.method}]",
     )
     return 0
@@ -251,6 +268,11 @@ def _metric(args: argparse.Namespace) -> int:
         metric = registry.get(args.metric)
         if metric is None:
             raise ValueError(f"metric {args.metric!r} is not in {args.config}")
+        # The question asked is "this release of --n reports": one batch unless told
+        # otherwise; said below the statement, since the figure depends on it.
+        assumed = batches is None
+        if assumed:
+            batches = [args.n]
         stmt = privacy_statement(
             metric,
             args.n,
@@ -262,7 +284,15 @@ def _metric(args: argparse.Namespace) -> int:
         )
     except (ValueError, ParamsError) as exc:
         raise _fail(exc) from None
-    _print(args, stmt.to_dict(), stmt.render())
+    out = stmt.to_dict()
+    text = stmt.render()
+    if assumed:
+        out["assumed_batch_sizes"] = batches
+        text += (
+            f"\n(assumed: all {args.n:,} reports were shuffled in one batch; "
+            "give --batch-sizes if they were not)"
+        )
+    _print(args, out, text)
     return 0
 
 
@@ -276,6 +306,10 @@ def _ledger(args: argparse.Namespace) -> int:
         eps, delta = ledger.cumulative(releases)
     except AccountingError as exc:
         raise _fail(exc) from None
+    except OSError as exc:
+        raise _fail(OSError(f"cannot read ledger {args.file}: {exc.strerror or exc}")) from None
+    except UnicodeDecodeError:
+        raise _fail(ValueError(f"ledger {args.file} is not UTF-8 JSON")) from None
     out = {
         "metric": args.metric,
         "releases": [r.to_dict() for r in releases],

@@ -50,6 +50,13 @@ def register(sub: Any) -> None:
         "--project", action="store_true", help="basic mechanisms: project onto the simplex"
     )
     p.add_argument("--no-plot", action="store_true", help="skip plot.png")
+    p.add_argument(
+        "--format",
+        choices=("crowdmix", "rappor"),
+        default="crowdmix",
+        help="rappor: also write google/rappor's results.csv, metrics.json and residual.png "
+        "in OUT/rappor/ (RAPPOR metrics)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -130,6 +137,21 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
         raise CliError(
             "google/rappor input needs --rappor-counts, --rappor-map and --rappor-params"
         )
+    ignored = [
+        flag
+        for flag, value in (
+            ("--rounds", args.rounds),
+            ("--windows", args.windows),
+            ("--config", args.config),
+            ("--candidates", args.candidates),
+        )
+        if value is not None
+    ]
+    if ignored:  # the three files say everything; a flag that changes nothing is refused
+        raise CliError(
+            f"{', '.join(ignored)} cannot be used with google/rappor files (the params, "
+            "map and counts files define the metric, the candidates and the counts)"
+        )
     from aggregator.report.job import ReportJob
     from aggregator.report.rappor_files import read_counts_csv, read_map_csv, read_params_csv
     from client.params import Hashing
@@ -137,7 +159,10 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
 
     params = read_params_csv(args.rappor_params)
     totals, ones = read_counts_csv(args.rappor_counts, params)
-    values, design = read_map_csv(args.rappor_map, params)
+    notes: list[str] = []
+    values, design = read_map_csv(args.rappor_map, params, notes)
+    for note in notes:
+        print(f"crowdmix: note: {note}", file=sys.stderr)
     # The map fixes the Bloom bits; hashing only labels the config (privacy ignores it).
     hashing: Hashing = "rappor-md5" if params.k <= 32 else "mmh3"
     metric = MetricConfig(name=args.metric or "rappor", rappor=params, hashing=hashing)
@@ -238,6 +263,50 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"release refused by the ledger {args.ledger}: {exc}") from None
 
 
+def _check_ledger_readable(path: str) -> None:
+    """A ledger that exists must be readable text; found before any work is done."""
+    from pathlib import Path
+
+    from crowdmix.cli import CliError
+
+    ledger = Path(path)
+    if not ledger.exists():
+        return
+    try:
+        ledger.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot read ledger {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"ledger {path} is not UTF-8 JSON") from None
+
+
+def _rappor_outputs(job: ReportJob, outcome: Any, out: str) -> dict[str, Any]:
+    """google/rappor's own files in OUT/rappor/ (see aggregator.report.rappor_output)."""
+    from pathlib import Path
+
+    from aggregator.decode.rappor import design_matrix
+    from aggregator.report.rappor_output import write_rappor_outputs
+    from crowdmix.cli import CliError
+
+    params = job.metric.rappor
+    if params is None or job.candidates is None:
+        raise CliError("--format rappor is for RAPPOR metrics")
+    design = job.design
+    if design is None:
+        design = design_matrix(job.candidates, params, job.metric.hashing)
+    return write_rappor_outputs(
+        outcome.result,
+        Path(out) / "rappor",
+        totals=job.totals,
+        ones=job.ones,
+        design=design,
+        f=params.f,
+        p=params.p,
+        q=params.q,
+        elapsed_seconds=float(outcome.summary["elapsed_seconds"]["total"]),
+    )
+
+
 def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
     """The privacy figures of a release recorded in ``--ledger`` (run after decoding).
 
@@ -316,8 +385,11 @@ def _report(args: argparse.Namespace) -> int:
 
     from aggregator.decode import DecodeOptions, DecodeWarning
     from aggregator.report.job import format_table, run_report, write_outputs
-    from crowdmix.cli import CliError
+    from crowdmix.cli import CliError, out_dir
 
+    out_dir(args.out)  # before decoding: a bad --out is found before the work
+    if args.ledger:
+        _check_ledger_readable(args.ledger)
     jobs = [job for job in (source(args) for source in _SOURCES) if job is not None]
     if not jobs:
         raise CliError(
@@ -333,6 +405,8 @@ def _report(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", DecodeWarning)  # they are in the summary and printed
         outcome = run_report(jobs[0], options=options, project=args.project, privacy=privacy)
     paths = write_outputs(outcome, args.out, plot=not args.no_plot, top=args.top)
+    if args.format == "rappor":
+        paths.update(_rappor_outputs(jobs[0], outcome, args.out))
     result, summary = outcome.result, outcome.summary
     print(format_table(result, top=args.top))
     print()

@@ -46,8 +46,13 @@ def register(subparsers: Any) -> None:
     a("--aggregator-ca", metavar="FILE", help="CA of the aggregator's certificate (TLS)")
     a("--aggregator-cert", metavar="FILE", help="client certificate for mTLS to the aggregator")
     a("--aggregator-key", metavar="FILE", help="key of --aggregator-cert")
-    a("--tokens", dest="tokens_file", metavar="FILE", help="bearer tokens, one a line")
-    a("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on 127.0.0.1")
+    a("--tokens", dest="tokens_file", metavar="FILE", help="bearer tokens, one a line (required)")
+    a("--allow-unauthenticated", action="store_true",
+      help="serve without --tokens (or with the placeholder token of tokens.example.txt): "
+      "anyone who reaches the port can submit reports")  # fmt: skip
+    a("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics")
+    a("--metrics-host", metavar="HOST",
+      help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")  # fmt: skip
     a("--port-file", metavar="FILE", help="write the bound gRPC port here once listening")
     a("--max-request-bytes", type=int, metavar="N")
     a("--max-reports-per-request", type=int, metavar="N")
@@ -87,6 +92,7 @@ _FLAGS = {
     "commit_max_delay_ms": "--commit-delay-ms", "workers": "--workers", "server": "--server",
     "shutdown_grace_seconds": "--grace",
 }  # fmt: skip
+_SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
 
 _OVERRIDES = (
     "redis", "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
@@ -94,6 +100,7 @@ _OVERRIDES = (
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
     "max_concurrent_rpcs",
     "commit_max_delay_ms", "workers", "server", "shutdown_grace_seconds", "reuse_port",
+    "metrics_host", "allow_unauthenticated",
 )  # fmt: skip
 
 
@@ -106,7 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
     import sys
     import threading
 
-    from crowdmix.cli import CliError
+    from crowdmix.cli import CliError, grpc_bind_noise_hidden
     from shuffler.config import load_config
     from shuffler.errors import BindError, ConfigError, StoreUnavailable
     from shuffler.memory_store import MemoryStore
@@ -124,6 +131,13 @@ def _serve(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    if settings.tokens_file is None and not settings.allow_unauthenticated:
+        raise CliError(
+            "no --tokens FILE: the shuffler would accept reports from anyone who reaches it; "
+            "give --tokens (or tokens_file in [shuffler]), or --allow-unauthenticated"
+        )
+    if settings.tokens_file is None:
+        log.warning("--allow-unauthenticated: no bearer token is asked of senders")
     if args.processes < 1:
         raise CliError(f"--processes must be at least 1, got {args.processes}")
     if args.processes > 1:
@@ -137,14 +151,15 @@ def _serve(args: argparse.Namespace) -> int:
         store = MemoryStore()
         log.warning("in-memory store: acknowledged reports do not survive a crash (use --redis)")
     try:
-        handle = start_shuffler(
-            registry,
-            store,
-            settings.aggregator,
-            listen=settings.listen,
-            settings=settings,
-            owns_store=True,
-        )
+        with grpc_bind_noise_hidden():
+            handle = start_shuffler(
+                registry,
+                store,
+                settings.aggregator,
+                listen=settings.listen,
+                settings=settings,
+                owns_store=True,
+            )
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     except StoreUnavailable as exc:
@@ -194,4 +209,5 @@ def _sibling_args(args: argparse.Namespace, listen: str, port: int) -> list[str]
         value = getattr(args, dest)
         if value is not None:
             out += [flag, str(value)]
+    out += [flag for dest, flag in _SWITCHES.items() if getattr(args, dest)]
     return [*out, "--listen", f"{host}:{port}", "--reuse-port", "--log-level", args.log_level]

@@ -148,6 +148,8 @@ def simulate(
         lock = threading.Lock()
         totals = [0, 0, 0]
         chunks = [reports[i::concurrency] for i in range(max(1, concurrency))]
+        stop = threading.Event()  # Ctrl-C: the senders finish their call and stop
+        sent = [0]
 
         def worker(mine: list[Report]) -> None:
             with ShufflerClient(
@@ -160,18 +162,34 @@ def simulate(
                 background=False,
             ) as sender:
                 for r in mine:
+                    if stop.is_set():
+                        break
                     sender.submit(r)
                     sender.flush()
+                    with lock:
+                        sent[0] += 1
                 with lock:
                     totals[0] += sender.sent
                     totals[1] += sender.failed
                     totals[2] += sender.dropped
 
-        threads = [threading.Thread(target=worker, args=(c,)) for c in chunks if c]
+        threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in chunks if c]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            # join in short steps: the main thread must stay free to take Ctrl-C
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)
+                if progress:
+                    progress_bar("sending", min(sent[0], clients), clients, sys.stderr, final=False)
+        except KeyboardInterrupt:
+            stop.set()
+            for t in threads:
+                t.join(5.0)
+            raise
+        if progress:
+            progress_bar("sending", sent[0], clients, sys.stderr)
         acked, failed, dropped = totals
     else:
         raise ValueError(f"mode must be batched or unary, got {mode!r}")
@@ -221,11 +239,14 @@ def send_batched(
         return sender.sent, sender.failed, sender.dropped
 
 
-def progress_bar(label: str, done: int, total: int, stream: TextIO) -> None:
-    """Redraw one ``label [####....] done/total`` line on ``stream``; a newline when done."""
+def progress_bar(
+    label: str, done: int, total: int, stream: TextIO, *, final: bool | None = None
+) -> None:
+    """Redraw one ``label [####....] done/total`` line on ``stream``; a newline when done
+    (or when ``final``). Draw it only on a terminal: in a log, ``\\r`` is noise."""
     width = 30
     filled = width * done // max(1, total)
-    end = "\n" if done >= total else ""
+    end = "\n" if (done >= total if final is None else final) else ""
     stream.write(f"\r  {label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}{end}")
     stream.flush()
 
@@ -233,7 +254,7 @@ def progress_bar(label: str, done: int, total: int, stream: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     from client.errors import TransportError
     from client.registry import RegistryError, load_registry
-    from crowdmix.cli import CliError
+    from crowdmix.cli import CliError, read_input
 
     try:
         registry = load_registry(args.config)
@@ -244,18 +265,19 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"metric {args.metric!r} is not in {args.config}")
     token = args.token
     if args.token_file:
+        text = read_input(args.token_file, "--token-file").decode(errors="replace")
         lines = [
-            ln.split()[-1]
-            for ln in Path(args.token_file).read_text().splitlines()
-            if ln.strip() and not ln.startswith("#")
+            ln.split()[-1] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")
         ]
         if not lines:
             raise CliError(f"{args.token_file} holds no token")
         token = lines[-1]
-    ca = Path(args.tls_ca).read_bytes() if args.tls_ca else None
+    ca = read_input(args.tls_ca, "--tls-ca") if args.tls_ca else None
     for name in ("clients", "values", "batch_size", "concurrency"):
         if getattr(args, name) < 1:
             raise CliError(f"--{name.replace('_', '-')} must be positive")
+    if args.truth_out and not Path(args.truth_out).resolve().parent.is_dir():
+        raise CliError(f"--truth-out {args.truth_out}: its directory does not exist")
     try:
         result = simulate(
             args.target,
@@ -273,6 +295,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ValueError, TransportError) as exc:
         raise CliError(str(exc)) from None
+    except KeyboardInterrupt:
+        print("crowdmix: interrupted", file=sys.stderr)
+        return 130
     print(
         f"simulated {result.clients} clients of {metric.name!r}: "
         f"{result.acknowledged} acknowledged, {result.failed} failed, {result.dropped} dropped "

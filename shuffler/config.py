@@ -10,7 +10,7 @@ table), and command-line flags::
     listen = "127.0.0.1:7400"
     redis = "redis://127.0.0.1:6379/0"      # omit for the in-memory store
     aggregator = "127.0.0.1:7500"
-    tokens_file = "/etc/crowdmix/tokens"     # one bearer token a line; omit: no auth
+    tokens_file = "/etc/crowdmix/tokens"     # one bearer token a line (required, see below)
     tls_cert = "/etc/crowdmix/shuffler.crt"  # with tls_key: serve TLS
     tls_key = "/etc/crowdmix/shuffler.key"
     aggregator_ca = "/etc/crowdmix/ca.crt"   # with aggregator_cert/key: mTLS to the aggregator
@@ -23,6 +23,8 @@ table), and command-line flags::
     parked_retry_seconds = 600               # re-offer batches the aggregator refused
     server = "aio"                           # or "sync" (grpc.server + request threads)
     metrics_port = 9400                      # Prometheus; omit for none
+    metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
+    allow_unauthenticated = false            # true: serve without tokens_file (no auth)
 
 A bad value raises ``ConfigError`` naming the field.
 """
@@ -76,6 +78,10 @@ class ShufflerSettings:
     server: str = "aio"
     reuse_port: bool = False  # SO_REUSEPORT: several processes serve one port (--processes)
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    # Serving without tokens (or with the public placeholder token) lets anyone who
+    # reaches the port submit reports; the command line refuses it unless this is set.
+    allow_unauthenticated: bool = False
     port_file: str | None = None
     tick_seconds: float = 0.05
     shutdown_grace_seconds: float = 10.0
@@ -162,6 +168,10 @@ def load_config(
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text (TOML)") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     data.pop("aggregator", None)  # the aggregator's settings may share the file
     table = data.pop("shuffler", {})
     if not isinstance(table, dict):
@@ -182,18 +192,34 @@ def load_config(
     return registry, settings
 
 
-def load_tokens(path: str | Path) -> frozenset[str]:
+# The token of deploy/tokens.example.txt: public, so it authenticates nobody.
+PLACEHOLDER_TOKEN = "REPLACE-ME-WITH-A-RANDOM-TOKEN"
+
+
+def load_tokens(path: str | Path, *, allow_placeholder: bool = False) -> frozenset[str]:
     """Bearer tokens, one a line as ``<app name> <token>`` or just ``<token>``;
-    blank lines and ``#`` comments are skipped. The app name is for operators only."""
+    blank lines and ``#`` comments are skipped. The app name is for operators only.
+
+    The placeholder token of ``deploy/tokens.example.txt`` is refused (it is public)
+    unless ``allow_placeholder`` (the daemon's ``allow_unauthenticated``)."""
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ConfigError(f"tokens_file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"tokens_file {path} is not UTF-8 text") from None
     tokens = frozenset(
         s.split()[-1] for line in lines if (s := line.strip()) and not s.startswith("#")
     )
     if not tokens:
         raise ConfigError(f"tokens_file {path} holds no token")
+    if PLACEHOLDER_TOKEN in tokens and not allow_placeholder:
+        raise ConfigError(
+            f"tokens_file {path} holds the placeholder token {PLACEHOLDER_TOKEN} of "
+            "tokens.example.txt, which authenticates nobody: put a random token there "
+            '(python3 -c "import secrets; print(secrets.token_hex(32))"), '
+            "or allow it with --allow-unauthenticated"
+        )
     if any(len(t) < 16 for t in tokens):
         raise ConfigError(f"tokens_file {path}: every token must be at least 16 characters")
     return tokens

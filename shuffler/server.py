@@ -154,7 +154,7 @@ def start_shuffler(
     settings = settings or ShufflerSettings()
     store = store if store is not None else MemoryStore()
     if tokens is None and settings.tokens_file is not None:
-        tokens = load_tokens(settings.tokens_file)
+        tokens = load_tokens(settings.tokens_file, allow_placeholder=settings.allow_unauthenticated)
     store.ping()
     metrics = ShufflerMetrics()
 
@@ -255,7 +255,9 @@ def start_shuffler(
     metrics_server: Any = None
     metrics_port: int | None = None
     if settings.metrics_port is not None:
-        metrics_server, metrics_port = metrics.serve_http(settings.metrics_port)
+        metrics_server, metrics_port = metrics.serve_http(
+            settings.metrics_port, settings.metrics_host
+        )
 
     front.start()
     if releaser_thread is not None:

@@ -239,6 +239,12 @@ class PrivacyStatement:
                 f"ε_∞ = {self.epsilon_inf:.4g} (memoised permanent randomized response)"
             )
         local += "; this holds even if every server is compromised."
+        if not self.shuffled:
+            # No shuffler, no batch, no crowd: the local figures are the whole statement.
+            return (
+                local + " These reports were not shuffled, so no central figure smaller than "
+                f"ε_1 = {self.epsilon_local:.4g} per report is claimed."
+            )
         release = (
             f"each of these {lg.rounds} releases"
             if lg.rounds > 1

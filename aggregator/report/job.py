@@ -294,9 +294,16 @@ def write_outputs(
             outcome.result,
             paths["plot"],
             top=top,
-            title=f"{outcome.summary.get('metric', '')}: top values with 95% intervals",
+            title=f"{_plot_name(outcome.summary)}: top values with 95% intervals",
         )
     return paths
+
+
+def _plot_name(summary: dict[str, Any]) -> str:
+    """The metric's name; for google/rappor files (no name of their own), the counts file."""
+    if summary.get("params", {}).get("hashing") == "map file":
+        return f"google/rappor {Path(str(summary.get('source', ''))).name}"
+    return str(summary.get("metric", ""))
 
 
 def format_table(result: DecodeResult, top: int = 20) -> str:

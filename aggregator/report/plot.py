@@ -47,10 +47,11 @@ def plot_estimates(
     ax.set_xlabel("share of reports (%), bars: estimate, whiskers: 95% interval")
     ax.set_xlim(left=0)
     detected = int(result.significant.sum())
+    # two short lines: one long line was cut off at the figure's edge
     subtitle = (
         f"{result.num_reports:,} reports · {detected} of {len(result.values)} candidates "
-        f"detected (grey: not significant) · allocated {result.allocated_mass:.1%} · "
-        "dashed: detection threshold"
+        f"detected · allocated {result.allocated_mass:.1%}\n"
+        "grey: not significant · dashed: detection threshold"
     )
     ax.set_title(f"{title}\n{subtitle}" if title else subtitle, fontsize=9.5)
     ax.grid(axis="x", alpha=0.3)

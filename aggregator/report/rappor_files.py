@@ -2,10 +2,15 @@
 
 - ``params.csv``: header ``k,h,m,p,q,f``, then one row of values.
 - ``counts.csv``: no header; one row per cohort: N (reports in the cohort),
-  then the counts of bits 0..k-1.
-- ``map.csv``: no header; one row per candidate: the value, then m·h
-  1-based row numbers ``cohort·k + bit + 1`` (cohort-major, h entries per
-  cohort; two hashes that hit one bit repeat it).
+  then the counts of bits 0..k-1. A multiple of m rows is summed per cohort
+  (row r adds to cohort r mod m), as google/rappor's ``AdjustCounts`` does.
+  Counts are whole numbers ("12" or "12.0"); "12.5" is refused, not truncated.
+- ``map.csv``: no header (a first row whose entries are not numbers is taken
+  as one and skipped); one row per candidate: the value, then m·h 1-based row
+  numbers ``cohort·k + bit + 1`` (cohort-major, h entries per cohort; two
+  hashes that hit one bit repeat it). A repeated value keeps its first row and
+  the rest are dropped, and an empty value reads as "Empty", both as
+  google/rappor's ``ReadMapFile`` does.
 
 Errors::
 
@@ -87,18 +92,23 @@ def read_counts_csv(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """(totals[m], ones[m, k]) from a counts file; checked against the params."""
     rows = _rows(path)
-    if len(rows) != params.m:
-        raise RapporFileError(f"{path}: {len(rows)} cohort rows, but params say m={params.m}")
-    try:
-        table = np.array([[int(float(c)) for c in row] for row in rows], dtype=np.int64)
-    except ValueError as exc:
-        raise RapporFileError(f"{path}: counts must be integers ({exc})") from None
-    if table.ndim != 2 or table.shape[1] != params.k + 1:
-        widths = sorted({len(r) for r in rows})
+    if not rows or len(rows) % params.m:
+        raise RapporFileError(
+            f"{path}: {len(rows)} cohort rows, but params say m={params.m} "
+            "(a multiple of m rows is summed per cohort)"
+        )
+    widths = sorted({len(r) for r in rows})
+    if widths != [params.k + 1]:
         raise RapporFileError(
             f"{path}: rows must have k+1 = {params.k + 1} columns (N, then k bit counts), "
             f"got {widths}"
         )
+    table = np.array(
+        [[_whole(c, path, line) for c in row] for line, row in enumerate(rows, start=1)],
+        dtype=np.int64,
+    )
+    if len(rows) > params.m:  # google/rappor's AdjustCounts: row r adds to cohort r mod m
+        table = table.reshape(len(rows) // params.m, params.m, params.k + 1).sum(axis=0)
     totals, ones = table[:, 0], table[:, 1:]
     if np.any(table < 0) or np.any(ones > totals[:, None]):
         bad = int(np.flatnonzero(np.any(ones > totals[:, None], axis=1) | (totals < 0))[0])
@@ -106,6 +116,22 @@ def read_counts_csv(
             f"{path}: line {bad + 1}: bit counts must be between 0 and the cohort's N"
         )
     return totals.copy(), ones.copy()
+
+
+def _whole(cell: str, path: str | os.PathLike[str], line: int) -> int:
+    """A count: "12" or "12.0"; anything else (12.5, "x", inf) is refused, never truncated."""
+    text = cell.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise RapporFileError(f"{path}: line {line}: {text!r} is not a count") from None
+    if not value.is_integer():
+        raise RapporFileError(f"{path}: line {line}: count {text} is not a whole number")
+    return int(value)
 
 
 def write_counts_csv(
@@ -120,12 +146,20 @@ def write_counts_csv(
 
 
 def read_map_csv(
-    path: str | os.PathLike[str], params: RapporParams
+    path: str | os.PathLike[str], params: RapporParams, notes: list[str] | None = None
 ) -> tuple[list[str], sp.csc_matrix]:
-    """Candidates and the (m·k × C) 0/1 design matrix from a map file."""
+    """Candidates and the (m·k × C) 0/1 design matrix from a map file.
+
+    What was skipped (a header row, repeated values) is appended to ``notes``."""
     rows = _rows(path)
+    if rows and not all(_is_int(c) for c in rows[0][1:]):
+        if notes is not None:
+            notes.append(f"{path}: skipped the header row {','.join(rows[0])[:60]!r}")
+        rows = rows[1:]
     if not rows:
         raise RapporFileError(f"{path}: no candidates")
+    seen: set[str] = set()
+    dropped: list[str] = []
     mk = params.m * params.k
     expected = params.m * params.h
     values: list[str] = []
@@ -143,15 +177,33 @@ def read_map_csv(
             raise RapporFileError(f"{path}: line {line}: entries must be integers") from None
         if min(entries) < 1 or max(entries) > mk:
             raise RapporFileError(f"{path}: line {line}: entries must be in [1, m·k = {mk}]")
+        value = row[0] if row[0] != "" else "Empty"  # as google/rappor names it
+        if value in seen:  # google/rappor keeps the first row of a repeated value
+            dropped.append(value)
+            continue
+        seen.add(value)
         col = len(values)
-        values.append(row[0])
+        values.append(value)
         r_idx.extend(e - 1 for e in entries)
         c_idx.extend([col] * len(entries))
+    if dropped and notes is not None:
+        notes.append(
+            f"{path}: dropped {len(dropped)} repeated value(s) (the first row of each is kept): "
+            f"{sorted(set(dropped))[:5]}"
+        )
     x = sp.csc_matrix(
         (np.ones(len(r_idx)), (np.array(r_idx), np.array(c_idx))), shape=(mk, len(values))
     )
     x.data[:] = 1.0  # two hashes on one bit set it once
     return values, x
+
+
+def _is_int(cell: str) -> bool:
+    try:
+        int(cell.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def write_map_csv(

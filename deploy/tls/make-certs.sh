@@ -31,5 +31,20 @@ issue() {  # name, extendedKeyUsage
 issue shuffler serverAuth
 issue aggregator serverAuth
 issue shuffler-client clientAuth
-chmod 600 ./*.key
-echo "wrote $(pwd): ca.crt, shuffler.{crt,key}, aggregator.{crt,key}, shuffler-client.{crt,key}"
+rm -f ca.srl
+# The CA key signs certificates and nothing else: owner-only, and compose.tls.yaml
+# mounts single files, never this one, into the containers.
+chmod 600 ca.key
+# The containers run as uid/gid 65534 (deploy/Dockerfile): the service keys must be
+# readable by that group. Without the right to chgrp (not root), they are made
+# readable by all, as example material on a trial host; say so.
+keys=(shuffler.key aggregator.key shuffler-client.key)
+if chgrp 65534 "${keys[@]}" 2>/dev/null; then
+  chmod 640 "${keys[@]}"
+else
+  chmod 644 "${keys[@]}"
+  echo "note: could not chgrp the keys to 65534 (not root): made them readable by all" >&2
+fi
+chmod 644 ./*.crt
+echo "wrote $(pwd): ca.crt, shuffler.{crt,key}, aggregator.{crt,key}, shuffler-client.{crt,key}" \
+  "(ca.key: keep it, never mount it)"

@@ -78,7 +78,7 @@ def test_compose_json(capsys: pytest.CaptureFixture[str]) -> None:
         "0.5",
         "--delta",
         "1e-8",
-        "--k",
+        "--releases",
         "100",
         "--target-delta",
         "1e-6",
@@ -93,7 +93,7 @@ def test_compose_json(capsys: pytest.CaptureFixture[str]) -> None:
         "compose",
         "--epsilon",
         "0.5",
-        "--k",
+        "--releases",
         "100",
         "--method",
         "basic",
@@ -201,7 +201,10 @@ def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
     [
         (["privacy", "amplify", "--epsilon0", "-1", "--n", "10"], "epsilon0"),
         (["privacy", "amplify", "--epsilon0", "1", "--n", "10", "--bound", "rappor"], "--beta"),
-        (["privacy", "compose", "--epsilon", "1", "--delta", "0.1", "--k", "100"], "target_delta"),
+        (
+            ["privacy", "compose", "--epsilon", "1", "--delta", "0.1", "--releases", "100"],
+            "target_delta",
+        ),
         (
             ["privacy", "metric", "--config", "/nonexistent.toml", "--metric", "x", "--n", "5"],
             "does not exist",
@@ -223,3 +226,32 @@ def test_entry_point_lists_privacy_and_plan() -> None:
     )
     assert result.returncode == 0
     assert "privacy" in result.stdout and "plan" in result.stdout
+
+
+def test_compose_k_is_a_deprecated_spelling_of_releases(capsys: pytest.CaptureFixture[str]) -> None:
+    # -k means Bloom bits everywhere else; --k still works for old scripts, with a warning
+    code, out, err = run(capsys, "privacy", "compose", "--epsilon", "0.5", "--k", "3",
+                         "--method", "basic", "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["releases"] == 3 and "--releases" in err
+    code, _, err = run(capsys, "privacy", "compose", "--epsilon", "0.5", "--method", "basic")
+    assert code == 1 and "--releases" in err
+
+
+def test_metric_without_batch_sizes_assumes_one_batch_of_n(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "m.toml"
+    config.write_text(
+        '[metrics.pages]\nencoding = "rappor"\nk = 20\nh = 2\nm = 8\nf = 0.5\np = 0.5\n'
+        "q = 0.75\n[metrics.pages.shuffle]\nmin_batch = 10\n"
+    )
+    argv = ("privacy", "metric", "--config", str(config), "--metric", "pages", "--n", "100000")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "too few" not in out and "assumed: all 100,000 reports" in out
+    code, out, _ = run(capsys, *argv, "--json")
+    one_batch = json.loads(out)
+    assert one_batch["assumed_batch_sizes"] == [100000]
+    code, out, _ = run(capsys, *argv, "--batch-sizes", "100000", "--json")
+    given = json.loads(out)
+    assert "assumed_batch_sizes" not in given
+    assert given["central"] == one_batch["central"]

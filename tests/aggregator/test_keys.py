@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.keys import (
+from aggregator.sealing.keys import (
     KeyFileError,
     KeySet,
     KeySetError,

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from aggregator.keys import KeySet
-from aggregator.opening import OpenedBatch, Opener, open_batch
+from aggregator.sealing.keys import KeySet
+from aggregator.sealing.opening import OpenedBatch, Opener, open_batch
 from client.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
 from client.sealing import seal_report
 

@@ -5,7 +5,10 @@ CLI parser, every file it mounts exists, and the Dockerfile copies every package
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -15,6 +18,7 @@ import yaml
 
 from client.registry import load_registry
 from crowdmix.cli import build_parser
+from shuffler.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -46,7 +50,12 @@ def test_compose_topology_and_commands_parse() -> None:
         parser.parse_args(health[2:])
         for volume in svc["volumes"]:
             src = volume.split(":")[0]
+            if src == "./tokens.txt":  # made by deploy/make-token.sh, never checked in
+                assert (DEPLOY / "make-token.sh").is_file()
+                continue
             assert (DEPLOY / src).is_file(), f"{name} mounts missing {src}"
+        if args.command == "shuffler":  # Prometheus in compose must be able to scrape it
+            assert "--metrics-host=0.0.0.0" in svc["command"]
     # Shufflers forward to the aggregator service and listen where they are published.
     shuffler = services["shuffler-1"]["command"]
     assert "--aggregator=aggregator:7500" in shuffler
@@ -58,15 +67,18 @@ def test_example_registry_and_tokens_load() -> None:
 
     registry = load_registry(DEPLOY / "metrics.example.toml")
     assert registry.metrics
-    assert load_tokens(DEPLOY / "tokens.example.txt")
+    # its placeholder token is public: refused unless unauthenticated serving is allowed
+    with pytest.raises(ConfigError, match="placeholder"):
+        load_tokens(DEPLOY / "tokens.example.txt")
+    assert load_tokens(DEPLOY / "tokens.example.txt", allow_placeholder=True)
 
 
 def test_dockerfile_copies_every_package() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
-    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    packages = {pattern.rstrip("*") for pattern in find["find"]["include"]}
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {p.rstrip("*") for p in setuptools["packages"]["find"]["include"]}
     copied = set(re.findall(r"^COPY (\S+) \./", text, flags=re.M))
-    assert set(packages) <= copied
+    assert packages <= copied
     for src in re.findall(r"^COPY (.+) \S+$", text, flags=re.M):
         for path in src.split():
             assert (ROOT / path).exists(), f"Dockerfile copies missing {path}"
@@ -95,7 +107,10 @@ def test_make_certs_produces_a_verifiable_chain(tmp_path: Path) -> None:
             check=True,
         )
         assert out.stdout.strip().endswith("OK")
-        assert (tmp_path / f"{name}.key").stat().st_mode & 0o077 == 0
+        # group 65534 (the image's user) may read it; others may not (run as root here)
+        key = (tmp_path / f"{name}.key").stat()
+        assert key.st_mode & 0o077 == 0o040 and key.st_gid == 65534
+    assert (tmp_path / "ca.key").stat().st_mode & 0o077 == 0
 
 
 TLS_MOUNT = "/etc/crowdmix/tls/"
@@ -117,12 +132,15 @@ def test_compose_tls_override_commands_parse_and_name_the_generated_files() -> N
     assert set(services) <= set(_compose()["services"])
     parser = build_parser()
     for svc in services.values():
-        assert "./tls/out:/etc/crowdmix/tls:ro" in svc["volumes"]
         command, health = svc["command"], svc["healthcheck"]["test"]
         parser.parse_args(command)
         parser.parse_args(health[2:])
         tls_paths = [a.split("=", 1)[1] for a in command + health if TLS_MOUNT in a]
         assert tls_paths and {p.removeprefix(TLS_MOUNT) for p in tls_paths} <= CERT_FILES
+        # single files, exactly those used: the CA key never enters a container
+        mounted = {v.split(":")[1] for v in svc["volumes"]}
+        assert mounted == set(tls_paths)
+        assert not any("ca.key" in v for v in svc["volumes"])
     aggregator = services["aggregator"]["command"]
     assert f"--tls-client-ca={TLS_MOUNT}ca.crt" in aggregator  # mutual TLS
     for name in ("shuffler-1", "shuffler-2"):
@@ -139,6 +157,8 @@ def test_compose_tls_override_runs_with_certificates_from_make_certs(tmp_path: P
     from crowdmix.health import check_health
 
     certs = tmp_path / "out"
+    tokens = tmp_path / "tokens.txt"
+    subprocess.run(["bash", str(DEPLOY / "make-token.sh"), str(tokens)], check=True, timeout=30)
     hosts = ["localhost", "127.0.0.1", "aggregator", "shuffler-1", "shuffler-2"]
     header = (DEPLOY / "compose.tls.yaml").read_text()
     assert f"make-certs.sh deploy/tls/out {' '.join(hosts)}" in header  # the documented call
@@ -163,7 +183,7 @@ def test_compose_tls_override_runs_with_certificates_from_make_certs(tmp_path: P
         for a in args:
             a = a.replace(TLS_MOUNT, f"{certs}/")
             a = a.replace("/etc/crowdmix/metrics.toml", str(DEPLOY / "metrics.example.toml"))
-            a = a.replace("/etc/crowdmix/tokens.txt", str(DEPLOY / "tokens.example.txt"))
+            a = a.replace("/etc/crowdmix/tokens.txt", str(tokens))
             a = a.replace("0.0.0.0:7500", f"127.0.0.1:{agg_port}")
             a = a.replace("0.0.0.0:7400", f"127.0.0.1:{shuf_port}")
             a = a.replace("aggregator:7500", f"localhost:{agg_port}")
@@ -207,6 +227,50 @@ def test_compose_tls_override_runs_with_certificates_from_make_certs(tmp_path: P
             assert shuf.stop() == 0
     finally:
         assert agg.stop() == 0
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_the_container_user_can_read_every_mounted_secret_but_not_the_ca_key() -> None:
+    """The image runs as uid/gid 65534: as that user (setpriv, as root here), every
+    file compose.tls.yaml mounts and the token file load; the CA key does not."""
+    work = Path(tempfile.mkdtemp(prefix="crowdmix-deploy-"))
+    try:
+        work.chmod(0o755)  # the unprivileged user must reach the files, as in a container
+        certs, tokens = work / "out", work / "tokens.txt"
+        subprocess.run(
+            ["bash", str(DEPLOY / "tls/make-certs.sh"), str(certs), "localhost"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        subprocess.run(["bash", str(DEPLOY / "make-token.sh"), str(tokens)], check=True)
+        mounted = sorted(
+            {v.split(":")[0].removeprefix("./tls/out/")
+             for svc in _tls_override()["services"].values() for v in svc["volumes"]}
+        )  # fmt: skip
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        read = (
+            "import sys; from shuffler.config import load_tokens; load_tokens(sys.argv[1]);"
+            "[open(p, 'rb').read() for p in sys.argv[2:]]"
+        )
+        files = [str(certs / name) for name in mounted]
+        ok = subprocess.run(
+            [*as_nobody, sys.executable, "-c", read, str(tokens), *files],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )  # fmt: skip
+        assert ok.returncode == 0, ok.stderr
+        ca_key = subprocess.run(
+            [*as_nobody, sys.executable, "-c", "open(__import__('sys').argv[1]).read()",
+             str(certs / "ca.key")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert ca_key.returncode != 0 and "Permission denied" in ca_key.stderr
+        assert (certs / "ca.key").stat().st_mode & 0o077 == 0
+    finally:
+        shutil.rmtree(work)
+
+
+def test_dockerignore_keeps_the_build_context_small() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".git", "crowdmix-out", "deploy/tls/out", "deploy/tokens.txt"} <= set(ignored)
 
 
 def test_health_client_certificate_flags_go_together(

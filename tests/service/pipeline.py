@@ -196,7 +196,13 @@ class Pipeline:
         return self.aggregator
 
     def start_shuffler(self) -> DaemonProcess:
-        args = ["shuffler", "serve", "--aggregator", f"127.0.0.1:{self.aggregator_port}"]
+        args = [
+            "shuffler",
+            "serve",
+            "--allow-unauthenticated",  # these tests are about delivery, not auth
+            "--aggregator",
+            f"127.0.0.1:{self.aggregator_port}",
+        ]
         self.shuffler = self._daemon("shuffler", self.shuffler_port, [*args, *self._shuffler_args])
         return self.shuffler
 

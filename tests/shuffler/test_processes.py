@@ -28,7 +28,7 @@ class ShufflerProcess:
         self.log = (tmp / f"{name}.log").open("wb")
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "crowdmix", "shuffler", "serve",
+                sys.executable, "-m", "crowdmix", "shuffler", "serve", "--allow-unauthenticated",
                 "--config", str(config),
                 "--redis", redis_url,
                 "--listen", "127.0.0.1:0",
@@ -157,7 +157,8 @@ def test_bad_config_exits_1_naming_the_field(tmp_path: Path) -> None:
 def test_processes_need_redis(tmp_path: Path) -> None:
     config = write_config(tmp_path, min_batch=10, max_batch=10, max_delay=1.0)
     out = subprocess.run(
-        [sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+        [sys.executable, "-m", "crowdmix", "shuffler", "serve", "--allow-unauthenticated",
+         "--config", str(config),
          "--processes", "2"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -170,7 +171,8 @@ def test_unreachable_redis_exits_5(tmp_path: Path) -> None:
     config = write_config(tmp_path, min_batch=10, max_batch=10, max_delay=1.0)
     out = subprocess.run(
         [
-            sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+            sys.executable, "-m", "crowdmix", "shuffler", "serve", "--allow-unauthenticated",
+            "--config", str(config),
             "--redis", f"redis://127.0.0.1:{free_port()}/0", "--listen", "127.0.0.1:0",
         ],
         capture_output=True, text=True, timeout=60, env={**os.environ},
@@ -189,7 +191,8 @@ def test_port_in_use_exits_4(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         out = subprocess.run(
             [
-                sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+                sys.executable, "-m", "crowdmix", "shuffler", "serve", "--allow-unauthenticated",
+                "--config", str(config),
                 "--listen", f"127.0.0.1:{port}",
             ],
             capture_output=True, text=True, timeout=60,
@@ -217,7 +220,8 @@ def test_processes_share_one_port_and_stop_together(
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "crowdmix", "shuffler", "serve", "--config", str(config),
+            sys.executable, "-m", "crowdmix", "shuffler", "serve", "--allow-unauthenticated",
+            "--config", str(config),
             "--redis", redis_url, "--listen", "127.0.0.1:0", "--aggregator", aggregator.target,
             "--port-file", str(port_file), "--processes", "2",
         ],

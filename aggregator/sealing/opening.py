@@ -32,7 +32,7 @@ from typing import Any, Final
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
-from aggregator.keys import KeySet
+from aggregator.sealing.keys import KeySet
 from client.sealed import (
     REPORT_ID_BYTES,
     SUITES,

@@ -1,0 +1,68 @@
+"""docs/json.md lists exactly the keys each `--json` command prints."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "json.md").read_text()
+
+
+def _sections() -> dict[str, tuple[str, set[str], set[str]]]:
+    """title -> (command line, keys, optional keys)."""
+    out = {}
+    for block in re.split(r"^## ", DOC, flags=re.M)[1:]:
+        title = block.splitlines()[0].strip()
+        command = re.search(r"^    (crowdmix .+)$", block, flags=re.M)
+        assert command, title
+        keys, optional = set(), set()
+        for key, meaning in re.findall(r"^\| `([^`]+)` \| (.*) \|$", block, flags=re.M):
+            keys.add(key)
+            if "*optional*" in meaning:
+                optional.add(key)
+        out[title] = (command.group(1), keys, optional)
+    return out
+
+
+SECTIONS = _sections()
+
+
+def _keys(obj: dict[str, Any]) -> set[str]:
+    keys = set()
+    for k, v in obj.items():
+        keys.add(k)
+        if isinstance(v, dict):
+            keys |= {f"{k}.{kk}" for kk in v}
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            keys.discard(k)
+            keys |= {f"{k}[].{kk}" for x in v for kk in x}
+    return keys
+
+
+def test_counts_list_keys_match_the_doc() -> None:
+    _, keys, _ = SECTIONS["crowdmix counts list --json"]
+    sample = {"store": "u", "metrics": [{"metric": "m", "encoding": "rappor", "windows": [1],
+                                         "reports": 1, "batches": 1}]}  # fmt: skip
+    assert _keys(sample) == keys  # the real output is checked in tests/e2e/test_loose_ends.py
+
+
+@pytest.mark.parametrize("title", [t for t in SECTIONS if "URL" not in SECTIONS[t][0]])
+def test_documented_keys_are_the_printed_keys(title: str) -> None:
+    command, documented, optional = SECTIONS[title]
+    argv = shlex.split(command)[1:]
+    out = subprocess.run(
+        [sys.executable, "-m", "crowdmix", *argv],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, check=True,
+    )  # fmt: skip
+    printed = _keys(json.loads(out.stdout))
+    # a documented list of objects may be empty in the example (ledger releases)
+    assert printed <= documented, sorted(printed - documented)
+    assert documented - optional <= printed, sorted(documented - optional - printed)
