@@ -54,6 +54,9 @@ RESULT_COLUMNS = (
     "proportion",
     "p_value",
     "significant",
+    # Last, so readers of the older eight columns keep working: "wald" or
+    # "selective" (selection-adjusted) for this row's ci_low/ci_high.
+    "ci_method",
 )
 PrivacySource = Callable[[MetricConfig, npt.NDArray[np.int64]], dict[str, Any]]
 
@@ -179,6 +182,7 @@ def _decode(job: ReportJob, options: DecodeOptions, project: bool) -> DecodeResu
         correction=options.correction,
         level=options.level,
         project=project,
+        interval=options.interval,
     )
 
 
@@ -234,6 +238,7 @@ def run_report(
         "method": result.method,
         "alpha": result.alpha,
         "correction": result.correction,
+        "ci_method": result.ci_method,
         "warnings": list(result.warnings),
         "diagnostics": {k: _json_safe(v) for k, v in result.diagnostics.items()},
         "privacy": figures,
@@ -270,8 +275,14 @@ def write_results_csv(path: str | os.PathLike[str], result: DecodeResult) -> Non
                     f"{result.proportion[i]:.6g}",
                     f"{result.p_value[i]:.6g}",
                     "true" if result.significant[i] else "false",
+                    _row_ci_method(result, i),
                 ]
             )
+
+
+def _row_ci_method(result: DecodeResult, i: int) -> str:
+    """Selection-adjusted intervals apply to detected rows only; the rest are Wald."""
+    return "selective" if result.ci_method == "selective" and result.significant[i] else "wald"
 
 
 def write_outputs(

@@ -45,6 +45,13 @@ def register(sub: Any) -> None:
         help="multiple-testing correction: bonferroni (default, family-wise), "
         "bh (Benjamini-Hochberg, false discovery rate), none",
     )
+    p.add_argument(
+        "--interval",
+        choices=("selective", "wald"),
+        default="selective",
+        help="95%% intervals of detected values: selective (default, adjusted for having "
+        "been selected by the test) or wald (estimate ± 1.96 se); other rows are Wald",
+    )
     p.add_argument("--top", type=int, default=20, help="rows in the table and plot (20)")
     p.add_argument(
         "--project", action="store_true", help="basic mechanisms: project onto the simplex"
@@ -327,7 +334,7 @@ def _report(args: argparse.Namespace) -> int:
         )
     if len(jobs) > 1:
         raise CliError("give one counts source, not several")
-    options = DecodeOptions(alpha=args.alpha, correction=args.correction)
+    options = DecodeOptions(alpha=args.alpha, correction=args.correction, interval=args.interval)
     privacy = _ledger_privacy(args, jobs[0]) if args.ledger else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecodeWarning)  # they are in the summary and printed

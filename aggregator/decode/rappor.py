@@ -67,11 +67,12 @@ from aggregator.decode.rappor_model import (
 )
 from aggregator.decode.result import DecodeResult
 from aggregator.decode.stats import (
+    INTERVALS,
     Correction,
-    confidence_interval,
+    IntervalMethod,
     critical_z,
     one_sided_p_values,
-    selective_interval,
+    report_intervals,
     significant,
 )
 from aggregator.decode.wls import (
@@ -100,6 +101,8 @@ class DecodeOptions:
     alpha: float = 0.05
     correction: Correction = "bonferroni"
     level: float = 0.95
+    #: Intervals of detected rows: "selective" (selection-adjusted) or "wald".
+    interval: IntervalMethod = "selective"
     #: LASSO screening runs when candidates exceed this share of the equations.
     screen_above: float = 0.2
     #: LASSO penalty as a z-score of an isolated null candidate's score.
@@ -116,6 +119,8 @@ class DecodeOptions:
             raise ValueError(f"correction must be bonferroni, bh or none, got {self.correction!r}")
         if not 0.0 < self.level < 1.0:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
+        if self.interval not in INTERVALS:
+            raise ValueError(f"interval must be wald or selective, got {self.interval!r}")
         if self.screen_z < 0 or self.screen_above <= 0 or not 0 < self.max_support <= 1:
             raise ValueError("screen_z >= 0, screen_above > 0 and 0 < max_support <= 1 required")
 
@@ -151,18 +156,6 @@ def _duplicate_columns(x: sp.csc_matrix, values: Sequence[str]) -> list[list[str
         key = np.sort(indices[indptr[v] : indptr[v + 1]]).tobytes()
         seen.setdefault(key, []).append(v)
     return [[values[i] for i in group] for group in seen.values() if len(group) > 1]
-
-
-def _selection_cutoff(
-    p_value: FloatArray, is_sig: npt.NDArray[np.bool_], opts: DecodeOptions
-) -> float:
-    """The z a candidate's β̂/se had to pass to be reported under ``opts``' test."""
-    c = p_value.size
-    if opts.correction == "bonferroni":
-        return critical_z(opts.alpha / c)
-    if opts.correction == "bh":
-        return critical_z(int(is_sig.sum()) * opts.alpha / c)
-    return critical_z(opts.alpha)
 
 
 def decode_rappor(
@@ -297,12 +290,15 @@ def _decode_rappor(
     null_se = np.sqrt(fit.dispersion) / np.maximum(norms, 1e-300)
     unfitted = ~np.isfinite(std_error)
     std_error[unfitted] = null_se[unfitted]
-    ci_low, ci_high = confidence_interval(proportion, std_error, opts.level)
-    if is_sig.any():
-        # Detected values were reported because β̂/se passed the test: condition on it.
-        cutoff = _selection_cutoff(p_value, is_sig, opts)
-        lo, hi = selective_interval(proportion[is_sig], std_error[is_sig], cutoff, opts.level)
-        ci_low[is_sig], ci_high[is_sig] = lo, hi
+    ci_low, ci_high = report_intervals(
+        proportion,
+        std_error,
+        is_sig,
+        method=opts.interval,
+        alpha=opts.alpha,
+        correction=opts.correction,
+        level=opts.level,
+    )
     tests = c if opts.correction == "bonferroni" else 1
     threshold = critical_z(opts.alpha / tests) * float(np.median(null_se))
     for note in notes:
@@ -321,6 +317,7 @@ def _decode_rappor(
         method="rappor: weighted NNLS" + (" after LASSO screening" if screened else ""),
         alpha=opts.alpha,
         correction=opts.correction,
+        ci_method=opts.interval,
         warnings=tuple(notes),
         diagnostics={
             "screened": n_screened,

@@ -38,6 +38,9 @@ class DecodeResult:
     method: str
     alpha: float = 0.05
     correction: str = "bonferroni"
+    #: How ci_low/ci_high were made: "wald", or "selective" (detected rows
+    #: selection-adjusted, the others Wald); see ``aggregator.decode.stats``.
+    ci_method: str = "wald"
     warnings: tuple[str, ...] = ()
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
@@ -46,6 +49,8 @@ class DecodeResult:
         for name in ("proportion", "std_error", "ci_low", "ci_high", "p_value", "significant"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"{name} must have one entry per value ({n})")
+        if self.ci_method not in ("wald", "selective"):
+            raise ValueError(f"ci_method must be wald or selective, got {self.ci_method!r}")
 
     @property
     def estimate(self) -> FloatArray:
