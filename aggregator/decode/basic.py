@@ -128,8 +128,13 @@ def decode_basic(
         correction=correction,
         level=level,
     )
+    # The distribution answer: the Euclidean projection onto the simplex
+    # (Norm-Sub, Wang et al., NDSS 2020), with the Wald interval it falls in.
+    dist = project_to_simplex(proportion)
+    dist_low = np.minimum(np.maximum(ci_low, 0.0), dist)
+    dist_high = np.maximum(np.minimum(ci_high, 1.0), dist)
     if project:
-        proportion = project_to_simplex(proportion)
+        proportion = dist
         ci_low, ci_high = np.minimum(ci_low, proportion), np.maximum(ci_high, proportion)
     null_se = math.sqrt(qs * (1 - qs) / n) / span
     tests = d if correction == "bonferroni" else 1
@@ -148,5 +153,8 @@ def decode_basic(
         alpha=alpha,
         correction=correction,
         ci_method=interval,
+        distribution=dist,
+        distribution_low=dist_low,
+        distribution_high=dist_high,
         diagnostics={"p_star": ps, "q_star": qs},
     )

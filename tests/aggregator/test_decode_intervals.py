@@ -60,7 +60,16 @@ def check_printed_intervals(job: ReportJob, options: DecodeOptions, out: Path) -
             assert low >= 0, r
         want = options.interval if r["significant"] == "true" else "wald"
         assert r["ci_method"] == want
-    assert json.loads((out / "summary.json").read_text())["ci_method"] == options.interval
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ci_method"] == options.interval
+    assert set(summary["answers"]) == {"detected", "distribution"}
+    # The distribution answer is consistent: non-negative, summing to <= 1,
+    # each share inside its interval (6 significant digits in the file).
+    dist = [float(r["distribution"]) for r in rows]
+    assert min(dist) >= 0 and sum(dist) <= 1 + 1e-5
+    for r in rows:
+        d, lo, hi = (float(r[k]) for k in ("distribution", "distribution_low", "distribution_high"))
+        assert 0 <= lo <= d <= hi, r
     table = format_table(outcome.result, top=len(rows)).splitlines()[2:]
     for line in table:
         m = ROW.match(line)

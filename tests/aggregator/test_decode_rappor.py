@@ -113,7 +113,8 @@ def test_absent_candidates_are_not_detected_and_present_ones_are() -> None:
     x_true = design_matrix(VALUES, PARAMS)
     totals, ones = simulate_rappor_counts(rng.multinomial(200_000, SHARES), x_true, PARAMS, rng)
     cands = VALUES + absent
-    res = decode_rappor(totals, ones, PARAMS, design_matrix(cands, PARAMS), cands)
+    fwer = DecodeOptions(correction="bonferroni", alpha=0.05)  # the default is BH at 0.2
+    res = decode_rappor(totals, ones, PARAMS, design_matrix(cands, PARAMS), cands, fwer)
     assert res.significant[:10].all()
     assert not res.significant[10:].any()
     assert res.p_value[:10].max() < 0.05 / 50
@@ -216,7 +217,10 @@ def test_decode_result_and_options_validate() -> None:
         DecodeOptions(correction="holm")  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert DecodeOptions().correction == "bonferroni"
+        # chosen by bench/accuracy.py (BENCHMARKS.md, issue 19)
+        assert (DecodeOptions().correction, DecodeOptions().alpha) == ("bh", 0.2)
+    with pytest.raises(ValueError, match="interval"):
+        DecodeOptions(interval="bayes")  # type: ignore[arg-type]
 
 
 def test_one_bit_bloom_filters_carry_no_information() -> None:

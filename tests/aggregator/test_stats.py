@@ -150,6 +150,7 @@ def test_public_surface_of_decode() -> None:
         "result",
         "stats",
         "simulate",
+        "shrink",
         "annotations",
     }
     for a, b in itertools.combinations(sorted(exported), 2):
