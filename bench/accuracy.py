@@ -230,6 +230,55 @@ def big_case(seed: int) -> dict[str, float]:
     }
 
 
+def where_lost(seed: int) -> None:
+    """Where true values are lost on the over-complete configurations (one seed)."""
+    import aggregator.decode.rappor as rappor_mod
+
+    screened: dict[str, np.ndarray] = {}
+    original = rappor_mod.lasso_screen
+
+    def spy(*args: object, **kwargs: object) -> np.ndarray:
+        keep = original(*args, **kwargs)  # type: ignore[arg-type]
+        screened["keep"] = keep
+        return keep
+
+    rappor_mod.lasso_screen = spy  # type: ignore[assignment]
+    print("where true values are lost (true candidates: screened / fitted / detected):")
+    try:
+        for distr in ("unif", "exp", "zipf1"):
+            for config in ("over_x2", "over_x10"):
+                p, q, f, extra_frac, drop = CONFIGS[config]
+                params = RapporParams(k=8, h=2, m=128, p=p, q=q, f=f)
+                rng = np.random.default_rng(seed)
+                values = [f"v{i}" for i in range(1, 101)]
+                counts = rng.multinomial(1_000_000, pdf(distr))
+                true = {v: c / 1e6 for v, c in zip(values, counts, strict=True) if c > 0}
+                totals, ones = simulate_rappor_counts(
+                    counts, design_matrix(values, params), params, rng, cohorts="round-robin"
+                )
+                cands = [v for v in true if not (drop and MISSING.search(v))]
+                cands += [f"v{i}" for i in range(101, 101 + int(100 * extra_frac))]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DecodeWarning)
+                    res = decode_rappor(
+                        totals, ones, params, design_matrix(cands, params), cands, OPTIONS
+                    )
+                t = np.array([true.get(v, 0.0) for v in cands])
+                is_true = t > 0
+                scr = np.zeros(len(cands), dtype=bool)
+                scr[screened["keep"]] = True
+                fitted = res.p_value < 1
+                print(
+                    f"  {distr + '-' + config:16} of {int(is_true.sum())}: "
+                    f"{int((scr & is_true).sum())} (+{int((scr & ~is_true).sum())} false, "
+                    f"{t[~scr].sum():.3f} of the mass out) / {int((fitted & is_true).sum())} / "
+                    f"{int((res.significant & is_true).sum())};  "
+                    f"phi {res.diagnostics['dispersion']:.2f}"
+                )
+    finally:
+        rappor_mod.lasso_screen = original
+
+
 def run_hard(seed: int) -> None:
     print(
         f"{'harder case':26} {'det':>4} {'FP%':>6} {'FN%':>6} {'TV':>6} {'TVd':>6} "
@@ -259,6 +308,7 @@ def main() -> None:
     ap.add_argument("--grid-only", action="store_true")
     ap.add_argument("--hard", action="store_true", help="also the harder cases (issue 19)")
     ap.add_argument("--hard-only", action="store_true")
+    ap.add_argument("--where-lost", action="store_true", help="diagnose lost true values")
     ap.add_argument("--big-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
         "--correction", default=DecodeOptions().correction, choices=("bonferroni", "bh", "none")
@@ -285,6 +335,9 @@ def main() -> None:
     print(f"decoder options: {OPTIONS}")
     if args.big_child:
         print(json.dumps(big_case(args.seed)))
+        return
+    if args.where_lost:
+        where_lost(1)
         return
     if args.hard or args.hard_only:
         run_hard(args.seed)
