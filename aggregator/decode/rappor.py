@@ -29,14 +29,15 @@ Fit (what differs from the reference):
    correlate with the noise.
 2. Screening with a non-negative LASSO (scikit-learn, sparse X) only when the
    candidates are many; then non-negative least squares (``scipy.optimize.nnls``)
-   on the screened set.
+   on the screened set, and candidates the screen missed but whose score on
+   the residual passes z > add_z are added back and refitted (a KKT check).
 3. Analytic standard errors se = sqrt(φ · diag((X_A' W X_A)^-1)) on the active
    set A, where φ = max(1, RSS_w / (rows - |A|)) inflates them when the model
    does not explain the counts (e.g. true values missing from the candidates).
-4. One-sided z-tests, a multiple-testing correction over all C candidates,
-   and backward elimination: non-significant candidates are dropped and the
-   rest refitted until every remaining one is significant (their mass would
-   otherwise be mis-attributed to colliding candidates).
+4. Candidates with β̂/se < prune_z are dropped and the rest refitted until
+   none is (their mass would otherwise be mis-attributed to colliding
+   candidates); then one-sided z-tests and a multiple-testing correction over
+   all C candidates (default Benjamini–Hochberg, FDR 0.2).
 5. Wald or selection-adjusted 95% intervals; detection threshold
    z_{α/C}·se_0, se_0 the standard error of an isolated candidate at the
    observed noise level.
