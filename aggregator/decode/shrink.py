@@ -19,6 +19,8 @@ approximate; bench/accuracy.py measures their coverage.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -27,21 +29,15 @@ __all__ = ["Posterior", "npmle_posterior"]
 FloatArray = npt.NDArray[np.float64]
 
 
+@dataclass(frozen=True, slots=True)
 class Posterior:
-    """Posterior mean and equal-tailed interval of every β_v under the fitted prior."""
+    """Posterior mean and equal-tailed interval of every β_v under the fitted prior Ĝ."""
 
-    __slots__ = ("high", "low", "mean", "prior_grid", "prior_weights")
-
-    def __init__(
-        self,
-        mean: FloatArray,
-        low: FloatArray,
-        high: FloatArray,
-        prior_grid: FloatArray,
-        prior_weights: FloatArray,
-    ) -> None:
-        self.mean, self.low, self.high = mean, low, high
-        self.prior_grid, self.prior_weights = prior_grid, prior_weights
+    mean: FloatArray
+    low: FloatArray
+    high: FloatArray
+    prior_grid: FloatArray
+    prior_weights: FloatArray
 
 
 def npmle_posterior(
@@ -70,10 +66,10 @@ def npmle_posterior(
     lik = np.exp(log_lik - log_lik.max(axis=1, keepdims=True))  # (C, L)
     w = np.full(grid_size, 1.0 / grid_size)
     for _ in range(iterations):
-        w = w * (lik.T @ (1.0 / (lik @ w))) / x.size
-    post = lik * w
+        w = w * (lik.T @ (1.0 / np.maximum(lik @ w, 1e-300))) / x.size
+        w /= w.sum()
+    post = lik * np.maximum(w, 1e-300)  # no row is left without a posterior
     post /= post.sum(axis=1, keepdims=True)
-    log_w = np.log(np.maximum(w, 1e-300))
     mean = post @ grid
     cdf = np.cumsum(post, axis=1)
     tail = (1.0 - level) / 2.0
@@ -81,4 +77,4 @@ def npmle_posterior(
     high_idx = np.argmax(cdf >= 1.0 - tail, axis=1)
     low = np.minimum(grid[low_idx], mean)
     high = np.maximum(grid[high_idx], mean)
-    return Posterior(mean, low, high, grid, np.exp(log_w))
+    return Posterior(mean, low, high, grid, w)

@@ -6,6 +6,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aggregator.decode import DecodeWarning, decode_rappor, design_matrix
 from aggregator.decode.shrink import npmle_posterior
@@ -76,3 +78,17 @@ def test_smooth_distribution_over_many_values_is_answered_by_the_distribution() 
     assert res.distribution.min() >= 0 and res.distribution.sum() <= 1 + 1e-9
     inside = (res.distribution_low <= truth) & (truth <= res.distribution_high)
     assert inside.mean() > 0.9
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    est=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=30),
+    se=st.floats(1e-6, 1.0),
+)
+def test_posterior_is_finite_non_negative_and_inside_its_interval(
+    est: list[float], se: float
+) -> None:
+    post = npmle_posterior(est, np.full(len(est), se))
+    assert np.all(np.isfinite(post.mean)) and np.all(post.mean >= 0)
+    assert np.all((post.low <= post.mean) & (post.mean <= post.high))
+    assert post.prior_weights.sum() == pytest.approx(1.0)
