@@ -37,13 +37,26 @@ def register(sub: Any) -> None:
     _add_source_arguments(p)
     p.add_argument("--candidates", metavar="FILE", help="candidate values, one per line")
     p.add_argument("--out", metavar="DIR", required=True, help="output directory")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.2,
+        help="error rate of the test: the false discovery rate for bh, the family-wise "
+        "error for bonferroni (0.2)",
+    )
     p.add_argument(
         "--correction",
-        choices=("bonferroni", "bh", "none"),
-        default="bonferroni",
-        help="multiple-testing correction: bonferroni (default, family-wise), "
-        "bh (Benjamini-Hochberg, false discovery rate), none",
+        choices=("bh", "bonferroni", "none"),
+        default="bh",
+        help="multiple-testing correction: bh (default: Benjamini-Hochberg, false discovery "
+        "rate; chosen by bench/accuracy.py, see BENCHMARKS.md), bonferroni (family-wise), none",
+    )
+    p.add_argument(
+        "--interval",
+        choices=("selective", "wald"),
+        default="selective",
+        help="95%% intervals of detected values: selective (default, adjusted for having "
+        "been selected by the test) or wald (estimate ± 1.96 se); other rows are Wald",
     )
     p.add_argument("--top", type=int, default=20, help="rows in the table and plot (20)")
     p.add_argument(
@@ -399,7 +412,7 @@ def _report(args: argparse.Namespace) -> int:
         )
     if len(jobs) > 1:
         raise CliError("give one counts source, not several")
-    options = DecodeOptions(alpha=args.alpha, correction=args.correction)
+    options = DecodeOptions(alpha=args.alpha, correction=args.correction, interval=args.interval)
     privacy = _ledger_privacy(args, jobs[0]) if args.ledger else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecodeWarning)  # they are in the summary and printed

@@ -36,9 +36,10 @@ from aggregator.decode.errors import NoReportsError, ParamsMismatchError
 from aggregator.decode.result import DecodeResult
 from aggregator.decode.stats import (
     Correction,
-    confidence_interval,
+    IntervalMethod,
     critical_z,
     one_sided_p_values,
+    report_intervals,
     significant,
 )
 from client.basic import BasicParams
@@ -84,6 +85,7 @@ def decode_basic(
     correction: Correction = "bonferroni",
     level: float = 0.95,
     project: bool = False,
+    interval: IntervalMethod = "wald",
 ) -> DecodeResult:
     """Frequencies of every domain value from a basic mechanism's supports."""
     tot = np.asarray(totals, dtype=np.int64).ravel()
@@ -115,9 +117,25 @@ def decode_basic(
     std_error = np.sqrt(np.maximum(var, 0.0)) / n
     p_value = one_sided_p_values(proportion, std_error)
     is_sig = significant(p_value, alpha=alpha, correction=correction)
+    # Intervals are those of the unbiased estimator; a projected estimate is
+    # then included in its row's interval (low <= estimate <= high always).
+    ci_low, ci_high = report_intervals(
+        proportion,
+        std_error,
+        is_sig,
+        method=interval,
+        alpha=alpha,
+        correction=correction,
+        level=level,
+    )
+    # The distribution answer: the Euclidean projection onto the simplex
+    # (Norm-Sub, Wang et al., NDSS 2020), with the Wald interval it falls in.
+    dist = project_to_simplex(proportion)
+    dist_low = np.minimum(np.maximum(ci_low, 0.0), dist)
+    dist_high = np.maximum(np.minimum(ci_high, 1.0), dist)
     if project:
-        proportion = project_to_simplex(proportion)
-    ci_low, ci_high = confidence_interval(proportion, std_error, level)
+        proportion = dist
+        ci_low, ci_high = np.minimum(ci_low, proportion), np.maximum(ci_high, proportion)
     null_se = math.sqrt(qs * (1 - qs) / n) / span
     tests = d if correction == "bonferroni" else 1
     return DecodeResult(
@@ -125,7 +143,7 @@ def decode_basic(
         proportion=proportion,
         std_error=std_error,
         ci_low=ci_low,
-        ci_high=np.minimum(ci_high, 1.0),
+        ci_high=np.maximum(np.minimum(ci_high, 1.0), proportion),
         p_value=p_value,
         significant=is_sig,
         num_reports=n,
@@ -134,5 +152,9 @@ def decode_basic(
         method=f"{params.mechanism}: unbiased estimator" + (" + simplex projection" * project),
         alpha=alpha,
         correction=correction,
+        ci_method=interval,
+        distribution=dist,
+        distribution_low=dist_low,
+        distribution_high=dist_high,
         diagnostics={"p_star": ps, "q_star": qs},
     )

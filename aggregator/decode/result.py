@@ -38,6 +38,16 @@ class DecodeResult:
     method: str
     alpha: float = 0.05
     correction: str = "bonferroni"
+    #: How ci_low/ci_high were made: "wald", or "selective" (detected rows
+    #: selection-adjusted, the others Wald); see ``aggregator.decode.stats``.
+    ci_method: str = "wald"
+    #: The distribution answer (see ``aggregator.decode.rappor``): every
+    #: candidate's share, non-negative, summing to <= 1, with an interval
+    #: (distribution_low <= distribution <= distribution_high). None: the
+    #: decoder gives only the estimates above.
+    distribution: FloatArray | None = None
+    distribution_low: FloatArray | None = None
+    distribution_high: FloatArray | None = None
     warnings: tuple[str, ...] = ()
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
@@ -46,6 +56,12 @@ class DecodeResult:
         for name in ("proportion", "std_error", "ci_low", "ci_high", "p_value", "significant"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"{name} must have one entry per value ({n})")
+        for name in ("distribution", "distribution_low", "distribution_high"):
+            arr = getattr(self, name)
+            if arr is not None and arr.shape != (n,):
+                raise ValueError(f"{name} must have one entry per value ({n})")
+        if self.ci_method not in ("wald", "selective"):
+            raise ValueError(f"ci_method must be wald or selective, got {self.ci_method!r}")
 
     @property
     def estimate(self) -> FloatArray:

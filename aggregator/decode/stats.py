@@ -7,14 +7,25 @@ multiple-testing corrections.
 - Benjamini–Hochberg: sort p ascending, reject the first r with
   p_(r) ≤ r·α/C (false discovery rate ≤ α under independence or positive
   dependence; Benjamini & Hochberg, JRSS B 1995).
-- Two-sided (1 - level) Wald intervals β ± z_{1-(1-level)/2}·se, clipped at 0
-  because a frequency cannot be negative.
+- Two-sided (1 - level) Wald intervals β ± z_{1-(1-level)/2}·se. The lower
+  end is raised to 0 (a frequency cannot be negative) but never above the
+  estimate: a negative unbiased estimate keeps its whole interval.
 - Selection-adjusted intervals for values reported *because* they passed a
   test β̂/se > z_c: conditional on selection β̂ follows N(β, se²) truncated to
   (z_c·se, ∞), so the interval is {β : a/2 ≤ F_β(β̂) ≤ 1 - a/2} with
   F_β(x) = 1 - Φ̄((x-β)/se) / Φ̄((z_c·se-β)/se) (Lee, Sun, Sun, Taylor, Ann.
   Statist. 2016, the one-dimensional case). Plain Wald intervals of detected
   values undercover (winner's curse); these keep their level given selection.
+
+  For β̂ just past the cutoff that interval lies wholly *below* β̂ (it is
+  valid, but it excludes its own estimate: F_β(β̂) → 1 for every β as
+  β̂ → z_c·se), and below 0 its part is impossible. What is returned is the
+  hull of (interval ∩ [0, ∞)) and β̂: a superset of the exact interval
+  within the parameter space β ≥ 0, so its conditional coverage is at least
+  the level, and it always contains the estimate. When the exact interval
+  lies wholly below 0 the result is [0, β̂].
+
+  Every interval these functions return satisfies low ≤ estimate ≤ high.
 """
 
 from __future__ import annotations
@@ -27,17 +38,25 @@ from scipy.special import log_ndtr, ndtr, ndtri
 
 __all__ = [
     "CORRECTIONS",
+    "INTERVALS",
     "Correction",
+    "IntervalMethod",
     "confidence_interval",
     "critical_z",
     "normal_sf",
     "one_sided_p_values",
+    "report_intervals",
+    "selection_cutoff",
     "selective_interval",
     "significant",
 ]
 
 Correction = Literal["bonferroni", "bh", "none"]
 CORRECTIONS: tuple[str, ...] = ("bonferroni", "bh", "none")
+#: ``wald``: β̂ ± z·se for every row; ``selective``: detected rows get the
+#: selection-adjusted interval (the rest keep Wald).
+IntervalMethod = Literal["wald", "selective"]
+INTERVALS: tuple[str, ...] = ("wald", "selective")
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -100,13 +119,15 @@ def significant(
 def confidence_interval(
     estimate: npt.ArrayLike, std_error: npt.ArrayLike, level: float = 0.95
 ) -> tuple[FloatArray, FloatArray]:
-    """Wald interval β ± z·se at ``level``, lower end clipped at 0."""
+    """Wald interval β ± z·se at ``level``; the lower end is raised to 0 but
+    never past the estimate (so a negative estimate keeps its plain interval)."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     z = critical_z((1.0 - level) / 2.0)
     est = np.asarray(estimate, dtype=np.float64)
     se = np.asarray(std_error, dtype=np.float64)
-    return np.maximum(est - z * se, 0.0), est + z * se
+    low = est - z * se
+    return np.where(est >= 0, np.maximum(low, 0.0), low), est + z * se
 
 
 def selective_interval(
@@ -114,8 +135,9 @@ def selective_interval(
 ) -> tuple[FloatArray, FloatArray]:
     """Intervals for β given β̂ was selected because β̂/se > cutoff_z (see module docstring).
 
-    Solved by bisection on β (F_β(β̂) decreases in β), in log space so far
-    tails stay exact. The lower end is clipped at 0.
+    Solved by bisection on β ∈ [0, β̂ + 40·se] (F_β(β̂) decreases in β), in
+    log space so far tails stay exact; returned as the hull of the interval
+    ∩ [0, ∞) and β̂ (see the module docstring), so low ≤ β̂ ≤ high always.
     """
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
@@ -135,8 +157,9 @@ def selective_interval(
 
     def solve(target: float) -> FloatArray:
         # find mu with P(X > x | X > c; mu) = target; the tail grows with mu
-        lo = np.minimum(x, c) - 40.0 * se
-        hi = x + 40.0 * se
+        # β < 0 is impossible: a root below 0 converges to 0 (the clip)
+        lo = np.zeros_like(x)
+        hi = np.maximum(x, 0.0) + 40.0 * se
         log_t = np.log(target)
         for _ in range(80):
             mid = 0.5 * (lo + hi)
@@ -146,5 +169,52 @@ def selective_interval(
         return 0.5 * (lo + hi)
 
     low = solve(tail)  # mu so small that x is in the upper tail
+    low = np.where(log_upper_tail(np.zeros_like(x)) >= np.log(tail), 0.0, low)
     high = solve(1.0 - tail)
-    return np.maximum(low, 0.0), high
+    return np.minimum(low, np.maximum(x, 0.0)), np.maximum(high, x)
+
+
+def selection_cutoff(
+    num_tests: int, num_significant: int, *, alpha: float, correction: Correction
+) -> float:
+    """The z a candidate's β̂/se had to pass to be reported under the test.
+
+    For BH it is the data-dependent cutoff z_{rα/C} at the observed number r
+    of rejections (conditioning on r as well is the usual approximation).
+    """
+    c = max(num_tests, 1)
+    if correction == "bonferroni":
+        return critical_z(alpha / c)
+    if correction == "bh":
+        return critical_z(max(num_significant, 1) * alpha / c)
+    return critical_z(alpha)
+
+
+def report_intervals(
+    estimate: npt.ArrayLike,
+    std_error: npt.ArrayLike,
+    is_significant: npt.ArrayLike,
+    *,
+    method: IntervalMethod,
+    alpha: float,
+    correction: Correction,
+    level: float = 0.95,
+) -> tuple[FloatArray, FloatArray]:
+    """The intervals a report prints: Wald for every row, or (``selective``)
+    selection-adjusted for the significant rows. low ≤ estimate ≤ high holds
+    for every row (a non-finite se gives the whole line, not NaN)."""
+    if method not in INTERVALS:
+        raise ValueError(f"interval method must be one of {', '.join(INTERVALS)}, got {method!r}")
+    est = np.asarray(estimate, dtype=np.float64)
+    se = np.asarray(std_error, dtype=np.float64)
+    sig = np.asarray(is_significant, dtype=bool)
+    finite = np.isfinite(se) & (se >= 0)
+    low = np.full(est.shape, -np.inf)
+    high = np.full(est.shape, np.inf)
+    low[finite], high[finite] = confidence_interval(est[finite], se[finite], level)
+    use = sig & finite & (se > 0)
+    if method == "selective" and use.any():
+        cutoff = selection_cutoff(est.size, int(sig.sum()), alpha=alpha, correction=correction)
+        low[use], high[use] = selective_interval(est[use], se[use], cutoff, level)
+    low = np.where(est >= 0, np.maximum(low, 0.0), low)
+    return np.minimum(low, est), np.maximum(high, est)

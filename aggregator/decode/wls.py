@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
+from scipy.linalg import solve_triangular
 from scipy.optimize import nnls
 
 __all__ = [
@@ -83,7 +84,7 @@ def inverse_diagonal(gram: FloatArray) -> FloatArray:
         chol = np.linalg.cholesky(gram)
         d = np.diag(chol)
         if d.min() ** 2 > MIN_EIGEN_RATIO * np.max(np.diag(gram)):
-            inv_l = np.linalg.solve(chol, np.eye(gram.shape[0]))
+            inv_l = solve_triangular(chol, np.eye(gram.shape[0]), lower=True)
             return np.asarray(np.einsum("ij,ij->j", inv_l, inv_l), dtype=np.float64)
     except np.linalg.LinAlgError:
         pass

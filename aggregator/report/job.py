@@ -34,6 +34,7 @@ from aggregator.decode.result import DecodeResult
 from client.registry import MetricConfig
 
 __all__ = [
+    "ANSWERS",
     "RESULT_COLUMNS",
     "ReportJob",
     "ReportOutcome",
@@ -54,7 +55,24 @@ RESULT_COLUMNS = (
     "proportion",
     "p_value",
     "significant",
+    # After the older eight columns, so their readers keep working.
+    # "wald" or "selective" (selection-adjusted): how this row's ci_low/ci_high were made.
+    "ci_method",
+    # The second answer, "what is the distribution?": every candidate's share,
+    # non-negative and summing to <= 1, with its 95% interval (proportions).
+    # The columns before answer "which values are present?" (significant).
+    "distribution",
+    "distribution_low",
+    "distribution_high",
 )
+#: What each answer in results.csv is (also written to summary.json).
+ANSWERS = {
+    "detected": "significant: values present, under the multiple-testing correction "
+    "(bh: false discovery rate <= alpha; bonferroni: family-wise error <= alpha); "
+    "estimate/std_error/ci_low/ci_high/proportion/p_value belong to this answer",
+    "distribution": "distribution, distribution_low, distribution_high: every candidate's "
+    "share of reports (non-negative, summing to <= 1) with a 95% interval",
+}
 PrivacySource = Callable[[MetricConfig, npt.NDArray[np.int64]], dict[str, Any]]
 
 
@@ -179,6 +197,7 @@ def _decode(job: ReportJob, options: DecodeOptions, project: bool) -> DecodeResu
         correction=options.correction,
         level=options.level,
         project=project,
+        interval=options.interval,
     )
 
 
@@ -234,6 +253,8 @@ def run_report(
         "method": result.method,
         "alpha": result.alpha,
         "correction": result.correction,
+        "ci_method": result.ci_method,
+        "answers": ANSWERS,
         "warnings": list(result.warnings),
         "diagnostics": {k: _json_safe(v) for k, v in result.diagnostics.items()},
         "privacy": figures,
@@ -270,8 +291,20 @@ def write_results_csv(path: str | os.PathLike[str], result: DecodeResult) -> Non
                     f"{result.proportion[i]:.6g}",
                     f"{result.p_value[i]:.6g}",
                     "true" if result.significant[i] else "false",
+                    _row_ci_method(result, i),
+                    *_distribution_cells(result, i),
                 ]
             )
+
+
+def _row_ci_method(result: DecodeResult, i: int) -> str:
+    """Selection-adjusted intervals apply to detected rows only; the rest are Wald."""
+    return "selective" if result.ci_method == "selective" and result.significant[i] else "wald"
+
+
+def _distribution_cells(result: DecodeResult, i: int) -> list[str]:
+    arrays = (result.distribution, result.distribution_low, result.distribution_high)
+    return ["" if a is None else f"{a[i]:.6g}" for a in arrays]
 
 
 def write_outputs(

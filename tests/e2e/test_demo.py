@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aggregator.report import RESULT_COLUMNS
 from crowdmix.cli import build_parser
 from crowdmix.demo import run_demo
 from tests.client.bitsources import SeededBytes
@@ -53,7 +54,11 @@ def test_demo_decodes_the_truth_within_its_intervals(tmp_path: Path) -> None:
     paths = demo.paths
     assert {"results", "summary", "plot"} <= set(paths)
     header = paths["results"].read_text().splitlines()[0]
-    assert header == "value,estimate,std_error,ci_low,ci_high,proportion,p_value,significant"
+    assert header == ",".join(RESULT_COLUMNS)
+    # the first eight columns keep their order for existing readers
+    assert header.startswith(
+        "value,estimate,std_error,ci_low,ci_high,proportion,p_value,significant,"
+    )
     summary = json.loads(paths["summary"].read_text())
     assert summary["demo"]["clients"] == 30000
     assert summary["demo"]["truth"]["v1"] == demo.truth["v1"]

@@ -1,0 +1,94 @@
+"""The distribution answer: empirical-Bayes shrinkage and its use in the RAPPOR decoder."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aggregator.decode import DecodeWarning, decode_rappor, design_matrix
+from aggregator.decode.shrink import npmle_posterior
+from aggregator.decode.simulate import simulate_rappor_counts
+from client.params import RapporParams
+
+
+@pytest.mark.parametrize("shape", ["flat", "sparse"])
+def test_shrinkage_beats_the_raw_estimates(shape: str) -> None:
+    # 400 frequencies observed with noise as large as the typical value (SNR ~1).
+    # Seeded, so deterministic; the margins are wide: over seeds 0-49 the error
+    # ratio below was at most 0.23 (flat) and 0.36 (sparse), the interval hit
+    # rate at least 0.95.
+    rng = np.random.default_rng(11)
+    if shape == "flat":
+        truth = np.full(400, 1 / 400)
+    else:
+        truth = np.zeros(400)
+        truth[:20] = rng.dirichlet(np.ones(20)) * 0.9
+    se = np.full(400, 1 / 400)
+    est = truth + rng.normal(0, se)
+    post = npmle_posterior(est, se)
+    raw = np.abs(np.maximum(est, 0) - truth).sum()
+    assert np.abs(post.mean - truth).sum() < 0.6 * raw
+    assert np.all(post.mean >= 0)
+    assert np.all((post.low <= post.mean) & (post.mean <= post.high))
+    # the posterior intervals hold most truths here (independent errors)
+    assert np.mean((post.low <= truth) & (truth <= post.high)) > 0.85
+
+
+def test_npmle_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        npmle_posterior([0.1], [0.0])
+    with pytest.raises(ValueError, match="equal-length"):
+        npmle_posterior([0.1, 0.2], [0.1])
+    with pytest.raises(ValueError, match="level"):
+        npmle_posterior([0.1], [0.1], level=1.0)
+
+
+def test_smooth_distribution_over_many_values_is_answered_by_the_distribution() -> None:
+    """Issue 19: a Gaussian over 300 values, most below the detection threshold.
+
+    The detected list finds a fifth of the values; the distribution answer is
+    much closer to the truth than the list (and than an empty answer, TV 0.5).
+    Seeded. Over seeds 0-11: TV 0.278 ± 0.015 (distribution) against
+    0.429 ± 0.019 (list), smallest gap 0.096, interval hit rate 0.988 ± 0.007;
+    the bounds below are >= 4 sd away (false failure < 1e-4 for a fresh seed,
+    and this seed is fixed).
+    """
+    params = RapporParams(k=32, h=2, m=32, p=0.25, q=0.75, f=0.5)
+    values = [f"v{i}" for i in range(300)]
+    z = np.arange(-150, 150) / 50
+    shares = np.exp(-0.5 * z**2)
+    shares /= shares.sum()
+    rng = np.random.default_rng(5)
+    counts = rng.multinomial(200_000, shares)
+    x = design_matrix(values, params)
+    totals, ones = simulate_rappor_counts(counts, x, params, rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecodeWarning)
+        res = decode_rappor(totals, ones, params, x, values)
+    truth = counts / counts.sum()
+    assert res.distribution is not None and res.distribution_low is not None
+    assert res.distribution_high is not None
+    tv_dist = 0.5 * np.abs(res.distribution - truth).sum()
+    tv_list = 0.5 * np.abs(np.where(res.significant, res.proportion, 0) - truth).sum()
+    assert tv_dist < 0.34 and tv_dist < tv_list - 0.06
+    assert res.distribution.min() >= 0 and res.distribution.sum() <= 1 + 1e-9
+    inside = (res.distribution_low <= truth) & (truth <= res.distribution_high)
+    assert inside.mean() > 0.9
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    est=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=30),
+    se=st.floats(1e-6, 1.0),
+)
+def test_posterior_is_finite_non_negative_and_inside_its_interval(
+    est: list[float], se: float
+) -> None:
+    post = npmle_posterior(est, np.full(len(est), se))
+    assert np.all(np.isfinite(post.mean)) and np.all(post.mean >= 0)
+    assert np.all((post.low <= post.mean) & (post.mean <= post.high))
+    assert post.prior_weights.sum() == pytest.approx(1.0)
