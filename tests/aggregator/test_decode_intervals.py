@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from aggregator.decode import DecodeError, DecodeOptions, DecodeWarning, design_matrix
 from aggregator.decode.simulate import simulate_rappor_counts
-from aggregator.rappor_files import write_counts_csv, write_map_csv, write_params_csv
-from aggregator.report import RESULT_COLUMNS, ReportJob, format_table, run_report, write_outputs
+from aggregator.report.job import RESULT_COLUMNS, ReportJob, format_table, run_report, write_outputs
+from aggregator.report.rappor_files import write_counts_csv, write_map_csv, write_params_csv
 from client.basic import BasicParams
 from client.params import RapporParams
 from client.registry import MetricConfig

@@ -14,7 +14,7 @@ from aggregator.report.rappor_files import RapporFileError, read_counts_csv, rea
 from aggregator.report.rappor_output import RAPPOR_COLUMNS
 from client.privacy import epsilon_inf, epsilon_one
 from crowdmix.cli import main
-from tests.aggregator.test_report import CANDIDATES, PARAMS, TRUE, write_rappor_files
+from tests.aggregator.test_report import CANDIDATES, PARAMS, write_rappor_files
 
 
 def _run(tmp: Path, *extra: str) -> tuple[int, Path]:
@@ -107,7 +107,8 @@ def test_format_rappor_writes_rappors_results_metrics_and_residual(
     assert [r["string"] for r in rows] == sorted(
         detected, key=lambda v: -float(ours[v]["estimate"])
     )
-    assert set(r["string"] for r in rows) <= set(TRUE)
+    # (which strings are detected is the decoder's business, tested elsewhere: at the
+    # default BH 0.2 a false discovery here is allowed, so none is asserted absent)
     for r in rows:
         n = 100_000
         est, std = int(r["estimate"]), int(r["std_error"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.report import RESULT_COLUMNS
+from aggregator.report.job import RESULT_COLUMNS
 from crowdmix.cli import build_parser
 from crowdmix.demo import run_demo
 from tests.client.bitsources import SeededBytes
