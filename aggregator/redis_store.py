@@ -5,10 +5,16 @@ nearly every (cohort, bit) cell (m·k = 8192 cells at m=64, k=128), so
 "HINCRBY every cell" costs thousands of Redis commands per batch. Instead the
 aggregator counts the batch in numpy and a Lua script, atomically,
 
-1. checks the params fingerprint of the metric (counts under other params never mix),
-2. ``SADD``s the batch id to the metric's applied-ids set (already there → duplicate, stop),
-3. ``HSET``s the batch's counts as one compact blob (``store_codec.encode_counts``) under its id
-   in the window's delta hash, and records the window.
+1. checks the params fingerprint of the metric (counts under other params never mix)
+   and that the window is not past retention,
+2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
+3. checks the batch's report ids against the window's report-id set (``SMISMEMBER`` in
+   slices of 4096): if any was counted before, it changes nothing and returns their
+   positions; the caller recounts the batch without them (numpy) and calls again —
+   rare, and the second call applies unless another process counted more meanwhile,
+4. ``SADD``s the batch id and the report ids, ``HSET``s the batch's counts as one compact
+   blob (``store_codec.encode_counts``) under its id in the window's delta hash, and
+   records the window.
 
 So counts and ids change together (a Lua script runs atomically and Redis
 checks out-of-memory before its first write), and the AOF gets one entry per
@@ -28,17 +34,24 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:meta           hash: fingerprint, description (registry entry, JSON)
     {prefix}:{metric}:ids            set of applied batch ids (16 bytes each)
     {prefix}:{metric}:windows        set of windows holding counts
+    {prefix}:{metric}:w:{W}:batches  set of the batch ids applied in window W (for retention)
+    {prefix}:{metric}:w:{W}:rids     set of the report ids counted in window W
     {prefix}:{metric}:w:{W}:deltas   hash: batch id -> counts blob (not yet folded)
     {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
     {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
     {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
 
-The ids set grows by one member per batch (about 80 bytes in Redis): with the
-shuffler's default 100 k-report batches that is 0.8 bytes per 1000 reports.
+Memory: a batch id costs about 80 bytes in each of two sets; a report id about
+70 bytes in its window's set (measured in BENCHMARKS.md), which dominates: a window
+of 10 M reports holds about 0.7 GB of report ids until it is disposed. Retention
+(:meth:`RedisCountStore.dispose_ids`, called by the daemon for windows past the
+registry's ``disposal_days`` plus one window) deletes them; the meta hash's
+``ids_disposed_before`` makes the apply script refuse those windows from then on.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -46,11 +59,15 @@ import numpy as np
 import redis
 
 from aggregator.store import (
+    NO_REPORT_IDS,
+    ApplyOutcome,
     CountsLike,
     ParamsConflict,
+    ReportIds,
     StoredCounts,
     StoreError,
     StoreUnavailable,
+    WindowDisposed,
     batch_crowd,
 )
 from aggregator.store_codec import encode_counts, sum_blobs
@@ -60,17 +77,72 @@ __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 DEFAULT_PREFIX = "crowdmix:agg"
 _T = TypeVar("_T")
 
+# KEYS: 1 ids, 2 windows, 3 w:W:deltas, 4 meta, 5 w:W:sizes, 6 w:W:crowd, 7 w:W:batches,
+#       8 w:W:rids
+# ARGV: 1 batch id, 2 window, 3 counts blob, 4 fingerprint, 5 description, 6 reports counted,
+#       7 crowd, 8 report ids (16 bytes each, concatenated)
+# Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
+# past retention, {2, positions} report ids (0-based positions in ARGV[8]) counted before.
 _APPLY = """
-local fp = redis.call('HGET', KEYS[4], 'fingerprint')
+local meta = redis.call('HMGET', KEYS[4], 'fingerprint', 'ids_disposed_before')
+local fp = meta[1]
 if fp and fp ~= ARGV[4] then return {-1, fp} end
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return {0} end
+if meta[2] and tonumber(ARGV[2]) < tonumber(meta[2]) then return {-2, meta[2]} end
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {0} end
+local blob = ARGV[8]
+local n = #blob / 16
+local slices = {}
+local dups = {}
+local i = 0
+while i < n do
+  local m = math.min(n - i, 4096)
+  local slice = {}
+  for j = 1, m do
+    local at = 16 * (i + j - 1)
+    slice[j] = string.sub(blob, at + 1, at + 16)
+  end
+  local seen = redis.call('SMISMEMBER', KEYS[8], unpack(slice))
+  for j = 1, m do
+    if seen[j] == 1 then dups[#dups + 1] = i + j - 1 end
+  end
+  slices[#slices + 1] = slice
+  i = i + m
+end
+if #dups > 0 then return {2, dups} end
 if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description', ARGV[5]) end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
-local crowd = redis.call('GET', KEYS[6])
-if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[7], ARGV[1])
+for _, slice in ipairs(slices) do redis.call('SADD', KEYS[8], unpack(slice)) end
+if tonumber(ARGV[6]) > 0 then
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+  redis.call('SADD', KEYS[2], ARGV[2])
+  redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
+  local crowd = redis.call('GET', KEYS[6])
+  if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
+end
 return {1}
+"""
+
+# KEYS: 1 meta, 2 ids; ARGV: cutoff window, then the windows to dispose. For each window:
+# SREM its batch ids from the ids set, DEL its batches and rids sets. Returns ids deleted.
+_DISPOSE_IDS = """
+local cutoff = tonumber(ARGV[1])
+local before = tonumber(redis.call('HGET', KEYS[1], 'ids_disposed_before') or '0')
+if cutoff > before then redis.call('HSET', KEYS[1], 'ids_disposed_before', ARGV[1]) end
+local deleted = 0
+for i = 2, #ARGV do
+  local batches = KEYS[2 * i - 1]
+  local rids = KEYS[2 * i]
+  local members = redis.call('SMEMBERS', batches)
+  for j = 1, #members, 4096 do
+    local slice = {}
+    for t = j, math.min(j + 4095, #members) do slice[#slice + 1] = members[t] end
+    redis.call('SREM', KEYS[2], unpack(slice))
+  end
+  deleted = deleted + #members + redis.call('SCARD', rids)
+  redis.call('UNLINK', batches, rids)
+end
+return deleted
 """
 
 _COMMIT_FOLD = """
@@ -95,6 +167,7 @@ class RedisCountStore:
         self._fold_chunk = fold_chunk
         self._apply = client.register_script(_APPLY)
         self._commit_fold = client.register_script(_COMMIT_FOLD)
+        self._dispose_ids = client.register_script(_DISPOSE_IDS)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCountStore:
@@ -125,6 +198,21 @@ class RedisCountStore:
         *,
         description: str = "",
     ) -> bool:
+        return self.apply_reports(
+            metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
+        ).applied
+
+    def apply_reports(
+        self,
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        report_ids: ReportIds,
+        *,
+        description: str = "",
+    ) -> ApplyOutcome:
         keys = [
             self._k(metric, "ids"),
             self._k(metric, "windows"),
@@ -132,23 +220,59 @@ class RedisCountStore:
             self._k(metric, "meta"),
             self._k(metric, f"w:{window}:sizes"),
             self._k(metric, f"w:{window}:crowd"),
+            self._k(metric, f"w:{window}:batches"),
+            self._k(metric, f"w:{window}:rids"),
         ]
-        args: list[bytes | str] = [
-            batch_id,
-            str(window),
-            encode_counts(delta),
-            str(fingerprint),
-            description,
-            str(int(np.asarray(delta.totals).sum())),
-            str(batch_crowd(np.asarray(delta.totals))),
-        ]
-        result = self._call(lambda: self._apply(keys=keys, args=args))
-        if int(result[0]) == -1:
-            raise ParamsConflict(
-                f"metric {metric!r} has counts under params fingerprint "
-                f"{int(result[1]):#018x}, this batch has {fingerprint:#018x}"
-            )
-        return int(result[0]) == 1
+        duplicates = 0
+        while True:
+            totals = np.asarray(delta.totals)
+            counted = int(totals.sum())
+            args: list[bytes | str] = [
+                batch_id,
+                str(window),
+                encode_counts(delta) if counted else b"",
+                str(fingerprint),
+                description,
+                str(counted),
+                str(batch_crowd(totals)),
+                report_ids.ids,
+            ]
+            result = self._call(functools.partial(self._apply, keys=keys, args=args))
+            status = int(result[0])
+            if status == -1:
+                raise ParamsConflict(
+                    f"metric {metric!r} has counts under params fingerprint "
+                    f"{int(result[1]):#018x}, this batch has {fingerprint:#018x}"
+                )
+            if status == -2:
+                raise WindowDisposed(
+                    f"window {window} of metric {metric!r} is past retention (ids kept "
+                    f"from window {int(result[1])} on)"
+                )
+            if status != 2:
+                applied = status == 1
+                return ApplyOutcome(
+                    applied=applied, counted=counted if applied else 0, duplicates=duplicates
+                )
+            # some reports were counted before: recount without them and apply again
+            positions = np.asarray(result[1], dtype=np.intp)
+            duplicates += int(positions.size)
+            report_ids, delta = report_ids.without(positions)
+
+    def dispose_ids(self, metric: str, before_window: int) -> int:
+        old = [w for w in self.windows_with_ids(metric) if w < before_window]
+        keys = [self._k(metric, "meta"), self._k(metric, "ids")]
+        for w in old:
+            keys += [self._k(metric, f"w:{w}:batches"), self._k(metric, f"w:{w}:rids")]
+        args = [str(before_window), *(str(w) for w in old)]
+        return int(self._call(lambda: self._dispose_ids(keys=keys, args=args)))
+
+    def windows_with_ids(self, metric: str) -> list[int]:
+        """Windows that still hold batch ids or report ids (retention has not run on them)."""
+        pattern = f"{self._prefix}:{{{metric}}}:w:*:batches"
+        keys = self._call(lambda: list(self._r.scan_iter(match=pattern, count=1000)))
+        head = len(self._k(metric, "w:"))
+        return sorted(int(k.decode()[head:-8]) for k in keys)
 
     def load(self, metric: str, windows: Iterable[int] | None = None) -> StoredCounts | None:
         wanted = self.windows(metric) if windows is None else sorted(set(windows))

@@ -217,7 +217,7 @@ def test_load_counts_returns_the_metrics_accumulator(store: CountStore, registry
     rng = np.random.default_rng(7)
     config = registry["browser"]
     batches = [random_batch(rng, config, 200, window=9) for _ in range(3)]
-    ingestor = Ingestor(registry, store)
+    ingestor = Ingestor(registry, store, clock=lambda: 9 * registry.window_seconds)
     for b in batches:
         ingestor.ingest(b)
     counts = load_counts(store, config)
@@ -267,7 +267,8 @@ def test_the_metric_description_travels_with_the_counts(
     for name in ("pages", "browser"):
         config = registry[name]
         assert store.description(name) is None
-        Ingestor(registry, store).ingest(random_batch(rng, config, 50, window=3))
+        ingestor = Ingestor(registry, store, clock=lambda: 3 * registry.window_seconds)
+        ingestor.ingest(random_batch(rng, config, 50, window=3))
         restored = stored_metric(store, name)
         assert restored is not None
         assert restored.fingerprint == config.fingerprint
