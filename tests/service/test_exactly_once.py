@@ -208,33 +208,44 @@ def proxy(private_redis: RedisServer) -> Iterator[DropOneReply]:
     p.close()
 
 
-def test_a_batch_whose_move_reply_is_lost_is_forwarded_while_the_daemon_runs(
-    tmp_path: Path, private_redis: RedisServer, proxy: DropOneReply
+@pytest.mark.parametrize("when", ["while_running", "on_sigterm"])
+def test_a_batch_whose_move_reply_is_lost_is_forwarded(
+    tmp_path: Path, private_redis: RedisServer, proxy: DropOneReply, when: str
 ) -> None:
+    """The move script ran, its reply was lost: the stranded in-flight batch is sent
+    while the daemon runs (a sweep re-offers it after inflight_retry_seconds), or, when
+    the sweep is far off, by SIGTERM's final pass; not only at the next start-up."""
+    retry = 1.0 if when == "while_running" else 3600.0
     p = Pipeline(
         tmp_path,
         private_redis.url,
         max_batch=4000,
         shuffler_redis_url=proxy.url,
-        extra_toml=SHUFFLER_TABLE,
+        extra_toml=f"\n[shuffler]\ninflight_retry_seconds = {retry}\n",
     )
     try:
         p.start_aggregator()
         p.start_shuffler()
         senders = Senders(8, 10, 250, seed=1)
         proxy.armed.set()
-        senders.send(
-            p.shuffler_target, p.config.fingerprint, range(10), deadline=time.monotonic() + 60
-        )
+        fp = p.config.fingerprint
+        senders.send(p.shuffler_target, fp, range(10), deadline=time.monotonic() + 60)
         assert senders.acked.all()
         assert proxy.dropped.wait(10), "the proxy never saw the move script"
-        wait_until_counted(p, senders, timeout=30)
-        assert p.shuffler is not None and p.shuffler.alive()  # counted while running
+        assert p.shuffler is not None
+        if when == "while_running":
+            wait_until_counted(p, senders, timeout=30)
+            assert p.shuffler.alive()  # counted while running
+        else:
+            wait_until_counted(p, senders, timeout=3)
+            assert p.counted() < 20_000  # stranded until...
+            assert p.shuffler.stop(grace=20) == 0  # ...SIGTERM's final pass sends it
+            wait_until_counted(p, senders, timeout=10)
         assert_each_sender_counted_once(p, senders)
         assert "release pass failed" in p.logs()  # the lost reply was seen
     finally:
         codes = p.stop()
-    assert all(code == 0 for code in codes.values()), f"{codes}\n{p.logs()}"
+    assert all(code in (0, None) for code in codes.values()), f"{codes}\n{p.logs()}"
 
 
 def test_redis_sigkill_and_restart_mid_load_counts_every_acked_report_once(
@@ -322,3 +333,50 @@ def _metric(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_an_undecodable_ingest_body_is_invalid_argument_with_one_log_line(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
+    """Random bytes, a truncated Batch, a Batch with trailing garbage: INVALID_ARGUMENT
+    (the shuffler parks such a batch instead of retrying it forever), one log line each,
+    no traceback; the aggregator keeps serving."""
+    p = Pipeline(tmp_path, private_redis.url)
+    try:
+        p.start_aggregator()
+        good = pb.Batch(
+            batch_id=os.urandom(16),
+            window=p.registry.window_of(time.time()),
+            reports=pb.ReportColumns(
+                metric=METRIC,
+                params_fingerprint=p.config.fingerprint,
+                count=1,
+                report_bytes=K // 8,
+                cohorts=[0],
+                bits=bytes(K // 8),
+                report_ids=os.urandom(16),
+            ),
+        ).SerializeToString()
+        bodies = [
+            np.random.default_rng(4).integers(0, 256, 300, dtype=np.uint8).tobytes(),
+            good[: len(good) - 5],
+            good + b"\xff\xff\xff",
+        ]
+        with grpc.insecure_channel(f"127.0.0.1:{p.aggregator_port}") as channel:
+            ingest = channel.unary_unary(
+                "/crowdmix.v1.Aggregator/Ingest",
+                request_serializer=None,
+                response_deserializer=pb.IngestResponse.FromString,
+            )
+            for body in bodies:
+                with pytest.raises(grpc.RpcError) as err:
+                    ingest(body, timeout=10)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+                assert "not a Batch" in (err.value.details() or "")
+            assert ingest(good, timeout=10).applied == 1  # still serving
+        log = p.logs()
+        assert log.count("ingest refused: the request body is not a Batch") == 3, log
+        assert "Traceback" not in log
+    finally:
+        codes = p.stop()
+    assert all(code == 0 for code in codes.values()), f"{codes}\n{p.logs()}"
