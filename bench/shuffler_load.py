@@ -145,9 +145,7 @@ class Cluster:
         if store == "redis":
             from crowdmix.cluster import RedisServer
 
-            self.redis = RedisServer(
-                appendonly=True, directory=str(workdir / "redis"), fsync=fsync
-            )
+            self.redis = RedisServer(appendonly=True, directory=str(workdir / "redis"), fsync=fsync)
             self.redis.start()
             redis_args = ["--redis", self.redis.url]
         sink_file = workdir / "sink.port"
