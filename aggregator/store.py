@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aggregator.counts import CohortCounts, Counts
+from aggregator.report_ids import ReportIdIndex
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig
@@ -329,7 +330,7 @@ class MemoryCountStore:
         self._lock = threading.Lock()
         self._ids: dict[str, set[bytes]] = {}
         self._window_batches: dict[tuple[str, int], set[bytes]] = {}
-        self._report_ids: dict[tuple[str, int], set[bytes]] = {}
+        self._report_ids: dict[tuple[str, int], ReportIdIndex] = {}
         self._disposed_before: dict[str, int] = {}
         self._fingerprints: dict[str, int] = {}
         self._descriptions: dict[str, str] = {}
@@ -362,11 +363,6 @@ class MemoryCountStore:
         *,
         description: str = "",
     ) -> ApplyOutcome:
-        ids_list: list[bytes] = (
-            np.frombuffer(report_ids.ids, dtype=f"V{REPORT_ID_BYTES}").tolist()
-            if report_ids.ids
-            else []
-        )
         with self._lock:
             known = self._fingerprints.get(metric)
             if known is not None and known != fingerprint:
@@ -383,16 +379,13 @@ class MemoryCountStore:
             ids = self._ids.setdefault(metric, set())
             if batch_id in ids:
                 return ApplyOutcome(applied=False, counted=0, duplicates=0)
-            seen = self._report_ids.get((metric, window), set())
+            seen = self._report_ids.get((metric, window))
             duplicates = 0
-            if ids_list and not seen.isdisjoint(ids_list):
-                # rare: some reports were counted before; recount the batch without them
-                positions = np.fromiter(
-                    (i for i, rid in enumerate(ids_list) if rid in seen), dtype=np.intp
-                )
-                duplicates = int(positions.size)
-                report_ids, delta = report_ids.without(positions)
-                ids_list = [rid for rid in ids_list if rid not in seen]
+            if seen is not None and report_ids.ids:
+                positions = seen.present(report_ids.ids)
+                if positions.size:  # rare: counted before; recount the batch without them
+                    duplicates = int(positions.size)
+                    report_ids, delta = report_ids.without(positions)
             add = StoredCounts.of(delta)
             counted = add.num_reports
             if counted:
@@ -408,8 +401,8 @@ class MemoryCountStore:
                     self._crowds[(metric, window)] = crowd
             ids.add(batch_id)
             self._window_batches.setdefault((metric, window), set()).add(batch_id)
-            if ids_list:
-                self._report_ids.setdefault((metric, window), set()).update(ids_list)
+            if report_ids.ids:
+                self._report_ids.setdefault((metric, window), ReportIdIndex()).add(report_ids.ids)
             if known is None:
                 self._fingerprints[metric] = fingerprint
                 self._descriptions[metric] = description

@@ -416,3 +416,43 @@ def test_overlapping_batches_applied_concurrently_count_each_report_id_once(
         t.join()
     assert sum(counted) == 1200
     assert same(store.load("pages"), direct_count(config, [pool]))
+
+
+def test_report_id_index_finds_exactly_the_ids_it_holds() -> None:
+    """The numpy hash index: exact membership over growth, ids sharing their first 8 bytes
+    kept apart, the all-zero id never stored."""
+    from aggregator.report_ids import ReportIdIndex
+
+    rng = np.random.default_rng(25)
+    index = ReportIdIndex(capacity=16)
+    held = rng.integers(0, 256, (5000, 16), dtype=np.uint8)
+    held[1::2, :8] = held[0::2, :8]  # pairs that differ only in their last 8 bytes
+    for part in np.array_split(held, 7):
+        index.add(part.tobytes())
+    assert len(index) == 5000
+    probe = np.concatenate([held[::3], rng.integers(0, 256, (2000, 16), dtype=np.uint8)])
+    probe[-1] = held[1] ^ np.r_[np.zeros(8, np.uint8), np.ones(8, np.uint8)]  # same hi only
+    expected = np.arange(len(held[::3]))
+    assert index.present(probe.tobytes()).tolist() == expected.tolist()
+    index.add(bytes(16))
+    assert len(index) == 5000 and index.present(bytes(16)).size == 0
+
+
+def test_two_redis_stores_sharing_redis_check_each_others_ids(redis_url: str) -> None:
+    """Two aggregator processes (two stores, each with its own id cache) on one Redis:
+    a report id counted through one is dropped through the other."""
+    import tempfile
+
+    registry = write_registry(Path(tempfile.mkdtemp()))[1]
+    config = registry["pages"]
+    rng = np.random.default_rng(26)
+    a, b = (RedisCountStore.from_url(redis_url) for _ in range(2))
+    clock = lambda: 5 * registry.window_seconds  # noqa: E731
+    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
+    batch = with_ids(random_batch(rng, config, 300, window=5), rng.integers(0, 256, (300, 16)))
+    assert ia.ingest(batch).applied == 300
+    assert ib.ingest(rows(batch, np.arange(100, 300))).duplicate_reports == 200
+    assert ia.ingest(rows(batch, np.arange(0, 50))).duplicate_reports == 50
+    assert same(a.load("pages"), direct_count(config, [batch]))
+    a.close()
+    b.close()
