@@ -43,8 +43,8 @@ class ReportIdIndex:
 
     def __init__(self, capacity: int = 1 << 12) -> None:
         self._bits = max(4, (capacity - 1).bit_length())
-        self._hi: U64 = np.zeros(1 << self._bits, dtype=np.uint64)
-        self._lo: U64 = np.zeros(1 << self._bits, dtype=np.uint64)
+        # one row (hi, lo) per slot: a probe touches one cache line, not two
+        self._table: U64 = np.zeros((1 << self._bits, 2), dtype=np.uint64)
         self._salt = np.frombuffer(os.urandom(8), dtype="<u8").astype(np.uint64)[0]
         self.count = 0
 
@@ -53,7 +53,7 @@ class ReportIdIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self._hi.nbytes + self._lo.nbytes)
+        return int(self._table.nbytes)
 
     def _slots(self, hi: U64) -> U64:
         with np.errstate(over="ignore"):
@@ -71,7 +71,8 @@ class ReportIdIndex:
         found = np.zeros(hi.shape[0], dtype=bool)
         while todo.size:
             s = slot[todo]
-            th, tl = self._hi[s], self._lo[s]
+            rows = self._table[s]
+            th, tl = rows[:, 0], rows[:, 1]
             occupied = (th != 0) | (tl != 0)  # an empty slot ends the probe: absent
             match = occupied & (th == hi[todo]) & (tl == lo[todo])
             found[todo[match]] = True
@@ -95,12 +96,11 @@ class ReportIdIndex:
         self.count += int(hi.shape[0])
 
     def _grow(self) -> None:
-        occupied = (self._hi != 0) | (self._lo != 0)
-        hi, lo = self._hi[occupied], self._lo[occupied]
+        occupied = (self._table[:, 0] != 0) | (self._table[:, 1] != 0)
+        old = self._table[occupied]
         self._bits += 2  # x4: fewer rehashes (each re-inserts every id) at up to 4x the memory
-        self._hi = np.zeros(1 << self._bits, dtype=np.uint64)
-        self._lo = np.zeros(1 << self._bits, dtype=np.uint64)
-        self._insert(hi, lo)
+        self._table = np.zeros((1 << self._bits, 2), dtype=np.uint64)
+        self._insert(old[:, 0], old[:, 1])
 
     def _insert(self, hi: U64, lo: U64) -> None:
         mask = np.uint64((1 << self._bits) - 1)
@@ -108,12 +108,13 @@ class ReportIdIndex:
         todo = np.arange(hi.shape[0], dtype=np.intp)
         while todo.size:
             s = slot[todo]
-            free = (self._hi[s] == 0) & (self._lo[s] == 0)
-            at = np.flatnonzero(free)
+            rows = self._table[s]
+            at = np.flatnonzero((rows[:, 0] == 0) & (rows[:, 1] == 0))
             cand, cs = todo[at], s[at]
             # several ids may want one free slot: the last write wins, the others probe on
-            self._hi[cs], self._lo[cs] = hi[cand], lo[cand]
-            won = (self._hi[cs] == hi[cand]) & (self._lo[cs] == lo[cand])
+            self._table[cs, 0], self._table[cs, 1] = hi[cand], lo[cand]
+            got = self._table[cs]
+            won = (got[:, 0] == hi[cand]) & (got[:, 1] == lo[cand])
             placed = np.zeros(todo.shape[0], dtype=bool)
             placed[at[won]] = True
             todo = todo[~placed]

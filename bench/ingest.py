@@ -198,7 +198,7 @@ def main() -> int:
             print(f"gRPC Ingest, redis AOF, batch {n:>7}: {rate / 1e6:7.2f} M reports/s")
         store = RedisCountStore.from_url(redis_server.url)
         for n in sizes:
-            maker = BatchMaker(n, window, fp, n + 1, ids)
+            maker = BatchMaker(n, window - 1, fp, n + 1, ids)  # its own id list
             redis_rate = in_process(Ingestor(registry, store), maker, args.seconds / 2)
             mem_rate = in_process(Ingestor(registry, MemoryCountStore()), maker, args.seconds / 2)
             print(
@@ -206,8 +206,8 @@ def main() -> int:
                 f"memory {mem_rate / 1e6:7.2f} M reports/s (one thread)"
             )
         info = store._r.info("memory")
-        keys = store._r.keys("crowdmix:agg:{bench}:w:*:rids")
-        rids = sum(int(store._r.scard(k)) for k in keys)
+        keys = store._r.keys("crowdmix:agg:{bench}:w:*:nrids")
+        rids = sum(int(store._r.get(k) or 0) for k in keys)
         if rids:
             print(
                 f"redis used_memory {info['used_memory'] / 1e6:.1f} MB holding {rids} report "
