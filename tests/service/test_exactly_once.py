@@ -380,3 +380,23 @@ def test_an_undecodable_ingest_body_is_invalid_argument_with_one_log_line(
     finally:
         codes = p.stop()
     assert all(code == 0 for code in codes.values()), f"{codes}\n{p.logs()}"
+
+
+def test_fsync_always_starts_redis_with_appendfsync_always(tmp_path: Path) -> None:
+    """README: `crowdmix cluster --fsync always` runs its Redis servers with
+    appendfsync always (fsync before every reply); the flag parses, a bad mode is refused."""
+    from crowdmix.cli import build_parser
+
+    args = build_parser().parse_args(["cluster", "--dir", str(tmp_path), "--fsync", "always"])
+    assert args.fsync == "always"
+    server = RedisServer(directory=str(tmp_path / "r"), fsync="always")
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        assert client.config_get("appendfsync") == {"appendfsync": "always"}
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        client.close()
+    finally:
+        server.cleanup()
+    with pytest.raises(ValueError, match="fsync"):
+        RedisServer(fsync="never")
