@@ -9,6 +9,11 @@ appendfsync everysec, both on loopback) and drives ``Aggregator.Ingest`` from
 sender costs almost nothing). m=64 cohorts, k=128 bits. Also prints the
 in-process rate of ``Ingestor.ingest`` (no gRPC) with the memory and Redis stores.
 
+``--report-ids fresh`` (default) gives every report a report id never sent before
+(a counter and a random salt, 16 bytes, spliced in per call), as the SDK does, so
+the aggregator checks and records every id; ``--report-ids none`` sends batches
+without ids (older SDKs), which measures ingest without de-duplication.
+
 Target (issue 5): the aggregator's ingest alone >= 10 M reports/s.
 """
 
@@ -47,24 +52,62 @@ q = 0.75
 """
 
 
-def batch_tail(n: int, window: int, fingerprint: int, seed: int) -> bytes:
-    """A serialised Batch without its batch_id (field 1), to splice ids in front."""
-    rng = np.random.default_rng(seed)
-    msg = pb.Batch(
-        window=window,
-        reports=pb.ReportColumns(
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes([tag]) + _varint(len(payload)) + payload
+
+
+class BatchMaker:
+    """Serialised Batches of ``n`` fixed reports, each call with a fresh batch id and, with
+    ``ids``, fresh report ids (a counter and a salt: distinct from every id sent before)."""
+
+    def __init__(self, n: int, window: int, fingerprint: int, seed: int, ids: bool) -> None:
+        rng = np.random.default_rng(seed)
+        self.n = n
+        self.window = window
+        self.columns = pb.ReportColumns(
             metric="bench",
             params_fingerprint=fingerprint,
             count=n,
             report_bytes=K // 8,
             cohorts=rng.integers(0, M, n).tolist(),
             bits=rng.integers(0, 256, (n, K // 8), dtype=np.uint8).tobytes(),
-        ),
-    )
-    return msg.SerializeToString()
+        )
+        self.prefix = self.columns.SerializeToString()
+        self.window_field = b"\x10" + _varint(window)
+        self.ids = ids
+        self._lock = threading.Lock()
+        self._next = 0
+        self._salt = np.frombuffer(os.urandom(8), dtype="<u8")[0]
+
+    def report_ids(self) -> bytes:
+        if not self.ids:
+            return b""
+        with self._lock:
+            base, self._next = self._next, self._next + self.n
+        ids = np.empty((self.n, 2), dtype="<u8")
+        ids[:, 0] = np.arange(base + 1, base + 1 + self.n, dtype=np.uint64)
+        ids[:, 1] = self._salt
+        return ids.tobytes()
+
+    def serialised(self) -> bytes:
+        rids = self.report_ids()
+        cols = self.prefix + (_field(0x3A, rids) if rids else b"")
+        return _field(0x0A, os.urandom(16)) + self.window_field + _field(0x1A, cols)
 
 
-def drive(target: str, tail: bytes, n: int, senders: int, seconds: float) -> float:
+def drive(target: str, maker: BatchMaker, senders: int, seconds: float) -> float:
     done = [0] * senders
     stop = threading.Event()
 
@@ -78,7 +121,7 @@ def drive(target: str, tail: bytes, n: int, senders: int, seconds: float) -> flo
                 response_deserializer=pb.IngestResponse.FromString,
             )
             while not stop.is_set():
-                resp = ingest(b"\x0a\x10" + os.urandom(16) + tail, timeout=30)
+                resp = ingest(maker.serialised(), timeout=30)
                 done[j] += int(resp.applied)
 
     threads = [threading.Thread(target=sender, args=(j,)) for j in range(senders)]
@@ -92,24 +135,26 @@ def drive(target: str, tail: bytes, n: int, senders: int, seconds: float) -> flo
     return sum(done) / (time.perf_counter() - start)
 
 
-def in_process(ingestor: Ingestor, tail: bytes, seconds: float) -> float:
-    msg = pb.Batch.FromString(tail)
-    cols = msg.reports
+def in_process(ingestor: Ingestor, maker: BatchMaker, seconds: float) -> float:
+    cols = maker.columns
     cohorts = np.array(cols.cohorts, dtype=np.int64)
     done = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         batch = IngestBatch(
             batch_id=os.urandom(16),
-            window=msg.window,
+            window=maker.window,
             metric=cols.metric,
             fingerprint=cols.params_fingerprint,
             count=cols.count,
             report_bytes=cols.report_bytes,
             cohorts=cohorts,
             bits=cols.bits,
+            report_ids=maker.report_ids(),
         )
-        done += ingestor.ingest(batch).applied
+        result = ingestor.ingest(batch)
+        assert result.duplicate_reports == 0, "report ids must be fresh"
+        done += result.applied
     return done / (time.perf_counter() - start)
 
 
@@ -119,9 +164,14 @@ def main() -> int:
     ap.add_argument("--senders", type=int, default=4)
     ap.add_argument("--workers", type=int, default=8, help="aggregator Ingest threads")
     ap.add_argument("--sizes", default="1000,20000,100000", help="reports per batch")
+    ap.add_argument("--report-ids", choices=["fresh", "none"], default="fresh")
     args = ap.parse_args()
+    ids = args.report_ids == "fresh"
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"load average at start: {os.getloadavg()[0]:.2f}; m={M} k={K}, {args.senders} senders")
+    print(
+        f"load average at start: {os.getloadavg()[0]:.2f}; m={M} k={K}, {args.senders} senders, "
+        f"report ids: {args.report_ids}"
+    )
     work = Path(tempfile.mkdtemp(prefix="crowdmix-bench-"))
     config = work / "metrics.toml"
     config.write_text(REGISTRY)
@@ -142,17 +192,26 @@ def main() -> int:
     try:
         daemon.wait_healthy(60)
         for n in sizes:
-            tail = batch_tail(n, window, fp, seed=n)
-            rate = drive(daemon.target, tail, n, args.senders, args.seconds)
+            rate = drive(
+                daemon.target, BatchMaker(n, window, fp, n, ids), args.senders, args.seconds
+            )
             print(f"gRPC Ingest, redis AOF, batch {n:>7}: {rate / 1e6:7.2f} M reports/s")
         store = RedisCountStore.from_url(redis_server.url)
         for n in sizes:
-            tail = batch_tail(n, window, fp, seed=n)
-            redis_rate = in_process(Ingestor(registry, store), tail, args.seconds / 2)
-            mem_rate = in_process(Ingestor(registry, MemoryCountStore()), tail, args.seconds / 2)
+            maker = BatchMaker(n, window - 1, fp, n + 1, ids)  # its own id list
+            redis_rate = in_process(Ingestor(registry, store), maker, args.seconds / 2)
+            mem_rate = in_process(Ingestor(registry, MemoryCountStore()), maker, args.seconds / 2)
             print(
                 f"in-process Ingestor.ingest, batch {n:>7}: redis {redis_rate / 1e6:7.2f}, "
                 f"memory {mem_rate / 1e6:7.2f} M reports/s (one thread)"
+            )
+        info = store._r.info("memory")
+        keys = store._r.keys("crowdmix:agg:{bench}:w:*:nrids")
+        rids = sum(int(store._r.get(k) or 0) for k in keys)
+        if rids:
+            print(
+                f"redis used_memory {info['used_memory'] / 1e6:.1f} MB holding {rids} report "
+                f"ids: <= {info['used_memory'] / rids:.0f} bytes per report id (all keys counted)"
             )
         store.close()
         print("target: aggregator ingest alone >= 10 M reports/s (issue 5)")

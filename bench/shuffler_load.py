@@ -1,6 +1,7 @@
 """Shuffler throughput and latency under load, on this box, with Redis AOF everysec.
 
     .venv/bin/python bench/shuffler_load.py                       # unary + bulk, 1 shuffler
+    .venv/bin/python bench/shuffler_load.py --fsync always        # Redis fsyncs every write
     .venv/bin/python bench/shuffler_load.py --scenario unary --shufflers 1,2,4
     .venv/bin/python bench/shuffler_load.py --store memory
 
@@ -135,14 +136,16 @@ def wait_file(path: Path, proc: subprocess.Popen[bytes], what: str) -> int:
 
 
 class Cluster:
-    def __init__(self, n: int, store: str, workdir: Path, extra: list[str]) -> None:
+    def __init__(
+        self, n: int, store: str, workdir: Path, extra: list[str], fsync: str = "everysec"
+    ) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.redis = None
         redis_args: list[str] = []
         if store == "redis":
             from crowdmix.cluster import RedisServer
 
-            self.redis = RedisServer(appendonly=True, directory=str(workdir / "redis"))
+            self.redis = RedisServer(appendonly=True, directory=str(workdir / "redis"), fsync=fsync)
             self.redis.start()
             redis_args = ["--redis", self.redis.url]
         sink_file = workdir / "sink.port"
@@ -293,6 +296,12 @@ def main() -> None:
         "--connections", type=int, default=8, help="grpc loadgen: TCP connections per generator"
     )
     ap.add_argument("--extra", default="", help="extra flags for crowdmix shuffler serve")
+    ap.add_argument(
+        "--fsync",
+        choices=["everysec", "always"],
+        default="everysec",
+        help="Redis appendfsync (README: durability of an acknowledgement)",
+    )
     args = ap.parse_args()
     if args.sink:
         sink_main(args.sink)
@@ -305,7 +314,7 @@ def main() -> None:
     fp, rb = fingerprint()
     for n in [int(x) for x in args.shufflers.split(",")]:
         with tempfile.TemporaryDirectory(prefix="crowdmix-bench-") as tmp:
-            cluster = Cluster(n, args.store, Path(tmp), args.extra.split())
+            cluster = Cluster(n, args.store, Path(tmp), args.extra.split(), args.fsync)
             try:
                 if args.scenario in ("unary", "both"):
                     payload = build_payload(METRIC, fp, rb, 64, 1, seed=1)

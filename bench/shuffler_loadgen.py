@@ -75,6 +75,7 @@ def build_payload(
                     cohort=int(rng.integers(cohorts)),
                     bits=rng.bytes(report_bytes),
                     params_fingerprint=fp,
+                    report_id=rng.bytes(16),
                 )
             ]
         )
@@ -88,6 +89,7 @@ def build_payload(
                     report_bytes=report_bytes,
                     cohorts=rng.integers(cohorts, size=per_request).tolist(),
                     bits=rng.bytes(report_bytes * per_request),
+                    report_ids=rng.bytes(16 * per_request),
                 )
             ]
         )

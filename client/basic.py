@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from client.errors import ParamsError
 from client.randomness import BitSource, bernoulli_bits, shared_secure_bits
-from client.report import Report, pack_bits
+from client.report import Report, new_report_id, pack_bits
 
 __all__ = [
     "MECHANISMS",
@@ -129,7 +131,7 @@ class BasicParams:
 class BasicEncoder:
     """Encodes domain indexes (or values, given ``domain``) for one metric."""
 
-    __slots__ = ("_domain", "_fingerprint", "_index", "_rand", "metric", "params")
+    __slots__ = ("_domain", "_fingerprint", "_index", "_new_id", "_rand", "metric", "params")
 
     def __init__(
         self,
@@ -138,6 +140,7 @@ class BasicEncoder:
         metric: str,
         domain: tuple[str, ...] | list[str] | None = None,
         rand: BitSource | None = None,
+        random_bytes: Callable[[int], bytes] | None = None,
     ) -> None:
         if not isinstance(metric, str) or not metric:
             raise ValueError("metric must be a non-empty string")
@@ -153,6 +156,10 @@ class BasicEncoder:
         self._domain = tuple(domain) if domain is not None else None
         self._index = {v: i for i, v in enumerate(domain)} if domain is not None else None
         self._rand: BitSource = rand if rand is not None else shared_secure_bits()
+        # report ids: os.urandom unless a test injects a source (``random_bytes(16)``)
+        self._new_id: Callable[[int], bytes] = (
+            random_bytes if random_bytes is not None else os.urandom
+        )
         self._fingerprint = params.fingerprint()
 
     def index_of(self, value: str | int) -> int:
@@ -214,4 +221,5 @@ class BasicEncoder:
             cohort=0,
             bits=self.randomize(self.index_of(value)),
             params_fingerprint=self._fingerprint,
+            report_id=new_report_id(self._new_id),
         )

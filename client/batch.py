@@ -192,12 +192,15 @@ def bernoulli_array(source: ByteSource, prob: float, shape: tuple[int, ...]) -> 
 
 @dataclass(frozen=True, slots=True, eq=False)  # arrays: no elementwise ==
 class EncodedBatch:
-    """Reports of one metric as columns: cohorts (uint32, n) and bits (uint8, n × ceil(k/8))."""
+    """Reports of one metric as columns: cohorts (uint32, n), bits (uint8, n × ceil(k/8))
+    and report ids (uint8, n × 16: fresh from the byte source, as a device draws them;
+    None: no ids)."""
 
     metric: str
     params_fingerprint: int
     cohorts: npt.NDArray[np.uint32]
     bits: U8
+    report_ids: U8 | None = None
 
     def __len__(self) -> int:
         return int(self.cohorts.shape[0])
@@ -210,12 +213,25 @@ class EncodedBatch:
         """All reports' bits concatenated in order: ReportColumns.bits."""
         return np.ascontiguousarray(self.bits).tobytes()
 
+    def report_ids_bytes(self) -> bytes:
+        """All report ids concatenated in order (ReportColumns.report_ids); b"" without ids."""
+        if self.report_ids is None:
+            return b""
+        return np.ascontiguousarray(self.report_ids).tobytes()
+
     def reports(self) -> list[Report]:
         """Per-report objects (for the per-report transport path)."""
         raw = self.bits_bytes()
         nb = self.report_bytes
+        ids = self.report_ids_bytes() or bytes(16 * len(self))
         return [
-            make_report(self.metric, int(c), raw[i * nb : (i + 1) * nb], self.params_fingerprint)
+            make_report(
+                self.metric,
+                int(c),
+                raw[i * nb : (i + 1) * nb],
+                self.params_fingerprint,
+                ids[16 * i : 16 * i + 16],
+            )
             for i, c in enumerate(self.cohorts.tolist())
         ]
 
@@ -361,7 +377,7 @@ class BatchEncoder:
             end = start + _ROWS_PER_CHUNK
             blooms = np.take(flat, rows[start:end], axis=0)
             bits[start:end] = self.instantaneous_responses(self.fresh_permanent_responses(blooms))
-        return EncodedBatch(self.metric, self.fingerprint, coh, bits)
+        return EncodedBatch(self.metric, self.fingerprint, coh, bits, self._report_ids(len(coh)))
 
     def encode_clients(
         self,
@@ -371,7 +387,12 @@ class BatchEncoder:
     ) -> EncodedBatch:
         """One report per (secret, value), PRR memoised exactly as on the device."""
         coh, prr = self.permanent_responses(secrets, values, cohorts)
-        return EncodedBatch(self.metric, self.fingerprint, coh, self.instantaneous_responses(prr))
+        irr = self.instantaneous_responses(prr)
+        return EncodedBatch(self.metric, self.fingerprint, coh, irr, self._report_ids(len(coh)))
+
+    def _report_ids(self, n: int) -> U8:
+        """n fresh report ids (n × 16 bytes) from the byte source (a CSPRNG by default)."""
+        return self._source.random_array(16 * n).reshape(n, 16)
 
     # -- checks -------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
+from os import urandom as _urandom
 
 import mmh3
 
@@ -258,6 +259,7 @@ class RapporEncoder:
         "_fingerprint",
         "_hashing",
         "_irr",
+        "_new_id",
         "_params",
         "_prr",
         "_rand",
@@ -275,6 +277,7 @@ class RapporEncoder:
         hashing: Hashing = "mmh3",
         rand: BitSource | None = None,
         cohort: int | None = None,
+        random_bytes: Callable[[int], bytes] | None = None,
     ) -> None:
         if not isinstance(params, RapporParams):
             raise TypeError("params must be a RapporParams")
@@ -297,6 +300,10 @@ class RapporEncoder:
         self.metric = metric
         self.cohort = cohort
         self._rand: BitSource = rand if rand is not None else shared_secure_bits()
+        # report ids: os.urandom unless a test injects a source (``random_bytes(16)``)
+        self._new_id: Callable[[int], bytes] = (
+            random_bytes if random_bytes is not None else _urandom
+        )
         self._fingerprint = params.fingerprint(hashing)
         rule = _rule_for(params, hashing)
         prefix = rule.keyed_prefix(secret_b, metric) if hashing == "mmh3" else None
@@ -379,6 +386,7 @@ class RapporEncoder:
         draw = self._rand.random_bits
         bloom_of = _mmh3_bloom(k, params.h, self.cohort)
         metric, cohort, fp = self.metric, self.cohort, self._fingerprint
+        new_id = self._new_id
         from_bytes = int.from_bytes
 
         def encode_fused(value: str | bytes) -> Report:
@@ -391,7 +399,7 @@ class RapporEncoder:
             x = draw(total)
             pb = p_of(x)
             bits = pb ^ ((pb ^ q_of(x)) & prr)
-            return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp)
+            return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp, new_id(16))
 
         return encode_fused
 
@@ -401,20 +409,21 @@ class RapporEncoder:
         nbytes = params.report_bytes
         metric, cohort, fp = self.metric, self.cohort, self._fingerprint
         prr_of, irr_of = self._prr, self._irr
+        new_id = self._new_id
         if self._hashing == "mmh3":
             bloom_of = _mmh3_bloom(k, params.h, cohort)
 
             def encode_mmh3(value: str | bytes) -> Report:
                 data = value.encode() if type(value) is str else value_bytes(value)
                 bits = irr_of(prr_of(bloom_of(data)))
-                return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp)
+                return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp, new_id(16))
 
             return encode_mmh3
         bloom = self.bloom
 
         def encode_generic(value: str | bytes) -> Report:
             bits = irr_of(prr_of(bloom(value)))
-            return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp)
+            return make_report(metric, cohort, bits.to_bytes(nbytes, "little"), fp, new_id(16))
 
         return encode_generic
 

@@ -16,13 +16,17 @@ Importing this module loads grpc (``pip install 'crowdmix[transport]'``);
   many are queued or every ``flush_interval`` seconds; ``flush()`` sends
   everything now. Requests of ``columnar_threshold`` reports or more go as
   ``ReportColumns`` (much cheaper for the server to parse than rows).
-- ``UNAVAILABLE`` and ``RESOURCE_EXHAUSTED`` are retried with exponential
-  backoff and full jitter (delays uniform in [0, min(cap, base·2^attempt)]), up
-  to ``max_attempts``; the reports then go back to the front of the queue.
-  Other errors (invalid reports, bad token, a deadline with unknown outcome) are
-  not retried: the request's reports are counted in ``failed`` and discarded,
-  because re-sending a request that may have been stored would count a device
-  twice.
+- Every report carries its report id (``Report.report_id``, drawn when it was
+  encoded), and a retry re-sends the same reports with the same ids: the
+  aggregator counts an id at most once per collection window, so retrying
+  after an unknown outcome cannot count a report twice. Hence every transient
+  failure is retried — ``UNAVAILABLE``, ``RESOURCE_EXHAUSTED``,
+  ``DEADLINE_EXCEEDED`` and ``ABORTED`` — with exponential backoff and full
+  jitter (delays uniform in [0, min(cap, base·2^attempt)]), up to
+  ``max_attempts``; then the reports go back to the front of the queue (same
+  ids) for the next flush. Other errors (``INVALID_ARGUMENT``,
+  ``UNAUTHENTICATED``, ...) cannot succeed on a retry: the request's reports
+  are counted in ``failed`` and discarded.
 """
 
 from __future__ import annotations
@@ -48,11 +52,20 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
 
-__all__ = ["ShufflerClient"]
+__all__ = ["RETRYABLE", "ShufflerClient"]
 
 log = logging.getLogger("crowdmix.client")
 
-_RETRY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+#: Transient failures: retried with the same report ids (the aggregator drops repeats).
+RETRYABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+    }
+)
+_NO_ID = bytes(16)
 
 
 class ShufflerClient:
@@ -179,11 +192,11 @@ class ShufflerClient:
                     )
                 except grpc.RpcError as exc:
                     code = exc.code() if isinstance(exc, grpc.Call) else None
-                    if code in _RETRY and attempt < self._max_attempts and not self._closing():
+                    if code in RETRYABLE and attempt < self._max_attempts and not self._closing():
                         time.sleep(self._jitter.uniform(0.0, delay_cap))
                         delay_cap = min(delay_cap * 2, self._backoff[1])
                         continue
-                    if code in _RETRY:
+                    if code in RETRYABLE:
                         self._requeue(batch)
                     else:
                         self.failed += len(batch)
@@ -210,17 +223,19 @@ class ShufflerClient:
                         cohort=r.cohort,
                         bits=r.bits,
                         params_fingerprint=r.params_fingerprint,
+                        report_id=r.report_id,
                     )
                     for r in batch
                 ]
             )
-        groups: dict[tuple[str, int, int], tuple[list[int], list[bytes]]] = {}
+        groups: dict[tuple[str, int, int], tuple[list[int], list[bytes], list[bytes]]] = {}
         for r in batch:
-            cohorts, bits = groups.setdefault(
-                (r.metric, r.params_fingerprint, len(r.bits)), ([], [])
+            cohorts, bits, ids = groups.setdefault(
+                (r.metric, r.params_fingerprint, len(r.bits)), ([], [], [])
             )
             cohorts.append(r.cohort)
             bits.append(r.bits)
+            ids.append(r.report_id if len(r.report_id) == 16 else _NO_ID)
         return pb.SubmitRequest(
             columns=[
                 pb.ReportColumns(
@@ -230,8 +245,9 @@ class ShufflerClient:
                     report_bytes=nb,
                     cohorts=cohorts,
                     bits=b"".join(bits),
+                    report_ids=b"".join(ids),
                 )
-                for (metric, fp, nb), (cohorts, bits) in groups.items()
+                for (metric, fp, nb), (cohorts, bits, ids) in groups.items()
             ]
         )
 

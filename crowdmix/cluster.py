@@ -51,14 +51,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: Redis ``appendfsync`` modes offered (README "Durability of an acknowledgement").
+FSYNC_MODES = ("everysec", "always")
+
+
 class RedisServer:
     """``start()``, ``stop()``, ``kill()`` and ``restart()`` a private redis-server.
 
-    With ``appendonly=True`` (AOF, fsync everysec) data survives a restart;
+    With ``appendonly=True`` (AOF, fsync ``fsync``: "everysec" or "always") data
+    survives a restart;
     ``stop()`` is a clean SHUTDOWN, ``kill()`` a SIGKILL.
     """
 
-    def __init__(self, *, appendonly: bool = True, directory: str | None = None) -> None:
+    def __init__(
+        self, *, appendonly: bool = True, directory: str | None = None, fsync: str = "everysec"
+    ) -> None:
+        if fsync not in FSYNC_MODES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}, got {fsync!r}")
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError(
@@ -66,6 +75,7 @@ class RedisServer:
             )
         self.exe = exe
         self.appendonly = appendonly
+        self.fsync = fsync
         self._own_dir = directory is None
         self.dir = Path(directory) if directory else Path(_mkdtemp("crowdmix-redis-"))
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -84,7 +94,7 @@ class RedisServer:
             "--dir", str(self.dir),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
+            "--appendfsync", self.fsync,
             "--protected-mode", "no",
             "--logfile", str(self.dir / "redis.log"),
         ]  # fmt: skip
@@ -275,6 +285,7 @@ class LocalCluster:
         min_batch: int = 1000,
         extra_shuffler_args: list[str] | None = None,
         extra_aggregator_args: list[str] | None = None,
+        fsync: str = "everysec",
     ) -> None:
         if shufflers < 1:
             raise ValueError(f"shufflers must be at least 1, got {shufflers}")
@@ -305,9 +316,11 @@ class LocalCluster:
         self.tokens_path = self.workdir / "tokens.txt"
         self.tokens_path.write_text(f"local-cluster {self.token}\n")
         self.tokens_path.chmod(0o600)
-        self.redis = RedisServer(appendonly=True, directory=str(self.workdir / "redis-shuffler"))
+        self.redis = RedisServer(
+            appendonly=True, directory=str(self.workdir / "redis-shuffler"), fsync=fsync
+        )
         self.aggregator_redis = RedisServer(
-            appendonly=True, directory=str(self.workdir / "redis-aggregator")
+            appendonly=True, directory=str(self.workdir / "redis-aggregator"), fsync=fsync
         )
         self.aggregator: DaemonProcess | None = None
         self.shufflers: list[DaemonProcess] = []
@@ -439,6 +452,13 @@ def register(sub: Any) -> None:
     p.add_argument("--shufflers", type=int, default=2, help="shuffler processes (default 2)")
     p.add_argument("--config", metavar="FILE", help="metric registry (default: generated)")
     p.add_argument("--min-batch", type=int, default=1000, help="generated registry's min_batch")
+    p.add_argument(
+        "--fsync",
+        choices=FSYNC_MODES,
+        default="everysec",
+        help="Redis appendfsync: everysec (default; power loss can lose ~1-2 s of "
+        "acknowledged reports) or always (fsync before every acknowledgement; slower)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -452,7 +472,11 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         cluster = LocalCluster(
-            args.dir, shufflers=args.shufflers, registry_path=args.config, min_batch=args.min_batch
+            args.dir,
+            shufflers=args.shufflers,
+            registry_path=args.config,
+            min_batch=args.min_batch,
+            fsync=args.fsync,
         )
         cluster.start()
     except (RuntimeError, ValueError) as exc:
@@ -460,8 +484,8 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot use {args.dir}: {exc.strerror or exc}") from None
     print(f"crowdmix local cluster in {cluster.workdir} (logs: *.log there)")
-    print(f"  redis       {cluster.shuffler_redis_url}  (shufflers; AOF everysec)")
-    print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF everysec)")
+    print(f"  redis       {cluster.shuffler_redis_url}  (shufflers; AOF {args.fsync})")
+    print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF {args.fsync})")
     print(f"  aggregator  {cluster.aggregator_target}")
     for s in cluster.shufflers:
         print(f"  {s.name:<11} {s.target}")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x63rowdmix.proto\x12\x0b\x63rowdmix.v1\"R\n\x06Report\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06\x63ohort\x18\x02 \x01(\r\x12\x0c\n\x04\x62its\x18\x03 \x01(\x0c\x12\x1a\n\x12params_fingerprint\x18\x04 \x01(\x06\"\x83\x01\n\rReportColumns\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x02 \x01(\x06\x12\r\n\x05\x63ount\x18\x03 \x01(\r\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12\x13\n\x07\x63ohorts\x18\x05 \x03(\rB\x02\x10\x01\x12\x0c\n\x04\x62its\x18\x06 \x01(\x0c\"b\n\rSubmitRequest\x12$\n\x07reports\x18\x01 \x03(\x0b\x32\x13.crowdmix.v1.Report\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"\"\n\x0eSubmitResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x0c\x12\x0e\n\x06window\x18\x02 \x01(\r\x12+\n\x07reports\x18\x03 \x01(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"4\n\x0eIngestResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x32\x98\x01\n\x08Shuffler\x12\x41\n\x06Submit\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse\x12I\n\x0cSubmitStream\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse(\x01\x32G\n\nAggregator\x12\x39\n\x06Ingest\x12\x12.crowdmix.v1.Batch\x1a\x1b.crowdmix.v1.IngestResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x63rowdmix.proto\x12\x0b\x63rowdmix.v1\"e\n\x06Report\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06\x63ohort\x18\x02 \x01(\r\x12\x0c\n\x04\x62its\x18\x03 \x01(\x0c\x12\x1a\n\x12params_fingerprint\x18\x04 \x01(\x06\x12\x11\n\treport_id\x18\x05 \x01(\x0c\"\x97\x01\n\rReportColumns\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x02 \x01(\x06\x12\r\n\x05\x63ount\x18\x03 \x01(\r\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12\x13\n\x07\x63ohorts\x18\x05 \x03(\rB\x02\x10\x01\x12\x0c\n\x04\x62its\x18\x06 \x01(\x0c\x12\x12\n\nreport_ids\x18\x07 \x01(\x0c\"b\n\rSubmitRequest\x12$\n\x07reports\x18\x01 \x03(\x0b\x32\x13.crowdmix.v1.Report\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"\"\n\x0eSubmitResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x0c\x12\x0e\n\x06window\x18\x02 \x01(\r\x12+\n\x07reports\x18\x03 \x01(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"O\n\x0eIngestResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x19\n\x11\x64uplicate_reports\x18\x03 \x01(\x04\x32\x98\x01\n\x08Shuffler\x12\x41\n\x06Submit\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse\x12I\n\x0cSubmitStream\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse(\x01\x32G\n\nAggregator\x12\x39\n\x06Ingest\x12\x12.crowdmix.v1.Batch\x1a\x1b.crowdmix.v1.IngestResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,19 +34,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTCOLUMNS'].fields_by_name['cohorts']._loaded_options = None
   _globals['_REPORTCOLUMNS'].fields_by_name['cohorts']._serialized_options = b'\020\001'
   _globals['_REPORT']._serialized_start=31
-  _globals['_REPORT']._serialized_end=113
-  _globals['_REPORTCOLUMNS']._serialized_start=116
-  _globals['_REPORTCOLUMNS']._serialized_end=247
-  _globals['_SUBMITREQUEST']._serialized_start=249
-  _globals['_SUBMITREQUEST']._serialized_end=347
-  _globals['_SUBMITRESPONSE']._serialized_start=349
-  _globals['_SUBMITRESPONSE']._serialized_end=383
-  _globals['_BATCH']._serialized_start=385
-  _globals['_BATCH']._serialized_end=471
-  _globals['_INGESTRESPONSE']._serialized_start=473
-  _globals['_INGESTRESPONSE']._serialized_end=525
-  _globals['_SHUFFLER']._serialized_start=528
-  _globals['_SHUFFLER']._serialized_end=680
-  _globals['_AGGREGATOR']._serialized_start=682
-  _globals['_AGGREGATOR']._serialized_end=753
+  _globals['_REPORT']._serialized_end=132
+  _globals['_REPORTCOLUMNS']._serialized_start=135
+  _globals['_REPORTCOLUMNS']._serialized_end=286
+  _globals['_SUBMITREQUEST']._serialized_start=288
+  _globals['_SUBMITREQUEST']._serialized_end=386
+  _globals['_SUBMITRESPONSE']._serialized_start=388
+  _globals['_SUBMITRESPONSE']._serialized_end=422
+  _globals['_BATCH']._serialized_start=424
+  _globals['_BATCH']._serialized_end=510
+  _globals['_INGESTRESPONSE']._serialized_start=512
+  _globals['_INGESTRESPONSE']._serialized_end=591
+  _globals['_SHUFFLER']._serialized_start=594
+  _globals['_SHUFFLER']._serialized_end=746
+  _globals['_AGGREGATOR']._serialized_start=748
+  _globals['_AGGREGATOR']._serialized_end=819
 # @@protoc_insertion_point(module_scope)

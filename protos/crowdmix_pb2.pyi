@@ -7,32 +7,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Report(_message.Message):
-    __slots__ = ("metric", "cohort", "bits", "params_fingerprint")
+    __slots__ = ("metric", "cohort", "bits", "params_fingerprint", "report_id")
     METRIC_FIELD_NUMBER: _ClassVar[int]
     COHORT_FIELD_NUMBER: _ClassVar[int]
     BITS_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     metric: str
     cohort: int
     bits: bytes
     params_fingerprint: int
-    def __init__(self, metric: _Optional[str] = ..., cohort: _Optional[int] = ..., bits: _Optional[bytes] = ..., params_fingerprint: _Optional[int] = ...) -> None: ...
+    report_id: bytes
+    def __init__(self, metric: _Optional[str] = ..., cohort: _Optional[int] = ..., bits: _Optional[bytes] = ..., params_fingerprint: _Optional[int] = ..., report_id: _Optional[bytes] = ...) -> None: ...
 
 class ReportColumns(_message.Message):
-    __slots__ = ("metric", "params_fingerprint", "count", "report_bytes", "cohorts", "bits")
+    __slots__ = ("metric", "params_fingerprint", "count", "report_bytes", "cohorts", "bits", "report_ids")
     METRIC_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     REPORT_BYTES_FIELD_NUMBER: _ClassVar[int]
     COHORTS_FIELD_NUMBER: _ClassVar[int]
     BITS_FIELD_NUMBER: _ClassVar[int]
+    REPORT_IDS_FIELD_NUMBER: _ClassVar[int]
     metric: str
     params_fingerprint: int
     count: int
     report_bytes: int
     cohorts: _containers.RepeatedScalarFieldContainer[int]
     bits: bytes
-    def __init__(self, metric: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., count: _Optional[int] = ..., report_bytes: _Optional[int] = ..., cohorts: _Optional[_Iterable[int]] = ..., bits: _Optional[bytes] = ...) -> None: ...
+    report_ids: bytes
+    def __init__(self, metric: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., count: _Optional[int] = ..., report_bytes: _Optional[int] = ..., cohorts: _Optional[_Iterable[int]] = ..., bits: _Optional[bytes] = ..., report_ids: _Optional[bytes] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
     __slots__ = ("reports", "columns")
@@ -59,9 +63,11 @@ class Batch(_message.Message):
     def __init__(self, batch_id: _Optional[bytes] = ..., window: _Optional[int] = ..., reports: _Optional[_Union[ReportColumns, _Mapping]] = ...) -> None: ...
 
 class IngestResponse(_message.Message):
-    __slots__ = ("applied", "duplicate")
+    __slots__ = ("applied", "duplicate", "duplicate_reports")
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     applied: int
     duplicate: bool
-    def __init__(self, applied: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    duplicate_reports: int
+    def __init__(self, applied: _Optional[int] = ..., duplicate: _Optional[bool] = ..., duplicate_reports: _Optional[int] = ...) -> None: ...

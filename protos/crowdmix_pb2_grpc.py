@@ -57,7 +57,10 @@ class ShufflerServicer:
 
     def SubmitStream(self, request_iterator, context):
         """For high-volume senders: many requests on one stream, acknowledged once
-        at the end; each message is validated and stored all-or-nothing.
+        at the end; each message is validated and stored all-or-nothing. A stream
+        refused after some messages were stored says so: its status details start
+        with "stored N report(s) of M message(s)" and the trailing metadata
+        carries crowdmix-stored-reports and crowdmix-stored-messages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

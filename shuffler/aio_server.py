@@ -37,7 +37,7 @@ from shuffler.servicer import (
     parse,
     rejection,
     shuffler_handler,
-    stream_failure,
+    stream_rejection,
 )
 from shuffler.store import AsyncAppender, async_appender
 
@@ -212,7 +212,9 @@ class AsyncShufflerServicer:
                 total += result
                 messages += 1
         if error is not None:
-            await context.abort(*rejection(stream_failure(error, messages, total), self._metrics))
+            code, details, trailing = stream_rejection(error, messages, total, self._metrics)
+            context.set_trailing_metadata(trailing)
+            await context.abort(code, details)
         return pb.SubmitResponse(accepted=total)
 
 

@@ -2,13 +2,17 @@
 
 A *chunk* is ``count`` reports of one metric, column by column::
 
-    count u32 LE | report_bytes u32 LE | cohorts: count × u32 LE | bits: count × report_bytes
+    count u32 LE | report_bytes u32 LE (| IDS_FLAG) | cohorts: count × u32 LE
+        | bits: count × report_bytes | report ids: count × 16 (only with IDS_FLAG)
 
 Chunks are self-delimiting, so a buffer of several chunks (an in-flight batch)
-is their plain concatenation. The format carries nothing but cohorts and bits:
-no time, no sender, no arrival order beyond position (which the batch
-permutation destroys before anything leaves the shuffler). The Redis store's
-Lua script splits chunks in this same layout (``shuffler.redis_store``).
+is their plain concatenation. The format carries nothing but cohorts, bits and
+the devices' report ids (fresh random per report, so they link nothing): no
+time, no sender, no arrival order beyond position (which the batch permutation
+destroys before anything leaves the shuffler). A chunk written before report
+ids existed has no IDS_FLAG and reads back with "no id" (16 zero bytes) for
+each report. The Redis store's Lua script splits chunks in this same layout
+(``shuffler.redis_store``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import numpy.typing as npt
 
 __all__ = [
     "HEADER",
+    "IDS_FLAG",
+    "ID_BYTES",
     "Chunk",
     "Pending",
     "Rows",
@@ -33,19 +39,29 @@ __all__ = [
 
 HEADER = struct.Struct("<II")
 _U32 = np.dtype("<u4")
+#: Set in the report_bytes word of a chunk header when report ids follow the bits.
+IDS_FLAG = 1 << 31
+ID_BYTES = 16
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """``count`` reports: ``cohorts`` (count,) uint32 and their bits, concatenated."""
+    """``count`` reports: ``cohorts`` (count,) uint32, their bits and their report ids
+    (16 bytes each, all zero for "no id"), each concatenated; ``ids`` is b"" when no
+    report of the chunk has one."""
 
     report_bytes: int
     cohorts: npt.NDArray[np.uint32]
     bits: bytes
+    ids: bytes = b""
 
     @property
     def count(self) -> int:
         return int(self.cohorts.shape[0])
+
+    def report_ids(self) -> bytes:
+        """count × 16 bytes of report ids (zeros where a report has none)."""
+        return self.ids or bytes(ID_BYTES * self.count)
 
     def bit_matrix(self) -> npt.NDArray[np.uint8]:
         """The bits as a (count, report_bytes) uint8 view (no copy)."""
@@ -54,9 +70,10 @@ class Chunk:
     def to_blob(self) -> bytes:
         return b"".join(
             (
-                HEADER.pack(self.count, self.report_bytes),
+                HEADER.pack(self.count, self.report_bytes | (IDS_FLAG if self.ids else 0)),
                 self.cohorts.astype(_U32, copy=False).tobytes(),
                 self.bits,
+                self.ids,
             )
         )
 
@@ -64,10 +81,14 @@ class Chunk:
         """The reports at ``index``, in that order (a permutation or a keep-mask's indices)."""
         # one opaque row per report ("V<n>"): 3× faster to gather than a 2-D uint8 index
         rows = np.frombuffer(self.bits, dtype=f"V{self.report_bytes}")
+        ids = b""
+        if self.ids:
+            ids = np.frombuffer(self.ids, dtype=f"V{ID_BYTES}")[index].tobytes()
         return Chunk(
             report_bytes=self.report_bytes,
             cohorts=self.cohorts[index],
             bits=rows[index].tobytes(),
+            ids=ids,
         )
 
     @staticmethod
@@ -80,10 +101,12 @@ class Chunk:
             raise ValueError("cannot concatenate chunks of different report sizes")
         if len(chunks) == 1:
             return chunks[0]
+        with_ids = any(c.ids for c in chunks)
         return Chunk(
             report_bytes=rb,
             cohorts=np.concatenate([c.cohorts for c in chunks]).astype(np.uint32, copy=False),
             bits=b"".join(c.bits for c in chunks),
+            ids=b"".join(c.report_ids() for c in chunks) if with_ids else b"",
         )
 
 
@@ -96,10 +119,14 @@ class Rows:
     report_bytes: int
     cohorts: list[int]
     bits: bytes
+    ids: bytes = b""  # count × 16 bytes (zeros: no id), or b"" when none has one
 
     @property
     def count(self) -> int:
         return len(self.cohorts)
+
+    def report_ids(self) -> bytes:
+        return self.ids or bytes(ID_BYTES * self.count)
 
 
 Pending = Chunk | Rows
@@ -108,7 +135,7 @@ Pending = Chunk | Rows
 def merge(parts: Sequence[Pending]) -> Chunk:
     """Concatenate chunks and rows (all of one report size), in order, into one Chunk."""
     chunks = [
-        Chunk(p.report_bytes, np.array(p.cohorts, dtype=np.uint32), p.bits)
+        Chunk(p.report_bytes, np.array(p.cohorts, dtype=np.uint32), p.bits, p.ids)
         if isinstance(p, Rows)
         else p
         for p in parts
@@ -127,7 +154,10 @@ def merge_blob(parts: Sequence[Pending]) -> tuple[bytes, int]:
         for p in parts
     ]
     bits = [p.bits for p in parts]
-    return b"".join((HEADER.pack(n, parts[0].report_bytes), *cohorts, *bits)), n
+    with_ids = any(p.ids for p in parts)
+    ids = [p.report_ids() for p in parts] if with_ids else []
+    rbf = parts[0].report_bytes | (IDS_FLAG if with_ids else 0)
+    return b"".join((HEADER.pack(n, rbf), *cohorts, *bits, *ids)), n
 
 
 def decode_chunks(buf: bytes | memoryview, offset: int = 0) -> Chunk:
@@ -138,21 +168,27 @@ def decode_chunks(buf: bytes | memoryview, offset: int = 0) -> Chunk:
     view = memoryview(buf)
     cohorts: list[npt.NDArray[np.uint32]] = []
     bits: list[bytes] = []
+    ids: list[bytes] = []
+    with_ids = False
     rb_seen: int | None = None
     pos = offset
     while pos < len(view):
         if pos + HEADER.size > len(view):
             raise ValueError("truncated chunk header")
-        count, rb = HEADER.unpack_from(view, pos)
+        count, rbf = HEADER.unpack_from(view, pos)
+        rb, idb = rbf & ~IDS_FLAG, ID_BYTES if rbf & IDS_FLAG else 0
         pos += HEADER.size
-        end = pos + 4 * count + rb * count
+        end_bits = pos + 4 * count + rb * count
+        end = end_bits + idb * count
         if end > len(view) or rb < 1:
             raise ValueError("truncated or malformed chunk")
         if rb_seen is not None and rb != rb_seen:
             raise ValueError("chunks of different report sizes in one batch")
         rb_seen = rb
         cohorts.append(np.frombuffer(view, dtype=_U32, count=count, offset=pos).astype(np.uint32))
-        bits.append(bytes(view[pos + 4 * count : end]))
+        bits.append(bytes(view[pos + 4 * count : end_bits]))
+        ids.append(bytes(view[end_bits:end]) if idb else bytes(ID_BYTES * count))
+        with_ids = with_ids or bool(idb)
         pos = end
     if rb_seen is None:
         raise ValueError("empty chunk buffer")
@@ -160,6 +196,7 @@ def decode_chunks(buf: bytes | memoryview, offset: int = 0) -> Chunk:
         report_bytes=rb_seen,
         cohorts=np.concatenate(cohorts) if len(cohorts) > 1 else cohorts[0],
         bits=b"".join(bits),
+        ids=b"".join(ids) if with_ids else b"",
     )
 
 
@@ -169,11 +206,23 @@ def split_blob(blob: bytes, n: int) -> tuple[bytes, bytes]:
     Same arithmetic as the Lua take script of the Redis store (kept in step by the
     store contract tests, which split chunks on both stores).
     """
-    count, rb = HEADER.unpack_from(blob, 0)
+    count, rbf = HEADER.unpack_from(blob, 0)
     if not 0 < n < count:
         raise ValueError(f"cannot split {count} reports at {n}")
+    rb, idb = rbf & ~IDS_FLAG, ID_BYTES if rbf & IDS_FLAG else 0
     c0 = HEADER.size
     b0 = c0 + 4 * count
-    head = HEADER.pack(n, rb) + blob[c0 : c0 + 4 * n] + blob[b0 : b0 + rb * n]
-    tail = HEADER.pack(count - n, rb) + blob[c0 + 4 * n : b0] + blob[b0 + rb * n :]
+    i0 = b0 + rb * count
+    head = (
+        HEADER.pack(n, rbf)
+        + blob[c0 : c0 + 4 * n]
+        + blob[b0 : b0 + rb * n]
+        + blob[i0 : i0 + idb * n]
+    )
+    tail = (
+        HEADER.pack(count - n, rbf)
+        + blob[c0 + 4 * n : b0]
+        + blob[b0 + rb * n : i0]
+        + blob[i0 + idb * n :]
+    )
     return head, tail

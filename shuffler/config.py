@@ -21,6 +21,7 @@ table), and command-line flags::
     max_concurrent_rpcs = 4096               # more calls at once: RESOURCE_EXHAUSTED
     commit_max_delay_ms = 1.0                # omit: 1 ms (aio server), 0 (sync server)
     parked_retry_seconds = 600               # re-offer batches the aggregator refused
+    inflight_retry_seconds = 30              # re-offer a batch found in flight this long
     server = "aio"                           # or "sync" (grpc.server + request threads)
     metrics_port = 9400                      # Prometheus; omit for none
     metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
@@ -87,6 +88,10 @@ class ShufflerSettings:
     shutdown_grace_seconds: float = 10.0
     # A batch the aggregator refused outright is offered again this often (and at start-up).
     parked_retry_seconds: float = 600.0
+    # A batch found in flight in the store on two sweeps this far apart (its process lost
+    # the reply of the move script, or crashed) is forwarded again while the daemon runs;
+    # the aggregator applies a batch id once, so a batch still being sent elsewhere is safe.
+    inflight_retry_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         host, sep, port = self.listen.rpartition(":")
@@ -124,7 +129,12 @@ class ShufflerSettings:
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
                 raise ConfigError(f"{name} must be a non-negative number, got {v!r}")
-        for name in ("tick_seconds", "shutdown_grace_seconds", "parked_retry_seconds"):
+        for name in (
+            "tick_seconds",
+            "shutdown_grace_seconds",
+            "parked_retry_seconds",
+            "inflight_retry_seconds",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")

@@ -10,7 +10,6 @@ in exactly one place (``shuffler.servicer._STATUS``):
     │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
     ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
     │   └── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
-    ├── PartiallyStored                     ABORTED            (a stream failed after some messages)
     └── ForwardError                        the aggregator did not acknowledge a batch
 
 Every error a request can be refused with carries a short machine-readable
@@ -27,7 +26,6 @@ __all__ = [
     "ForwardError",
     "InvalidRequest",
     "Overloaded",
-    "PartiallyStored",
     "RequestRejected",
     "ShufflerError",
     "StoreOutcomeUnknown",
@@ -80,9 +78,9 @@ class StoreUnavailable(ShufflerError):
 
 class StoreOutcomeUnknown(StoreUnavailable):
     """A write was sent but never confirmed (timeout, connection lost while waiting for
-    the reply), so it may have been stored. Answered DEADLINE_EXCEEDED, which the SDK
-    does not retry: a device's reports counted twice break the one-report-per-window
-    assumption of the privacy statement, a lost request does not."""
+    the reply), so it may have been stored. Answered DEADLINE_EXCEEDED: the SDK retries
+    it with the same report ids, and the aggregator counts a report id once per window,
+    so a retry of a write that did happen counts nothing twice."""
 
     reason = "store_outcome_unknown"
 
@@ -99,18 +97,3 @@ class ForwardError(ShufflerError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
-
-
-class PartiallyStored(ShufflerError):
-    """A SubmitStream failed with a retryable error after earlier messages of it were
-    stored. Answered ABORTED (which the SDK does not retry) instead of the retryable
-    status, whose blind retry would store those earlier messages twice."""
-
-    reason = "partially_stored"
-
-    def __init__(self, messages: int, reports: int, cause: ShufflerError) -> None:
-        super().__init__(
-            f"{messages} earlier message(s) of this stream ({reports} reports) were stored "
-            f"before it failed ({cause}); resend only the messages after them"
-        )
-        self.cause = cause

@@ -17,6 +17,14 @@ pays for.
 A taken batch is permuted with ``secure_permutation`` (CSPRNG) just before
 each send, sent to the aggregator, and deleted from the store only after the
 aggregator acknowledged it; failures are retried with exponential backoff.
+
+In-flight batches are re-offered not only at start-up (``recover``) but while
+the daemon runs (``sweep_inflight``): a batch seen in flight on two sweeps at
+least ``inflight_retry_seconds`` apart — its move script ran but the reply was
+lost, or the process that took it died — is forwarded again, and on SIGTERM the
+final pass forwards every in-flight batch that is not parked. A batch that
+another live process is still sending may so be sent twice; the aggregator
+applies a batch id once, so that costs a duplicate acknowledgement, not a count.
 Batches whose collection window is older than ``disposal_days`` are discarded
 (queues and in-flight batches alike), never forwarded. Random drop happens at
 commit time (``shuffler.commit``), before anything is written: a dropped report
@@ -61,6 +69,7 @@ class Releaser:
         on_pending: Callable[[int], None] | None = None,
         backoff: tuple[float, float] = (0.05, 5.0),
         parked_retry_seconds: float = 600.0,
+        inflight_retry_seconds: float = 30.0,
     ) -> None:
         self._registry = registry
         self._store = store
@@ -79,6 +88,10 @@ class Releaser:
         self.parked: dict[bytes, str] = {}
         self._parked_retry = parked_retry_seconds
         self._parked_since = monotonic()
+        # batch id -> (metric, when this process first saw it in flight), from the last sweep
+        self._inflight_retry = inflight_retry_seconds
+        self._seen_inflight: dict[bytes, tuple[str, float]] = {}
+        self._last_sweep = monotonic()
 
     # -- policy -------------------------------------------------------------
 
@@ -103,6 +116,39 @@ class Releaser:
                         batch.chunk.count,
                     )
                     done += self.forward(batch, give_up)
+        return done
+
+    def sweep_inflight(self, give_up: Callable[[], bool], *, min_age: float) -> int:
+        """Forward every in-flight batch (not parked) first seen at least ``min_age``
+        seconds ago by an earlier sweep (``min_age=0``: all of them); returns how many
+        were acknowledged. This process's own batches are never in flight between its
+        passes (it forwards each one it takes before the next pass), so what a sweep
+        finds was stranded (a lost reply of the move script) or is another process's."""
+        now = self._monotonic()
+        self._last_sweep = now
+        current: dict[bytes, tuple[str, float]] = {}
+        for metric in self._registry.metrics:
+            for batch_id in self._store.inflight_ids(metric):
+                if batch_id not in self.parked:
+                    seen = self._seen_inflight.get(batch_id)
+                    current[batch_id] = (metric, now if seen is None else seen[1])
+        self._seen_inflight = current
+        done = 0
+        for batch_id, (metric, first_seen) in list(current.items()):
+            if now - first_seen < min_age:
+                continue
+            batch = self._store.load_inflight(metric, batch_id)
+            self._seen_inflight.pop(batch_id, None)
+            if batch is None:  # acknowledged meanwhile
+                continue
+            log.info(
+                "re-forwarding a batch of %s found in flight (%d reports)",
+                metric,
+                batch.chunk.count,
+            )
+            done += self.forward(batch, give_up)
+            if give_up():
+                break
         return done
 
     def run_once(self, give_up: Callable[[], bool], *, final: bool = False) -> int:
@@ -238,19 +284,30 @@ class Releaser:
 
         try:
             self.recover(give_up)
-            while not stop.is_set():
-                try:
-                    self.run_once(give_up)
-                    if self.parked and (
-                        self._monotonic() - self._parked_since >= self._parked_retry
-                    ):
-                        self.retry_parked(give_up)
-                except ShufflerError as exc:
-                    log.warning("release pass failed: %s", exc)
-                stop.wait(tick)
-            self.run_once(give_up, final=True)
-        except ShufflerError as exc:
-            log.error("final release pass failed: %s", exc)
+        except ShufflerError as exc:  # the sweeps below find them again
+            log.warning("start-up recovery failed: %s", exc)
+        while not stop.is_set():
+            try:
+                self.run_once(give_up)
+                if self.parked and (self._monotonic() - self._parked_since >= self._parked_retry):
+                    self.retry_parked(give_up)
+                if self._monotonic() - self._last_sweep >= self._inflight_retry / 2:
+                    self.sweep_inflight(give_up, min_age=self._inflight_retry)
+            except ShufflerError as exc:
+                log.warning("release pass failed: %s", exc)
+            stop.wait(tick)
+        # the final pass: release what may be released, then every batch still in flight
+        final_steps: tuple[Callable[[], int], ...] = (
+            lambda: self.run_once(give_up, final=True),
+            lambda: self.sweep_inflight(give_up, min_age=0.0),
+        )
+        for final_step in final_steps:
+            if give_up():
+                break
+            try:
+                final_step()
+            except ShufflerError as exc:
+                log.error("final release pass failed: %s", exc)
 
 
 class AggregatorSender:

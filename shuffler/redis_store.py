@@ -70,15 +70,20 @@ while taken < max_batch do
     taken = taken + count
   else
     local blob = redis.call('LINDEX', KEYS[2], 0)
-    local _, rb = struct.unpack('<I4I4', blob)
+    local _, rbf = struct.unpack('<I4I4', blob)
+    local rb, idb = rbf, 0
+    if rbf >= 2147483648 then rb, idb = rbf - 2147483648, 16 end
     local c0 = 8
     local b0 = c0 + 4 * count
-    redis.call('RPUSH', KEYS[5], struct.pack('<I4I4', want, rb)
+    local i0 = b0 + rb * count
+    redis.call('RPUSH', KEYS[5], struct.pack('<I4I4', want, rbf)
       .. string.sub(blob, c0 + 1, c0 + 4 * want)
-      .. string.sub(blob, b0 + 1, b0 + rb * want))
-    redis.call('LSET', KEYS[2], 0, struct.pack('<I4I4', count - want, rb)
+      .. string.sub(blob, b0 + 1, b0 + rb * want)
+      .. string.sub(blob, i0 + 1, i0 + idb * want))
+    redis.call('LSET', KEYS[2], 0, struct.pack('<I4I4', count - want, rbf)
       .. string.sub(blob, c0 + 4 * want + 1, b0)
-      .. string.sub(blob, b0 + rb * want + 1))
+      .. string.sub(blob, b0 + rb * want + 1, i0)
+      .. string.sub(blob, i0 + idb * want + 1))
     redis.call('LSET', KEYS[3], 0, count - want)
     taken = taken + want
   end

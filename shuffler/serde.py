@@ -11,24 +11,31 @@ from __future__ import annotations
 import numpy as np
 
 from protos import crowdmix_pb2 as pb
-from shuffler.columns import Chunk
+from shuffler.columns import ID_BYTES, Chunk
+from shuffler.errors import InvalidRequest
 from shuffler.store import InFlightBatch, QueueKey
 from shuffler.validation import ColumnsIn, RowsIn
 
 __all__ = ["batch_from_proto", "batch_to_proto", "request_to_columns"]
 
 
+_NO_ID = bytes(ID_BYTES)
+
+
 def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn]:
+    """The request's reports grouped for validation; a report id that is neither
+    empty nor 16 bytes makes the whole request INVALID_ARGUMENT ("report_id")."""
     parts: list[ColumnsIn | RowsIn] = []
     if request.reports:
-        groups: dict[tuple[str, int, int], tuple[list[int], list[bytes]]] = {}
+        groups: dict[tuple[str, int, int], tuple[list[int], list[bytes], list[bytes]]] = {}
         for r in request.reports:
-            cohorts, bits = groups.setdefault(
-                (r.metric, r.params_fingerprint, len(r.bits)), ([], [])
+            cohorts, bits, ids = groups.setdefault(
+                (r.metric, r.params_fingerprint, len(r.bits)), ([], [], [])
             )
             cohorts.append(r.cohort)
             bits.append(r.bits)
-        for (metric, fp, nb), (cohorts, bits) in groups.items():
+            ids.append(r.report_id)
+        for (metric, fp, nb), (cohorts, bits, ids) in groups.items():
             parts.append(
                 RowsIn(
                     metric=metric,
@@ -36,6 +43,7 @@ def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn]:
                     report_bytes=nb,
                     cohorts=cohorts,
                     bits=b"".join(bits),
+                    ids=_row_ids(ids),
                 )
             )
     for c in request.columns:
@@ -47,9 +55,27 @@ def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn]:
                 report_bytes=c.report_bytes,
                 cohorts=np.fromiter(c.cohorts, dtype=np.int64, count=len(c.cohorts)),
                 bits=c.bits,
+                ids=c.report_ids,
             )
         )
     return parts
+
+
+def _row_ids(ids: list[bytes]) -> bytes:
+    """The rows' ids as one column (zeros for "no id"), b"" when no row has one."""
+    if not any(ids):
+        return b""
+    out = []
+    for rid in ids:
+        if len(rid) == ID_BYTES:
+            out.append(rid)
+        elif not rid:
+            out.append(_NO_ID)
+        else:
+            raise InvalidRequest(
+                "report_id", f"a report id must be {ID_BYTES} bytes or empty, got {len(rid)}"
+            )
+    return b"".join(out)
 
 
 def batch_to_proto(batch: InFlightBatch) -> pb.Batch:
@@ -64,6 +90,7 @@ def batch_to_proto(batch: InFlightBatch) -> pb.Batch:
             report_bytes=chunk.report_bytes,
             cohorts=chunk.cohorts.tolist(),
             bits=chunk.bits,
+            report_ids=chunk.ids,
         ),
     )
 
@@ -79,5 +106,6 @@ def batch_from_proto(message: pb.Batch) -> InFlightBatch:
             report_bytes=cols.report_bytes,
             cohorts=np.fromiter(cols.cohorts, dtype=np.uint32, count=len(cols.cohorts)),
             bits=cols.bits,
+            ids=cols.report_ids,
         ),
     )

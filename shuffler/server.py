@@ -241,6 +241,7 @@ def start_shuffler(
             metrics=metrics,
             on_pending=intake.set_buffered,
             parked_retry_seconds=settings.parked_retry_seconds,
+            inflight_retry_seconds=settings.inflight_retry_seconds,
         )
         releaser_thread = threading.Thread(
             target=releaser.run,

@@ -18,7 +18,6 @@ from protos import crowdmix_pb2 as pb
 from shuffler.errors import (
     InvalidRequest,
     Overloaded,
-    PartiallyStored,
     RequestRejected,
     ShufflerError,
     StoreOutcomeUnknown,
@@ -37,7 +36,7 @@ __all__ = [
     "rejection",
     "shuffler_handler",
     "status_for",
-    "stream_failure",
+    "stream_rejection",
 ]
 
 SERVICE_NAME = "crowdmix.v1.Shuffler"
@@ -50,7 +49,6 @@ _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StoreOutcomeUnknown, grpc.StatusCode.DEADLINE_EXCEEDED),  # before its base class
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
-    (PartiallyStored, grpc.StatusCode.ABORTED),
 )
 
 
@@ -77,16 +75,26 @@ def rejection(exc: ShufflerError, metrics: ShufflerMetrics) -> tuple[grpc.Status
     return status_for(exc), f"{reason}: {exc}"
 
 
-_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+STORED_REPORTS_KEY = "crowdmix-stored-reports"
+STORED_MESSAGES_KEY = "crowdmix-stored-messages"
 
 
-def stream_failure(exc: ShufflerError, messages: int, reports: int) -> ShufflerError:
-    """The error a SubmitStream answers when ``exc`` stopped it after ``messages`` of
-    its messages (``reports`` reports) were stored: never a status that invites a
-    retry of the whole stream once part of it is in the store."""
-    if messages and status_for(exc) in _RETRYABLE:
-        return PartiallyStored(messages, reports, exc)
-    return exc
+def stream_rejection(
+    exc: ShufflerError, messages: int, reports: int, metrics: ShufflerMetrics
+) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """Status, details and trailing metadata of a SubmitStream that ``exc`` stopped
+    after its first ``messages`` messages (``reports`` reports) were stored.
+
+    The status is the failure's own (INVALID_ARGUMENT for a bad message, UNAVAILABLE
+    for a store outage, ...); the details start with what was stored, and the
+    trailing metadata carries the same two numbers for programs. Resending the
+    whole stream is safe for reports with ids (the aggregator drops repeated ids);
+    a sender without report ids resends only the messages after ``messages``.
+    """
+    code, details = rejection(exc, metrics)
+    summary = f"stored {reports} report(s) of {messages} message(s) before this failure"
+    trailing = ((STORED_REPORTS_KEY, str(reports)), (STORED_MESSAGES_KEY, str(messages)))
+    return code, f"{summary}; {details}", trailing
 
 
 def bearer(context: Any) -> str | None:
@@ -162,5 +170,7 @@ class ShufflerServicer:
                 total += self._submit_one(raw, context)
                 messages += 1
         except ShufflerError as exc:
-            self._abort(context, stream_failure(exc, messages, total))
+            code, details, trailing = stream_rejection(exc, messages, total, self._metrics)
+            context.set_trailing_metadata(trailing)
+            context.abort(code, details)
         return pb.SubmitResponse(accepted=total)

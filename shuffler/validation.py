@@ -15,7 +15,8 @@ reason                 status              when
 empty                  INVALID_ARGUMENT    no report at all
 unknown_metric         INVALID_ARGUMENT    metric not in the registry
 fingerprint_mismatch   INVALID_ARGUMENT    encoded under other params than the registry's
-malformed              INVALID_ARGUMENT    count disagrees with the cohorts or bits given
+malformed              INVALID_ARGUMENT    count disagrees with the cohorts, bits or report ids
+report_id              INVALID_ARGUMENT    a row's report id is neither 16 bytes nor empty
 bit_length             INVALID_ARGUMENT    not ceil(bits/8) bytes per report
 padding_bits           INVALID_ARGUMENT    a bit past the metric's last bit is set
 cohort_range           INVALID_ARGUMENT    cohort ≥ m (basic mechanisms: ≠ 0)
@@ -33,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from client.registry import MetricConfig, Registry
-from shuffler.columns import Chunk, Pending, Rows, merge
+from shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
 from shuffler.errors import InvalidRequest, Overloaded
 
 __all__ = ["ColumnsIn", "RowsIn", "payload_bits", "validate"]
@@ -49,6 +50,7 @@ class ColumnsIn:
     report_bytes: int
     cohorts: npt.NDArray[np.int64]
     bits: bytes
+    ids: bytes = b""  # count × 16 bytes of report ids, or b"" (no ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ class RowsIn:
     report_bytes: int
     cohorts: list[int]
     bits: bytes
+    ids: bytes = b""  # count × 16 bytes of report ids (zeros: no id), or b""
 
     @property
     def count(self) -> int:
@@ -135,6 +138,12 @@ def _check_one(registry: Registry, part: ColumnsIn) -> MetricConfig:
             f"{where}: count {part.count} disagrees with {part.cohorts.size} cohorts and "
             f"{len(part.bits)} bytes of bits",
         )
+    if part.ids and len(part.ids) != ID_BYTES * part.count:
+        raise InvalidRequest(
+            "malformed",
+            f"{where}: report_ids has {len(part.ids)} bytes, expected 0 or "
+            f"{ID_BYTES}*count = {ID_BYTES * part.count}",
+        )
     if part.count and int(part.cohorts.min()) < 0:
         raise InvalidRequest("cohort_range", f"{where}: negative cohort")
     if part.count and int(part.cohorts.max()) >= metric.num_cohorts:
@@ -176,13 +185,17 @@ def validate(
     if len(parts) == 1 and isinstance(parts[0], RowsIn):  # the device-style fast path
         row = parts[0]
         metric = _check_rows(registry, row)
-        return {(metric.name, metric.fingerprint): Rows(row.report_bytes, row.cohorts, row.bits)}
+        return {
+            (metric.name, metric.fingerprint): Rows(
+                row.report_bytes, row.cohorts, row.bits, row.ids
+            )
+        }
     grouped: dict[tuple[str, int], list[Pending]] = {}
     for part in parts:
         pending: Pending
         if isinstance(part, RowsIn):
             metric = _check_rows(registry, part)
-            pending = Rows(part.report_bytes, part.cohorts, part.bits)
+            pending = Rows(part.report_bytes, part.cohorts, part.bits, part.ids)
         else:
             if part.count == 0 and not part.bits and part.cohorts.size == 0:
                 continue
@@ -191,6 +204,7 @@ def validate(
                 report_bytes=metric.report_bytes,
                 cohorts=part.cohorts.astype(np.uint32),
                 bits=part.bits,
+                ids=part.ids,
             )
         grouped.setdefault((metric.name, metric.fingerprint), []).append(pending)
     return {key: group[0] if len(group) == 1 else merge(group) for key, group in grouped.items()}

@@ -10,9 +10,26 @@ registry knows, its params fingerprint, the report length, the column lengths,
 cohorts in range and zero padding bits. Counting is one numpy pass over the
 whole batch (no per-report Python; the metric's accumulator from
 ``aggregator.counting.counts.accumulator_for``, which also checks payload ranges of the
-basic mechanisms), then ``CountStore.apply`` adds the counts
-and records the batch id atomically: a batch applied before is acknowledged as
-a duplicate and counted zero times.
+basic mechanisms), then ``CountStore.apply_reports`` adds the counts and
+records the batch id and the report ids atomically: a batch applied before is
+acknowledged as a duplicate and counted zero times, and a report whose id was
+counted before in its window is dropped (a device retried a request whose first
+attempt was stored after all).
+
+Report ids: a report id repeated *within* a batch is dropped here before the
+store is called (numpy: sort the ids' first 8 bytes, confirm equal neighbours
+byte for byte); then the store drops ids counted in earlier batches. A report
+without an id (16 zero bytes, or a batch with no ``report_ids`` at all: older
+SDKs, imported google/rappor data never comes through here) is counted without
+de-duplication — refusing it would lose data an older device already
+acknowledged; the ``crowdmix_aggregator_reports_without_id`` metric shows how many
+remain. De-duplication is per collection window: a retry that lands in the next
+window (a request sent just before a window boundary) is not caught.
+
+Retention (:meth:`Ingestor.dispose_ids`, run by the daemon): the batch ids and
+report ids of a window are deleted once the window is older than the metric's
+``disposal_days`` plus one window (by then the shuffler has disposed every batch
+of it), and a batch of such a window is refused as ``window_disposed``.
 """
 
 from __future__ import annotations
@@ -26,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aggregator.counting.counts import Counts, CountsShapeError, accumulator_for
-from aggregator.store.base import CountStore, InvalidBatch
+from aggregator.store.base import REPORT_ID_BYTES, CountStore, InvalidBatch, ReportIds
 from aggregator.store.codec import describe_metric
 from client.registry import MetricConfig, Registry
 
@@ -55,12 +72,15 @@ class IngestBatch:
     report_bytes: int
     cohorts: npt.NDArray[Any]
     bits: bytes
+    report_ids: bytes = b""  # count × 16 bytes (zeros: no id), or b"" (no report has one)
 
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
     applied: int  # reports counted by this call
     duplicate: bool  # the batch id had been applied before: counted zero times
+    duplicate_reports: int = 0  # reports dropped: their id was counted before in the window
+    without_id: int = 0  # reports counted without de-duplication (no report id)
 
 
 class Ingestor:
@@ -125,6 +145,19 @@ class Ingestor:
                 f"{batch.count}*{batch.report_bytes}",
                 reason="length",
             )
+        if batch.report_ids and len(batch.report_ids) != REPORT_ID_BYTES * batch.count:
+            raise InvalidBatch(
+                f"report_ids has {len(batch.report_ids)} bytes, expected 0 or "
+                f"{REPORT_ID_BYTES}*count = {REPORT_ID_BYTES * batch.count}",
+                reason="length",
+            )
+        if self.window_disposed(config, batch.window):
+            raise InvalidBatch(
+                f"window {batch.window} of metric {batch.metric!r} is older than its "
+                f"disposal_days ({config.shuffle.disposal_days}) plus one window: its ids "
+                "are deleted, so it cannot be counted exactly once",
+                reason="window_disposed",
+            )
         low, high = int(batch.cohorts.min()), int(batch.cohorts.max())
         if low < 0 or high >= config.num_cohorts:
             raise InvalidBatch(
@@ -141,18 +174,102 @@ class Ingestor:
             raise InvalidBatch(f"metric {batch.metric!r}: {exc}", reason=reason) from None
         return config, counts
 
+    def retention_cutoff(self, config: MetricConfig) -> int:
+        """The first window whose ids are kept: earlier ones are past ``disposal_days``
+        plus one window (the shuffler disposed of every batch of theirs)."""
+        age = config.shuffle.disposal_days * 86400.0 + self.registry.window_seconds
+        return self.registry.window_of(self._clock() - age)
+
+    def window_disposed(self, config: MetricConfig, window: int) -> bool:
+        return window < self.retention_cutoff(config)
+
+    def dispose_ids(self) -> int:
+        """Delete the ids of every metric's windows past retention; returns ids deleted."""
+        return sum(
+            self.store.dispose_ids(name, self.retention_cutoff(config))
+            for name, config in self.registry.metrics.items()
+        )
+
     def ingest(self, batch: IngestBatch) -> IngestResult:
         """Validate, count, and apply once. Store errors propagate (StoreError)."""
         config, counts = self.validate(batch)
         description = self._descriptions.get(config.name)
         if description is None:
             description = self._descriptions[config.name] = describe_metric(config)
-        applied = self.store.apply(
+        report_ids, counts, in_batch, without_id = _report_ids(
+            batch, counts, self._accumulator, config
+        )
+        outcome = self.store.apply_reports(
             batch.metric,
             batch.window,
             batch.batch_id,
             config.fingerprint,
             counts,
+            report_ids,
             description=description,
         )
-        return IngestResult(applied=batch.count if applied else 0, duplicate=not applied)
+        if not outcome.applied:
+            return IngestResult(applied=0, duplicate=True)
+        return IngestResult(
+            applied=outcome.counted,
+            duplicate=False,
+            duplicate_reports=in_batch + outcome.duplicates,
+            without_id=without_id,
+        )
+
+
+def _report_ids(
+    batch: IngestBatch,
+    counts: Counts,
+    accumulator: Callable[[MetricConfig], Counts],
+    config: MetricConfig,
+) -> tuple[ReportIds, Counts, int, int]:
+    """The batch's report ids for the store (distinct, no zero ids), its counts without
+    reports repeated within the batch, how many those were, and how many have no id.
+
+    Numpy over the whole batch: equal ids have equal first 8 bytes, so sorting those
+    finds every candidate; candidates are confirmed byte for byte (16-byte rows).
+    """
+    if not batch.report_ids:
+        return ReportIds(b"", _no_recount), counts, 0, batch.count
+    words = np.frombuffer(batch.report_ids, dtype="<u8").reshape(batch.count, 2)
+    rows = np.frombuffer(batch.report_ids, dtype=f"V{REPORT_ID_BYTES}")
+    has_id = (words[:, 0] != 0) | (words[:, 1] != 0)
+    with_id = np.flatnonzero(has_id)  # row of each id-carrying report
+    without_id = batch.count - int(with_id.size)
+    drop = np.zeros(0, dtype=np.intp)
+    if with_id.size > 1:
+        order = with_id[np.argsort(words[with_id, 0], kind="stable")]
+        first = words[order, 0]
+        if bool((first[1:] == first[:-1]).any()):  # candidates: confirm on all 16 bytes
+            seen: set[bytes] = set()
+            repeated = []
+            for row in order[np.isin(first, first[1:][first[1:] == first[:-1]])].tolist():
+                rid = rows[row].tobytes()
+                if rid in seen:
+                    repeated.append(row)
+                seen.add(rid)
+            drop = np.sort(np.asarray(repeated, dtype=np.intp))
+    bits = np.frombuffer(batch.bits, dtype=np.uint8).reshape(batch.count, batch.report_bytes)
+
+    def recount(dropped_rows: npt.NDArray[np.intp]) -> Counts:
+        keep = np.ones(batch.count, dtype=bool)
+        keep[dropped_rows] = False
+        fresh = accumulator(config)
+        if keep.any():
+            fresh.add(batch.cohorts[keep], bits[keep])
+        return fresh
+
+    if drop.size:
+        counts = recount(drop)
+        with_id = np.setdiff1d(with_id, drop, assume_unique=True)
+    ids = rows[with_id].tobytes()
+
+    def counts_without(positions: npt.NDArray[np.intp]) -> Counts:
+        return recount(np.concatenate([drop, with_id[positions]]))
+
+    return ReportIds(ids, counts_without), counts, int(drop.size), without_id
+
+
+def _no_recount(_positions: npt.NDArray[np.intp]) -> Counts:
+    raise AssertionError("a batch without report ids is never recounted")

@@ -29,6 +29,23 @@ class IngestMetrics:
             ["metric"],
             registry=r,
         )
+        self.duplicate_reports = Counter(
+            "crowdmix_aggregator_duplicate_reports",
+            "Reports dropped because their report id was counted before in the window",
+            ["metric"],
+            registry=r,
+        )
+        self.reports_without_id = Counter(
+            "crowdmix_aggregator_reports_without_id",
+            "Reports counted without de-duplication: they carry no report id (older SDKs)",
+            ["metric"],
+            registry=r,
+        )
+        self.disposed_ids = Counter(
+            "crowdmix_aggregator_ids_disposed",
+            "Batch ids and report ids deleted with windows past retention",
+            registry=r,
+        )
         self.rejected = Counter(
             "crowdmix_aggregator_batches_rejected",
             "Batches rejected, by reason",

@@ -25,7 +25,9 @@ Exit codes of the daemon (numbered so supervisors can tell causes apart)::
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +40,6 @@ from aggregator.daemon.metrics import IngestMetrics
 from aggregator.daemon.service import AggregatorServicer
 from aggregator.store.base import CountStore, MemoryCountStore, StoreError
 from client.registry import Registry
-from protos import crowdmix_pb2_grpc
 
 __all__ = [
     "EXIT_BIND",
@@ -111,6 +112,9 @@ class AggregatorServer:
         self._metrics_port = metrics_port
         self._metrics_host = metrics_host
         self._maintain_interval = maintain_interval
+        # retention of batch ids and report ids: cheap, but needs a key scan on Redis
+        self._retention_interval = 60.0
+        self._last_retention = -math.inf
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
         self._http: Any = None
@@ -123,8 +127,8 @@ class AggregatorServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        crowdmix_pb2_grpc.add_AggregatorServicer_to_server(
-            AggregatorServicer(self.ingestor, self.metrics), self._server
+        self._server.add_generic_rpc_handlers(
+            (AggregatorServicer(self.ingestor, self.metrics).handler(),)
         )
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -179,6 +183,17 @@ class AggregatorServer:
             return
         if n:
             self.metrics.folded.inc(n)
+        now = time.monotonic()
+        if now - self._last_retention >= self._retention_interval:
+            self._last_retention = now
+            try:
+                deleted = self.ingestor.dispose_ids()
+            except StoreError as exc:
+                log.warning("deleting ids of disposed windows failed (will retry): %s", exc)
+                return
+            if deleted:
+                self.metrics.disposed_ids.inc(deleted)
+                log.info("deleted %d batch and report ids of windows past retention", deleted)
 
     def stop(self, grace: float | None = 10.0) -> None:
         """Stop taking batches, let in-flight Ingest calls finish (up to ``grace`` s), fold."""

@@ -3,7 +3,8 @@
 ``Ingest(Batch)`` becomes :meth:`aggregator.daemon.ingest.Ingestor.ingest`; domain
 errors become status codes here and only here (:func:`status_for`):
 
-    InvalidBatch      → INVALID_ARGUMENT    (the reason; the sender must not retry)
+    InvalidBatch      → INVALID_ARGUMENT    (the reason; the sender must not retry; also a
+                                           body that is not a Batch protobuf: one log line)
     ParamsConflict    → FAILED_PRECONDITION (counts exist under other params)
     StoreUnavailable  → UNAVAILABLE         (nothing applied; retry, the id dedupes)
     anything else     → INTERNAL            (logged here, never a stack trace to the caller)
@@ -13,16 +14,27 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from aggregator.daemon.ingest import IngestBatch, Ingestor, IngestResult
 from aggregator.daemon.metrics import IngestMetrics
 from aggregator.store.base import InvalidBatch, ParamsConflict, StoreUnavailable
-from protos import crowdmix_pb2, crowdmix_pb2_grpc
+from protos import crowdmix_pb2
 
-__all__ = ["AggregatorServicer", "batch_from_proto", "batch_to_proto", "status_for"]
+__all__ = [
+    "SERVICE_NAME",
+    "AggregatorServicer",
+    "batch_from_proto",
+    "batch_to_proto",
+    "parse_batch",
+    "status_for",
+]
+
+SERVICE_NAME = "crowdmix.v1.Aggregator"
 
 log = logging.getLogger("crowdmix.aggregator")
 
@@ -39,6 +51,7 @@ def batch_from_proto(msg: crowdmix_pb2.Batch) -> IngestBatch:
         report_bytes=cols.report_bytes,
         cohorts=np.array(cols.cohorts, dtype=np.int64),
         bits=cols.bits,
+        report_ids=cols.report_ids,
     )
 
 
@@ -54,8 +67,17 @@ def batch_to_proto(batch: IngestBatch) -> crowdmix_pb2.Batch:
             report_bytes=batch.report_bytes,
             cohorts=batch.cohorts.tolist(),
             bits=batch.bits,
+            report_ids=batch.report_ids,
         ),
     )
+
+
+def parse_batch(raw: bytes) -> crowdmix_pb2.Batch:
+    """The request body as a Batch; InvalidBatch ("malformed") when it is not one."""
+    try:
+        return crowdmix_pb2.Batch.FromString(raw)
+    except DecodeError:
+        raise InvalidBatch("the request body is not a Batch protobuf", reason="malformed") from None
 
 
 def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
@@ -69,13 +91,29 @@ def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, "internal error"
 
 
-class AggregatorServicer(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore[misc]
+class AggregatorServicer:
+    """Ingest on raw request bytes: registered with no request deserializer
+    (:meth:`handler`), so a body that is not a Batch (random bytes, truncated,
+    trailing garbage) is answered INVALID_ARGUMENT here, with one log line, instead
+    of grpc's INTERNAL and a traceback (which the shuffler would retry forever)."""
+
     def __init__(self, ingestor: Ingestor, metrics: IngestMetrics | None = None) -> None:
         self._ingestor = ingestor
         self._metrics = metrics if metrics is not None else IngestMetrics()
 
+    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "Ingest": grpc.unary_unary_rpc_method_handler(
+                    self.Ingest,
+                    response_serializer=crowdmix_pb2.IngestResponse.SerializeToString,
+                )
+            },
+        )
+
     def Ingest(
-        self, request: crowdmix_pb2.Batch, context: grpc.ServicerContext
+        self, request: bytes | crowdmix_pb2.Batch, context: grpc.ServicerContext
     ) -> crowdmix_pb2.IngestResponse:
         start = time.perf_counter()
         try:
@@ -86,20 +124,31 @@ class AggregatorServicer(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore[
             context.abort(code, message)
         finally:
             self._metrics.latency.observe(time.perf_counter() - start)
-        return crowdmix_pb2.IngestResponse(applied=result.applied, duplicate=result.duplicate)
+        return crowdmix_pb2.IngestResponse(
+            applied=result.applied,
+            duplicate=result.duplicate,
+            duplicate_reports=result.duplicate_reports,
+        )
 
-    def _ingest(self, request: crowdmix_pb2.Batch) -> IngestResult:
-        batch = batch_from_proto(request)
+    def _ingest(self, request: bytes | crowdmix_pb2.Batch) -> IngestResult:
+        message = parse_batch(request) if isinstance(request, bytes) else request
+        batch = batch_from_proto(message)
         result = self._ingestor.ingest(batch)
         outcome = "duplicate" if result.duplicate else "applied"
         self._metrics.batches.labels(batch.metric, outcome).inc()
         if result.applied:
             self._metrics.reports.labels(batch.metric).inc(result.applied)
+        if result.duplicate_reports:
+            self._metrics.duplicate_reports.labels(batch.metric).inc(result.duplicate_reports)
+        if result.without_id:
+            self._metrics.reports_without_id.labels(batch.metric).inc(result.without_id)
         return result
 
     def _count_failure(self, exc: Exception) -> None:
         if isinstance(exc, InvalidBatch):
             self._metrics.rejected.labels(exc.reason).inc()
+            if exc.reason == "malformed":
+                log.warning("ingest refused: %s", exc)
         elif isinstance(exc, ParamsConflict):
             self._metrics.rejected.labels("params_conflict").inc()
         elif isinstance(exc, StoreUnavailable):

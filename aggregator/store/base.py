@@ -1,11 +1,20 @@
 """Where the aggregator keeps its counts: one protocol, two backends.
 
 A count store holds, per metric, the set of applied batch ids and, per
-collection window, the counts (:class:`StoredCounts`: an accumulator's totals and ones).
-:meth:`CountStore.apply` adds one batch's counts and records its id in one
-atomic step, so a batch re-sent by the shuffler is acknowledged but never
-counted twice, and a crash can never leave counts without their id (or the
-reverse).
+collection window, the counts (:class:`StoredCounts`: an accumulator's totals and ones)
+and the report ids counted in that window.
+:meth:`CountStore.apply_reports` adds one batch's counts, records its id and its
+reports' ids in one atomic step, dropping every report whose id was already
+counted in the window (the counts added are those of the remaining reports), so
+a batch re-sent by the shuffler, or a report re-sent by a device whose first
+attempt was stored after all, is acknowledged but never counted twice, and a
+crash can never leave counts without their ids (or the reverse). Reports
+without an id (16 zero bytes: older SDKs) are counted without de-duplication.
+
+Retention: :meth:`CountStore.dispose_ids` deletes the batch ids and report ids
+of windows before a cutoff (their counts stay) and from then on refuses
+batches of those windows (``WindowDisposed``), so deleting the ids can never
+let a late copy be counted twice.
 
 - :class:`MemoryCountStore`: a dict and a lock; the embedded default.
 - :class:`~aggregator.store.redis.RedisCountStore`: Redis with AOF; a Lua script
@@ -23,6 +32,7 @@ Errors (one hierarchy for the aggregator service, also used by
 
     AggregatorError
     ├── InvalidBatch          the batch breaks the registry or the wire contract
+    │   └── WindowDisposed    the batch's window is past retention (its ids are deleted)
     └── StoreError
         ├── StoreUnavailable  the backend cannot be reached now (retry later)
         └── ParamsConflict    counts for this metric were stored under other params
@@ -32,7 +42,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -40,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aggregator.counting.counts import CohortCounts, Counts
+from aggregator.store.report_ids import ReportIdIndex
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig
@@ -47,15 +58,19 @@ if TYPE_CHECKING:
 Int64Array = npt.NDArray[np.int64]
 
 __all__ = [
+    "NO_REPORT_IDS",
     "AggregatorError",
+    "ApplyOutcome",
     "CountStore",
     "CountsLike",
     "InvalidBatch",
     "MemoryCountStore",
     "ParamsConflict",
+    "ReportIds",
     "StoreError",
     "StoreUnavailable",
     "StoredCounts",
+    "WindowDisposed",
     "batch_crowd",
     "load_batch_sizes",
     "load_counts",
@@ -80,6 +95,13 @@ class InvalidBatch(AggregatorError, ValueError):
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class WindowDisposed(InvalidBatch):
+    """The batch's window is past retention: its ids were deleted, so it is not counted."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="window_disposed")
 
 
 class StoreError(AggregatorError):
@@ -149,6 +171,63 @@ class StoredCounts:
         return counts
 
 
+REPORT_ID_BYTES = 16
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ReportIds:
+    """The report ids of a batch to apply, and how to count the batch without some.
+
+    ``ids`` is n distinct ids of 16 bytes, concatenated (the batch's reports that
+    have an id, each once); ``counts_without(positions)`` is the batch's counts
+    without the reports whose ids sit at ``positions`` of ``ids`` (the store asks
+    only when some were counted before in the window: a recount is rare).
+    """
+
+    ids: bytes
+    counts_without: Callable[[npt.NDArray[np.intp]], CountsLike]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) % REPORT_ID_BYTES:
+            raise ValueError(f"report ids must be 16 bytes each, got {len(self.ids)} bytes")
+
+    @property
+    def count(self) -> int:
+        return len(self.ids) // REPORT_ID_BYTES
+
+    def without(self, positions: npt.NDArray[np.intp]) -> tuple[ReportIds, CountsLike]:
+        """The ids left after dropping ``positions``, and the counts of the batch without them."""
+        keep = np.ones(self.count, dtype=bool)
+        keep[positions] = False
+        rows = np.frombuffer(self.ids, dtype=f"V{REPORT_ID_BYTES}")[keep]
+        dropped = np.flatnonzero(~keep)
+        base = self.counts_without
+
+        def counts_without(more: npt.NDArray[np.intp]) -> CountsLike:
+            return base(np.concatenate([dropped, np.flatnonzero(keep)[more]]))
+
+        return ReportIds(rows.tobytes(), counts_without), base(dropped)
+
+
+#: No report ids (a batch of id-less reports): nothing is de-duplicated.
+NO_REPORT_IDS = ReportIds(b"", lambda _positions: _no_recount())
+
+
+def _no_recount() -> CountsLike:
+    raise AssertionError("a batch without report ids is never recounted")
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOutcome:
+    """What :meth:`CountStore.apply_reports` did: ``applied`` False when the batch id
+    was applied before (nothing changed); else ``counted`` reports were added and
+    ``duplicates`` dropped because their id was counted before in the window."""
+
+    applied: bool
+    counted: int
+    duplicates: int
+
+
 @runtime_checkable
 class CountStore(Protocol):
     """Counts per (metric, window) plus the applied batch ids, changed together."""
@@ -170,7 +249,35 @@ class CountStore(Protocol):
         the one the metric's counts were first stored under. ``description`` (the
         metric's registry entry, :func:`describe_metric`) is kept with the first
         batch so a report job can decode the counts without the registry file.
+        Same as :meth:`apply_reports` with no report ids.
         """
+        ...
+
+    def apply_reports(
+        self,
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        report_ids: ReportIds,
+        *,
+        description: str = "",
+    ) -> ApplyOutcome:
+        """Like :meth:`apply`, and in the same atomic step drop the reports whose id
+        was counted before in ``window`` (counting the others: ``report_ids.
+        counts_without``) and record the ids of the reports counted.
+
+        Raises WindowDisposed when ``window`` is before the cutoff of :meth:`dispose_ids`.
+        The batch's size and smallest crowd are recorded for the counted reports only
+        (a smaller crowd: the privacy statement errs on the safe side).
+        """
+        ...
+
+    def dispose_ids(self, metric: str, before_window: int) -> int:
+        """Delete the batch ids and report ids of ``metric``'s windows before
+        ``before_window`` (counts stay) and refuse their batches from now on;
+        returns the ids deleted."""
         ...
 
     def description(self, metric: str) -> str | None:
@@ -222,6 +329,9 @@ class MemoryCountStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids: dict[str, set[bytes]] = {}
+        self._window_batches: dict[tuple[str, int], set[bytes]] = {}
+        self._report_ids: dict[tuple[str, int], ReportIdIndex] = {}
+        self._disposed_before: dict[str, int] = {}
         self._fingerprints: dict[str, int] = {}
         self._descriptions: dict[str, str] = {}
         self._counts: dict[tuple[str, int], StoredCounts] = {}
@@ -238,7 +348,21 @@ class MemoryCountStore:
         *,
         description: str = "",
     ) -> bool:
-        add = StoredCounts.of(delta)
+        return self.apply_reports(
+            metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
+        ).applied
+
+    def apply_reports(
+        self,
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        report_ids: ReportIds,
+        *,
+        description: str = "",
+    ) -> ApplyOutcome:
         with self._lock:
             known = self._fingerprints.get(metric)
             if known is not None and known != fingerprint:
@@ -246,24 +370,57 @@ class MemoryCountStore:
                     f"metric {metric!r} has counts under params fingerprint {known:#018x}, "
                     f"this batch has {fingerprint:#018x}"
                 )
+            cutoff = self._disposed_before.get(metric)
+            if cutoff is not None and window < cutoff:
+                raise WindowDisposed(
+                    f"window {window} of metric {metric!r} is past retention (ids kept "
+                    f"from window {cutoff} on)"
+                )
             ids = self._ids.setdefault(metric, set())
             if batch_id in ids:
-                return False
-            current = self._counts.get((metric, window))
-            # Compute the new value before recording anything: a failure leaves no trace.
-            updated = add if current is None else current + add
-            self._counts[(metric, window)] = StoredCounts(
-                updated.totals.copy(), updated.ones.copy()
-            )
+                return ApplyOutcome(applied=False, counted=0, duplicates=0)
+            seen = self._report_ids.get((metric, window))
+            duplicates = 0
+            if seen is not None and report_ids.ids:
+                positions = seen.present(report_ids.ids)
+                if positions.size:  # rare: counted before; recount the batch without them
+                    duplicates = int(positions.size)
+                    report_ids, delta = report_ids.without(positions)
+            add = StoredCounts.of(delta)
+            counted = add.num_reports
+            if counted:
+                current = self._counts.get((metric, window))
+                # Compute the new value before recording anything: a failure leaves no trace.
+                updated = add if current is None else current + add
+                self._counts[(metric, window)] = StoredCounts(
+                    updated.totals.copy(), updated.ones.copy()
+                )
+                self._sizes.setdefault((metric, window), Counter())[counted] += 1
+                crowd = batch_crowd(add.totals)
+                if crowd < self._crowds.get((metric, window), crowd + 1):
+                    self._crowds[(metric, window)] = crowd
             ids.add(batch_id)
-            self._sizes.setdefault((metric, window), Counter())[add.num_reports] += 1
-            crowd = batch_crowd(add.totals)
-            if crowd < self._crowds.get((metric, window), crowd + 1):
-                self._crowds[(metric, window)] = crowd
+            self._window_batches.setdefault((metric, window), set()).add(batch_id)
+            if report_ids.ids:
+                self._report_ids.setdefault((metric, window), ReportIdIndex()).add(report_ids.ids)
             if known is None:
                 self._fingerprints[metric] = fingerprint
                 self._descriptions[metric] = description
-            return True
+            return ApplyOutcome(applied=True, counted=counted, duplicates=duplicates)
+
+    def dispose_ids(self, metric: str, before_window: int) -> int:
+        with self._lock:
+            self._disposed_before[metric] = max(
+                before_window, self._disposed_before.get(metric, before_window)
+            )
+            deleted = 0
+            for key in [k for k in self._window_batches if k[0] == metric and k[1] < before_window]:
+                batches = self._window_batches.pop(key)
+                self._ids.get(metric, set()).difference_update(batches)
+                deleted += len(batches)
+            for key in [k for k in self._report_ids if k[0] == metric and k[1] < before_window]:
+                deleted += len(self._report_ids.pop(key))
+            return deleted
 
     def description(self, metric: str) -> str | None:
         with self._lock:

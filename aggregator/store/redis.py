@@ -5,10 +5,23 @@ nearly every (cohort, bit) cell (m·k = 8192 cells at m=64, k=128), so
 "HINCRBY every cell" costs thousands of Redis commands per batch. Instead the
 aggregator counts the batch in numpy and a Lua script, atomically,
 
-1. checks the params fingerprint of the metric (counts under other params never mix),
-2. ``SADD``s the batch id to the metric's applied-ids set (already there → duplicate, stop),
-3. ``HSET``s the batch's counts as one compact blob (``store_codec.encode_counts``) under its id
-   in the window's delta hash, and records the window.
+1. checks the params fingerprint of the metric (counts under other params never mix)
+   and that the window is not past retention,
+2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
+3. checks that the window's report-id list has the length the caller checked the batch's
+   report ids against (else it changes nothing and the caller checks the new ids too),
+4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
+   batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
+   window's delta hash, and records the window.
+
+The membership test of report ids runs in this process, in numpy
+(:class:`aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
+reads only what other processes appended since), before the script: a report whose id
+was counted before is dropped and the batch recounted without it (rare). Step 3 makes
+that check and the count one atomic step, also across aggregator processes: if any id
+was appended in between, the script refuses and the check runs again on the new ids.
+A Redis set with ``SMISMEMBER``/``SADD`` inside the script would be simpler, but costs
+about 5 µs of Redis CPU and 84 bytes per id (BENCHMARKS.md); the list costs 16 bytes.
 
 So counts and ids change together (a Lua script runs atomically and Redis
 checks out-of-memory before its first write), and the AOF gets one entry per
@@ -28,17 +41,27 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:meta           hash: fingerprint, description (registry entry, JSON)
     {prefix}:{metric}:ids            set of applied batch ids (16 bytes each)
     {prefix}:{metric}:windows        set of windows holding counts
+    {prefix}:{metric}:w:{W}:batches  set of the batch ids applied in window W (for retention)
+    {prefix}:{metric}:w:{W}:rids     list of blobs: the report ids counted in window W
+    {prefix}:{metric}:w:{W}:nrids    how many report ids that list holds
     {prefix}:{metric}:w:{W}:deltas   hash: batch id -> counts blob (not yet folded)
     {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
     {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
     {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
 
-The ids set grows by one member per batch (about 80 bytes in Redis): with the
-shuffler's default 100 k-report batches that is 0.8 bytes per 1000 reports.
+Memory: a batch id costs about 80 bytes in each of two sets; a report id 16 bytes in
+Redis and 32-128 bytes in the index of each aggregator process that ingests the window
+(BENCHMARKS.md): a window of 10 M reports holds 160 MB of ids in Redis until it is
+disposed. Retention
+(:meth:`RedisCountStore.dispose_ids`, called by the daemon for windows past the
+registry's ``disposal_days`` plus one window) deletes them; the meta hash's
+``ids_disposed_before`` makes the apply script refuse those windows from then on.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -46,31 +69,76 @@ import numpy as np
 import redis
 
 from aggregator.store.base import (
+    NO_REPORT_IDS,
+    ApplyOutcome,
     CountsLike,
     ParamsConflict,
+    ReportIds,
     StoredCounts,
     StoreError,
     StoreUnavailable,
+    WindowDisposed,
     batch_crowd,
 )
 from aggregator.store.codec import encode_counts, sum_blobs
+from aggregator.store.report_ids import ReportIdIndex
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
 DEFAULT_PREFIX = "crowdmix:agg"
 _T = TypeVar("_T")
 
+# KEYS: 1 ids, 2 windows, 3 w:W:deltas, 4 meta, 5 w:W:sizes, 6 w:W:crowd, 7 w:W:batches,
+#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list)
+# ARGV: 1 batch id, 2 window, 3 counts blob, 4 fingerprint, 5 description, 6 reports counted,
+#       7 crowd, 8 report ids (16 bytes each, concatenated), 9 the rids list length the
+#       caller checked the ids against
+# Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
+# past retention, {3} the rids list grew since the caller's check (check again).
 _APPLY = """
-local fp = redis.call('HGET', KEYS[4], 'fingerprint')
+local meta = redis.call('HMGET', KEYS[4], 'fingerprint', 'ids_disposed_before')
+local fp = meta[1]
 if fp and fp ~= ARGV[4] then return {-1, fp} end
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return {0} end
+if meta[2] and tonumber(ARGV[2]) < tonumber(meta[2]) then return {-2, meta[2]} end
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {0} end
+if redis.call('LLEN', KEYS[8]) ~= tonumber(ARGV[9]) then return {3} end
 if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description', ARGV[5]) end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
-local crowd = redis.call('GET', KEYS[6])
-if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[7], ARGV[1])
+if #ARGV[8] > 0 then
+  redis.call('RPUSH', KEYS[8], ARGV[8])
+  redis.call('INCRBY', KEYS[9], #ARGV[8] / 16)
+end
+if tonumber(ARGV[6]) > 0 then
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+  redis.call('SADD', KEYS[2], ARGV[2])
+  redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
+  local crowd = redis.call('GET', KEYS[6])
+  if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
+end
 return {1}
+"""
+
+# KEYS: 1 meta, 2 ids, then per window: batches set, rids list, nrids counter.
+# ARGV: cutoff window, then the windows to dispose. SREMs each window's batch ids from the
+# ids set and deletes its three keys. Returns the ids deleted (batch ids + report ids).
+_DISPOSE_IDS = """
+local cutoff = tonumber(ARGV[1])
+local before = tonumber(redis.call('HGET', KEYS[1], 'ids_disposed_before') or '0')
+if cutoff > before then redis.call('HSET', KEYS[1], 'ids_disposed_before', ARGV[1]) end
+local deleted = 0
+for i = 2, #ARGV do
+  local batches = KEYS[3 * i - 3]
+  local members = redis.call('SMEMBERS', batches)
+  for j = 1, #members, 4096 do
+    local slice = {}
+    for t = j, math.min(j + 4095, #members) do slice[#slice + 1] = members[t] end
+    redis.call('SREM', KEYS[2], unpack(slice))
+  end
+  deleted = deleted + #members + tonumber(redis.call('GET', KEYS[3 * i - 1]) or '0')
+  redis.call('UNLINK', batches, KEYS[3 * i - 2], KEYS[3 * i - 1])
+end
+return deleted
 """
 
 _COMMIT_FOLD = """
@@ -95,6 +163,10 @@ class RedisCountStore:
         self._fold_chunk = fold_chunk
         self._apply = client.register_script(_APPLY)
         self._commit_fold = client.register_script(_COMMIT_FOLD)
+        self._dispose_ids = client.register_script(_DISPOSE_IDS)
+        # (metric, window) -> (index of the window's report ids, rids list length it covers)
+        self._id_cache: dict[tuple[str, int], tuple[ReportIdIndex, int]] = {}
+        self._ids_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCountStore:
@@ -125,6 +197,21 @@ class RedisCountStore:
         *,
         description: str = "",
     ) -> bool:
+        return self.apply_reports(
+            metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
+        ).applied
+
+    def apply_reports(
+        self,
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        report_ids: ReportIds,
+        *,
+        description: str = "",
+    ) -> ApplyOutcome:
         keys = [
             self._k(metric, "ids"),
             self._k(metric, "windows"),
@@ -132,23 +219,89 @@ class RedisCountStore:
             self._k(metric, "meta"),
             self._k(metric, f"w:{window}:sizes"),
             self._k(metric, f"w:{window}:crowd"),
+            self._k(metric, f"w:{window}:batches"),
+            self._k(metric, f"w:{window}:rids"),
+            self._k(metric, f"w:{window}:nrids"),
         ]
-        args: list[bytes | str] = [
-            batch_id,
-            str(window),
-            encode_counts(delta),
-            str(fingerprint),
-            description,
-            str(int(np.asarray(delta.totals).sum())),
-            str(batch_crowd(np.asarray(delta.totals))),
-        ]
-        result = self._call(lambda: self._apply(keys=keys, args=args))
-        if int(result[0]) == -1:
-            raise ParamsConflict(
-                f"metric {metric!r} has counts under params fingerprint "
-                f"{int(result[1]):#018x}, this batch has {fingerprint:#018x}"
-            )
-        return int(result[0]) == 1
+        duplicates = 0
+        with self._ids_lock:
+            while True:
+                index, synced = self._synced_index(metric, window, keys[7])
+                positions = index.present(report_ids.ids)
+                if positions.size:  # counted before in this window: recount without them
+                    duplicates += int(positions.size)
+                    report_ids, delta = report_ids.without(positions)
+                totals = np.asarray(delta.totals)
+                counted = int(totals.sum())
+                args: list[bytes | str] = [
+                    batch_id,
+                    str(window),
+                    encode_counts(delta) if counted else b"",
+                    str(fingerprint),
+                    description,
+                    str(counted),
+                    str(batch_crowd(totals)),
+                    report_ids.ids,
+                    str(synced),
+                ]
+                result = self._call(functools.partial(self._apply, keys=keys, args=args))
+                status = int(result[0])
+                if status == 3:  # another process counted ids meanwhile: check against them
+                    continue
+                if status == -1:
+                    raise ParamsConflict(
+                        f"metric {metric!r} has counts under params fingerprint "
+                        f"{int(result[1]):#018x}, this batch has {fingerprint:#018x}"
+                    )
+                if status == -2:
+                    raise WindowDisposed(
+                        f"window {window} of metric {metric!r} is past retention (ids kept "
+                        f"from window {int(result[1])} on)"
+                    )
+                if status == 0:
+                    return ApplyOutcome(applied=False, counted=0, duplicates=0)
+                if report_ids.ids:
+                    index.add(report_ids.ids)
+                    self._id_cache[(metric, window)] = (index, synced + 1)
+                return ApplyOutcome(applied=True, counted=counted, duplicates=duplicates)
+
+    def _synced_index(self, metric: str, window: int, key: str) -> tuple[ReportIdIndex, int]:
+        """This process's index of the window's report ids, brought up to date with the
+        list in Redis (only the blobs appended since the last look are read)."""
+        index, synced = self._id_cache.get((metric, window), (None, 0))
+        length = int(self._call(lambda: self._r.llen(key)))
+        if index is None or length < synced:  # first look, or the list was deleted
+            index, synced = ReportIdIndex(), 0
+        if length > synced:
+            blobs: list[Any] = self._call(lambda: self._r.lrange(key, synced, length - 1))
+            for blob in blobs:
+                index.add(bytes(blob))
+            synced = length
+        self._id_cache[(metric, window)] = (index, synced)
+        return index, synced
+
+    def dispose_ids(self, metric: str, before_window: int) -> int:
+        old = [w for w in self.windows_with_ids(metric) if w < before_window]
+        keys = [self._k(metric, "meta"), self._k(metric, "ids")]
+        for w in old:
+            keys += [
+                self._k(metric, f"w:{w}:batches"),
+                self._k(metric, f"w:{w}:rids"),
+                self._k(metric, f"w:{w}:nrids"),
+            ]
+        args = [str(before_window), *(str(w) for w in old)]
+        deleted = int(self._call(lambda: self._dispose_ids(keys=keys, args=args)))
+        with self._ids_lock:
+            for key in [k for k in self._id_cache if k[0] == metric and k[1] < before_window]:
+                del self._id_cache[key]
+        return deleted
+
+    def windows_with_ids(self, metric: str) -> list[int]:
+        """Windows that still hold batch ids or report ids (retention has not run on them)."""
+        pattern = f"{self._prefix}:{{{metric}}}:w:*:batches"
+        keys = self._call(lambda: list(self._r.scan_iter(match=pattern, count=1000)))
+        head = len(self._k(metric, "w:"))
+        return sorted(int(k.decode()[head:-8]) for k in keys)
 
     def load(self, metric: str, windows: Iterable[int] | None = None) -> StoredCounts | None:
         wanted = self.windows(metric) if windows is None else sorted(set(windows))

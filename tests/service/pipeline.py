@@ -151,11 +151,14 @@ class Pipeline:
         max_batch: int = 20_000,
         shuffler_args: tuple[str, ...] = (),
         aggregator_args: tuple[str, ...] = (),
+        shuffler_redis_url: str | None = None,
+        extra_toml: str = "",
     ) -> None:
         self.workdir = workdir
         self.redis_url = redis_url
+        self.shuffler_redis_url = shuffler_redis_url or redis_url
         self.config_path = workdir / "metrics.toml"
-        self.config_path.write_text(REGISTRY.format(max_batch=max_batch))
+        self.config_path.write_text(REGISTRY.format(max_batch=max_batch) + extra_toml)
         self.registry: Registry = load_registry(self.config_path)
         self.config = self.registry[METRIC]
         self.aggregator_port = free_port()
@@ -167,7 +170,9 @@ class Pipeline:
         self.shuffler: DaemonProcess | None = None
         self.store = RedisCountStore.from_url(redis_url)
 
-    def _daemon(self, name: str, port: int, args: list[str]) -> DaemonProcess:
+    def _daemon(
+        self, name: str, port: int, args: list[str], redis_url: str | None = None
+    ) -> DaemonProcess:
         d = DaemonProcess(
             name,
             [
@@ -175,7 +180,7 @@ class Pipeline:
                 "--config",
                 str(self.config_path),
                 "--redis",
-                self.redis_url,
+                redis_url or self.redis_url,
                 "--listen",
                 f"127.0.0.1:{port}",
             ],
@@ -203,7 +208,12 @@ class Pipeline:
             "--aggregator",
             f"127.0.0.1:{self.aggregator_port}",
         ]
-        self.shuffler = self._daemon("shuffler", self.shuffler_port, [*args, *self._shuffler_args])
+        self.shuffler = self._daemon(
+            "shuffler",
+            self.shuffler_port,
+            [*args, *self._shuffler_args],
+            redis_url=self.shuffler_redis_url,
+        )
         return self.shuffler
 
     @property

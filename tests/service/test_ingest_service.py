@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from aggregator.daemon.ingest import IngestBatch
 from aggregator.daemon.server import AggregatorServer, start_aggregator
 from aggregator.daemon.service import batch_to_proto
-from aggregator.store.base import MemoryCountStore, StoredCounts, load_counts
+from aggregator.store.base import ApplyOutcome, MemoryCountStore, StoredCounts, load_counts
 from client.registry import Registry
 from crowdmix.health import check_health
 from protos import crowdmix_pb2, crowdmix_pb2_grpc
@@ -295,7 +295,7 @@ def test_two_servers_in_one_process_and_stop_is_graceful(
 
 
 class _BrokenStore(MemoryCountStore):
-    def apply(self, *args: object, **kwargs: object) -> bool:
+    def apply_reports(self, *args: object, **kwargs: object) -> ApplyOutcome:
         raise RuntimeError("secret internals")
 
 

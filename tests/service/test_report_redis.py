@@ -69,7 +69,12 @@ def test_report_decodes_live_counts_from_redis(tmp_path: Path, redis_url: str) -
     _, registry = write_registry(tmp_path, REGISTRY)
     config = registry["home"]
     rng = np.random.default_rng(2024)
-    ingestor = Ingestor(registry, RedisCountStore.from_url(redis_url))
+    # the ingestor's clock in window 101, so windows 100-101 are within retention
+    ingestor = Ingestor(
+        registry,
+        RedisCountStore.from_url(redis_url),
+        clock=lambda: 101 * registry.window_seconds,
+    )
     # 60 000 reports over two windows: 20 000 in window 100, 40 000 in window 101
     for window, n in ((100, 20_000), (101, 20_000), (101, 20_000)):
         ingestor.ingest(rappor_batch(rng, config, n, window))
@@ -150,7 +155,12 @@ def test_report_records_releases_in_a_ledger_and_refuses_one_over_budget(
     _, registry = write_registry(tmp_path, REGISTRY)
     config = registry["home"]
     rng = np.random.default_rng(7)
-    ingestor = Ingestor(registry, RedisCountStore.from_url(redis_url))
+    # the ingestor's clock in window 101, so windows 100-101 are within retention
+    ingestor = Ingestor(
+        registry,
+        RedisCountStore.from_url(redis_url),
+        clock=lambda: 101 * registry.window_seconds,
+    )
     for window in (100, 101):
         ingestor.ingest(rappor_batch(rng, config, 20_000, window))
     candidates = tmp_path / "candidates.txt"

@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 
 from aggregator.counting.basic import IndexCounts
 from aggregator.counting.counts import CohortCounts, accumulator_for
-from aggregator.daemon.ingest import Ingestor
+from aggregator.daemon.ingest import IngestBatch, Ingestor
 from aggregator.store.base import (
     CountStore,
+    InvalidBatch,
     MemoryCountStore,
     ParamsConflict,
     StoredCounts,
+    WindowDisposed,
     load_batch_sizes,
     load_counts,
     stored_metric,
@@ -217,7 +219,7 @@ def test_load_counts_returns_the_metrics_accumulator(store: CountStore, registry
     rng = np.random.default_rng(7)
     config = registry["browser"]
     batches = [random_batch(rng, config, 200, window=9) for _ in range(3)]
-    ingestor = Ingestor(registry, store)
+    ingestor = Ingestor(registry, store, clock=lambda: 9 * registry.window_seconds)
     for b in batches:
         ingestor.ingest(b)
     counts = load_counts(store, config)
@@ -267,7 +269,8 @@ def test_the_metric_description_travels_with_the_counts(
     for name in ("pages", "browser"):
         config = registry[name]
         assert store.description(name) is None
-        Ingestor(registry, store).ingest(random_batch(rng, config, 50, window=3))
+        ingestor = Ingestor(registry, store, clock=lambda: 3 * registry.window_seconds)
+        ingestor.ingest(random_batch(rng, config, 50, window=3))
         restored = stored_metric(store, name)
         assert restored is not None
         assert restored.fingerprint == config.fingerprint
@@ -288,3 +291,168 @@ def test_describe_metric_roundtrip(registry: Registry, name: str) -> None:
     config = registry[name]
     back = metric_from_description(name, describe_metric(config))
     assert back.fingerprint == config.fingerprint and back.encoding == config.encoding
+
+
+# -- report ids (issue 12) ----------------------------------------------------------------
+
+
+def with_ids(batch: IngestBatch, ids: np.ndarray) -> IngestBatch:
+    return replace(batch, report_ids=np.ascontiguousarray(ids, dtype=np.uint8).tobytes())
+
+
+def rows(batch: IngestBatch, keep: np.ndarray) -> IngestBatch:
+    """The batch's reports at ``keep`` (with their ids), under a fresh batch id."""
+    nb = batch.report_bytes
+    bits = np.frombuffer(batch.bits, np.uint8).reshape(batch.count, nb)[keep]
+    ids = np.frombuffer(batch.report_ids, np.uint8).reshape(batch.count, 16)[keep]
+    return replace(
+        batch,
+        batch_id=os.urandom(16),
+        count=int(bits.shape[0]),
+        cohorts=batch.cohorts[keep],
+        bits=bits.tobytes(),
+        report_ids=ids.tobytes(),
+    )
+
+
+def test_a_report_id_counted_before_in_its_window_is_dropped_atomically(
+    store: CountStore, registry: Registry
+) -> None:
+    """A device retried: some reports arrive again in a later batch (and within one
+    batch); each counts once, the rest of the batch counts, nothing is half-applied."""
+    rng = np.random.default_rng(21)
+    config = registry["pages"]
+    ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
+    first = with_ids(random_batch(rng, config, 400, window=5), rng.integers(0, 256, (400, 16)))
+    assert ingestor.ingest(first).applied == 400
+    # a second batch: 100 repeats of the first, 150 new reports, and 50 repeats of those
+    fresh = with_ids(random_batch(rng, config, 150, window=5), rng.integers(0, 256, (150, 16)))
+    second = rows(
+        replace(
+            fresh,
+            count=550,
+            cohorts=np.concatenate([first.cohorts, fresh.cohorts]),
+            bits=first.bits + fresh.bits,
+            report_ids=first.report_ids + fresh.report_ids,
+        ),
+        np.concatenate([np.arange(100, 200), 400 + np.arange(150), 400 + np.arange(50)]),
+    )
+    result = ingestor.ingest(second)
+    assert (result.applied, result.duplicate_reports) == (150, 150)
+    assert same(store.load("pages"), direct_count(config, [first, fresh]))
+    # the same batch again is a duplicate batch: nothing more
+    assert ingestor.ingest(second).duplicate
+    # the same ids in another window are other reports (de-duplication is per window)
+    later = Ingestor(registry, store, clock=lambda: 6 * registry.window_seconds)
+    assert later.ingest(replace(first, batch_id=os.urandom(16), window=6)).applied == 400
+    assert store.batch_sizes("pages", [5]) == {400: 1, 150: 1}
+
+
+def test_reports_without_an_id_are_counted_without_deduplication(
+    store: CountStore, registry: Registry
+) -> None:
+    """Older SDKs send no id (or 16 zero bytes): such reports are counted every time."""
+    rng = np.random.default_rng(22)
+    config = registry["pages"]
+    ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
+    plain = random_batch(rng, config, 100, window=5)  # no report_ids at all
+    zeros = with_ids(plain, np.zeros((100, 16)))
+    zeros = replace(zeros, batch_id=os.urandom(16))
+    r1, r2 = ingestor.ingest(plain), ingestor.ingest(zeros)
+    assert (r1.applied, r1.without_id, r2.applied, r2.without_id) == (100, 100, 100, 100)
+    assert same(store.load("pages"), direct_count(config, [plain, zeros]))
+
+
+def test_retention_deletes_the_ids_of_old_windows_and_refuses_their_batches(
+    store: CountStore, registry: Registry
+) -> None:
+    rng = np.random.default_rng(23)
+    config = registry["pages"]
+    day = registry.window_seconds
+    now = [10 * day]
+    ingestor = Ingestor(registry, store, clock=lambda: now[0])
+    old = with_ids(random_batch(rng, config, 50, window=10), rng.integers(0, 256, (50, 16)))
+    assert ingestor.ingest(old).applied == 50
+    assert store.applied_batches("pages") == 1
+    # past disposal_days plus one window: the ids go, the counts stay
+    now[0] += config.shuffle.disposal_days * 86400 + 2 * day
+    assert ingestor.dispose_ids() == 51  # one batch id, 50 report ids
+    assert store.applied_batches("pages") == 0
+    assert same(store.load("pages"), direct_count(config, [old]))
+    # the batch comes back (a shuffler with a wrong clock): refused, not counted twice
+    with pytest.raises(InvalidBatch, match="disposal_days"):
+        ingestor.ingest(old)
+    # and the store refuses it by itself too (a race with an ingest that passed the check)
+    with pytest.raises(WindowDisposed):
+        store.apply(
+            "pages", 10, os.urandom(16), config.fingerprint, counts_of(registry, "pages", rng, 5)
+        )
+    assert same(store.load("pages"), direct_count(config, [old]))
+
+
+def test_overlapping_batches_applied_concurrently_count_each_report_id_once(
+    store: CountStore, registry: Registry
+) -> None:
+    """Four threads apply batches drawn from one pool of 1200 reports, overlapping in
+    their report ids: the drop and the count are one atomic step, so the final counts
+    are exactly the pool's, each report once."""
+    rng = np.random.default_rng(24)
+    config = registry["pages"]
+    pool = with_ids(random_batch(rng, config, 1200, window=5), rng.integers(0, 256, (1200, 16)))
+    picks = [rng.choice(1200, size=300, replace=False) for _ in range(24)]
+    picks.append(np.arange(1200))  # every report at least once
+    batches = [rows(pool, np.sort(p)) for p in picks]
+    ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
+    counted: list[int] = []
+
+    def worker(mine: list[IngestBatch]) -> None:
+        for b in mine:
+            counted.append(ingestor.ingest(b).applied)
+
+    threads = [threading.Thread(target=worker, args=(batches[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(counted) == 1200
+    assert same(store.load("pages"), direct_count(config, [pool]))
+
+
+def test_report_id_index_finds_exactly_the_ids_it_holds() -> None:
+    """The numpy hash index: exact membership over growth, ids sharing their first 8 bytes
+    kept apart, the all-zero id never stored."""
+    from aggregator.store.report_ids import ReportIdIndex
+
+    rng = np.random.default_rng(25)
+    index = ReportIdIndex(capacity=16)
+    held = rng.integers(0, 256, (5000, 16), dtype=np.uint8)
+    held[1::2, :8] = held[0::2, :8]  # pairs that differ only in their last 8 bytes
+    for part in np.array_split(held, 7):
+        index.add(part.tobytes())
+    assert len(index) == 5000
+    probe = np.concatenate([held[::3], rng.integers(0, 256, (2000, 16), dtype=np.uint8)])
+    probe[-1] = held[1] ^ np.r_[np.zeros(8, np.uint8), np.ones(8, np.uint8)]  # same hi only
+    expected = np.arange(len(held[::3]))
+    assert index.present(probe.tobytes()).tolist() == expected.tolist()
+    index.add(bytes(16))
+    assert len(index) == 5000 and index.present(bytes(16)).size == 0
+
+
+def test_two_redis_stores_sharing_redis_check_each_others_ids(redis_url: str) -> None:
+    """Two aggregator processes (two stores, each with its own id cache) on one Redis:
+    a report id counted through one is dropped through the other."""
+    import tempfile
+
+    registry = write_registry(Path(tempfile.mkdtemp()))[1]
+    config = registry["pages"]
+    rng = np.random.default_rng(26)
+    a, b = (RedisCountStore.from_url(redis_url) for _ in range(2))
+    clock = lambda: 5 * registry.window_seconds  # noqa: E731
+    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
+    batch = with_ids(random_batch(rng, config, 300, window=5), rng.integers(0, 256, (300, 16)))
+    assert ia.ingest(batch).applied == 300
+    assert ib.ingest(rows(batch, np.arange(100, 300))).duplicate_reports == 200
+    assert ia.ingest(rows(batch, np.arange(0, 50))).duplicate_reports == 50
+    assert same(a.load("pages"), direct_count(config, [batch]))
+    a.close()
+    b.close()

@@ -145,9 +145,10 @@ def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted(server: str) ->
 
 
 @pytest.mark.parametrize("server", ["sync", "aio"])
-def test_a_stream_failing_after_stored_messages_is_aborted_not_retryable(server: str) -> None:
-    """buffer_full is RESOURCE_EXHAUSTED (retry later) for a request, but once part of
-    a stream is stored a blind retry would store that part twice: ABORTED instead."""
+def test_a_stream_failing_after_stored_messages_says_what_it_stored(server: str) -> None:
+    """buffer_full stops a stream after part of it is stored: the answer keeps its own
+    status (RESOURCE_EXHAUSTED: retry later, which report ids make safe) and says how
+    much was stored, in the details and in the trailing metadata."""
     settings = ShufflerSettings(server=server, max_buffered_reports=5)
     store = MemoryStore()
     handle = start_shuffler(REGISTRY, store, None, settings=settings)
@@ -159,12 +160,14 @@ def test_a_stream_failing_after_stored_messages_is_aborted_not_retryable(server:
                 stub.SubmitStream(iter(messages), timeout=10)
     finally:
         handle.stop(grace=1)
-    assert err.value.code() == grpc.StatusCode.ABORTED
-    assert err.value.details().startswith("partially_stored")
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "buffer" in err.value.details()
     stored = sum(store.pending(RAPPOR).values())
     assert stored in (3, 6)  # whole messages only; aio may overlap the second one
-    assert f"({stored} reports)" in err.value.details()
+    assert err.value.details().startswith(f"stored {stored} report(s) of {stored // 3} message")
+    trailing = dict(err.value.trailing_metadata())
+    assert trailing["crowdmix-stored-reports"] == str(stored)
+    assert trailing["crowdmix-stored-messages"] == str(stored // 3)
 
 
 def test_max_concurrent_rpcs_is_validated() -> None:

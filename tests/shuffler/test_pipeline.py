@@ -321,52 +321,67 @@ def test_store_down_is_unavailable_and_nothing_is_acknowledged(
 class UnconfirmedStore(MemoryStore):
     """A store whose write is sent but never confirmed (e.g. a Redis reply timeout)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts: list[PendingWrite] = []
+
     def append(self, writes: Sequence[PendingWrite]) -> None:
         from shuffler.errors import StoreOutcomeUnknown
 
+        self.attempts.extend(writes)
         raise StoreOutcomeUnknown("redis: TimeoutError: timed out")
 
 
-class BuggyStore(MemoryStore):
+class BuggyStore(UnconfirmedStore):
     """A store whose write fails with an unexpected exception (a bug, not a store error)."""
 
     def append(self, writes: Sequence[PendingWrite]) -> None:
+        self.attempts.extend(writes)
         raise RuntimeError("bug")
 
 
 @pytest.mark.parametrize("store_class", [UnconfirmedStore, BuggyStore])
 @pytest.mark.parametrize("server", ["sync", "aio"])
 def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
-    server: str, store_class: type[MemoryStore]
+    server: str, store_class: type[UnconfirmedStore]
 ) -> None:
-    """UNAVAILABLE means "nothing stored, retry"; a write that may have run (no reply,
-    or a store bug mid-write) must not invite a retry that would count the device twice."""
+    """A write that may have run (no reply, or a store bug mid-write) is
+    DEADLINE_EXCEEDED, not UNAVAILABLE; the SDK retries it with the same report id
+    (the aggregator drops a repeated id, so the retry cannot count the report twice)."""
+    from shuffler.columns import decode_chunks
+
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
-    handle = start_shuffler(registry, store_class(), None, settings=ShufflerSettings(server=server))
+    store = store_class()
+    handle = start_shuffler(registry, store, None, settings=ShufflerSettings(server=server))
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)
             with pytest.raises(grpc.RpcError) as err:
                 stub.Submit(columns_request(np.arange(10), fp), timeout=10)
-        # the SDK's transport gives up on it at once: one attempt, counted as failed
+        # the SDK's transport retries it (same report id each time), then keeps it queued
         from client.errors import TransportError
         from client.report import Report
         from client.transport import ShufflerClient
 
-        sdk = ShufflerClient(f"127.0.0.1:{handle.port}", background=False, max_attempts=5)
+        sdk = ShufflerClient(
+            f"127.0.0.1:{handle.port}", background=False, max_attempts=3, backoff_base=0.01
+        )
         nb = registry[RAPPOR].report_bytes
-        sdk.submit(Report(metric=RAPPOR, cohort=0, bits=bytes(nb), params_fingerprint=fp))
+        report = Report(metric=RAPPOR, cohort=0, bits=bytes(nb), params_fingerprint=fp)
+        sdk.submit(report)
         with pytest.raises(TransportError, match="DEADLINE_EXCEEDED"):
             sdk.flush()
-        assert sdk.failed == 1 and sdk.queued == 0
+        assert sdk.failed == 0 and sdk.queued == 1  # kept for the next flush, same id
         sdk.close(flush=False)
     finally:
         handle.stop(grace=1)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert err.value.details().startswith("store_outcome_unknown")
     assert "Traceback" not in err.value.details() and "bug" not in err.value.details()
-    assert handle.metrics.rejected_requests.labels("store_outcome_unknown")._value.get() == 2
+    assert handle.metrics.rejected_requests.labels("store_outcome_unknown")._value.get() == 4
+    sdk_ids = [decode_chunks(w.blob).report_ids() for w in store.attempts[1:]]
+    assert sdk_ids == [report.report_id] * 3 and len(report.report_id) == 16
 
 
 def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggregator) -> None:

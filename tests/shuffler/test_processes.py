@@ -265,3 +265,36 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_stream_refused_after_stored_messages_answers_with_the_stored_count(
+    tmp_path: Path,
+    redis_url: str,
+    aggregator: RecordingAggregator,
+    procs: list[ShufflerProcess],
+) -> None:
+    """SubmitStream [10 ok, 10 ok, 1 bad]: INVALID_ARGUMENT (the bad message's reason)
+    whose details and trailing metadata say 20 reports of 2 messages were stored, and
+    the store holds exactly those 20."""
+    config = write_config(tmp_path, min_batch=1000, max_batch=2000, max_delay=60)
+    procs.append(ShufflerProcess(tmp_path, "a", config, redis_url, aggregator.target))
+    bad = columns_request(np.arange(1), FP)
+    bad.columns[0].report_bytes += 1  # wrong length
+    messages = [columns_request(np.arange(10), FP), columns_request(np.arange(10, 20), FP), bad]
+    with grpc.insecure_channel(f"127.0.0.1:{procs[0].port}") as ch:
+        stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.SubmitStream(iter(messages), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = err.value.details() or ""
+    assert details.startswith("stored 20 report(s) of 2 message(s) before this failure; ")
+    assert "bit_length" in details
+    trailing = dict(err.value.trailing_metadata() or ())
+    assert (trailing["crowdmix-stored-reports"], trailing["crowdmix-stored-messages"]) == (
+        "20",
+        "2",
+    )
+    store = RedisStore(redis_url)
+    assert sum(store.pending(RAPPOR).values()) == 20
+    store.close()
+    assert procs[0].stop() == 0

@@ -172,3 +172,36 @@ def test_redis_fast_append_reloads_a_flushed_script_and_reconnects(private_redis
     batch = s.take(RAPPOR, KEY, min_batch=1, max_batch=100, batch_id=_bid())
     assert batch is not None and sorted(report_ids(batch.chunk).tolist()) == list(range(9))
     s.close()
+
+
+def with_report_ids(chunk: Chunk, start: int) -> Chunk:
+    """The chunk with report id i (16 bytes, little-endian start + i) on report i."""
+    ids = np.zeros((chunk.count, 2), dtype="<u8")
+    ids[:, 0] = np.arange(start, start + chunk.count) + 1
+    return Chunk(chunk.report_bytes, chunk.cohorts, chunk.bits, ids.tobytes())
+
+
+def id_numbers(chunk: Chunk) -> list[int]:
+    return (np.frombuffer(chunk.report_ids(), dtype="<u8")[0::2]).astype(np.int64).tolist()
+
+
+def test_report_ids_travel_with_their_reports_through_splits(store: ShufflerStore) -> None:
+    """Ids stay with their reports through append, split takes and in-flight loads; a
+    chunk written without ids (before report ids existed) reads back as "no id" (0)."""
+    store.append([PendingWrite.of(RAPPOR, KEY, with_report_ids(unique_chunk(30), 0))])
+    store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(30, 30))])  # an old, id-less chunk
+    store.append([PendingWrite.of(RAPPOR, KEY, with_report_ids(unique_chunk(30, 60), 60))])
+    first = store.take(RAPPOR, KEY, min_batch=10, max_batch=45, batch_id=_bid())
+    assert first is not None
+    assert report_ids(first.chunk).tolist() == list(range(45))
+    assert id_numbers(first.chunk) == [i + 1 for i in range(30)] + [0] * 15
+    second = store.take(RAPPOR, KEY, min_batch=10, max_batch=40, batch_id=_bid())
+    assert second is not None
+    assert id_numbers(second.chunk) == [0] * 15 + [i + 1 for i in range(60, 85)]
+    loaded = store.load_inflight(RAPPOR, second.batch_id)
+    assert loaded is not None and loaded.chunk.ids == second.chunk.ids
+    # a permutation moves each id with its report
+    order = np.arange(second.chunk.count)[::-1].copy()
+    shuffled = second.chunk.select(order)
+    assert id_numbers(shuffled) == id_numbers(second.chunk)[::-1]
+    assert report_ids(shuffled).tolist() == report_ids(second.chunk).tolist()[::-1]

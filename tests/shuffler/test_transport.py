@@ -156,3 +156,66 @@ def test_many_threads_submitting(shuffler: ShufflerHandle) -> None:
         t.join()
     c.close()
     assert stored(shuffler) == 2000 and c.sent == 2000
+
+
+def _readme_retry_table() -> dict[str, bool]:
+    """The README's retry table: status name -> whether the SDK retries it."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[2] in ("retried", "not retried"):
+            table[cells[0].strip("`")] = cells[2] == "retried"
+    return table
+
+
+class RecordingShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+    """Refuses every call with one status and records the report ids of each attempt."""
+
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self.code = code
+        self.ids: list[list[bytes]] = []
+
+    def Submit(self, request: pb.SubmitRequest, context: Any) -> pb.SubmitResponse:
+        ids = [r.report_id for r in request.reports]
+        for c in request.columns:
+            ids += [c.report_ids[i : i + 16] for i in range(0, len(c.report_ids), 16)]
+        self.ids.append(ids)
+        context.abort(self.code, "test")
+
+
+def test_the_transport_does_what_the_readme_retry_table_says() -> None:
+    """Every status in the README's table: retried ones are sent max_attempts times with
+    the same report ids and the reports stay queued (ids unchanged); the others once,
+    then the reports are dropped as failed."""
+    table = _readme_retry_table()
+    assert {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INVALID_ARGUMENT"} <= set(table)
+    for name, retried in table.items():
+        for batch in (3, 40):  # rows and columns
+            shuffler = RecordingShuffler(grpc.StatusCode[name])
+            server = grpc.server(ThreadPoolExecutor(max_workers=2))
+            crowdmix_pb2_grpc.add_ShufflerServicer_to_server(shuffler, server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            server.start()
+            try:
+                c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=3,
+                                   backoff_base=0.001, backoff_cap=0.002)  # fmt: skip
+                reports = [report(i) for i in range(batch)]
+                c.submit_many(reports)
+                with pytest.raises(TransportError, match=name):
+                    c.flush()
+                sent = [r.report_id for r in reports]
+                if retried:
+                    assert shuffler.ids == [sent] * 3, name
+                    assert (c.queued, c.failed) == (batch, 0), name
+                    with pytest.raises(TransportError):
+                        c.flush()  # the next flush: the same ids again
+                    assert shuffler.ids[3] == sent
+                else:
+                    assert shuffler.ids == [sent], name
+                    assert (c.queued, c.failed) == (0, batch), name
+                c.close(flush=False)
+            finally:
+                server.stop(0)

@@ -1,0 +1,402 @@
+"""Exactly once from the device to the count (issue 12), with real processes.
+
+Real ``crowdmix shuffler serve`` and ``crowdmix aggregator serve`` processes, a real
+redis-server (AOF everysec) and, where a Redis reply must be lost, a small TCP proxy
+between the shuffler and its Redis. Every sender has a cohort of its own, so the
+aggregator's per-cohort totals are per-sender counts: each test asserts, sender by
+sender, that every report the sender was told was stored is counted exactly once.
+Senders behave like the SDK: a request that failed transiently is sent again with
+the same report ids until it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import redis
+
+from aggregator.counting.counts import CohortCounts
+from aggregator.store.base import StoredCounts
+from client.transport import RETRYABLE
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+from shuffler.redis_store import _TAKE
+from tests.redis_server import RedisServer, free_port
+from tests.service.pipeline import METRIC, K, M, Pipeline, explain
+
+pytestmark = pytest.mark.slow
+
+SHUFFLER_TABLE = "\n[shuffler]\ninflight_retry_seconds = 1.0\n"
+
+
+class Senders:
+    """``senders`` devices, each in cohort = its index, each with ``requests`` requests of
+    ``per_request`` reports; every report has a fixed random report id."""
+
+    def __init__(self, senders: int, requests: int, per_request: int, seed: int) -> None:
+        assert senders <= M
+        rng = np.random.default_rng(seed)
+        self.senders, self.requests, self.per_request = senders, requests, per_request
+        shape = (senders, requests, per_request)
+        self.bits = rng.integers(0, 256, size=(*shape, K // 8), dtype=np.uint8)
+        self.ids = rng.integers(0, 256, size=(*shape, 16), dtype=np.uint8)
+        self.acked = np.zeros((senders, requests), dtype=bool)
+        self.attempts = np.zeros((senders, requests), dtype=np.int64)
+        self.codes: list[str] = []
+
+    def request(self, s: int, r: int, fingerprint: int) -> pb.SubmitRequest:
+        return pb.SubmitRequest(
+            columns=[
+                pb.ReportColumns(
+                    metric=METRIC,
+                    params_fingerprint=fingerprint,
+                    count=self.per_request,
+                    report_bytes=K // 8,
+                    cohorts=[s] * self.per_request,
+                    bits=self.bits[s, r].tobytes(),
+                    report_ids=self.ids[s, r].tobytes(),
+                )
+            ]
+        )
+
+    def send(
+        self, target: str, fingerprint: int, requests: range, *, deadline: float, timeout: float = 5
+    ) -> None:
+        """Each sender (a thread) sends ``requests`` in order, each until acknowledged
+        (transient failures retried with the same ids) or ``deadline`` passes."""
+
+        def sender(s: int) -> None:
+            with grpc.insecure_channel(target) as channel:
+                stub = crowdmix_pb2_grpc.ShufflerStub(channel)
+                for r in requests:
+                    while not self.acked[s, r] and time.monotonic() < deadline:
+                        self.attempts[s, r] += 1
+                        try:
+                            stub.Submit(self.request(s, r, fingerprint), timeout=timeout)
+                            self.acked[s, r] = True
+                        except grpc.RpcError as exc:
+                            self.codes.append(exc.code().name)
+                            assert exc.code() in RETRYABLE, exc
+                            time.sleep(0.05)
+
+        threads = [threading.Thread(target=sender, args=(s,)) for s in range(self.senders)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def expected(self) -> StoredCounts:
+        """Each sender's acknowledged reports, counted once."""
+        counts = CohortCounts.create(M, K)
+        for s in range(self.senders):
+            bits = self.bits[s][self.acked[s]].reshape(-1, K // 8)
+            counts.add(np.full(bits.shape[0], s, dtype=np.uint32), bits)
+        return StoredCounts.of(counts)
+
+
+def assert_each_sender_counted_once(p: Pipeline, senders: Senders) -> None:
+    expected = senders.expected()
+    got = p.counts()
+    assert got is not None, p.logs()
+    per_sender = got.totals[: senders.senders]
+    acked = senders.acked.sum(axis=1) * senders.per_request
+    assert per_sender.tolist() == acked.tolist(), (
+        f"counted per sender {per_sender.tolist()}, acknowledged {acked.tolist()}\n{p.logs()}"
+    )
+    assert not got.totals[senders.senders :].any()
+    assert np.array_equal(got.ones, expected.ones), explain(expected, got)
+
+
+def wait_until_counted(p: Pipeline, senders: Senders, timeout: float) -> None:
+    want = int(senders.acked.sum()) * senders.per_request
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.counted() < want:
+        time.sleep(0.1)
+    # settle: a double count would show as more than wanted
+    time.sleep(1.0)
+
+
+class DropOneReply:
+    """A TCP proxy to Redis that, once armed, forwards the first command containing
+    ``marker`` and then cuts that connection without forwarding the reply: the command
+    ran, its caller sees the connection drop."""
+
+    def __init__(self, upstream_port: int, marker: bytes) -> None:
+        self.upstream_port = upstream_port
+        self.marker = marker
+        self.armed = threading.Event()
+        self.dropped = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            cut = threading.Event()
+            threading.Thread(target=self._up, args=(client, upstream, cut), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, client, cut), daemon=True).start()
+
+    def _up(self, client: socket.socket, upstream: socket.socket, cut: threading.Event) -> None:
+        tail = b""
+        try:
+            while data := client.recv(65536):
+                hit = self.armed.is_set() and self.marker in tail + data
+                if hit:
+                    self.armed.clear()
+                    cut.set()  # the reply to this command is never forwarded
+                upstream.sendall(data)
+                if hit:
+                    time.sleep(0.3)  # let Redis run it
+                    self.dropped.set()
+                    break
+                tail = data[-len(self.marker) :]
+        except OSError:
+            pass
+        for s in (client, upstream):
+            _close(s)
+
+    def _down(self, upstream: socket.socket, client: socket.socket, cut: threading.Event) -> None:
+        try:
+            while (data := upstream.recv(65536)) and not cut.is_set():
+                client.sendall(data)
+        except OSError:
+            pass
+        for s in (client, upstream):
+            _close(s)
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+
+
+def _close(s: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+    s.close()
+
+
+@pytest.fixture
+def proxy(private_redis: RedisServer) -> Iterator[DropOneReply]:
+    # the take script must be known to Redis, so the cut EVALSHA is one that runs
+    client = redis.Redis.from_url(private_redis.url)
+    sha = client.script_load(_TAKE)
+    client.close()
+    assert sha == hashlib.sha1(_TAKE.encode()).hexdigest()
+    p = DropOneReply(private_redis.port, sha.encode())
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize("when", ["while_running", "on_sigterm"])
+def test_a_batch_whose_move_reply_is_lost_is_forwarded(
+    tmp_path: Path, private_redis: RedisServer, proxy: DropOneReply, when: str
+) -> None:
+    """The move script ran, its reply was lost: the stranded in-flight batch is sent
+    while the daemon runs (a sweep re-offers it after inflight_retry_seconds), or, when
+    the sweep is far off, by SIGTERM's final pass; not only at the next start-up."""
+    retry = 1.0 if when == "while_running" else 3600.0
+    p = Pipeline(
+        tmp_path,
+        private_redis.url,
+        max_batch=4000,
+        shuffler_redis_url=proxy.url,
+        extra_toml=f"\n[shuffler]\ninflight_retry_seconds = {retry}\n",
+    )
+    try:
+        p.start_aggregator()
+        p.start_shuffler()
+        senders = Senders(8, 10, 250, seed=1)
+        proxy.armed.set()
+        fp = p.config.fingerprint
+        senders.send(p.shuffler_target, fp, range(10), deadline=time.monotonic() + 60)
+        assert senders.acked.all()
+        assert proxy.dropped.wait(10), "the proxy never saw the move script"
+        assert p.shuffler is not None
+        if when == "while_running":
+            wait_until_counted(p, senders, timeout=30)
+            assert p.shuffler.alive()  # counted while running
+        else:
+            wait_until_counted(p, senders, timeout=3)
+            assert p.counted() < 20_000  # stranded until...
+            assert p.shuffler.stop(grace=20) == 0  # ...SIGTERM's final pass sends it
+            wait_until_counted(p, senders, timeout=10)
+        assert_each_sender_counted_once(p, senders)
+        assert "release pass failed" in p.logs()  # the lost reply was seen
+    finally:
+        codes = p.stop()
+    assert all(code in (0, None) for code in codes.values()), f"{codes}\n{p.logs()}"
+
+
+def test_redis_sigkill_and_restart_mid_load_counts_every_acked_report_once(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
+    p = Pipeline(tmp_path, private_redis.url, max_batch=4000, extra_toml=SHUFFLER_TABLE)
+    try:
+        p.start_aggregator()
+        p.start_shuffler()
+        senders = Senders(8, 16, 250, seed=2)
+        fp = p.config.fingerprint
+        senders.send(p.shuffler_target, fp, range(8), deadline=time.monotonic() + 60)
+
+        def kill_and_restart() -> None:
+            time.sleep(0.2)
+            private_redis.kill()
+            time.sleep(0.5)
+            private_redis.start()
+
+        t = threading.Thread(target=kill_and_restart)
+        t.start()
+        senders.send(p.shuffler_target, fp, range(8, 16), deadline=time.monotonic() + 60)
+        t.join(30)
+        assert senders.acked.all()
+        wait_until_counted(p, senders, timeout=30)
+        assert p.shuffler is not None and p.shuffler.alive()
+        assert_each_sender_counted_once(p, senders)
+    finally:
+        codes = p.stop()
+    assert all(code == 0 for code in codes.values()), f"{codes}\n{p.logs()}"
+
+
+def test_a_retry_after_the_shuffler_died_on_a_frozen_redis_counts_once(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
+    """The write reaches Redis but no answer reaches the device (Redis frozen, then the
+    shuffler killed): the device retries with the same report ids and each sender's
+    reports count once, although some requests were stored twice by the shuffler."""
+    metrics_port = free_port()
+    p = Pipeline(
+        tmp_path,
+        private_redis.url,
+        max_batch=4000,
+        extra_toml=SHUFFLER_TABLE,
+        aggregator_args=("--metrics-port", str(metrics_port)),
+    )
+    assert private_redis.proc is not None
+    redis_pid = private_redis.proc.pid
+    try:
+        p.start_aggregator()
+        p.start_shuffler()
+        senders = Senders(6, 6, 250, seed=3)
+        fp = p.config.fingerprint
+        senders.send(p.shuffler_target, fp, range(3), deadline=time.monotonic() + 60)
+        os.kill(redis_pid, signal.SIGSTOP)
+        try:
+            # one attempt each: the shuffler writes, Redis never answers
+            senders.send(
+                p.shuffler_target, fp, range(3, 4), deadline=time.monotonic() + 1.5, timeout=1
+            )
+            assert not senders.acked[:, 3].any()
+            assert p.shuffler is not None and p.shuffler.proc is not None
+            p.shuffler.proc.kill()
+            p.shuffler.proc.wait(10)
+        finally:
+            os.kill(redis_pid, signal.SIGCONT)
+        p.start_shuffler()
+        senders.send(p.shuffler_target, fp, range(3, 6), deadline=time.monotonic() + 60)
+        assert senders.acked.all()
+        assert set(senders.codes) <= {"DEADLINE_EXCEEDED", "UNAVAILABLE"}
+        assert (senders.attempts[:, 3] >= 2).all()  # every sender retried request 3
+        wait_until_counted(p, senders, timeout=30)
+        assert_each_sender_counted_once(p, senders)
+        # the scenario did store some requests twice: the aggregator dropped their copies
+        assert _metric(metrics_port, "crowdmix_aggregator_duplicate_reports_total") > 0
+    finally:
+        codes = p.stop()
+    assert all(code == 0 for code in codes.values()), f"{codes}\n{p.logs()}"
+
+
+def _metric(port: int, name: str) -> float:
+    """The sum of a Prometheus metric's samples on the aggregator's /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_an_undecodable_ingest_body_is_invalid_argument_with_one_log_line(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
+    """Random bytes, a truncated Batch, a Batch with trailing garbage: INVALID_ARGUMENT
+    (the shuffler parks such a batch instead of retrying it forever), one log line each,
+    no traceback; the aggregator keeps serving."""
+    p = Pipeline(tmp_path, private_redis.url)
+    try:
+        p.start_aggregator()
+        good = pb.Batch(
+            batch_id=os.urandom(16),
+            window=p.registry.window_of(time.time()),
+            reports=pb.ReportColumns(
+                metric=METRIC,
+                params_fingerprint=p.config.fingerprint,
+                count=1,
+                report_bytes=K // 8,
+                cohorts=[0],
+                bits=bytes(K // 8),
+                report_ids=os.urandom(16),
+            ),
+        ).SerializeToString()
+        bodies = [
+            np.random.default_rng(4).integers(0, 256, 300, dtype=np.uint8).tobytes(),
+            good[: len(good) - 5],
+            good + b"\xff\xff\xff",
+        ]
+        with grpc.insecure_channel(f"127.0.0.1:{p.aggregator_port}") as channel:
+            ingest = channel.unary_unary(
+                "/crowdmix.v1.Aggregator/Ingest",
+                request_serializer=None,
+                response_deserializer=pb.IngestResponse.FromString,
+            )
+            for body in bodies:
+                with pytest.raises(grpc.RpcError) as err:
+                    ingest(body, timeout=10)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+                assert "not a Batch" in (err.value.details() or "")
+            assert ingest(good, timeout=10).applied == 1  # still serving
+        log = p.logs()
+        assert log.count("ingest refused: the request body is not a Batch") == 3, log
+        assert "Traceback" not in log
+    finally:
+        codes = p.stop()
+    assert all(code == 0 for code in codes.values()), f"{codes}\n{p.logs()}"
+
+
+def test_fsync_always_starts_redis_with_appendfsync_always(tmp_path: Path) -> None:
+    """README: `crowdmix cluster --fsync always` runs its Redis servers with
+    appendfsync always (fsync before every reply); the flag parses, a bad mode is refused."""
+    from crowdmix.cli import build_parser
+
+    args = build_parser().parse_args(["cluster", "--dir", str(tmp_path), "--fsync", "always"])
+    assert args.fsync == "always"
+    server = RedisServer(directory=str(tmp_path / "r"), fsync="always")
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        assert client.config_get("appendfsync") == {"appendfsync": "always"}
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        client.close()
+    finally:
+        server.cleanup()
+    with pytest.raises(ValueError, match="fsync"):
+        RedisServer(fsync="never")
