@@ -27,7 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator.counting.counts import CohortCounts, accumulator_for
+from aggregator.counting import accumulator_for
+from aggregator.counting.counts import CohortCounts
 from client.basic import OLH_PRIME, BasicParams
 from client.registry import MetricConfig
 

@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aggregator.daemon.ingest import IngestBatch, Ingestor
-from aggregator.store.base import MemoryCountStore
+from aggregator.store.memory import MemoryCountStore
 from aggregator.store.redis import RedisCountStore
 from client.registry import load_registry
 from crowdmix.cluster import DaemonProcess, RedisServer, free_port

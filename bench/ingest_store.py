@@ -31,7 +31,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aggregator.counting.counts import CohortCounts
-from aggregator.store.base import CountStore, MemoryCountStore
+from aggregator.store.base import CountStore
+from aggregator.store.memory import MemoryCountStore
 from aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import RedisServer
 

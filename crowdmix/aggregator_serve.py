@@ -99,7 +99,8 @@ def serve(args: argparse.Namespace) -> int:
         BindError,
         TlsFiles,
     )
-    from aggregator.store.base import StoreUnavailable, open_store
+    from aggregator.errors import StoreUnavailable
+    from aggregator.store import open_store
     from crowdmix.cli import CliError, grpc_bind_noise_hidden
 
     logging.basicConfig(

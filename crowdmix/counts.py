@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def _open(url: str) -> Any:
-    from aggregator.store.base import open_store
+    from aggregator.store import open_store
     from crowdmix.cli import CliError
 
     try:
@@ -48,7 +48,8 @@ def _open(url: str) -> Any:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from aggregator.store.base import StoreError, load_counts, stored_metric
+    from aggregator.errors import StoreError
+    from aggregator.store import load_counts, stored_metric
     from crowdmix.cli import CliError
 
     store = _open(args.redis)
@@ -90,7 +91,9 @@ def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aggregator.counting.files import save_counts
-    from aggregator.store.base import StoreError, load_counts, parse_windows, stored_metric
+    from aggregator.errors import StoreError
+    from aggregator.store import load_counts, stored_metric
+    from aggregator.store.base import parse_windows
     from crowdmix.cli import CliError
 
     try:

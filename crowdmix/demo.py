@@ -126,7 +126,7 @@ def _encode(
 
 def _wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout: float) -> int:
     """Poll the aggregator's store until ``expected`` reports are counted (or time runs out)."""
-    from aggregator.store.base import load_counts
+    from aggregator.store import load_counts
 
     deadline = time.monotonic() + timeout
     counted = 0
@@ -204,7 +204,7 @@ def run_demo(
     """
     from aggregator.daemon.server import start_aggregator
     from aggregator.report.job import ReportJob, run_report, write_outputs
-    from aggregator.store.base import load_batch_sizes, load_counts, open_store
+    from aggregator.store import load_batch_sizes, load_counts, open_store
     from crowdmix.population import draw_population
     from crowdmix.simulate import send_batched
     from shuffler.config import ShufflerSettings
@@ -406,7 +406,7 @@ def _table(demo: DemoResult, top: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from aggregator.decode.errors import DecodeError
-    from aggregator.store.base import StoreError
+    from aggregator.errors import StoreError
     from client.errors import TransportError
     from crowdmix.cli import CliError, out_dir
     from shuffler.errors import ShufflerError

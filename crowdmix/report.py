@@ -193,14 +193,10 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
 def _from_redis(args: argparse.Namespace) -> ReportJob | None:
     if args.redis is None:
         return None
+    from aggregator.errors import StoreError
     from aggregator.report.job import ReportJob, read_candidates
-    from aggregator.store.base import (
-        StoreError,
-        load_batch_sizes,
-        load_counts,
-        open_store,
-        parse_windows,
-    )
+    from aggregator.store import load_batch_sizes, load_counts, open_store
+    from aggregator.store.base import parse_windows
     from crowdmix.cli import CliError
 
     if not args.metric:
@@ -236,7 +232,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
 
 
 def _stored(store: Any, name: str) -> Any:
-    from aggregator.store.base import stored_metric
+    from aggregator.store import stored_metric
     from crowdmix.cli import CliError
 
     config = stored_metric(store, name)

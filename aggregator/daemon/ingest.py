@@ -42,8 +42,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counting.counts import Counts, CountsShapeError, accumulator_for
-from aggregator.store.base import REPORT_ID_BYTES, CountStore, InvalidBatch, ReportIds
+from aggregator.counting import accumulator_for
+from aggregator.counting.counts import Counts, CountsShapeError
+from aggregator.errors import InvalidBatch
+from aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
 from aggregator.store.codec import describe_metric
 from client.registry import MetricConfig, Registry
 

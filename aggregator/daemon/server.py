@@ -38,7 +38,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from aggregator.daemon.ingest import Ingestor
 from aggregator.daemon.metrics import IngestMetrics
 from aggregator.daemon.service import AggregatorServicer
-from aggregator.store.base import CountStore, MemoryCountStore, StoreError
+from aggregator.errors import StoreError
+from aggregator.store.base import CountStore
+from aggregator.store.memory import MemoryCountStore
 from client.registry import Registry
 
 __all__ = [

@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 
 from aggregator.daemon.ingest import IngestBatch, Ingestor, IngestResult
 from aggregator.daemon.metrics import IngestMetrics
-from aggregator.store.base import InvalidBatch, ParamsConflict, StoreUnavailable
+from aggregator.errors import InvalidBatch, ParamsConflict, StoreUnavailable
 from protos import crowdmix_pb2
 
 __all__ = [

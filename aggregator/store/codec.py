@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.store.base import CountsLike, Int64Array, ParamsConflict, StoredCounts, StoreError
+from aggregator.errors import ParamsConflict, StoreError
+from aggregator.store.base import CountsLike, Int64Array, StoredCounts
 
 if TYPE_CHECKING:
     from client.registry import MetricConfig

@@ -68,16 +68,13 @@ from typing import Any, TypeVar
 import numpy as np
 import redis
 
+from aggregator.errors import ParamsConflict, StoreError, StoreUnavailable, WindowDisposed
 from aggregator.store.base import (
     NO_REPORT_IDS,
     ApplyOutcome,
     CountsLike,
-    ParamsConflict,
     ReportIds,
     StoredCounts,
-    StoreError,
-    StoreUnavailable,
-    WindowDisposed,
     batch_crowd,
 )
 from aggregator.store.codec import encode_counts, sum_blobs

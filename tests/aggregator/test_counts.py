@@ -9,14 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aggregator.counting import accumulator_for
 from aggregator.counting.basic import IndexCounts, OlhSupportCounts, olh_hashes
-from aggregator.counting.counts import (
-    BLOCK,
-    CohortCounts,
-    CountsShapeError,
-    accumulator_for,
-    columns_to_arrays,
-)
+from aggregator.counting.counts import BLOCK, CohortCounts, CountsShapeError, columns_to_arrays
 from aggregator.counting.files import CountsFileError, load_counts, save_counts
 from client.basic import BasicEncoder, BasicParams, olh_hash
 from client.params import RapporParams

@@ -97,7 +97,7 @@ def test_estimators_are_unbiased_with_stated_variance_and_coverage(
 def test_encoder_payloads_decode_to_the_truth() -> None:
     # Real encoder + real accumulator, one seed-free run of 3000 OUE reports of
     # value 2 only: value 2's estimate is within 6 se of 1 (false failure 2e-9).
-    from aggregator.counting.counts import accumulator_for
+    from aggregator.counting import accumulator_for
     from client.registry import MetricConfig
 
     metric = MetricConfig(name="m", basic=BasicParams(mechanism="oue", epsilon=2.0, domain_size=5))

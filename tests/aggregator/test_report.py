@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.counting.counts import accumulator_for
+from aggregator.counting import accumulator_for
 from aggregator.counting.files import save_counts
 from aggregator.decode import design_matrix
 from aggregator.decode.simulate import simulate_rappor_counts

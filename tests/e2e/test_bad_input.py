@@ -208,7 +208,7 @@ CASES = _cases()
 def _files(tmp: Path) -> dict[str, str]:
     import numpy as np
 
-    from aggregator.counting.counts import accumulator_for
+    from aggregator.counting import accumulator_for
     from aggregator.counting.files import save_counts
     from client.registry import load_registry
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.store.base import load_counts
+from aggregator.store import load_counts
 from crowdmix.cluster import DEMO_METRIC, LocalCluster
 from crowdmix.health import check_health
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from aggregator.counting.files import load_counts as load_counts_file
-from aggregator.store.base import load_counts, open_store
+from aggregator.store import load_counts, open_store
 from crowdmix.cluster import LocalCluster
 from crowdmix.demo import METRIC, demo_redis_urls
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.counting.counts import Counts, accumulator_for
+from aggregator.counting import accumulator_for
+from aggregator.counting.counts import Counts
 from aggregator.daemon.ingest import IngestBatch
 from client.registry import MetricConfig, Registry, load_registry
 

@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from aggregator.counting.counts import CohortCounts
-from aggregator.store.base import StoredCounts, StoreUnavailable
+from aggregator.errors import StoreUnavailable
+from aggregator.store.base import StoredCounts
 from aggregator.store.redis import RedisCountStore
 from client.registry import MetricConfig, Registry, load_registry
 from crowdmix.cluster import DaemonProcess, free_port

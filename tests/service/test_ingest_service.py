@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from aggregator.daemon.ingest import IngestBatch
 from aggregator.daemon.server import AggregatorServer, start_aggregator
 from aggregator.daemon.service import batch_to_proto
-from aggregator.store.base import ApplyOutcome, MemoryCountStore, StoredCounts, load_counts
+from aggregator.store import load_counts
+from aggregator.store.base import ApplyOutcome, StoredCounts
+from aggregator.store.memory import MemoryCountStore
 from client.registry import Registry
 from crowdmix.health import check_health
 from protos import crowdmix_pb2, crowdmix_pb2_grpc

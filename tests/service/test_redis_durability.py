@@ -13,7 +13,7 @@ import pytest
 from aggregator.daemon.ingest import IngestBatch, Ingestor
 from aggregator.daemon.server import start_aggregator
 from aggregator.daemon.service import batch_to_proto
-from aggregator.store.base import load_counts
+from aggregator.store import load_counts
 from aggregator.store.redis import RedisCountStore
 from client.registry import Registry
 from protos import crowdmix_pb2_grpc

@@ -13,26 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aggregator.counting import accumulator_for
 from aggregator.counting.basic import IndexCounts
-from aggregator.counting.counts import CohortCounts, accumulator_for
+from aggregator.counting.counts import CohortCounts
 from aggregator.daemon.ingest import IngestBatch, Ingestor
-from aggregator.store.base import (
-    CountStore,
-    InvalidBatch,
-    MemoryCountStore,
-    ParamsConflict,
-    StoredCounts,
-    WindowDisposed,
-    load_batch_sizes,
-    load_counts,
-    stored_metric,
-)
+from aggregator.errors import InvalidBatch, ParamsConflict, WindowDisposed
+from aggregator.store import load_batch_sizes, load_counts, stored_metric
+from aggregator.store.base import CountStore, StoredCounts
 from aggregator.store.codec import (
     decode_counts,
     describe_metric,
     encode_counts,
     metric_from_description,
 )
+from aggregator.store.memory import MemoryCountStore
 from aggregator.store.redis import RedisCountStore
 from client.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry

@@ -13,7 +13,7 @@ import numpy as np
 
 from aggregator.counting.counts import CohortCounts
 from aggregator.daemon.server import start_aggregator
-from aggregator.store.base import MemoryCountStore
+from aggregator.store.memory import MemoryCountStore
 from protos import crowdmix_pb2_grpc
 from shuffler.config import ShufflerSettings
 from shuffler.forwarding import AggregatorSender

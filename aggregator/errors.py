@@ -1,0 +1,62 @@
+"""The aggregator service's errors, one hierarchy (the daemon maps them to gRPC
+status codes in ``aggregator.daemon.service``; the command line to exit codes)::
+
+    AggregatorError
+    ├── InvalidBatch          the batch breaks the registry or the wire contract
+    │   └── WindowDisposed    the batch's window is past retention (its ids are deleted)
+    └── StoreError
+        ├── StoreUnavailable  the backend cannot be reached now (retry later)
+        └── ParamsConflict    counts for this metric were stored under other params
+
+The analysis side has its own, each beside its math: ``aggregator.decode.errors``
+(nothing trustworthy can be decoded), ``aggregator.counting.counts.CountsError``
+(counts of the wrong shape), ``aggregator.accounting.ledger`` (a release over
+budget, a corrupt ledger) and ``aggregator.sealing.keys`` (key files).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AggregatorError",
+    "InvalidBatch",
+    "ParamsConflict",
+    "StoreError",
+    "StoreUnavailable",
+    "WindowDisposed",
+]
+
+
+class AggregatorError(Exception):
+    """Base of the aggregator service's errors."""
+
+
+class InvalidBatch(AggregatorError, ValueError):
+    """A batch that must not be counted; the message is the reason sent back.
+
+    ``reason`` is a short fixed label (for metrics): ``batch_id``, ``window``,
+    ``unknown_metric``, ``fingerprint``, ``report_bytes``, ``empty``, ``too_large``,
+    ``length``, ``cohort``, ``padding`` or ``payload``.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class WindowDisposed(InvalidBatch):
+    """The batch's window is past retention: its ids were deleted, so it is not counted."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="window_disposed")
+
+
+class StoreError(AggregatorError):
+    """The count store could not apply or read counts."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend is down or unreachable; nothing was applied, the caller may retry."""
+
+
+class ParamsConflict(StoreError):
+    """The metric already has counts stored under a different params fingerprint."""
