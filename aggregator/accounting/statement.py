@@ -36,11 +36,14 @@ from aggregator.accounting.guarantees import (
     LongitudinalGuarantee,
     central_guarantee,
     longitudinal_guarantee,
+    segment_of,
     smallest_cohort_share,
 )
+from aggregator.accounting.history import segment_to_dict
 from client.registry import MetricConfig
 
 if TYPE_CHECKING:
+    from aggregator.accounting.history import Segment
     from aggregator.accounting.ledger import PrivacyLedger, Release
 
 __all__ = [
@@ -63,7 +66,13 @@ _ARGUMENTS = {
     "memoised-prr-k": "memoised PRR: the R reports of one client are one ε_R-LDP "
     "randomizer, amplified",
     "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
-    "ε_∞-LDP PRR, amplified (holds for any number of rounds)",
+    "ε_∞-LDP PRR, amplified with the PRR's exact total variation (holds for any number "
+    "of rounds)",
+    "cohort-prr": "cohort drawn per report: each cohort has its own Bloom filter and so its "
+    "own PRR, so a client's reports post-process up to min(R, m) independent ε_∞-LDP PRRs "
+    "(the single-PRR argument does not apply); that min(R, m)·ε_∞-LDP randomizer, amplified",
+    "basic-composition": "basic composition (Dwork-Roth 2014, Thm 3.16) of per-round figures",
+    "no-bound": "no finite bound",
     "pld-composition": "fresh randomness each round: the per-round shuffle pair's "
     "privacy-loss distribution composed (dp_accounting)",
     "optimal-composition": "fresh randomness each round: optimal composition "
@@ -99,6 +108,8 @@ class PrivacyStatement:
     batch_sizes: tuple[int, ...] = ()
     fresh_randomness: bool = False
     crowd_measured: bool = False
+    hashing: str = "mmh3"
+    segment: Segment | None = None
 
     @property
     def cohort_caveat(self) -> str:
@@ -141,7 +152,7 @@ class PrivacyStatement:
         ]
         if self.longitudinal.rounds > 1:
             out.append("the same clients report in every round")
-            if self.longitudinal.argument.startswith("memoised-prr"):
+            if self.longitudinal.argument.startswith(("memoised-prr", "cohort-prr")):
                 # The PRR is memoised per Bloom filter: a client whose value changes
                 # gets a fresh PRR, and its rounds compose instead of sharing one.
                 out.append("each client's value is the same in every round")
@@ -151,6 +162,13 @@ class PrivacyStatement:
                     "every round shuffles the same clients together (one batch per round, "
                     "or identical batch membership)"
                 )
+        if self.hashing == "rappor-md5" and self.epsilon_inf is not None:
+            # google/rappor's PRR is HMAC-SHA256(secret, Bloom): whoever guesses a
+            # client's secret recomputes its PRR coins and strips the PRR's noise.
+            out.append(
+                "each client's secret has full entropy (rappor-md5 mode: the PRR is "
+                "HMAC-SHA256 keyed by the secret, so a short or guessable secret voids ε_∞)"
+            )
         if not self.shuffled:
             out.append("the reports were not shuffled: only local guarantees apply")
         elif self.batch_assumed:
@@ -207,25 +225,24 @@ class PrivacyStatement:
         }
 
     def to_release(self, *, release_id: str, window: int, mechanism: str | None = None) -> Release:
-        """The ledger entry of this release. Build the statement with ``rounds`` = k,
-        the number of releases of the metric including this one: its longitudinal
-        figure is then the ledger's total (required for a memoised PRR)."""
+        """The ledger entry of this release: its own cost (ε over its own rounds)
+        and the segment the ledger composes with every other release."""
         from aggregator.accounting.ledger import Release
 
         lg = self.longitudinal
-        capped = not math.isinf(lg.epsilon)
+        seg = self.segment
         return Release(
             release_id=release_id,
             window=window,
             n_reports=self.n_reports,
             mechanism=mechanism or self.encoding,
-            epsilon=self.central.epsilon,
-            delta=self.central.delta,
+            epsilon=lg.epsilon,
+            delta=lg.delta,
             fresh_randomness=self.fresh_randomness,
             bound=self.central.bound,
             batch_sizes=self.batch_sizes,
-            longitudinal_epsilon=lg.epsilon if capped else None,
-            longitudinal_delta=lg.delta if capped else None,
+            rounds=lg.rounds,
+            segment=None if seg is None else segment_to_dict(seg),
             extra={"argument": lg.argument, "n_amplify": self.central.n_amplify},
         )
 
@@ -374,9 +391,8 @@ def privacy_statement(
     else:
         central = central_guarantee(eps1, beta, generic_beta, n_amp, delta, specific)
 
-    longitudinal = longitudinal_guarantee(
-        central, rounds, n_amp, delta, eps1, eps_rounds, eps_inf, fresh, metric
-    )
+    segment = segment_of(metric, rounds, n_amp, delta, eps1, beta, cohort_per_report)
+    longitudinal = longitudinal_guarantee(central, segment)
     return PrivacyStatement(
         metric=metric.name,
         encoding=metric.encoding,
@@ -398,6 +414,8 @@ def privacy_statement(
         batch_sizes=tuple(batches),
         fresh_randomness=fresh,
         crowd_measured=crowd_measured,
+        hashing=metric.hashing,
+        segment=segment,
     )
 
 
@@ -415,33 +433,34 @@ def record_release(
     shuffled: bool = True,
     attempts: int = 3,
     smallest_crowd: int | None = None,
+    rounds: int = 1,
 ) -> tuple[PrivacyStatement, tuple[float, float]]:
     """Statement for the next release of ``metric`` and its ledger entry, in one step.
 
-    ``rounds`` is the number of releases already in the ledger plus this one, so
-    the statement's longitudinal figure covers them all. Raises
-    BudgetExceededError (nothing recorded) when the total would exceed the
-    budget; retries when another writer appended in between.
+    ``rounds`` is the number of collection windows this release merges: each is
+    a round for every client in it. The statement covers this release's own
+    rounds; the ledger composes its segment with every earlier release's
+    (``history.compose_segments``) for the total. Raises BudgetExceededError
+    (nothing recorded) when the total would exceed the budget; retries when
+    another writer appended in between.
     """
     from aggregator.accounting.ledger import ConcurrentUpdateError
 
+    stmt = privacy_statement(
+        metric,
+        n_reports,
+        delta=delta,
+        cohort_sizes=cohort_sizes,
+        cohort_per_report=cohort_per_report,
+        batch_sizes=batch_sizes,
+        rounds=rounds,
+        shuffled=shuffled,
+        smallest_crowd=smallest_crowd,
+    )
+    release = stmt.to_release(release_id=release_id, window=window)
     for attempt in range(attempts):
-        rounds = len(ledger.releases(metric.name)) + 1
-        stmt = privacy_statement(
-            metric,
-            n_reports,
-            delta=delta,
-            cohort_sizes=cohort_sizes,
-            cohort_per_report=cohort_per_report,
-            batch_sizes=batch_sizes,
-            rounds=rounds,
-            shuffled=shuffled,
-            smallest_crowd=smallest_crowd,
-        )
         try:
-            total = ledger.record(
-                metric.name, stmt.to_release(release_id=release_id, window=window)
-            )
+            total = ledger.record(metric.name, release)
         except ConcurrentUpdateError:
             if attempt == attempts - 1:
                 raise

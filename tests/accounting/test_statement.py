@@ -121,9 +121,14 @@ def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
     assert lg.candidates["memoised-prr-k"] == pytest.approx(
         amplify(epsilon_k(params, 10), 10**5, DELTA).epsilon
     )
+    # ε_∞ amplified with the PRR's exact β (issue 11: tighter than the generic bound).
+    from aggregator.accounting.local import prr_total_variation
+
+    beta_prr = prr_total_variation(params)
     assert lg.candidates["memoised-prr-inf"] == pytest.approx(
-        amplify(epsilon_inf(params), 10**5, DELTA).epsilon
+        amplify(epsilon_inf(params), 10**5, DELTA, bound="rappor", beta=beta_prr).epsilon
     )
+    assert lg.candidates["memoised-prr-inf"] < amplify(epsilon_inf(params), 10**5, DELTA).epsilon
     assert lg.argument in ("memoised-prr-k", "memoised-prr-inf")
     assert "pld-composition" not in lg.candidates  # rounds share the PRR: never composed
     assert lg.epsilon == min(lg.candidates.values())
@@ -198,7 +203,10 @@ def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
     n = 2 * MAX_PLD_N
     stmt = privacy_statement(metric, n, delta=DELTA, rounds=10)
     assert stmt.longitudinal.argument == "optimal-composition"
-    per_round = amplify(2.0, n, DELTA / 20).epsilon
+    from aggregator.accounting.local import basic_total_variation
+
+    beta = basic_total_variation(metric.basic)  # type: ignore[arg-type]
+    per_round = amplify(2.0, n, DELTA / 20, bound="rappor", beta=beta).epsilon
     expected = compose_optimal(per_round, DELTA / 20, 10, DELTA)
     assert stmt.longitudinal.epsilon == pytest.approx(expected, rel=1e-12)
 
