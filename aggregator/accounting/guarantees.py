@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COHORT_SD",
+    "CROWD_FAILURE",
     "CentralGuarantee",
     "LongitudinalGuarantee",
     "central_guarantee",
+    "estimated_crowd",
     "longitudinal_guarantee",
     "segment_of",
     "smallest_cohort_share",
@@ -45,6 +47,8 @@ __all__ = [
 
 # Cohort-count estimate when sizes are unknown: the mean minus this many sd.
 COHORT_SD = 5.0
+# Share of δ an estimated crowd may fail with, per round (statement.privacy_statement).
+CROWD_FAILURE = 1e-3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +105,20 @@ def smallest_cohort_share(
     return (min(nonempty) / n_reports if nonempty else 1.0), False
 
 
+def estimated_crowd(batch: int, probability: float, failure: float) -> int:
+    """Largest x with Pr[Bin(batch, probability) < x] ≤ failure (at least 1): the
+    exact binomial quantile, so a cohort holds fewer than x reports w.p. ≤ failure."""
+    from scipy.stats import binom
+
+    if probability >= 1.0:
+        return batch
+    x = int(binom.ppf(failure, batch, probability))
+    # ppf: smallest x with CDF(x) ≥ failure, so CDF(x − 1) < failure; guard float slack.
+    while x > 1 and float(binom.cdf(x - 1, batch, probability)) > failure:
+        x -= 1
+    return max(1, x)
+
+
 def central_guarantee(
     epsilon0: float, beta: float, generic_beta: float, n: int, delta: float, specific: str | None
 ) -> CentralGuarantee:
@@ -134,6 +152,7 @@ def segment_of(
     eps1: float,
     beta: float,
     cohort_per_report: bool,
+    crowd_failure: float = 0.0,
 ) -> Segment:
     """The ``history.Segment`` of a release: what it adds to the metric's total."""
     from aggregator.accounting.history import Segment
@@ -147,6 +166,7 @@ def segment_of(
         rappor=metric.rappor,
         hashing=metric.hashing,
         cohort_per_report=cohort_per_report and metric.num_cohorts > 1,
+        crowd_failure=crowd_failure,
     )
 
 

@@ -83,6 +83,9 @@ class Segment:
     rappor: RapporParams | None = None
     hashing: str = "mmh3"
     cohort_per_report: bool = False
+    # Per round: probability that an estimated crowd was smaller than n_amplify
+    # (charged to δ once per round, on top of ``delta``).
+    crowd_failure: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("rounds", "n_amplify"):
@@ -95,6 +98,8 @@ class Segment:
             raise ValueError(f"epsilon0 must be non-negative, got {self.epsilon0!r}")
         if not 0.0 <= self.beta <= 1.0:
             raise ValueError(f"beta must be in [0, 1], got {self.beta!r}")
+        if not 0.0 <= self.crowd_failure < 1.0:
+            raise ValueError(f"crowd_failure must be in [0, 1), got {self.crowd_failure!r}")
 
     @property
     def fresh(self) -> bool:
@@ -268,7 +273,8 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
         cands.setdefault(name, eps)
         parts.append((name, eps, delta))
     eps_total = math.fsum(e for _, e, _ in parts)
-    delta_total = min(1.0, math.fsum(d for _, _, d in parts))
+    failures = [s.rounds * s.crowd_failure for s in segments]
+    delta_total = min(1.0, math.fsum([d for _, _, d in parts] + failures))
     argument = parts[0][0] if len(parts) == 1 else "basic-composition"
     return Composed(
         epsilon=eps_total,
@@ -291,6 +297,7 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
         "rappor": None if r is None else {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q},
         "hashing": seg.hashing,
         "cohort_per_report": seg.cohort_per_report,
+        "crowd_failure": seg.crowd_failure,
     }
 
 
@@ -313,4 +320,5 @@ def segment_from_dict(data: Any) -> Segment:
         rappor=rappor,
         hashing=str(data["hashing"]),
         cohort_per_report=bool(data["cohort_per_report"]),
+        crowd_failure=float(data.get("crowd_failure", 0.0)),
     )

@@ -25,16 +25,18 @@ guarantees hold.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aggregator.accounting.guarantees import (
-    COHORT_SD,
+    CROWD_FAILURE,
     CentralGuarantee,
     LongitudinalGuarantee,
     central_guarantee,
+    estimated_crowd,
     longitudinal_guarantee,
     segment_of,
     smallest_cohort_share,
@@ -129,9 +131,10 @@ class PrivacyStatement:
             )
         how = "estimated" if self.cohort_share_estimated else "measured"
         where = (
-            f"of the smallest batch ({self.batch_size:,} reports), less five standard "
-            "deviations for how a cohort's count varies between batches"
-            if self.batch_size < self.n_reports
+            f"of the smallest batch ({self.batch_size:,} reports), the exact binomial "
+            "quantile for how a cohort's count varies between batches (its failure "
+            "probability is charged to δ)"
+            if self.cohort_share_estimated
             else "of the batch"
         )
         return (
@@ -340,18 +343,32 @@ def privacy_statement(
     else:
         batches = []
         batch = min(n_reports, metric.shuffle.min_batch)
+    # An estimated crowd fails (some cohort of some batch holds fewer reports than
+    # n_amp) with probability at most crowd_failure per round, charged to δ: the
+    # cohorts are drawn independently of the values, so the release is
+    # (ε, δ_amp + crowd_failure)-DP. n_amp is the exact binomial quantile at
+    # crowd_failure/(m·batches), a union bound over every cohort of every batch.
+    crowd_failure = 0.0
+    count_probability = 0.0
     if cohort_sizes is None or batch == n_reports:
         # Sizes unknown: estimate the smallest cohort of the batch itself.
         sized = batch if cohort_sizes is None else n_reports
         share, estimated = smallest_cohort_share(metric, sized, cohort_sizes, cohort_per_report)
         n_amp = max(1, math.floor(share * batch + 1e-9))
+        count_probability = 1.0 / metric.num_cohorts
     else:
         # Shares measured over the release, applied to a smaller batch: a batch's
-        # cohort counts scatter around share·batch, so take 5 standard deviations off.
+        # cohort counts scatter around share·batch (more for a larger share).
         share, _ = smallest_cohort_share(metric, n_reports, cohort_sizes, cohort_per_report)
         estimated = share < 1.0
-        mean = share * batch
-        n_amp = max(1, math.floor(mean - COHORT_SD * math.sqrt(mean * (1.0 - share)) + 1e-9))
+        count_probability = share
+    if estimated and shuffled and smallest_crowd is None:
+        n_batches = len(batches) if batches else math.ceil(n_reports / batch)
+        crowd_failure = CROWD_FAILURE * delta
+        n_amp = estimated_crowd(
+            batch, count_probability, crowd_failure / (metric.num_cohorts * n_batches)
+        )
+        share = n_amp / batch
     crowd_measured = smallest_crowd is not None and not cohort_per_report
     if crowd_measured:
         # Measured at ingest: the fewest same-cohort reports any batch held. Exact,
@@ -384,14 +401,20 @@ def privacy_statement(
         specific = "variation-ratio"
         fresh = True
     generic_beta = local.generic_total_variation(eps1)
+    if crowd_measured or not shuffled:
+        crowd_failure = 0.0
+    amp_delta = delta - crowd_failure
     if math.isinf(eps1):
         central = CentralGuarantee(
             epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
         )
     else:
-        central = central_guarantee(eps1, beta, generic_beta, n_amp, delta, specific)
+        central = central_guarantee(eps1, beta, generic_beta, n_amp, amp_delta, specific)
+        central = dataclasses.replace(central, delta=delta)  # + crowd_failure
 
-    segment = segment_of(metric, rounds, n_amp, delta, eps1, beta, cohort_per_report)
+    segment = segment_of(
+        metric, rounds, n_amp, amp_delta, eps1, beta, cohort_per_report, crowd_failure
+    )
     longitudinal = longitudinal_guarantee(central, segment)
     return PrivacyStatement(
         metric=metric.name,

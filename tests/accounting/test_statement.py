@@ -216,8 +216,18 @@ def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=8), shuffle=policy)
     # Measured shares over the release (smallest 1/8), applied to 1000-report batches.
     stmt = privacy_statement(metric, 80_000, delta=DELTA, cohort_sizes=[10_000] * 8)
-    mean = 1000 / 8
-    assert stmt.central.n_amplify == int(mean - 5 * (mean * (1 - 1 / 8)) ** 0.5)
+    # Issue 11: the exact binomial quantile whose failure probability, over every
+    # cohort of every batch, is charged to δ (mean − 5 sd failed w.p. ≈ 8·80·Φ(−5)).
+    from scipy.stats import binom
+
+    from aggregator.accounting.guarantees import CROWD_FAILURE
+
+    n_amp = stmt.central.n_amplify
+    failure = 8 * 80 * binom.cdf(n_amp - 1, 1000, 1 / 8)
+    assert failure <= CROWD_FAILURE * DELTA
+    assert 8 * 80 * binom.cdf(n_amp, 1000, 1 / 8) > CROWD_FAILURE * DELTA  # the largest such
+    assert stmt.segment is not None and stmt.segment.crowd_failure == CROWD_FAILURE * DELTA
+    assert stmt.central.delta == DELTA  # δ_amp + the crowd's failure probability
     assert stmt.cohort_share_estimated
     # Unknown sizes: estimated for the batch itself.
     unknown = privacy_statement(metric, 80_000, delta=DELTA)
