@@ -227,9 +227,10 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
     return cands[name], name, cands
 
 
-def _prr_key(s: Segment) -> tuple[str, int, int]:
+def _prr_key(s: Segment) -> tuple[str, int, int, bool]:
+    # f = 0 has no PRR coins (the "PRR" is the Bloom filter itself): its own group.
     assert s.rappor is not None
-    return (s.hashing, s.rappor.k, s.rappor.h)
+    return (s.hashing, s.rappor.k, s.rappor.h, s.rappor.f == 0.0)
 
 
 def compose_segments(segments: Sequence[Segment]) -> Composed:
@@ -237,7 +238,7 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
     independent parts, each part uses the largest δ of its segments."""
     if not segments:
         return Composed(epsilon=0.0, delta=0.0, argument="none")
-    groups: dict[tuple[str, int, int], list[Segment]] = defaultdict(list)
+    groups: dict[tuple[str, int, int, bool], list[Segment]] = defaultdict(list)
     fresh: list[Segment] = []
     for s in segments:
         if s.fresh and s.rappor is None:
