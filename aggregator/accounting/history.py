@@ -16,8 +16,9 @@ on a worst-case data set, so it is exact), else the generic stronger clone
 (Feldman, McMillan, Talwar SODA 2023, proved for every ε0-LDP randomizer by
 Wang et al. 2024, Lemma 4.4). A dominating pair of each round dominates their
 adaptive composition by the product of the pairs (Zhu, Dong, Wang, "Optimal
-accounting of differential privacy via characteristic function", AISTATS 2022), so the privacy-loss distributions (PLDs) of all rounds — different
-pairs, different n — are composed (Koskela, Jälkö, Honkela 2020; Doroshenko,
+accounting of differential privacy via characteristic function", AISTATS 2022),
+so the privacy-loss distributions (PLDs) of all rounds — different pairs,
+different n — are composed (Koskela, Jälkö, Honkela 2020; Doroshenko,
 Ghazi, Kamath, Kumar, Manurangsi 2022; google's ``dp_accounting``), losses
 rounded up and truncated mass charged as infinite loss. Rounds whose n is past
 ``MAX_PLD_N`` enter as the PLD of their per-round (ε_r, δ_r) (δ_r = δ/(2·R)),
@@ -188,7 +189,8 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     for (eps0, beta, n), k in sorted(by_round.items()):
         eps_r = _best_amplify(eps0, beta, n, per_round)
         one = pld_mod.from_privacy_parameters(
-            common.DifferentialPrivacyParameters(eps_r, per_round), value_discretization_interval=GRID
+            common.DifferentialPrivacyParameters(eps_r, per_round),
+            value_discretization_interval=GRID,
         )
         part = one.self_compose(k) if k > 1 else one
         composed = part if composed is None else composed.compose(part)
@@ -295,7 +297,9 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
         "delta": seg.delta,
         "epsilon0": None if math.isinf(seg.epsilon0) else seg.epsilon0,
         "beta": seg.beta,
-        "rappor": None if r is None else {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q},
+        "rappor": None
+        if r is None
+        else {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q},
         "hashing": seg.hashing,
         "cohort_per_report": seg.cohort_per_report,
         "crowd_failure": seg.crowd_failure,

@@ -245,13 +245,17 @@ class PrivacyLedger:
             raise UnboundedReleaseError(str(exc)) from None
         eps = math.fsum(
             [total.epsilon]
-            + [r.longitudinal_epsilon if r.longitudinal_epsilon is not None else r.epsilon
-               for r in legacy]
+            + [
+                r.longitudinal_epsilon if r.longitudinal_epsilon is not None else r.epsilon
+                for r in legacy
+            ]
         )
         delta = math.fsum(
             [total.delta]
-            + [r.longitudinal_delta if r.longitudinal_delta is not None else r.delta
-               for r in legacy]
+            + [
+                r.longitudinal_delta if r.longitudinal_delta is not None else r.delta
+                for r in legacy
+            ]
         )
         return eps, min(1.0, delta)
 

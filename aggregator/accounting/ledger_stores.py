@@ -102,6 +102,10 @@ class JsonFileLedgerStore:
     def load(self, metric: str) -> list[dict[str, Any]]:
         return list(self._read().get(metric, []))
 
+    def metrics(self) -> list[str]:
+        """Every metric with an entry, sorted."""
+        return sorted(self._read())
+
     def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
         import fcntl
 

@@ -362,6 +362,7 @@ def privacy_statement(
         share, _ = smallest_cohort_share(metric, n_reports, cohort_sizes, cohort_per_report)
         estimated = share < 1.0
         count_probability = share
+        n_amp = max(1, math.floor(share * batch + 1e-9))  # exact when share = 1
     if estimated and shuffled and smallest_crowd is None:
         n_batches = len(batches) if batches else math.ceil(n_reports / batch)
         crowd_failure = CROWD_FAILURE * delta
