@@ -142,6 +142,15 @@ def _print(args: argparse.Namespace, out: dict[str, Any], text: str) -> None:
         print(text)
 
 
+def _up(x: float, digits: int = 4) -> str:
+    """``x`` to ``digits`` significant digits, rounded up (a privacy figure is never
+    printed smaller than it is)."""
+    if x == 0.0 or not math.isfinite(x):
+        return f"{x:g}"
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{math.ceil(x * scale - 1e-9) / scale:.{digits}g}"
+
+
 def _fail(exc: Exception) -> Exception:
     from crowdmix.cli import CliError
 
@@ -335,20 +344,21 @@ def _ledger(args: argparse.Namespace) -> int:
     for name in names:
         rows = shown[name]
         lines.append(f"{name}: {len(rows)} release(s)")
+        width = max([7, *(len(r.release_id) for r, _ in rows)])
         if rows:
             lines.append(
-                f"  {'release':<16} {'window':>8} {'rounds':>6} {'crowd':>10} "
+                f"  {'release':<{width}} {'window':>8} {'rounds':>6} {'crowd':>10} "
                 f"{'ε alone':>9} {'total ε':>9} {'total δ':>9}"
             )
         for r, (eps, delta) in rows:
             n = crowd(r)
             lines.append(
-                f"  {r.release_id:<16} {r.window:>8} {r.rounds:>6} "
-                f"{'?' if n is None else f'{n:,}':>10} {r.epsilon:>9.4g} {eps:>9.4g} "
-                f"{delta:>9.3g}"
+                f"  {r.release_id:<{width}} {r.window:>8} {r.rounds:>6} "
+                f"{'?' if n is None else f'{n:,}':>10} {_up(r.epsilon):>9} {_up(eps):>9} "
+                f"{_up(delta, 3):>9}"
             )
         total = rows[-1][1] if rows else (0.0, 0.0)
-        lines.append(f"  total: (ε = {total[0]:.6g}, δ = {total[1]:.3g})")
+        lines.append(f"  total: (ε = {_up(total[0], 6)}, δ = {_up(total[1], 3)})")
     _print(args, out, "\n".join(lines))
     return 0
 
