@@ -4,8 +4,10 @@ the longitudinal argument. Pure (no state); numpy/scipy load lazily.
 - The crowd one report hides in: its shuffled batch and, unless the cohort is
   drawn fresh per report, its cohort. A persistent cohort travels with the
   report, so only same-cohort reports hide each other; the smallest cohort's
-  share of the smallest batch is used (estimated as the mean minus 5 standard
-  deviations of a uniform cohort draw when the sizes are unknown).
+  share of the smallest batch is used. Estimated when the sizes are unknown
+  (``estimated_crowd``: the exact binomial quantile at failure probability
+  CROWD_FAILURE·δ/(m·batches) — a union bound over every cohort of every batch —
+  and that failure probability is charged to δ once per round).
 - Central: the best of the valid shuffle bounds (generic stronger clone, and the
   mechanism-specific (p, β, q) bound when β is below the generic one). A figure
   within 0.1% of ε0 is reported as "no amplification".

@@ -237,7 +237,14 @@ def _prr_key(s: Segment) -> tuple[str, int, int, bool]:
 
 def compose_segments(segments: Sequence[Segment]) -> Composed:
     """(ε, δ) of all ``segments`` together (module docstring); δ adds across the
-    independent parts, each part uses the largest δ of its segments."""
+    independent parts, each part uses the largest δ of its segments.
+
+    RAPPOR f = 0 groups may go either way (into the PLD, or bounded alone by the
+    memoised-k argument); both strategies are evaluated for all such groups at
+    once and (min ε, max δ) is returned. Each strategy is non-decreasing as
+    segments are added, so the result is too — a per-group choice would not be
+    (moving a group into the PLD can lower the sum).
+    """
     if not segments:
         return Composed(epsilon=0.0, delta=0.0, argument="none")
     groups: dict[tuple[str, int, int, bool], list[Segment]] = defaultdict(list)
@@ -247,7 +254,9 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
             fresh.append(s)
         else:
             groups[_prr_key(s)].append(s)
-    parts: list[tuple[str, float, float]] = []
+    fixed: list[tuple[str, float, float]] = []  # memoised-PRR groups (f > 0)
+    f0_memo: list[tuple[str, float, float]] = []  # f = 0 groups bounded alone
+    f0_segments: list[Segment] = []
     cands: dict[str, float] = {}
     for key, segs in groups.items():
         fs = {s.rappor.f for s in segs if s.rappor is not None}
@@ -259,25 +268,35 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
             )
         delta = max(s.delta for s in segs)
         eps, name, group_cands = _memo_part(segs, delta)
-        if fs == {0.0}:
-            # f = 0: no PRR to share; the rounds compose, or the memoised-k argument
-            # (the K reports are one ε_K-LDP randomizer) bounds them if smaller.
-            pld_eps, pld_name = _pld_part(segs, delta)
-            group_cands[pld_name] = pld_eps
-            if pld_eps <= eps:
-                fresh.extend(segs)
-                cands.update(group_cands)
-                continue
         cands.update(group_cands)
-        parts.append((name, eps, delta))
-    if fresh:
-        delta = max(s.delta for s in fresh)
-        eps, name = _pld_part(fresh, delta)
+        if fs == {0.0}:
+            f0_memo.append((name, eps, delta))
+            f0_segments.extend(segs)
+        else:
+            fixed.append((name, eps, delta))
+
+    def pld_parts(pool: list[Segment]) -> list[tuple[str, float, float]]:
+        if not pool:
+            return []
+        delta = max(s.delta for s in pool)
+        eps, name = _pld_part(pool, delta)
         cands.setdefault(name, eps)
-        parts.append((name, eps, delta))
-    eps_total = math.fsum(e for _, e, _ in parts)
-    failures = [s.rounds * s.crowd_failure for s in segments]
-    delta_total = min(1.0, math.fsum([d for _, _, d in parts] + failures))
+        return [(name, eps, delta)]
+
+    strategies = [fixed + pld_parts(fresh + f0_segments)]
+    if f0_segments:
+        strategies.append(fixed + f0_memo + pld_parts(fresh))
+    failures = math.fsum(s.rounds * s.crowd_failure for s in segments)
+    totals = [
+        (
+            math.fsum(e for _, e, _ in parts),
+            min(1.0, math.fsum(d for _, _, d in parts) + failures),
+            parts,
+        )
+        for parts in strategies
+    ]
+    eps_total, _, parts = min(totals, key=lambda t: t[0])
+    delta_total = max(d for _, d, _ in totals)  # the chosen strategy's δ is at most this
     argument = parts[0][0] if len(parts) == 1 else "basic-composition"
     return Composed(
         epsilon=eps_total,

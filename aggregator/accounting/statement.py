@@ -313,8 +313,9 @@ def privacy_statement(
     """The privacy statement of a release of ``n_reports`` reports of ``metric``.
 
     cohort_sizes: reports per cohort (e.g. ``CohortCounts.totals``) or the
-        smallest cohort's share of the batch; omitted, it is estimated as the
-        mean minus 5 standard deviations of a uniform cohort draw.
+        smallest cohort's share of the batch; omitted, it is estimated by the
+        exact binomial quantile of a uniform cohort draw, whose failure
+        probability is charged to δ (``guarantees.estimated_crowd``).
     cohort_per_report: the cohort is drawn fresh per report (no cohort caveat).
     batch_sizes: sizes of the shuffled batches the release came from; the
         smallest one is the crowd. Omitted: the smallest batch the metric's
