@@ -6,7 +6,7 @@
     crowdmix privacy rounds  --epsilon0 E --n N --rounds R --delta D [--json]
     crowdmix privacy metric  --config FILE --metric NAME --n N [--rounds R]
                              [--cohort-share S] [--batch-sizes B1,B2,..] [--json]
-    crowdmix privacy ledger  --file F --metric NAME [--json]
+    crowdmix privacy ledger  FILE [--metric NAME] [--json]
     crowdmix plan --epsilon E --delta D --n N --candidates C [--rounds R] [--json]
 
 Only argparse/stdlib at module level; the math is imported inside each command.
@@ -20,6 +20,9 @@ import math
 from typing import Any
 
 __all__ = ["register"]
+
+# Binary RR's exact lower bound sums all n+1 counts: fast up to a few million.
+_BINARY_RR_MAX_N = 2_000_000
 
 
 def register(sub: Any) -> None:
@@ -41,7 +44,11 @@ def register(sub: Any) -> None:
     )
     amp.add_argument("--beta", type=float, help="total variation β for --bound rappor")
     _rappor_args(amp)
-    amp.add_argument("--lower", action="store_true", help="also print the shuffled-RR lower bound")
+    amp.add_argument(
+        "--lower",
+        action="store_true",
+        help="also print the largest known lower bound (shuffled 3-RR and binary RR)",
+    )
     amp.add_argument("--json", action="store_true", help="print a JSON object")
     amp.set_defaults(func=_amplify)
 
@@ -83,9 +90,15 @@ def register(sub: Any) -> None:
     metric.add_argument("--json", action="store_true")
     metric.set_defaults(func=_metric)
 
-    ledger = psub.add_parser("ledger", help="releases recorded in a JSON ledger file")
-    ledger.add_argument("--file", required=True)
-    ledger.add_argument("--metric", required=True)
+    ledger = psub.add_parser(
+        "ledger",
+        help="releases recorded in a JSON ledger file, each with the running total",
+        description="Per release: window, rounds, crowd, its own ε, and the metric's total "
+        "after it (heterogeneous composition; never decreasing). A missing file is an error.",
+    )
+    ledger.add_argument("file", nargs="?", metavar="FILE", help="the JSON ledger")
+    ledger.add_argument("--file", dest="file_option", help=argparse.SUPPRESS)
+    ledger.add_argument("--metric", help="one metric (default: every metric in the file)")
     ledger.add_argument("--json", action="store_true")
     ledger.set_defaults(func=_ledger)
 
@@ -133,6 +146,15 @@ def _print(args: argparse.Namespace, out: dict[str, Any], text: str) -> None:
         print(text)
 
 
+def _up(x: float, digits: int = 4) -> str:
+    """``x`` to ``digits`` significant digits, rounded up (a privacy figure is never
+    printed smaller than it is)."""
+    if x == 0.0 or not math.isfinite(x):
+        return f"{x:g}"
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{math.ceil(x * scale - 1e-9) / scale:.{digits}g}"
+
+
 def _fail(exc: Exception) -> Exception:
     from crowdmix.cli import CliError
 
@@ -160,14 +182,20 @@ def _amplify(args: argparse.Namespace) -> int:
             if args.bound == "rappor":
                 beta = total_variation(params)
         result = amplify(eps0, args.n, args.delta, bound=args.bound, beta=beta)
-        lower = shuffled_rr_lower_bound(eps0, args.n, args.delta) if args.lower else None
+        lowers: dict[str, float] = {}
+        if args.lower:
+            lowers["krr3"] = shuffled_rr_lower_bound(eps0, args.n, args.delta)
+            if args.n <= _BINARY_RR_MAX_N:  # summed over all n+1 counts
+                lowers["binary-rr"] = shuffled_rr_lower_bound(eps0, args.n, args.delta, domain=2)
+        lower = max(lowers.values()) if lowers else None
     except (ValueError, ParamsError) as exc:
         raise _fail(exc) from None
     out = result.to_dict()
     if beta is not None:
         out["beta"] = beta
     if lower is not None:
-        out["rr_lower_bound"] = lower
+        out["rr_lower_bound"] = lower  # the largest of the known lower bounds
+        out["lower_bounds"] = lowers
     text = (
         f"{args.n:,} shuffled reports of an ε0 = {eps0:.6g} randomizer: "
         + (
@@ -297,31 +325,70 @@ def _metric(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from aggregator.accounting.ledger import AccountingError, PrivacyLedger
+    from aggregator.accounting.ledger import AccountingError, PrivacyLedger, Release
     from aggregator.accounting.ledger_stores import JsonFileLedgerStore
+    from crowdmix.cli import CliError
 
+    path = args.file or args.file_option
+    if not path:
+        raise CliError("privacy ledger needs FILE")
+    if args.file and args.file_option:
+        raise CliError("give the ledger FILE once")
+    store = JsonFileLedgerStore(path, create=False)
     try:
-        ledger = PrivacyLedger(JsonFileLedgerStore(args.file))
-        releases = ledger.releases(args.metric)
-        eps, delta = ledger.cumulative(releases)
+        ledger = PrivacyLedger(store)
+        names = [args.metric] if args.metric else store.metrics()
+        shown = {name: ledger.running_totals(name) for name in names}
     except AccountingError as exc:
         raise _fail(exc) from None
-    except OSError as exc:
-        raise _fail(OSError(f"cannot read ledger {args.file}: {exc.strerror or exc}")) from None
-    except UnicodeDecodeError:
-        raise _fail(ValueError(f"ledger {args.file} is not UTF-8 JSON")) from None
-    out = {
-        "metric": args.metric,
-        "releases": [r.to_dict() for r in releases],
-        "cumulative": {"epsilon": eps, "delta": delta},
-    }
-    lines = [f"{len(releases)} release(s) of {args.metric}"]
-    lines += [
-        f"  {r.release_id}: window {r.window}, {r.n_reports:,} reports, "
-        f"(ε={r.epsilon:.4g}, δ={r.delta:.2g}) [{r.bound}]"
-        for r in releases
-    ]
-    lines.append(f"  cumulative: (ε = {eps:.6g}, δ = {delta:.3g})")
+
+    def crowd(r: Release) -> int | None:
+        if r.segment is not None:
+            return int(r.segment["n_amplify"])
+        n = r.extra.get("n_amplify")
+        return int(n) if isinstance(n, int) else None
+
+    def metric_out(name: str) -> dict[str, Any]:
+        rows = shown[name]
+        total = rows[-1][1] if rows else (0.0, 0.0)
+        return {
+            "metric": name,
+            "releases": [
+                {
+                    **r.to_dict(),
+                    "crowd": crowd(r),
+                    "running_total": {"epsilon": eps, "delta": delta},
+                }
+                for r, (eps, delta) in rows
+            ],
+            "cumulative": {"epsilon": total[0], "delta": total[1]},
+        }
+
+    if args.metric:
+        out: dict[str, Any] = metric_out(args.metric)
+    else:
+        out = {"file": str(path), "metrics": {name: metric_out(name) for name in names}}
+    lines: list[str] = []
+    if not names:
+        lines.append(f"{path}: no metric has a release yet")
+    for name in names:
+        rows = shown[name]
+        lines.append(f"{name}: {len(rows)} release(s)")
+        width = max([7, *(len(r.release_id) for r, _ in rows)])
+        if rows:
+            lines.append(
+                f"  {'release':<{width}} {'window':>8} {'rounds':>6} {'crowd':>10} "
+                f"{'ε alone':>9} {'total ε':>9} {'total δ':>9}"
+            )
+        for r, (eps, delta) in rows:
+            n = crowd(r)
+            lines.append(
+                f"  {r.release_id:<{width}} {r.window:>8} {r.rounds:>6} "
+                f"{'?' if n is None else f'{n:,}':>10} {_up(r.epsilon):>9} {_up(eps):>9} "
+                f"{_up(delta, 3):>9}"
+            )
+        total = rows[-1][1] if rows else (0.0, 0.0)
+        lines.append(f"  total: (ε = {_up(total[0], 6)}, δ = {_up(total[1], 3)})")
     _print(args, out, "\n".join(lines))
     return 0
 

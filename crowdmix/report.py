@@ -90,7 +90,12 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
         "--windows", metavar="LIST", help="collection windows, e.g. 20400,20402-20405 (all)"
     )
     led = p.add_argument_group("privacy ledger (record the release; refuse it over budget)")
-    led.add_argument("--ledger", metavar="FILE", help="JSON ledger of the metric's releases")
+    led.add_argument(
+        "--ledger", metavar="FILE", help="JSON ledger of the metric's releases (must exist)"
+    )
+    led.add_argument(
+        "--new-ledger", action="store_true", help="start --ledger FILE as a new, empty ledger"
+    )
     led.add_argument("--release-id", metavar="ID", help="this release's id (metric/window)")
     led.add_argument("--budget-epsilon", type=float, metavar="E", help="total ε allowed")
     led.add_argument("--budget-delta", type=float, default=1e-5, metavar="D", help="(1e-5)")
@@ -338,7 +343,10 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
         if args.budget_epsilon is not None
         else None
     )
-    ledger = PrivacyLedger(JsonFileLedgerStore(args.ledger), budget)
+    store = JsonFileLedgerStore(args.ledger, create=False)
+    if args.new_ledger:
+        store.init()  # refused if the file exists: never restart a ledger by accident
+    ledger = PrivacyLedger(store, budget)
     window = job.window if job.window is not None else 0
     release_id = (
         args.release_id or f"{job.metric.name}/{job.window if job.window is not None else 'all'}"
@@ -350,6 +358,7 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
             totals,
             batch_sizes=job.batch_sizes,
             shuffled=job.shuffled,
+            rounds=job.rounds,
             smallest_crowd=job.smallest_crowd,
         )
         n = int(totals.sum())
@@ -365,6 +374,7 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
                 batch_sizes=sizes,
                 shuffled=job.shuffled,
                 smallest_crowd=job.smallest_crowd if sizes is not None else None,
+                rounds=job.rounds,  # a release merging R windows is R rounds per client
             )
             recorded = True
         except DuplicateReleaseError:
@@ -377,6 +387,7 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
             "path": str(args.ledger),
             "release_id": release_id,
             "recorded": recorded,
+            "rounds": job.rounds,
             "releases": len(ledger.releases(metric.name)),
             "total_epsilon": eps,
             "total_delta": delta,
@@ -409,6 +420,8 @@ def _report(args: argparse.Namespace) -> int:
     if len(jobs) > 1:
         raise CliError("give one counts source, not several")
     options = DecodeOptions(alpha=args.alpha, correction=args.correction, interval=args.interval)
+    if args.new_ledger and not args.ledger:
+        raise CliError("--new-ledger needs --ledger FILE")
     privacy = _ledger_privacy(args, jobs[0]) if args.ledger else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecodeWarning)  # they are in the summary and printed

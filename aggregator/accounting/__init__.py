@@ -10,8 +10,11 @@ The report job's entry point::
     privacy_statement(metric, n_reports, *, delta=1e-6, cohort_sizes=None,
                       cohort_per_report=False, batch_sizes=None, rounds=1, shuffled=True)
         -> PrivacyStatement  (.to_dict(), .render(), .to_release(...))
-    record_release(ledger, metric, n_reports, *, release_id, window, ...)
+    record_release(ledger, metric, n_reports, *, release_id, window, rounds=1, ...)
         -> (PrivacyStatement, cumulative (ε, δ))   # statement + ledger entry in one step
+
+``history.compose_segments`` composes releases that differ in params, crowd and
+rounds; the ledger's total is that, never below a release or an earlier total.
 
 Exceptions::
 
@@ -21,8 +24,9 @@ Exceptions::
     ├── BudgetExceededError    a release would exceed the metric's budget (nothing recorded)
     ├── DuplicateReleaseError  the release id is already recorded
     ├── ConcurrentUpdateError  another writer appended first
-    ├── UnboundedReleaseError  memoised-PRR release without its longitudinal figure
-    └── LedgerCorruptError     a stored ledger cannot be read
+    ├── UnboundedReleaseError  shared PRR coins leave the total unbounded
+    ├── LedgerCorruptError     a stored ledger cannot be read
+    └── LedgerMissingError     the ledger file does not exist
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from aggregator.accounting.ledger import (
     ConcurrentUpdateError,
     DuplicateReleaseError,
     LedgerCorruptError,
+    LedgerMissingError,
     PrivacyLedger,
     Release,
     UnboundedReleaseError,
@@ -80,6 +85,7 @@ __all__ = [
     "DuplicateReleaseError",
     "JsonFileLedgerStore",
     "LedgerCorruptError",
+    "LedgerMissingError",
     "LedgerStore",
     "LongitudinalGuarantee",
     "MemoryLedgerStore",

@@ -4,19 +4,23 @@ the longitudinal argument. Pure (no state); numpy/scipy load lazily.
 - The crowd one report hides in: its shuffled batch and, unless the cohort is
   drawn fresh per report, its cohort. A persistent cohort travels with the
   report, so only same-cohort reports hide each other; the smallest cohort's
-  share of the smallest batch is used (estimated as the mean minus 5 standard
-  deviations of a uniform cohort draw when the sizes are unknown).
+  share of the smallest batch is used. Estimated when the sizes are unknown
+  (``estimated_crowd``: the exact binomial quantile at failure probability
+  CROWD_FAILURE·δ/(m·batches) — a union bound over every cohort of every batch —
+  and that failure probability is charged to δ once per round).
 - Central: the best of the valid shuffle bounds (generic stronger clone, and the
   mechanism-specific (p, β, q) bound when β is below the generic one). A figure
   within 0.1% of ε0 is reported as "no amplification".
-- Longitudinal, R releases from the same clients: with a memoised PRR the
-  rounds share randomness, so per-round figures never compose; the R reports of
-  a client are one ε_R-LDP randomizer, and every report is a post-processing of
-  the ε_∞-LDP PRR, so amplifying ε_R or ε_∞ bounds them all (unlinking rounds is
-  post-processing of the linked view). With fresh randomness every round
-  (basic mechanisms, RAPPOR with f = 0) the per-round pair's PLD is composed,
-  or per-round (ε, δ) by optimal composition (δ/2R per round) when n is too
-  large for a PLD.
+- Longitudinal, R rounds from the same clients (``history``, which the ledger
+  also uses over many releases): with a memoised PRR the rounds share
+  randomness, so per-round figures never compose; the R reports of a client are
+  one ε_R-LDP randomizer, and every report is a post-processing of the ε_∞-LDP
+  PRR, so amplifying ε_R or ε_∞ bounds them all (unlinking rounds is
+  post-processing of the linked view). A cohort drawn per report gives a client
+  up to min(R, m) PRRs, and that product is amplified instead. With fresh
+  randomness every round (basic mechanisms, RAPPOR with f = 0) the per-round
+  pair's PLD is composed, or per-round (ε, δ) by optimal composition (δ/2R per
+  round) when n is too large for a PLD.
 """
 
 from __future__ import annotations
@@ -24,20 +28,29 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from client.registry import MetricConfig
 
+if TYPE_CHECKING:
+    from aggregator.accounting.history import Segment
+
 __all__ = [
     "COHORT_SD",
+    "CROWD_FAILURE",
     "CentralGuarantee",
     "LongitudinalGuarantee",
     "central_guarantee",
+    "estimated_crowd",
     "longitudinal_guarantee",
+    "segment_of",
     "smallest_cohort_share",
 ]
 
 # Cohort-count estimate when sizes are unknown: the mean minus this many sd.
 COHORT_SD = 5.0
+# Share of δ an estimated crowd may fail with, per round (statement.privacy_statement).
+CROWD_FAILURE = 1e-3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +107,20 @@ def smallest_cohort_share(
     return (min(nonempty) / n_reports if nonempty else 1.0), False
 
 
+def estimated_crowd(batch: int, probability: float, failure: float) -> int:
+    """Largest x with Pr[Bin(batch, probability) < x] ≤ failure (at least 1): the
+    exact binomial quantile, so a cohort holds fewer than x reports w.p. ≤ failure."""
+    from scipy.stats import binom
+
+    if probability >= 1.0:
+        return batch
+    x = int(binom.ppf(failure, batch, probability))
+    # ppf: smallest x with CDF(x) ≥ failure, so CDF(x − 1) < failure; guard float slack.
+    while x > 1 and float(binom.cdf(x - 1, batch, probability)) > failure:
+        x -= 1
+    return max(1, x)
+
+
 def central_guarantee(
     epsilon0: float, beta: float, generic_beta: float, n: int, delta: float, specific: str | None
 ) -> CentralGuarantee:
@@ -119,23 +146,38 @@ def central_guarantee(
     )
 
 
-def longitudinal_guarantee(
-    central: CentralGuarantee,
+def segment_of(
+    metric: MetricConfig,
     rounds: int,
     n_amp: int,
     delta: float,
     eps1: float,
-    eps_rounds: float | None,
-    eps_inf: float | None,
-    fresh: bool,
-    metric: MetricConfig,
-) -> LongitudinalGuarantee:
-    """The smallest valid bound on ``rounds`` releases together, and its argument."""
-    from aggregator.accounting.amplification import amplify
-    from aggregator.accounting.composition import compose_basic, compose_optimal
-    from aggregator.accounting.pairs import ClonePair
-    from aggregator.accounting.pld import MAX_PLD_N, pld_epsilon
+    beta: float,
+    cohort_per_report: bool,
+    crowd_failure: float = 0.0,
+) -> Segment:
+    """The ``history.Segment`` of a release: what it adds to the metric's total."""
+    from aggregator.accounting.history import Segment
 
+    return Segment(
+        rounds=rounds,
+        n_amplify=n_amp,
+        delta=delta,
+        epsilon0=eps1,
+        beta=beta,
+        rappor=metric.rappor,
+        hashing=metric.hashing,
+        cohort_per_report=cohort_per_report and metric.num_cohorts > 1,
+        crowd_failure=crowd_failure,
+    )
+
+
+def longitudinal_guarantee(central: CentralGuarantee, segment: Segment) -> LongitudinalGuarantee:
+    """The bound on ``segment.rounds`` rounds together, and its argument
+    (``history.compose_segments`` of this one segment: the ledger composes many)."""
+    from aggregator.accounting.history import compose_segments
+
+    rounds = segment.rounds
     if rounds == 1:
         return LongitudinalGuarantee(
             rounds=1,
@@ -144,34 +186,11 @@ def longitudinal_guarantee(
             argument="single-release",
             candidates={"single-release": central.epsilon},
         )
-    cands: dict[str, float] = {}
-    if metric.rappor is not None:
-        # Memoised PRR (or f = 0, where the PRR is the Bloom filter itself): the R
-        # reports of one client are one randomizer of its value; unlinking the
-        # rounds is post-processing of the linked view.
-        # ε_∞ first: on a tie (ε_R has reached ε_∞) name the argument that holds forever.
-        if eps_inf is not None and not math.isinf(eps_inf):
-            cands["memoised-prr-inf"] = amplify(eps_inf, n_amp, delta).epsilon
-        if eps_rounds is not None and not math.isinf(eps_rounds):
-            cands["memoised-prr-k"] = amplify(eps_rounds, n_amp, delta).epsilon
-    if fresh and not math.isinf(eps1):
-        if central.amplified and n_amp <= MAX_PLD_N and eps1 > 0.0:
-            cands["pld-composition"] = pld_epsilon(
-                ClonePair.stronger_clone(eps1), n_amp, rounds, delta
-            )
-        else:
-            # Per-round δ_r = δ/(2R), the rest of δ for the composition itself.
-            per_round = delta / (2.0 * rounds)
-            eps_r = amplify(eps1, n_amp, per_round).epsilon
-            if rounds * per_round < delta:
-                cands["optimal-composition"] = compose_optimal(eps_r, per_round, rounds, delta)
-            else:
-                cands["optimal-composition"] = compose_basic(eps_r, per_round, rounds)[0]
-    if not cands:
-        return LongitudinalGuarantee(
-            rounds=rounds, epsilon=math.inf, delta=delta, argument="single-release"
-        )
-    name = min(cands, key=lambda k: cands[k])
+    composed = compose_segments([segment])
     return LongitudinalGuarantee(
-        rounds=rounds, epsilon=cands[name], delta=delta, argument=name, candidates=cands
+        rounds=rounds,
+        epsilon=composed.epsilon,
+        delta=composed.delta,
+        argument=composed.argument if not math.isinf(composed.epsilon) else "single-release",
+        candidates=composed.candidates,
     )

@@ -7,16 +7,18 @@ ledger untouched. Storage sits behind ``LedgerStore`` (memory, a JSON file, or
 Redis; ``ledger_stores``); every backend offers one compare-and-append, so two report jobs
 racing on one metric cannot both spend the last of a budget.
 
-Cumulative guarantee of releases 1..k of a metric:
-
-- every release used fresh randomness (``fresh_randomness=True``: basic
-  mechanisms, RAPPOR with f = 0): basic composition (Σε_i, Σδ_i), or the newest
-  release's ``longitudinal`` figure covering all k (PLD composition, from
-  ``privacy_statement(..., rounds=k)``) when its ε is smaller;
-- otherwise (a memoised PRR shared across releases) composition theorems do not
-  apply, because the releases share randomness: the newest release must carry
-  the longitudinal figure for all k releases (ε_k or ε_∞ amplified), and that
-  figure is the total. A release without it is refused.
+Cumulative guarantee of releases 1..k of a metric. Each release carries its
+*segment* (``history.Segment``: its own rounds — a release merging R windows
+is R rounds —, crowd, δ and local randomizer), and the total is
+``history.compose_segments`` of all of them: heterogeneous PLD composition of
+every fresh-randomness round, each memoised PRR bounded once over all its
+rounds at its smallest crowd, basic composition between independent parts.
+Then, so that the total can never go down and is never below any one release,
+it is raised to the largest of: each release's own cost, and the total recorded
+with the previous entry (``total_epsilon``/``total_delta``, written at append).
+Entries written before segments existed (no ``segment``) are added by basic
+composition of their longitudinal figure (or ε when they have none); a legacy
+memoised-PRR entry without a longitudinal figure is unbounded and refused.
 
 Errors (all ``AccountingError``)::
 
@@ -25,7 +27,8 @@ Errors (all ``AccountingError``)::
     ├── DuplicateReleaseError   a release with this id is already recorded
     ├── ConcurrentUpdateError   another writer appended first; re-read and retry
     ├── UnboundedReleaseError   shares randomness (memoised PRR) but has no longitudinal figure
-    └── LedgerCorruptError      stored data cannot be read back
+    ├── LedgerCorruptError      stored data cannot be read back
+    └── LedgerMissingError      the ledger file does not exist (never read as "0 releases")
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ __all__ = [
     "ConcurrentUpdateError",
     "DuplicateReleaseError",
     "LedgerCorruptError",
+    "LedgerMissingError",
     "PrivacyLedger",
     "Release",
     "UnboundedReleaseError",
@@ -73,6 +77,10 @@ class UnboundedReleaseError(AccountingError, ValueError):
 
 class LedgerCorruptError(AccountingError):
     """A stored ledger entry cannot be parsed."""
+
+
+class LedgerMissingError(AccountingError):
+    """The ledger file does not exist: reading it as empty would understate the total."""
 
 
 def _check_eps_delta(where: str, eps: Any, delta: Any) -> None:
@@ -109,6 +117,10 @@ class Release:
     longitudinal_epsilon: float | None = None
     longitudinal_delta: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    rounds: int = 1
+    segment: Mapping[str, Any] | None = None
+    total_epsilon: float | None = None
+    total_delta: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.release_id, str) or not 0 < len(self.release_id) <= 256:
@@ -129,6 +141,21 @@ class Release:
             raise ValueError("longitudinal_epsilon and longitudinal_delta go together")
         if self.longitudinal_epsilon is not None:
             _check_eps_delta("longitudinal_", self.longitudinal_epsilon, self.longitudinal_delta)
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ValueError(f"rounds must be a positive integer, got {self.rounds!r}")
+        if (self.total_epsilon is None) != (self.total_delta is None):
+            raise ValueError("total_epsilon and total_delta go together")
+        if self.total_epsilon is not None:
+            _check_eps_delta("total_", self.total_epsilon, self.total_delta)
+        if self.segment is not None:
+            from aggregator.accounting.history import segment_from_dict
+
+            try:
+                seg = segment_from_dict(self.segment)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"segment is not a valid segment: {exc!r}") from None
+            if seg.rounds != self.rounds:
+                raise ValueError(f"segment rounds {seg.rounds} != rounds {self.rounds}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -144,6 +171,10 @@ class Release:
             "longitudinal_epsilon": self.longitudinal_epsilon,
             "longitudinal_delta": self.longitudinal_delta,
             "extra": dict(self.extra),
+            "rounds": self.rounds,
+            "segment": None if self.segment is None else dict(self.segment),
+            "total_epsilon": self.total_epsilon,
+            "total_delta": self.total_delta,
         }
 
     @classmethod
@@ -162,6 +193,10 @@ class Release:
                 longitudinal_epsilon=data.get("longitudinal_epsilon"),
                 longitudinal_delta=data.get("longitudinal_delta"),
                 extra=dict(data.get("extra", {})),
+                rounds=data.get("rounds", 1),
+                segment=data.get("segment"),
+                total_epsilon=data.get("total_epsilon"),
+                total_delta=data.get("total_delta"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LedgerCorruptError(f"ledger entry cannot be read: {exc}") from None
@@ -185,39 +220,65 @@ class PrivacyLedger:
         return [Release.from_dict(e) for e in self.store.load(metric)]
 
     @staticmethod
-    def cumulative(releases: list[Release]) -> tuple[float, float]:
-        """(ε, δ) of all ``releases`` together (see the module docstring).
+    def composed(releases: list[Release]) -> tuple[float, float]:
+        """(ε, δ) of ``releases`` by composition alone (no floor from recorded totals)."""
+        from aggregator.accounting.history import (
+            SharedCoinsError,
+            compose_segments,
+            segment_from_dict,
+        )
 
-        Raises UnboundedReleaseError when shared randomness leaves the total unbounded (a
-        non-fresh release history whose newest entry has no longitudinal figure).
+        if not releases:
+            return 0.0, 0.0
+        segments = [segment_from_dict(r.segment) for r in releases if r.segment is not None]
+        legacy = [r for r in releases if r.segment is None]
+        for r in legacy:
+            if not r.fresh_randomness and r.longitudinal_epsilon is None:
+                raise UnboundedReleaseError(
+                    f"release {r.release_id!r} shares randomness (a memoised PRR) with "
+                    "other releases and carries neither a segment nor a longitudinal "
+                    "figure, so the total cannot be bounded"
+                )
+        try:
+            total = compose_segments(segments)
+        except SharedCoinsError as exc:
+            raise UnboundedReleaseError(str(exc)) from None
+        eps = math.fsum(
+            [total.epsilon]
+            + [
+                r.longitudinal_epsilon if r.longitudinal_epsilon is not None else r.epsilon
+                for r in legacy
+            ]
+        )
+        delta = math.fsum(
+            [total.delta]
+            + [
+                r.longitudinal_delta if r.longitudinal_delta is not None else r.delta
+                for r in legacy
+            ]
+        )
+        return eps, min(1.0, delta)
+
+    @classmethod
+    def cumulative(cls, releases: list[Release]) -> tuple[float, float]:
+        """(ε, δ) of all ``releases`` together (see the module docstring): the
+        composed figure, never below any one release nor the total recorded before.
+
+        Raises UnboundedReleaseError when shared randomness leaves the total unbounded.
         """
         if not releases:
             return 0.0, 0.0
-        last = releases[-1]
-        if not all(r.fresh_randomness for r in releases):
-            if last.longitudinal_epsilon is None or last.longitudinal_delta is None:
-                raise UnboundedReleaseError(
-                    f"release {last.release_id!r} shares randomness (a memoised PRR) with "
-                    "earlier releases, so per-release figures do not compose: it must carry "
-                    "the longitudinal figure for all releases "
-                    "(privacy_statement(..., rounds=k).to_release(...))"
-                )
-            # Each figure covers every round up to its release, but was computed with
-            # that release's crowd; a later, larger crowd must not lower the total, so
-            # the largest figure recorded stands (each pair is valid; (max ε, max δ)
-            # is weaker than both).
-            figures = [
-                (r.longitudinal_epsilon, r.longitudinal_delta)
-                for r in releases
-                if r.longitudinal_epsilon is not None and r.longitudinal_delta is not None
-            ]
-            return max(e for e, _ in figures), max(d for _, d in figures)
-        eps = math.fsum(r.epsilon for r in releases)
-        delta = min(1.0, math.fsum(r.delta for r in releases))
-        if last.longitudinal_epsilon is not None and last.longitudinal_epsilon < eps:
-            assert last.longitudinal_delta is not None  # paired in Release.__post_init__
-            return last.longitudinal_epsilon, last.longitudinal_delta
+        eps, delta = cls.composed(releases)
+        for r in releases:  # each release alone, and every total recorded so far
+            eps, delta = max(eps, r.epsilon), max(delta, r.delta)
+            if r.total_epsilon is not None and r.total_delta is not None:
+                eps, delta = max(eps, r.total_epsilon), max(delta, r.total_delta)
         return eps, delta
+
+    def running_totals(self, metric: str) -> list[tuple[Release, tuple[float, float]]]:
+        """Each release of ``metric`` with the total after it."""
+        releases = self.releases(metric)
+        return [(r, self.cumulative(releases[: i + 1])) for i, r in enumerate(releases)]
 
     def spent(self, metric: str) -> tuple[float, float]:
         return self.cumulative(self.releases(metric))
@@ -247,7 +308,10 @@ class PrivacyLedger:
 
     def record(self, metric: str, release: Release) -> tuple[float, float]:
         """Validate, then append; returns the new cumulative (ε, δ)."""
+        import dataclasses
+
         existing = self.releases(metric)
-        result = self._validate(metric, release, existing)
-        self.store.append(metric, release.to_dict(), len(existing))
-        return result
+        eps, delta = self._validate(metric, release, existing)
+        stamped = dataclasses.replace(release, total_epsilon=eps, total_delta=delta)
+        self.store.append(metric, stamped.to_dict(), len(existing))
+        return eps, delta

@@ -15,7 +15,11 @@ from pathlib import Path
 from threading import Lock
 from typing import Any, Protocol
 
-from aggregator.accounting.ledger import ConcurrentUpdateError, LedgerCorruptError
+from aggregator.accounting.ledger import (
+    ConcurrentUpdateError,
+    LedgerCorruptError,
+    LedgerMissingError,
+)
 
 __all__ = ["JsonFileLedgerStore", "LedgerStore", "MemoryLedgerStore", "RedisLedgerStore"]
 
@@ -55,17 +59,38 @@ class MemoryLedgerStore:
 
 class JsonFileLedgerStore:
     """One JSON file {metric: [entries]}; an exclusive flock guards each append
-    and the file is replaced atomically (a crash never leaves half a ledger)."""
+    and the file is replaced atomically (a crash never leaves half a ledger).
 
-    def __init__(self, path: str | Path) -> None:
+    ``create=False`` (what the command line uses): a missing file is a
+    LedgerMissingError, never an empty ledger — a mistyped path must not read
+    as "nothing spent yet". ``init()`` starts a new, empty ledger file.
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
+        self.create = create
         self._lock_path = self.path.with_name(self.path.name + ".lock")
+
+    def init(self) -> None:
+        """Create the file as an empty ledger; LedgerCorruptError if it already exists."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(self.path, "x", encoding="utf-8") as fh:
+                fh.write("{}\n")
+        except FileExistsError:
+            raise LedgerCorruptError(
+                f"ledger file {self.path} already exists: not starting a new one"
+            ) from None
 
     def _read(self) -> dict[str, list[dict[str, Any]]]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
+            if not self.create:
+                raise LedgerMissingError(f"ledger file {self.path} does not exist") from None
             return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LedgerCorruptError(f"cannot read ledger file {self.path}: {exc}") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -76,6 +101,10 @@ class JsonFileLedgerStore:
 
     def load(self, metric: str) -> list[dict[str, Any]]:
         return list(self._read().get(metric, []))
+
+    def metrics(self) -> list[str]:
+        """Every metric with an entry, sorted."""
+        return sorted(self._read())
 
     def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
         import fcntl

@@ -25,9 +25,17 @@ RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``client.privacy`` holds p*, q*,
 
   Any pair sharing Bloom bits differs in fewer coordinates, a marginal of this
   pair, so its distance is no larger.
+- ``prr_total_variation``: β of the PRR alone (the randomizer every memoised
+  report post-processes): the same sum with p* → f/2, q* → 1 − f/2. Its
+  ε is ε_∞, so (e^ε_∞, β_PRR, e^ε_∞) is a variation-ratio triple for it.
 - basic mechanisms (Wang, Blocki, Li, Jha, USENIX Security 2017): ε is the
   configured parameter; β for a generic ε-LDP randomizer is (e^ε−1)/(e^ε+1),
-  for k-RR over d values (e^ε−1)/(e^ε+d−1).
+  for k-RR over d values (e^ε−1)/(e^ε+d−1). OUE: two values differ only in
+  their own two bits, Bern(½)×Bern(q) against Bern(q)×Bern(½) with
+  q = 1/(e^ε+1), so β = ½(1−2q) = ½·tanh(ε/2) (0.381 at ε = 2, against the
+  generic 0.762). OLH: given the hash, values hashed to different buckets see
+  k-RR over g buckets and values in one bucket see nothing, so for any hash
+  family β ≤ (e^ε−1)/(e^ε+g−1) (the collision discount is not claimed).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ __all__ = [
     "epsilon_k",
     "epsilon_one",
     "generic_total_variation",
+    "prr_total_variation",
     "total_variation",
 ]
 
@@ -96,15 +105,25 @@ def _binom_pmf(n: int, p: float) -> list[float]:
     return [math.comb(n, j) * p**j * (1.0 - p) ** (n - j) for j in range(n + 1)]
 
 
-def total_variation(params: RapporParams) -> float:
-    """β: exact TV distance between one report's distributions, worst-case values."""
-    h, ps, qs = params.h, p_star(params), q_star(params)
+def _tv_disjoint(h: int, ps: float, qs: float) -> float:
     b_q, b_p = _binom_pmf(h, qs), _binom_pmf(h, ps)
     total = 0.0
     for j1 in range(h + 1):
         for j2 in range(h + 1):
             total += abs(b_q[j1] * b_p[j2] - b_p[j1] * b_q[j2])
     return min(1.0, 0.5 * total)
+
+
+def total_variation(params: RapporParams) -> float:
+    """β: exact TV distance between one report's distributions, worst-case values."""
+    return _tv_disjoint(params.h, p_star(params), q_star(params))
+
+
+def prr_total_variation(params: RapporParams) -> float:
+    """β of the PRR alone (bit kept w.p. 1 − f/2), worst-case values; 1 when f = 0."""
+    if params.f == 0.0:
+        return 1.0
+    return _tv_disjoint(params.h, params.f / 2.0, 1.0 - params.f / 2.0)
 
 
 def generic_total_variation(epsilon: float) -> float:
@@ -120,8 +139,12 @@ def basic_epsilon(params: BasicParams) -> float:
 
 
 def basic_total_variation(params: BasicParams) -> float:
-    """β of a basic mechanism: k-RR's exact value, the generic one otherwise."""
+    """β of a basic mechanism: exact for k-RR and OUE, an upper bound for OLH."""
     e = math.exp(params.epsilon)
     if params.mechanism in ("krr", "binary-rr"):
         return (e - 1.0) / (e + params.domain_size - 1.0)
+    if params.mechanism == "oue":
+        return 0.5 * math.tanh(params.epsilon / 2.0)
+    if params.mechanism == "olh":
+        return (e - 1.0) / (e + params.olh_buckets - 1.0)
     return generic_total_variation(params.epsilon)

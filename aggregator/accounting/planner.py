@@ -6,7 +6,8 @@ Method (every step monotone, so the result is checked, not hoped for):
 
 1. The crowd one report hides in: the smallest of m cohorts of a shuffled
    batch of n reports (n is the expected batch size: set the shuffle policy's
-   min_batch to it), estimated as in ``privacy_statement`` (n/m minus 5 sd).
+   min_batch to it), estimated as in ``privacy_statement`` (the binomial
+   quantile whose failure probability is charged to δ).
 2. ε0_max: the largest local ε whose generic stronger-clone amplification
    within that crowd meets the target ε (bisection on ε0; the bound is
    monotone in ε0). With ``rounds`` > 1 the target applies to all rounds
@@ -30,8 +31,10 @@ Method (every step monotone, so the result is checked, not hoped for):
    4: enough that two candidates colliding in every cohort is negligible,
    small enough to keep the crowd large).
 
-The proposal is fed back through ``privacy_statement`` and the figures it
-prints come from there, so a plan that misses its target cannot be returned.
+Each proposal (smallest standard error first) is fed back through
+``privacy_statement`` and the figures it prints come from there; the first
+whose ``meets_target`` holds is returned, and PlanError is raised if none does,
+so a plan that misses its target cannot be returned.
 """
 
 from __future__ import annotations
@@ -181,7 +184,7 @@ def plan(
     """
     from scipy.stats import norm
 
-    from aggregator.accounting.guarantees import smallest_cohort_share
+    from aggregator.accounting.guarantees import CROWD_FAILURE, estimated_crowd
     from aggregator.accounting.statement import privacy_statement
     from client.registry import MetricConfig
 
@@ -195,10 +198,15 @@ def plan(
     if not 0.0 < alpha < 1.0 or not 0.0 < power < 1.0:
         raise ValueError("alpha and power must be in (0, 1)")
 
-    probe = MetricConfig(name="plan", rappor=RapporParams(k=16, h=1, m=cohorts))
-    share, _ = smallest_cohort_share(probe, n, None, False)
-    n_amp = max(1, math.floor(share * n + 1e-9))
-    eps_max = _max_local_epsilon(float(epsilon), n_amp, delta)
+    # The crowd exactly as privacy_statement estimates it for one batch of n
+    # (binomial quantile, its failure probability charged to δ).
+    amp_delta = delta
+    n_amp = n
+    if cohorts > 1:
+        failure = CROWD_FAILURE * delta
+        n_amp = estimated_crowd(n, 1.0 / cohorts, failure / cohorts)
+        amp_delta = delta - failure
+    eps_max = _max_local_epsilon(float(epsilon), n_amp, amp_delta)
     for name, cap in (
         ("max_local_epsilon", max_local_epsilon),
         ("max_epsilon_inf", max_epsilon_inf),
@@ -210,7 +218,7 @@ def plan(
     if max_local_epsilon is not None:
         eps_max = min(eps_max, float(max_local_epsilon))
 
-    best: tuple[float, RapporParams] | None = None
+    proposals: list[tuple[float, RapporParams]] = []
     for h in _H_CHOICES:
         k = min(4096, max(16, _next_pow2(1.5 * h * candidates)))
         for f in _F_CHOICES:
@@ -223,10 +231,8 @@ def plan(
             params = _best_q(h, f, k, cohorts, rounds, eps_max)
             if params is None:
                 continue
-            se = std_error(params, n)
-            if best is None or se < best[0]:
-                best = (se, params)
-    if best is None:
+            proposals.append((std_error(params, n), params))
+    if not proposals:
         raise PlanError(
             f"no RAPPOR parameters reach ε={epsilon} with δ={delta} for n={n} "
             f"(a report hides among only ~{n_amp} others)"
@@ -236,32 +242,42 @@ def plan(
                 else " within the local caps"
             )
         )
-    se, params = best
+    proposals.sort(key=lambda sp: sp[0])
     z = float(norm.isf(alpha / candidates)) + float(norm.ppf(power))
-    if z * se >= 1.0:
+    if z * proposals[0][0] >= 1.0:
         raise PlanError(
             f"ε={epsilon} with δ={delta} and n={n} leaves no usable signal: even a value held "
-            f"by every client would not be detected (std error {se:.3g}); raise ε or n"
+            f"by every client would not be detected (std error {proposals[0][0]:.3g}); "
+            "raise ε or n"
         )
-    metric = MetricConfig(name="plan", rappor=params)
-    stmt = privacy_statement(metric, n, delta=delta, rounds=rounds, batch_sizes=[n])
-    return Plan(
-        params=params,
-        target_epsilon=float(epsilon),
-        delta=delta,
-        n=n,
-        candidates=candidates,
-        rounds=rounds,
-        epsilon_local_max=eps_max,
-        epsilon_1=stmt.epsilon_local,
-        epsilon_inf=stmt.epsilon_inf if stmt.epsilon_inf is not None else math.inf,
-        central_epsilon=stmt.central.epsilon,
-        central_bound=stmt.central.bound,
-        longitudinal_epsilon=stmt.longitudinal.epsilon,
-        longitudinal_argument=stmt.longitudinal.argument,
-        n_amplify=stmt.central.n_amplify,
-        std_error=se,
-        detectable_frequency=z * se,
-        alpha=alpha,
-        power=power,
+    for se, params in proposals:
+        # Fed back through privacy_statement: only a proposal whose stated figures
+        # meet the target is returned (``meets_target`` is enforced, not reported).
+        metric = MetricConfig(name="plan", rappor=params)
+        stmt = privacy_statement(metric, n, delta=delta, rounds=rounds, batch_sizes=[n])
+        result = Plan(
+            params=params,
+            target_epsilon=float(epsilon),
+            delta=delta,
+            n=n,
+            candidates=candidates,
+            rounds=rounds,
+            epsilon_local_max=eps_max,
+            epsilon_1=stmt.epsilon_local,
+            epsilon_inf=stmt.epsilon_inf if stmt.epsilon_inf is not None else math.inf,
+            central_epsilon=stmt.central.epsilon,
+            central_bound=stmt.central.bound,
+            longitudinal_epsilon=stmt.longitudinal.epsilon,
+            longitudinal_argument=stmt.longitudinal.argument,
+            n_amplify=stmt.central.n_amplify,
+            std_error=se,
+            detectable_frequency=z * se,
+            alpha=alpha,
+            power=power,
+        )
+        if result.meets_target:
+            return result
+    raise PlanError(
+        f"no RAPPOR parameters reach ε={epsilon} with δ={delta} for n={n} and "
+        f"{rounds} round(s) once fed back through the privacy statement"
     )

@@ -29,17 +29,27 @@ from typing import Any
 
 from aggregator.accounting.pairs import ClonePair
 
-__all__ = ["MAX_PLD_N", "pld_epsilon", "shuffle_pld"]
+__all__ = ["GRID", "MAX_PLD_N", "pld_epsilon", "pld_lower_epsilon", "shuffle_pld"]
 
 # ~2 s at 3e5 (14 s at 1e6): above it callers fall back to optimal composition.
 MAX_PLD_N = 300_000
 # Standard deviations of Bin(t, ½) kept around t/2 (mass outside: < 1e-15 per t).
 _A_WIDTH = 8.5
 _CHUNK_POINTS = 4_000_000
+# Loss grid of every PLD built here (one grid, so PLDs of different rounds compose).
+GRID = 1e-5
 
 
-def shuffle_pld(pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = 1e-5) -> Any:
-    """dp_accounting PrivacyLossDistribution of one shuffled round (pessimistic)."""
+def shuffle_pld(
+    pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = GRID, pessimistic: bool = True
+) -> Any:
+    """dp_accounting PrivacyLossDistribution of one shuffled round.
+
+    ``pessimistic`` (the default, for upper bounds): losses rounded up, all mass
+    left out charged as infinite loss. ``pessimistic=False`` (for lower bounds
+    of a concrete mechanism whose exact pair this is): losses rounded down and
+    the mass left out dropped, so the composed ε is at most the true one.
+    """
     import numpy as np
     from dp_accounting.pld import privacy_loss_distribution as pld_mod
     from scipy import stats
@@ -76,7 +86,8 @@ def shuffle_pld(pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = 1
         lp = 2 * p * alpha * a + 2 * alpha * (tt - a) + ncoef[rows]
         lq = 2 * alpha * a + 2 * p * alpha * (tt - a) + ncoef[rows]
         mass = w1[rows] * np.exp(stats.binom.logpmf(a, tt, 0.5)) * lp / tt
-        loss_idx = np.ceil(np.log(lp / lq) / grid).astype(np.int64)
+        rounding = np.ceil if pessimistic else np.floor
+        loss_idx = rounding(np.log(lp / lq) / grid).astype(np.int64)
         base = int(loss_idx.min())
         summed = np.bincount(loss_idx - base, weights=mass)
         for i in np.nonzero(summed)[0]:
@@ -84,10 +95,11 @@ def shuffle_pld(pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = 1
             counts[key] = counts.get(key, 0.0) + float(summed[i])
         kept += math.fsum(mass)
         start = stop
-    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite loss.
-    infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14)
+    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite
+    # loss (pessimistic) or dropped (optimistic).
+    infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14) if pessimistic else 0.0
     return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
-        counts, infinity_mass, grid, pessimistic_estimate=True, symmetric=True
+        counts, infinity_mass, grid, pessimistic_estimate=pessimistic, symmetric=True
     )
 
 
@@ -98,5 +110,18 @@ def pld_epsilon(pair: ClonePair, n: int, rounds: int, delta: float) -> float:
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     one = shuffle_pld(pair, n, tail=min(1e-12, delta * 1e-4 / rounds))
+    composed = one.self_compose(rounds) if rounds > 1 else one
+    return float(composed.get_epsilon_for_delta(delta))
+
+
+def pld_lower_epsilon(pair: ClonePair, n: int, rounds: int, delta: float) -> float:
+    """ε that ``rounds`` fresh rounds of a mechanism whose shuffled output *is* ``pair``
+    certainly need (optimistic PLD: losses rounded down, tails dropped).
+
+    A lower bound only for a concrete mechanism and data set realising the pair
+    exactly (e.g. k-RR with every other user holding a third value; see
+    ``amplification.shuffled_rr_lower_bound``); every valid upper bound must be ≥ it.
+    """
+    one = shuffle_pld(pair, n, tail=1e-14, pessimistic=False)
     composed = one.self_compose(rounds) if rounds > 1 else one
     return float(composed.get_epsilon_for_delta(delta))

@@ -25,22 +25,27 @@ guarantees hold.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aggregator.accounting.guarantees import (
-    COHORT_SD,
+    CROWD_FAILURE,
     CentralGuarantee,
     LongitudinalGuarantee,
     central_guarantee,
+    estimated_crowd,
     longitudinal_guarantee,
+    segment_of,
     smallest_cohort_share,
 )
+from aggregator.accounting.history import segment_to_dict
 from client.registry import MetricConfig
 
 if TYPE_CHECKING:
+    from aggregator.accounting.history import Segment
     from aggregator.accounting.ledger import PrivacyLedger, Release
 
 __all__ = [
@@ -63,7 +68,13 @@ _ARGUMENTS = {
     "memoised-prr-k": "memoised PRR: the R reports of one client are one ε_R-LDP "
     "randomizer, amplified",
     "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
-    "ε_∞-LDP PRR, amplified (holds for any number of rounds)",
+    "ε_∞-LDP PRR, amplified with the PRR's exact total variation (holds for any number "
+    "of rounds)",
+    "cohort-prr": "cohort drawn per report: each cohort has its own Bloom filter and so its "
+    "own PRR, so a client's reports post-process up to min(R, m) independent ε_∞-LDP PRRs "
+    "(the single-PRR argument does not apply); that min(R, m)·ε_∞-LDP randomizer, amplified",
+    "basic-composition": "basic composition (Dwork-Roth 2014, Thm 3.16) of per-round figures",
+    "no-bound": "no finite bound",
     "pld-composition": "fresh randomness each round: the per-round shuffle pair's "
     "privacy-loss distribution composed (dp_accounting)",
     "optimal-composition": "fresh randomness each round: optimal composition "
@@ -99,6 +110,8 @@ class PrivacyStatement:
     batch_sizes: tuple[int, ...] = ()
     fresh_randomness: bool = False
     crowd_measured: bool = False
+    hashing: str = "mmh3"
+    segment: Segment | None = None
 
     @property
     def cohort_caveat(self) -> str:
@@ -118,9 +131,10 @@ class PrivacyStatement:
             )
         how = "estimated" if self.cohort_share_estimated else "measured"
         where = (
-            f"of the smallest batch ({self.batch_size:,} reports), less five standard "
-            "deviations for how a cohort's count varies between batches"
-            if self.batch_size < self.n_reports
+            f"of the smallest batch ({self.batch_size:,} reports), the exact binomial "
+            "quantile for how a cohort's count varies between batches (its failure "
+            "probability is charged to δ)"
+            if self.cohort_share_estimated
             else "of the batch"
         )
         return (
@@ -141,7 +155,7 @@ class PrivacyStatement:
         ]
         if self.longitudinal.rounds > 1:
             out.append("the same clients report in every round")
-            if self.longitudinal.argument.startswith("memoised-prr"):
+            if self.longitudinal.argument.startswith(("memoised-prr", "cohort-prr")):
                 # The PRR is memoised per Bloom filter: a client whose value changes
                 # gets a fresh PRR, and its rounds compose instead of sharing one.
                 out.append("each client's value is the same in every round")
@@ -151,6 +165,13 @@ class PrivacyStatement:
                     "every round shuffles the same clients together (one batch per round, "
                     "or identical batch membership)"
                 )
+        if self.hashing == "rappor-md5" and self.epsilon_inf is not None:
+            # google/rappor's PRR is HMAC-SHA256(secret, Bloom): whoever guesses a
+            # client's secret recomputes its PRR coins and strips the PRR's noise.
+            out.append(
+                "each client's secret has full entropy (rappor-md5 mode: the PRR is "
+                "HMAC-SHA256 keyed by the secret, so a short or guessable secret voids ε_∞)"
+            )
         if not self.shuffled:
             out.append("the reports were not shuffled: only local guarantees apply")
         elif self.batch_assumed:
@@ -207,25 +228,24 @@ class PrivacyStatement:
         }
 
     def to_release(self, *, release_id: str, window: int, mechanism: str | None = None) -> Release:
-        """The ledger entry of this release. Build the statement with ``rounds`` = k,
-        the number of releases of the metric including this one: its longitudinal
-        figure is then the ledger's total (required for a memoised PRR)."""
+        """The ledger entry of this release: its own cost (ε over its own rounds)
+        and the segment the ledger composes with every other release."""
         from aggregator.accounting.ledger import Release
 
         lg = self.longitudinal
-        capped = not math.isinf(lg.epsilon)
+        seg = self.segment
         return Release(
             release_id=release_id,
             window=window,
             n_reports=self.n_reports,
             mechanism=mechanism or self.encoding,
-            epsilon=self.central.epsilon,
-            delta=self.central.delta,
+            epsilon=lg.epsilon,
+            delta=lg.delta,
             fresh_randomness=self.fresh_randomness,
             bound=self.central.bound,
             batch_sizes=self.batch_sizes,
-            longitudinal_epsilon=lg.epsilon if capped else None,
-            longitudinal_delta=lg.delta if capped else None,
+            rounds=lg.rounds,
+            segment=None if seg is None else segment_to_dict(seg),
             extra={"argument": lg.argument, "n_amplify": self.central.n_amplify},
         )
 
@@ -299,8 +319,9 @@ def privacy_statement(
     """The privacy statement of a release of ``n_reports`` reports of ``metric``.
 
     cohort_sizes: reports per cohort (e.g. ``CohortCounts.totals``) or the
-        smallest cohort's share of the batch; omitted, it is estimated as the
-        mean minus 5 standard deviations of a uniform cohort draw.
+        smallest cohort's share of the batch; omitted, it is estimated by the
+        exact binomial quantile of a uniform cohort draw, whose failure
+        probability is charged to δ (``guarantees.estimated_crowd``).
     cohort_per_report: the cohort is drawn fresh per report (no cohort caveat).
     batch_sizes: sizes of the shuffled batches the release came from; the
         smallest one is the crowd. Omitted: the smallest batch the metric's
@@ -329,18 +350,33 @@ def privacy_statement(
     else:
         batches = []
         batch = min(n_reports, metric.shuffle.min_batch)
+    # An estimated crowd fails (some cohort of some batch holds fewer reports than
+    # n_amp) with probability at most crowd_failure per round, charged to δ: the
+    # cohorts are drawn independently of the values, so the release is
+    # (ε, δ_amp + crowd_failure)-DP. n_amp is the exact binomial quantile at
+    # crowd_failure/(m·batches), a union bound over every cohort of every batch.
+    crowd_failure = 0.0
+    count_probability = 0.0
     if cohort_sizes is None or batch == n_reports:
         # Sizes unknown: estimate the smallest cohort of the batch itself.
         sized = batch if cohort_sizes is None else n_reports
         share, estimated = smallest_cohort_share(metric, sized, cohort_sizes, cohort_per_report)
         n_amp = max(1, math.floor(share * batch + 1e-9))
+        count_probability = 1.0 / metric.num_cohorts
     else:
         # Shares measured over the release, applied to a smaller batch: a batch's
-        # cohort counts scatter around share·batch, so take 5 standard deviations off.
+        # cohort counts scatter around share·batch (more for a larger share).
         share, _ = smallest_cohort_share(metric, n_reports, cohort_sizes, cohort_per_report)
         estimated = share < 1.0
-        mean = share * batch
-        n_amp = max(1, math.floor(mean - COHORT_SD * math.sqrt(mean * (1.0 - share)) + 1e-9))
+        count_probability = share
+        n_amp = max(1, math.floor(share * batch + 1e-9))  # exact when share = 1
+    if estimated and shuffled and smallest_crowd is None:
+        n_batches = len(batches) if batches else math.ceil(n_reports / batch)
+        crowd_failure = CROWD_FAILURE * delta
+        n_amp = estimated_crowd(
+            batch, count_probability, crowd_failure / (metric.num_cohorts * n_batches)
+        )
+        share = n_amp / batch
     crowd_measured = smallest_crowd is not None and not cohort_per_report
     if crowd_measured:
         # Measured at ingest: the fewest same-cohort reports any batch held. Exact,
@@ -373,16 +409,21 @@ def privacy_statement(
         specific = "variation-ratio"
         fresh = True
     generic_beta = local.generic_total_variation(eps1)
+    if crowd_measured or not shuffled:
+        crowd_failure = 0.0
+    amp_delta = delta - crowd_failure
     if math.isinf(eps1):
         central = CentralGuarantee(
             epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
         )
     else:
-        central = central_guarantee(eps1, beta, generic_beta, n_amp, delta, specific)
+        central = central_guarantee(eps1, beta, generic_beta, n_amp, amp_delta, specific)
+        central = dataclasses.replace(central, delta=delta)  # + crowd_failure
 
-    longitudinal = longitudinal_guarantee(
-        central, rounds, n_amp, delta, eps1, eps_rounds, eps_inf, fresh, metric
+    segment = segment_of(
+        metric, rounds, n_amp, amp_delta, eps1, beta, cohort_per_report, crowd_failure
     )
+    longitudinal = longitudinal_guarantee(central, segment)
     return PrivacyStatement(
         metric=metric.name,
         encoding=metric.encoding,
@@ -404,6 +445,8 @@ def privacy_statement(
         batch_sizes=tuple(batches),
         fresh_randomness=fresh,
         crowd_measured=crowd_measured,
+        hashing=metric.hashing,
+        segment=segment,
     )
 
 
@@ -421,33 +464,34 @@ def record_release(
     shuffled: bool = True,
     attempts: int = 3,
     smallest_crowd: int | None = None,
+    rounds: int = 1,
 ) -> tuple[PrivacyStatement, tuple[float, float]]:
     """Statement for the next release of ``metric`` and its ledger entry, in one step.
 
-    ``rounds`` is the number of releases already in the ledger plus this one, so
-    the statement's longitudinal figure covers them all. Raises
-    BudgetExceededError (nothing recorded) when the total would exceed the
-    budget; retries when another writer appended in between.
+    ``rounds`` is the number of collection windows this release merges: each is
+    a round for every client in it. The statement covers this release's own
+    rounds; the ledger composes its segment with every earlier release's
+    (``history.compose_segments``) for the total. Raises BudgetExceededError
+    (nothing recorded) when the total would exceed the budget; retries when
+    another writer appended in between.
     """
     from aggregator.accounting.ledger import ConcurrentUpdateError
 
+    stmt = privacy_statement(
+        metric,
+        n_reports,
+        delta=delta,
+        cohort_sizes=cohort_sizes,
+        cohort_per_report=cohort_per_report,
+        batch_sizes=batch_sizes,
+        rounds=rounds,
+        shuffled=shuffled,
+        smallest_crowd=smallest_crowd,
+    )
+    release = stmt.to_release(release_id=release_id, window=window)
     for attempt in range(attempts):
-        rounds = len(ledger.releases(metric.name)) + 1
-        stmt = privacy_statement(
-            metric,
-            n_reports,
-            delta=delta,
-            cohort_sizes=cohort_sizes,
-            cohort_per_report=cohort_per_report,
-            batch_sizes=batch_sizes,
-            rounds=rounds,
-            shuffled=shuffled,
-            smallest_crowd=smallest_crowd,
-        )
         try:
-            total = ledger.record(
-                metric.name, stmt.to_release(release_id=release_id, window=window)
-            )
+            total = ledger.record(metric.name, release)
         except ConcurrentUpdateError:
             if attempt == attempts - 1:
                 raise

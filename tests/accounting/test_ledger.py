@@ -67,7 +67,9 @@ def test_records_releases_and_composes(store: LedgerStore) -> None:
     got = ledger.releases("pages")
     assert [r.release_id for r in got] == ["r1", "r2"]
     assert got[1].batch_sizes == (6000, 4000)
-    assert got[1] == release("r2", window=2, batch_sizes=(6000, 4000))
+    assert got[1] == release(
+        "r2", window=2, batch_sizes=(6000, 4000), total_epsilon=1.0, total_delta=2e-7
+    )
     assert ledger.releases("other") == []
 
 
@@ -104,29 +106,25 @@ def test_append_is_compare_and_append(store: LedgerStore) -> None:
     assert [e["release_id"] for e in store.load("pages")] == ["r1"]
 
 
-def test_longitudinal_figure_caps_the_cumulative_total(store: LedgerStore) -> None:
-    ledger = PrivacyLedger(store, Budget(epsilon=1.0, delta=1e-6))
+def test_legacy_entries_without_a_segment_compose_basically(store: LedgerStore) -> None:
+    # Entries written before segments existed: each one's longitudinal figure (or ε)
+    # is added; none can lower the total.
+    ledger = PrivacyLedger(store, Budget(epsilon=5.0, delta=1e-5))
     ledger.record("pages", release("r1", eps=0.4))
-    ledger.record("pages", release("r2", eps=0.4))
-    # Basic composition would reach 1.2; the memoised-PRR figure for all three is 0.7.
-    capped = release("r3", eps=0.4, longitudinal_epsilon=0.7, longitudinal_delta=1e-6)
-    assert ledger.record("pages", capped) == (0.7, 1e-6)
-    assert ledger.spent("pages") == (0.7, 1e-6)
+    capped = release("r2", eps=0.4, longitudinal_epsilon=0.7, longitudinal_delta=1e-6)
+    eps, delta = ledger.record("pages", capped)
+    assert eps == pytest.approx(1.1) and delta == pytest.approx(1.1e-6)
 
 
-def test_shared_randomness_never_composes_per_release_figures(store: LedgerStore) -> None:
+def test_legacy_shared_randomness_without_a_figure_is_refused(store: LedgerStore) -> None:
     ledger = PrivacyLedger(store, Budget(epsilon=5.0, delta=1e-5))
     memo = {"fresh_randomness": False}
     ledger.record(
         "pages", release("r1", eps=0.1, longitudinal_epsilon=0.1, longitudinal_delta=1e-7, **memo)
     )  # type: ignore[arg-type]
-    # Without the longitudinal figure for both releases the total is unknown: refused.
     with pytest.raises(UnboundedReleaseError, match="shares randomness"):
         ledger.record("pages", release("r2", eps=0.1, **memo))  # type: ignore[arg-type]
     assert len(store.load("pages")) == 1
-    # The memoised-PRR figure is the total even when it exceeds Σε.
-    entry = release("r2", eps=0.1, longitudinal_epsilon=0.35, longitudinal_delta=1e-6, **memo)  # type: ignore[arg-type]
-    assert ledger.record("pages", entry) == (0.35, 1e-6)
 
 
 def test_release_validation() -> None:
@@ -173,7 +171,7 @@ def test_redis_store_reports_corruption(redis_url: str) -> None:
         client.close()
 
 
-def test_statement_becomes_a_ledger_entry_and_caps_the_total() -> None:
+def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
     from aggregator.accounting import privacy_statement
     from client.params import RapporParams
     from client.registry import MetricConfig
@@ -182,16 +180,16 @@ def test_statement_becomes_a_ledger_entry_and_caps_the_total() -> None:
     ledger = PrivacyLedger(MemoryLedgerStore(), Budget(epsilon=1.0, delta=1e-5))
     total = 0.0
     for window in range(1, 4):
-        stmt = privacy_statement(metric, 10_000, batch_sizes=[6000, 4000], rounds=window)
+        stmt = privacy_statement(metric, 10_000, batch_sizes=[6000, 4000])
         entry = stmt.to_release(release_id=f"w{window}", window=window)
-        assert entry.batch_sizes == (6000, 4000)
+        assert entry.batch_sizes == (6000, 4000) and entry.rounds == 1
         total, _ = ledger.record("pages", entry)
     # Three releases sharing one memoised PRR: the total is the memoised-PRR figure
-    # (ε_3 amplified), never the sum of per-release ε (which would understate it here).
-    releases = ledger.releases("pages")
-    assert not any(r.fresh_randomness for r in releases)
-    assert total == releases[-1].longitudinal_epsilon
-    assert releases[-1].extra["argument"] == "memoised-prr-k"
+    # over 3 rounds (the statement for rounds=3), never the sum of per-release ε.
+    three = privacy_statement(metric, 10_000, batch_sizes=[6000, 4000], rounds=3)
+    assert three.longitudinal.argument.startswith("memoised-prr")
+    assert total == three.longitudinal.epsilon
+    assert not any(r.fresh_randomness for r in ledger.releases("pages"))
 
 
 def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
@@ -232,17 +230,18 @@ def test_record_release_retries_when_another_writer_wins() -> None:
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
     store = RacingStore()
     stmt, _ = record_release(PrivacyLedger(store), metric, 10_000, release_id="w1", window=1)
-    assert stmt.longitudinal.rounds == 2  # recomputed over both releases
+    assert stmt.longitudinal.rounds == 1  # the statement covers this release's own rounds
     assert [e["release_id"] for e in store.load("pages")] == ["other", "w1"]
 
 
-def test_shared_randomness_total_never_decreases(store: LedgerStore) -> None:
-    # A later release computed with a larger crowd may state a smaller longitudinal
-    # figure; the total must keep the largest one recorded.
+def test_a_recorded_total_is_a_floor(store: LedgerStore) -> None:
+    # The total stamped on an entry at append time is never undercut later.
     ledger = PrivacyLedger(store)
     memo = {"fresh_randomness": False}
     first = release("r1", eps=0.3, longitudinal_epsilon=0.3, longitudinal_delta=1e-7, **memo)  # type: ignore[arg-type]
-    second = release("r2", eps=0.1, longitudinal_epsilon=0.2, longitudinal_delta=1e-6, **memo)  # type: ignore[arg-type]
     assert ledger.record("pages", first) == (0.3, 1e-7)
-    assert ledger.record("pages", second) == (0.3, 1e-6)
-    assert ledger.spent("pages") == (0.3, 1e-6)
+    stamped = ledger.releases("pages")[0]
+    assert (stamped.total_epsilon, stamped.total_delta) == (0.3, 1e-7)
+    entry = store.load("pages")[0]
+    entry["total_epsilon"] = 0.9  # e.g. recorded by a more conservative version
+    assert PrivacyLedger.cumulative([Release.from_dict(entry)]) == (0.9, 1e-7)

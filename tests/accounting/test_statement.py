@@ -121,9 +121,14 @@ def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
     assert lg.candidates["memoised-prr-k"] == pytest.approx(
         amplify(epsilon_k(params, 10), 10**5, DELTA).epsilon
     )
+    # ε_∞ amplified with the PRR's exact β (issue 11: tighter than the generic bound).
+    from aggregator.accounting.local import prr_total_variation
+
+    beta_prr = prr_total_variation(params)
     assert lg.candidates["memoised-prr-inf"] == pytest.approx(
-        amplify(epsilon_inf(params), 10**5, DELTA).epsilon
+        amplify(epsilon_inf(params), 10**5, DELTA, bound="rappor", beta=beta_prr).epsilon
     )
+    assert lg.candidates["memoised-prr-inf"] < amplify(epsilon_inf(params), 10**5, DELTA).epsilon
     assert lg.argument in ("memoised-prr-k", "memoised-prr-inf")
     assert "pld-composition" not in lg.candidates  # rounds share the PRR: never composed
     assert lg.epsilon == min(lg.candidates.values())
@@ -198,7 +203,10 @@ def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
     n = 2 * MAX_PLD_N
     stmt = privacy_statement(metric, n, delta=DELTA, rounds=10)
     assert stmt.longitudinal.argument == "optimal-composition"
-    per_round = amplify(2.0, n, DELTA / 20).epsilon
+    from aggregator.accounting.local import basic_total_variation
+
+    beta = basic_total_variation(metric.basic)  # type: ignore[arg-type]
+    per_round = amplify(2.0, n, DELTA / 20, bound="rappor", beta=beta).epsilon
     expected = compose_optimal(per_round, DELTA / 20, 10, DELTA)
     assert stmt.longitudinal.epsilon == pytest.approx(expected, rel=1e-12)
 
@@ -208,8 +216,18 @@ def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=8), shuffle=policy)
     # Measured shares over the release (smallest 1/8), applied to 1000-report batches.
     stmt = privacy_statement(metric, 80_000, delta=DELTA, cohort_sizes=[10_000] * 8)
-    mean = 1000 / 8
-    assert stmt.central.n_amplify == int(mean - 5 * (mean * (1 - 1 / 8)) ** 0.5)
+    # Issue 11: the exact binomial quantile whose failure probability, over every
+    # cohort of every batch, is charged to δ (mean − 5 sd failed w.p. ≈ 8·80·Φ(−5)).
+    from scipy.stats import binom
+
+    from aggregator.accounting.guarantees import CROWD_FAILURE
+
+    n_amp = stmt.central.n_amplify
+    failure = 8 * 80 * binom.cdf(n_amp - 1, 1000, 1 / 8)
+    assert failure <= CROWD_FAILURE * DELTA
+    assert 8 * 80 * binom.cdf(n_amp, 1000, 1 / 8) > CROWD_FAILURE * DELTA  # the largest such
+    assert stmt.segment is not None and stmt.segment.crowd_failure == CROWD_FAILURE * DELTA
+    assert stmt.central.delta == DELTA  # δ_amp + the crowd's failure probability
     assert stmt.cohort_share_estimated
     # Unknown sizes: estimated for the batch itself.
     unknown = privacy_statement(metric, 80_000, delta=DELTA)

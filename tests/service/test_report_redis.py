@@ -174,7 +174,7 @@ def test_report_records_releases_in_a_ledger_and_refuses_one_over_budget(
             "--ledger", str(ledger), *budget,
         )  # fmt: skip
 
-    first = report("100", "w100", "--budget-epsilon", "10")
+    first = report("100", "w100", "--budget-epsilon", "10", "--new-ledger")
     assert first.returncode == 0, first.stderr
     summary = json.loads((tmp_path / "w100" / "summary.json").read_text())
     assert summary["privacy"]["ledger"]["recorded"] is True

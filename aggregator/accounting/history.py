@@ -1,0 +1,348 @@
+"""Composition over time: (ε, δ) of many shuffled rounds that need not be alike. Pure math.
+
+A *segment* is what one release adds: ``rounds`` collection windows (a release
+that merges R windows is R rounds for every client in it), each a shuffle of
+``n_amplify`` reports of one local randomizer (ε0 = ε_1 of a report, β its total
+variation). Segments of one metric differ in params, crowd and rounds; this
+module bounds all of them together, and the statement of a single release and
+the ledger's running total both call it, so the two agree when the releases
+are alike.
+
+Fresh randomness every round (basic mechanisms, RAPPOR with f = 0). Each round
+is dominated by a clone pair (``pairs``): the (p, β, q) variation-ratio pair
+with p = q = e^ε0 when β is below the generic (e^ε0−1)/(e^ε0+1) (Wang, Peng,
+Li, Xu, Yang, Liu, VLDB 2024; for k-RR this pair *is* the shuffled mechanism
+on a worst-case data set, so it is exact), else the generic stronger clone
+(Feldman, McMillan, Talwar SODA 2023, proved for every ε0-LDP randomizer by
+Wang et al. 2024, Lemma 4.4). A dominating pair of each round dominates their
+adaptive composition by the product of the pairs (Zhu, Dong, Wang, "Optimal
+accounting of differential privacy via characteristic function", AISTATS 2022),
+so the privacy-loss distributions (PLDs) of all rounds — different pairs,
+different n — are composed (Koskela, Jälkö, Honkela 2020; Doroshenko,
+Ghazi, Kamath, Kumar, Manurangsi 2022; google's ``dp_accounting``), losses
+rounded up and truncated mass charged as infinite loss. Rounds whose n is past
+``MAX_PLD_N`` enter as the PLD of their per-round (ε_r, δ_r) (δ_r = δ/(2·R)),
+which composed is Kairouz–Oh–Viswanath 2015's optimal composition; when every
+round is of that kind and alike, KOV's exact formula is used instead.
+RAPPOR with f = 0 may instead use the memoised argument below when it is smaller
+for its group of rounds.
+
+Memoised PRR (RAPPOR f > 0): rounds share the PRR, so per-round figures never
+compose. Rounds under one PRR (same hashing, k, h, f: the PRR is keyed on the
+client's secret, the metric and the Bloom bits only) form a *group*: the K
+reports of a client are one ε_K-LDP randomizer, and every report is a
+post-processing of the PRR, an ε_∞-LDP randomizer with total variation β_PRR;
+unlinking rounds is post-processing of the linked view, so the group is
+bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (ε_∞ with the
+variation-ratio pair of β_PRR). When the cohort is drawn per report (m > 1), a
+client reports under up to c = min(K, m) cohorts, each with its own Bloom filter
+and so its own PRR: the K reports are a post-processing of c independent
+ε_∞-LDP PRRs, one c·ε_∞-LDP randomizer, and that is amplified instead (the
+single-PRR argument does not hold). Two groups with the same Bloom bits and
+different f share PRR coins and are refused (their joint can reveal a bit
+exactly). Independent groups and the fresh-randomness part compose by basic
+composition (Dwork, Roth 2014, Thm 3.16): ε and δ add across them.
+
+Nothing here rounds down: every figure is an upper bound or ∞.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from client.params import RapporParams
+
+__all__ = [
+    "Composed",
+    "Segment",
+    "SharedCoinsError",
+    "compose_segments",
+    "round_pair",
+    "segment_from_dict",
+    "segment_to_dict",
+]
+
+
+class SharedCoinsError(ValueError):
+    """Two groups of rounds share PRR coins under different f: no bound holds."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Segment:
+    """What one release adds: ``rounds`` shuffles of ``n_amplify`` reports each."""
+
+    rounds: int
+    n_amplify: int
+    delta: float
+    epsilon0: float
+    beta: float
+    rappor: RapporParams | None = None
+    hashing: str = "mmh3"
+    cohort_per_report: bool = False
+    # Per round: probability that an estimated crowd was smaller than n_amplify
+    # (charged to δ once per round, on top of ``delta``).
+    crowd_failure: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "n_amplify"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if math.isnan(self.epsilon0) or self.epsilon0 < 0.0:
+            raise ValueError(f"epsilon0 must be non-negative, got {self.epsilon0!r}")
+        if not 0.0 <= self.beta <= 1.0:
+            raise ValueError(f"beta must be in [0, 1], got {self.beta!r}")
+        if not 0.0 <= self.crowd_failure < 1.0:
+            raise ValueError(f"crowd_failure must be in [0, 1), got {self.crowd_failure!r}")
+
+    @property
+    def fresh(self) -> bool:
+        """Fresh randomness every round (no PRR shared between rounds)."""
+        return self.rappor is None or self.rappor.f == 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Composed:
+    """(ε, δ) of all segments together; ``parts`` says which argument bounds what."""
+
+    epsilon: float
+    delta: float
+    argument: str
+    parts: tuple[tuple[str, float, float], ...] = ()
+    candidates: dict[str, float] = field(default_factory=dict)
+
+
+def round_pair(epsilon0: float, beta: float) -> Any:
+    """The clone pair dominating one shuffled round (module docstring)."""
+    from aggregator.accounting.pairs import ClonePair
+
+    generic = math.tanh(epsilon0 / 2.0)
+    if beta < generic * (1.0 - 1e-9):
+        p = math.exp(epsilon0)
+        return ClonePair.variation_ratio(p, beta, p)
+    return ClonePair.stronger_clone(epsilon0)
+
+
+def _best_amplify(epsilon0: float, beta: float, n: int, delta: float) -> float:
+    """Best valid one-round shuffle bound (generic, or (p, β, q) with the exact β)."""
+    from aggregator.accounting.amplification import amplify
+
+    if math.isinf(epsilon0):
+        return math.inf
+    best = amplify(epsilon0, n, delta).epsilon
+    generic = math.tanh(epsilon0 / 2.0)
+    if 0.0 < beta < generic * (1.0 - 1e-9):
+        best = min(best, amplify(epsilon0, n, delta, bound="rappor", beta=beta).epsilon)
+    return best
+
+
+@lru_cache(maxsize=32)
+def _pair_pld(epsilon0: float, beta: float, n: int, tail: float) -> Any:
+    from aggregator.accounting.pld import shuffle_pld
+
+    return shuffle_pld(round_pair(epsilon0, beta), n, tail=tail)
+
+
+def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
+    """ε of every round of ``segs`` (fresh randomness) composed, at ``delta``."""
+    from aggregator.accounting.composition import compose_optimal
+    from aggregator.accounting.pld import GRID, MAX_PLD_N
+
+    total_rounds = sum(s.rounds for s in segs)
+    if any(math.isinf(s.epsilon0) for s in segs):
+        return math.inf, "no-bound"
+    if all(s.epsilon0 == 0.0 for s in segs):
+        return 0.0, "pld-composition"
+    by_pair: dict[tuple[float, float, int], int] = defaultdict(int)
+    by_round: dict[tuple[float, float, int], int] = defaultdict(int)
+    for s in segs:
+        key = (s.epsilon0, s.beta, s.n_amplify)
+        if 2 <= s.n_amplify <= MAX_PLD_N and 0.0 < s.epsilon0 <= 50.0:
+            by_pair[key] += s.rounds
+        elif s.epsilon0 > 0.0:
+            by_round[key] += s.rounds
+    fallback_rounds = sum(by_round.values())
+    per_round = delta / (2.0 * max(1, fallback_rounds))
+    if not by_pair and len(by_round) == 1:
+        # All alike and past the PLD's reach: KOV's exact optimal composition.
+        ((eps0, beta, n), k) = next(iter(by_round.items()))
+        eps_r = _best_amplify(eps0, beta, n, per_round)
+        if k * per_round < delta:
+            return compose_optimal(eps_r, per_round, k, delta), "optimal-composition"
+        return k * eps_r, "basic-composition"
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_mod
+
+    tail = min(1e-12, delta * 1e-4 / total_rounds)
+    composed: Any = None
+    for (eps0, beta, n), k in sorted(by_pair.items()):
+        one = _pair_pld(eps0, beta, n, tail)
+        part = one.self_compose(k) if k > 1 else one
+        composed = part if composed is None else composed.compose(part)
+    for (eps0, beta, n), k in sorted(by_round.items()):
+        eps_r = _best_amplify(eps0, beta, n, per_round)
+        one = pld_mod.from_privacy_parameters(
+            common.DifferentialPrivacyParameters(eps_r, per_round),
+            value_discretization_interval=GRID,
+        )
+        part = one.self_compose(k) if k > 1 else one
+        composed = part if composed is None else composed.compose(part)
+    assert composed is not None  # some segment has ε0 > 0
+    return float(composed.get_epsilon_for_delta(delta)), "pld-composition"
+
+
+def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[str, float]]:
+    """ε of one group of rounds over one memoised PRR (module docstring)."""
+    from aggregator.accounting import local
+
+    first = segs[0].rappor
+    assert first is not None
+    k_total = sum(s.rounds for s in segs)
+    n = min(s.n_amplify for s in segs)
+    same = all(s.rappor == first for s in segs)
+    cands: dict[str, float] = {}
+    eps_inf = local.epsilon_inf(first)
+    m = max(s.rappor.m for s in segs if s.rappor is not None)
+    if any(s.cohort_per_report for s in segs) and m > 1 and k_total > 1:
+        c = min(k_total, m)
+        cands["cohort-prr"] = _best_amplify(c * eps_inf, 1.0, n, delta)
+        return min(cands.values()), "cohort-prr", cands
+    if not math.isinf(eps_inf):
+        cands["memoised-prr-inf"] = _best_amplify(
+            eps_inf, local.prr_total_variation(first), n, delta
+        )
+    if same:
+        eps_k = local.epsilon_k(first, k_total)
+        if not math.isinf(eps_k):
+            beta_k = local.total_variation(first) if k_total == 1 else 1.0
+            cands["memoised-prr-k"] = _best_amplify(eps_k, beta_k, n, delta)
+    if not cands:
+        return math.inf, "no-bound", cands
+    name = min(cands, key=lambda key: cands[key])
+    return cands[name], name, cands
+
+
+def _prr_key(s: Segment) -> tuple[str, int, int, bool]:
+    # f = 0 has no PRR coins (the "PRR" is the Bloom filter itself): its own group.
+    assert s.rappor is not None
+    return (s.hashing, s.rappor.k, s.rappor.h, s.rappor.f == 0.0)
+
+
+def compose_segments(segments: Sequence[Segment]) -> Composed:
+    """(ε, δ) of all ``segments`` together (module docstring); δ adds across the
+    independent parts, each part uses the largest δ of its segments.
+
+    RAPPOR f = 0 groups may go either way (into the PLD, or bounded alone by the
+    memoised-k argument); both strategies are evaluated for all such groups at
+    once and (min ε, max δ) is returned. Each strategy is non-decreasing as
+    segments are added, so the result is too — a per-group choice would not be
+    (moving a group into the PLD can lower the sum).
+    """
+    if not segments:
+        return Composed(epsilon=0.0, delta=0.0, argument="none")
+    groups: dict[tuple[str, int, int, bool], list[Segment]] = defaultdict(list)
+    fresh: list[Segment] = []
+    for s in segments:
+        if s.fresh and s.rappor is None:
+            fresh.append(s)
+        else:
+            groups[_prr_key(s)].append(s)
+    fixed: list[tuple[str, float, float]] = []  # memoised-PRR groups (f > 0)
+    f0_memo: list[tuple[str, float, float]] = []  # f = 0 groups bounded alone
+    f0_segments: list[Segment] = []
+    cands: dict[str, float] = {}
+    for key, segs in groups.items():
+        fs = {s.rappor.f for s in segs if s.rappor is not None}
+        if len(fs) > 1:
+            raise SharedCoinsError(
+                f"releases with the same Bloom filter ({key[0]}, k={key[1]}, h={key[2]}) but "
+                f"different f ({sorted(fs)}) share their PRR coins: their joint view can "
+                "reveal a Bloom bit exactly, so no bound holds"
+            )
+        delta = max(s.delta for s in segs)
+        eps, name, group_cands = _memo_part(segs, delta)
+        cands.update(group_cands)
+        if fs == {0.0}:
+            f0_memo.append((name, eps, delta))
+            f0_segments.extend(segs)
+        else:
+            fixed.append((name, eps, delta))
+
+    def pld_parts(pool: list[Segment]) -> list[tuple[str, float, float]]:
+        if not pool:
+            return []
+        delta = max(s.delta for s in pool)
+        eps, name = _pld_part(pool, delta)
+        cands.setdefault(name, eps)
+        return [(name, eps, delta)]
+
+    strategies = [fixed + pld_parts(fresh + f0_segments)]
+    if f0_segments:
+        strategies.append(fixed + f0_memo + pld_parts(fresh))
+    failures = math.fsum(s.rounds * s.crowd_failure for s in segments)
+    totals = [
+        (
+            math.fsum(e for _, e, _ in parts),
+            min(1.0, math.fsum(d for _, _, d in parts) + failures),
+            parts,
+        )
+        for parts in strategies
+    ]
+    eps_total, _, parts = min(totals, key=lambda t: t[0])
+    delta_total = max(d for _, d, _ in totals)  # the chosen strategy's δ is at most this
+    argument = parts[0][0] if len(parts) == 1 else "basic-composition"
+    return Composed(
+        epsilon=eps_total,
+        delta=delta_total,
+        argument=argument,
+        parts=tuple(parts),
+        candidates=cands,
+    )
+
+
+def segment_to_dict(seg: Segment) -> dict[str, Any]:
+    """JSON form of a segment (as stored in a ledger entry)."""
+    r = seg.rappor
+    return {
+        "rounds": seg.rounds,
+        "n_amplify": seg.n_amplify,
+        "delta": seg.delta,
+        "epsilon0": None if math.isinf(seg.epsilon0) else seg.epsilon0,
+        "beta": seg.beta,
+        "rappor": None
+        if r is None
+        else {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q},
+        "hashing": seg.hashing,
+        "cohort_per_report": seg.cohort_per_report,
+        "crowd_failure": seg.crowd_failure,
+    }
+
+
+def segment_from_dict(data: Any) -> Segment:
+    """Inverse of ``segment_to_dict``; ValueError/KeyError/TypeError on bad data."""
+    from client.errors import ParamsError
+
+    r = data["rappor"]
+    eps0 = data["epsilon0"]
+    try:
+        rappor = None if r is None else RapporParams(**{k: r[k] for k in "khmfpq"})
+    except ParamsError as exc:
+        raise ValueError(str(exc)) from None
+    return Segment(
+        rounds=data["rounds"],
+        n_amplify=data["n_amplify"],
+        delta=float(data["delta"]),
+        epsilon0=math.inf if eps0 is None else float(eps0),
+        beta=float(data["beta"]),
+        rappor=rappor,
+        hashing=str(data["hashing"]),
+        cohort_per_report=bool(data["cohort_per_report"]),
+        crowd_failure=float(data.get("crowd_failure", 0.0)),
+    )
