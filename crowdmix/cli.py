@@ -29,6 +29,7 @@ __all__ = [
     "EXIT_MISSING_EXTRA",
     "EXIT_OK",
     "EXIT_USAGE",
+    "EXTRA_FOR",
     "CliError",
     "grpc_bind_noise_hidden",
     "main",
@@ -143,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"crowdmix: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except ModuleNotFoundError as exc:
-        extra = _EXTRA_FOR.get((exc.name or "").split(".")[0])
+        extra = EXTRA_FOR.get((exc.name or "").split(".")[0])
         if extra is None:
             raise
         print(
@@ -175,8 +176,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-_EXTRA_FOR = {
+# Which extra installs each optional third-party package: the message for a
+# missing one names it, and this is the one list of packages that library code
+# may import lazily (inside a function) so that a module loads without them
+# (tests/test_layers.py holds every module to it).
+EXTRA_FOR = {
     "grpc": "transport",
+    "cryptography": "transport",
     "google": "transport",
     "numpy": "sim",
     "redis": "shuffler",
@@ -186,6 +192,7 @@ _EXTRA_FOR = {
     "sklearn": "aggregator",
     "matplotlib": "aggregator",
     "dp_accounting": "aggregator",
+    "threadpoolctl": "aggregator",
 }
 
 

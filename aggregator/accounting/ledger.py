@@ -36,10 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from aggregator.accounting.ledger_stores import LedgerStore
+from typing import Any, Protocol
 
 __all__ = [
     "AccountingError",
@@ -49,6 +46,7 @@ __all__ = [
     "DuplicateReleaseError",
     "LedgerCorruptError",
     "LedgerMissingError",
+    "LedgerStore",
     "PrivacyLedger",
     "Release",
     "UnboundedReleaseError",
@@ -81,6 +79,19 @@ class LedgerCorruptError(AccountingError):
 
 class LedgerMissingError(AccountingError):
     """The ledger file does not exist: reading it as empty would understate the total."""
+
+
+class LedgerStore(Protocol):
+    """Where ledger entries live. ``append`` is a compare-and-append."""
+
+    def load(self, metric: str) -> list[dict[str, Any]]:
+        """All entries of ``metric`` in order (empty if none)."""
+        ...
+
+    def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
+        """Append iff ``metric`` still has ``expected_length`` entries, else
+        raise ConcurrentUpdateError."""
+        ...
 
 
 def _check_eps_delta(where: str, eps: Any, delta: Any) -> None:

@@ -13,28 +13,17 @@ import os
 import tempfile
 from pathlib import Path
 from threading import Lock
-from typing import Any, Protocol
+from typing import Any
 
 from aggregator.accounting.ledger import (
     ConcurrentUpdateError,
     LedgerCorruptError,
     LedgerMissingError,
+    LedgerStore,
 )
 
 __all__ = ["JsonFileLedgerStore", "LedgerStore", "MemoryLedgerStore", "RedisLedgerStore"]
-
-
-class LedgerStore(Protocol):
-    """Where ledger entries live. ``append`` is a compare-and-append."""
-
-    def load(self, metric: str) -> list[dict[str, Any]]:
-        """All entries of ``metric`` in order (empty if none)."""
-        ...
-
-    def append(self, metric: str, entry: dict[str, Any], expected_length: int) -> None:
-        """Append iff ``metric`` still has ``expected_length`` entries, else
-        raise ConcurrentUpdateError."""
-        ...
+# LedgerStore, the protocol these keep, is defined by its user, aggregator.accounting.ledger.
 
 
 class MemoryLedgerStore:
