@@ -2,6 +2,7 @@
 status codes in ``aggregator.daemon.service``; the command line to exit codes)::
 
     AggregatorError
+    ├── BindError             the gRPC server cannot listen on the address (an OSError)
     ├── InvalidBatch          the batch breaks the registry or the wire contract
     │   └── WindowDisposed    the batch's window is past retention (its ids are deleted)
     └── StoreError
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 __all__ = [
     "AggregatorError",
+    "BindError",
     "InvalidBatch",
     "ParamsConflict",
     "StoreError",
@@ -28,6 +30,10 @@ __all__ = [
 
 class AggregatorError(Exception):
     """Base of the aggregator service's errors."""
+
+
+class BindError(AggregatorError, OSError):
+    """The gRPC server could not listen on the requested address."""
 
 
 class InvalidBatch(AggregatorError, ValueError):

@@ -6,18 +6,15 @@
 
 Without ``--redis`` counts live in memory (lost at exit). ``--port-file``
 receives the bound port once the server listens (useful with ``--listen
-127.0.0.1:0``). Exit codes are listed in :mod:`aggregator.daemon.server`.
+127.0.0.1:0``). Exit codes: ``crowdmix.cli.ExitCode``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import sys
-import threading
-from pathlib import Path
 from typing import Any
+
+from crowdmix.options import add_daemon_options, add_tls_server_options
 
 __all__ = ["load_config_registry", "register"]
 
@@ -33,25 +30,8 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--listen", default="127.0.0.1:7500", metavar="HOST:PORT", help="(default %(default)s)"
     )
-    s.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM); enables TLS")
-    s.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
-    s.add_argument(
-        "--tls-client-ca",
-        metavar="FILE",
-        help="CA (PEM) that client certificates must chain to: mTLS",
-    )
-    s.add_argument(
-        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
-    )
-    s.add_argument(
-        "--metrics-host",
-        default="127.0.0.1",
-        metavar="HOST",
-        help="address for --metrics-port (%(default)s)",
-    )
-    s.add_argument(
-        "--port-file", metavar="FILE", help="write the bound gRPC port here once listening"
-    )
+    add_tls_server_options(s)
+    add_daemon_options(s)
     s.add_argument(
         "--workers", type=int, default=8, metavar="N", help="Ingest threads (default %(default)s)"
     )
@@ -65,80 +45,46 @@ def register(sub: Any) -> None:
     s.set_defaults(func=serve)
 
 
-def _read(path: str, what: str) -> bytes:
-    from crowdmix.cli import CliError
-
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise CliError(f"cannot read {what} {path}: {exc.strerror}") from None
-
-
 def load_config_registry(path: str) -> Any:
     """The metric registry of a config file shared with the shuffler.
 
     The shuffler's own ``[shuffler]`` table (and an ``[aggregator]`` table, kept
     for symmetry) may sit in the same file; they are daemon settings, not metrics.
+    ``RegistryError`` names the file and field (the command line prints it).
     """
-    from client.registry import RegistryError, load_registry
-    from crowdmix.cli import CliError
+    from client.registry import load_registry
 
-    try:
-        return load_registry(path)
-    except RegistryError as exc:
-        raise CliError(str(exc)) from None
+    return load_registry(path)
 
 
 def serve(args: argparse.Namespace) -> int:
-    import logging
-
-    from aggregator.daemon.server import (
-        EXIT_BIND,
-        EXIT_STORE,
-        AggregatorServer,
-        BindError,
-        TlsFiles,
-    )
-    from aggregator.errors import StoreUnavailable
+    from aggregator.daemon.server import AggregatorServer, TlsFiles
     from aggregator.store import open_store
-    from crowdmix.cli import CliError, grpc_bind_noise_hidden
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s aggregator %(levelname)s %(message)s"
+    from crowdmix.cli import CliError
+    from crowdmix.options import (
+        configure_logging,
+        grpc_bind_noise_hidden,
+        server_tls,
+        wait_for_stop_signal,
+        write_port_file,
     )
-    log = logging.getLogger("crowdmix.aggregator")
+
+    log = configure_logging("aggregator", args.log_level)
     registry = load_config_registry(args.config)
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise CliError("--tls-cert and --tls-key go together")
-    if args.tls_client_ca and not args.tls_cert:
-        raise CliError("--tls-client-ca needs --tls-cert and --tls-key")
     if args.workers < 1:
         raise CliError(f"--workers must be positive, got {args.workers}")
-    tls = None
-    if args.tls_cert:
-        tls = TlsFiles(
-            cert=_read(args.tls_cert, "TLS certificate"),
-            key=_read(args.tls_key, "TLS key"),
-            client_ca=_read(args.tls_client_ca, "client CA") if args.tls_client_ca else None,
-        )
+    files = server_tls(args)
+    tls = (
+        None
+        if files is None
+        else TlsFiles(cert=files.cert, key=files.key, client_ca=files.client_ca)
+    )
     try:
         store = open_store(args.redis)
-        store.metrics()  # fail now, not at the first batch, when the store is unreachable
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    except StoreUnavailable as exc:
-        print(f"crowdmix: error: {exc}", file=sys.stderr)
-        return EXIT_STORE
-
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("received %s, shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     try:
+        store.metrics()  # fail now, not at the first batch, when the store is unreachable
         with grpc_bind_noise_hidden():
             server = AggregatorServer(
                 registry,
@@ -147,16 +93,12 @@ def serve(args: argparse.Namespace) -> int:
                 tls=tls,
                 workers=args.workers,
                 metrics_port=args.metrics_port,
-                metrics_host=args.metrics_host,
+                metrics_host=args.metrics_host or "127.0.0.1",
             ).start()
-    except BindError as exc:
-        print(f"crowdmix: error: {exc}", file=sys.stderr)
+    except BaseException:
         store.close()
-        return EXIT_BIND
-    if args.port_file:
-        tmp = f"{args.port_file}.tmp{os.getpid()}"
-        Path(tmp).write_text(f"{server.port}\n")
-        os.replace(tmp, args.port_file)  # readers never see a half-written file
+        raise
+    write_port_file(args.port_file, server.port)
     metrics_note = f", metrics on :{server.metrics_port}" if server.metrics_port else ""
     log.info(
         "serving %d metric(s), store %s%s",
@@ -164,8 +106,8 @@ def serve(args: argparse.Namespace) -> int:
         "redis" if args.redis else "memory",
         metrics_note,
     )
-    while not stop.wait(0.5):
-        pass
+    wait_for_stop_signal(log)
     server.stop(args.grace)
     store.close()
+    log.info("aggregator stopped")
     return 0

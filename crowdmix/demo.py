@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crowdmix.options import add_rappor_options, rappor_params
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -67,12 +69,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--top", type=int, default=15, help="rows in the terminal table (default 15)")
     g = p.add_argument_group("RAPPOR parameters (see `crowdmix plan`)")
-    g.add_argument("-k", type=int, default=64, help="Bloom filter bits (default 64)")
-    g.add_argument("--hashes", type=int, default=2, help="hash functions h (default 2)")
-    g.add_argument("--cohorts", type=int, default=16, help="cohorts m (default 16)")
-    g.add_argument("-f", type=float, default=0.25, help="PRR noise f (default 0.25)")
-    g.add_argument("-p", type=float, default=0.25, help="IRR P(1|0) (default 0.25)")
-    g.add_argument("-q", type=float, default=0.75, help="IRR P(1|1) (default 0.75)")
+    add_rappor_options(g, k=64, m=16, f=0.25, p=0.25, q=0.75)
     g.add_argument(
         "--min-batch", type=int, help="shuffler threshold (default: clients/10, at most 10000)"
     )
@@ -96,10 +93,9 @@ def _say(msg: str, quiet: bool) -> None:
 
 
 def _registry(args: argparse.Namespace) -> Registry:
-    from client.params import RapporParams
     from client.registry import MetricConfig, Registry, ShufflePolicy
 
-    params = RapporParams(k=args.k, h=args.hashes, m=args.cohorts, f=args.f, p=args.p, q=args.q)
+    params = rappor_params(args)
     min_batch = args.min_batch if args.min_batch else max(1, min(10_000, args.clients // 10))
     policy = ShufflePolicy(
         min_batch=min_batch, max_batch=max(min_batch, 100_000), max_delay_seconds=0.5
@@ -408,7 +404,8 @@ def run(args: argparse.Namespace) -> int:
     from aggregator.decode.errors import DecodeError
     from aggregator.errors import StoreError
     from client.errors import TransportError
-    from crowdmix.cli import CliError, out_dir
+    from crowdmix.cli import CliError
+    from crowdmix.options import out_dir
     from shuffler.errors import ShufflerError
 
     out_dir(args.out)  # before the work, not after it

@@ -56,7 +56,7 @@ def check_health(
 
 
 def _read(path: str | None) -> bytes | None:
-    from crowdmix.cli import read_input
+    from crowdmix.options import read_input
 
     return None if path is None else read_input(path, "file")
 

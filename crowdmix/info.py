@@ -6,31 +6,23 @@ import argparse
 import json
 from typing import Any
 
+from crowdmix.options import add_rappor_options, rappor_params
+
 __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("info", help="local privacy of RAPPOR params (ε_1 per report, ε_∞ bound)")
-    p.add_argument("-k", type=int, default=16, help="Bloom filter bits (default 16)")
-    p.add_argument("--hashes", type=int, default=2, help="hash functions h (default 2)")
-    p.add_argument("--cohorts", type=int, default=64, help="cohorts m (default 64)")
-    p.add_argument("-f", type=float, default=0.5, help="PRR noise f (default 0.5)")
-    p.add_argument("-p", type=float, default=0.5, help="IRR P(1|0) (default 0.5)")
-    p.add_argument("-q", type=float, default=0.75, help="IRR P(1|1) (default 0.75)")
+    add_rappor_options(p, k=16, m=64, f=0.5, p=0.5, q=0.75)
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from client import RapporParams, epsilon_inf, epsilon_one
-    from client.errors import ParamsError
+    from client import epsilon_inf, epsilon_one
     from client.privacy import p_star, q_star
-    from crowdmix.cli import CliError
 
-    try:
-        params = RapporParams(k=args.k, h=args.hashes, m=args.cohorts, f=args.f, p=args.p, q=args.q)
-    except ParamsError as exc:
-        raise CliError(str(exc)) from None
+    params = rappor_params(args)
     out = {
         "params": {
             "k": params.k,

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from typing import Any
 
 __all__ = ["register"]
 
-_EXIT_MISSING_EXTRA = 3
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -97,19 +95,9 @@ def _guard(run: Any) -> Any:
     """Map key errors to one CLI line; a missing ``cryptography`` names the extra."""
 
     def wrapper(args: argparse.Namespace) -> int:
+        from aggregator.sealing import keys as _keys  # a missing extra: crowdmix.cli says which
         from crowdmix.cli import CliError
 
-        try:
-            from aggregator.sealing import keys as _keys
-        except ModuleNotFoundError as exc:
-            if (exc.name or "").split(".")[0] != "cryptography":
-                raise
-            print(
-                "crowdmix: error: keys need the 'cryptography' package (>= 47): "
-                "pip install 'crowdmix[aggregator]'",
-                file=sys.stderr,
-            )
-            return _EXIT_MISSING_EXTRA
         try:
             return int(run(args, _keys, int(time.time())))
         except (_keys.KeySetError, OSError) as exc:

@@ -19,6 +19,8 @@ import json
 import math
 from typing import Any
 
+from crowdmix.options import add_rappor_options
+
 __all__ = ["register"]
 
 # Binary RR's exact lower bound sums all n+1 counts: fast up to a few million.
@@ -132,11 +134,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _rappor_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-k", type=int, default=16, help="RAPPOR Bloom bits (with --bound rappor)")
-    p.add_argument("--hashes", type=int, default=2, help="RAPPOR h (default 2)")
-    p.add_argument("-f", type=float, default=0.5)
-    p.add_argument("-p", type=float, default=0.5)
-    p.add_argument("-q", type=float, default=0.75)
+    add_rappor_options(p, k=16, m=None, f=0.5, p=0.5, q=0.75)
 
 
 def _print(args: argparse.Namespace, out: dict[str, Any], text: str) -> None:

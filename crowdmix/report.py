@@ -64,6 +64,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-plot", action="store_true", help="skip plot.png")
     p.add_argument(
+        "--no-privacy-statement",
+        action="store_true",
+        help="publish without the privacy statement (the summary says it was left out); "
+        "without this flag a statement that cannot be computed stops the report",
+    )
+    p.add_argument(
         "--format",
         choices=("crowdmix", "rappor"),
         default="crowdmix",
@@ -404,8 +410,15 @@ def _report(args: argparse.Namespace) -> int:
     import warnings
 
     from aggregator.decode import DecodeOptions, DecodeWarning
-    from aggregator.report.job import format_table, run_report, write_outputs
-    from crowdmix.cli import CliError, out_dir
+    from aggregator.report.job import (
+        PrivacyStatementError,
+        format_table,
+        privacy_figures,
+        run_report,
+        write_outputs,
+    )
+    from crowdmix.cli import CliError
+    from crowdmix.options import out_dir
 
     out_dir(args.out)  # before decoding: a bad --out is found before the work
     if args.ledger:
@@ -422,10 +435,22 @@ def _report(args: argparse.Namespace) -> int:
     options = DecodeOptions(alpha=args.alpha, correction=args.correction, interval=args.interval)
     if args.new_ledger and not args.ledger:
         raise CliError("--new-ledger needs --ledger FILE")
-    privacy = _ledger_privacy(args, jobs[0]) if args.ledger else None
+    if args.no_privacy_statement and args.ledger:
+        raise CliError("--no-privacy-statement cannot record a release in --ledger")
+    job = jobs[0]
+    privacy: Any = None
+    if args.ledger:
+        privacy = _ledger_privacy(args, job)
+    elif args.no_privacy_statement:
+        privacy = privacy_figures(job.metric, job.totals, statement=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecodeWarning)  # they are in the summary and printed
-        outcome = run_report(jobs[0], options=options, project=args.project, privacy=privacy)
+        try:
+            outcome = run_report(job, options=options, project=args.project, privacy=privacy)
+        except PrivacyStatementError as exc:
+            raise CliError(
+                f"{exc}; nothing was written (--no-privacy-statement publishes without one)"
+            ) from None
     paths = write_outputs(outcome, args.out, plot=not args.no_plot, top=args.top)
     if args.format == "rappor":
         paths.update(_rappor_outputs(jobs[0], outcome, args.out))

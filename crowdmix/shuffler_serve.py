@@ -4,10 +4,9 @@ With ``--processes N`` (Redis only) the first process binds the port with
 SO_REUSEPORT and starts N-1 siblings on the same port and store; the kernel
 spreads connections over them. SIGTERM to the first process stops them all.
 
-Exit codes: 0 stopped cleanly (SIGTERM/SIGINT: stop accepting, flush, forward
-what can be forwarded), 1 bad configuration (the message names the field),
-3 a missing optional dependency, 4 the listen address cannot be bound,
-5 the store cannot be reached at start-up (same numbers as the aggregator).
+Exit codes: ``crowdmix.cli.ExitCode`` (0 stopped cleanly on SIGTERM/SIGINT: stop
+accepting, flush, forward what can be forwarded; 1 bad configuration, naming the
+field; 4 the listen address cannot be bound; 5 the store is unreachable).
 """
 
 from __future__ import annotations
@@ -15,10 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["EXIT_BIND", "EXIT_STORE", "register"]
+from crowdmix.options import add_daemon_options, add_tls_server_options
 
-EXIT_STORE = 5
-EXIT_BIND = 4
+__all__ = ["register"]
 
 
 def register(subparsers: Any) -> None:
@@ -40,9 +38,7 @@ def register(subparsers: Any) -> None:
     a("--redis", metavar="URL", help="Redis URL (default: the in-memory store, not durable)")
     a("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:7400; port 0 = any)")
     a("--aggregator", metavar="HOST:PORT", help="aggregator to forward batches to")
-    a("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
-    a("--tls-key", metavar="FILE", help="private key for --tls-cert (PEM)")
-    a("--tls-client-ca", metavar="FILE", help="require client certificates signed by this CA")
+    add_tls_server_options(serve)
     a("--aggregator-ca", metavar="FILE", help="CA of the aggregator's certificate (TLS)")
     a("--aggregator-cert", metavar="FILE", help="client certificate for mTLS to the aggregator")
     a("--aggregator-key", metavar="FILE", help="key of --aggregator-cert")
@@ -50,10 +46,7 @@ def register(subparsers: Any) -> None:
     a("--allow-unauthenticated", action="store_true",
       help="serve without --tokens (or with the placeholder token of tokens.example.txt): "
       "anyone who reaches the port can submit reports")  # fmt: skip
-    a("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics")
-    a("--metrics-host", metavar="HOST",
-      help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")  # fmt: skip
-    a("--port-file", metavar="FILE", help="write the bound gRPC port here once listening")
+    add_daemon_options(serve)
     a("--max-request-bytes", type=int, metavar="N")
     a("--max-reports-per-request", type=int, metavar="N")
     a("--rate-limit", dest="rate_limit_reports", type=float, metavar="REPORTS_PER_S",
@@ -75,7 +68,6 @@ def register(subparsers: Any) -> None:
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
       "one per core: a single Python process is bound by its GIL")  # fmt: skip
     a("--reuse-port", action="store_true", help=argparse.SUPPRESS)
-    a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_serve)
 
 
@@ -106,31 +98,27 @@ _OVERRIDES = (
 
 def _serve(args: argparse.Namespace) -> int:
     import dataclasses
-    import logging
-    import os
     import signal
     import subprocess
     import sys
-    import threading
 
-    from crowdmix.cli import CliError, grpc_bind_noise_hidden
+    from crowdmix.cli import CliError
+    from crowdmix.options import (
+        configure_logging,
+        grpc_bind_noise_hidden,
+        wait_for_stop_signal,
+        write_port_file,
+    )
     from shuffler.config import load_config
-    from shuffler.errors import BindError, ConfigError, StoreUnavailable
     from shuffler.memory_store import MemoryStore
     from shuffler.redis_store import RedisStore
     from shuffler.server import start_shuffler
     from shuffler.store import ShufflerStore
 
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    log = configure_logging("shuffler", args.log_level)
+    registry, settings = load_config(
+        args.config, {name: getattr(args, name) for name in _OVERRIDES}
     )
-    log = logging.getLogger("crowdmix.shuffler")
-    try:
-        registry, settings = load_config(
-            args.config, {name: getattr(args, name) for name in _OVERRIDES}
-        )
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
     if settings.tokens_file is None and not settings.allow_unauthenticated:
         raise CliError(
             "no --tokens FILE: the shuffler would accept reports from anyone who reaches it; "
@@ -150,47 +138,25 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         store = MemoryStore()
         log.warning("in-memory store: acknowledged reports do not survive a crash (use --redis)")
-    try:
-        with grpc_bind_noise_hidden():
-            handle = start_shuffler(
-                registry,
-                store,
-                settings.aggregator,
-                listen=settings.listen,
-                settings=settings,
-                owns_store=True,
-            )
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
-    except StoreUnavailable as exc:
-        print(f"crowdmix: error: store unavailable: {exc}", file=sys.stderr)
-        return EXIT_STORE
-    except BindError as exc:
-        print(f"crowdmix: error: {exc}", file=sys.stderr)
-        return EXIT_BIND
+    with grpc_bind_noise_hidden():
+        handle = start_shuffler(
+            registry,
+            store,
+            settings.aggregator,
+            listen=settings.listen,
+            settings=settings,
+            owns_store=True,
+        )
     siblings = [
         subprocess.Popen(_sibling_args(args, settings.listen, handle.port))
         for _ in range(args.processes - 1)
     ]
-    if settings.port_file is not None:
-        tmp = f"{settings.port_file}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(f"{handle.port}\n")
-        os.replace(tmp, settings.port_file)  # readers never see a half-written file
+    write_port_file(settings.port_file, handle.port)
     print(f"shuffler listening on port {handle.port}", file=sys.stderr, flush=True)
     if handle.metrics_port is not None:
         log.info("metrics on http://127.0.0.1:%d/metrics", handle.metrics_port)
 
-    stop_requested = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        stop_requested.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not stop_requested.wait(0.5):
-        pass
+    wait_for_stop_signal(log)
     for child in siblings:
         child.send_signal(signal.SIGTERM)
     handle.stop()

@@ -254,7 +254,8 @@ def progress_bar(
 def run(args: argparse.Namespace) -> int:
     from client.errors import TransportError
     from client.registry import RegistryError, load_registry
-    from crowdmix.cli import CliError, read_input
+    from crowdmix.cli import CliError
+    from crowdmix.options import read_input
 
     try:
         registry = load_registry(args.config)

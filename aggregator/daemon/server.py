@@ -14,12 +14,8 @@ Alongside it run the standard gRPC health service (``""`` and
 ``crowdmix.v1.Aggregator``), an optional Prometheus endpoint, and a thread
 that calls ``store.maintain()`` every second (Redis: fold per-batch deltas).
 
-Exit codes of the daemon (numbered so supervisors can tell causes apart)::
-
-    0  stopped cleanly (SIGTERM / SIGINT)
-    1  bad configuration (registry, TLS files, flags): the message says which
-    4  cannot listen on the requested address
-    5  the count store is unreachable at start-up
+Failures raise :mod:`aggregator.errors` (``BindError``, ``StoreUnavailable``);
+the command line maps them to exit codes (``crowdmix.cli.ExitCode``).
 """
 
 from __future__ import annotations
@@ -38,34 +34,20 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from aggregator.daemon.ingest import Ingestor
 from aggregator.daemon.metrics import IngestMetrics
 from aggregator.daemon.service import AggregatorServicer
-from aggregator.errors import StoreError
+from aggregator.errors import BindError, StoreError
 from aggregator.store.base import CountStore
 from aggregator.store.memory import MemoryCountStore
 from client.registry import Registry
 
 __all__ = [
-    "EXIT_BIND",
-    "EXIT_CONFIG",
-    "EXIT_OK",
-    "EXIT_STORE",
     "SERVICE_NAME",
     "AggregatorServer",
-    "BindError",
     "TlsFiles",
     "start_aggregator",
 ]
 
-EXIT_OK = 0
-EXIT_CONFIG = 1
-EXIT_BIND = 4
-EXIT_STORE = 5
-
 SERVICE_NAME = "crowdmix.v1.Aggregator"
 log = logging.getLogger("crowdmix.aggregator")
-
-
-class BindError(OSError):
-    """The gRPC server could not listen on the requested address."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,6 +36,7 @@ from client.registry import MetricConfig
 __all__ = [
     "ANSWERS",
     "RESULT_COLUMNS",
+    "PrivacyStatementError",
     "ReportJob",
     "ReportOutcome",
     "format_table",
@@ -129,12 +130,16 @@ def privacy_figures(
     shuffled: bool = True,
     rounds: int = 1,
     smallest_crowd: int | None = None,
+    statement: bool = True,
 ) -> dict[str, Any]:
-    """Local ε figures plus, when computable, the release's central (ε, δ) after shuffling.
+    """Local ε figures plus the release's privacy statement (central (ε, δ) after shuffling).
 
     ``batch_sizes`` that do not add up to the reports counted (batches applied
     before sizes were recorded) are ignored, and the statement falls back to
-    the conservative assumption it states.
+    the conservative assumption it states. A statement that cannot be computed
+    raises :class:`PrivacyStatementError`: a release is never published with its
+    guarantee silently missing. ``statement=False`` is the caller's explicit
+    opt-out (``crowdmix report --no-privacy-statement``), and the summary says so.
     """
     from client.privacy import epsilon_inf, epsilon_one
 
@@ -149,10 +154,14 @@ def privacy_figures(
     n = int(totals.sum())
     if batch_sizes is not None and sum(batch_sizes) != n:
         batch_sizes = smallest_crowd = None
-    try:
-        from aggregator.accounting import privacy_statement
+    if not statement:
+        out["statement"] = None
+        out["text"] = "no privacy statement: left out on request (--no-privacy-statement)"
+        return out
+    from aggregator.accounting import privacy_statement
 
-        statement = privacy_statement(
+    try:
+        stated = privacy_statement(
             metric,
             n,
             cohort_sizes=[int(t) for t in totals],
@@ -161,12 +170,16 @@ def privacy_figures(
             rounds=rounds,
             smallest_crowd=smallest_crowd if batch_sizes is not None else None,
         )
-        out["statement"] = statement.to_dict()
-        out["text"] = statement.render()
-    except (ImportError, ValueError, ArithmeticError) as exc:
-        out["statement"] = None
-        out["text"] = f"central guarantee not computed: {exc}"
+    except (ValueError, ArithmeticError) as exc:
+        raise PrivacyStatementError(f"cannot state the privacy guarantee: {exc}") from exc
+    out["statement"] = stated.to_dict()
+    out["text"] = stated.render()
     return out
+
+
+class PrivacyStatementError(ValueError):
+    """The release's privacy statement cannot be computed (so it must not be published
+    without the caller opting out)."""
 
 
 def _finite(x: float) -> float | None:

@@ -201,6 +201,6 @@ def test_keys_cli_without_cryptography_names_the_extra(tmp_path: Path) -> None:
     )
     assert r.returncode == 3
     assert r.stderr.strip().splitlines() == [
-        "crowdmix: error: keys need the 'cryptography' package (>= 47): "
-        "pip install 'crowdmix[aggregator]'"
+        "crowdmix: error: this command needs the 'cryptography' package: "
+        "pip install 'crowdmix[transport]'"
     ]

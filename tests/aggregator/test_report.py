@@ -278,3 +278,44 @@ def test_basic_params_in_summary(tmp_path: Path) -> None:
     outcome = run_report(job)
     assert outcome.summary["params"] == {"epsilon": 1.0, "domain_size": 3}
     assert outcome.result.values == ("x", "y", "z")
+
+
+def test_a_statement_that_cannot_be_computed_stops_the_report_unless_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release is never published with its privacy guarantee silently missing."""
+    import aggregator.accounting
+
+    config = tmp_path / "metrics.toml"
+    config.write_text(CONFIG)
+    metric = load_registry(config)["pages"]
+    totals, ones = simulated_counts()
+    counts = tmp_path / "pages.npz"
+    save_counts(
+        counts,
+        accumulator_for(metric, totals=totals, ones=ones),
+        metric="pages",
+        encoding="rappor",
+        fingerprint=metric.fingerprint,
+        window=3,
+    )
+    cands = tmp_path / "candidates.txt"
+    cands.write_text("\n".join(CANDIDATES) + "\n")
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise ValueError("no crowd can be bounded")
+
+    monkeypatch.setattr(aggregator.accounting, "privacy_statement", broken)
+    base = ["report", "--counts", str(counts), "--config", str(config), "--metric", "pages"]
+    base += ["--candidates", str(cands), "--no-plot"]
+    assert main([*base, "--out", str(tmp_path / "refused")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot state the privacy guarantee: no crowd can be bounded" in err
+    assert "--no-privacy-statement" in err
+    assert not (tmp_path / "refused" / "summary.json").exists()
+
+    assert main([*base, "--out", str(tmp_path / "out"), "--no-privacy-statement"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["privacy"]["statement"] is None
+    assert "--no-privacy-statement" in summary["privacy"]["text"]
+    assert "privacy: no privacy statement" in capsys.readouterr().out
