@@ -36,8 +36,8 @@ and conversely (H_x, H_x') is a function of the histogram: the divergences
 are equal. (ii) Given M = F_x + F_x' = t (the same law under P and Q), F_x ~ Bin(t, ½).
 With a = H_x − (known part of bucket x), P gives a = 1 + F_x and Q gives
 a = F_x, and H_x' is then fixed by t: the conditional pair is exactly
-(1 + Bin(t, ½), Bin(t, ½)). Conditioning on the common M gives the mixture. Symmetry (swap x, x') gives
-D(P‖Q) = D(Q‖P). ∎
+(1 + Bin(t, ½), Bin(t, ½)). Conditioning on the common M gives the
+mixture. Symmetry (swap x, x') gives D(P‖Q) = D(Q‖P). ∎
 
 δ_t in closed form. The likelihood ratio of 1 + Bin(t, ½) to Bin(t, ½) at a
 is B_t(a − 1)/B_t(a) = a/(t − a + 1), increasing in a, so with a0 the smallest
@@ -91,6 +91,7 @@ __all__ = [
     "HistogramGuarantee",
     "central_epsilon",
     "fake_delta",
+    "format_up",
     "histogram_delta",
     "histogram_guarantee",
     "honest_others",
@@ -101,6 +102,22 @@ _WINDOW_TAIL = 1e-30  # M's mass left outside the window on each side (bounded, 
 _FLOAT_MARGIN = 1e-9  # relative margin for float rounding in the sums
 _EPS_MAX = 60.0  # above this the view is treated as having no (ε, δ) guarantee
 _EPS_RTOL = 1e-9
+
+
+def format_up(x: float, digits: int = 4) -> str:
+    """``x`` to ``digits`` significant digits, rounded *up* (a printed privacy
+    figure is never below the computed one); "∞" for infinity."""
+    if not math.isfinite(x):
+        return "∞"
+    if x <= 0.0:
+        return "0"
+    exp10 = math.floor(math.log10(x)) - digits + 1
+    scaled = math.ceil(x / 10.0**exp10 * (1.0 - 1e-15))
+    value = scaled * 10.0**exp10
+    while value < x:  # float rounding in the division above
+        scaled += 1
+        value = scaled * 10.0**exp10
+    return f"{value:.{max(0, -exp10)}f}" if exp10 < 0 else f"{value:.0f}"
 
 
 def honest_others(n: int, honest_fraction: float) -> int:
@@ -271,9 +288,9 @@ class HistogramGuarantee:
         }
 
     def render(self) -> str:
-        central = f"{self.epsilon:.4g}" if math.isfinite(self.epsilon) else "∞ (no guarantee)"
+        central = format_up(self.epsilon) if math.isfinite(self.epsilon) else "∞ (no guarantee)"
         local = (
-            f"{self.local_epsilon:.4g}-LDP (k-RR)"
+            f"{format_up(self.local_epsilon)}-LDP (k-RR)"
             if math.isfinite(self.local_epsilon)
             else "none (ε = ∞: the real value is among the device's reports)"
         )
@@ -281,7 +298,7 @@ class HistogramGuarantee:
             f"central ε = {central}, δ = {self.delta:g} for the analyst (reports sealed, "
             f"shuffler not colluding), counting only the fakes of {self.n_honest:,} honest "
             f"devices besides the target (honest fraction {self.honest_fraction:g} of "
-            f"{self.n:,});\nshuffler + aggregator colluding: {local}"
+            f"{self.n:,});\n  shuffler + aggregator colluding: {local}"
         )
 
 

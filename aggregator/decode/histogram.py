@@ -133,14 +133,14 @@ def decode_histogram(
                 f"{params.max_messages} each"
             )
         n = float(num_devices)
-        count = (y - n * (r + m * q / d)) / span
+        count = np.asarray((y - n * (r + m * q / d)) / span, dtype=np.float64)
     else:
         n = total / (1.0 + m * q)
-        count = (y - _shift(params) * total) / span
+        count = np.asarray((y - _shift(params) * total) / span, dtype=np.float64)
     known = num_devices is not None
     plug = np.clip(count, 0.0, n)
     var = count_variance(params, n, plug, n_known=known)
-    proportion = count / n
+    proportion = np.asarray(count / n, dtype=np.float64)
     std_error = np.sqrt(np.maximum(var, 0.0)) / n
     p_value = one_sided_p_values(proportion, std_error)
     is_sig = significant(p_value, alpha=alpha, correction=correction)
