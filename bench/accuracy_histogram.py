@@ -78,8 +78,12 @@ def simulate_krr(c: np.ndarray, params: BasicParams, rng: np.random.Generator) -
 
 def simulate_fake(c: np.ndarray, params: HistogramParams, rng: np.random.Generator) -> np.ndarray:
     d, n = c.size, int(c.sum())
-    real = c if params.local_epsilon is None else simulate_krr(
-        c, BasicParams(mechanism="krr", epsilon=params.local_epsilon, domain_size=d), rng
+    real = (
+        c
+        if params.local_epsilon is None
+        else simulate_krr(
+            c, BasicParams(mechanism="krr", epsilon=params.local_epsilon, domain_size=d), rng
+        )
     )
     fakes = rng.binomial(n * params.fake_slots, params.fake_probability)
     return real + rng.multinomial(fakes, np.full(d, 1.0 / d))
@@ -185,7 +189,11 @@ def main() -> None:
     )
     print(head)
     for r in rows:
-        rr = f"{r['rappor_rmse']:11.2f} {r['rappor_tv']:6.4f}" if r["rappor_rmse"] else f"{'-':>11} {'-':>6}"
+        rr = (
+            f"{r['rappor_rmse']:11.2f} {r['rappor_tv']:6.4f}"
+            if r["rappor_rmse"]
+            else f"{'-':>11} {'-':>6}"
+        )
         print(
             f"{r['d']:>7} | {rr} | {r['krr_rmse']:9.2f} {r['krr_tv']:6.4f} | "
             f"{r['olh_rmse_analytic']:9.2f} | {r['fake_rmse']:9.2f} {r['fake_tv']:6.4f} "

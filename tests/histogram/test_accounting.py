@@ -71,7 +71,9 @@ def full_histogram_delta(eps: float, d: int, trials: int, q: float, keep: float 
     return sum(max(0.0, pr - e * qv.get(h, 0.0)) for h, pr in p.items())
 
 
-@pytest.mark.parametrize(("d", "n_honest", "m", "q"), [(3, 4, 2, 0.6), (2, 9, 1, 0.9), (3, 5, 1, 1.0)])
+@pytest.mark.parametrize(
+    ("d", "n_honest", "m", "q"), [(3, 4, 2, 0.6), (2, 9, 1, 0.9), (3, 5, 1, 1.0)]
+)
 @pytest.mark.parametrize("eps", [0.2, 0.8, 1.6])
 def test_figure_equals_the_enumerated_full_histogram(
     d: int, n_honest: int, m: int, q: float, eps: float
@@ -179,7 +181,9 @@ def test_local_epsilon_caps_the_central_figure_and_both_are_stated() -> None:
     g = histogram_guarantee(p, 1000, 1e-6)
     assert g.epsilon <= 0.7
     assert g.local_epsilon == 0.7
-    no_ldp = histogram_guarantee(HistogramParams(domain_size=10, fake_slots=1, fake_probability=0.5), 1000, 1e-6)
+    no_ldp = histogram_guarantee(
+        HistogramParams(domain_size=10, fake_slots=1, fake_probability=0.5), 1000, 1e-6
+    )
     assert no_ldp.local_epsilon == math.inf
     assert "no guarantee" not in no_ldp.render() and "ε = ∞" in no_ldp.render()
 

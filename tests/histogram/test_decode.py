@@ -1,4 +1,5 @@
-"""aggregator.decode.histogram: exact formulas, seeded unbiasedness/variance/coverage, planner, CLI."""
+"""aggregator.decode.histogram: exact formulas, seeded unbiasedness/variance/coverage;
+the planner and its command."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def test_bad_counts_are_refused_with_a_reason() -> None:
         histogram_counts([0, 3], params)
 
 
-def simulate(c: np.ndarray, params: HistogramParams, rng: np.random.Generator, reps: int) -> np.ndarray:
+def simulate(
+    c: np.ndarray, params: HistogramParams, rng: np.random.Generator, reps: int
+) -> np.ndarray:
     """reps × d histograms from the mechanism's exact law."""
     d, n = c.size, int(c.sum())
     p, r = params.keep_probability, params.other_probability
@@ -79,7 +82,9 @@ def test_unbiased_exact_variance_and_coverage(local: float | None, known: bool) 
         r = decode_histogram(ys[i], params, num_devices=n if known else None)
         counts = r.proportion * r.diagnostics["devices"]
         est[i] = counts
-        covered += (r.ci_low * r.diagnostics["devices"] <= c) & (c <= r.ci_high * r.diagnostics["devices"])
+        covered += (r.ci_low * r.diagnostics["devices"] <= c) & (
+            c <= r.ci_high * r.diagnostics["devices"]
+        )
     var = count_variance(params, n, c, n_known=known)
     mean = est.mean(axis=0)
     assert np.all(np.abs(mean - c) <= 6.1 * np.sqrt(var / reps))
@@ -120,7 +125,9 @@ def test_plan_auto_local_epsilon_and_refusal() -> None:
     assert central_epsilon(plan.params, 10**6, 1e-6) <= 1.0
     no_ldp = HistogramParams(domain_size=1000, fake_slots=plan.params.fake_slots,
                              fake_probability=plan.params.fake_probability)  # fmt: skip
-    assert float(count_variance(plan.params, 10**6, 0.0)) <= 2 * float(count_variance(no_ldp, 10**6, 0.0))
+    assert float(count_variance(plan.params, 10**6, 0.0)) <= 2 * float(
+        count_variance(no_ldp, 10**6, 0.0)
+    )
     with pytest.raises(PlanError, match="messages per device"):
         plan_histogram(1.0, 1e-6, 1000, 10**5, max_messages=3)
 

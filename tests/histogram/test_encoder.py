@@ -43,7 +43,9 @@ def test_exact_draws_without_local_randomization() -> None:
 
 def test_reports_are_the_krr_layout_and_indistinguishable() -> None:
     params = HistogramParams(domain_size=300, fake_slots=2, fake_probability=1.0)
-    enc = HistogramEncoder(params, metric="m", domain=[f"v{i}" for i in range(300)], rand=SeededBits(1))
+    enc = HistogramEncoder(
+        params, metric="m", domain=[f"v{i}" for i in range(300)], rand=SeededBits(1)
+    )
     reports = enc.encode("v299")
     assert len(reports) == 3
     assert {len(r.bits) for r in reports} == {2}  # index_bytes(300) = 2, little-endian
@@ -99,7 +101,9 @@ def test_fake_counts_values_and_krr_are_distributed_as_specified() -> None:
 
 
 def test_default_randomness_is_the_shared_csprng() -> None:
-    enc = HistogramEncoder(HistogramParams(domain_size=4, fake_slots=1, fake_probability=0.5), metric="m")
+    enc = HistogramEncoder(
+        HistogramParams(domain_size=4, fake_slots=1, fake_probability=0.5), metric="m"
+    )
     assert isinstance(enc._rand, SecureBits)
     assert enc._rand is shared_secure_bits()
 
