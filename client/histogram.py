@@ -48,9 +48,9 @@ Abuse and thresholds. Every LDP or shuffle scheme lets a device lie about
 its own value; what matters is how much one device can move the counts.
 Here a malicious device may send up to 1 + m reports with any values (it
 need not randomize or draw its fakes uniformly), so it moves any one
-bucket's count by at most 1 + m (an honest device by at most 1 + m too, but
-by its expected share in expectation), and the sum of the moves over all
-buckets by at most 1 + m. That bound holds only if the shuffler enforces
+bucket's count by at most 1 + m, and all buckets together by at most 1 + m
+(an honest device's reports are no fewer: the difference is that their
+law is known and the estimator subtracts it). That bound holds only if the shuffler enforces
 it: at most 1 + m sealed reports per authenticated device per window
 (reports beyond the cap are rejected, ``RESOURCE_EXHAUSTED``), and one
 device identity cannot be multiplied (device attestation or account-level

@@ -138,6 +138,9 @@ def test_cli_plan_and_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["central_epsilon"] <= 1.0 and out["max_messages"] <= 8
+    # the README's example figures
+    assert out["fake_slots"] == 1 and abs(out["fake_probability"] - 0.043) < 5e-4
+    assert abs(out["expected_messages"] - 1.04) < 5e-3 and abs(out["std_error_count"] - 6.5) < 0.05
     argv = ["privacy", "histogram", "--n", "1e6", "--domain", "1000", "--fake-slots", "1",
             "--fake-probability", str(out["fake_probability"])]  # fmt: skip
     assert main(argv) == 0
