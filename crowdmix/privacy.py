@@ -7,6 +7,7 @@
     crowdmix privacy metric  --config FILE --metric NAME --n N [--rounds R]
                              [--cohort-share S] [--batch-sizes B1,B2,..] [--json]
     crowdmix privacy ledger  FILE [--metric NAME] [--json]
+    crowdmix privacy histogram ...   (crowdmix.histogram_cmd: fake-report histograms)
     crowdmix plan --epsilon E --delta D --n N --candidates C [--rounds R] [--json]
 
 Only argparse/stdlib at module level; the math is imported inside each command.
@@ -103,6 +104,10 @@ def register(sub: Any) -> None:
     ledger.add_argument("--metric", help="one metric (default: every metric in the file)")
     ledger.add_argument("--json", action="store_true")
     ledger.set_defaults(func=_ledger)
+
+    from crowdmix.histogram_cmd import register_privacy as register_histogram
+
+    register_histogram(psub)  # issue 18: shuffled histograms with fake reports
 
     plan = sub.add_parser("plan", help="RAPPOR parameters for a target central (ε, δ)")
     plan.add_argument("--epsilon", type=float, required=True, help="target central ε")

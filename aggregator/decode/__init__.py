@@ -2,6 +2,7 @@
 
 - ``rappor``: RAPPOR (weighted NNLS, LASSO screening, analytic SEs);
 - ``basic``: binary RR, k-RR, OUE, OLH closed-form estimators;
+- ``histogram``: shuffled histograms with fake reports (unbiased, exact variance);
 - ``stats``: p-values, corrections, intervals; ``simulate``: exact count simulation.
 """
 
@@ -15,6 +16,7 @@ from aggregator.decode.errors import (
     NoReportsError,
     ParamsMismatchError,
 )
+from aggregator.decode.histogram import decode_histogram
 from aggregator.decode.rappor import (
     DecodeOptions,
     bit_estimates,
@@ -34,6 +36,7 @@ __all__ = [
     "ParamsMismatchError",
     "bit_estimates",
     "decode_basic",
+    "decode_histogram",
     "decode_rappor",
     "design_matrix",
     "detection_threshold",

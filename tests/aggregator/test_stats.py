@@ -151,6 +151,7 @@ def test_public_surface_of_decode() -> None:
         "stats",
         "simulate",
         "shrink",
+        "histogram",
         "annotations",
     }
     for a, b in itertools.combinations(sorted(exported), 2):

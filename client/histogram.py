@@ -1,0 +1,260 @@
+"""Shuffled histograms with fake reports: the device side (issue 18).
+
+A metric over a known domain {0, ..., d-1}. Every device sends, in one
+collection window,
+
+- one *real* report: its value x, or (optional local randomization) the
+  output of k-ary randomized response with local ε_L: x w.p.
+  e^ε_L/(e^ε_L+d-1), each other value w.p. 1/(e^ε_L+d-1);
+- ``fake_slots`` = m *fake slots*, each independently filled w.p.
+  ``fake_probability`` = q with a value drawn uniformly from the domain
+  (so Binomial(m, q) fake reports, independent of x),
+
+in a uniformly random order. A report's payload is the value's index in
+``index_bytes(d)`` bytes, little-endian (the ``krr`` layout of
+``client.basic``): real and fake reports are the same bytes, and once sealed
+(HPKE, ``client.sealing``) the same ciphertext length, so neither the
+shuffler nor the aggregator can tell them apart. Without sealing the
+shuffler would see true values beside their senders: the configuration must
+be refused (see "Wiring" in ``aggregator.accounting.histogram``).
+
+A device sends at most 1 + m reports per window (a hard cap by
+construction, which the shuffler enforces per authenticated device; see
+"Abuse and thresholds" below), 1 + m·q on average.
+
+This is the multi-message "fake users / dummy points" family of protocols:
+Balcer and Cheu, "Separating local & shuffled differential privacy via
+histograms" (ITC 2020, arXiv:1911.06879), which adds per-bucket Bernoulli
+fakes; Cheu and Zhilyaev, "Differentially private histograms in the shuffle
+model from fake users" (IEEE S&P 2022); Li et al., "DUMP: a dummy-point-based
+framework for histogram estimation in shuffle model" (uniform dummies). The
+Binomial-slots variant here is chosen because it gives a hard per-device cap
+and an accounting that is *exact* (a proof, not an asymptotic theorem): see
+``aggregator.accounting.histogram``, which computes δ(ε) of the analyst's view
+from the exact distribution of the fakes.
+
+Privacy, in short (details and proof in ``aggregator.accounting.histogram``):
+
+- Analyst (aggregator) not colluding with the shuffler: the histogram of
+  all reports is (ε, δ)-DP for replacing one device's value, with δ(ε)
+  computed exactly from the fakes of *honest devices other than the target*
+  (the target's own fakes and a colluding device's fakes give no cover).
+- Shuffler and aggregator colluding: they see which reports came from the
+  target, so only local randomization protects it: ε_L-LDP with k-RR on
+  (fakes are independent of x, a post-processing), and no guarantee at
+  all (ε = ∞) without it — the real value is among the target's reports.
+
+Abuse and thresholds. Every LDP or shuffle scheme lets a device lie about
+its own value; what matters is how much one device can move the counts.
+Here a malicious device may send up to 1 + m reports with any values (it
+need not randomize or draw its fakes uniformly), so it moves any one
+bucket's count by at most 1 + m, and all buckets together by at most 1 + m
+(an honest device's reports are no fewer: the difference is that their
+law is known and the estimator subtracts it). That bound holds only if the shuffler enforces
+it: at most 1 + m sealed reports per authenticated device per window
+(reports beyond the cap are rejected, ``RESOURCE_EXHAUSTED``), and one
+device identity cannot be multiplied (device attestation or account-level
+rate limits are outside crowdmix). With k colluding malicious devices the
+shift is at most k(1 + m) per bucket, i.e. k(1 + m)/(p - r) after k-RR
+debiasing; on the proportion scale, k(1 + m)/(n (p - r)). Malicious devices
+also withdraw their own fakes from the cover: the accounting counts only
+honest devices (``honest_fraction``). The expected crowd per bucket from
+honest fakes is n·m·q/d; buckets whose estimate stays inside the noise
+(the decoder's detection threshold) are reported as not significant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from client.basic import index_bytes
+from client.errors import ParamsError
+from client.randomness import BitSource, bernoulli_bits, shared_secure_bits
+from client.report import Report, make_report, new_report_id
+
+__all__ = [
+    "ENCODING",
+    "MAX_DOMAIN",
+    "MAX_FAKE_SLOTS",
+    "HistogramEncoder",
+    "HistogramParams",
+]
+
+#: Registry name of this encoding.
+ENCODING = "shuffled-histogram"
+MAX_DOMAIN = 1 << 24
+#: A hard ceiling on fake slots per device (messages cost bandwidth and store).
+MAX_FAKE_SLOTS = 4096
+MAX_LOCAL_EPSILON = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistogramParams:
+    """One shuffled-histogram metric: domain size d, m fake slots filled w.p. q,
+    optional local k-RR with ``local_epsilon`` (None: the real value is sent)."""
+
+    domain_size: int
+    fake_slots: int
+    fake_probability: float
+    local_epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        d = self.domain_size
+        if isinstance(d, bool) or not isinstance(d, int) or not 2 <= d <= MAX_DOMAIN:
+            raise ParamsError(f"domain_size must be an integer in [2, {MAX_DOMAIN}], got {d!r}")
+        m = self.fake_slots
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_FAKE_SLOTS:
+            raise ParamsError(f"fake_slots must be an integer in [0, {MAX_FAKE_SLOTS}], got {m!r}")
+        q = self.fake_probability
+        if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 <= q <= 1.0:
+            raise ParamsError(f"fake_probability must be in [0, 1], got {q!r}")
+        object.__setattr__(self, "fake_probability", float(q))
+        eps = self.local_epsilon
+        if eps is not None:
+            if isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps):
+                raise ParamsError(f"local_epsilon must be a finite number or None, got {eps!r}")
+            if not 0.0 < eps <= MAX_LOCAL_EPSILON:
+                raise ParamsError(f"local_epsilon must be in (0, {MAX_LOCAL_EPSILON}], got {eps!r}")
+            object.__setattr__(self, "local_epsilon", float(eps))
+
+    @property
+    def max_messages(self) -> int:
+        """Reports one device sends at most per window: 1 + m."""
+        return 1 + self.fake_slots
+
+    @property
+    def expected_messages(self) -> float:
+        """Reports one device sends on average: 1 + m·q."""
+        return 1.0 + self.fake_slots * self.fake_probability
+
+    @property
+    def keep_probability(self) -> float:
+        """p: P(real report = true value): e^ε_L/(e^ε_L+d-1), or 1 without k-RR."""
+        if self.local_epsilon is None:
+            return 1.0
+        return 1.0 / (1.0 + (self.domain_size - 1) * math.exp(-self.local_epsilon))
+
+    @property
+    def other_probability(self) -> float:
+        """r: P(real report = a given other value): 1/(e^ε_L+d-1), or 0 without k-RR."""
+        if self.local_epsilon is None:
+            return 0.0
+        return 1.0 / (math.exp(self.local_epsilon) + self.domain_size - 1)
+
+    @property
+    def report_bytes(self) -> int:
+        return index_bytes(self.domain_size)
+
+    def fingerprint(self) -> int:
+        """A stable 64-bit id of these params, carried by every report."""
+        canon = (
+            f"{ENCODING}/v1;d={self.domain_size};m={self.fake_slots};"
+            f"q={self.fake_probability!r};local_epsilon={self.local_epsilon!r}"
+        )
+        return int.from_bytes(hashlib.blake2b(canon.encode(), digest_size=8).digest(), "little")
+
+
+class HistogramEncoder:
+    """Encodes one device's value into its real report and its fake reports.
+
+    Randomness comes from ``rand`` (default: the shared CSPRNG-backed
+    ``SecureBits``). Draw order, which the exact tests pin: the local k-RR
+    coin (and the replacement value), then the m slot coins in one word, then
+    each filled slot's value, then the Fisher–Yates shuffle of the reports.
+    """
+
+    __slots__ = ("_domain", "_fingerprint", "_index", "_new_id", "_rand", "metric", "params")
+
+    def __init__(
+        self,
+        params: HistogramParams,
+        *,
+        metric: str,
+        domain: tuple[str, ...] | list[str] | None = None,
+        rand: BitSource | None = None,
+        random_bytes: Callable[[int], bytes] | None = None,
+    ) -> None:
+        if not isinstance(metric, str) or not metric:
+            raise ValueError("metric must be a non-empty string")
+        if domain is not None:
+            if len(domain) != params.domain_size:
+                raise ParamsError(
+                    f"domain has {len(domain)} values but domain_size is {params.domain_size}"
+                )
+            if len(set(domain)) != len(domain):
+                raise ParamsError("domain values must be distinct")
+        self.params = params
+        self.metric = metric
+        self._domain = tuple(domain) if domain is not None else None
+        self._index = {v: i for i, v in enumerate(domain)} if domain is not None else None
+        self._rand: BitSource = rand if rand is not None else shared_secure_bits()
+        # report ids: os.urandom unless a test injects a source; every report, fakes
+        # included, gets a fresh one (an id shared by a device's reports would link them)
+        self._new_id = random_bytes if random_bytes is not None else os.urandom
+        self._fingerprint = params.fingerprint()
+
+    def index_of(self, value: str | int) -> int:
+        d = self.params.domain_size
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < d:
+                raise ValueError(f"index must be in [0, {d}), got {value}")
+            return value
+        if self._index is None:
+            raise ValueError("this encoder has no domain: pass an index")
+        try:
+            return self._index[str(value)]
+        except KeyError:
+            raise ValueError(f"value {value!r} is not in the metric's domain") from None
+
+    def _randbelow(self, n: int) -> int:
+        """Uniform in [0, n) by rejection: exact, no modulo bias."""
+        nbits = max(1, (n - 1).bit_length())
+        while True:
+            r = self._rand.random_bits(nbits)
+            if r < n:
+                return r
+
+    def real_index(self, index: int) -> int:
+        """The real report's value: ``index``, or its k-RR output with local ε_L."""
+        params = self.params
+        if params.local_epsilon is None:
+            return index
+        if bernoulli_bits(self._rand, params.keep_probability, 1):
+            return index
+        other = self._randbelow(params.domain_size - 1)
+        return other + (other >= index)
+
+    def fake_indexes(self) -> list[int]:
+        """Binomial(m, q) values, each uniform over the domain, independent of the value."""
+        params = self.params
+        m = params.fake_slots
+        if m == 0:
+            return []
+        filled = bernoulli_bits(self._rand, params.fake_probability, m).bit_count()
+        return [self._randbelow(params.domain_size) for _ in range(filled)]
+
+    def indexes(self, value: str | int) -> list[int]:
+        """All of one device's report values for ``value``, in uniformly random order."""
+        out = [self.real_index(self.index_of(value)), *self.fake_indexes()]
+        for i in range(len(out) - 1, 0, -1):  # Fisher–Yates
+            j = self._randbelow(i + 1)
+            out[i], out[j] = out[j], out[i]
+        return out
+
+    def encode(self, value: str | int) -> list[Report]:
+        """One device's reports for one window (1 + Binomial(m, q) of them)."""
+        width = self.params.report_bytes
+        return [
+            make_report(
+                self.metric,
+                0,
+                i.to_bytes(width, "little"),
+                self._fingerprint,
+                new_report_id(self._new_id),
+            )
+            for i in self.indexes(value)
+        ]
