@@ -125,10 +125,11 @@ def _failure(exc: Exception) -> ExitCode:
             print(f"crowdmix: error: {prefix}{exc}", file=sys.stderr)
             return code
     if isinstance(exc, ModuleNotFoundError):
-        extra = EXTRA_FOR.get((exc.name or "").split(".")[0])
+        package = (exc.name or "").split(".")[0]
+        extra = EXTRA_FOR.get(package)
         if extra is not None:
             print(
-                f"crowdmix: error: this command needs the '{exc.name}' package: "
+                f"crowdmix: error: this command needs the '{package}' package: "
                 f"pip install 'crowdmix[{extra}]'",
                 file=sys.stderr,
             )
