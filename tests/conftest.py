@@ -8,10 +8,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.redis_server import RedisServer
 
-_INTEGRATION = {"service", "shuffler", "e2e", "test_readme.py", "test_smoke.py"}
+# `scripts/check --fast` runs property tests with fewer examples (the full check
+# keeps Hypothesis's default of 100, or what a test sets itself).
+settings.register_profile("fast", max_examples=15, deadline=None)
+
+_INTEGRATION = {
+    "service",
+    "shuffler",
+    "e2e",
+    "test_readme.py",
+    "test_smoke.py",
+    "test_json_docs.py",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

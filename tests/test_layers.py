@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from crowdmix.cli import EXTRA_FOR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +172,7 @@ def test_lazy_imports_only_for_optional_extras() -> None:
     assert wrong == []
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_privacy_and_plan_commands_load_no_daemon() -> None:
     """`crowdmix privacy ...` and `crowdmix plan` are analyst tools: they load the
     accounting math, never the daemon, its store or gRPC."""

@@ -79,6 +79,7 @@ def test_composition_invariants(eps: float, delta: float, k: int) -> None:
         assert compose_advanced(eps, delta, k, target) >= eps * (1 - 1e-9) or k == 1
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_pld_matches_single_round_and_beats_per_round_composition() -> None:
     eps0, n = 1.074286, 100_000
     pair = ClonePair.stronger_clone(eps0)

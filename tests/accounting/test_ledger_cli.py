@@ -23,6 +23,9 @@ epsilon = 2.0
 domain = ["chrome", "firefox", "safari", "edge"]
 """
 
+# statistical, seconds each: the full check runs them, scripts/check --fast does not
+pytestmark = pytest.mark.slow
+
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))

@@ -74,6 +74,7 @@ def test_bit_estimates_are_unbiased_with_the_stated_variance() -> None:
     assert 0.94 < ratio < 1.06
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_estimates_are_unbiased_and_intervals_cover_95_percent() -> None:
     # 300 simulated collections with the exact report distribution, all values
     # candidates. Mean error per value within 5.5 standard errors of the mean

@@ -140,6 +140,7 @@ def _crowdmix(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_keys_cli_new_list_rotate_retire_export(tmp_path: Path) -> None:
     r = _crowdmix("new", "--file", "k.json", "--public", "pub.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -160,6 +161,7 @@ def test_keys_cli_new_list_rotate_retire_export(tmp_path: Path) -> None:
     assert r.returncode == 0 and "expired" in r.stdout and "active" in r.stdout
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_keys_cli_bad_input_is_one_line_and_non_zero(tmp_path: Path) -> None:
     assert _crowdmix("new", "--file", "k.json", cwd=tmp_path).returncode == 0
     (tmp_path / "junk.json").write_text("not json")
@@ -191,6 +193,7 @@ def test_keys_cli_bad_input_is_one_line_and_non_zero(tmp_path: Path) -> None:
         assert r.stderr.strip().splitlines()[-1].startswith("crowdmix keys ")
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_keys_cli_without_cryptography_names_the_extra(tmp_path: Path) -> None:
     code = (
         "import sys\nsys.modules['cryptography'] = None  # as if not installed\n"

@@ -61,6 +61,7 @@ def test_p_values_and_wald_interval() -> None:
     assert critical_z(0.025) == pytest.approx(1.959964, rel=1e-6)
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 @pytest.mark.parametrize(("mu", "cutoff"), [(2.5, 3.3), (0.3, 2.0), (4.0, 3.3)])
 def test_selective_interval_has_its_level_given_selection(mu: float, cutoff: float) -> None:
     # 400,000 draws around a mean near the cutoff (4.5-76% are selected: >= 18,000

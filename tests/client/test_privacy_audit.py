@@ -20,6 +20,9 @@ from client.randomness import bernoulli_bits
 from tests.client.audit import audit_log_ratio
 from tests.client.bitsources import SeededBits
 
+# statistical, seconds each: the full check runs them, scripts/check --fast does not
+pytestmark = pytest.mark.slow
+
 
 def _rappor_sampler(
     params: RapporParams, values: tuple[str, str], seed: int, positions: list[int]

@@ -18,6 +18,9 @@ from client.privacy import p_star, q_star
 from tests.client.bitsources import SeededBits
 from tests.client.stats import binomial_ok, chi_square_ok
 
+# statistical, seconds each: the full check runs them, scripts/check --fast does not
+pytestmark = pytest.mark.slow
+
 
 def _secrets(n: int, seed: int) -> list[bytes]:
     rng = random.Random(seed)

@@ -154,6 +154,7 @@ def test_delta_is_monotone_in_epsilon_noise_and_crowd(
     assert f(eps, n_honest, m, min(1.0, q * 1.2)) <= base + slack
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 @settings(max_examples=15, deadline=None)
 @given(q=st.floats(0.05, 1.0), frac=st.floats(0.2, 1.0))
 def test_epsilon_falls_with_the_noise_rate_and_honest_share(q: float, frac: float) -> None:

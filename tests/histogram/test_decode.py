@@ -132,6 +132,7 @@ def test_plan_auto_local_epsilon_and_refusal() -> None:
         plan_histogram(1.0, 1e-6, 1000, 10**5, max_messages=3)
 
 
+@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_cli_plan_and_check(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["privacy", "histogram", "--n", "1e6", "--domain", "1000", "--epsilon", "1",
             "--max-messages", "8", "--json"]  # fmt: skip
