@@ -319,8 +319,11 @@ class LocalCluster:
         self.redis = RedisServer(
             appendonly=True, directory=str(self.workdir / "redis-shuffler"), fsync=fsync
         )
+        # The aggregator's Redis fsyncs before every reply, whatever --fsync says: the
+        # shuffler deletes a batch once the aggregator acknowledged it, so a batch applied
+        # and then lost to a power failure would be lost for good. One fsync per batch.
         self.aggregator_redis = RedisServer(
-            appendonly=True, directory=str(self.workdir / "redis-aggregator"), fsync=fsync
+            appendonly=True, directory=str(self.workdir / "redis-aggregator"), fsync="always"
         )
         self.aggregator: DaemonProcess | None = None
         self.shufflers: list[DaemonProcess] = []
@@ -456,8 +459,9 @@ def register(sub: Any) -> None:
         "--fsync",
         choices=FSYNC_MODES,
         default="everysec",
-        help="Redis appendfsync: everysec (default; power loss can lose ~1-2 s of "
-        "acknowledged reports) or always (fsync before every acknowledgement; slower)",
+        help="the shufflers' Redis appendfsync: everysec (default; power loss can lose ~1-2 s "
+        "of acknowledged reports) or always (fsync before every acknowledgement; slower). "
+        "The aggregator's Redis is always 'always'",
     )
     p.set_defaults(func=_run)
 
@@ -485,7 +489,7 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(f"cannot use {args.dir}: {exc.strerror or exc}") from None
     print(f"crowdmix local cluster in {cluster.workdir} (logs: *.log there)")
     print(f"  redis       {cluster.shuffler_redis_url}  (shufflers; AOF {args.fsync})")
-    print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF {args.fsync})")
+    print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF always)")
     print(f"  aggregator  {cluster.aggregator_target}")
     for s in cluster.shufflers:
         print(f"  {s.name:<11} {s.target}")

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from aggregator.store import load_counts
 from crowdmix.cluster import DEMO_METRIC, LocalCluster
@@ -78,6 +79,15 @@ def test_launcher_simulate_and_clean_stop(tmp_path: Path) -> None:
             assert check_health(target) == "SERVING"
         # The aggregator cannot see the shufflers' queues: they live in another Redis.
         assert cluster.shuffler_redis_url != cluster.aggregator_redis_url
+        # README: the aggregator's Redis fsyncs before every reply (an acknowledged batch
+        # is deleted by the shuffler); the shufflers' follows --fsync (default everysec).
+        for url, mode in (
+            (cluster.aggregator_redis_url, "always"),
+            (cluster.shuffler_redis_url, "everysec"),
+        ):
+            client = redis.Redis.from_url(url)
+            assert client.config_get("appendfsync") == {"appendfsync": mode}
+            client.close()
         batched = _simulate(cluster, cluster.shuffler_targets[0], "--clients", "3000")
         assert batched.returncode == 0, batched.stderr
         assert "3000 acknowledged" in batched.stdout

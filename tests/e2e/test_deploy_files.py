@@ -284,3 +284,12 @@ def test_health_client_certificate_flags_go_together(
     assert "--tls-key" in capsys.readouterr().err
     assert main(["health", "--tls-ca", str(tmp_path / "missing.crt"), "127.0.0.1:1"]) == 1
     assert "missing.crt" in capsys.readouterr().err
+
+
+def test_compose_runs_the_aggregators_redis_with_fsync_always() -> None:
+    """README: the aggregator's Redis must fsync before every reply."""
+    import yaml
+
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    command = services["redis-aggregator"]["command"]
+    assert command[command.index("--appendfsync") + 1] == "always"
