@@ -173,7 +173,10 @@ def main() -> None:
             b[figure] / a[figure] for a, b in zip(*(results[c] for c in CLIENTS), strict=True)
         ]
         verdict = "within noise" if min(ratios) <= 1.0 <= max(ratios) else "outside noise"
-        print(f"  ratio redis-asyncio/resp per rep: {spread(ratios)}: {verdict}")
+        print(
+            f"  ratio redis-asyncio/resp per rep: {', '.join(f'{x:.3f}' for x in ratios)}; "
+            f"median {statistics.median(ratios):.3f}: {verdict}"
+        )
 
 
 if __name__ == "__main__":
