@@ -12,7 +12,11 @@ Cluster slot and the Lua scripts below touch a single slot::
 A flush of the group committer is one Lua script call (atomic, like MULTI/EXEC,
 but one command: redis-py spends ~60 µs of CPU on an EVALSHA and ~150 µs on a
 three-command MULTI pipeline here): per queue one RPUSH of one blob, one RPUSH
-of its count and one HINCRBY, however many requests it carries.
+of its count and one HINCRBY, however many requests it carries. The server's
+flushes go through ``async_appender``: one ``redis.asyncio`` connection on its
+event loop (``shuffler.redis_async``), for every kind of URL. Everything else
+(the releaser's take, load, ack, dispose) runs on the blocking ``redis.Redis``
+client in the releaser's thread.
 ``take`` is one Lua script, so when several shuffler processes share a Redis no
 report can be moved into two batches, and the ``min_batch`` threshold is checked
 atomically with the move. The script moves whole chunks with LMOVE, reading
@@ -26,10 +30,6 @@ flush is atomic across metrics.)
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import hashlib
-import select
 import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,7 +37,7 @@ from typing import Any
 
 from shuffler.columns import decode_chunks
 from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
-from shuffler.resp import AsyncRespConnection, RespConnection
+from shuffler.redis_async import AsyncScriptConnection
 from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["RedisStore"]
@@ -120,7 +120,9 @@ return n
 
 
 class RedisStore:
-    """A ``ShufflerStore`` on Redis; ``url`` like ``redis://127.0.0.1:6379/0``."""
+    """A ``ShufflerStore`` on Redis; ``url`` like ``redis://127.0.0.1:6379/0``,
+    ``rediss://`` (TLS; certificate files as ``ssl_ca_certs``, ``ssl_certfile``,
+    ``ssl_keyfile`` query parameters) or ``unix:///path/redis.sock?db=0``."""
 
     def __init__(self, url: str, *, prefix: str = "crowdmix", timeout: float = 10.0) -> None:
         import redis
@@ -131,19 +133,6 @@ class RedisStore:
         self._prefix = prefix
         self._url, self._timeout = url, timeout
         self._append = self._redis.register_script(_APPEND)
-        self._fast: RespConnection | None = None
-        self._resp: dict[str, Any] | None = None  # RespConnection arguments (plain TCP only)
-        kw = self._redis.connection_pool.connection_kwargs
-        if url.startswith("redis://") and "host" in kw:
-            self._resp = {
-                "host": kw["host"],
-                "port": int(kw.get("port", 6379)),
-                "db": int(kw.get("db", 0) or 0),
-                "username": kw.get("username"),
-                "password": kw.get("password"),
-                "timeout": timeout,
-            }
-            self._fast = RespConnection(**self._resp)
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
         self._ack = self._redis.register_script(_ACK)
@@ -182,21 +171,12 @@ class RedisStore:
         keys, args = self.append_args(writes)
         if not keys:
             return
-        if self._fast is not None:
-            self._fast.eval(_APPEND, keys, args)
-            return
         with self._errors():
             self._append(keys=keys, args=args)
 
-    def async_appender(self) -> AsyncAppender | None:
-        """An appender for one event loop, on its own connection (plain TCP only)."""
-        import os
-
-        if os.environ.get("CROWDMIX_AB_REDIS_CLIENT") == "redis-asyncio":
-            return _AsyncAppender(self, AsyncScriptConnection(self._url, timeout=self._timeout))
-        if self._resp is None:
-            return None
-        return _AsyncAppender(self, AsyncRespConnection(**self._resp))
+    def async_appender(self) -> AsyncAppender:
+        """An appender for one event loop, on a connection of its own."""
+        return _AsyncAppender(self, AsyncScriptConnection(self._url, timeout=self._timeout))
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._errors():
@@ -267,15 +247,11 @@ class RedisStore:
             self._redis.ping()
 
     def close(self) -> None:
-        if self._fast is not None:
-            self._fast.close()
         self._redis.close()
 
 
 class _AsyncAppender:
-    def __init__(
-        self, store: RedisStore, connection: AsyncRespConnection | AsyncScriptConnection
-    ) -> None:
+    def __init__(self, store: RedisStore, connection: AsyncScriptConnection) -> None:
         self._store = store
         self._connection = connection
 
@@ -286,102 +262,3 @@ class _AsyncAppender:
 
     async def aclose(self) -> None:
         await self._connection.aclose()
-
-
-class AsyncScriptConnection:
-    """One ``redis.asyncio`` connection (hiredis parser when installed) for the event
-    loop's one hot command: EVALSHA of the append script, EVAL once on NOSCRIPT.
-
-    Any URL redis-py takes: ``redis://``, ``rediss://``, ``unix://``. The command is
-    sent and its reply read here rather than through ``redis.asyncio.Redis``, so
-    that a failure says whether the command went out: ``StoreUnavailable`` before
-    (nothing stored, retry), ``StoreOutcomeUnknown`` after (it may have run); and
-    so that nothing retries a write that may have run. A connection that Redis
-    closed while idle (a restart) is noticed before sending. Calls are serialized
-    (the group commit has one writer; a lock guards it anyway).
-    """
-
-    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
-        import redis.asyncio
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
-        pool: Any = redis.asyncio.ConnectionPool.from_url(
-            url,
-            socket_connect_timeout=min(timeout, 5.0),
-            socket_timeout=None,  # one deadline per call, ``timeout``, set in ``eval``
-            retry=Retry(NoBackoff(), 0),  # never resend a write that may have run
-        )
-        self._connection: Any = pool.make_connection()
-        try:  # hiredis packs a command in C; redis.asyncio itself packs in Python
-            from hiredis import pack_command
-
-            self._pack: Any = lambda *parts: pack_command(parts)
-        except ImportError:
-            self._pack = self._connection.pack_command
-        self._timeout = timeout
-        self._lock = asyncio.Lock()
-
-    def _stale(self) -> bool:
-        """Readable while idle: Redis closed it (EOF) or sent something unasked,
-        whether or not the event loop has noticed yet."""
-        conn = self._connection
-        if not conn.is_connected:
-            return False
-        writer = conn._writer
-        if conn._reader.at_eof():
-            return True
-        sock = writer.get_extra_info("socket")
-        if sock is None:
-            return False
-        readable, _, _ = select.select([sock.fileno()], [], [], 0)
-        return bool(readable)
-
-    async def _call(self, *command: Any) -> Any:
-        conn = self._connection
-        await conn.send_packed_command(self._pack(*command), check_health=False)
-        return await conn.read_response()
-
-    async def eval(self, script: str, keys: list[bytes], args: list[bytes]) -> Any:
-        import redis
-        from redis.exceptions import NoScriptError
-
-        conn = self._connection
-        sent = False
-        async with self._lock:
-            try:
-                async with asyncio.timeout(self._timeout):
-                    if self._stale():
-                        await conn.disconnect()
-                    if not conn.is_connected:
-                        try:
-                            await conn.connect()
-                        except BaseException:
-                            await conn.disconnect()  # never reuse a failed AUTH or SELECT
-                            raise
-                    sent = True
-                    try:
-                        return await self._call(b"EVALSHA", _sha1(script), len(keys), *keys, *args)
-                    except NoScriptError:
-                        return await self._call(b"EVAL", script, len(keys), *keys, *args)
-            except redis.ResponseError as exc:
-                if not sent:  # an error reply to AUTH or SELECT
-                    await conn.disconnect()
-                raise StoreUnavailable(f"redis: {exc}") from None
-            except (redis.ConnectionError, redis.TimeoutError, OSError, EOFError) as exc:
-                # TimeoutError is an OSError; a half-read reply leaves the stream unusable
-                await conn.disconnect(nowait=True)
-                kind = StoreOutcomeUnknown if sent else StoreUnavailable
-                raise kind(f"redis: {type(exc).__name__}: {exc}") from None
-            except asyncio.CancelledError:
-                await conn.disconnect(nowait=True)
-                raise
-
-    async def aclose(self) -> None:
-        async with self._lock:
-            await self._connection.disconnect()
-
-
-@functools.lru_cache(maxsize=16)
-def _sha1(script: str) -> str:
-    return hashlib.sha1(script.encode()).hexdigest()
