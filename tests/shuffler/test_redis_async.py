@@ -414,8 +414,10 @@ def test_wrong_or_missing_password_raises(connect: Connect, password_redis: int)
     with pytest.raises(StoreUnavailable):
         wrong.eval(SET, [b"wrong"], [b"x"])  # still refused on the next call
     missing = connect(password_redis)
-    with pytest.raises(StoreUnavailable, match="NOAUTH"):
+    with pytest.raises(StoreUnavailable, match="NOAUTH") as raised:
         missing.eval(SET, [b"wrong"], [b"x"])
+    # an error reply (redis-py raises it as a connection error): refused, so it did not run
+    assert not isinstance(raised.value, StoreOutcomeUnknown)
     check = redis.Redis(host="127.0.0.1", port=password_redis, password=PASSWORD)
     try:
         assert check.get(b"wrong") is None
