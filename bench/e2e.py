@@ -135,7 +135,9 @@ def main() -> int:
     ap.add_argument("--max-batch", type=int, default=100_000)
     ap.add_argument("--max-delay", type=float, default=0.2)
     ap.add_argument(
-        "--shuffler-args", default="", help='extra flags for each shuffler, e.g. "--server sync"'
+        "--shuffler-args",
+        default="",
+        help='extra flags for each shuffler, e.g. "--commit-delay-ms 2"',
     )
     args = ap.parse_args()
     requests = args.reports // PER_REQUEST

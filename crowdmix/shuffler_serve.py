@@ -55,14 +55,7 @@ def register(subparsers: Any) -> None:
     a("--max-concurrent-rpcs", type=int, metavar="N",
       help="calls served at once; more are refused RESOURCE_EXHAUSTED (default 4096)")  # fmt: skip
     a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS",
-      help="how long a store write waits for more requests (default: 1 aio, 0 sync)")  # fmt: skip
-    a(
-        "--workers",
-        type=int,
-        metavar="N",
-        help="sync server: gRPC request threads (default 8; each open SubmitStream holds one)",
-    )
-    a("--server", choices=["sync", "aio"], help="gRPC server kind (default aio)")
+      help="how long a store write waits for more requests (default 1)")  # fmt: skip
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--processes", type=int, default=1, metavar="N",
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
@@ -81,7 +74,7 @@ _FLAGS = {
     "max_reports_per_request": "--max-reports-per-request",
     "rate_limit_reports": "--rate-limit", "max_buffered_reports": "--max-buffered",
     "max_concurrent_rpcs": "--max-concurrent-rpcs",
-    "commit_max_delay_ms": "--commit-delay-ms", "workers": "--workers", "server": "--server",
+    "commit_max_delay_ms": "--commit-delay-ms",
     "shutdown_grace_seconds": "--grace",
 }  # fmt: skip
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
@@ -91,7 +84,7 @@ _OVERRIDES = (
     "aggregator_cert", "aggregator_key", "tokens_file", "metrics_port", "port_file",
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
     "max_concurrent_rpcs",
-    "commit_max_delay_ms", "workers", "server", "shutdown_grace_seconds", "reuse_port",
+    "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
     "metrics_host", "allow_unauthenticated",
 )  # fmt: skip
 

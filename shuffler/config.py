@@ -19,15 +19,19 @@ table), and command-line flags::
     rate_limit_reports = 0                   # per connection per second; 0 = unlimited
     max_buffered_reports = 50000000
     max_concurrent_rpcs = 4096               # more calls at once: RESOURCE_EXHAUSTED
-    commit_max_delay_ms = 1.0                # omit: 1 ms (aio server), 0 (sync server)
+    commit_max_delay_ms = 1.0                # group-commit gather window (default 1 ms)
     parked_retry_seconds = 600               # re-offer batches the aggregator refused
     inflight_retry_seconds = 30              # re-offer a batch found in flight this long
-    server = "aio"                           # or "sync" (grpc.server + request threads)
     metrics_port = 9400                      # Prometheus; omit for none
     metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
     allow_unauthenticated = false            # true: serve without tokens_file (no auth)
 
 A bad value raises ``ConfigError`` naming the field.
+
+Retired fields: the threaded server is gone (issue 14; grpc.aio is the only
+server), so ``server = "aio"`` and ``workers`` (its thread count, which aio
+never used) are accepted and ignored, and ``server = "sync"`` is refused with
+an error naming the setting.
 """
 
 from __future__ import annotations
@@ -67,16 +71,9 @@ class ShufflerSettings:
     # are refused RESOURCE_EXHAUSTED by gRPC before their request is read, which bounds
     # the memory that requests in flight can hold (at most this × max_request_bytes).
     max_concurrent_rpcs: int = 4096
-    # How long a group commit waits for more requests to join its store write.
-    # None: the server kind's measured best, 1 ms for aio and 0 for sync (BENCHMARKS.md).
-    commit_max_delay_ms: float | None = None
-    # Sync server only. Few request threads measured best (GIL contention grows with
-    # threads: 8 → 194 µs CPU per unary call, 128 → 325 µs). A SubmitStream holds one
-    # for its whole duration: raise it above the number of concurrently streaming senders.
-    workers: int = 8
-    # "aio" (grpc.aio, one event loop) or "sync" (grpc.server + request threads);
-    # aio did 1.5-2x the device-style calls/s of sync here (BENCHMARKS.md)
-    server: str = "aio"
+    # How long a group commit waits for more requests to join its store write; 1 ms
+    # took unary calls from 3.9 k to 6.7 k per second here (BENCHMARKS.md).
+    commit_max_delay_ms: float = 1.0
     reuse_port: bool = False  # SO_REUSEPORT: several processes serve one port (--processes)
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -120,13 +117,8 @@ class ShufflerSettings:
             "max_concurrent_rpcs",
         ):
             _positive_int(name, getattr(self, name))
-        _positive_int("workers", self.workers)
-        if self.server not in ("sync", "aio"):
-            raise ConfigError(f"server must be 'sync' or 'aio', got {self.server!r}")
         for name in ("rate_limit_reports", "commit_max_delay_ms"):
             v = getattr(self, name)
-            if v is None and name == "commit_max_delay_ms":
-                continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
                 raise ConfigError(f"{name} must be a non-negative number, got {v!r}")
         for name in (
@@ -146,8 +138,6 @@ class ShufflerSettings:
 
     @property
     def commit_delay_seconds(self) -> float:
-        if self.commit_max_delay_ms is None:
-            return 0.001 if self.server == "aio" else 0.0
         return self.commit_max_delay_ms / 1000.0
 
     @property
@@ -161,6 +151,18 @@ def _positive_int(name: str, v: object) -> None:
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ShufflerSettings)}
+
+
+def _drop_retired(table: dict[str, Any]) -> None:
+    """Remove the settings of the threaded server (issue 14) from a [shuffler] table."""
+    table.pop("workers", None)  # its request threads; grpc.aio never used it
+    if "server" in table:
+        server = table.pop("server")
+        if server != "aio":
+            raise ConfigError(
+                f"[shuffler] server = {server!r} is no longer supported: grpc.aio is the "
+                "only server since the threaded one was removed; delete the setting"
+            )
 
 
 def load_config(
@@ -186,6 +188,7 @@ def load_config(
     table = data.pop("shuffler", {})
     if not isinstance(table, dict):
         raise ConfigError("[shuffler] must be a table")
+    _drop_retired(table)
     unknown = set(table) - _FIELDS
     if unknown:
         raise ConfigError(f"[shuffler]: unknown field(s) {sorted(unknown)}")

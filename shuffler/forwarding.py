@@ -46,10 +46,12 @@ from shuffler.metrics import ShufflerMetrics
 from shuffler.shuffle import RandomBytes, secure_permutation
 from shuffler.store import BATCH_ID_BYTES, InFlightBatch, QueueKey, ShufflerStore
 
-__all__ = ["AggregatorSender", "Releaser", "Sender"]
+__all__ = ["Releaser", "Sender"]
 
 log = logging.getLogger("crowdmix.shuffler")
 
+# Sends one batch to the aggregator or raises ForwardError; the gRPC one is
+# shuffler.aggregator_client.AggregatorSender (this module imports no grpc).
 Sender = Callable[[InFlightBatch], None]
 
 
@@ -308,59 +310,3 @@ class Releaser:
                 final_step()
             except ShufflerError as exc:
                 log.error("final release pass failed: %s", exc)
-
-
-class AggregatorSender:
-    """Sends batches to ``Aggregator.Ingest``; optional (m)TLS. Raises ForwardError."""
-
-    def __init__(
-        self,
-        target: str,
-        *,
-        ca: bytes | None = None,
-        cert: bytes | None = None,
-        key: bytes | None = None,
-        timeout: float = 30.0,
-    ) -> None:
-        import grpc
-
-        from protos import crowdmix_pb2_grpc
-
-        options = [
-            ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", -1),
-            # gRPC's default reconnect backoff grows to 120 s: after a short aggregator
-            # outage batches would wait minutes. Releases already retry with their own
-            # backoff, so the channel should come back within seconds.
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.min_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", 3000),
-        ]
-        if ca is not None:
-            creds = grpc.ssl_channel_credentials(
-                root_certificates=ca, private_key=key, certificate_chain=cert
-            )
-            self._channel = grpc.secure_channel(target, creds, options=options)
-        else:
-            self._channel = grpc.insecure_channel(target, options=options)
-        self._stub = crowdmix_pb2_grpc.AggregatorStub(self._channel)
-        self._timeout = timeout
-
-    def __call__(self, batch: InFlightBatch) -> None:
-        import grpc
-
-        from shuffler.serde import batch_to_proto
-
-        try:
-            self._stub.Ingest(batch_to_proto(batch), timeout=self._timeout)
-        except grpc.RpcError as exc:
-            code = exc.code() if isinstance(exc, grpc.Call) else None
-            details = exc.details() if isinstance(exc, grpc.Call) else ""
-            raise ForwardError(
-                f"Ingest failed: {code}: {details}",
-                retryable=code
-                not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION),
-            ) from None
-
-    def close(self) -> None:
-        self._channel.close()

@@ -1,8 +1,9 @@
-"""The domain side of Submit: authenticate, validate, admit, commit.
+"""The domain side of Submit: authenticate, validate, admit.
 
-``Intake.submit`` is what the gRPC servicer calls after turning protobufs into
+``Intake.admit`` is what the gRPC servicer calls after turning protobufs into
 ``ColumnsIn`` / ``RowsIn``; it raises the ``RequestRejected`` family (mapped to status codes
-in ``shuffler.servicer``) and returns the number of reports acknowledged.
+in ``shuffler.servicer``) and returns what to hand to the group commit
+(``shuffler.commit``) and how many reports that is.
 
 The connection key given for rate limiting (the transport's peer string) is
 kept in memory only while the connection is active, never stored or logged.
@@ -17,7 +18,6 @@ from collections.abc import Callable, Sequence
 
 from client.registry import Registry
 from shuffler.columns import Pending
-from shuffler.commit import GroupCommitter
 from shuffler.errors import Overloaded, Unauthenticated
 from shuffler.validation import ColumnsIn, RowsIn, validate
 
@@ -58,12 +58,11 @@ class RateLimiter:
 
 
 class Intake:
-    """Authenticate → validate → rate limit → buffer bound → group commit."""
+    """Authenticate → validate → rate limit → buffer bound (then the group commit)."""
 
     def __init__(
         self,
         registry: Registry,
-        committer: GroupCommitter,
         *,
         tokens: frozenset[str] | None = None,
         max_reports_per_request: int = 100_000,
@@ -71,7 +70,6 @@ class Intake:
         max_buffered_reports: int = 50_000_000,
     ) -> None:
         self.registry = registry
-        self._committer = committer
         # Compare digests, so lookups do not time the token's bytes.
         self._token_digests = None if tokens is None else frozenset(_digest(t) for t in tokens)
         self._max_reports = max_reports_per_request
@@ -86,7 +84,7 @@ class Intake:
 
     @property
     def rate_limited(self) -> bool:
-        """Whether ``submit`` needs a real connection key (the limiter is on)."""
+        """Whether ``admit`` needs a real connection key (the limiter is on)."""
         return self._limiter is not None
 
     def authenticate(self, token: str | None) -> None:
@@ -121,12 +119,6 @@ class Intake:
         if self._buffered + n > self._max_buffered:
             raise Overloaded("buffer_full", "the shuffler's buffer is full; retry later")
         return chunks, n
-
-    def submit(self, parts: Sequence[ColumnsIn | RowsIn], *, connection: str) -> int:
-        """Store the request's reports or raise; returns how many were acknowledged."""
-        chunks, n = self.admit(parts, connection=connection)
-        self._committer.commit(chunks)
-        return n
 
 
 def _digest(token: str) -> bytes:

@@ -12,7 +12,11 @@ Cluster slot and the Lua scripts below touch a single slot::
 A flush of the group committer is one Lua script call (atomic, like MULTI/EXEC,
 but one command: redis-py spends ~60 µs of CPU on an EVALSHA and ~150 µs on a
 three-command MULTI pipeline here): per queue one RPUSH of one blob, one RPUSH
-of its count and one HINCRBY, however many requests it carries.
+of its count and one HINCRBY, however many requests it carries. The server's
+flushes go through ``async_appender``: one ``redis.asyncio`` connection on its
+event loop (``shuffler.redis_async``), for every kind of URL. Everything else
+(the releaser's take, load, ack, dispose) runs on the blocking ``redis.Redis``
+client in the releaser's thread.
 ``take`` is one Lua script, so when several shuffler processes share a Redis no
 report can be moved into two batches, and the ``min_batch`` threshold is checked
 atomically with the move. The script moves whole chunks with LMOVE, reading
@@ -33,7 +37,7 @@ from typing import Any
 
 from shuffler.columns import decode_chunks
 from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
-from shuffler.resp import AsyncRespConnection, RespConnection
+from shuffler.redis_async import AsyncScriptConnection
 from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["RedisStore"]
@@ -116,7 +120,9 @@ return n
 
 
 class RedisStore:
-    """A ``ShufflerStore`` on Redis; ``url`` like ``redis://127.0.0.1:6379/0``."""
+    """A ``ShufflerStore`` on Redis; ``url`` like ``redis://127.0.0.1:6379/0``,
+    ``rediss://`` (TLS; certificate files as ``ssl_ca_certs``, ``ssl_certfile``,
+    ``ssl_keyfile`` query parameters) or ``unix:///path/redis.sock?db=0``."""
 
     def __init__(self, url: str, *, prefix: str = "crowdmix", timeout: float = 10.0) -> None:
         import redis
@@ -125,20 +131,8 @@ class RedisStore:
             url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 5.0)
         )
         self._prefix = prefix
+        self._url, self._timeout = url, timeout
         self._append = self._redis.register_script(_APPEND)
-        self._fast: RespConnection | None = None
-        self._resp: dict[str, Any] | None = None  # RespConnection arguments (plain TCP only)
-        kw = self._redis.connection_pool.connection_kwargs
-        if url.startswith("redis://") and "host" in kw:
-            self._resp = {
-                "host": kw["host"],
-                "port": int(kw.get("port", 6379)),
-                "db": int(kw.get("db", 0) or 0),
-                "username": kw.get("username"),
-                "password": kw.get("password"),
-                "timeout": timeout,
-            }
-            self._fast = RespConnection(**self._resp)
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
         self._ack = self._redis.register_script(_ACK)
@@ -177,17 +171,12 @@ class RedisStore:
         keys, args = self.append_args(writes)
         if not keys:
             return
-        if self._fast is not None:
-            self._fast.eval(_APPEND, keys, args)
-            return
         with self._errors():
             self._append(keys=keys, args=args)
 
-    def async_appender(self) -> AsyncAppender | None:
-        """An appender for one event loop, on its own connection (plain TCP only)."""
-        if self._resp is None:
-            return None
-        return _AsyncAppender(self, AsyncRespConnection(**self._resp))
+    def async_appender(self) -> AsyncAppender:
+        """An appender for one event loop, on a connection of its own."""
+        return _AsyncAppender(self, AsyncScriptConnection(self._url, timeout=self._timeout))
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._errors():
@@ -258,13 +247,11 @@ class RedisStore:
             self._redis.ping()
 
     def close(self) -> None:
-        if self._fast is not None:
-            self._fast.close()
         self._redis.close()
 
 
 class _AsyncAppender:
-    def __init__(self, store: RedisStore, connection: AsyncRespConnection) -> None:
+    def __init__(self, store: RedisStore, connection: AsyncScriptConnection) -> None:
         self._store = store
         self._connection = connection
 

@@ -5,40 +5,42 @@
     print(handle.port)        # bound port (listen defaults to 127.0.0.1:0)
     handle.stop()             # graceful: stop accepting, flush, forward, close
 
-The default gRPC server is grpc.aio (``shuffler.aio_server``): one event loop,
+The gRPC server is grpc.aio on an event-loop thread of its own (``AioFront``):
 requests await their group commit, whose Redis write also runs on the loop.
-``settings.server = "sync"`` selects ``grpc.server`` + 8 request threads that
-block on the group commit. With the shuffler's work on top, aio did 1.5-2x the
-device-style unary calls per second of sync here (BENCHMARKS.md).
+The releaser (``shuffler.forwarding``) runs in a thread. (A threaded
+``grpc.server`` front existed until issue 14; it did half the device-style
+calls per second, BENCHMARKS.md.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from client.registry import Registry
+from shuffler.aggregator_client import AggregatorSender
 from shuffler.commit import GroupCommitter
 from shuffler.config import ShufflerSettings, load_tokens
 from shuffler.errors import BindError, ConfigError
-from shuffler.forwarding import AggregatorSender, Releaser, Sender
+from shuffler.forwarding import Releaser, Sender
 from shuffler.intake import Intake
 from shuffler.memory_store import MemoryStore
 from shuffler.metrics import ShufflerMetrics
+from shuffler.servicer import SERVICE_NAME, ShufflerServicer
 from shuffler.shuffle import RandomBytes
 from shuffler.store import ShufflerStore
 
-if TYPE_CHECKING:
-    from shuffler.aio_server import AioFront
-
-__all__ = ["ShufflerHandle", "start_shuffler"]
+__all__ = ["AioFront", "ShufflerHandle", "start_shuffler"]
 
 log = logging.getLogger("crowdmix.shuffler")
 
@@ -71,53 +73,72 @@ class ShufflerHandle:
         self.stop()
 
 
-class _SyncFront:
-    """grpc.server on a thread pool: request threads block on the group commit."""
+class AioFront:
+    """A grpc.aio server on its own event-loop thread, driven from synchronous code."""
 
     def __init__(
         self,
         intake: Intake,
+        committer: GroupCommitter,
         metrics: ShufflerMetrics,
         *,
-        workers: int,
         options: list[tuple[str, Any]],
         max_concurrent_rpcs: int,
     ) -> None:
-        import grpc
-        from grpc_health.v1 import health, health_pb2_grpc
-
-        from shuffler.servicer import ShufflerServicer
-
-        self._server = grpc.server(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shuffler-rpc"),
-            options=options,
-            maximum_concurrent_rpcs=max_concurrent_rpcs,
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="shuffler-aio", daemon=True
         )
-        self._server.add_generic_rpc_handlers((ShufflerServicer(intake, metrics).handler(),))
-        self._health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        self._thread.start()
+        self._committer = committer
+        servicer = ShufflerServicer(intake, committer, metrics)
 
-    def add_port(self, listen: str, creds: Any) -> int:
+        async def build() -> tuple[Any, Any]:
+            server = grpc.aio.server(options=options, maximum_concurrent_rpcs=max_concurrent_rpcs)
+            server.add_generic_rpc_handlers((servicer.handler(),))
+            health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+            return server, health_servicer
+
+        self._server, self._health = self._run(build())
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def add_port(self, listen: str, creds: grpc.ServerCredentials | None) -> int:
         if creds is None:
             return int(self._server.add_insecure_port(listen))
         return int(self._server.add_secure_port(listen, creds))
 
     def start(self) -> None:
-        from grpc_health.v1 import health_pb2
+        async def start() -> None:
+            await self._server.start()
+            for name in ("", SERVICE_NAME):
+                await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
-        from shuffler.servicer import SERVICE_NAME
-
-        self._server.start()
-        for name in ("", SERVICE_NAME):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._run(start())
 
     def enter_shutdown(self) -> None:
         """Health checks answer NOT_SERVING (load balancers move devices elsewhere)."""
-        self._health.enter_graceful_shutdown()
+        self._run(self._health.enter_graceful_shutdown())
 
     def stop(self, grace: float) -> None:
-        self._health.enter_graceful_shutdown()
-        self._server.stop(grace).wait()
+        """Refuse new commits and finish the write in progress before the server stops:
+        gRPC answers calls it cancels at the end of ``grace`` UNAVAILABLE ("retry"), so
+        no call may still be waiting on a write that could then succeed."""
+
+        async def stop() -> None:
+            await self._health.enter_graceful_shutdown()
+            try:
+                await self._committer.aclose()
+            finally:  # a store that fails to close must not keep the server up
+                await self._server.stop(grace)
+
+        try:
+            self._run(stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
 
 
 def _read(path: str | None) -> bytes | None:
@@ -149,8 +170,6 @@ def start_shuffler(
     favour of ``listen``. ``tokens`` (or ``settings.tokens_file``) turns on
     bearer-token authentication. ``random_bytes`` exists for tests only.
     """
-    import grpc
-
     settings = settings or ShufflerSettings()
     store = store if store is not None else MemoryStore()
     if tokens is None and settings.tokens_file is not None:
@@ -158,6 +177,13 @@ def start_shuffler(
     store.ping()
     metrics = ShufflerMetrics()
 
+    intake = Intake(
+        registry,
+        tokens=tokens,
+        max_reports_per_request=settings.max_reports_per_request,
+        rate_limit_reports=settings.rate_limit_reports,
+        max_buffered_reports=settings.max_buffered_reports,
+    )
     committer = GroupCommitter(
         store,
         registry,
@@ -165,15 +191,7 @@ def start_shuffler(
         clock=clock,
         random_bytes=random_bytes,
         metrics=metrics,
-        on_commit=lambda n: intake.add_buffered(n),
-    )
-    intake = Intake(
-        registry,
-        committer,
-        tokens=tokens,
-        max_reports_per_request=settings.max_reports_per_request,
-        rate_limit_reports=settings.rate_limit_reports,
-        max_buffered_reports=settings.max_buffered_reports,
+        on_commit=intake.add_buffered,
     )
 
     sender: Sender | None
@@ -194,25 +212,13 @@ def start_shuffler(
         # off unless asked: a second server on a busy port must fail, not share it
         ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
     ]
-    front: _SyncFront | AioFront
-    if settings.server == "aio":
-        from shuffler.aio_server import AioFront
-
-        front = AioFront(
-            intake,
-            committer,
-            metrics,
-            options=options,
-            max_concurrent_rpcs=settings.max_concurrent_rpcs,
-        )
-    else:
-        front = _SyncFront(
-            intake,
-            metrics,
-            workers=settings.workers,
-            options=options,
-            max_concurrent_rpcs=settings.max_concurrent_rpcs,
-        )
+    front = AioFront(
+        intake,
+        committer,
+        metrics,
+        options=options,
+        max_concurrent_rpcs=settings.max_concurrent_rpcs,
+    )
     creds = None
     if settings.tls:
         creds = grpc.ssl_server_credentials(
@@ -263,12 +269,7 @@ def start_shuffler(
     front.start()
     if releaser_thread is not None:
         releaser_thread.start()
-    log.info(
-        "shuffler (%s server) listening on %s (port %d)",
-        settings.server,
-        listen.rpartition(":")[0],
-        port,
-    )
+    log.info("shuffler listening on %s (port %d)", listen.rpartition(":")[0], port)
 
     def stop(grace: float | None) -> None:
         g = settings.shutdown_grace_seconds if grace is None else grace
@@ -276,7 +277,6 @@ def start_shuffler(
         # gRPC answers calls it cancels at the end of the grace period UNAVAILABLE
         # ("nothing stored, retry"), so none may still be waiting on a write.
         front.enter_shutdown()
-        committer.close()
         front.stop(g)
         stop_release.set()  # final release pass, bounded by the grace period
         if releaser_thread is not None:

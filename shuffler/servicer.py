@@ -1,20 +1,27 @@
-"""The gRPC servicer: a thin adapter, proto → ``Intake`` → proto.
+"""The gRPC servicer (grpc.aio): a thin adapter, proto → ``Intake`` → group
+commit → proto.
 
-Domain errors become status codes here and only here (``_STATUS``); the details
-string is the error's message, never a stack trace and never report contents.
+The service's method table is ``shuffler_handler``, the one place that names the
+RPCs. Domain errors become status codes here and only here (``_STATUS``); the
+details string is the error's message, never a stack trace and never report
+contents. A request waiting for its group commit holds no thread: it awaits a
+future (``shuffler.commit``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from protos import crowdmix_pb2 as pb
+from shuffler.commit import GroupCommitter, Parts
 from shuffler.errors import (
     InvalidRequest,
     Overloaded,
@@ -105,7 +112,7 @@ def bearer(context: Any) -> str | None:
 
 
 def shuffler_handler(submit: Any, submit_stream: Any) -> grpc.GenericRpcHandler[Any, Any]:
-    """The Shuffler service's method table, shared by the sync and aio servers.
+    """The Shuffler service's method table: every RPC the shuffler serves is here.
 
     Requests arrive as raw bytes (no request deserializer): the servicer parses
     them itself, so a request that is not a protobuf is INVALID_ARGUMENT.
@@ -122,6 +129,11 @@ def shuffler_handler(submit: Any, submit_stream: Any) -> grpc.GenericRpcHandler[
     )
 
 
+# A SubmitStream's commits pending at once: enough to overlap reading and writing,
+# few enough that a stream holds at most this many messages in memory.
+STREAM_COMMITS_IN_FLIGHT = 2
+
+
 class ShufflerServicer:
     """Submit and SubmitStream on raw request bytes.
 
@@ -130,47 +142,68 @@ class ShufflerServicer:
     ("malformed") here instead of grpc's generic INTERNAL.
     """
 
-    def __init__(self, intake: Intake, metrics: ShufflerMetrics) -> None:
+    def __init__(self, intake: Intake, committer: GroupCommitter, metrics: ShufflerMetrics) -> None:
         self._intake = intake
+        self._committer = committer
         self._metrics = metrics
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
         return shuffler_handler(self.Submit, self.SubmitStream)
 
-    def _abort(self, context: grpc.ServicerContext, exc: ShufflerError) -> NoReturn:
-        context.abort(*rejection(exc, self._metrics))
-
-    def _submit_one(self, raw: bytes, context: grpc.ServicerContext) -> int:
-        start = time.perf_counter()
+    def _admit(self, raw: bytes, context: Any) -> tuple[Parts, int]:
         request = parse(raw)
         connection = context.peer() if self._intake.rate_limited else ""
-        accepted = self._intake.submit(request_to_columns(request), connection=connection)
-        self._metrics.accepted_reports.inc(accepted)
+        return self._intake.admit(request_to_columns(request), connection=connection)
+
+    async def _commit(self, chunks: Parts, n: int, start: float) -> int:
+        await self._committer.commit(chunks)
+        self._metrics.accepted_reports.inc(n)
         self._metrics.accepted_requests.inc()
         self._metrics.request_latency.observe(time.perf_counter() - start)
-        return accepted
+        return n
 
-    def Submit(self, raw: bytes, context: grpc.ServicerContext) -> pb.SubmitResponse:
+    async def Submit(self, raw: bytes, context: Any) -> pb.SubmitResponse:
         try:
             if self._intake.auth_required:
                 self._intake.authenticate(bearer(context))
-            accepted = self._submit_one(raw, context)
+            start = time.perf_counter()
+            chunks, n = self._admit(raw, context)
+            accepted = await self._commit(chunks, n, start)
         except ShufflerError as exc:
-            self._abort(context, exc)
+            await context.abort(*rejection(exc, self._metrics))
         return pb.SubmitResponse(accepted=accepted)
 
-    def SubmitStream(
-        self, request_iterator: Iterator[bytes], context: grpc.ServicerContext
-    ) -> pb.SubmitResponse:
+    async def SubmitStream(self, requests: AsyncIterator[bytes], context: Any) -> pb.SubmitResponse:
+        """Each message is validated as it arrives and its commit overlaps the reading
+        of the next one (a stream pays one gather window, not one per message), with at
+        most ``STREAM_COMMITS_IN_FLIGHT`` commits pending, so a stream cannot queue
+        unbounded memory behind a slow store. The first failure (a bad message or a
+        failed commit) stops the stream; nothing read after it is stored."""
         total = messages = 0
+        error: ShufflerError | None = None
+        commits: deque[asyncio.Task[int]] = deque()
         try:
             if self._intake.auth_required:
                 self._intake.authenticate(bearer(context))
-            for raw in request_iterator:
-                total += self._submit_one(raw, context)
-                messages += 1
+            async for raw in requests:
+                while commits and (commits[0].done() or len(commits) >= STREAM_COMMITS_IN_FLIGHT):
+                    total += await commits.popleft()  # raises if that commit failed
+                    messages += 1
+                start = time.perf_counter()
+                chunks, n = self._admit(raw, context)
+                commits.append(asyncio.ensure_future(self._commit(chunks, n, start)))
         except ShufflerError as exc:
-            code, details, trailing = stream_rejection(exc, messages, total, self._metrics)
+            error = exc
+        for result in await asyncio.gather(*commits, return_exceptions=True):
+            if isinstance(result, ShufflerError):
+                error = error or result
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                total += result
+                messages += 1
+        if error is not None:
+            code, details, trailing = stream_rejection(error, messages, total, self._metrics)
             context.set_trailing_metadata(trailing)
-            context.abort(code, details)
+            await context.abort(code, details)
         return pb.SubmitResponse(accepted=total)

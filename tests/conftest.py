@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.redis_server import RedisServer
+from tests.redis_server import ListeningRedis, RedisServer
 
 # `scripts/check --fast` runs property tests with fewer examples (the full check
 # keeps Hypothesis's default of 100, or what a test sets itself).
@@ -68,3 +68,39 @@ def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _listening_redis(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, ListeningRedis]]:
+    servers: dict[str, ListeningRedis] = {}
+    yield servers
+    for server in servers.values():
+        server.close()
+
+
+def _listening_url(
+    kind: str, servers: dict[str, ListeningRedis], tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    if kind not in servers:
+        servers[kind] = ListeningRedis(kind, tmp_path_factory.mktemp(f"redis-{kind}"))
+    servers[kind].flush()
+    return servers[kind].url
+
+
+@pytest.fixture
+def rediss_url(
+    _listening_redis: dict[str, ListeningRedis], tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """A ``rediss://`` URL (TLS with client certificates, started once per session,
+    flushed before each test); the certificate files are named in the URL."""
+    return _listening_url("rediss", _listening_redis, tmp_path_factory)
+
+
+@pytest.fixture
+def unix_url(
+    _listening_redis: dict[str, ListeningRedis], tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """A ``unix://`` URL of a redis-server listening on a unix socket only."""
+    return _listening_url("unix", _listening_redis, tmp_path_factory)

@@ -112,6 +112,9 @@ def _cases() -> list[Case]:
           (*serve_s, *cfg, "--tls-cert", "{missing}", "--tls-key", "{missing}"), "{missing}"),
         c("shuffler-processes-zero", (*serve_s, *cfg, "--processes", "0"), "--processes"),
         c("shuffler-rate-wrong-type", (*serve_s, *cfg, "--rate-limit", "fast"), "--rate-limit"),
+        # the threaded server is gone (issue 14): its setting is refused by name
+        c("shuffler-server-sync", (*serve_s, "--config", "{syncconfig}"), "server = 'sync'"),
+        c("shuffler-server-flag-gone", (*serve_s, *cfg, "--server", "sync"), "--server"),
         # simulate
         c("simulate-dead-target",
           ("simulate", "--target", "127.0.0.1:{dead}", *cfg, "--metric", "pages", "--token",
@@ -213,6 +216,7 @@ def _files(tmp: Path) -> dict[str, str]:
     from client.registry import load_registry
 
     (tmp / "metrics.toml").write_text(REGISTRY_TOML)
+    (tmp / "sync.toml").write_text(REGISTRY_TOML + '\n[shuffler]\nserver = "sync"\n')
     (tmp / "a-directory").mkdir()
     (tmp / "garbage").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe not [toml] = = ,,,\n")
     (tmp / "a-file").write_text("not a directory\n")
@@ -239,6 +243,7 @@ def _files(tmp: Path) -> dict[str, str]:
     dead = free_port()
     return {
         "config": str(tmp / "metrics.toml"),
+        "syncconfig": str(tmp / "sync.toml"),
         "missing": str(tmp / "no-such-file"),
         "dir": str(tmp / "a-directory"),
         "garbage": str(tmp / "garbage"),

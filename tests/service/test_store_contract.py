@@ -37,13 +37,16 @@ def registry(tmp_path: Path) -> Registry:
     return write_registry(tmp_path)[1]
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "rediss", "unix"])
 def store(request: pytest.FixtureRequest) -> Iterator[CountStore]:
+    """Memory, and Redis over every URL kind the store accepts (``redis://``,
+    ``rediss://`` with client certificates, ``unix://``)."""
     if request.param == "memory":
         s: CountStore = MemoryCountStore()
     else:
         # fold_chunk=3 so folding takes several rounds in these small tests
-        s = RedisCountStore.from_url(request.getfixturevalue("redis_url"), fold_chunk=3)
+        url = request.getfixturevalue(f"{request.param}_url")
+        s = RedisCountStore.from_url(url, fold_chunk=3)
     yield s
     s.close()
 

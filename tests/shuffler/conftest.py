@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
 from shuffler.memory_store import MemoryStore
-from shuffler.store import ShufflerStore
+from shuffler.store import AsyncAppender, PendingWrite, ShufflerStore, async_appender
 from tests.shuffler.helpers import RecordingAggregator
 
 
@@ -19,6 +21,58 @@ def store(request: pytest.FixtureRequest) -> Iterator[ShufflerStore]:
 
     url = request.getfixturevalue("redis_url")
     s = RedisStore(url)
+    yield s
+    s.close()
+
+
+class LoopAppended:
+    """A store whose ``append`` goes through its event-loop appender: the path the
+    server's group commit takes (``shuffler.commit``). Everything else is the store's."""
+
+    def __init__(self, store: ShufflerStore) -> None:
+        appender = async_appender(store)
+        assert appender is not None, f"{type(store).__name__} offers no event-loop appender"
+        self._store = store
+        self._appender: AsyncAppender = appender
+        self._runner = asyncio.Runner()  # the appender's connection belongs to one loop
+
+    def append(self, writes: Sequence[PendingWrite]) -> None:
+        self._runner.run(self._appender.append(writes))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._appender.aclose())
+        finally:
+            self._runner.close()
+            self._store.close()
+
+
+STORE_URLS = {"redis": "redis_url", "rediss": "rediss_url", "unix": "unix_url"}
+
+
+@pytest.fixture(
+    params=[
+        f"{backend}{path}"
+        for backend in ("memory", "redis", "rediss", "unix")
+        for path in ("", "+loop")
+    ]
+)
+def every_store(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Every backend and every way to reach it: memory; Redis over ``redis://``,
+    ``rediss://`` (TLS) and ``unix://``; each with ``append`` called directly and
+    (``+loop``) through the event-loop appender the server uses."""
+    backend, _, loop = str(request.param).partition("+")
+    store: ShufflerStore
+    if backend == "memory":
+        store = MemoryStore()
+    else:
+        from shuffler.redis_store import RedisStore
+
+        store = RedisStore(request.getfixturevalue(STORE_URLS[backend]))
+    s: Any = LoopAppended(store) if loop else store
     yield s
     s.close()
 

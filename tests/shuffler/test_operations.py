@@ -33,10 +33,21 @@ def write(tmp: Path, extra: str = "") -> Path:
 
 
 def test_config_table_and_flags_merge(tmp_path: Path) -> None:
-    path = write(tmp_path, '\n[shuffler]\nlisten = "127.0.0.1:9000"\nworkers = 7\n')
-    registry, settings = load_config(path, {"workers": 9, "redis": None})
+    path = write(tmp_path, '\n[shuffler]\nlisten = "127.0.0.1:9000"\nmax_concurrent_rpcs = 7\n')
+    registry, settings = load_config(path, {"max_concurrent_rpcs": 9, "redis": None})
     assert RAPPOR in registry.metrics
-    assert settings.listen == "127.0.0.1:9000" and settings.workers == 9
+    assert settings.listen == "127.0.0.1:9000" and settings.max_concurrent_rpcs == 9
+
+
+def test_retired_server_settings(tmp_path: Path) -> None:
+    """The threaded server is gone: a config that still asks for it is refused with
+    the setting named; its leftovers that change nothing are accepted."""
+    path = write(tmp_path, '\n[shuffler]\nserver = "sync"\n')
+    with pytest.raises(ConfigError, match=r"^\[shuffler\] server = 'sync' is no longer supported"):
+        load_config(path)
+    path = write(tmp_path, '\n[shuffler]\nserver = "aio"\nworkers = 8\n')
+    _, settings = load_config(path)
+    assert settings == ShufflerSettings()
 
 
 @pytest.mark.parametrize(
@@ -118,13 +129,12 @@ def test_rate_limit_and_buffer_bound_are_resource_exhausted() -> None:
     assert rejected.labels("buffer_full")._value.get() == 1
 
 
-@pytest.mark.parametrize("server", ["sync", "aio"])
-def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted(server: str) -> None:
+def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted() -> None:
     """Calls held by a slow store count against the limit; the excess is refused
     before it is read, and only acknowledged requests are stored."""
     from tests.shuffler.test_pipeline import SlowStore
 
-    settings = ShufflerSettings(server=server, max_concurrent_rpcs=4, workers=8)
+    settings = ShufflerSettings(max_concurrent_rpcs=4)
     store = SlowStore()
     handle = start_shuffler(REGISTRY, store, None, settings=settings)
     try:
@@ -144,12 +154,11 @@ def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted(server: str) ->
     assert sum(store.pending(RAPPOR).values()) == 10 * ok
 
 
-@pytest.mark.parametrize("server", ["sync", "aio"])
-def test_a_stream_failing_after_stored_messages_says_what_it_stored(server: str) -> None:
+def test_a_stream_failing_after_stored_messages_says_what_it_stored() -> None:
     """buffer_full stops a stream after part of it is stored: the answer keeps its own
     status (RESOURCE_EXHAUSTED: retry later, which report ids make safe) and says how
     much was stored, in the details and in the trailing metadata."""
-    settings = ShufflerSettings(server=server, max_buffered_reports=5)
+    settings = ShufflerSettings(max_buffered_reports=5)
     store = MemoryStore()
     handle = start_shuffler(REGISTRY, store, None, settings=settings)
     try:
@@ -163,7 +172,7 @@ def test_a_stream_failing_after_stored_messages_says_what_it_stored(server: str)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "buffer" in err.value.details()
     stored = sum(store.pending(RAPPOR).values())
-    assert stored in (3, 6)  # whole messages only; aio may overlap the second one
+    assert stored in (3, 6)  # whole messages only; the second may overlap
     assert err.value.details().startswith(f"stored {stored} report(s) of {stored // 3} message")
     trailing = dict(err.value.trailing_metadata())
     assert trailing["crowdmix-stored-reports"] == str(stored)
@@ -175,9 +184,8 @@ def test_max_concurrent_rpcs_is_validated() -> None:
         ShufflerSettings(max_concurrent_rpcs=0)
 
 
-@pytest.mark.parametrize("server", ["sync", "aio"])
-def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator, server: str) -> None:
-    settings = ShufflerSettings(metrics_port=0, tick_seconds=0.01, server=server)
+def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator) -> None:
+    settings = ShufflerSettings(metrics_port=0, tick_seconds=0.01)
     registry = make_registry(min_batch=10, max_batch=10)
     handle = start_shuffler(registry, MemoryStore(), aggregator.target, settings=settings)
     try:
@@ -232,14 +240,11 @@ def _certs(tmp: Path) -> tuple[Path, Path]:
     return crt, key
 
 
-@pytest.mark.parametrize("server", ["sync", "aio"])
-def test_tls_and_token(tmp_path: Path, server: str) -> None:
+def test_tls_and_token(tmp_path: Path) -> None:
     crt, key = _certs(tmp_path)
     tokens = tmp_path / "tokens"
     tokens.write_text("app 0123456789abcdef-token\n")
-    settings = ShufflerSettings(
-        tls_cert=str(crt), tls_key=str(key), tokens_file=str(tokens), server=server
-    )
+    settings = ShufflerSettings(tls_cert=str(crt), tls_key=str(key), tokens_file=str(tokens))
     handle = start_shuffler(REGISTRY, MemoryStore(), None, settings=settings)
     try:
         creds = grpc.ssl_channel_credentials(root_certificates=crt.read_bytes())

@@ -61,9 +61,8 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("server", ["sync", "aio"])
 def test_100k_reports_come_out_as_exactly_the_input_multiset(
-    store: ShufflerStore, aggregator: RecordingAggregator, server: str
+    store: ShufflerStore, aggregator: RecordingAggregator
 ) -> None:
     # max_delay is long, so batches go out full while reports arrive (14 × 7000) and
     # the final flush at stop releases the remaining 2000 (= min_batch).
@@ -72,7 +71,7 @@ def test_100k_reports_come_out_as_exactly_the_input_multiset(
     n = 100_000
     ids = np.arange(n, dtype=np.int64)
     ids[-500:] = ids[:500]  # duplicates in the input must come out twice, too
-    settings = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0, server=server)
+    settings = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
     handle = start_shuffler(registry, store, aggregator.target, settings=settings)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
@@ -231,11 +230,13 @@ class SlowStore(MemoryStore):
         super().append(writes)
 
 
-@pytest.mark.parametrize(("server", "delay_ms"), [("sync", 0.0), ("sync", 2.0), ("aio", 0.0)])
-def test_concurrent_requests_share_store_writes(server: str, delay_ms: float) -> None:
+@pytest.mark.parametrize("delay_ms", [0.0, 2.0])
+def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
+    """A store without an event-loop appender (a subclass of the memory store that
+    blocks) writes from the writer thread, and still coalesces."""
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
-    settings = ShufflerSettings(commit_max_delay_ms=delay_ms, workers=32, server=server)
+    settings = ShufflerSettings(commit_max_delay_ms=delay_ms)
     handle = start_shuffler(registry, SlowStore(), None, settings=settings)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
@@ -248,25 +249,30 @@ def test_concurrent_requests_share_store_writes(server: str, delay_ms: float) ->
     finally:
         handle.stop(grace=1)
     writes = handle.metrics.store_writes._value.get()
-    # 100 requests, 32 at a time in the server behind 20 ms writes: ~4-10 writes, not 100
+    # 100 requests queued behind 20 ms writes: a few writes, not 100
     assert writes <= 25
     assert sum(handle.store.pending(RAPPOR).values()) == 1000
 
 
-@pytest.mark.parametrize("store_kind", ["memory", "redis"])
-def test_aio_writes_on_the_event_loop_and_coalesce_within_the_window(
-    store_kind: str, redis_url: str
+@pytest.mark.parametrize("store_kind", ["memory", "redis", "rediss", "unix"])
+def test_writes_run_on_the_event_loop_and_coalesce_within_the_window(
+    store_kind: str, request: pytest.FixtureRequest
 ) -> None:
-    """The aio server's own write path (inline memory append, asyncio RESP for Redis):
-    100 requests sent at once, a 300 ms gather window, so they share a few writes."""
+    """The server's own write path (inline memory append; the asyncio Redis connection
+    over redis://, rediss:// and unix://): 100 requests sent at once, a 300 ms gather
+    window, so they share a few writes, and every acknowledged report is stored."""
     from shuffler.redis_store import RedisStore
     from shuffler.store import async_appender
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
-    store: ShufflerStore = MemoryStore() if store_kind == "memory" else RedisStore(redis_url)
+    store: ShufflerStore = (
+        MemoryStore()
+        if store_kind == "memory"
+        else RedisStore(request.getfixturevalue(f"{store_kind}_url"))
+    )
     assert async_appender(store) is not None  # not the writer-thread fallback
-    settings = ShufflerSettings(server="aio", commit_max_delay_ms=300.0)
+    settings = ShufflerSettings(commit_max_delay_ms=300.0)
     handle = start_shuffler(registry, store, None, settings=settings)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
@@ -284,23 +290,20 @@ def test_aio_writes_on_the_event_loop_and_coalesce_within_the_window(
         store.close()
 
 
-def test_commit_window_defaults_follow_the_server_kind() -> None:
-    assert ShufflerSettings().server == "aio"
+def test_commit_window_default_is_one_millisecond() -> None:
     assert ShufflerSettings().commit_delay_seconds == 0.001
-    assert ShufflerSettings(server="sync").commit_delay_seconds == 0.0
-    assert ShufflerSettings(server="sync", commit_max_delay_ms=2.5).commit_delay_seconds == 0.0025
+    assert ShufflerSettings(commit_max_delay_ms=2.5).commit_delay_seconds == 0.0025
 
 
-@pytest.mark.parametrize("server", ["sync", "aio"])
 def test_store_down_is_unavailable_and_nothing_is_acknowledged(
-    private_redis: Any, server: str
+    private_redis: Any,
 ) -> None:
     from shuffler.redis_store import RedisStore
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     store = RedisStore(private_redis.url, timeout=2.0)
-    handle = start_shuffler(registry, store, None, settings=ShufflerSettings(server=server))
+    handle = start_shuffler(registry, store, None, settings=ShufflerSettings())
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)
@@ -341,9 +344,8 @@ class BuggyStore(UnconfirmedStore):
 
 
 @pytest.mark.parametrize("store_class", [UnconfirmedStore, BuggyStore])
-@pytest.mark.parametrize("server", ["sync", "aio"])
 def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
-    server: str, store_class: type[UnconfirmedStore]
+    store_class: type[UnconfirmedStore],
 ) -> None:
     """A write that may have run (no reply, or a store bug mid-write) is
     DEADLINE_EXCEEDED, not UNAVAILABLE; the SDK retries it with the same report id
@@ -353,7 +355,7 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     store = store_class()
-    handle = start_shuffler(registry, store, None, settings=ShufflerSettings(server=server))
+    handle = start_shuffler(registry, store, None, settings=ShufflerSettings())
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)
@@ -493,8 +495,7 @@ class VerySlowStore(MemoryStore):
         super().append(writes)
 
 
-@pytest.mark.parametrize("server", ["sync", "aio"])
-def test_shutdown_mid_write_acknowledges_every_stored_report(server: str) -> None:
+def test_shutdown_mid_write_acknowledges_every_stored_report() -> None:
     """stop() with a grace shorter than the write: gRPC would answer calls it cancels
     UNAVAILABLE ("nothing stored, retry"), so the write in progress must finish and its
     callers get their answer first; calls refused meanwhile store nothing."""
@@ -503,7 +504,7 @@ def test_shutdown_mid_write_acknowledges_every_stored_report(server: str) -> Non
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     store = VerySlowStore()
-    handle = start_shuffler(registry, store, None, settings=ShufflerSettings(server=server))
+    handle = start_shuffler(registry, store, None, settings=ShufflerSettings())
     with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
         stub = crowdmix_pb2_grpc.ShufflerStub(ch)
         futures = [

@@ -1,4 +1,7 @@
-"""One contract, every store: memory and real Redis (tests/conftest.py's redis_url)."""
+"""One contract, every store: memory and real Redis, the latter over every way to
+reach it (``redis://``, ``rediss://``, ``unix://``), with appends made directly and
+through the event-loop appender the server's group commit uses
+(tests/shuffler/conftest.py's ``every_store``)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,13 @@ import pytest
 from shuffler.columns import Chunk
 from shuffler.store import PendingWrite, QueueKey, ShufflerStore
 from tests.shuffler.helpers import OUE, RAPPOR, as_multiset, report_ids, unique_chunk
+
+
+@pytest.fixture
+def store(every_store: ShufflerStore) -> ShufflerStore:
+    """This module's ``store``: every backend, every path (not just memory and redis://)."""
+    return every_store
+
 
 KEY = QueueKey(window=20000, fingerprint=0xDEADBEEF12345678)
 OTHER = QueueKey(window=20001, fingerprint=0xDEADBEEF12345678)
@@ -152,20 +162,25 @@ def test_merge_blob_equals_merge_then_to_blob() -> None:
     assert blob == merge(parts).to_blob()
 
 
-def test_redis_fast_append_reloads_a_flushed_script_and_reconnects(private_redis: Any) -> None:
+def test_redis_loop_append_reloads_a_flushed_script_and_reconnects(private_redis: Any) -> None:
+    """The server's append (the event loop's connection) after SCRIPT FLUSH and across a
+    Redis restart: the script is loaded again, a stopped Redis is the retryable error,
+    and the connection comes back by itself."""
     import redis
 
-    from shuffler.errors import StoreUnavailable
+    from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
     from shuffler.redis_store import RedisStore
+    from tests.shuffler.conftest import LoopAppended
 
-    s = RedisStore(private_redis.url, timeout=2.0)
+    s: Any = LoopAppended(RedisStore(private_redis.url, timeout=2.0))
     s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(3))])
     redis.Redis.from_url(private_redis.url).script_flush()  # EVALSHA now answers NOSCRIPT
     s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(4, 3))])
     assert s.pending(RAPPOR) == {KEY: 7}
     private_redis.stop()
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(StoreUnavailable) as raised:
         s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(1))])
+    assert not isinstance(raised.value, StoreOutcomeUnknown)  # noticed before sending
     private_redis.start()  # AOF: the 7 acknowledged reports are back
     s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(2, 7))])
     assert s.pending(RAPPOR) == {KEY: 9}

@@ -25,15 +25,13 @@ OUE_FP = REGISTRY[OUE].fingerprint
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 
 
-@pytest.fixture(scope="module", params=["sync", "aio"])
-def shuffler(request: pytest.FixtureRequest) -> Iterator[ShufflerHandle]:
+@pytest.fixture(scope="module")
+def shuffler() -> Iterator[ShufflerHandle]:
     handle = start_shuffler(
         REGISTRY,
         MemoryStore(),
         None,  # nothing is released: the store shows exactly what was accepted
-        settings=ShufflerSettings(
-            max_request_bytes=64 * 1024, max_reports_per_request=2000, server=request.param
-        ),
+        settings=ShufflerSettings(max_request_bytes=64 * 1024, max_reports_per_request=2000),
         tokens=frozenset({TOKEN}),
     )
     yield handle

@@ -15,8 +15,8 @@ from aggregator.counting.counts import CohortCounts
 from aggregator.daemon.server import start_aggregator
 from aggregator.store.memory import MemoryCountStore
 from protos import crowdmix_pb2_grpc
+from shuffler.aggregator_client import AggregatorSender
 from shuffler.config import ShufflerSettings
-from shuffler.forwarding import AggregatorSender
 from shuffler.memory_store import MemoryStore
 from shuffler.server import start_shuffler
 from shuffler.store import PendingWrite, QueueKey

@@ -1,0 +1,149 @@
+"""The event loop's Redis connection: the group commit's one hot command.
+
+The shuffler's flushes (``shuffler.commit``) run on the gRPC server's event loop,
+one at a time, each one EVALSHA of the append script. This module sends that
+command on one ``redis.asyncio`` connection, with hiredis parsing the replies
+(and packing the command) when it is installed, as the ``shuffler`` extra does.
+It replaced a hand-written RESP client (``shuffler/resp.py``), which did not win
+by the 10 % end to end that would have justified keeping our own protocol code
+(BENCHMARKS.md, "Issue 14 — one shuffler front").
+
+Why not ``redis.asyncio.Redis.evalsha``: this class sends the command and reads
+the reply itself, so that a failure says whether the command went out, and so
+that nothing resends a write that may have run (redis-py's client retries on
+connection errors and timeouts by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import select
+from typing import Any
+
+from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
+
+__all__ = ["AsyncScriptConnection"]
+
+
+class AsyncScriptConnection:
+    """One ``redis.asyncio`` connection for one event loop: ``eval`` sends EVALSHA of
+    a script, and EVAL once when Redis answers NOSCRIPT.
+
+    Any URL redis-py takes: ``redis://``, ``rediss://``, ``unix://``. An error reply
+    raises ``StoreUnavailable`` and keeps the connection. A socket, timeout or
+    protocol failure closes it and raises ``StoreUnavailable`` when the command
+    never went out (nothing stored, retry) and its subclass ``StoreOutcomeUnknown``
+    once it was sent (it may have run); the next call reconnects. A connection
+    that Redis closed while idle (a restart) is noticed before sending, so a
+    restarted Redis gives the retryable error. Calls are serialized (the group
+    commit has one writer at a time; a lock guards it anyway).
+    """
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        pool: Any = redis.asyncio.ConnectionPool.from_url(
+            url,
+            socket_connect_timeout=min(timeout, 5.0),
+            socket_timeout=None,  # one deadline per call, ``timeout``, set in ``eval``
+            retry=Retry(NoBackoff(), 0),  # never resend a write that may have run
+        )
+        self._connection: Any = pool.make_connection()
+        try:  # hiredis packs a command in C; redis.asyncio itself packs in Python
+            from hiredis import pack_command
+
+            self._pack: Any = lambda *parts: pack_command(parts)
+        except ImportError:
+            self._pack = self._connection.pack_command
+        self._timeout = timeout
+        self._lock = asyncio.Lock()
+
+    def _stale(self) -> bool:
+        """Readable while idle: Redis closed it (EOF) or sent something unasked,
+        whether or not the event loop has noticed yet. (redis-py's own check,
+        ``can_read``, sees an EOF only once the loop has processed it; this looks
+        at the socket under the connection's stream, a private attribute: if a
+        redis-py release renames it, the check falls back to ``at_eof``.)"""
+        conn = self._connection
+        if not conn.is_connected:
+            return False
+        reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
+        if reader is None or writer is None:
+            return False
+        if reader.at_eof():
+            return True
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        return bool(readable)
+
+    async def _call(self, *command: Any) -> Any:
+        conn = self._connection
+        await conn.send_packed_command(self._pack(*command), check_health=False)
+        return await conn.read_response()
+
+    async def eval(self, script: str, keys: list[bytes], args: list[bytes]) -> Any:
+        import redis
+        from redis.exceptions import (
+            AuthenticationError,
+            AuthorizationError,
+            BusyLoadingError,
+            NoScriptError,
+        )
+
+        conn = self._connection
+        sent = False
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    if self._stale():
+                        await conn.disconnect()
+                    if not conn.is_connected:
+                        try:
+                            await conn.connect()
+                        except BaseException:
+                            await conn.disconnect()  # never reuse a failed AUTH or SELECT
+                            raise
+                    sent = True
+                    try:
+                        return await self._call(b"EVALSHA", _sha1(script), len(keys), *keys, *args)
+                    except NoScriptError:
+                        return await self._call(b"EVAL", script, len(keys), *keys, *args)
+            except redis.ResponseError as exc:
+                if not sent:  # an error reply to AUTH or SELECT
+                    await conn.disconnect()
+                raise StoreUnavailable(f"redis: {_reply_text(exc)}") from None
+            except (AuthenticationError, AuthorizationError, BusyLoadingError) as exc:
+                # error replies that redis-py raises as connection errors (WRONGPASS,
+                # NOAUTH, LOADING after a restart): Redis refused the command, it did not run
+                await conn.disconnect(nowait=True)
+                raise StoreUnavailable(f"redis: {_reply_text(exc)}") from None
+            except (redis.ConnectionError, redis.TimeoutError, OSError, EOFError) as exc:
+                # TimeoutError is an OSError; a half-read reply leaves the stream unusable
+                await conn.disconnect(nowait=True)
+                kind = StoreOutcomeUnknown if sent else StoreUnavailable
+                raise kind(f"redis: {type(exc).__name__}: {exc}") from None
+            except asyncio.CancelledError:
+                await conn.disconnect(nowait=True)
+                raise
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            await self._connection.disconnect()
+
+
+def _reply_text(exc: Exception) -> str:
+    """The error reply as Redis sent it: redis-py strips a known code (``ERR``,
+    ``WRONGPASS``, ...) into ``status_code``; put it back."""
+    code = getattr(exc, "status_code", None)
+    return f"{code} {exc}" if code else str(exc)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha1(script: str) -> str:
+    return hashlib.sha1(script.encode()).hexdigest()
