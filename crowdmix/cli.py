@@ -158,6 +158,7 @@ EXTRA_FOR = {
     "google": "transport",
     "numpy": "sim",
     "redis": "shuffler",
+    "hiredis": "shuffler",
     "prometheus_client": "shuffler",
     "grpc_health": "shuffler",
     "scipy": "aggregator",
