@@ -87,19 +87,24 @@ STORED_MESSAGES_KEY = "crowdmix-stored-messages"
 
 
 def stream_rejection(
-    exc: ShufflerError, messages: int, reports: int, metrics: ShufflerMetrics
+    exc: ShufflerError, messages: int, reports: int, metrics: ShufflerMetrics, *, later: int = 0
 ) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
     """Status, details and trailing metadata of a SubmitStream that ``exc`` stopped
     after its first ``messages`` messages (``reports`` reports) were stored.
 
     The status is the failure's own (INVALID_ARGUMENT for a bad message, UNAVAILABLE
     for a store outage, ...); the details start with what was stored, and the
-    trailing metadata carries the same two numbers for programs. Resending the
-    whole stream is safe for reports with ids (the aggregator drops repeated ids);
-    a sender without report ids resends only the messages after ``messages``.
+    trailing metadata carries the same two numbers for programs. The messages
+    counted are always a prefix of the stream: ``later`` reports of messages after
+    the failed one may have been stored too (their commits overlapped), and the
+    details say so. Resending the whole stream is safe for reports with ids (the
+    aggregator drops repeated ids); a sender without report ids resends only the
+    messages after ``messages`` and accepts that ``later`` reports may count twice.
     """
     code, details = rejection(exc, metrics)
     summary = f"stored {reports} report(s) of {messages} message(s) before this failure"
+    if later:
+        summary += f" ({later} report(s) of later messages were stored too)"
     trailing = ((STORED_REPORTS_KEY, str(reports)), (STORED_MESSAGES_KEY, str(messages)))
     return code, f"{summary}; {details}", trailing
 
@@ -179,31 +184,43 @@ class ShufflerServicer:
         most ``STREAM_COMMITS_IN_FLIGHT`` commits pending, so a stream cannot queue
         unbounded memory behind a slow store. The first failure (a bad message or a
         failed commit) stops the stream; nothing read after it is stored."""
-        total = messages = 0
-        error: ShufflerError | None = None
+        outcomes: list[int | ShufflerError] = []  # per message, in stream order
+        admit_error: ShufflerError | None = None
         commits: deque[asyncio.Task[int]] = deque()
         try:
             if self._intake.auth_required:
                 self._intake.authenticate(bearer(context))
             async for raw in requests:
                 while commits and (commits[0].done() or len(commits) >= STREAM_COMMITS_IN_FLIGHT):
-                    total += await commits.popleft()  # raises if that commit failed
-                    messages += 1
+                    outcomes.append(await _settled(commits.popleft()))
+                    if isinstance(outcomes[-1], ShufflerError):
+                        raise outcomes[-1]  # stop reading: nothing after it is admitted
                 start = time.perf_counter()
                 chunks, n = self._admit(raw, context)
                 commits.append(asyncio.ensure_future(self._commit(chunks, n, start)))
         except ShufflerError as exc:
-            error = exc
-        for result in await asyncio.gather(*commits, return_exceptions=True):
-            if isinstance(result, ShufflerError):
-                error = error or result
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                total += result
-                messages += 1
+            admit_error = exc
+        outcomes += [await _settled(task) for task in commits]
+        # What was stored is reported as a prefix: the messages before the first
+        # failure in stream order (a commit that overlapped a failed one and succeeded
+        # is "later", never counted among the first M messages).
+        first = next((i for i, o in enumerate(outcomes) if isinstance(o, ShufflerError)), None)
+        stored = [o for o in outcomes[:first] if isinstance(o, int)]
+        failed = outcomes[first] if first is not None else None
+        error = failed if isinstance(failed, ShufflerError) else admit_error
         if error is not None:
-            code, details, trailing = stream_rejection(error, messages, total, self._metrics)
+            later = sum(o for o in outcomes[len(stored) :] if isinstance(o, int))
+            code, details, trailing = stream_rejection(
+                error, len(stored), sum(stored), self._metrics, later=later
+            )
             context.set_trailing_metadata(trailing)
             await context.abort(code, details)
-        return pb.SubmitResponse(accepted=total)
+        return pb.SubmitResponse(accepted=sum(stored))
+
+
+async def _settled(task: asyncio.Task[int]) -> int | ShufflerError:
+    """A commit's outcome: the reports it stored, or the domain error that refused it."""
+    try:
+        return await task
+    except ShufflerError as exc:
+        return exc

@@ -179,6 +179,58 @@ def test_a_stream_failing_after_stored_messages_says_what_it_stored() -> None:
     assert trailing["crowdmix-stored-messages"] == str(stored // 3)
 
 
+def test_a_streams_stored_count_is_a_prefix_when_a_later_commit_succeeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two commits of a stream overlap. When message 2's write fails and message 3's
+    (already under way) succeeds, the answer counts only the prefix (message 1) and
+    says that later reports were stored too: a sender without ids that resends the
+    messages after the first M must know some of them may count twice.
+    (Found by an outside review: the old answer said "6 reports of 2 messages".)"""
+    import asyncio
+
+    from shuffler.commit import GroupCommitter
+    from shuffler.errors import StoreUnavailable
+
+    real_write = GroupCommitter._write
+    rounds = [0]
+
+    async def second_write_fails(self: GroupCommitter, requests: object) -> object:
+        rounds[0] += 1
+        mine = rounds[0]
+        await asyncio.sleep(0.2)  # long enough for the next message's commit to queue
+        if mine == 2:
+            return StoreUnavailable("redis blip")
+        return await real_write(self, requests)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GroupCommitter, "_write", second_write_fails)
+
+    def paced(messages: list[pb.SubmitRequest]) -> object:
+        for message, pause in zip(messages, (0.25, 0.05, 0.0), strict=True):
+            yield message
+            time.sleep(pause)
+
+    store = MemoryStore()
+    handle = start_shuffler(REGISTRY, store, None, settings=ShufflerSettings())
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
+            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+            messages = [columns_request(np.arange(3), FP) for _ in range(3)]
+            with pytest.raises(grpc.RpcError) as err:
+                stub.SubmitStream(paced(messages), timeout=10)
+    finally:
+        handle.stop(grace=1)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    stored = sum(store.pending(RAPPOR).values())
+    trailing = dict(err.value.trailing_metadata())
+    assert trailing["crowdmix-stored-messages"] == "1"  # the prefix: message 1 only
+    assert trailing["crowdmix-stored-reports"] == "3"
+    if stored == 6:  # message 3's commit overlapped and succeeded: said, not counted
+        assert "3 report(s) of later messages were stored too" in err.value.details()
+    else:
+        assert stored == 3
+
+
 def test_max_concurrent_rpcs_is_validated() -> None:
     with pytest.raises(ConfigError, match="max_concurrent_rpcs"):
         ShufflerSettings(max_concurrent_rpcs=0)
