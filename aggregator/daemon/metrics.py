@@ -19,7 +19,8 @@ class IngestMetrics:
         r = self.registry
         self.batches = Counter(
             "crowdmix_aggregator_batches",
-            "Batches acknowledged, by outcome (applied or duplicate)",
+            "Batches acknowledged, by outcome: applied, or duplicate_batch (its id was applied "
+            "before, e.g. a retry after a lost reply: counted by its first attempt)",
             ["metric", "outcome"],
             registry=r,
         )
