@@ -69,6 +69,18 @@ class IngestMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.apply_retries = Gauge(
+            "crowdmix_aggregator_apply_retries",
+            "Applies refused because another process appended report ids meanwhile "
+            "(Redis; since start): a steady rise means processes contend for one window",
+            registry=r,
+        )
+        self.index_rebuilds = Gauge(
+            "crowdmix_aggregator_report_id_index_rebuilds",
+            "Report-id indexes rebuilt from Redis (since start): late batches of uncached "
+            "windows, or an id list that lost its tail (Redis restart or failover)",
+            registry=r,
+        )
         self.up = Gauge(
             "crowdmix_aggregator_serving", "1 while the server accepts batches", registry=r
         )

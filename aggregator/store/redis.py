@@ -8,8 +8,14 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 1. checks the params fingerprint of the metric (counts under other params never mix)
    and that the window is not past retention,
 2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
-3. checks that the window's report-id list has the length the caller checked the batch's
-   report ids against (else it changes nothing and the caller checks the new ids too),
+3. checks that the report-id lists of the window and of the window before it (a retry
+   after a lost reply may land just after a boundary) are the ones the caller checked the
+   batch's report ids against: the same length and the same last blob (its first id, last
+   id and size; a length alone cannot tell a list that lost its tail, after a power cut
+   with ``appendfsync everysec`` or a failover to a lagging replica, and was refilled by
+   other processes). Else it changes nothing and the caller reads the lists again
+   (rebuilding its index when the blob it read last is gone). Skipped for a batch
+   without report ids,
 4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
    batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
    window's delta hash, and records the window.
@@ -17,7 +23,10 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 The membership test of report ids runs in this process, in numpy
 (:class:`aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
 reads only what other processes appended since), before the script: a report whose id
-was counted before is dropped and the batch recounted without it (rare). Step 3 makes
+was counted before is dropped and the batch recounted without it (rare). A process keeps
+the indexes of only its ``cached_windows`` most recent windows (default 2: the current one
+and the one before); a late batch of an older window rebuilds its index from the list, read
+``page_blobs`` blobs at a time, for that call. Step 3 makes
 that check and the count one atomic step, also across aggregator processes: if any id
 was appended in between, the script refuses and the check runs again on the new ids.
 A Redis set with ``SMISMEMBER``/``SADD`` inside the script would be simpler, but costs
@@ -50,8 +59,9 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
 
 Memory: a batch id costs about 80 bytes in each of two sets; a report id 16 bytes in
-Redis and 32-128 bytes in the index of each aggregator process that ingests the window
-(BENCHMARKS.md): a window of 10 M reports holds 160 MB of ids in Redis until it is
+Redis and 32-128 bytes in the index of each aggregator process that ingests the window,
+for at most ``cached_windows`` windows plus the two of a late batch (README, "Memory for
+report ids"): a window of 10 M reports holds 160 MB of ids in Redis until it is
 disposed. Retention
 (:meth:`RedisCountStore.dispose_ids`, called by the daemon for windows past the
 registry's ``disposal_days`` plus one window) deletes them; the meta hash's

@@ -291,6 +291,8 @@ def test_prometheus_metrics_count_outcomes(
     assert 'crowdmix_aggregator_batches_rejected_total{reason="unknown_metric"}' in text
     assert "crowdmix_aggregator_ingest_seconds_count" in text
     assert "crowdmix_aggregator_serving 1.0" in text
+    assert "crowdmix_aggregator_apply_retries 0.0" in text
+    assert "crowdmix_aggregator_report_id_index_rebuilds 0.0" in text
 
 
 def test_two_servers_in_one_process_and_stop_is_graceful(
