@@ -77,7 +77,8 @@ class IngestMetrics:
         )
         self.index_rebuilds = Gauge(
             "crowdmix_aggregator_report_id_index_rebuilds",
-            "Report-id indexes rebuilt from Redis (since start): late batches of uncached "
+            "Report-id indexes built from Redis (since start): first look at a window, late "
+            "batches of uncached "
             "windows, or an id list that lost its tail (Redis restart or failover)",
             registry=r,
         )

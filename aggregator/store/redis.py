@@ -143,6 +143,23 @@ end
 return {1}
 """
 
+# KEYS: the rids lists of W and W-1. ARGV: the blobs of each list the caller has read.
+# Returns per list its length and the ``_tail`` of the last blob the caller read (b"" when
+# it read none or the list is shorter): one round trip, no blob leaves Redis.
+_PROBE = """
+local out = {}
+for i = 1, 2 do
+  local n, s = redis.call('LLEN', KEYS[i]), tonumber(ARGV[i])
+  local tail = ''
+  if s > 0 and s <= n then
+    local b = redis.call('LINDEX', KEYS[i], s - 1 - n)
+    tail = string.sub(b, 1, 16) .. string.sub(b, -16) .. #b
+  end
+  out[2 * i - 1], out[2 * i] = n, tail
+end
+return out
+"""
+
 # KEYS: 1 meta, 2 ids, then per window: batches set, rids list, nrids counter.
 # ARGV: cutoff window, then the windows to dispose. SREMs each window's batch ids from the
 # ids set and deletes its three keys. Returns the ids deleted (batch ids + report ids).
@@ -188,7 +205,6 @@ class _Synced:
     index: ReportIdIndex
     length: int  # blobs of the list covered
     tail: bytes  # ``_tail`` of the blob at ``length - 1`` (b"" when none)
-    suspect: bool = False  # the apply script refused our view of the list: verify it
 
 
 class RedisCountStore:
@@ -229,6 +245,7 @@ class RedisCountStore:
         self._apply = client.register_script(_APPLY)
         self._commit_fold = client.register_script(_COMMIT_FOLD)
         self._dispose_ids = client.register_script(_DISPOSE_IDS)
+        self._probe = client.register_script(_PROBE)
         # (metric, window) -> the window's report ids as far as this process has read them
         self._id_cache: dict[tuple[str, int], _Synced] = {}
         self._ids_lock = threading.Lock()
@@ -396,9 +413,6 @@ class RedisCountStore:
         result = self._call(functools.partial(self._apply, keys=keys, args=args))
         status = int(result[0])
         if status == 3:
-            if current is None or previous is None:  # pragma: no cover - script checks none
-                raise StoreError("apply script checked id lists it was not given")
-            (current if int(result[1]) == 1 else previous).suspect = True
             return None
         if status == -1:
             raise ParamsConflict(
@@ -419,45 +433,37 @@ class RedisCountStore:
     ) -> tuple[_Synced, _Synced]:
         """This process's indexes of the report ids of ``window`` and ``window - 1``,
         brought up to date with their lists in Redis: only blobs appended since the last
-        look are read, after checking that the last blob read is still where it was."""
-
-        def lengths() -> list[Any]:
-            pipe = self._r.pipeline(transaction=False)
-            pipe.llen(key)
-            pipe.llen(previous_key)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        now, before = self._call(lengths)
+        look are read, after checking (in Redis, one round trip for both lists) that the
+        last blob read is still where it was."""
+        mine = [self._id_cache.get((metric, w)) for w in (window, window - 1)]
+        args = [str(e.length if e else 0) for e in mine]
+        reply = self._call(lambda: self._probe(keys=[key, previous_key], args=args))
         return (
-            self._refresh(metric, window, key, int(now)),
-            self._refresh(metric, window - 1, previous_key, int(before)),
+            self._refresh(metric, window, key, mine[0], int(reply[0]), bytes(reply[1])),
+            self._refresh(
+                metric, window - 1, previous_key, mine[1], int(reply[2]), bytes(reply[3])
+            ),
         )
 
-    def _refresh(self, metric: str, window: int, key: str, length: int) -> _Synced:
-        entry = self._id_cache.get((metric, window))
-        if entry is not None and entry.length:
-            if length < entry.length:  # the list lost blobs (or was disposed)
-                entry = None
-            elif length > entry.length or entry.suspect:
-                # the blob we read last must still be there: else the list lost its tail
-                # and was refilled by others (Redis restarted from an older AOF, failover)
-                blobs = self._lrange(key, entry.length - 1, entry.length - 1)
-                if not blobs or _tail(blobs[0]) != entry.tail:
-                    entry = None
+    def _refresh(
+        self, metric: str, window: int, key: str, entry: _Synced | None, length: int, tail: bytes
+    ) -> _Synced:
+        if entry is not None and entry.length and (length < entry.length or tail != entry.tail):
+            # the list lost blobs we had read (Redis restarted from an older AOF, a failover
+            # to a lagging replica, disposal), maybe refilled by others since: start over
+            entry = None
         if entry is None:
             if length:
                 self.index_rebuilds += 1
             entry = _Synced(ReportIdIndex(), 0, b"")
-        entry.suspect = False
-        while True:  # read the new blobs a page at a time (a window may hold millions)
+        while entry.length < length:  # the new blobs, a page at a time
             blobs = self._lrange(key, entry.length, entry.length + self._page_blobs - 1)
             for blob in blobs:
                 entry.index.add(blob)
-            if blobs:
-                entry.length += len(blobs)
-                entry.tail = _tail(blobs[-1])
-            if len(blobs) < self._page_blobs:
+            if not blobs:
                 break
+            entry.length += len(blobs)
+            entry.tail = _tail(blobs[-1])
         self._id_cache[(metric, window)] = entry
         return entry
 

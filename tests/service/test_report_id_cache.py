@@ -170,3 +170,72 @@ def test_apply_retries_are_bounded_and_a_batch_without_ids_is_never_refused(
     store._apply = real  # type: ignore[assignment]
     assert ingestor.ingest(batch).applied == 20
     store.close()
+
+
+def test_four_processes_apply_overlapping_and_resent_batches_concurrently(
+    redis_url: str, registry: Registry
+) -> None:
+    """exp_concurrent.py: four stores (own caches, locks, connections: four aggregator
+    processes) on one Redis apply overlapping batches and re-sent batch ids from four
+    threads: every report of the pool is counted exactly once."""
+    import threading
+
+    rng = np.random.default_rng(35)
+    config = registry["pages"]
+    pool = fresh(rng, registry, 1200, 5)
+    picks = [rng.choice(1200, size=300, replace=False) for _ in range(24)] + [np.arange(1200)]
+    batches = [rows(pool, np.sort(p)) for p in picks]
+    batches += batches[:6]  # the shuffler re-offers some batches
+    order = rng.permutation(len(batches))
+    stores = [RedisCountStore.from_url(redis_url) for _ in range(4)]
+    clock = lambda: 5 * registry.window_seconds  # noqa: E731
+    counted: list[int] = []
+    barrier = threading.Barrier(4)
+
+    def worker(i: int) -> None:
+        ingestor = Ingestor(registry, stores[i], clock=clock)
+        barrier.wait()
+        for j in order[i::4]:
+            counted.append(ingestor.ingest(batches[j]).applied)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(counted) == 1200
+    assert same(stores[0].load("pages"), direct_count(config, [pool]))
+    for s in stores:
+        s.close()
+
+
+def test_the_apply_script_itself_refuses_a_list_refilled_after_the_read(
+    redis_url: str, raw: redis.Redis, registry: Registry
+) -> None:
+    """The loss and the refill happen between A's read of the lists and its apply script
+    (a failover in that instant): the script compares the last blob, not only the length,
+    so A reads again instead of counting B's reports a second time."""
+    rng = np.random.default_rng(36)
+    clock = lambda: 5 * registry.window_seconds  # noqa: E731
+    a, b = RedisCountStore.from_url(redis_url), RedisCountStore.from_url(redis_url)
+    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
+    x0, x1, z = (fresh(rng, registry, 100, 5) for _ in range(3))
+    ia.ingest(x0)
+    ia.ingest(x1)
+    real = a._apply
+    fired: list[int] = []
+
+    def failover_first(*args: Any, **kwargs: Any) -> Any:
+        if not fired:
+            fired.append(1)
+            lose_last_batch(raw, x1)
+            assert ib.ingest(z).applied == 100  # the list has A's length again
+        return real(*args, **kwargs)
+
+    a._apply = failover_first  # type: ignore[assignment]
+    retry = ia.ingest(rows(z, np.arange(100)))
+    assert (retry.applied, retry.duplicate_reports) == (0, 100)
+    assert a.apply_retries == 1
+    assert same(a.load("pages"), direct_count(registry["pages"], [x0, z]))
+    a.close()
+    b.close()
