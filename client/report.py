@@ -26,8 +26,8 @@ class Report:
 
     ``report_id`` is 16 fresh CSPRNG bytes, drawn when the report is encoded
     (``new_report_id``) and kept through every retry of the transport: the
-    aggregator counts an id at most once per collection window, so a retry
-    after an unknown outcome cannot count the report twice. It is independent
+    aggregator counts an id at most once per collection window (and the one after
+    it), so a retry after an unknown outcome cannot count the report twice. It is independent
     of the value, the client secret and every other report, so it links
     nothing. It is not part of equality: two reports with the same content are
     equal whatever their ids.

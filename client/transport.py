@@ -65,7 +65,7 @@ RETRYABLE = frozenset(
         grpc.StatusCode.ABORTED,
     }
 )
-_NO_ID = bytes(16)
+REPORT_ID_BYTES = 16
 
 
 class ShufflerClient:
@@ -136,6 +136,14 @@ class ShufflerClient:
         self.submit_many((report,))
 
     def submit_many(self, reports: Iterable[Report]) -> None:
+        """Queue reports; ValueError (nothing queued) when a report id is not 16 bytes."""
+        reports = list(reports)
+        for i, r in enumerate(reports):
+            if len(r.report_id) != REPORT_ID_BYTES:
+                raise ValueError(
+                    f"report {i}: report_id must be {REPORT_ID_BYTES} bytes "
+                    f"(client.report.new_report_id), got {len(r.report_id)}"
+                )
         with self._cond:
             if self._closed:
                 raise TransportError("the client is closed")
@@ -235,7 +243,7 @@ class ShufflerClient:
             )
             cohorts.append(r.cohort)
             bits.append(r.bits)
-            ids.append(r.report_id if len(r.report_id) == 16 else _NO_ID)
+            ids.append(r.report_id)  # 16 bytes: submit_many checked
         return pb.SubmitRequest(
             columns=[
                 pb.ReportColumns(

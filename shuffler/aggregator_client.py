@@ -7,6 +7,7 @@ from __future__ import annotations
 import grpc
 
 from protos import crowdmix_pb2_grpc
+from shuffler.config import FORWARD_TIMEOUT_SECONDS
 from shuffler.errors import ForwardError
 from shuffler.serde import batch_to_proto
 from shuffler.store import InFlightBatch
@@ -24,7 +25,7 @@ class AggregatorSender:
         ca: bytes | None = None,
         cert: bytes | None = None,
         key: bytes | None = None,
-        timeout: float = 30.0,
+        timeout: float = FORWARD_TIMEOUT_SECONDS,
     ) -> None:
         options = [
             ("grpc.max_send_message_length", -1),
@@ -45,6 +46,11 @@ class AggregatorSender:
             self._channel = grpc.insecure_channel(target, options=options)
         self._stub = crowdmix_pb2_grpc.AggregatorStub(self._channel)
         self._timeout = timeout
+
+    @property
+    def timeout(self) -> float:
+        """The deadline of one Ingest call (the Releaser re-offers only older batches)."""
+        return self._timeout
 
     def __call__(self, batch: InFlightBatch) -> None:
         try:

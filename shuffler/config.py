@@ -21,7 +21,9 @@ table), and command-line flags::
     max_concurrent_rpcs = 4096               # more calls at once: RESOURCE_EXHAUSTED
     commit_max_delay_ms = 1.0                # group-commit gather window (default 1 ms)
     parked_retry_seconds = 600               # re-offer batches the aggregator refused
-    inflight_retry_seconds = 30              # re-offer a batch found in flight this long
+    forward_timeout_seconds = 30             # deadline of one Ingest call to the aggregator
+    inflight_retry_seconds = 60              # re-offer a batch found in flight this long
+                                             # (must exceed forward_timeout_seconds)
     metrics_port = 9400                      # Prometheus; omit for none
     metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
     allow_unauthenticated = false            # true: serve without tokens_file (no auth)
@@ -45,6 +47,12 @@ from typing import Any
 
 from client.registry import Registry, RegistryError, parse_registry
 from shuffler.errors import ConfigError
+
+#: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.
+FORWARD_TIMEOUT_SECONDS = 30.0
+#: A batch seen in flight this long is re-offered: twice the forward timeout, so a batch
+#: whose first send is still within its deadline is not sent a second time.
+INFLIGHT_RETRY_SECONDS = 2 * FORWARD_TIMEOUT_SECONDS
 
 __all__ = ["ShufflerSettings", "load_config", "load_tokens"]
 
@@ -87,8 +95,10 @@ class ShufflerSettings:
     parked_retry_seconds: float = 600.0
     # A batch found in flight in the store on two sweeps this far apart (its process lost
     # the reply of the move script, or crashed) is forwarded again while the daemon runs;
-    # the aggregator applies a batch id once, so a batch still being sent elsewhere is safe.
-    inflight_retry_seconds: float = 30.0
+    # the aggregator applies a batch id once, so a batch still being sent elsewhere is safe,
+    # but costs a second send: so it must exceed the forward timeout (default: twice it).
+    forward_timeout_seconds: float = FORWARD_TIMEOUT_SECONDS
+    inflight_retry_seconds: float = INFLIGHT_RETRY_SECONDS
 
     def __post_init__(self) -> None:
         host, sep, port = self.listen.rpartition(":")
@@ -126,10 +136,17 @@ class ShufflerSettings:
             "shutdown_grace_seconds",
             "parked_retry_seconds",
             "inflight_retry_seconds",
+            "forward_timeout_seconds",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        if self.inflight_retry_seconds <= self.forward_timeout_seconds:
+            raise ConfigError(
+                f"inflight_retry_seconds ({self.inflight_retry_seconds}) must exceed "
+                f"forward_timeout_seconds ({self.forward_timeout_seconds}): else a batch "
+                "still being forwarded is re-offered and sent twice (default: twice the timeout)"
+            )
         mp = self.metrics_port
         if mp is not None and (
             isinstance(mp, bool) or not isinstance(mp, int) or not 0 <= mp < 65536

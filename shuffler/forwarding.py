@@ -20,7 +20,8 @@ aggregator acknowledged it; failures are retried with exponential backoff.
 
 In-flight batches are re-offered not only at start-up (``recover``) but while
 the daemon runs (``sweep_inflight``): a batch seen in flight on two sweeps at
-least ``inflight_retry_seconds`` apart — its move script ran but the reply was
+least ``inflight_retry_seconds`` apart (default 60 s: twice the forward timeout, which
+it must exceed) — its move script ran but the reply was
 lost, or the process that took it died — is forwarded again, and on SIGTERM the
 final pass forwards every in-flight batch that is not parked. A batch that
 another live process is still sending may so be sent twice; the aggregator
@@ -41,6 +42,7 @@ import time
 from collections.abc import Callable
 
 from client.registry import Registry
+from shuffler.config import INFLIGHT_RETRY_SECONDS
 from shuffler.errors import ForwardError, ShufflerError
 from shuffler.metrics import ShufflerMetrics
 from shuffler.shuffle import RandomBytes, secure_permutation
@@ -71,8 +73,18 @@ class Releaser:
         on_pending: Callable[[int], None] | None = None,
         backoff: tuple[float, float] = (0.05, 5.0),
         parked_retry_seconds: float = 600.0,
-        inflight_retry_seconds: float = 30.0,
+        inflight_retry_seconds: float = INFLIGHT_RETRY_SECONDS,
     ) -> None:
+        if not 0 < inflight_retry_seconds < float("inf"):
+            raise ValueError(
+                f"inflight_retry_seconds must be a positive number, got {inflight_retry_seconds!r}"
+            )
+        timeout = getattr(send, "timeout", None)
+        if isinstance(timeout, int | float) and inflight_retry_seconds <= timeout:
+            raise ValueError(
+                f"inflight_retry_seconds ({inflight_retry_seconds}) must exceed the forward "
+                f"timeout ({timeout}): else a batch still being sent is sent again"
+            )
         self._registry = registry
         self._store = store
         self._send = send

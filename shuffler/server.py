@@ -202,6 +202,7 @@ def start_shuffler(
             ca=_read(settings.aggregator_ca),
             cert=_read(settings.aggregator_cert),
             key=_read(settings.aggregator_key),
+            timeout=settings.forward_timeout_seconds,
         )
         sender, closer = agg, agg.close
     else:

@@ -23,8 +23,10 @@ without an id (16 zero bytes, or a batch with no ``report_ids`` at all: older
 SDKs, imported google/rappor data never comes through here) is counted without
 de-duplication — refusing it would lose data an older device already
 acknowledged; the ``crowdmix_aggregator_reports_without_id`` metric shows how many
-remain. De-duplication is per collection window: a retry that lands in the next
-window (a request sent just before a window boundary) is not caught.
+remain. A batch of window W is checked against the ids of W and of W−1: a retry that
+lands in the next window (a request sent just before a window boundary) is caught too.
+A batch whose id was applied before is answered as a duplicate once its O(1) header
+checks pass, before its reports are checked and counted (a re-sent batch costs little).
 
 Retention (:meth:`Ingestor.dispose_ids`, run by the daemon): the batch ids and
 report ids of a window are deleted once the window is older than the metric's
@@ -104,6 +106,11 @@ class Ingestor:
 
     def validate(self, batch: IngestBatch) -> tuple[MetricConfig, Counts]:
         """The batch's metric config and its counts; raises InvalidBatch with the reason."""
+        config = self.check_header(batch)
+        return config, self.count(batch, config)
+
+    def check_header(self, batch: IngestBatch) -> MetricConfig:
+        """The checks that cost O(1): ids, window, metric, params, lengths."""
         if len(batch.batch_id) != BATCH_ID_BYTES:
             raise InvalidBatch(
                 f"batch_id must be {BATCH_ID_BYTES} bytes, got {len(batch.batch_id)}",
@@ -160,6 +167,10 @@ class Ingestor:
                 "are deleted, so it cannot be counted exactly once",
                 reason="window_disposed",
             )
+        return config
+
+    def count(self, batch: IngestBatch, config: MetricConfig) -> Counts:
+        """The batch's counts after the per-report checks (cohorts, padding, payloads)."""
         low, high = int(batch.cohorts.min()), int(batch.cohorts.max())
         if low < 0 or high >= config.num_cohorts:
             raise InvalidBatch(
@@ -174,7 +185,7 @@ class Ingestor:
             # Remaining shape rules live with the accumulator (padding bits, payload ranges).
             reason = "padding" if "padding" in str(exc) else "payload"
             raise InvalidBatch(f"metric {batch.metric!r}: {exc}", reason=reason) from None
-        return config, counts
+        return counts
 
     def retention_cutoff(self, config: MetricConfig) -> int:
         """The first window whose ids are kept: earlier ones are past ``disposal_days``
@@ -194,7 +205,10 @@ class Ingestor:
 
     def ingest(self, batch: IngestBatch) -> IngestResult:
         """Validate, count, and apply once. Store errors propagate (StoreError)."""
-        config, counts = self.validate(batch)
+        config = self.check_header(batch)
+        if self.store.is_applied(batch.metric, batch.batch_id):
+            return IngestResult(applied=0, duplicate=True)  # re-sent: not counted again
+        counts = self.count(batch, config)
         description = self._descriptions.get(config.name)
         if description is None:
             description = self._descriptions[config.name] = describe_metric(config)

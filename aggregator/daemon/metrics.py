@@ -19,7 +19,8 @@ class IngestMetrics:
         r = self.registry
         self.batches = Counter(
             "crowdmix_aggregator_batches",
-            "Batches acknowledged, by outcome (applied or duplicate)",
+            "Batches acknowledged, by outcome: applied, or duplicate_batch (its id was applied "
+            "before, e.g. a retry after a lost reply: counted by its first attempt)",
             ["metric", "outcome"],
             registry=r,
         )
@@ -66,6 +67,19 @@ class IngestMetrics:
             "crowdmix_aggregator_ingest_seconds",
             "Ingest call latency (validate, count, store)",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.apply_retries = Gauge(
+            "crowdmix_aggregator_apply_retries",
+            "Applies refused because another process appended report ids meanwhile "
+            "(Redis; since start): a steady rise means processes contend for one window",
+            registry=r,
+        )
+        self.index_rebuilds = Gauge(
+            "crowdmix_aggregator_report_id_index_rebuilds",
+            "Report-id indexes built from Redis (since start): first look at a window, late "
+            "batches of uncached "
+            "windows, or an id list that lost its tail (Redis restart or failover)",
             registry=r,
         )
         self.up = Gauge(

@@ -90,6 +90,9 @@ class AggregatorServer:
         self.registry = registry
         self.store: CountStore = store if store is not None else MemoryCountStore()
         self.metrics = IngestMetrics()
+        store_ = self.store  # the Redis store counts these; the memory store has none
+        self.metrics.apply_retries.set_function(lambda: getattr(store_, "apply_retries", 0))
+        self.metrics.index_rebuilds.set_function(lambda: getattr(store_, "index_rebuilds", 0))
         self.ingestor = Ingestor(registry, self.store)
         self._listen = listen
         self._tls = tls

@@ -134,7 +134,9 @@ class AggregatorServicer:
         message = parse_batch(request) if isinstance(request, bytes) else request
         batch = batch_from_proto(message)
         result = self._ingestor.ingest(batch)
-        outcome = "duplicate" if result.duplicate else "applied"
+        # a re-sent batch (e.g. its first reply was lost): its reports were counted by the
+        # first attempt, so this one adds none; the label says so instead of a silent 0
+        outcome = "duplicate_batch" if result.duplicate else "applied"
         self._metrics.batches.labels(batch.metric, outcome).inc()
         if result.applied:
             self._metrics.reports.labels(batch.metric).inc(result.applied)

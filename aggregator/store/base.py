@@ -7,7 +7,8 @@ and the report ids counted in that window.
 reports' ids in one atomic step, dropping every report whose id was already
 counted in the window (the counts added are those of the remaining reports), so
 a batch re-sent by the shuffler, or a report re-sent by a device whose first
-attempt was stored after all, is acknowledged but never counted twice, and a
+attempt was stored after all (in the same window or the one before), is acknowledged
+but never counted twice, and a
 crash can never leave counts without their ids (or the reverse). Reports
 without an id (16 zero bytes: older SDKs) are counted without de-duplication.
 
@@ -188,6 +189,11 @@ class CountStore(Protocol):
         """
         ...
 
+    def is_applied(self, metric: str, batch_id: bytes) -> bool:
+        """Whether ``batch_id`` was applied for ``metric`` (a cheap look before counting a
+        batch; :meth:`apply_reports` decides atomically all the same)."""
+        ...
+
     def apply_reports(
         self,
         metric: str,
@@ -200,8 +206,9 @@ class CountStore(Protocol):
         description: str = "",
     ) -> ApplyOutcome:
         """Like :meth:`apply`, and in the same atomic step drop the reports whose id
-        was counted before in ``window`` (counting the others: ``report_ids.
-        counts_without``) and record the ids of the reports counted.
+        was counted before in ``window`` or in ``window - 1`` (a retry after a lost reply
+        that lands just after a window boundary; counting the others: ``report_ids.
+        counts_without``) and record the ids of the reports counted (in ``window``).
 
         Raises WindowDisposed when ``window`` is before the cutoff of :meth:`dispose_ids`.
         The batch's size and smallest crowd are recorded for the counted reports only

@@ -52,6 +52,10 @@ class MemoryCountStore:
             metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
         ).applied
 
+    def is_applied(self, metric: str, batch_id: bytes) -> bool:
+        with self._lock:
+            return batch_id in self._ids.get(metric, ())
+
     def apply_reports(
         self,
         metric: str,
@@ -79,13 +83,14 @@ class MemoryCountStore:
             ids = self._ids.setdefault(metric, set())
             if batch_id in ids:
                 return ApplyOutcome(applied=False, counted=0, duplicates=0)
-            seen = self._report_ids.get((metric, window))
             duplicates = 0
-            if seen is not None and report_ids.ids:
-                positions = seen.present(report_ids.ids)
-                if positions.size:  # rare: counted before; recount the batch without them
-                    duplicates = int(positions.size)
-                    report_ids, delta = report_ids.without(positions)
+            for w in (window, window - 1):  # a retry may land in the window after its first try
+                seen = self._report_ids.get((metric, w))
+                if seen is not None and report_ids.ids:
+                    positions = seen.present(report_ids.ids)
+                    if positions.size:  # rare: counted before; recount the batch without them
+                        duplicates += int(positions.size)
+                        report_ids, delta = report_ids.without(positions)
             add = StoredCounts.of(delta)
             counted = add.num_reports
             if counted:

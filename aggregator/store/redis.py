@@ -8,8 +8,14 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 1. checks the params fingerprint of the metric (counts under other params never mix)
    and that the window is not past retention,
 2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
-3. checks that the window's report-id list has the length the caller checked the batch's
-   report ids against (else it changes nothing and the caller checks the new ids too),
+3. checks that the report-id lists of the window and of the window before it (a retry
+   after a lost reply may land just after a boundary) are the ones the caller checked the
+   batch's report ids against: the same length and the same last blob (its first id, last
+   id and size; a length alone cannot tell a list that lost its tail, after a power cut
+   with ``appendfsync everysec`` or a failover to a lagging replica, and was refilled by
+   other processes). Else it changes nothing and the caller reads the lists again
+   (rebuilding its index when the blob it read last is gone). Skipped for a batch
+   without report ids,
 4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
    batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
    window's delta hash, and records the window.
@@ -17,7 +23,10 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 The membership test of report ids runs in this process, in numpy
 (:class:`aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
 reads only what other processes appended since), before the script: a report whose id
-was counted before is dropped and the batch recounted without it (rare). Step 3 makes
+was counted before is dropped and the batch recounted without it (rare). A process keeps
+the indexes of only its ``cached_windows`` most recent windows (default 2: the current one
+and the one before); a late batch of an older window rebuilds its index from the list, read
+``page_blobs`` blobs at a time, for that call. Step 3 makes
 that check and the count one atomic step, also across aggregator processes: if any id
 was appended in between, the script refuses and the check runs again on the new ids.
 A Redis set with ``SMISMEMBER``/``SADD`` inside the script would be simpler, but costs
@@ -50,8 +59,9 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
 
 Memory: a batch id costs about 80 bytes in each of two sets; a report id 16 bytes in
-Redis and 32-128 bytes in the index of each aggregator process that ingests the window
-(BENCHMARKS.md): a window of 10 M reports holds 160 MB of ids in Redis until it is
+Redis and 32-128 bytes in the index of each aggregator process that ingests the window,
+for at most ``cached_windows`` windows plus the two of a late batch (README, "Memory for
+report ids"): a window of 10 M reports holds 160 MB of ids in Redis until it is
 disposed. Retention
 (:meth:`RedisCountStore.dispose_ids`, called by the daemon for windows past the
 registry's ``disposal_days`` plus one window) deletes them; the meta hash's
@@ -61,8 +71,10 @@ registry's ``disposal_days`` plus one window) deletes them; the meta hash's
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -84,21 +96,36 @@ __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
 DEFAULT_PREFIX = "crowdmix:agg"
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 # KEYS: 1 ids, 2 windows, 3 w:W:deltas, 4 meta, 5 w:W:sizes, 6 w:W:crowd, 7 w:W:batches,
-#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list)
+#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W-1:rids
 # ARGV: 1 batch id, 2 window, 3 counts blob, 4 fingerprint, 5 description, 6 reports counted,
-#       7 crowd, 8 report ids (16 bytes each, concatenated), 9 the rids list length the
-#       caller checked the ids against
+#       7 crowd, 8 report ids (16 bytes each, concatenated), 9/10 the length of W's rids list
+#       the caller checked the ids against and the fingerprint of its last blob (``_tail``),
+#       11/12 the same for W-1's list, 13 '1' when the batch carried report ids (then the
+#       lists are checked, even when every id turned out counted before)
 # Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
-# past retention, {3} the rids list grew since the caller's check (check again).
+# past retention, {3, i} list i (1: W, 2: W-1) is not the one the caller checked against
+# (it grew, or it lost its tail and was refilled: a length alone cannot tell): check again.
 _APPLY = """
 local meta = redis.call('HMGET', KEYS[4], 'fingerprint', 'ids_disposed_before')
 local fp = meta[1]
 if fp and fp ~= ARGV[4] then return {-1, fp} end
 if meta[2] and tonumber(ARGV[2]) < tonumber(meta[2]) then return {-2, meta[2]} end
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {0} end
-if redis.call('LLEN', KEYS[8]) ~= tonumber(ARGV[9]) then return {3} end
+if ARGV[13] == '1' then
+  for i = 1, 2 do
+    local key, n = KEYS[i == 1 and 8 or 10], tonumber(ARGV[7 + 2 * i])
+    if redis.call('LLEN', key) ~= n then return {3, i} end
+    if n > 0 then
+      local b = redis.call('LINDEX', key, -1)
+      if string.sub(b, 1, 16) .. string.sub(b, -16) .. #b ~= ARGV[8 + 2 * i] then
+        return {3, i}
+      end
+    end
+  end
+end
 if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description', ARGV[5]) end
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('SADD', KEYS[7], ARGV[1])
@@ -114,6 +141,23 @@ if tonumber(ARGV[6]) > 0 then
   if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
 end
 return {1}
+"""
+
+# KEYS: the rids lists of W and W-1. ARGV: the blobs of each list the caller has read.
+# Returns per list its length and the ``_tail`` of the last blob the caller read (b"" when
+# it read none or the list is shorter): one round trip, no blob leaves Redis.
+_PROBE = """
+local out = {}
+for i = 1, 2 do
+  local n, s = redis.call('LLEN', KEYS[i]), tonumber(ARGV[i])
+  local tail = ''
+  if s > 0 and s <= n then
+    local b = redis.call('LINDEX', KEYS[i], s - 1 - n)
+    tail = string.sub(b, 1, 16) .. string.sub(b, -16) .. #b
+  end
+  out[2 * i - 1], out[2 * i] = n, tail
+end
+return out
 """
 
 # KEYS: 1 meta, 2 ids, then per window: batches set, rids list, nrids counter.
@@ -147,23 +191,70 @@ return 1
 """
 
 
+def _tail(blob: bytes) -> bytes:
+    """What identifies an id blob in its list: its first and last id and its length (the
+    apply script computes the same from ``LINDEX``). A blob refilled into the place of a
+    lost one matches only if it holds the same reports at both ends and has the same size."""
+    return blob[:16] + blob[-16:] + str(len(blob)).encode()
+
+
+@dataclass(slots=True)
+class _Synced:
+    """A window's report ids as far as this process has read its list in Redis."""
+
+    index: ReportIdIndex
+    length: int  # blobs of the list covered
+    tail: bytes  # ``_tail`` of the blob at ``length - 1`` (b"" when none)
+
+
 class RedisCountStore:
-    """Counts per (metric, window) in Redis; safe to share between processes."""
+    """Counts per (metric, window) in Redis; safe to share between processes.
+
+    ``cached_windows``: per metric, the indexes of report ids of only this many most recent
+    windows stay in this process's memory (the current window and the one before it, which
+    a batch is also checked against); a late batch of an older window rebuilds its index
+    from Redis for that one call. ``page_blobs``: id blobs read from Redis per ``LRANGE``.
+    ``max_apply_attempts``: how often an apply is retried because other processes appended
+    ids meanwhile before it fails as ``StoreUnavailable`` (the sender retries later).
+    """
 
     def __init__(
-        self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, fold_chunk: int = 512
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        fold_chunk: int = 512,
+        cached_windows: int = 2,
+        page_blobs: int = 256,
+        max_apply_attempts: int = 16,
     ) -> None:
-        if fold_chunk < 1:
-            raise ValueError(f"fold_chunk must be positive, got {fold_chunk}")
+        for name, value in (
+            ("fold_chunk", fold_chunk),
+            ("cached_windows", cached_windows),
+            ("page_blobs", page_blobs),
+            ("max_apply_attempts", max_apply_attempts),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be positive, got {value}")
         self._r = client
         self._prefix = prefix
         self._fold_chunk = fold_chunk
+        self._cached_windows = cached_windows
+        self._page_blobs = page_blobs
+        self._max_attempts = max_apply_attempts
         self._apply = client.register_script(_APPLY)
         self._commit_fold = client.register_script(_COMMIT_FOLD)
         self._dispose_ids = client.register_script(_DISPOSE_IDS)
-        # (metric, window) -> (index of the window's report ids, rids list length it covers)
-        self._id_cache: dict[tuple[str, int], tuple[ReportIdIndex, int]] = {}
+        self._probe = client.register_script(_PROBE)
+        # (metric, window) -> the window's report ids as far as this process has read them
+        self._id_cache: dict[tuple[str, int], _Synced] = {}
         self._ids_lock = threading.Lock()
+        #: applies refused because the id list changed since this process read it (a
+        #: metric for operators: a steady rise means processes contend for one window)
+        self.apply_retries = 0
+        #: indexes rebuilt from Redis: a late batch of an uncached window, or a list that
+        #: lost its tail (Redis restarted from an older AOF, or failed over to a replica)
+        self.index_rebuilds = 0
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCountStore:
@@ -198,6 +289,10 @@ class RedisCountStore:
             metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
         ).applied
 
+    def is_applied(self, metric: str, batch_id: bytes) -> bool:
+        key = self._k(metric, "ids")
+        return bool(self._call(lambda: self._r.sismember(key, batch_id)))  # type: ignore[arg-type]
+
     def apply_reports(
         self,
         metric: str,
@@ -219,63 +314,168 @@ class RedisCountStore:
             self._k(metric, f"w:{window}:batches"),
             self._k(metric, f"w:{window}:rids"),
             self._k(metric, f"w:{window}:nrids"),
+            self._k(metric, f"w:{window - 1}:rids"),
         ]
-        duplicates = 0
+        if not report_ids.ids:  # nothing to de-duplicate: no index, no list to check
+            plain = self._run_apply(
+                keys,
+                metric,
+                window,
+                batch_id,
+                fingerprint,
+                delta,
+                report_ids,
+                description,
+                None,
+                None,
+            )
+            if plain is None:  # pragma: no cover - the script checks no list without ids
+                raise StoreError("apply script refused a batch without report ids")
+            return plain
+        given_ids, given_delta = report_ids, delta
         with self._ids_lock:
-            while True:
-                index, synced = self._synced_index(metric, window, keys[7])
-                positions = index.present(report_ids.ids)
-                if positions.size:  # counted before in this window: recount without them
-                    duplicates += int(positions.size)
-                    report_ids, delta = report_ids.without(positions)
-                totals = np.asarray(delta.totals)
-                counted = int(totals.sum())
-                args: list[bytes | str] = [
-                    batch_id,
-                    str(window),
-                    encode_counts(delta) if counted else b"",
-                    str(fingerprint),
-                    description,
-                    str(counted),
-                    str(batch_crowd(totals)),
-                    report_ids.ids,
-                    str(synced),
-                ]
-                result = self._call(functools.partial(self._apply, keys=keys, args=args))
-                status = int(result[0])
-                if status == 3:  # another process counted ids meanwhile: check against them
-                    continue
-                if status == -1:
-                    raise ParamsConflict(
-                        f"metric {metric!r} has counts under params fingerprint "
-                        f"{int(result[1]):#018x}, this batch has {fingerprint:#018x}"
+            try:
+                for _attempt in range(self._max_attempts):
+                    current, previous = self._synced(metric, window, keys[7], keys[9])
+                    # A retry of a report that landed in the window before (a lost reply
+                    # just before the boundary) is dropped too: check both windows' ids.
+                    report_ids, delta, duplicates = given_ids, given_delta, 0
+                    for synced in (current, previous):
+                        positions = synced.index.present(report_ids.ids)
+                        if positions.size:  # counted before: recount the batch without them
+                            duplicates += int(positions.size)
+                            report_ids, delta = report_ids.without(positions)
+                    outcome = self._run_apply(
+                        keys,
+                        metric,
+                        window,
+                        batch_id,
+                        fingerprint,
+                        delta,
+                        report_ids,
+                        description,
+                        current,
+                        previous,
                     )
-                if status == -2:
-                    raise WindowDisposed(
-                        f"window {window} of metric {metric!r} is past retention (ids kept "
-                        f"from window {int(result[1])} on)"
-                    )
-                if status == 0:
-                    return ApplyOutcome(applied=False, counted=0, duplicates=0)
-                if report_ids.ids:
-                    index.add(report_ids.ids)
-                    self._id_cache[(metric, window)] = (index, synced + 1)
-                return ApplyOutcome(applied=True, counted=counted, duplicates=duplicates)
+                    if outcome is None:  # a list changed since we read it: read and check again
+                        self.apply_retries += 1
+                        continue
+                    if outcome.applied and report_ids.ids:
+                        current.index.add(report_ids.ids)
+                        current.length += 1
+                        current.tail = _tail(report_ids.ids)
+                    return replace(outcome, duplicates=duplicates) if outcome.applied else outcome
+            finally:
+                self._evict(metric)
+        log.warning(
+            "apply of a batch to %s window %d gave up after %d attempts: other "
+            "processes kept appending report ids",
+            metric,
+            window,
+            self._max_attempts,
+        )
+        raise StoreUnavailable(
+            f"window {window} of metric {metric!r}: report ids changed on each of "
+            f"{self._max_attempts} attempts (contention); retry later"
+        )
 
-    def _synced_index(self, metric: str, window: int, key: str) -> tuple[ReportIdIndex, int]:
-        """This process's index of the window's report ids, brought up to date with the
-        list in Redis (only the blobs appended since the last look are read)."""
-        index, synced = self._id_cache.get((metric, window), (None, 0))
-        length = int(self._call(lambda: self._r.llen(key)))
-        if index is None or length < synced:  # first look, or the list was deleted
-            index, synced = ReportIdIndex(), 0
-        if length > synced:
-            blobs: list[Any] = self._call(lambda: self._r.lrange(key, synced, length - 1))
+    def _run_apply(
+        self,
+        keys: list[str],
+        metric: str,
+        window: int,
+        batch_id: bytes,
+        fingerprint: int,
+        delta: CountsLike,
+        report_ids: ReportIds,
+        description: str,
+        current: _Synced | None,
+        previous: _Synced | None,
+    ) -> ApplyOutcome | None:
+        """One run of the apply script; None when an id list is not the one checked."""
+        totals = np.asarray(delta.totals)
+        counted = int(totals.sum())
+        args: list[bytes | str] = [
+            batch_id,
+            str(window),
+            encode_counts(delta) if counted else b"",
+            str(fingerprint),
+            description,
+            str(counted),
+            str(batch_crowd(totals)),
+            report_ids.ids,
+            str(current.length) if current else "0",
+            current.tail if current else b"",
+            str(previous.length) if previous else "0",
+            previous.tail if previous else b"",
+            "1" if current else "0",
+        ]
+        result = self._call(functools.partial(self._apply, keys=keys, args=args))
+        status = int(result[0])
+        if status == 3:
+            return None
+        if status == -1:
+            raise ParamsConflict(
+                f"metric {metric!r} has counts under params fingerprint "
+                f"{int(result[1]):#018x}, this batch has {fingerprint:#018x}"
+            )
+        if status == -2:
+            raise WindowDisposed(
+                f"window {window} of metric {metric!r} is past retention (ids kept "
+                f"from window {int(result[1])} on)"
+            )
+        if status == 0:
+            return ApplyOutcome(applied=False, counted=0, duplicates=0)
+        return ApplyOutcome(applied=True, counted=counted, duplicates=0)
+
+    def _synced(
+        self, metric: str, window: int, key: str, previous_key: str
+    ) -> tuple[_Synced, _Synced]:
+        """This process's indexes of the report ids of ``window`` and ``window - 1``,
+        brought up to date with their lists in Redis: only blobs appended since the last
+        look are read, after checking (in Redis, one round trip for both lists) that the
+        last blob read is still where it was."""
+        mine = [self._id_cache.get((metric, w)) for w in (window, window - 1)]
+        args = [str(e.length if e else 0) for e in mine]
+        reply = self._call(lambda: self._probe(keys=[key, previous_key], args=args))
+        return (
+            self._refresh(metric, window, key, mine[0], int(reply[0]), bytes(reply[1])),
+            self._refresh(
+                metric, window - 1, previous_key, mine[1], int(reply[2]), bytes(reply[3])
+            ),
+        )
+
+    def _refresh(
+        self, metric: str, window: int, key: str, entry: _Synced | None, length: int, tail: bytes
+    ) -> _Synced:
+        if entry is not None and entry.length and (length < entry.length or tail != entry.tail):
+            # the list lost blobs we had read (Redis restarted from an older AOF, a failover
+            # to a lagging replica, disposal), maybe refilled by others since: start over
+            entry = None
+        if entry is None:
+            if length:
+                self.index_rebuilds += 1
+            entry = _Synced(ReportIdIndex(), 0, b"")
+        while entry.length < length:  # the new blobs, a page at a time
+            blobs = self._lrange(key, entry.length, entry.length + self._page_blobs - 1)
             for blob in blobs:
-                index.add(bytes(blob))
-            synced = length
-        self._id_cache[(metric, window)] = (index, synced)
-        return index, synced
+                entry.index.add(blob)
+            if not blobs:
+                break
+            entry.length += len(blobs)
+            entry.tail = _tail(blobs[-1])
+        self._id_cache[(metric, window)] = entry
+        return entry
+
+    def _lrange(self, key: str, start: int, stop: int) -> list[bytes]:
+        blobs: list[Any] = self._call(lambda: self._r.lrange(key, start, stop))
+        return [bytes(b) for b in blobs]
+
+    def _evict(self, metric: str) -> None:
+        """Keep the indexes of only the ``cached_windows`` most recent windows of ``metric``."""
+        mine = sorted(w for (m, w) in self._id_cache if m == metric)
+        for w in mine[: -self._cached_windows]:
+            del self._id_cache[(metric, w)]
 
     def dispose_ids(self, metric: str, before_window: int) -> int:
         old = [w for w in self.windows_with_ids(metric) if w < before_window]

@@ -37,7 +37,7 @@ from tests.service.pipeline import METRIC, K, M, Pipeline, explain
 
 pytestmark = pytest.mark.slow
 
-SHUFFLER_TABLE = "\n[shuffler]\ninflight_retry_seconds = 1.0\n"
+SHUFFLER_TABLE = "\n[shuffler]\ninflight_retry_seconds = 1.0\nforward_timeout_seconds = 0.9\n"
 
 
 class Senders:
@@ -221,7 +221,9 @@ def test_a_batch_whose_move_reply_is_lost_is_forwarded(
         private_redis.url,
         max_batch=4000,
         shuffler_redis_url=proxy.url,
-        extra_toml=f"\n[shuffler]\ninflight_retry_seconds = {retry}\n",
+        extra_toml=(
+            f"\n[shuffler]\ninflight_retry_seconds = {retry}\nforward_timeout_seconds = 0.9\n"
+        ),
     )
     try:
         p.start_aggregator()

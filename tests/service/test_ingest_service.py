@@ -232,7 +232,7 @@ def test_hypothesis_batches_are_applied_iff_valid(
             bits=bits,
         ),
     )
-    valid = (
+    header_ok = (
         config is not None
         and len(batch_id) == 16
         and window <= now_window(registry) + 1
@@ -241,9 +241,15 @@ def test_hypothesis_batches_are_applied_iff_valid(
         and count >= 1
         and len(cohorts) == count
         and len(bits) == count * nbytes
+    )
+    valid = (
+        header_ok
+        and config is not None
         and all(c < config.num_cohorts for c in cohorts)
         and _payload_ok(metric, bits, nbytes)
     )
+    # a batch id applied before is answered as a duplicate once the O(1) header checks pass
+    resent = header_ok and server.store.is_applied(metric, batch_id)
     event("valid" if valid else "invalid")
     before = snapshot(server)
     ids_before = server.store.applied_batches(metric)
@@ -256,8 +262,9 @@ def test_hypothesis_batches_are_applied_iff_valid(
         assert unchanged(before, snapshot(server))
         assert server.store.applied_batches(metric) == ids_before
     else:
-        assert valid
-        assert resp.applied == count or resp.duplicate
+        assert valid or resent
+        assert resp.duplicate == resent
+        assert resp.applied == (0 if resent else count)
         assert server.store.applied_batches(metric) == ids_before + (0 if resp.duplicate else 1)
 
 
@@ -280,10 +287,12 @@ def test_prometheus_metrics_count_outcomes(
     url = f"http://127.0.0.1:{server.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=5) as resp:
         text = resp.read().decode()
-    assert 'crowdmix_aggregator_batches_total{metric="pages",outcome="duplicate"}' in text
+    assert 'crowdmix_aggregator_batches_total{metric="pages",outcome="duplicate_batch"}' in text
     assert 'crowdmix_aggregator_batches_rejected_total{reason="unknown_metric"}' in text
     assert "crowdmix_aggregator_ingest_seconds_count" in text
     assert "crowdmix_aggregator_serving 1.0" in text
+    assert "crowdmix_aggregator_apply_retries 0.0" in text
+    assert "crowdmix_aggregator_report_id_index_rebuilds 0.0" in text
 
 
 def test_two_servers_in_one_process_and_stop_is_graceful(

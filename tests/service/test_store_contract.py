@@ -339,9 +339,9 @@ def test_a_report_id_counted_before_in_its_window_is_dropped_atomically(
     assert same(store.load("pages"), direct_count(config, [first, fresh]))
     # the same batch again is a duplicate batch: nothing more
     assert ingestor.ingest(second).duplicate
-    # the same ids in another window are other reports (de-duplication is per window)
-    later = Ingestor(registry, store, clock=lambda: 6 * registry.window_seconds)
-    assert later.ingest(replace(first, batch_id=os.urandom(16), window=6)).applied == 400
+    # the same ids two windows later are other reports (de-duplication spans W-1 and W)
+    later = Ingestor(registry, store, clock=lambda: 7 * registry.window_seconds)
+    assert later.ingest(replace(first, batch_id=os.urandom(16), window=7)).applied == 400
     assert store.batch_sizes("pages", [5]) == {400: 1, 150: 1}
 
 
@@ -451,5 +451,89 @@ def test_two_redis_stores_sharing_redis_check_each_others_ids(redis_url: str) ->
     assert ib.ingest(rows(batch, np.arange(100, 300))).duplicate_reports == 200
     assert ia.ingest(rows(batch, np.arange(0, 50))).duplicate_reports == 50
     assert same(a.load("pages"), direct_count(config, [batch]))
+    a.close()
+    b.close()
+
+
+def test_a_retry_that_lands_in_the_next_window_is_dropped(
+    store: CountStore, registry: Registry
+) -> None:
+    """A device's request was counted just before a window boundary, its reply was lost,
+    and its retry lands in the next window: the ids of W-1 are checked too (but not those
+    of W-2: the same ids two windows later are other reports)."""
+    rng = np.random.default_rng(27)
+    config = registry["pages"]
+    now = [5 * registry.window_seconds]
+    ingestor = Ingestor(registry, store, clock=lambda: now[0])
+    first = with_ids(random_batch(rng, config, 120, window=5), rng.integers(0, 256, (120, 16)))
+    assert ingestor.ingest(first).applied == 120
+    now[0] += registry.window_seconds
+    new = with_ids(random_batch(rng, config, 30, window=6), rng.integers(0, 256, (30, 16)))
+    retry = replace(
+        rows(first, np.arange(40, 120)),
+        window=6,
+        count=110,
+        cohorts=np.concatenate([first.cohorts[40:], new.cohorts]),
+        bits=first.bits[40 * first.report_bytes :] + new.bits,
+        report_ids=first.report_ids[40 * 16 :] + new.report_ids,
+    )
+    result = ingestor.ingest(retry)
+    assert (result.applied, result.duplicate_reports) == (30, 80)
+    assert same(store.load("pages", [6]), direct_count(config, [new]))
+    assert same(store.load("pages"), direct_count(config, [first, new]))
+    now[0] += registry.window_seconds
+    w7 = ingestor.ingest(replace(first, batch_id=os.urandom(16), window=7))
+    assert (w7.applied, w7.duplicate_reports) == (120, 0)
+
+
+def test_a_resent_batch_is_answered_before_it_is_counted(
+    store: CountStore, registry: Registry
+) -> None:
+    """A batch id applied before: a duplicate, without counting the batch again (its
+    reports are not even looked at once the O(1) header checks pass)."""
+    rng = np.random.default_rng(28)
+    config = registry["pages"]
+    counted: list[int] = []
+
+    def accumulator(c: MetricConfig) -> CohortCounts:
+        counted.append(1)
+        acc = accumulator_for(c)
+        assert isinstance(acc, CohortCounts)
+        return acc
+
+    ingestor = Ingestor(
+        registry, store, clock=lambda: 5 * registry.window_seconds, accumulator=accumulator
+    )
+    batch = with_ids(random_batch(rng, config, 50, window=5), rng.integers(0, 256, (50, 16)))
+    assert ingestor.ingest(batch).applied == 50
+    assert store.is_applied("pages", batch.batch_id)
+    assert not store.is_applied("pages", os.urandom(16))
+    calls = len(counted)
+    again = ingestor.ingest(batch)
+    assert (again.duplicate, again.applied) == (True, 0)
+    assert len(counted) == calls  # not counted a second time
+    with pytest.raises(InvalidBatch):  # a bad header is still refused
+        ingestor.ingest(replace(batch, fingerprint=batch.fingerprint ^ 1))
+    assert same(store.load("pages"), direct_count(config, [batch]))
+
+
+def test_two_redis_stores_check_the_previous_windows_ids_of_each_other(
+    redis_url: str, registry: Registry
+) -> None:
+    """Process A caches window 5 (empty) while checking a batch of window 6; process B
+    then counts a late batch of window 5; A's retry of those reports in window 6 is
+    dropped (A reads what B appended to W-1 before the script checks it)."""
+    rng = np.random.default_rng(29)
+    config = registry["pages"]
+    a, b = (RedisCountStore.from_url(redis_url) for _ in range(2))
+    clock = lambda: 6 * registry.window_seconds  # noqa: E731
+    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
+    w6 = with_ids(random_batch(rng, config, 40, window=6), rng.integers(0, 256, (40, 16)))
+    late = with_ids(random_batch(rng, config, 70, window=5), rng.integers(0, 256, (70, 16)))
+    assert ia.ingest(w6).applied == 40
+    assert ib.ingest(late).applied == 70
+    retry = ia.ingest(replace(rows(late, np.arange(70)), window=6))
+    assert (retry.applied, retry.duplicate_reports) == (0, 70)
+    assert same(a.load("pages"), direct_count(config, [w6, late]))
     a.close()
     b.close()

@@ -60,11 +60,32 @@ def test_retired_server_settings(tmp_path: Path) -> None:
         ("\n[shuffler]\nbogus = 1\n", "bogus"),
         ('\n[shuffler]\nredis = "http://x"\n', "redis"),
         ("\n[metrics.x]\nk = 0\n", "k"),
+        ("\n[shuffler]\ninflight_retry_seconds = 30\n", "inflight_retry_seconds"),
+        ("\n[shuffler]\nforward_timeout_seconds = 0\n", "forward_timeout_seconds"),
     ],
 )
 def test_bad_config_names_the_field(tmp_path: Path, extra: str, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         load_config(write(tmp_path, extra))
+
+
+def test_a_batch_is_re_offered_only_after_its_forward_deadline() -> None:
+    """A batch still inside its forward deadline must not be sent twice: the default
+    re-offer age is twice the forward timeout, and a shorter one is refused."""
+    from shuffler.aggregator_client import AggregatorSender
+    from shuffler.forwarding import Releaser
+
+    settings = ShufflerSettings()
+    assert settings.inflight_retry_seconds == 2 * settings.forward_timeout_seconds == 60
+    with pytest.raises(ConfigError, match="must exceed forward_timeout_seconds"):
+        ShufflerSettings(forward_timeout_seconds=5.0, inflight_retry_seconds=5.0)
+    sender = AggregatorSender("127.0.0.1:1", timeout=10.0)
+    try:
+        with pytest.raises(ValueError, match="must exceed the forward timeout"):
+            Releaser(make_registry(), MemoryStore(), sender, inflight_retry_seconds=10.0)
+        Releaser(make_registry(), MemoryStore(), sender, inflight_retry_seconds=20.0)
+    finally:
+        sender.close()
 
 
 def test_tokens_file(tmp_path: Path) -> None:

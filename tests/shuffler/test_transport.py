@@ -64,6 +64,26 @@ def test_batches_rows_and_columns_and_flushes_on_close(shuffler: ShufflerHandle)
     assert shuffler.metrics.accepted_requests._value.get() == 4
 
 
+@pytest.mark.parametrize("bad_id", [b"", b"x" * 15, b"x" * 17])
+def test_a_malformed_report_id_is_refused_at_submit_on_both_paths(bad_id: bytes) -> None:
+    """The row path would send it as is and the columnar one turned it into a zero id
+    (counted without de-duplication): both refuse it, queueing nothing of the call."""
+    for columnar_threshold in (1, 1000):  # columnar, rows
+        c = ShufflerClient("127.0.0.1:1", TOKEN, background=False,
+                           columnar_threshold=columnar_threshold)  # fmt: skip
+        good = report(1)
+        bad = Report(metric=RAPPOR, cohort=1, bits=b"\x01\x00", params_fingerprint=FP,
+                     report_id=bad_id)  # fmt: skip
+        with pytest.raises(
+            ValueError, match=f"report 1: report_id must be 16 bytes.*{len(bad_id)}"
+        ):
+            c.submit_many([good, bad])
+        with pytest.raises(ValueError, match="report_id must be 16 bytes"):
+            c.submit(bad)
+        assert c.queued == 0
+        c.close()
+
+
 def test_bounded_queue_drops_oldest(shuffler: ShufflerHandle) -> None:
     c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, max_queue=10, background=False)
     c.submit_many(report(i) for i in range(25))
