@@ -34,6 +34,7 @@ from shuffler.serde import request_to_columns
 from shuffler.servicer import (
     SERVICE_NAME,
     bearer,
+    get_config,
     parse,
     rejection,
     shuffler_handler,
@@ -154,7 +155,14 @@ class AsyncShufflerServicer:
         self._metrics = metrics
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        return shuffler_handler(self.Submit, self.SubmitStream)
+        return shuffler_handler(self.Submit, self.SubmitStream, self.GetConfig)
+
+    async def GetConfig(self, raw: bytes, context: Any) -> pb.ConfigResponse:
+        try:
+            return get_config(self._intake, raw, bearer(context))
+        except ShufflerError as exc:
+            await context.abort(*rejection(exc, self._metrics))
+            raise  # unreachable: abort raises
 
     def _admit(self, raw: bytes, context: Any) -> tuple[Parts, int]:
         request = parse(raw)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from client.registry import Registry
 from shuffler.commit import GroupCommitter
 from shuffler.config import ShufflerSettings, load_tokens
+from shuffler.config_service import PublishedKeys
 from shuffler.errors import BindError, ConfigError
 from shuffler.forwarding import AggregatorSender, Releaser, Sender
 from shuffler.intake import Intake
@@ -174,6 +175,8 @@ def start_shuffler(
         max_reports_per_request=settings.max_reports_per_request,
         rate_limit_reports=settings.rate_limit_reports,
         max_buffered_reports=settings.max_buffered_reports,
+        keys=None if settings.public_keys is None else PublishedKeys(settings.public_keys),
+        config_cache_seconds=settings.config_cache_seconds,
     )
 
     sender: Sender | None

@@ -20,6 +20,7 @@ from shuffler.errors import (
     Overloaded,
     RequestRejected,
     ShufflerError,
+    StaleKey,
     StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
@@ -32,6 +33,7 @@ __all__ = [
     "SERVICE_NAME",
     "ShufflerServicer",
     "bearer",
+    "get_config",
     "parse",
     "rejection",
     "shuffler_handler",
@@ -45,6 +47,7 @@ log = logging.getLogger("crowdmix.shuffler")
 
 _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StoreOutcomeUnknown, grpc.StatusCode.DEADLINE_EXCEEDED),  # before its base class
@@ -104,7 +107,9 @@ def bearer(context: Any) -> str | None:
     return None
 
 
-def shuffler_handler(submit: Any, submit_stream: Any) -> grpc.GenericRpcHandler[Any, Any]:
+def shuffler_handler(
+    submit: Any, submit_stream: Any, get_config: Any
+) -> grpc.GenericRpcHandler[Any, Any]:
     """The Shuffler service's method table, shared by the sync and aio servers.
 
     Requests arrive as raw bytes (no request deserializer): the servicer parses
@@ -118,8 +123,19 @@ def shuffler_handler(submit: Any, submit_stream: Any) -> grpc.GenericRpcHandler[
             "SubmitStream": grpc.stream_unary_rpc_method_handler(
                 submit_stream, response_serializer=serialize
             ),
+            "GetConfig": grpc.unary_unary_rpc_method_handler(
+                get_config, response_serializer=pb.ConfigResponse.SerializeToString
+            ),
         },
     )
+
+
+def get_config(intake: Intake, raw: bytes, token: str | None) -> pb.ConfigResponse:
+    """GetConfig's domain call (no I/O but a stat of the public key file): the same
+    authentication as Submit, then the cached answer."""
+    if intake.auth_required:
+        intake.authenticate(token)
+    return intake.config.answer(raw)
 
 
 class ShufflerServicer:
@@ -135,7 +151,13 @@ class ShufflerServicer:
         self._metrics = metrics
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        return shuffler_handler(self.Submit, self.SubmitStream)
+        return shuffler_handler(self.Submit, self.SubmitStream, self.GetConfig)
+
+    def GetConfig(self, raw: bytes, context: grpc.ServicerContext) -> pb.ConfigResponse:
+        try:
+            return get_config(self._intake, raw, bearer(context))
+        except ShufflerError as exc:
+            self._abort(context, exc)
 
     def _abort(self, context: grpc.ServicerContext, exc: ShufflerError) -> NoReturn:
         context.abort(*rejection(exc, self._metrics))
