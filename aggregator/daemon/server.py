@@ -38,6 +38,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from aggregator.daemon.ingest import Ingestor
 from aggregator.daemon.metrics import IngestMetrics
 from aggregator.daemon.service import AggregatorServicer
+from aggregator.sealing.ingest import KeyFile
 from aggregator.store.base import CountStore, MemoryCountStore, StoreError
 from client.registry import Registry
 
@@ -98,6 +99,8 @@ class AggregatorServer:
         metrics_host: str = "127.0.0.1",
         maintain_interval: float = 1.0,
         max_message_bytes: int = 64 << 20,
+        keys_file: str | None = None,
+        open_workers: int = 0,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be positive, got {workers}")
@@ -106,7 +109,10 @@ class AggregatorServer:
         self.registry = registry
         self.store: CountStore = store if store is not None else MemoryCountStore()
         self.metrics = IngestMetrics()
-        self.ingestor = Ingestor(registry, self.store)
+        # the private key set opens sealed batches (re-read when the file changes);
+        # ``open_workers`` > 0: a process pool of that many openers
+        self.keys = None if keys_file is None else KeyFile(keys_file, workers=open_workers)
+        self.ingestor = Ingestor(registry, self.store, keys=self.keys)
         self._listen = listen
         self._tls = tls
         self._metrics_port = metrics_port
@@ -206,6 +212,8 @@ class AggregatorServer:
         if self._maintainer is not None:
             self._maintainer.join()
         self._maintain_once()  # leave folded counts behind (a restart would fold them anyway)
+        if self.keys is not None:
+            self.keys.close()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
