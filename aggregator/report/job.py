@@ -16,6 +16,7 @@ central (ε, δ) of the release.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -94,6 +95,7 @@ class ReportJob:
     shuffled: bool = True
     rounds: int = 1
     smallest_crowd: int | None = None  # measured at ingest (CountStore.smallest_crowd)
+    sealed: bool | None = None  # reports sealed to the aggregator (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,7 @@ def privacy_figures(
     shuffled: bool = True,
     rounds: int = 1,
     smallest_crowd: int | None = None,
+    sealed: bool | None = None,
 ) -> dict[str, Any]:
     """Local ε figures plus, when computable, the release's central (ε, δ) after shuffling.
 
@@ -161,6 +164,8 @@ def privacy_figures(
             rounds=rounds,
             smallest_crowd=smallest_crowd if batch_sizes is not None else None,
         )
+        if sealed is not None:  # who can learn what; no figure depends on it
+            statement = dataclasses.replace(statement, sealed=sealed)
         out["statement"] = statement.to_dict()
         out["text"] = statement.render()
     except (ImportError, ValueError, ArithmeticError) as exc:
@@ -221,6 +226,7 @@ def run_report(
             shuffled=job.shuffled,
             rounds=job.rounds,
             smallest_crowd=job.smallest_crowd,
+            sealed=job.sealed,
         )
     elif callable(privacy):
         figures = privacy(job.metric, job.totals)
