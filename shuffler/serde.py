@@ -57,7 +57,10 @@ def _sealed_columns(c: pb.ReportColumns) -> SealedIn:
             "malformed", f"count {c.count} disagrees with {len(c.key_ids)} key ids"
         )
     return SealedIn(
-        metric=c.metric, key_ids=list(c.key_ids), sealed=c.sealed, sealed_bytes=c.sealed_bytes
+        metric=c.metric,
+        key_ids=np.fromiter(c.key_ids, dtype=np.uint32, count=len(c.key_ids)),
+        sealed=c.sealed,
+        sealed_bytes=c.sealed_bytes,
     )
 
 

@@ -86,7 +86,7 @@ class SealedIn:
     """Sealed reports of one metric (rows grouped by length, or one column), not yet checked."""
 
     metric: str
-    key_ids: list[int]
+    key_ids: list[int] | npt.NDArray[np.uint32]  # a list for rows, numpy for a column
     sealed: bytes  # count × sealed_bytes
     sealed_bytes: int
 
@@ -115,7 +115,12 @@ def _check_sealed(
             f"of {part.sealed_bytes} bytes",
         )
     suites = set()
-    for kid in set(part.key_ids):
+    distinct = (
+        np.unique(part.key_ids).tolist()
+        if isinstance(part.key_ids, np.ndarray)
+        else set(part.key_ids)
+    )
+    for kid in distinct:
         key = keys.accepted(kid)
         if key is None:
             raise StaleKey(
@@ -304,7 +309,11 @@ def _validate_sealed(
         if part.count == 0:
             continue
         metric, qfp = _check_sealed(registry, part, keys)
-        pending = Rows(part.sealed_bytes, part.key_ids, part.sealed)
+        pending: Pending
+        if isinstance(part.key_ids, np.ndarray):  # a column: no per-report Python object
+            pending = Chunk(report_bytes=part.sealed_bytes, cohorts=part.key_ids, bits=part.sealed)
+        else:
+            pending = Rows(part.sealed_bytes, part.key_ids, part.sealed)
         grouped.setdefault((metric.name, qfp), []).append(pending)
     if not grouped:
         raise InvalidRequest("empty", "the request carries no report")
