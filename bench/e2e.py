@@ -131,9 +131,9 @@ def client_process(
     import grpc
 
     cohorts, bits = pool_arrays()
-    pool = POOL if public_keys is None else SEALED_POOL
+    pool_size = POOL if public_keys is None else SEALED_POOL
     payloads = (
-        sealed_payloads(public_keys, fingerprint, pool)
+        sealed_payloads(public_keys, fingerprint, pool_size)
         if public_keys
         else [
             pb.SubmitRequest(
@@ -170,7 +170,7 @@ def client_process(
                     i = next(counter, None)
                 if i is None:
                     return
-                k = i % pool
+                k = i % pool_size
                 try:
                     submit(payloads[k], metadata=metadata, timeout=30)
                 except grpc.RpcError:
