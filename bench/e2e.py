@@ -304,7 +304,8 @@ def main() -> int:
             lo, hi = min(ceiling), max(ceiling)
             print(
                 f"ceiling after: raw HPKE open {ceiling[-1]:,.0f} reports/s on one core; "
-                f"end to end sealed = {rate / hi:.0%}-{rate / lo:.0%} of one core's raw open"
+                f"end to end sealed {rate:,.0f} reports/s = {rate / hi:.0%}-{rate / lo:.0%} "
+                "of one core's raw open"
             )
         store.close()
     finally:
