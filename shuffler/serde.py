@@ -159,7 +159,8 @@ def batch_to_proto(batch: InFlightBatch) -> pb.Batch:
 
 
 def batch_from_proto(message: pb.Batch) -> InFlightBatch:
-    """The inverse of ``batch_to_proto`` (test receivers, round-trip tests)."""
+    """The inverse of ``batch_to_proto`` for clear batches (test receivers, round-trip
+    tests); a sealed batch is the aggregator's to open (``aggregator.daemon.service``)."""
     cols = message.reports
     return InFlightBatch(
         batch_id=message.batch_id,
