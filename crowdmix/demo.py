@@ -280,9 +280,6 @@ def run_demo(
         aggregator_store,
         listen="127.0.0.1:0",
         keys_file=None if key_dir is None else str(Path(key_dir.name) / "keys.json"),
-        # one opening process: decapsulation leaves this process (the simulated devices'
-        # sealing holds its GIL) and runs on the other core
-        open_workers=1,
     )
     shuffler = start_shuffler(
         registry,

@@ -33,6 +33,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,7 +167,8 @@ class KeyFile:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         self._stamp = self._stat()
-        self.opener = Opener(load_keyset(self.path), workers=workers)
+        self._keys = load_keyset(self.path)
+        self.opener = Opener(self._keys, workers=workers)
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
@@ -188,20 +190,29 @@ class KeyFile:
                 log.warning("keeping the previous key set: %s", exc)
                 return
             self._stamp = stamp
+            self._keys = keys
             self.opener.update_keys(keys)
             log.info("key set reloaded: ids %s", [k.key_id for k in keys.keys])
 
     def open(self, batch: SealedBatch, config: MetricConfig, now: float) -> OpenedBatch:
         self.refresh()
+        kwargs = {
+            "metric": config.name,
+            "report_bytes": config.report_bytes,
+            "fingerprint": config.fingerprint,
+            "key_ids": batch.key_ids,
+            "sealed": batch.values(),
+            "now": now,
+        }
         with self._lock:  # update_keys swaps the pool; never mid-batch
-            return self.opener.open(
-                metric=config.name,
-                report_bytes=config.report_bytes,
-                fingerprint=config.fingerprint,
-                key_ids=batch.key_ids,
-                sealed=batch.values(),
-                now=now,
-            )
+            try:
+                return self.opener.open(**kwargs)  # type: ignore[arg-type]
+            except BrokenProcessPool:
+                # a worker died (killed, out of memory): never fatal for the daemon; this
+                # batch is opened here and the pool is started afresh for the next one
+                log.error("an opening worker died; opening in process, restarting the pool")
+                self.opener.update_keys(self._keys)
+                return Opener(self._keys).open(**kwargs)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.opener.close()
