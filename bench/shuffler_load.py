@@ -14,6 +14,13 @@ of CPU per call from the same two cores). With h2load, every counted call is che
 against the shuffler's own Prometheus counters: the run is refused unless the
 shufflers acknowledged at least that many requests and rejected none.
 
+``--scenario sealed`` (issue 15): the bulk load with sealed columns (1000 X25519
+sealed reports of 92 bytes per request, the shuffler started with ``--public-keys``)
+beside, in the same run and interleaved, the same load with clear columns (16-byte
+bits + 16-byte ids) and its ceiling: a bare ``grpc.aio`` server answering every Submit
+without parsing it (same payload bytes as the sealed run, same h2load). ``--repeats``
+rounds of (echo, sealed, clear), ``uptime`` printed before each round.
+
 Targets (issue 4 §8):
 - device-style, one report per unary call, ≥ 64 concurrent callers:
   ≥ 4 000 acknowledged calls/s with p99 ≤ 50 ms;
@@ -78,6 +85,125 @@ def sink_main(port_file: str) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     server.stop(1).wait()
+
+
+def echo_main(port_file: str) -> None:
+    """The ceiling of a bulk run: grpc.aio answering Submit without parsing the request."""
+    import asyncio
+
+    import grpc
+
+    from protos import crowdmix_pb2 as pb
+
+    reply = pb.SubmitResponse(accepted=1000).SerializeToString()
+
+    async def submit(raw: bytes, context: object) -> bytes:
+        return reply
+
+    async def main() -> None:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "crowdmix.v1.Shuffler", {"Submit": grpc.unary_unary_rpc_method_handler(submit)}
+                ),
+            )
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        Path(port_file).write_text(str(port))
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def sealed_bulk_payload(public_keys: Path, per_request: int) -> bytes:
+    """One request of ``per_request`` sealed reports (random bits, cohorts and ids inside)."""
+    import numpy as np
+
+    from client.sealed import PublicKeySet
+    from client.sealing import seal_many
+    from protos import crowdmix_pb2 as pb
+
+    fp, rb = fingerprint()
+    key = PublicKeySet.from_json(public_keys.read_text()).keys[-1]
+    rng = np.random.default_rng(3)
+    rows = [(rng.bytes(rb), int(rng.integers(64)), fp, rng.bytes(16)) for _ in range(per_request)]
+    sealed = seal_many(key, METRIC, rows)
+    return pb.SubmitRequest(
+        columns=[
+            pb.ReportColumns(
+                metric=METRIC,
+                count=per_request,
+                key_ids=[key.key_id] * per_request,
+                sealed=b"".join(sealed),
+                sealed_bytes=len(sealed[0]),
+            )
+        ]
+    ).SerializeToString()
+
+
+def sealed_scenario(args: argparse.Namespace) -> None:
+    """Interleaved rounds of (echo ceiling, sealed shuffler, clear shuffler), bulk."""
+    from shuffler_loadgen import build_payload, run_h2load
+
+    from aggregator.sealing.keys import KeySet, write_public_config
+
+    fp, rb = fingerprint()
+    results: dict[str, list[float]] = {"echo": [], "sealed": [], "clear": []}
+    with tempfile.TemporaryDirectory(prefix="crowdmix-bench-") as tmp:
+        work = Path(tmp)
+        now = int(time.time())
+        keys, _ = KeySet().with_new_key(now)
+        public = work / "public-keys.json"
+        write_public_config(public, keys, now=now)
+        sealed = sealed_bulk_payload(public, 1000)
+        clear = build_payload(METRIC, fp, rb, 64, 1000, seed=2)
+        print(f"payload bytes per request: sealed {len(sealed):,}, clear {len(clear):,}")
+        for rnd in range(args.repeats):
+            print(f"round {rnd + 1}: uptime {os.popen('uptime').read().strip()}")
+            for kind in ("echo", "sealed", "clear"):
+                sub = work / f"{kind}-{rnd}"
+                sub.mkdir()
+                if kind == "echo":
+                    pf = sub / "echo.port"
+                    proc = subprocess.Popen([sys.executable, __file__, "--echo", str(pf)])
+                    try:
+                        target = f"127.0.0.1:{wait_file(pf, proc, 'echo server')}"
+                        r = run_h2load(
+                            [target], sealed, 1000, callers=args.bulk_inflight,
+                            duration=args.duration,
+                        )  # fmt: skip
+                    finally:
+                        proc.send_signal(signal.SIGTERM)
+                        proc.wait(timeout=30)
+                    note = "no parse, no store"
+                else:
+                    extra = args.extra.split()
+                    if kind == "sealed":
+                        extra += ["--public-keys", str(public)]
+                    cluster = Cluster(1, args.store, sub, extra, args.fsync)
+                    try:
+                        payload = sealed if kind == "sealed" else clear
+                        r, note = load(cluster, args, payload, 1000, args.bulk_inflight)
+                    finally:
+                        cluster.close()
+                ok = not r.errors
+                results[kind].append(r.reports_per_s if ok else float("nan"))
+                print(
+                    f"  [{kind:6}] {r.reports_per_s:,.0f} acked reports/s, "
+                    f"p50 {r.pct(50):.1f} ms, p99 {r.pct(99):.1f} ms, errors {r.errors} ({note})"
+                )
+    print(f"after: uptime {os.popen('uptime').read().strip()}")
+    for kind, xs in results.items():
+        print(
+            f"{kind:6}: "
+            + ", ".join(f"{x:,.0f}" for x in xs)
+            + f"  (median {sorted(xs)[len(xs) // 2]:,.0f})"
+        )
+    for kind in ("sealed", "clear"):
+        ratios = [a / b for a, b in zip(results[kind], results["echo"], strict=True)]
+        print(f"{kind} / echo ceiling per round: " + ", ".join(f"{x:.0%}" for x in ratios))
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -282,7 +408,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--sink", help=argparse.SUPPRESS)
-    ap.add_argument("--scenario", choices=["unary", "bulk", "both"], default="both")
+    ap.add_argument("--echo", help=argparse.SUPPRESS)
+    ap.add_argument("--scenario", choices=["unary", "bulk", "both", "sealed"], default="both")
+    ap.add_argument("--repeats", type=int, default=3, help="sealed scenario: rounds")
     ap.add_argument("--shufflers", default="1", help="comma-separated process counts, e.g. 1,2,4")
     ap.add_argument("--store", choices=["redis", "memory"], default="redis")
     ap.add_argument("--duration", type=float, default=10.0)
@@ -305,6 +433,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.sink:
         sink_main(args.sink)
+        return
+    if args.echo:
+        echo_main(args.echo)
+        return
+    if args.scenario == "sealed":
+        print(f"uptime: {os.popen('uptime').read().strip()}")
+        sealed_scenario(args)
         return
 
     from shuffler_loadgen import build_payload

@@ -27,6 +27,21 @@ Importing this module loads grpc (``pip install 'crowdmix[transport]'``);
   ids) for the next flush. Other errors (``INVALID_ARGUMENT``,
   ``UNAUTHENTICATED``, ...) cannot succeed on a retry: the request's reports
   are counted in ``failed`` and discarded.
+
+Sealing (``sealing="auto"``, the default): before its first send the client
+fetches the shuffler's config (``Shuffler.GetConfig``: each metric's params and
+the aggregator's public keys; cached for the lifetime it names, see ``config()``)
+and, when the shuffler publishes keys, seals every report to the newest usable
+key (``client.sealing``, RFC 9180 HPKE): bits, cohort, params fingerprint and
+report id go inside the seal, only the metric name and key id stay outside, so
+the shuffler learns who sent a report but not what it says. Reports stay clear
+in the queue and are sealed per request, so a refusal ``FAILED_PRECONDITION``
+"stale_key" (the key rotated away) makes the client refetch the config once and
+reseal with the same report ids. ``sealing="required"`` refuses to send clear
+reports to a shuffler that publishes no key (a shuffler that stopped publishing
+keys cannot downgrade it); ``sealing="off"`` never fetches the config and sends
+clear reports (plaintext setups, google/rappor files, benchmarks). Sealing needs
+the ``cryptography`` package (in the ``transport`` extra), imported only then.
 """
 
 from __future__ import annotations
@@ -38,9 +53,13 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from types import TracebackType
+from typing import TYPE_CHECKING, Literal
 
-from client.errors import TransportError
+from client.errors import CrowdmixClientError, TransportError
 from client.report import Report
+
+if TYPE_CHECKING:
+    from client.device_config import DeviceConfig
 
 try:
     import grpc
@@ -52,7 +71,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
 
-__all__ = ["RETRYABLE", "ShufflerClient"]
+__all__ = ["RETRYABLE", "STALE_KEY", "ShufflerClient"]
 
 log = logging.getLogger("crowdmix.client")
 
@@ -66,6 +85,9 @@ RETRYABLE = frozenset(
     }
 )
 REPORT_ID_BYTES = 16
+#: The refusal that means "your key config is stale: refetch it and seal again".
+STALE_KEY = "stale_key"
+Sealing = Literal["auto", "required", "off"]
 
 
 class ShufflerClient:
@@ -89,6 +111,7 @@ class ShufflerClient:
         backoff_cap: float = 5.0,
         timeout: float = 10.0,
         background: bool = True,
+        sealing: Sealing = "auto",
     ) -> None:
         for name, v in (("max_queue", max_queue), ("batch_size", batch_size)):
             if v < 1:
@@ -97,6 +120,11 @@ class ShufflerClient:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if (client_cert is None) != (client_key is None):
             raise ValueError("client_cert and client_key must be given together")
+        if sealing not in ("auto", "required", "off"):
+            raise ValueError(f"sealing must be 'auto', 'required' or 'off', got {sealing!r}")
+        self.sealing: Sealing = sealing
+        self._config: DeviceConfig | None = None
+        self._config_until = 0.0
         self.target = target
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         if tls or root_certificates is not None:
@@ -124,6 +152,8 @@ class ShufflerClient:
         self.dropped = 0  # reports evicted from the full queue (oldest first)
         self.sent = 0  # reports the shuffler acknowledged
         self.failed = 0  # reports discarded after a non-retryable error
+        self.sealed = 0  # reports sent sealed (acknowledged)
+        self.refetches = 0  # config refetches after a stale_key refusal
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(target=self._run, name="crowdmix-sender", daemon=True)
@@ -186,37 +216,157 @@ class ShufflerClient:
             self.dropped += len(batch) - len(keep)
             self._queue.extendleft(reversed(keep))
 
+    # -- config and sealing -----------------------------------------------------
+
+    def config(self, *, refresh: bool = False) -> DeviceConfig:
+        """The shuffler's config (``Shuffler.GetConfig``), cached for its ``cache_seconds``:
+        each metric's params (build encoders from them instead of hard-coding params
+        that must match the server's) and the aggregator's public keys."""
+        now = time.monotonic()
+        if refresh or self._config is None or now >= self._config_until:
+            from client.device_config import from_proto
+
+            try:
+                answer = self._stub.GetConfig(
+                    pb.GetConfigRequest(), metadata=self._metadata, timeout=self._timeout
+                )
+                config = from_proto(answer)
+            except CrowdmixClientError as exc:
+                raise TransportError(f"shuffler {self.target}: bad config: {exc}") from None
+            self._config, self._config_until = config, now + config.cache_seconds
+        assert self._config is not None
+        return self._config
+
+    def _sealing_config(self) -> DeviceConfig | None:
+        """The config to seal with, or None to send clear reports."""
+        if self.sealing == "off":
+            return None
+        try:
+            config = self.config()
+        except grpc.RpcError as exc:
+            old = isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNIMPLEMENTED
+            if self.sealing == "auto" and old:  # an older shuffler: no GetConfig, no keys
+                return None
+            raise
+        if config.sealed:
+            return config
+        if self.sealing == "required":
+            raise TransportError(
+                f"shuffler {self.target} publishes no aggregator key and sealing='required'"
+            )
+        return None
+
+    # -- sending --------------------------------------------------------------
+
     def _send_one_batch(self, *, raise_errors: bool) -> int:
         with self._send_lock:
             batch = self._take()
             if not batch:
                 return 0
-            request = self._request(batch)
             delay_cap = self._backoff[0]
-            for attempt in range(1, self._max_attempts + 1):
+            attempt = 0
+            resealed = False
+            request: pb.SubmitRequest | None = None
+            sealed = False
+            while True:
+                attempt += 1
                 try:
+                    if request is None:
+                        config = self._sealing_config()
+                        sealed = config is not None
+                        request = (
+                            self._request(batch)
+                            if config is None
+                            else self._sealed_request(batch, config)
+                        )
                     resp = self._stub.Submit(
                         request, metadata=self._metadata, timeout=self._timeout
                     )
                 except grpc.RpcError as exc:
                     code = exc.code() if isinstance(exc, grpc.Call) else None
+                    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+                    if (
+                        code == grpc.StatusCode.FAILED_PRECONDITION
+                        and (details or "").startswith(STALE_KEY)
+                        and not resealed
+                    ):
+                        # the key rotated away: refetch the config once, seal again
+                        resealed = True
+                        self.refetches += 1
+                        self._config = None
+                        request = None
+                        continue
                     if code in RETRYABLE and attempt < self._max_attempts and not self._closing():
                         time.sleep(self._jitter.uniform(0.0, delay_cap))
                         delay_cap = min(delay_cap * 2, self._backoff[1])
                         continue
-                    if code in RETRYABLE:
+                    if code in RETRYABLE or (code is None and request is None):
                         self._requeue(batch)
                     else:
                         self.failed += len(batch)
-                    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
                     message = f"shuffler {self.target}: {code}: {details}"
-                    if raise_errors:
-                        raise TransportError(message) from None
-                    log.warning("could not send %d reports: %s", len(batch), message)
-                    return 0
-                self.sent += int(resp.accepted)
-                return len(batch)
-            return 0  # unreachable: the loop returns or raises
+                except TransportError as exc:  # cannot seal: no usable key, unknown metric
+                    self.failed += len(batch)
+                    message = str(exc)
+                else:
+                    self.sent += int(resp.accepted)
+                    if sealed:
+                        self.sealed += int(resp.accepted)
+                    return len(batch)
+                if raise_errors:
+                    raise TransportError(message) from None
+                log.warning("could not send %d reports: %s", len(batch), message)
+                return 0
+
+    def _sealed_request(self, batch: list[Report], config: DeviceConfig) -> pb.SubmitRequest:
+        """Every report sealed to the newest usable key (a fresh HPKE encapsulation each)."""
+        from client.errors import ParamsError
+        from client.sealed import SealingError, choose_key
+        from client.sealing import seal_report
+
+        try:
+            key = choose_key(config.keys.keys, time.time())
+        except SealingError as exc:
+            raise TransportError(f"shuffler {self.target}: {exc}") from None
+        sealed: list[tuple[str, bytes]] = []
+        for r in batch:
+            metric = config.metrics.get(r.metric)
+            if metric is None:
+                raise TransportError(
+                    f"shuffler {self.target}: metric {r.metric!r} is not in its config"
+                )
+            try:
+                value = seal_report(
+                    key,
+                    metric=r.metric,
+                    bits=r.bits,
+                    cohort=r.cohort,
+                    fingerprint=r.params_fingerprint,
+                    report_id=r.report_id,  # 16 bytes: submit() refused any other length
+                    report_bytes=metric.report_bytes,
+                )
+            except ParamsError as exc:
+                raise TransportError(f"cannot seal a report of {r.metric!r}: {exc}") from None
+            sealed.append((r.metric, value.sealed))
+        if len(batch) < self._columnar_threshold:
+            return pb.SubmitRequest(
+                reports=[pb.Report(metric=m, key_id=key.key_id, sealed=v) for m, v in sealed]
+            )
+        groups: dict[tuple[str, int], list[bytes]] = {}
+        for m, v in sealed:
+            groups.setdefault((m, len(v)), []).append(v)
+        return pb.SubmitRequest(
+            columns=[
+                pb.ReportColumns(
+                    metric=m,
+                    count=len(values),
+                    key_ids=[key.key_id] * len(values),
+                    sealed=b"".join(values),
+                    sealed_bytes=n,
+                )
+                for (m, n), values in groups.items()
+            ]
+        )
 
     def _closing(self) -> bool:
         """The background sender stops retrying once close() began; close() flushes."""

@@ -3,6 +3,7 @@
     crowdmix aggregator serve --config metrics.toml [--redis URL]
         [--listen HOST:PORT] [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
         [--metrics-port N] [--port-file FILE] [--workers N]
+        [--keys PRIVATE-KEYS [--open-workers N]]
 
 Without ``--redis`` counts live in memory (lost at exit). ``--port-file``
 receives the bound port once the server listens (useful with ``--listen
@@ -34,6 +35,19 @@ def register(sub: Any) -> None:
     add_daemon_options(s)
     s.add_argument(
         "--workers", type=int, default=8, metavar="N", help="Ingest threads (default %(default)s)"
+    )
+    s.add_argument(
+        "--keys",
+        metavar="FILE",
+        help="private key file (crowdmix keys new, mode 0600): open sealed batches; "
+        "re-read when it changes",
+    )
+    s.add_argument(
+        "--open-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="processes opening sealed reports (0: in the Ingest threads; default %(default)s)",
     )
     s.add_argument(
         "--grace",
@@ -73,6 +87,15 @@ def serve(args: argparse.Namespace) -> int:
     registry = load_config_registry(args.config)
     if args.workers < 1:
         raise CliError(f"--workers must be positive, got {args.workers}")
+    if args.open_workers < 0:
+        raise CliError(f"--open-workers must be >= 0, got {args.open_workers}")
+    if args.keys is not None:
+        from aggregator.sealing.keys import KeySetError, load_keyset
+
+        try:
+            load_keyset(args.keys)  # fail now with one line, not at the first batch
+        except KeySetError as exc:
+            raise CliError(str(exc)) from None
     files = server_tls(args)
     tls = (
         None
@@ -94,6 +117,8 @@ def serve(args: argparse.Namespace) -> int:
                 workers=args.workers,
                 metrics_port=args.metrics_port,
                 metrics_host=args.metrics_host or "127.0.0.1",
+                keys_file=args.keys,
+                open_workers=args.open_workers,
             ).start()
     except BaseException:
         store.close()

@@ -286,6 +286,7 @@ class LocalCluster:
         extra_shuffler_args: list[str] | None = None,
         extra_aggregator_args: list[str] | None = None,
         fsync: str = "everysec",
+        sealed: bool = True,
     ) -> None:
         if shufflers < 1:
             raise ValueError(f"shufflers must be at least 1, got {shufflers}")
@@ -325,6 +326,11 @@ class LocalCluster:
         self.aggregator_redis = RedisServer(
             appendonly=True, directory=str(self.workdir / "redis-aggregator"), fsync="always"
         )
+        # Sealed (the default): the aggregator's key set stays in keys.json (0600, only the
+        # aggregator reads it); the shufflers get the public config only.
+        self.sealed = sealed
+        self.keys_path = self.workdir / "keys.json"
+        self.public_keys_path = self.workdir / "public-keys.json"
         self.aggregator: DaemonProcess | None = None
         self.shufflers: list[DaemonProcess] = []
         self._extra_shuffler_args = extra_shuffler_args or []
@@ -349,13 +355,28 @@ class LocalCluster:
     def shuffler_targets(self) -> list[str]:
         return [s.target for s in self.shufflers]
 
+    def _make_keys(self) -> None:
+        """A key set for a new cluster directory (kept across restarts in the same one);
+        the public config is written again each start (it lists pending/active keys)."""
+        from aggregator.sealing.keys import KeySet, load_keyset, save_keyset, write_public_config
+
+        now = int(time.time())
+        if self.keys_path.exists():
+            keys = load_keyset(self.keys_path)
+        else:
+            keys, _ = KeySet().with_new_key(now)
+            save_keyset(self.keys_path, keys, now=now, create=True)
+        write_public_config(self.public_keys_path, keys, now=now)
+
     def _aggregator(self) -> DaemonProcess:
         port = free_port()
+        keys = ["--keys", str(self.keys_path)] if self.sealed else []
         args = [
             "aggregator", "serve",
             "--config", str(self.registry_path),
             "--redis", self.aggregator_redis.url,
             "--listen", f"127.0.0.1:{port}",
+            *keys,
             *self._extra_aggregator_args,
         ]  # fmt: skip
         return DaemonProcess("aggregator", args, port, self.workdir / "aggregator.log")
@@ -369,12 +390,15 @@ class LocalCluster:
             "--listen", f"127.0.0.1:{port}",
             "--aggregator", aggregator_target,
             "--tokens", str(self.tokens_path),
+            *(["--public-keys", str(self.public_keys_path)] if self.sealed else []),
             *self._extra_shuffler_args,
         ]  # fmt: skip
         return DaemonProcess(f"shuffler-{i}", args, port, self.workdir / f"shuffler-{i}.log")
 
     def start(self, timeout: float = 60.0) -> None:
         try:
+            if self.sealed:
+                self._make_keys()
             self.redis.start()
             self.aggregator_redis.start()
             self.aggregator = self._aggregator()
@@ -463,6 +487,12 @@ def register(sub: Any) -> None:
         "of acknowledged reports) or always (fsync before every acknowledgement; slower). "
         "The aggregator's Redis is always 'always'",
     )
+    p.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no key set: shufflers take clear reports (default: sealed reports, the "
+        "shufflers hold only the aggregator's public keys)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -481,6 +511,7 @@ def _run(args: argparse.Namespace) -> int:
             registry_path=args.config,
             min_batch=args.min_batch,
             fsync=args.fsync,
+            sealed=not args.plaintext,
         )
         cluster.start()
     except (RuntimeError, ValueError) as exc:
@@ -494,6 +525,11 @@ def _run(args: argparse.Namespace) -> int:
     for s in cluster.shufflers:
         print(f"  {s.name:<11} {s.target}")
     print(f"  registry    {cluster.registry_path}")
+    if cluster.sealed:
+        print(f"  keys        {cluster.keys_path} (aggregator, private)")
+        print(f"  public keys {cluster.public_keys_path} (shufflers; sealed reports only)")
+    else:
+        print("  sealing     off (--plaintext): the shufflers see report contents")
     print(f"  token       in {cluster.tokens_path}")
     print(
         "Try: crowdmix simulate --target "

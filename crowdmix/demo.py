@@ -8,7 +8,9 @@
 3. Submit through ``client.transport.ShufflerClient`` to a shuffler, which
    authenticates, validates, stores (memory, or Redis with ``--redis``),
    thresholds, shuffles with a CSPRNG and forwards batches to an aggregator,
-   which counts each batch exactly once.
+   which counts each batch exactly once. Reports are sealed (HPKE) to a key set
+   the demo makes for its aggregator, so the shuffler stores only ciphertexts
+   and holds only the public keys; ``--plaintext`` sends them clear.
 4. The report job decodes the aggregator's counts against the candidate
    values (the true ones plus decoys that nobody holds) and states the
    privacy guarantee; the table shows the truth beside each estimate.
@@ -72,6 +74,12 @@ def register(sub: Any) -> None:
     add_rappor_options(g, k=64, m=16, f=0.25, p=0.25, q=0.75)
     g.add_argument(
         "--min-batch", type=int, help="shuffler threshold (default: clients/10, at most 10000)"
+    )
+    p.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="send reports clear (default: sealed to the aggregator's key; costs ~0.15 ms "
+        "of CPU per report to seal and open)",
     )
     p.set_defaults(func=run)
 
@@ -139,6 +147,21 @@ def _wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout:
 
 def _new_secret() -> bytes:
     return os.urandom(32)
+
+
+def _demo_keys() -> Any:
+    """A temporary directory with a fresh key set (keys.json, 0600: the aggregator's)
+    and its public config (public.json: all the shuffler gets)."""
+    import tempfile
+
+    from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+
+    tmp = tempfile.TemporaryDirectory(prefix="crowdmix-demo-keys-")
+    now = int(time.time())
+    keys, _ = KeySet().with_new_key(now)
+    save_keyset(Path(tmp.name) / "keys.json", keys, now=now, create=True)
+    write_public_config(Path(tmp.name) / "public.json", keys, now=now)
+    return tmp
 
 
 def demo_redis_urls(url: str) -> tuple[str, str]:
@@ -246,13 +269,22 @@ def run_demo(
     else:
         shuffler_store = MemoryStore()
         aggregator_store = open_store(None)
-    aggregator = start_aggregator(registry, aggregator_store, listen="127.0.0.1:0")
+    sealed = not getattr(args, "plaintext", False)
+    key_dir = _demo_keys() if sealed else None
+    aggregator = start_aggregator(
+        registry,
+        aggregator_store,
+        listen="127.0.0.1:0",
+        keys_file=None if key_dir is None else str(Path(key_dir.name) / "keys.json"),
+    )
     shuffler = start_shuffler(
         registry,
         shuffler_store,
         f"127.0.0.1:{aggregator.port}",
         listen="127.0.0.1:0",
-        settings=ShufflerSettings(),
+        settings=ShufflerSettings(
+            public_keys=None if key_dir is None else str(Path(key_dir.name) / "public.json")
+        ),
         tokens=frozenset({token}),
     )
     store_name = (
@@ -260,7 +292,8 @@ def run_demo(
     )
     _say(
         f"  shuffler on 127.0.0.1:{shuffler.port} -> aggregator on 127.0.0.1:{aggregator.port} "
-        f"({store_name} stores, threshold {metric.shuffle.min_batch:,} reports)",
+        f"({store_name} stores, threshold {metric.shuffle.min_batch:,} reports, "
+        + ("reports sealed to the aggregator)" if sealed else "plaintext reports)"),
         quiet,
     )
     try:
@@ -301,11 +334,14 @@ def run_demo(
                 source=f"demo ({store_name} store)",
                 batch_sizes=batch_sizes,
                 smallest_crowd=aggregator_store.smallest_crowd(METRIC),
+                sealed=sealed,
             )
         )
     finally:
         shuffler.stop()
         aggregator.stop()
+        if key_dir is not None:
+            key_dir.cleanup()
         if args.redis:
             shuffler_store.close()
             aggregator_store.close()
@@ -326,6 +362,7 @@ def run_demo(
         "acknowledged": acknowledged,
         "counted": counted,
         "held_back": pending,
+        "sealed": sealed,
         "total_variation": tv,
         "truth": truth,
         "elapsed_seconds": time.perf_counter() - started,

@@ -1,6 +1,6 @@
 """``crowdmix keys``: the aggregator's HPKE key set (private file, mode 0600).
 
-    crowdmix keys new    --file KEYS [--suite S] [--grace D] [--public OUT]
+    crowdmix keys new    --file KEYS [--suite S] [--grace D] [--public OUT] [--if-missing]
     crowdmix keys list   --file KEYS [--json]
     crowdmix keys rotate --file KEYS [--suite S] [--pending D] [--grace D] [--public OUT]
     crowdmix keys retire --file KEYS --id N [--now] [--public OUT]
@@ -58,6 +58,11 @@ def register(sub: Any) -> None:
     common(new)
     new.add_argument("--suite", choices=suites, default=suites[0], help="HPKE suite")
     new.add_argument("--grace", type=_duration, default=None, help="grace period (31d)")
+    new.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="keep an existing key file (and rewrite --public from it): for start-up scripts",
+    )
     new.set_defaults(func=_new)
 
     lst = ksub.add_parser("list", help="keys with their state and validity")
@@ -116,6 +121,13 @@ def _publish(args: argparse.Namespace, keys: Any, ks: Any, now: int) -> None:
 
 @_guard
 def _new(args: argparse.Namespace, keys: Any, now: int) -> int:
+    import os
+
+    if getattr(args, "if_missing", False) and os.path.exists(args.file):
+        ks = keys.load_keyset(args.file)  # refuses a file others may read, as always
+        print(f"kept {args.file} ({len(ks.keys)} key(s))")
+        _publish(args, keys, ks, now)
+        return 0
     grace = keys.DEFAULT_GRACE_SECONDS if args.grace is None else args.grace
     ks, key = keys.KeySet().with_new_key(now, suite=args.suite, grace_seconds=grace)
     keys.save_keyset(args.file, ks, now=now, create=True)

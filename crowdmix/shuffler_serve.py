@@ -47,6 +47,9 @@ def register(subparsers: Any) -> None:
       help="serve without --tokens (or with the placeholder token of tokens.example.txt): "
       "anyone who reaches the port can submit reports")  # fmt: skip
     add_daemon_options(serve)
+    a("--public-keys", metavar="FILE",
+      help="the aggregator's public key config (crowdmix keys export): take sealed reports "
+      "only and serve the keys in GetConfig; re-read when it changes. Omit: plaintext")  # fmt: skip
     a("--max-request-bytes", type=int, metavar="N")
     a("--max-reports-per-request", type=int, metavar="N")
     a("--rate-limit", dest="rate_limit_reports", type=float, metavar="REPORTS_PER_S",
@@ -75,7 +78,7 @@ _FLAGS = {
     "rate_limit_reports": "--rate-limit", "max_buffered_reports": "--max-buffered",
     "max_concurrent_rpcs": "--max-concurrent-rpcs",
     "commit_max_delay_ms": "--commit-delay-ms",
-    "shutdown_grace_seconds": "--grace",
+    "shutdown_grace_seconds": "--grace", "public_keys": "--public-keys",
 }  # fmt: skip
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
 
@@ -85,7 +88,7 @@ _OVERRIDES = (
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
     "max_concurrent_rpcs",
     "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
-    "metrics_host", "allow_unauthenticated",
+    "metrics_host", "allow_unauthenticated", "public_keys",
 )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x63rowdmix.proto\x12\x0b\x63rowdmix.v1\"e\n\x06Report\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06\x63ohort\x18\x02 \x01(\r\x12\x0c\n\x04\x62its\x18\x03 \x01(\x0c\x12\x1a\n\x12params_fingerprint\x18\x04 \x01(\x06\x12\x11\n\treport_id\x18\x05 \x01(\x0c\"\x97\x01\n\rReportColumns\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x02 \x01(\x06\x12\r\n\x05\x63ount\x18\x03 \x01(\r\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12\x13\n\x07\x63ohorts\x18\x05 \x03(\rB\x02\x10\x01\x12\x0c\n\x04\x62its\x18\x06 \x01(\x0c\x12\x12\n\nreport_ids\x18\x07 \x01(\x0c\"b\n\rSubmitRequest\x12$\n\x07reports\x18\x01 \x03(\x0b\x32\x13.crowdmix.v1.Report\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"\"\n\x0eSubmitResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x0c\x12\x0e\n\x06window\x18\x02 \x01(\r\x12+\n\x07reports\x18\x03 \x01(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"O\n\x0eIngestResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x19\n\x11\x64uplicate_reports\x18\x03 \x01(\x04\x32\x98\x01\n\x08Shuffler\x12\x41\n\x06Submit\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse\x12I\n\x0cSubmitStream\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse(\x01\x32G\n\nAggregator\x12\x39\n\x06Ingest\x12\x12.crowdmix.v1.Batch\x1a\x1b.crowdmix.v1.IngestResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x63rowdmix.proto\x12\x0b\x63rowdmix.v1\"\x85\x01\n\x06Report\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06\x63ohort\x18\x02 \x01(\r\x12\x0c\n\x04\x62its\x18\x03 \x01(\x0c\x12\x1a\n\x12params_fingerprint\x18\x04 \x01(\x06\x12\x11\n\treport_id\x18\x05 \x01(\x0c\x12\x0e\n\x06key_id\x18\x06 \x01(\r\x12\x0e\n\x06sealed\x18\x07 \x01(\x0c\"\xd2\x01\n\rReportColumns\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x02 \x01(\x06\x12\r\n\x05\x63ount\x18\x03 \x01(\r\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12\x13\n\x07\x63ohorts\x18\x05 \x03(\rB\x02\x10\x01\x12\x0c\n\x04\x62its\x18\x06 \x01(\x0c\x12\x12\n\nreport_ids\x18\x07 \x01(\x0c\x12\x13\n\x07key_ids\x18\x08 \x03(\rB\x02\x10\x01\x12\x0e\n\x06sealed\x18\t \x01(\x0c\x12\x14\n\x0csealed_bytes\x18\n \x01(\r\"b\n\rSubmitRequest\x12$\n\x07reports\x18\x01 \x03(\x0b\x32\x13.crowdmix.v1.Report\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"\"\n\x0eSubmitResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x0c\x12\x0e\n\x06window\x18\x02 \x01(\r\x12+\n\x07reports\x18\x03 \x01(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"O\n\x0eIngestResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x19\n\x11\x64uplicate_reports\x18\x03 \x01(\x04\"#\n\x10GetConfigRequest\x12\x0f\n\x07metrics\x18\x01 \x03(\t\"a\n\x0cRapporConfig\x12\t\n\x01k\x18\x01 \x01(\r\x12\t\n\x01h\x18\x02 \x01(\r\x12\t\n\x01m\x18\x03 \x01(\r\x12\t\n\x01\x66\x18\x04 \x01(\x01\x12\t\n\x01p\x18\x05 \x01(\x01\x12\t\n\x01q\x18\x06 \x01(\x01\x12\x0f\n\x07hashing\x18\x07 \x01(\t\"C\n\x0b\x42\x61sicConfig\x12\x0f\n\x07\x65psilon\x18\x01 \x01(\x01\x12\x13\n\x0b\x64omain_size\x18\x02 \x01(\r\x12\x0e\n\x06\x64omain\x18\x03 \x03(\t\"\xc0\x01\n\nMetricInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x65ncoding\x18\x02 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x03 \x01(\x06\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12+\n\x06rappor\x18\x05 \x01(\x0b\x32\x19.crowdmix.v1.RapporConfigH\x00\x12)\n\x05\x62\x61sic\x18\x06 \x01(\x0b\x32\x18.crowdmix.v1.BasicConfigH\x00\x42\x08\n\x06params\"e\n\tPublicKey\x12\x0e\n\x06key_id\x18\x01 \x01(\r\x12\r\n\x05suite\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\x12\n\nnot_before\x18\x04 \x01(\x03\x12\x11\n\tnot_after\x18\x05 \x01(\x03\"\x9a\x01\n\x0e\x43onfigResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x15\n\rcache_seconds\x18\x02 \x01(\r\x12(\n\x07metrics\x18\x03 \x03(\x0b\x32\x17.crowdmix.v1.MetricInfo\x12$\n\x04keys\x18\x04 \x03(\x0b\x32\x16.crowdmix.v1.PublicKey\x12\x10\n\x08protocol\x18\x05 \x01(\r2\xe1\x01\n\x08Shuffler\x12\x41\n\x06Submit\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse\x12I\n\x0cSubmitStream\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse(\x01\x12G\n\tGetConfig\x12\x1d.crowdmix.v1.GetConfigRequest\x1a\x1b.crowdmix.v1.ConfigResponse2G\n\nAggregator\x12\x39\n\x06Ingest\x12\x12.crowdmix.v1.Batch\x1a\x1b.crowdmix.v1.IngestResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,20 +33,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REPORTCOLUMNS'].fields_by_name['cohorts']._loaded_options = None
   _globals['_REPORTCOLUMNS'].fields_by_name['cohorts']._serialized_options = b'\020\001'
-  _globals['_REPORT']._serialized_start=31
-  _globals['_REPORT']._serialized_end=132
-  _globals['_REPORTCOLUMNS']._serialized_start=135
-  _globals['_REPORTCOLUMNS']._serialized_end=286
-  _globals['_SUBMITREQUEST']._serialized_start=288
-  _globals['_SUBMITREQUEST']._serialized_end=386
-  _globals['_SUBMITRESPONSE']._serialized_start=388
-  _globals['_SUBMITRESPONSE']._serialized_end=422
-  _globals['_BATCH']._serialized_start=424
-  _globals['_BATCH']._serialized_end=510
-  _globals['_INGESTRESPONSE']._serialized_start=512
-  _globals['_INGESTRESPONSE']._serialized_end=591
-  _globals['_SHUFFLER']._serialized_start=594
-  _globals['_SHUFFLER']._serialized_end=746
-  _globals['_AGGREGATOR']._serialized_start=748
-  _globals['_AGGREGATOR']._serialized_end=819
+  _globals['_REPORTCOLUMNS'].fields_by_name['key_ids']._loaded_options = None
+  _globals['_REPORTCOLUMNS'].fields_by_name['key_ids']._serialized_options = b'\020\001'
+  _globals['_REPORT']._serialized_start=32
+  _globals['_REPORT']._serialized_end=165
+  _globals['_REPORTCOLUMNS']._serialized_start=168
+  _globals['_REPORTCOLUMNS']._serialized_end=378
+  _globals['_SUBMITREQUEST']._serialized_start=380
+  _globals['_SUBMITREQUEST']._serialized_end=478
+  _globals['_SUBMITRESPONSE']._serialized_start=480
+  _globals['_SUBMITRESPONSE']._serialized_end=514
+  _globals['_BATCH']._serialized_start=516
+  _globals['_BATCH']._serialized_end=602
+  _globals['_INGESTRESPONSE']._serialized_start=604
+  _globals['_INGESTRESPONSE']._serialized_end=683
+  _globals['_GETCONFIGREQUEST']._serialized_start=685
+  _globals['_GETCONFIGREQUEST']._serialized_end=720
+  _globals['_RAPPORCONFIG']._serialized_start=722
+  _globals['_RAPPORCONFIG']._serialized_end=819
+  _globals['_BASICCONFIG']._serialized_start=821
+  _globals['_BASICCONFIG']._serialized_end=888
+  _globals['_METRICINFO']._serialized_start=891
+  _globals['_METRICINFO']._serialized_end=1083
+  _globals['_PUBLICKEY']._serialized_start=1085
+  _globals['_PUBLICKEY']._serialized_end=1186
+  _globals['_CONFIGRESPONSE']._serialized_start=1189
+  _globals['_CONFIGRESPONSE']._serialized_end=1343
+  _globals['_SHUFFLER']._serialized_start=1346
+  _globals['_SHUFFLER']._serialized_end=1571
+  _globals['_AGGREGATOR']._serialized_start=1573
+  _globals['_AGGREGATOR']._serialized_end=1644
 # @@protoc_insertion_point(module_scope)

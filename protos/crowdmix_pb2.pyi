@@ -7,21 +7,25 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Report(_message.Message):
-    __slots__ = ("metric", "cohort", "bits", "params_fingerprint", "report_id")
+    __slots__ = ("metric", "cohort", "bits", "params_fingerprint", "report_id", "key_id", "sealed")
     METRIC_FIELD_NUMBER: _ClassVar[int]
     COHORT_FIELD_NUMBER: _ClassVar[int]
     BITS_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    SEALED_FIELD_NUMBER: _ClassVar[int]
     metric: str
     cohort: int
     bits: bytes
     params_fingerprint: int
     report_id: bytes
-    def __init__(self, metric: _Optional[str] = ..., cohort: _Optional[int] = ..., bits: _Optional[bytes] = ..., params_fingerprint: _Optional[int] = ..., report_id: _Optional[bytes] = ...) -> None: ...
+    key_id: int
+    sealed: bytes
+    def __init__(self, metric: _Optional[str] = ..., cohort: _Optional[int] = ..., bits: _Optional[bytes] = ..., params_fingerprint: _Optional[int] = ..., report_id: _Optional[bytes] = ..., key_id: _Optional[int] = ..., sealed: _Optional[bytes] = ...) -> None: ...
 
 class ReportColumns(_message.Message):
-    __slots__ = ("metric", "params_fingerprint", "count", "report_bytes", "cohorts", "bits", "report_ids")
+    __slots__ = ("metric", "params_fingerprint", "count", "report_bytes", "cohorts", "bits", "report_ids", "key_ids", "sealed", "sealed_bytes")
     METRIC_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +33,9 @@ class ReportColumns(_message.Message):
     COHORTS_FIELD_NUMBER: _ClassVar[int]
     BITS_FIELD_NUMBER: _ClassVar[int]
     REPORT_IDS_FIELD_NUMBER: _ClassVar[int]
+    KEY_IDS_FIELD_NUMBER: _ClassVar[int]
+    SEALED_FIELD_NUMBER: _ClassVar[int]
+    SEALED_BYTES_FIELD_NUMBER: _ClassVar[int]
     metric: str
     params_fingerprint: int
     count: int
@@ -36,7 +43,10 @@ class ReportColumns(_message.Message):
     cohorts: _containers.RepeatedScalarFieldContainer[int]
     bits: bytes
     report_ids: bytes
-    def __init__(self, metric: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., count: _Optional[int] = ..., report_bytes: _Optional[int] = ..., cohorts: _Optional[_Iterable[int]] = ..., bits: _Optional[bytes] = ..., report_ids: _Optional[bytes] = ...) -> None: ...
+    key_ids: _containers.RepeatedScalarFieldContainer[int]
+    sealed: bytes
+    sealed_bytes: int
+    def __init__(self, metric: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., count: _Optional[int] = ..., report_bytes: _Optional[int] = ..., cohorts: _Optional[_Iterable[int]] = ..., bits: _Optional[bytes] = ..., report_ids: _Optional[bytes] = ..., key_ids: _Optional[_Iterable[int]] = ..., sealed: _Optional[bytes] = ..., sealed_bytes: _Optional[int] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
     __slots__ = ("reports", "columns")
@@ -71,3 +81,81 @@ class IngestResponse(_message.Message):
     duplicate: bool
     duplicate_reports: int
     def __init__(self, applied: _Optional[int] = ..., duplicate: _Optional[bool] = ..., duplicate_reports: _Optional[int] = ...) -> None: ...
+
+class GetConfigRequest(_message.Message):
+    __slots__ = ("metrics",)
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    metrics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, metrics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RapporConfig(_message.Message):
+    __slots__ = ("k", "h", "m", "f", "p", "q", "hashing")
+    K_FIELD_NUMBER: _ClassVar[int]
+    H_FIELD_NUMBER: _ClassVar[int]
+    M_FIELD_NUMBER: _ClassVar[int]
+    F_FIELD_NUMBER: _ClassVar[int]
+    P_FIELD_NUMBER: _ClassVar[int]
+    Q_FIELD_NUMBER: _ClassVar[int]
+    HASHING_FIELD_NUMBER: _ClassVar[int]
+    k: int
+    h: int
+    m: int
+    f: float
+    p: float
+    q: float
+    hashing: str
+    def __init__(self, k: _Optional[int] = ..., h: _Optional[int] = ..., m: _Optional[int] = ..., f: _Optional[float] = ..., p: _Optional[float] = ..., q: _Optional[float] = ..., hashing: _Optional[str] = ...) -> None: ...
+
+class BasicConfig(_message.Message):
+    __slots__ = ("epsilon", "domain_size", "domain")
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    epsilon: float
+    domain_size: int
+    domain: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, epsilon: _Optional[float] = ..., domain_size: _Optional[int] = ..., domain: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MetricInfo(_message.Message):
+    __slots__ = ("name", "encoding", "params_fingerprint", "report_bytes", "rappor", "basic")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RAPPOR_FIELD_NUMBER: _ClassVar[int]
+    BASIC_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    encoding: str
+    params_fingerprint: int
+    report_bytes: int
+    rappor: RapporConfig
+    basic: BasicConfig
+    def __init__(self, name: _Optional[str] = ..., encoding: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., report_bytes: _Optional[int] = ..., rappor: _Optional[_Union[RapporConfig, _Mapping]] = ..., basic: _Optional[_Union[BasicConfig, _Mapping]] = ...) -> None: ...
+
+class PublicKey(_message.Message):
+    __slots__ = ("key_id", "suite", "public_key", "not_before", "not_after")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUITE_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    key_id: int
+    suite: str
+    public_key: bytes
+    not_before: int
+    not_after: int
+    def __init__(self, key_id: _Optional[int] = ..., suite: _Optional[str] = ..., public_key: _Optional[bytes] = ..., not_before: _Optional[int] = ..., not_after: _Optional[int] = ...) -> None: ...
+
+class ConfigResponse(_message.Message):
+    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    cache_seconds: int
+    metrics: _containers.RepeatedCompositeFieldContainer[MetricInfo]
+    keys: _containers.RepeatedCompositeFieldContainer[PublicKey]
+    protocol: int
+    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ...) -> None: ...

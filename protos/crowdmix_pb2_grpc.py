@@ -44,6 +44,11 @@ class ShufflerStub:
                 request_serializer=crowdmix__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=crowdmix__pb2.SubmitResponse.FromString,
                 _registered_method=True)
+        self.GetConfig = channel.unary_unary(
+                '/crowdmix.v1.Shuffler/GetConfig',
+                request_serializer=crowdmix__pb2.GetConfigRequest.SerializeToString,
+                response_deserializer=crowdmix__pb2.ConfigResponse.FromString,
+                _registered_method=True)
 
 
 class ShufflerServicer:
@@ -66,6 +71,16 @@ class ShufflerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetConfig(self, request, context):
+        """Per metric its encoding and params (with fingerprint), and the aggregator's
+        public keys. A report sealed to a key the shuffler does not accept (unknown,
+        expired) is refused FAILED_PRECONDITION with details starting "stale_key":
+        the SDK refetches this config once and reseals.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ShufflerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +93,11 @@ def add_ShufflerServicer_to_server(servicer, server):
                     servicer.SubmitStream,
                     request_deserializer=crowdmix__pb2.SubmitRequest.FromString,
                     response_serializer=crowdmix__pb2.SubmitResponse.SerializeToString,
+            ),
+            'GetConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConfig,
+                    request_deserializer=crowdmix__pb2.GetConfigRequest.FromString,
+                    response_serializer=crowdmix__pb2.ConfigResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +154,33 @@ class Shuffler:
             '/crowdmix.v1.Shuffler/SubmitStream',
             crowdmix__pb2.SubmitRequest.SerializeToString,
             crowdmix__pb2.SubmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crowdmix.v1.Shuffler/GetConfig',
+            crowdmix__pb2.GetConfigRequest.SerializeToString,
+            crowdmix__pb2.ConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

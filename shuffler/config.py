@@ -27,6 +27,10 @@ table), and command-line flags::
     metrics_port = 9400                      # Prometheus; omit for none
     metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
     allow_unauthenticated = false            # true: serve without tokens_file (no auth)
+    public_keys = "/etc/crowdmix/public-keys.json"  # the aggregator's public keys
+                                             # (crowdmix keys export): sealed reports only;
+                                             # omit: a plaintext shuffler
+    config_cache_seconds = 3600              # GetConfig's cache lifetime for devices
 
 A bad value raises ``ConfigError`` naming the field.
 
@@ -89,6 +93,10 @@ class ShufflerSettings:
     # reaches the port submit reports; the command line refuses it unless this is set.
     allow_unauthenticated: bool = False
     port_file: str | None = None
+    # The aggregator's public key config (never a private key): with it the shuffler takes
+    # sealed reports only and serves the keys in GetConfig; re-read when the file changes.
+    public_keys: str | None = None
+    config_cache_seconds: int = 3600
     tick_seconds: float = 0.05
     shutdown_grace_seconds: float = 10.0
     # A batch the aggregator refused outright is offered again this often (and at start-up).
@@ -127,6 +135,7 @@ class ShufflerSettings:
             "max_concurrent_rpcs",
         ):
             _positive_int(name, getattr(self, name))
+        _positive_int("config_cache_seconds", self.config_cache_seconds)
         for name in ("rate_limit_reports", "commit_max_delay_ms"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:

@@ -7,6 +7,8 @@ in exactly one place (``shuffler.servicer._STATUS``):
     ├── RequestRejected                     a request is refused as a whole (all or nothing)
     │   ├── InvalidRequest                  INVALID_ARGUMENT   (unknown metric, bad length, ...)
     │   ├── Unauthenticated                 UNAUTHENTICATED    (missing or unknown bearer token)
+    │   ├── StaleKey                        FAILED_PRECONDITION (sealed to a key not accepted
+    │   │                                                       here: refetch GetConfig, reseal)
     │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
     ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
     │   └── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
@@ -28,6 +30,7 @@ __all__ = [
     "Overloaded",
     "RequestRejected",
     "ShufflerError",
+    "StaleKey",
     "StoreOutcomeUnknown",
     "StoreUnavailable",
     "Unauthenticated",
@@ -64,6 +67,11 @@ class InvalidRequest(RequestRejected):
 
 class Unauthenticated(RequestRejected):
     """No bearer token, or one that is not in the tokens file."""
+
+
+class StaleKey(RequestRejected):
+    """A sealed report names a key id this shuffler does not accept (unknown, or past
+    its end): the device's config is stale. The SDK refetches it once and reseals."""
 
 
 class Overloaded(RequestRejected):

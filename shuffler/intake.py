@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 
 from client.registry import Registry
 from shuffler.columns import Pending
+from shuffler.config_service import ConfigService, PublishedKeys
 from shuffler.errors import Overloaded, Unauthenticated
-from shuffler.validation import ColumnsIn, RowsIn, validate
+from shuffler.validation import ColumnsIn, RowsIn, SealedIn, validate
 
 __all__ = ["Intake", "RateLimiter"]
 
@@ -68,8 +69,13 @@ class Intake:
         max_reports_per_request: int = 100_000,
         rate_limit_reports: float = 0.0,
         max_buffered_reports: int = 50_000_000,
+        keys: PublishedKeys | None = None,
+        config_cache_seconds: int = 3600,
     ) -> None:
         self.registry = registry
+        # the aggregator's public keys (None: a plaintext shuffler) and GetConfig's answers
+        self.keys = keys
+        self.config = ConfigService(registry, keys, cache_seconds=config_cache_seconds)
         # Compare digests, so lookups do not time the token's bytes.
         self._token_digests = None if tokens is None else frozenset(_digest(t) for t in tokens)
         self._max_reports = max_reports_per_request
@@ -109,10 +115,10 @@ class Intake:
         return self._buffered
 
     def admit(
-        self, parts: Sequence[ColumnsIn | RowsIn], *, connection: str
+        self, parts: Sequence[ColumnsIn | RowsIn | SealedIn], *, connection: str
     ) -> tuple[dict[tuple[str, int], Pending], int]:
         """Validate and apply the limits; returns what to commit and its report count."""
-        chunks = validate(self.registry, parts, max_reports=self._max_reports)
+        chunks = validate(self.registry, parts, max_reports=self._max_reports, keys=self.keys)
         n = sum(c.count for c in chunks.values())
         if self._limiter is not None and not self._limiter.admit(connection, n):
             raise Overloaded("rate_limited", "this connection is over its report rate")

@@ -4,6 +4,10 @@ Rows (``Report`` messages) are grouped by (metric, fingerprint, bit length)
 into ``RowsIn``: grouping is the one per-report loop, unavoidable for
 per-report protobuf objects, and is why bulk senders should send
 ``ReportColumns`` (``ColumnsIn``, checked with numpy).
+
+Sealed reports (``Report.sealed``, ``ReportColumns.sealed``) become ``SealedIn``;
+a report or column that sets both sealed and clear fields is refused here
+("mixed_sealed"), so nothing clear ever rides along with a seal.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import numpy as np
 
 from protos import crowdmix_pb2 as pb
 from shuffler.columns import ID_BYTES, Chunk
+from shuffler.config_service import is_sealed_queue
 from shuffler.errors import InvalidRequest
 from shuffler.store import InFlightBatch, QueueKey
-from shuffler.validation import ColumnsIn, RowsIn
+from shuffler.validation import ColumnsIn, RowsIn, SealedIn
 
 __all__ = ["batch_from_proto", "batch_to_proto", "request_to_columns"]
 
@@ -22,13 +27,55 @@ __all__ = ["batch_from_proto", "batch_to_proto", "request_to_columns"]
 _NO_ID = bytes(ID_BYTES)
 
 
-def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn]:
+def _mixed(what: str) -> InvalidRequest:
+    return InvalidRequest(
+        "mixed_sealed",
+        f"{what} sets sealed fields and clear ones (cohort, bits, params fingerprint, "
+        "report id): a sealed report carries them inside its seal only",
+    )
+
+
+def _sealed_rows(reports: list[pb.Report]) -> list[SealedIn]:
+    groups: dict[tuple[str, int], tuple[list[int], list[bytes]]] = {}
+    for r in reports:
+        if r.cohort or r.bits or r.params_fingerprint or r.report_id or not r.sealed:
+            raise _mixed("a report")
+        key_ids, sealed = groups.setdefault((r.metric, len(r.sealed)), ([], []))
+        key_ids.append(r.key_id)
+        sealed.append(r.sealed)
+    return [
+        SealedIn(metric=m, key_ids=k, sealed=b"".join(s), sealed_bytes=n)
+        for (m, n), (k, s) in groups.items()
+    ]
+
+
+def _sealed_columns(c: pb.ReportColumns) -> SealedIn:
+    if c.params_fingerprint or c.report_bytes or c.cohorts or c.bits or c.report_ids:
+        raise _mixed("a column")
+    if len(c.key_ids) != c.count:
+        raise InvalidRequest(
+            "malformed", f"count {c.count} disagrees with {len(c.key_ids)} key ids"
+        )
+    return SealedIn(
+        metric=c.metric,
+        key_ids=np.fromiter(c.key_ids, dtype=np.uint32, count=len(c.key_ids)),
+        sealed=c.sealed,
+        sealed_bytes=c.sealed_bytes,
+    )
+
+
+def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn | SealedIn]:
     """The request's reports grouped for validation; a report id that is neither
     empty nor 16 bytes makes the whole request INVALID_ARGUMENT ("report_id")."""
-    parts: list[ColumnsIn | RowsIn] = []
-    if request.reports:
+    parts: list[ColumnsIn | RowsIn | SealedIn] = []
+    reports = list(request.reports)
+    sealed_rows = [r for r in reports if r.sealed or r.key_id]
+    if sealed_rows:
+        parts.extend(_sealed_rows(sealed_rows))
+        reports = [r for r in reports if not (r.sealed or r.key_id)]
+    if reports:
         groups: dict[tuple[str, int, int], tuple[list[int], list[bytes], list[bytes]]] = {}
-        for r in request.reports:
+        for r in reports:
             cohorts, bits, ids = groups.setdefault(
                 (r.metric, r.params_fingerprint, len(r.bits)), ([], [], [])
             )
@@ -47,6 +94,9 @@ def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn]:
                 )
             )
     for c in request.columns:
+        if c.sealed or c.key_ids or c.sealed_bytes:
+            parts.append(_sealed_columns(c))
+            continue
         parts.append(
             ColumnsIn(
                 metric=c.metric,
@@ -80,6 +130,19 @@ def _row_ids(ids: list[bytes]) -> bytes:
 
 def batch_to_proto(batch: InFlightBatch) -> pb.Batch:
     chunk = batch.chunk
+    if is_sealed_queue(batch.key.fingerprint):
+        # opaque rows: the cohort column holds key ids, the bits column sealed values
+        return pb.Batch(
+            batch_id=batch.batch_id,
+            window=batch.key.window,
+            reports=pb.ReportColumns(
+                metric=batch.metric,
+                count=chunk.count,
+                key_ids=chunk.cohorts.tolist(),
+                sealed=chunk.bits,
+                sealed_bytes=chunk.report_bytes,
+            ),
+        )
     return pb.Batch(
         batch_id=batch.batch_id,
         window=batch.key.window,
@@ -96,7 +159,8 @@ def batch_to_proto(batch: InFlightBatch) -> pb.Batch:
 
 
 def batch_from_proto(message: pb.Batch) -> InFlightBatch:
-    """The inverse of ``batch_to_proto`` (test receivers, round-trip tests)."""
+    """The inverse of ``batch_to_proto`` for clear batches (test receivers, round-trip
+    tests); a sealed batch is the aggregator's to open (``aggregator.daemon.service``)."""
     cols = message.reports
     return InFlightBatch(
         batch_id=message.batch_id,

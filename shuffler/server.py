@@ -31,6 +31,7 @@ from client.registry import Registry
 from shuffler.aggregator_client import AggregatorSender
 from shuffler.commit import GroupCommitter
 from shuffler.config import ShufflerSettings, load_tokens
+from shuffler.config_service import PublishedKeys
 from shuffler.errors import BindError, ConfigError
 from shuffler.forwarding import Releaser, Sender
 from shuffler.intake import Intake
@@ -183,6 +184,8 @@ def start_shuffler(
         max_reports_per_request=settings.max_reports_per_request,
         rate_limit_reports=settings.rate_limit_reports,
         max_buffered_reports=settings.max_buffered_reports,
+        keys=None if settings.public_keys is None else PublishedKeys(settings.public_keys),
+        config_cache_seconds=settings.config_cache_seconds,
     )
     committer = GroupCommitter(
         store,

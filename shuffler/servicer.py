@@ -27,6 +27,7 @@ from shuffler.errors import (
     Overloaded,
     RequestRejected,
     ShufflerError,
+    StaleKey,
     StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
@@ -39,6 +40,7 @@ __all__ = [
     "SERVICE_NAME",
     "ShufflerServicer",
     "bearer",
+    "get_config",
     "parse",
     "rejection",
     "shuffler_handler",
@@ -52,6 +54,7 @@ log = logging.getLogger("crowdmix.shuffler")
 
 _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StoreOutcomeUnknown, grpc.StatusCode.DEADLINE_EXCEEDED),  # before its base class
@@ -116,7 +119,9 @@ def bearer(context: Any) -> str | None:
     return None
 
 
-def shuffler_handler(submit: Any, submit_stream: Any) -> grpc.GenericRpcHandler[Any, Any]:
+def shuffler_handler(
+    submit: Any, submit_stream: Any, get_config: Any
+) -> grpc.GenericRpcHandler[Any, Any]:
     """The Shuffler service's method table: every RPC the shuffler serves is here.
 
     Requests arrive as raw bytes (no request deserializer): the servicer parses
@@ -130,8 +135,19 @@ def shuffler_handler(submit: Any, submit_stream: Any) -> grpc.GenericRpcHandler[
             "SubmitStream": grpc.stream_unary_rpc_method_handler(
                 submit_stream, response_serializer=serialize
             ),
+            "GetConfig": grpc.unary_unary_rpc_method_handler(
+                get_config, response_serializer=pb.ConfigResponse.SerializeToString
+            ),
         },
     )
+
+
+def get_config(intake: Intake, raw: bytes, token: str | None) -> pb.ConfigResponse:
+    """GetConfig's domain call (no I/O but a stat of the public key file): the same
+    authentication as Submit, then the cached answer."""
+    if intake.auth_required:
+        intake.authenticate(token)
+    return intake.config.answer(raw)
 
 
 # A SubmitStream's commits pending at once: enough to overlap reading and writing,
@@ -153,7 +169,14 @@ class ShufflerServicer:
         self._metrics = metrics
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        return shuffler_handler(self.Submit, self.SubmitStream)
+        return shuffler_handler(self.Submit, self.SubmitStream, self.GetConfig)
+
+    async def GetConfig(self, raw: bytes, context: Any) -> pb.ConfigResponse:
+        try:
+            return get_config(self._intake, raw, bearer(context))
+        except ShufflerError as exc:
+            await context.abort(*rejection(exc, self._metrics))
+            raise  # unreachable: abort raises
 
     def _admit(self, raw: bytes, context: Any) -> tuple[Parts, int]:
         request = parse(raw)

@@ -22,7 +22,17 @@ padding_bits           INVALID_ARGUMENT    a bit past the metric's last bit is s
 cohort_range           INVALID_ARGUMENT    cohort ≥ m (basic mechanisms: ≠ 0)
 value_range            INVALID_ARGUMENT    a k-RR index ≥ domain size
 too_many_reports       RESOURCE_EXHAUSTED  more than max_reports_per_request
+mixed_sealed           INVALID_ARGUMENT    a report or column sets sealed and clear fields
+sealing_required       INVALID_ARGUMENT    a clear report to a shuffler that publishes keys
+sealing_off            INVALID_ARGUMENT    a sealed report to a plaintext shuffler
+sealed_length          INVALID_ARGUMENT    not the metric's fixed sealed length for the suite
+stale_key              FAILED_PRECONDITION sealed to a key not published here (or ended):
+                                           the SDK refetches GetConfig once and reseals
 =====================  ==================  ===========================================
+
+Sealed reports (``SealedIn``) are checked for what the shuffler can see: the
+metric, the key id and the exact length; they are queued as opaque rows
+(``shuffler.config_service``).
 """
 
 from __future__ import annotations
@@ -34,10 +44,12 @@ import numpy as np
 import numpy.typing as npt
 
 from client.registry import MetricConfig, Registry
+from client.sealed import sealed_length
 from shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
-from shuffler.errors import InvalidRequest, Overloaded
+from shuffler.config_service import SEALED_QUEUE, PublishedKeys
+from shuffler.errors import InvalidRequest, Overloaded, StaleKey
 
-__all__ = ["ColumnsIn", "RowsIn", "payload_bits", "validate"]
+__all__ = ["ColumnsIn", "RowsIn", "SealedIn", "payload_bits", "validate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +79,66 @@ class RowsIn:
     @property
     def count(self) -> int:
         return len(self.cohorts)
+
+
+@dataclass(frozen=True, slots=True)
+class SealedIn:
+    """Sealed reports of one metric (rows grouped by length, or one column), not yet checked."""
+
+    metric: str
+    key_ids: list[int] | npt.NDArray[np.uint32]  # a list for rows, numpy for a column
+    sealed: bytes  # count × sealed_bytes
+    sealed_bytes: int
+
+    @property
+    def count(self) -> int:
+        return len(self.key_ids)
+
+
+def _check_sealed(
+    registry: Registry, part: SealedIn, keys: PublishedKeys | None
+) -> tuple[MetricConfig, int]:
+    """The metric and the queue fingerprint of a sealed part, or raise."""
+    metric = registry.get(part.metric)
+    if metric is None:
+        raise InvalidRequest("unknown_metric", f"unknown metric {part.metric[:128]!r}")
+    where = f"metric {metric.name!r}"
+    if keys is None:
+        raise InvalidRequest(
+            "sealing_off",
+            "this shuffler publishes no aggregator key and takes plaintext reports only",
+        )
+    if part.sealed_bytes < 1 or len(part.sealed) != part.count * part.sealed_bytes:
+        raise InvalidRequest(
+            "malformed",
+            f"{where}: {len(part.sealed)} bytes of sealed values for {part.count} reports "
+            f"of {part.sealed_bytes} bytes",
+        )
+    suites = set()
+    distinct = (
+        np.unique(part.key_ids).tolist()
+        if isinstance(part.key_ids, np.ndarray)
+        else set(part.key_ids)
+    )
+    for kid in distinct:
+        key = keys.accepted(kid)
+        if key is None:
+            raise StaleKey(
+                "stale_key",
+                f"{where}: key {kid} is unknown here or has ended; refetch the config "
+                "(GetConfig) and seal again",
+            )
+        suites.add(key.suite)
+    if len(suites) != 1:
+        raise InvalidRequest("malformed", f"{where}: one column mixes suites {sorted(suites)}")
+    suite = suites.pop()
+    expected = sealed_length(metric.report_bytes, suite)
+    if part.sealed_bytes != expected:
+        raise InvalidRequest(
+            "sealed_length",
+            f"{where}: a sealed report is {expected} bytes under {suite}, got {part.sealed_bytes}",
+        )
+    return metric, SEALED_QUEUE[suite]
 
 
 def payload_bits(metric: MetricConfig) -> int:
@@ -168,12 +240,17 @@ def _check_one(registry: Registry, part: ColumnsIn) -> MetricConfig:
 
 
 def validate(
-    registry: Registry, parts: Sequence[ColumnsIn | RowsIn], *, max_reports: int
+    registry: Registry,
+    parts: Sequence[ColumnsIn | RowsIn | SealedIn],
+    *,
+    max_reports: int,
+    keys: PublishedKeys | None = None,
 ) -> dict[tuple[str, int], Pending]:
     """Check every part; return the reports grouped per (metric, fingerprint).
 
-    Raises ``InvalidRequest`` or ``Overloaded`` (reason in ``.reason``) for the
-    whole request when any part is bad.
+    ``keys`` (the published aggregator keys) turns sealing on: then only sealed
+    parts are taken, else only clear ones. Raises ``InvalidRequest``, ``StaleKey``
+    or ``Overloaded`` (reason in ``.reason``) for the whole request when any part is bad.
     """
     total = sum(p.count for p in parts)
     if total == 0:
@@ -182,6 +259,8 @@ def validate(
         raise Overloaded(
             "too_many_reports", f"{total} reports in one request; the limit is {max_reports}"
         )
+    if keys is not None or any(isinstance(p, SealedIn) for p in parts):
+        return _validate_sealed(registry, parts, keys)
     if len(parts) == 1 and isinstance(parts[0], RowsIn):  # the device-style fast path
         row = parts[0]
         metric = _check_rows(registry, row)
@@ -193,6 +272,8 @@ def validate(
     grouped: dict[tuple[str, int], list[Pending]] = {}
     for part in parts:
         pending: Pending
+        if isinstance(part, SealedIn):  # unreachable: _validate_sealed took them
+            raise InvalidRequest("sealing_off", "sealed reports need published keys")
         if isinstance(part, RowsIn):
             metric = _check_rows(registry, part)
             pending = Rows(part.report_bytes, part.cohorts, part.bits, part.ids)
@@ -207,4 +288,33 @@ def validate(
                 ids=part.ids,
             )
         grouped.setdefault((metric.name, metric.fingerprint), []).append(pending)
+    return {key: group[0] if len(group) == 1 else merge(group) for key, group in grouped.items()}
+
+
+def _validate_sealed(
+    registry: Registry,
+    parts: Sequence[ColumnsIn | RowsIn | SealedIn],
+    keys: PublishedKeys | None,
+) -> dict[tuple[str, int], Pending]:
+    grouped: dict[tuple[str, int], list[Pending]] = {}
+    for part in parts:
+        if not isinstance(part, SealedIn):
+            if part.count == 0:
+                continue
+            raise InvalidRequest(
+                "sealing_required",
+                f"metric {part.metric[:128]!r}: this shuffler takes sealed reports only "
+                "(seal them to a key from GetConfig)",
+            )
+        if part.count == 0:
+            continue
+        metric, qfp = _check_sealed(registry, part, keys)
+        pending: Pending
+        if isinstance(part.key_ids, np.ndarray):  # a column: no per-report Python object
+            pending = Chunk(report_bytes=part.sealed_bytes, cohorts=part.key_ids, bits=part.sealed)
+        else:
+            pending = Rows(part.sealed_bytes, part.key_ids, part.sealed)
+        grouped.setdefault((metric.name, qfp), []).append(pending)
+    if not grouped:
+        raise InvalidRequest("empty", "the request carries no report")
     return {key: group[0] if len(group) == 1 else merge(group) for key, group in grouped.items()}

@@ -6,7 +6,16 @@ import json
 import subprocess
 import sys
 
-FORBIDDEN = ("grpc", "numpy", "redis", "shuffler", "aggregator", "google.protobuf", "protos")
+FORBIDDEN = (
+    "grpc",
+    "numpy",
+    "redis",
+    "cryptography",
+    "shuffler",
+    "aggregator",
+    "google.protobuf",
+    "protos",
+)
 
 
 def _modules_after(statement: str) -> set[str]:

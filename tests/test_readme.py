@@ -105,8 +105,13 @@ def test_planner_and_privacy_commands_in_the_readme_run() -> None:
 
 
 def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
+    import time
+
+    from aggregator.sealing.keys import KeySet, write_public_config
     from client.params import RapporParams
     from client.registry import MetricConfig, Registry, ShufflePolicy
+    from shuffler.config import ShufflerSettings
+    from shuffler.config_service import is_sealed_queue
     from shuffler.server import start_shuffler
 
     snippet = _code_blocks("python")[0]
@@ -120,12 +125,17 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
         }
     )
     token = "t" * 32
-    with start_shuffler(registry, tokens=frozenset({token})) as shuffler:
+    keys, _ = KeySet().with_new_key(int(time.time()))
+    write_public_config(tmp_path / "public.json", keys, now=time.time())
+    settings = ShufflerSettings(public_keys=str(tmp_path / "public.json"))
+    with start_shuffler(registry, tokens=frozenset({token}), settings=settings) as shuffler:
         code = snippet.replace('"shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
         code = code.replace("tls=True", "tls=False")
         budget_file = tmp_path / "budget.json"
         namespace: dict[str, object] = {"APP_TOKEN": token, "BUDGET_FILE": budget_file}
         exec(compile(code, "README.md", "exec"), namespace)
         assert sum(shuffler.store.pending("home_page").values()) == 1
+        # "sealed": the one stored report sits in a sealed queue (an opaque row)
+        assert all(is_sealed_queue(q.fingerprint) for q in shuffler.store.pending("home_page"))
         exec(compile(code, "README.md", "exec"), dict(namespace))  # the app runs again today
         assert sum(shuffler.store.pending("home_page").values()) == 1  # nothing more sent

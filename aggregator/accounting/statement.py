@@ -112,6 +112,40 @@ class PrivacyStatement:
     crowd_measured: bool = False
     hashing: str = "mmh3"
     segment: Segment | None = None
+    # Whether the reports reached the shuffler sealed to the aggregator (HPKE): None =
+    # not known here. It changes who can learn what (``who_learns_what``), never a figure.
+    sealed: bool | None = None
+
+    @property
+    def who_learns_what(self) -> dict[str, str]:
+        """What each party, alone or together, can learn of one client's report."""
+        e1 = f"ε_1 = {self.epsilon_local:.4g}"
+        central = (
+            f"the central (ε = {self.central.epsilon:.4g}, δ = {self.central.delta:.2g})"
+            if self.shuffled
+            else f"{e1} (the reports were not shuffled)"
+        )
+        sealed = {
+            "shuffler": "only metadata (who connected, when, which metric and key id, how "
+            "many reports): the reports are sealed to the aggregator",
+            "aggregator": f"{central} of this release",
+            "together": f"{e1} per report (the local guarantee)",
+        }
+        plaintext = {
+            "shuffler": f"each report beside the connection that sent it: already {e1} "
+            "per report (the reports were not sealed)",
+            "aggregator": f"{central} of this release",
+            "together": f"{e1} per report (the local guarantee)",
+        }
+        if self.sealed is None:
+            return {
+                k: f"if the reports were sealed (the default), {sealed[k]}; "
+                f"with plaintext reports, {plaintext[k]}"
+                if sealed[k] != plaintext[k]
+                else sealed[k]
+                for k in sealed
+            }
+        return sealed if self.sealed else plaintext
 
     @property
     def cohort_caveat(self) -> str:
@@ -225,6 +259,8 @@ class PrivacyStatement:
                 "candidates": {k: _json_float(v) for k, v in self.longitudinal.candidates.items()},
             },
             "assumptions": self.assumptions,
+            "sealed": self.sealed,
+            "who_learns_what": self.who_learns_what,
         }
 
     def to_release(self, *, release_id: str, window: int, mechanism: str | None = None) -> Release:
@@ -301,6 +337,11 @@ class PrivacyStatement:
                 f"(ε = {lg.epsilon:.4g}, δ = {lg.delta:.2g}) "
                 f"({_ARGUMENTS[lg.argument].replace('ε_R', f'ε_{lg.rounds}')})."
             )
+        who = self.who_learns_what
+        text += (
+            f" Who can learn what: the shuffler alone learns {who['shuffler']}; the "
+            f"aggregator alone gets {who['aggregator']}; the two together get {who['together']}."
+        )
         return text + " This assumes that " + "; that ".join(self.assumptions) + "."
 
 

@@ -26,7 +26,15 @@ acknowledged; the ``crowdmix_aggregator_reports_without_id`` metric shows how ma
 remain. A batch of window W is checked against the ids of W and of W−1: a retry that
 lands in the next window (a request sent just before a window boundary) is caught too.
 A batch whose id was applied before is answered as a duplicate once its O(1) header
-checks pass, before its reports are checked and counted (a re-sent batch costs little).
+checks pass, before its reports are opened, checked and counted (a re-sent batch costs little).
+
+Sealed batches (:class:`aggregator.sealing.ingest.SealedBatch`) take the same path
+after opening: the batch-level checks (id, window, metric, lengths) refuse the
+batch as a whole, then each report is opened and screened and a report that
+fails is dropped and counted by reason (``IngestResult.dropped``), never failing
+the batch; the survivors are counted, de-duplicated by report id and applied
+with the batch id exactly once. A batch whose every report was dropped is still
+recorded as applied (a resend is then a duplicate).
 
 Retention (:meth:`Ingestor.dispose_ids`, run by the daemon): the batch ids and
 report ids of a window are deleted once the window is older than the metric's
@@ -47,6 +55,7 @@ import numpy.typing as npt
 from aggregator.counting import accumulator_for
 from aggregator.counting.counts import Counts, CountsShapeError
 from aggregator.errors import InvalidBatch
+from aggregator.sealing.ingest import KeyFile, SealedBatch, screen
 from aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
 from aggregator.store.codec import describe_metric
 from client.registry import MetricConfig, Registry
@@ -85,6 +94,7 @@ class IngestResult:
     duplicate: bool  # the batch id had been applied before: counted zero times
     duplicate_reports: int = 0  # reports dropped: their id was counted before in the window
     without_id: int = 0  # reports counted without de-duplication (no report id)
+    dropped: dict[str, int] | None = None  # sealed: reports dropped, by reason
 
 
 class Ingestor:
@@ -97,20 +107,17 @@ class Ingestor:
         *,
         clock: Callable[[], float] = time.time,
         accumulator: Callable[[MetricConfig], Counts] = accumulator_for,
+        keys: KeyFile | None = None,
     ) -> None:
         self.registry = registry
+        self.keys = keys  # opens sealed batches; None: sealed batches are refused
         self.store = store
         self._clock = clock
         self._accumulator = accumulator
         self._descriptions: dict[str, str] = {}
 
-    def validate(self, batch: IngestBatch) -> tuple[MetricConfig, Counts]:
-        """The batch's metric config and its counts; raises InvalidBatch with the reason."""
-        config = self.check_header(batch)
-        return config, self.count(batch, config)
-
-    def check_header(self, batch: IngestBatch) -> MetricConfig:
-        """The checks that cost O(1): ids, window, metric, params, lengths."""
+    def _check_batch(self, batch: IngestBatch | SealedBatch) -> MetricConfig:
+        """Batch-level checks shared by clear and sealed batches (id, window, metric)."""
         if len(batch.batch_id) != BATCH_ID_BYTES:
             raise InvalidBatch(
                 f"batch_id must be {BATCH_ID_BYTES} bytes, got {len(batch.batch_id)}",
@@ -126,6 +133,29 @@ class Ingestor:
         config = self.registry.get(batch.metric)
         if config is None:
             raise InvalidBatch(f"unknown metric {batch.metric!r}", reason="unknown_metric")
+        if batch.count < 1:
+            raise InvalidBatch("empty batch", reason="empty")
+        if batch.count > MAX_BATCH_REPORTS:
+            raise InvalidBatch(
+                f"batch of {batch.count} reports exceeds {MAX_BATCH_REPORTS}", reason="too_large"
+            )
+        if self.window_disposed(config, batch.window):
+            raise InvalidBatch(
+                f"window {batch.window} of metric {batch.metric!r} is older than its "
+                f"disposal_days ({config.shuffle.disposal_days}) plus one window: its ids "
+                "are deleted, so it cannot be counted exactly once",
+                reason="window_disposed",
+            )
+        return config
+
+    def validate(self, batch: IngestBatch) -> tuple[MetricConfig, Counts]:
+        """The batch's metric config and its counts; raises InvalidBatch with the reason."""
+        config = self.check_header(batch)
+        return config, self.count(batch, config)
+
+    def check_header(self, batch: IngestBatch) -> MetricConfig:
+        """The checks of a clear batch that cost O(1): ids, window, metric, params, lengths."""
+        config = self._check_batch(batch)
         if batch.fingerprint != config.fingerprint:
             raise InvalidBatch(
                 f"metric {batch.metric!r}: params fingerprint {batch.fingerprint:#018x} "
@@ -137,12 +167,6 @@ class Ingestor:
                 f"metric {batch.metric!r}: report_bytes must be {config.report_bytes}, "
                 f"got {batch.report_bytes}",
                 reason="report_bytes",
-            )
-        if batch.count < 1:
-            raise InvalidBatch("empty batch", reason="empty")
-        if batch.count > MAX_BATCH_REPORTS:
-            raise InvalidBatch(
-                f"batch of {batch.count} reports exceeds {MAX_BATCH_REPORTS}", reason="too_large"
             )
         if batch.cohorts.shape != (batch.count,):
             raise InvalidBatch(
@@ -159,13 +183,6 @@ class Ingestor:
                 f"report_ids has {len(batch.report_ids)} bytes, expected 0 or "
                 f"{REPORT_ID_BYTES}*count = {REPORT_ID_BYTES * batch.count}",
                 reason="length",
-            )
-        if self.window_disposed(config, batch.window):
-            raise InvalidBatch(
-                f"window {batch.window} of metric {batch.metric!r} is older than its "
-                f"disposal_days ({config.shuffle.disposal_days}) plus one window: its ids "
-                "are deleted, so it cannot be counted exactly once",
-                reason="window_disposed",
             )
         return config
 
@@ -203,12 +220,57 @@ class Ingestor:
             for name, config in self.registry.metrics.items()
         )
 
-    def ingest(self, batch: IngestBatch) -> IngestResult:
-        """Validate, count, and apply once. Store errors propagate (StoreError)."""
-        config = self.check_header(batch)
+    def open_sealed(
+        self, batch: SealedBatch
+    ) -> tuple[MetricConfig, IngestBatch, Counts, dict[str, int]]:
+        """Open and screen a sealed batch: its config, the survivors as a clear batch,
+        their counts and the drops by reason. Batch-level faults raise InvalidBatch."""
+        config = self._check_batch(batch)
+        if self.keys is None:
+            raise InvalidBatch(
+                "this aggregator has no key set (--keys): it cannot open sealed batches",
+                reason="sealing_off",
+            )
+        if batch.key_ids.shape != (batch.count,) or batch.sealed_bytes < 1:
+            raise InvalidBatch(
+                f"{batch.key_ids.size} key ids for count={batch.count}", reason="length"
+            )
+        if len(batch.sealed) != batch.count * batch.sealed_bytes:
+            raise InvalidBatch(
+                f"sealed has {len(batch.sealed)} bytes, expected count*sealed_bytes = "
+                f"{batch.count}*{batch.sealed_bytes}",
+                reason="length",
+            )
+        opened = self.keys.open(batch, config, self._clock())
+        screened, counts = screen(opened, config, self._accumulator)
+        clear = IngestBatch(
+            batch_id=batch.batch_id,
+            window=batch.window,
+            metric=batch.metric,
+            fingerprint=config.fingerprint,
+            count=screened.count,
+            report_bytes=config.report_bytes,
+            cohorts=screened.cohorts,
+            bits=screened.bits,
+            report_ids=screened.report_ids,
+        )
+        return config, clear, counts, screened.dropped
+
+    def ingest(self, batch: IngestBatch | SealedBatch) -> IngestResult:
+        """Validate (open), count, and apply once. Store errors propagate (StoreError).
+
+        A batch whose id was applied before is answered as a duplicate after the O(1)
+        checks, before it is opened or counted: a re-sent batch costs no work."""
+        dropped: dict[str, int] | None = None
+        header = (
+            self._check_batch(batch) if isinstance(batch, SealedBatch) else self.check_header(batch)
+        )
         if self.store.is_applied(batch.metric, batch.batch_id):
             return IngestResult(applied=0, duplicate=True)  # re-sent: not counted again
-        counts = self.count(batch, config)
+        if isinstance(batch, SealedBatch):
+            config, batch, counts, dropped = self.open_sealed(batch)
+        else:
+            config, counts = header, self.count(batch, header)
         description = self._descriptions.get(config.name)
         if description is None:
             description = self._descriptions[config.name] = describe_metric(config)
@@ -231,6 +293,7 @@ class Ingestor:
             duplicate=False,
             duplicate_reports=in_batch + outcome.duplicates,
             without_id=without_id,
+            dropped=dropped,
         )
 
 

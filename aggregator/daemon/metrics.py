@@ -42,6 +42,14 @@ class IngestMetrics:
             ["metric"],
             registry=r,
         )
+        self.sealed_dropped = Counter(
+            "crowdmix_aggregator_sealed_dropped",
+            "Sealed reports dropped, by reason (aggregator.sealing.ingest): did not open "
+            "(unknown_key, expired_key, bad_length, not_authentic) or failed a per-report "
+            "check after opening (fingerprint, cohort_range, padding_bits, payload)",
+            ["metric", "reason"],
+            registry=r,
+        )
         self.disposed_ids = Counter(
             "crowdmix_aggregator_ids_disposed",
             "Batch ids and report ids deleted with windows past retention",

@@ -35,6 +35,7 @@ from aggregator.daemon.ingest import Ingestor
 from aggregator.daemon.metrics import IngestMetrics
 from aggregator.daemon.service import AggregatorServicer
 from aggregator.errors import BindError, StoreError
+from aggregator.sealing.ingest import KeyFile
 from aggregator.store.base import CountStore
 from aggregator.store.memory import MemoryCountStore
 from client.registry import Registry
@@ -82,6 +83,8 @@ class AggregatorServer:
         metrics_host: str = "127.0.0.1",
         maintain_interval: float = 1.0,
         max_message_bytes: int = 64 << 20,
+        keys_file: str | None = None,
+        open_workers: int = 0,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be positive, got {workers}")
@@ -93,7 +96,10 @@ class AggregatorServer:
         store_ = self.store  # the Redis store counts these; the memory store has none
         self.metrics.apply_retries.set_function(lambda: getattr(store_, "apply_retries", 0))
         self.metrics.index_rebuilds.set_function(lambda: getattr(store_, "index_rebuilds", 0))
-        self.ingestor = Ingestor(registry, self.store)
+        # the private key set opens sealed batches (re-read when the file changes);
+        # ``open_workers`` > 0: a process pool of that many openers
+        self.keys = None if keys_file is None else KeyFile(keys_file, workers=open_workers)
+        self.ingestor = Ingestor(registry, self.store, keys=self.keys)
         self._listen = listen
         self._tls = tls
         self._metrics_port = metrics_port
@@ -193,6 +199,8 @@ class AggregatorServer:
         if self._maintainer is not None:
             self._maintainer.join()
         self._maintain_once()  # leave folded counts behind (a restart would fold them anyway)
+        if self.keys is not None:
+            self.keys.close()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()

@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from aggregator.daemon.ingest import IngestBatch, Ingestor, IngestResult
 from aggregator.daemon.metrics import IngestMetrics
 from aggregator.errors import InvalidBatch, ParamsConflict, StoreUnavailable
+from aggregator.sealing.ingest import SealedBatch
 from protos import crowdmix_pb2
 
 __all__ = [
@@ -39,9 +40,27 @@ SERVICE_NAME = "crowdmix.v1.Aggregator"
 log = logging.getLogger("crowdmix.aggregator")
 
 
-def batch_from_proto(msg: crowdmix_pb2.Batch) -> IngestBatch:
-    """The wire batch as an IngestBatch (cohorts straight into numpy, bits not copied)."""
+def batch_from_proto(msg: crowdmix_pb2.Batch) -> IngestBatch | SealedBatch:
+    """The wire batch as an IngestBatch (cohorts straight into numpy, bits not copied),
+    or a SealedBatch when its columns are sealed; InvalidBatch ("mixed_sealed") when
+    they set both forms."""
     cols = msg.reports
+    if cols.sealed or cols.key_ids or cols.sealed_bytes:
+        if cols.params_fingerprint or cols.report_bytes or cols.cohorts or cols.bits:
+            raise InvalidBatch("a batch sets sealed and clear columns", reason="mixed_sealed")
+        if cols.report_ids:
+            raise InvalidBatch(
+                "a sealed batch carries report ids in the clear", reason="mixed_sealed"
+            )
+        return SealedBatch(
+            batch_id=msg.batch_id,
+            window=msg.window,
+            metric=cols.metric,
+            count=cols.count,
+            key_ids=np.array(cols.key_ids, dtype=np.int64),
+            sealed=cols.sealed,
+            sealed_bytes=cols.sealed_bytes,
+        )
     return IngestBatch(
         batch_id=msg.batch_id,
         window=msg.window,
@@ -144,6 +163,8 @@ class AggregatorServicer:
             self._metrics.duplicate_reports.labels(batch.metric).inc(result.duplicate_reports)
         if result.without_id:
             self._metrics.reports_without_id.labels(batch.metric).inc(result.without_id)
+        for reason, n in (result.dropped or {}).items():
+            self._metrics.sealed_dropped.labels(batch.metric, reason).inc(n)
         return result
 
     def _count_failure(self, exc: Exception) -> None:

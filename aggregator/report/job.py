@@ -16,6 +16,7 @@ central (ε, δ) of the release.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -95,6 +96,7 @@ class ReportJob:
     shuffled: bool = True
     rounds: int = 1
     smallest_crowd: int | None = None  # measured at ingest (CountStore.smallest_crowd)
+    sealed: bool | None = None  # reports sealed to the aggregator (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,7 @@ def privacy_figures(
     rounds: int = 1,
     smallest_crowd: int | None = None,
     statement: bool = True,
+    sealed: bool | None = None,
 ) -> dict[str, Any]:
     """Local ε figures plus the release's privacy statement (central (ε, δ) after shuffling).
 
@@ -172,6 +175,8 @@ def privacy_figures(
         )
     except (ValueError, ArithmeticError) as exc:
         raise PrivacyStatementError(f"cannot state the privacy guarantee: {exc}") from exc
+    if sealed is not None:  # who can learn what; no figure depends on it
+        stated = dataclasses.replace(stated, sealed=sealed)
     out["statement"] = stated.to_dict()
     out["text"] = stated.render()
     return out
@@ -234,6 +239,7 @@ def run_report(
             shuffled=job.shuffled,
             rounds=job.rounds,
             smallest_crowd=job.smallest_crowd,
+            sealed=job.sealed,
         )
     elif callable(privacy):
         figures = privacy(job.metric, job.totals)

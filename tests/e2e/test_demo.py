@@ -126,3 +126,17 @@ def test_demo_plot_draws_intervals_that_exclude_their_estimate(tmp_path: Path) -
     path = tmp_path / "plot.png"
     _plot_against_truth(ReportOutcome(result, {}), {"a": 0.5, "b": 0.01}, path, top=5)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_seals_by_default_and_says_who_learns_what(tmp_path: Path) -> None:
+    sealed = run_demo(_args(tmp_path / "s", "--clients", "3000"), quiet=True)  # type: ignore[arg-type]
+    plain = run_demo(_args(tmp_path / "p", "--clients", "3000", "--plaintext"), quiet=True)  # type: ignore[arg-type]
+    assert sealed.outcome.summary["demo"]["sealed"] is True
+    assert plain.outcome.summary["demo"]["sealed"] is False
+    assert sealed.counted + sealed.held_back == plain.counted + plain.held_back == 3000
+    s_text = sealed.outcome.summary["privacy"]["text"]
+    p_text = plain.outcome.summary["privacy"]["text"]
+    assert "the shuffler alone learns only metadata" in s_text
+    assert "the shuffler alone learns each report beside the connection" in p_text
+    # (batch cuts depend on timing, so the figures are compared in
+    # tests/accounting/test_sealed_statement.py, on equal inputs)

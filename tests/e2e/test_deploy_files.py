@@ -33,7 +33,7 @@ def _compose() -> dict:  # type: ignore[type-arg]
 def test_compose_topology_and_commands_parse() -> None:
     services = _compose()["services"]
     assert set(services) == {
-        "redis-shuffler", "redis-aggregator", "aggregator", "shuffler-1", "shuffler-2"
+        "redis-shuffler", "redis-aggregator", "keys", "aggregator", "shuffler-1", "shuffler-2"
     }  # fmt: skip
     assert "--appendonly" in services["redis-aggregator"]["command"]
     # The aggregator must not reach the shufflers' queues: separate Redis instances.
@@ -50,12 +50,26 @@ def test_compose_topology_and_commands_parse() -> None:
         parser.parse_args(health[2:])
         for volume in svc["volumes"]:
             src = volume.split(":")[0]
+            if not src.startswith("./"):  # a named volume
+                assert src in _compose()["volumes"]
+                continue
             if src == "./tokens.txt":  # made by deploy/make-token.sh, never checked in
                 assert (DEPLOY / "make-token.sh").is_file()
                 continue
             assert (DEPLOY / src).is_file(), f"{name} mounts missing {src}"
         if args.command == "shuffler":  # Prometheus in compose must be able to scrape it
             assert "--metrics-host=0.0.0.0" in svc["command"]
+    # Sealed reports: the key set is made once, mounted by the aggregator only; the
+    # shufflers mount the public config read-only and never the private volume.
+    keys = parser.parse_args(services["keys"]["command"])
+    assert (keys.command, keys.keys_command, keys.if_missing) == ("keys", "new", True)
+    private = keys.file.rsplit("/", 1)[0]
+    assert parser.parse_args(services["aggregator"]["command"]).keys == keys.file
+    for name in ("shuffler-1", "shuffler-2"):
+        svc = services[name]
+        assert parser.parse_args(svc["command"]).public_keys == keys.public
+        assert not any(private in v or "aggregator-keys" in v for v in svc["volumes"])
+        assert "public-keys:/var/lib/crowdmix/public:ro" in svc["volumes"]
     # Shufflers forward to the aggregator service and listen where they are published.
     shuffler = services["shuffler-1"]["command"]
     assert "--aggregator=aggregator:7500" in shuffler
@@ -140,6 +154,8 @@ def test_compose_tls_override_commands_parse_and_name_the_generated_files() -> N
         # single files, exactly those used: the CA key never enters a container
         mounted = {v.split(":")[1] for v in svc["volumes"]}
         assert mounted == set(tls_paths)
+        # the override repeats each command in full: sealing stays on with TLS
+        assert any(a.startswith(("--keys=", "--public-keys=")) for a in command)
         assert not any("ca.key" in v for v in svc["volumes"])
     aggregator = services["aggregator"]["command"]
     assert f"--tls-client-ca={TLS_MOUNT}ca.crt" in aggregator  # mutual TLS
@@ -187,11 +203,22 @@ def test_compose_tls_override_runs_with_certificates_from_make_certs(tmp_path: P
             a = a.replace("0.0.0.0:7500", f"127.0.0.1:{agg_port}")
             a = a.replace("0.0.0.0:7400", f"127.0.0.1:{shuf_port}")
             a = a.replace("aggregator:7500", f"localhost:{agg_port}")
+            a = a.replace("/var/lib/crowdmix/", f"{tmp_path}/var/")
             if a.startswith(("--redis=", "--metrics-port=", "--metrics-host=")):
                 continue  # in-memory stores, no metrics endpoint: not what is tested here
             out.append(a)
         return out
 
+    # the base file's one-shot `keys` service makes the key set both daemons need
+    for d in ("keys", "public"):
+        (tmp_path / "var" / d).mkdir(parents=True)
+    keys_cmd = local(_compose()["services"]["keys"]["command"])
+    for _ in range(2):  # a second start keeps the key set (--if-missing)
+        made = subprocess.run(
+            [sys.executable, "-m", "crowdmix", *keys_cmd], capture_output=True, text=True
+        )
+        assert made.returncode == 0, made.stderr
+    assert "kept" in made.stdout
     agg = DaemonProcess(
         "aggregator", local(services["aggregator"]["command"]), agg_port, tmp_path / "agg.log"
     )

@@ -1,0 +1,218 @@
+"""Sealed batches at the aggregator: open each report, screen it, keep the good ones.
+
+A sealed batch (``ReportColumns.sealed``) is opened with an ``Opener`` (one HPKE
+decapsulation per report, optionally in a process pool). Everything that can be
+wrong with *one* report drops that report and counts it by reason; it never
+fails the batch, since a shuffler cannot see inside a seal and so cannot have
+refused it. Reasons (the ``crowdmix_aggregator_sealed_dropped`` metric):
+
+==================  ============================================================
+unknown_key         no key with the report's key id
+expired_key         the key is past its grace period (its private key is erased)
+bad_length          not the metric's fixed sealed length for the key's suite
+not_authentic       HPKE open failed: tampered, or sealed under another metric,
+                    key id or protocol version (``info`` binds them)
+fingerprint         opened, but encoded under other params than the registry's
+cohort_range        opened, but its cohort is ≥ the metric's cohorts
+padding_bits        opened, but a bit past the metric's last bit is set
+payload             opened, but its payload is out of range (k-RR index, OLH fields)
+==================  ============================================================
+
+What is wrong with the *batch* (its id, window, metric, column lengths) is the
+shuffler's doing and stays a batch-level ``InvalidBatch``, as for clear batches.
+
+``KeyFile`` keeps an ``Opener`` in step with the private key file: the file is
+stat-ed before every batch (a few µs) and re-read when it changed, so a rotation
+(``crowdmix keys rotate``, which writes the private file before the public one)
+is picked up before any report sealed to the new key can arrive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from aggregator.counting.counts import Counts, CountsShapeError
+from aggregator.sealing.keys import KeySetError, load_keyset
+from aggregator.sealing.opening import DROP_REASONS, OpenedBatch, Opener
+from client.registry import MetricConfig
+
+__all__ = [
+    "SCREEN_REASONS",
+    "KeyFile",
+    "Screened",
+    "SealedBatch",
+    "payload_bits",
+    "screen",
+]
+
+log = logging.getLogger("crowdmix.aggregator")
+
+SCREEN_REASONS = ("fingerprint", "cohort_range", "padding_bits", "payload")
+ALL_REASONS = (*DROP_REASONS, *SCREEN_REASONS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SealedBatch:
+    """A shuffled batch of sealed reports (out of its protobuf)."""
+
+    batch_id: bytes
+    window: int
+    metric: str
+    count: int
+    key_ids: npt.NDArray[np.int64]
+    sealed: bytes  # count × sealed_bytes
+    sealed_bytes: int
+
+    def values(self) -> list[bytes]:
+        n = self.sealed_bytes
+        view = memoryview(self.sealed)
+        return [bytes(view[i : i + n]) for i in range(0, n * self.count, n)]
+
+
+@dataclass(frozen=True, slots=True)
+class Screened:
+    """The reports that opened and passed screening, and the drops by reason."""
+
+    cohorts: npt.NDArray[np.int64]
+    bits: bytes
+    report_ids: bytes
+    dropped: dict[str, int]
+
+    @property
+    def count(self) -> int:
+        return int(self.cohorts.shape[0])
+
+
+def payload_bits(metric: MetricConfig) -> int:
+    """Meaningful bits per report (the rest of the last byte must be zero);
+    the same rule as the shuffler's clear-report check."""
+    if metric.rappor is not None:
+        return metric.rappor.k
+    assert metric.basic is not None  # MetricConfig guarantees one of the two
+    if metric.basic.mechanism == "oue":
+        return metric.basic.domain_size
+    if metric.basic.mechanism == "binary-rr":
+        return 1
+    return 8 * metric.report_bytes
+
+
+def screen(
+    opened: OpenedBatch,
+    config: MetricConfig,
+    accumulator: Callable[[MetricConfig], Counts],
+) -> tuple[Screened, Counts]:
+    """Drop opened reports that fail a per-report check; count the rest (numpy)."""
+    dropped = dict(opened.dropped)
+    nb = config.report_bytes
+    bits = opened.bits.reshape(-1, nb)
+    cohorts = opened.cohorts.astype(np.int64)
+    keep = np.ones(cohorts.shape[0], dtype=bool)
+
+    def drop(mask: npt.NDArray[np.bool_], reason: str) -> None:
+        hit = mask & keep
+        n = int(hit.sum())
+        if n:
+            dropped[reason] = dropped.get(reason, 0) + n
+            keep[hit] = False
+
+    drop(~opened.fingerprints_ok, "fingerprint")
+    drop(cohorts >= config.num_cohorts, "cohort_range")
+    extra = 8 * nb - payload_bits(config)
+    if extra and bits.shape[0]:
+        drop((bits[:, -1] >> (8 - extra)) != 0, "padding_bits")
+    basic = config.basic
+    if basic is not None and basic.mechanism == "krr" and bits.shape[0]:
+        index = bits.astype(np.int64) @ (256 ** np.arange(nb, dtype=np.int64))
+        drop(index >= basic.domain_size, "payload")
+    counts = accumulator(config)
+    rows = np.flatnonzero(keep)
+    try:
+        if rows.size:
+            counts.add(cohorts[rows], bits[rows])
+    except CountsShapeError:
+        # a rule not mirrored above (OLH fields): find the rows one by one (rare)
+        counts = accumulator(config)
+        for r in rows.tolist():
+            try:
+                accumulator(config).add(cohorts[r : r + 1], bits[r : r + 1])
+            except CountsShapeError:
+                keep[r] = False
+                dropped["payload"] = dropped.get("payload", 0) + 1
+        rows = np.flatnonzero(keep)
+        if rows.size:
+            counts.add(cohorts[rows], bits[rows])
+    return (
+        Screened(
+            cohorts=cohorts[rows],
+            bits=np.ascontiguousarray(bits[rows]).tobytes(),
+            report_ids=np.ascontiguousarray(opened.report_ids[rows]).tobytes(),
+            dropped=dropped,
+        ),
+        counts,
+    )
+
+
+class KeyFile:
+    """An ``Opener`` over the private key file at ``path``, re-read when it changes."""
+
+    def __init__(self, path: str | os.PathLike[str], *, workers: int = 0) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        self._keys = load_keyset(self.path)
+        self.opener = Opener(self._keys, workers=workers)
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def refresh(self) -> None:
+        stamp = self._stat()
+        if stamp is None or stamp == self._stamp:
+            return
+        with self._lock:
+            if stamp == self._stamp:
+                return
+            try:
+                keys = load_keyset(self.path)
+            except KeySetError as exc:  # keep opening with the last good keys
+                log.warning("keeping the previous key set: %s", exc)
+                return
+            self._stamp = stamp
+            self._keys = keys
+            self.opener.update_keys(keys)
+            log.info("key set reloaded: ids %s", [k.key_id for k in keys.keys])
+
+    def open(self, batch: SealedBatch, config: MetricConfig, now: float) -> OpenedBatch:
+        self.refresh()
+        kwargs = {
+            "metric": config.name,
+            "report_bytes": config.report_bytes,
+            "fingerprint": config.fingerprint,
+            "key_ids": batch.key_ids,
+            "sealed": batch.values(),
+            "now": now,
+        }
+        with self._lock:  # update_keys swaps the pool; never mid-batch
+            try:
+                return self.opener.open(**kwargs)  # type: ignore[arg-type]
+            except BrokenProcessPool:
+                # a worker died (killed, out of memory): never fatal for the daemon; this
+                # batch is opened here and the pool is started afresh for the next one
+                log.error("an opening worker died; opening in process, restarting the pool")
+                self.opener.update_keys(self._keys)
+                return Opener(self._keys).open(**kwargs)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.opener.close()

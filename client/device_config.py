@@ -1,0 +1,148 @@
+"""What ``Shuffler.GetConfig`` serves a device: metrics with their params, and keys.
+
+``DeviceConfig`` is the domain value; ``to_proto`` / ``from_proto`` are the one
+place it meets the wire (the shuffler builds the answer with the first, the SDK
+reads it with the second). ``from_proto`` rebuilds each metric's params and
+refuses an answer whose advertised fingerprint differs from the one the params
+give here (an SDK and a server that would disagree byte for byte).
+
+Importing this module loads protobuf (``protos``); ``import client`` does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from client.basic import BasicParams
+from client.errors import ParamsError
+from client.params import RapporParams
+from client.registry import MetricConfig, Registry
+from client.sealed import PROTOCOL_VERSION, PublicKeyConfig, PublicKeySet
+from protos import crowdmix_pb2 as pb
+
+__all__ = ["DEFAULT_CACHE_SECONDS", "DeviceConfig", "from_proto", "to_proto"]
+
+#: How long a device may use one answer (a stale key is refused and refetched anyway).
+DEFAULT_CACHE_SECONDS = 3600
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceConfig:
+    """Per metric its config; the aggregator's public keys (empty: plaintext shuffler)."""
+
+    metrics: dict[str, MetricConfig]
+    keys: PublicKeySet
+    cache_seconds: int = DEFAULT_CACHE_SECONDS
+
+    @property
+    def sealed(self) -> bool:
+        return bool(self.keys.keys)
+
+    @property
+    def version(self) -> str:
+        h = hashlib.sha256(self.keys.version.encode())
+        for name in sorted(self.metrics):
+            h.update(f"|{name}:{self.metrics[name].fingerprint:016x}".encode())
+        return h.hexdigest()[:16]
+
+    @classmethod
+    def of(
+        cls, registry: Registry, keys: PublicKeySet, cache_seconds: int = DEFAULT_CACHE_SECONDS
+    ) -> DeviceConfig:
+        return cls(metrics=dict(registry.metrics), keys=keys, cache_seconds=cache_seconds)
+
+
+def _metric_to_proto(m: MetricConfig) -> pb.MetricInfo:
+    info = pb.MetricInfo(
+        name=m.name,
+        encoding=m.encoding,
+        params_fingerprint=m.fingerprint,
+        report_bytes=m.report_bytes,
+    )
+    if m.rappor is not None:
+        r = m.rappor
+        info.rappor.CopyFrom(
+            pb.RapporConfig(k=r.k, h=r.h, m=r.m, f=r.f, p=r.p, q=r.q, hashing=m.hashing)
+        )
+    else:
+        assert m.basic is not None  # MetricConfig guarantees one of the two
+        info.basic.CopyFrom(
+            pb.BasicConfig(
+                epsilon=m.basic.epsilon,
+                domain_size=m.basic.domain_size,
+                domain=list(m.domain or ()),
+            )
+        )
+    return info
+
+
+def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigResponse:
+    """The GetConfig answer; ``names`` restricts the metrics (unknown names are left out)."""
+    chosen = sorted(config.metrics) if not names else [n for n in names if n in config.metrics]
+    return pb.ConfigResponse(
+        version=config.version,
+        cache_seconds=config.cache_seconds,
+        metrics=[_metric_to_proto(config.metrics[n]) for n in chosen],
+        keys=[
+            pb.PublicKey(
+                key_id=k.key_id,
+                suite=k.suite,
+                public_key=k.public_key,
+                not_before=k.not_before,
+                not_after=k.not_after or 0,
+            )
+            for k in config.keys.keys
+        ],
+        protocol=PROTOCOL_VERSION,
+    )
+
+
+def _metric_from_proto(info: pb.MetricInfo) -> MetricConfig:
+    kind = info.WhichOneof("params")
+    if kind == "rappor":
+        r = info.rappor
+        metric = MetricConfig(
+            name=info.name,
+            rappor=RapporParams(k=r.k, h=r.h, m=r.m, f=r.f, p=r.p, q=r.q),
+            hashing=r.hashing or "mmh3",  # type: ignore[arg-type]
+        )
+    elif kind == "basic":
+        b = info.basic
+        metric = MetricConfig(
+            name=info.name,
+            basic=BasicParams(
+                mechanism=info.encoding,  # type: ignore[arg-type]
+                epsilon=b.epsilon,
+                domain_size=b.domain_size,
+            ),
+            domain=tuple(b.domain) or None,
+        )
+    else:
+        raise ParamsError(f"metric {info.name!r}: the config carries no params")
+    if metric.fingerprint != info.params_fingerprint:
+        raise ParamsError(
+            f"metric {info.name!r}: the served fingerprint {info.params_fingerprint:#018x} "
+            f"is not that of the served params ({metric.fingerprint:#018x})"
+        )
+    return metric
+
+
+def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
+    """The answer as a ``DeviceConfig``; ``ParamsError`` when it is inconsistent."""
+    if message.protocol != PROTOCOL_VERSION:
+        raise ParamsError(f"unsupported sealing protocol version {message.protocol}")
+    metrics = {m.name: _metric_from_proto(m) for m in message.metrics}
+    keys = PublicKeySet(
+        tuple(
+            PublicKeyConfig(
+                key_id=k.key_id,
+                suite=k.suite,
+                public_key=k.public_key,
+                not_before=k.not_before,
+                not_after=k.not_after or None,
+            )
+            for k in message.keys
+        )
+    )
+    return DeviceConfig(metrics=metrics, keys=keys, cache_seconds=message.cache_seconds)

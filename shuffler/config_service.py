@@ -1,0 +1,176 @@
+"""Sealed reports at the shuffler: the published keys it checks, and ``GetConfig``.
+
+The shuffler never holds a private key. It reads the aggregator's *public* key
+config, the file ``crowdmix keys export`` (or ``--public`` of new/rotate/retire)
+writes, and re-reads it when the file changes (checked at most once per
+``check_seconds``, on use): rotating keys at the aggregator and copying the new
+public file to the shufflers needs no restart. A file that is not a public key
+config (a private key file passed by mistake, say) is refused at start-up.
+
+With keys, the shuffler takes sealed reports only (``sealing_required`` for a
+clear one): it learns the metric, the key id and the length, never the report.
+Without keys (``--plaintext`` setups, google/rappor imports, benchmarks) it
+takes clear reports only.
+
+Sealed reports travel through the store as opaque fixed-length rows in the
+ordinary chunk format (``shuffler.columns``): the cohort column holds the key id,
+the bits column the sealed value, no report ids (the id is inside the seal), in
+a queue whose fingerprint is ``SEALED_QUEUE[suite]`` (a sealed report carries no
+params fingerprint in the clear).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Final
+
+from client.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
+from client.errors import ParamsError
+from client.registry import Registry
+from client.sealed import SUITES, PublicKeyConfig, PublicKeySet
+from protos import crowdmix_pb2 as pb
+from shuffler.errors import ConfigError, InvalidRequest
+
+__all__ = [
+    "SEALED_QUEUE",
+    "SEALED_SUITE_OF_QUEUE",
+    "ConfigService",
+    "PublishedKeys",
+    "is_sealed_queue",
+]
+
+log = logging.getLogger("crowdmix.shuffler")
+
+# Queue "fingerprints" of sealed reports, one per suite (suites differ in length).
+# A real params fingerprint (64 bits of BLAKE2b) equal to one of these has
+# probability 2^-63; the registry check would refuse such a clear report anyway.
+SEALED_QUEUE: Final[Mapping[str, int]] = {
+    name: 0x5EA1ED0000000000 | i for i, name in enumerate(SUITES, start=1)
+}
+SEALED_SUITE_OF_QUEUE: Final[Mapping[int, str]] = {fp: s for s, fp in SEALED_QUEUE.items()}
+
+
+def is_sealed_queue(fingerprint: int) -> bool:
+    return fingerprint in SEALED_SUITE_OF_QUEUE
+
+
+def _read_public(path: Path) -> PublicKeySet:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"public key file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"public key file {path} is not UTF-8 JSON") from None
+    try:
+        return PublicKeySet.from_json(text)
+    except ParamsError as exc:
+        raise ConfigError(
+            f"public key file {path}: {exc} (write it with 'crowdmix keys export')"
+        ) from None
+
+
+class PublishedKeys:
+    """The aggregator's public keys from a file, re-read when the file changes."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        check_seconds: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self._check_seconds = check_seconds
+        self._clock = clock
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        self._set(_read_public(self.path))
+        if not self._keys.keys:
+            raise ConfigError(f"public key file {self.path} lists no key")
+        self._checked = monotonic()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _set(self, keys: PublicKeySet) -> None:
+        self._keys = keys
+        self._by_id = {k.key_id: k for k in keys.keys}
+
+    def refresh(self, *, force: bool = False) -> None:
+        now = self._monotonic()
+        if not force and now - self._checked < self._check_seconds:
+            return
+        with self._lock:
+            self._checked = now
+            stamp = self._stat()
+            if stamp is None or stamp == self._stamp:
+                return
+            try:
+                keys = _read_public(self.path)
+            except ConfigError as exc:  # keep serving the last good keys
+                log.warning("keeping the previous public keys: %s", exc)
+                return
+            self._stamp = stamp
+            self._set(keys)
+            log.info("public keys reloaded: version %s, ids %s", keys.version, sorted(self._by_id))
+
+    @property
+    def keys(self) -> PublicKeySet:
+        self.refresh()
+        return self._keys
+
+    def accepted(self, key_id: int) -> PublicKeyConfig | None:
+        """The key a sealed report may name: published and not past its end."""
+        self.refresh()
+        key = self._by_id.get(key_id)
+        if key is None or (key.not_after is not None and self._clock() >= key.not_after):
+            return None
+        return key
+
+
+class ConfigService:
+    """Answers GetConfig from the registry and the published keys (cached per version)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        keys: PublishedKeys | None,
+        *,
+        cache_seconds: int = DEFAULT_CACHE_SECONDS,
+    ) -> None:
+        self.registry = registry
+        self.keys = keys
+        self.cache_seconds = cache_seconds
+        self._cached: tuple[str, pb.ConfigResponse] | None = None
+
+    def config(self) -> DeviceConfig:
+        keys = self.keys.keys if self.keys is not None else PublicKeySet(())
+        return DeviceConfig.of(self.registry, keys, self.cache_seconds)
+
+    def answer(self, raw: bytes) -> pb.ConfigResponse:
+        try:
+            request = pb.GetConfigRequest.FromString(raw)
+        except Exception:  # DecodeError; one status for anything unparsable
+            raise InvalidRequest("malformed", "the request is not a GetConfigRequest") from None
+        unknown = [n for n in request.metrics if n not in self.registry.metrics]
+        if unknown:
+            raise InvalidRequest("unknown_metric", f"unknown metric {unknown[0][:128]!r}")
+        config = self.config()
+        if request.metrics:
+            return to_proto(config, list(request.metrics))
+        cached = self._cached
+        version = config.version
+        if cached is None or cached[0] != version:
+            cached = self._cached = (version, to_proto(config))
+        return cached[1]

@@ -1,0 +1,97 @@
+"""GetConfig and the published keys, on a real in-process shuffler (gRPC on loopback)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+from client.errors import TransportError
+from client.report import Report
+from client.transport import ShufflerClient
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+from shuffler.config import ShufflerSettings
+from shuffler.errors import ConfigError
+from shuffler.server import start_shuffler
+from tests.shuffler.helpers import RAPPOR, make_registry
+
+
+def _keys(tmp_path: Path) -> tuple[KeySet, Path, Path]:
+    now = int(time.time())
+    keys, _ = KeySet().with_new_key(now)
+    private, public = tmp_path / "keys.json", tmp_path / "public.json"
+    save_keyset(private, keys, now=now, create=True)
+    write_public_config(public, keys, now=now)
+    return keys, private, public
+
+
+def test_get_config_serves_params_and_public_keys_and_follows_the_file(tmp_path: Path) -> None:
+    keys, private, public = _keys(tmp_path)
+    registry = make_registry()
+    settings = ShufflerSettings(public_keys=str(public), config_cache_seconds=120)
+    with start_shuffler(registry, settings=settings) as shuffler:
+        sender = ShufflerClient(f"127.0.0.1:{shuffler.port}", background=False)
+        config = sender.config()
+        assert config.cache_seconds == 120
+        assert set(config.metrics) == set(registry.metrics)
+        for name, metric in registry.metrics.items():  # params rebuilt, fingerprints equal
+            assert config.metrics[name].fingerprint == metric.fingerprint
+        assert [k.public_key for k in config.keys.keys] == [k.public_key for k in keys.keys]
+        assert private.read_text() not in str(config)  # nothing private is served
+        # a rotation published to the file is served without a restart
+        later = int(time.time()) + 5  # (a key rotated in its first second stays one more)
+        rotated, new = keys.rotate(later)
+        write_public_config(public, rotated, now=later)
+        time.sleep(1.1)  # re-read at most once a second
+        again = sender.config(refresh=True)
+        assert [k.key_id for k in again.keys.keys] == [new.key_id]
+        assert again.version != config.version
+        # an unknown metric asked for by name is refused, with the reason
+        stub = crowdmix_pb2_grpc.ShufflerStub(grpc.insecure_channel(f"127.0.0.1:{shuffler.port}"))
+        with pytest.raises(grpc.RpcError) as info:
+            stub.GetConfig(pb.GetConfigRequest(metrics=["nope"]), timeout=5)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        sender.close(flush=False)
+
+
+def test_a_private_key_file_is_refused_as_public_keys(tmp_path: Path) -> None:
+    _, private, _ = _keys(tmp_path)
+    with pytest.raises(ConfigError, match="public key"):
+        start_shuffler(make_registry(), settings=ShufflerSettings(public_keys=str(private)))
+
+
+def test_sealing_required_refuses_a_plaintext_shuffler(tmp_path: Path) -> None:
+    registry = make_registry()
+    fp = registry[RAPPOR].fingerprint
+    nb = registry[RAPPOR].report_bytes
+    report = Report(metric=RAPPOR, cohort=0, bits=bytes(nb), params_fingerprint=fp)
+    with start_shuffler(registry) as shuffler:
+        target = f"127.0.0.1:{shuffler.port}"
+        strict = ShufflerClient(target, sealing="required", background=False)
+        strict.submit(report)
+        with pytest.raises(TransportError, match="publishes no aggregator key"):
+            strict.flush()
+        assert (strict.sent, strict.failed) == (0, 1)
+        strict.close(flush=False)
+        plain = ShufflerClient(target, background=False)  # "auto": clear to a plaintext shuffler
+        plain.submit(report)
+        assert plain.flush() == 1 and plain.sealed == 0
+        plain.close()
+    _, _, public = _keys(tmp_path)
+    with start_shuffler(registry, settings=ShufflerSettings(public_keys=str(public))) as shuffler:
+        sealed = ShufflerClient(f"127.0.0.1:{shuffler.port}", background=False)
+        sealed.submit(report)
+        assert sealed.flush() == 1 and sealed.sealed == 1
+        sealed.close()
+        # a clear report to a shuffler that publishes keys is refused with the reason
+        off = ShufflerClient(f"127.0.0.1:{shuffler.port}", sealing="off", background=False)
+        off.submit(report)
+        with pytest.raises(TransportError, match="sealing_required"):
+            off.flush()
+        off.close(flush=False)
+    assert os.stat(public).st_mode & 0o777 == 0o644
