@@ -119,35 +119,29 @@ class Composed:
     candidates: dict[str, float] = field(default_factory=dict)
 
 
-def round_pair(epsilon0: float, beta: float) -> Any:
-    """The clone pair dominating one shuffled round (module docstring)."""
+def round_pair(epsilon0: float) -> Any:
+    """The clone pair dominating one shuffled round: the generic stronger clone
+    (module docstring; never a mechanism-specific (p, β, q) pair)."""
     from aggregator.accounting.pairs import ClonePair
 
-    generic = math.tanh(epsilon0 / 2.0)
-    if beta < generic * (1.0 - 1e-9):
-        p = math.exp(epsilon0)
-        return ClonePair.variation_ratio(p, beta, p)
     return ClonePair.stronger_clone(epsilon0)
 
 
-def _best_amplify(epsilon0: float, beta: float, n: int, delta: float) -> float:
-    """Best valid one-round shuffle bound (generic, or (p, β, q) with the exact β)."""
+def _best_amplify(epsilon0: float, n: int, delta: float) -> float:
+    """One-round shuffle bound: the generic stronger clone, valid for every
+    ε0-LDP randomizer (the (p, β, q) pair is not a dominating pair, pairs.py)."""
     from aggregator.accounting.amplification import amplify
 
     if math.isinf(epsilon0):
         return math.inf
-    best = amplify(epsilon0, n, delta).epsilon
-    generic = math.tanh(epsilon0 / 2.0)
-    if 0.0 < beta < generic * (1.0 - 1e-9):
-        best = min(best, amplify(epsilon0, n, delta, bound="rappor", beta=beta).epsilon)
-    return best
+    return amplify(epsilon0, n, delta).epsilon
 
 
 @lru_cache(maxsize=32)
-def _pair_pld(epsilon0: float, beta: float, n: int, tail: float) -> Any:
+def _pair_pld(epsilon0: float, n: int, tail: float) -> Any:
     from aggregator.accounting.pld import shuffle_pld
 
-    return shuffle_pld(round_pair(epsilon0, beta), n, tail=tail)
+    return shuffle_pld(round_pair(epsilon0), n, tail=tail)
 
 
 def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
@@ -160,10 +154,10 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         return math.inf, "no-bound"
     if all(s.epsilon0 == 0.0 for s in segs):
         return 0.0, "pld-composition"
-    by_pair: dict[tuple[float, float, int], int] = defaultdict(int)
-    by_round: dict[tuple[float, float, int], int] = defaultdict(int)
+    by_pair: dict[tuple[float, int], int] = defaultdict(int)
+    by_round: dict[tuple[float, int], int] = defaultdict(int)
     for s in segs:
-        key = (s.epsilon0, s.beta, s.n_amplify)
+        key = (s.epsilon0, s.n_amplify)
         if 2 <= s.n_amplify <= MAX_PLD_N and 0.0 < s.epsilon0 <= 50.0:
             by_pair[key] += s.rounds
         elif s.epsilon0 > 0.0:
@@ -172,8 +166,8 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     per_round = delta / (2.0 * max(1, fallback_rounds))
     if not by_pair and len(by_round) == 1:
         # All alike and past the PLD's reach: KOV's exact optimal composition.
-        ((eps0, beta, n), k) = next(iter(by_round.items()))
-        eps_r = _best_amplify(eps0, beta, n, per_round)
+        ((eps0, n), k) = next(iter(by_round.items()))
+        eps_r = _best_amplify(eps0, n, per_round)
         if k * per_round < delta:
             return compose_optimal(eps_r, per_round, k, delta), "optimal-composition"
         return k * eps_r, "basic-composition"
@@ -182,12 +176,12 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
 
     tail = min(1e-12, delta * 1e-4 / total_rounds)
     composed: Any = None
-    for (eps0, beta, n), k in sorted(by_pair.items()):
-        one = _pair_pld(eps0, beta, n, tail)
+    for (eps0, n), k in sorted(by_pair.items()):
+        one = _pair_pld(eps0, n, tail)
         part = one.self_compose(k) if k > 1 else one
         composed = part if composed is None else composed.compose(part)
-    for (eps0, beta, n), k in sorted(by_round.items()):
-        eps_r = _best_amplify(eps0, beta, n, per_round)
+    for (eps0, n), k in sorted(by_round.items()):
+        eps_r = _best_amplify(eps0, n, per_round)
         one = pld_mod.from_privacy_parameters(
             common.DifferentialPrivacyParameters(eps_r, per_round),
             value_discretization_interval=GRID,
@@ -212,17 +206,14 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
     m = max(s.rappor.m for s in segs if s.rappor is not None)
     if any(s.cohort_per_report for s in segs) and m > 1 and k_total > 1:
         c = min(k_total, m)
-        cands["cohort-prr"] = _best_amplify(c * eps_inf, 1.0, n, delta)
+        cands["cohort-prr"] = _best_amplify(c * eps_inf, n, delta)
         return min(cands.values()), "cohort-prr", cands
     if not math.isinf(eps_inf):
-        cands["memoised-prr-inf"] = _best_amplify(
-            eps_inf, local.prr_total_variation(first), n, delta
-        )
+        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta)
     if same:
         eps_k = local.epsilon_k(first, k_total)
         if not math.isinf(eps_k):
-            beta_k = local.total_variation(first) if k_total == 1 else 1.0
-            cands["memoised-prr-k"] = _best_amplify(eps_k, beta_k, n, delta)
+            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta)
     if not cands:
         return math.inf, "no-bound", cands
     name = min(cands, key=lambda key: cands[key])
