@@ -220,10 +220,53 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
     return cands[name], name, cands
 
 
-def _prr_key(s: Segment) -> tuple[str, int, int, bool]:
+def _prr_key(s: Segment) -> tuple[str, int, int, bool, int]:
     # f = 0 has no PRR coins (the "PRR" is the Bloom filter itself): its own group.
+    # m is part of the key: a client's cohort (secret mod m) and so its Bloom filter
+    # change with m, so rounds under different m are not one memoised PRR.
     assert s.rappor is not None
-    return (s.hashing, s.rappor.k, s.rappor.h, s.rappor.f == 0.0)
+    return (s.hashing, s.rappor.k, s.rappor.h, s.rappor.f == 0.0, s.rappor.m)
+
+
+def _coin_key(s: Segment) -> tuple[str, int]:
+    """What a client's PRR coins depend on besides (secret, metric, Bloom bits):
+    the Bloom filter's byte string — ceil(k/8) bytes (mmh3), or the 4-byte integer
+    of google/rappor's HMAC rule. Not k, h, f or m (client/rappor.py)."""
+    assert s.rappor is not None
+    return (s.hashing, 4 if s.hashing == "rappor-md5" else -(-s.rappor.k // 8))
+
+
+def _check_shared_coins(segments: Sequence[Segment]) -> None:
+    """Refuse PRR parameters that change within one coin key (SharedCoinsError).
+
+    Releases under one metric whose Bloom filters have the same byte length draw
+    their PRR coins from one keyed PRF of the Bloom bytes, whatever k, h, f and m
+    are: the h = 1 filter is a subset of the h = 2 filter (and equal to it for ~1/k
+    of values), different k with the same byte length share the uniform word, a
+    change of m moves some clients to another cohort's filter and keeps the others
+    on the same one. Their joint view is then neither one memoised PRR nor
+    independent PRRs (with different f it can reveal a Bloom bit exactly; even with
+    the same f, a filter coinciding under two parameter sets makes the two "PRRs"
+    equal, which no per-group figure covers), so no bound is claimed. Fixing this
+    in the PRF input (hashing k, h, f, m into it) would change the reports of the
+    wire-compatible google/rappor mode and the golden vectors, so the ledger refuses
+    instead; a new metric name gives independent coins (the PRF is keyed on it).
+    """
+    seen: dict[tuple[str, int], set[tuple[int, int, float, int]]] = defaultdict(set)
+    for s in segments:
+        if s.rappor is not None and s.rappor.f > 0.0:
+            r = s.rappor
+            seen[_coin_key(s)].add((r.k, r.h, r.f, r.m))
+    for (hashing, nbytes), params in seen.items():
+        if len(params) > 1:
+            listed = "; ".join(f"k={k}, h={h}, f={f}, m={m}" for k, h, f, m in sorted(params))
+            raise SharedCoinsError(
+                f"releases with a memoised PRR over {nbytes}-byte Bloom filters ({hashing}) "
+                f"under different PRR parameters ({listed}) share their PRR coins (the coins "
+                "depend only on the client secret, the metric and the Bloom bytes): their "
+                "joint view can reveal Bloom bits, so no bound holds; record the new "
+                "parameters under a new metric name"
+            )
 
 
 def compose_segments(segments: Sequence[Segment]) -> Composed:
@@ -238,7 +281,8 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
     """
     if not segments:
         return Composed(epsilon=0.0, delta=0.0, argument="none")
-    groups: dict[tuple[str, int, int, bool], list[Segment]] = defaultdict(list)
+    _check_shared_coins(segments)
+    groups: dict[tuple[str, int, int, bool, int], list[Segment]] = defaultdict(list)
     fresh: list[Segment] = []
     for s in segments:
         if s.fresh and s.rappor is None:
@@ -249,14 +293,8 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
     f0_memo: list[tuple[str, float, float]] = []  # f = 0 groups bounded alone
     f0_segments: list[Segment] = []
     cands: dict[str, float] = {}
-    for key, segs in groups.items():
+    for segs in groups.values():
         fs = {s.rappor.f for s in segs if s.rappor is not None}
-        if len(fs) > 1:
-            raise SharedCoinsError(
-                f"releases with the same Bloom filter ({key[0]}, k={key[1]}, h={key[2]}) but "
-                f"different f ({sorted(fs)}) share their PRR coins: their joint view can "
-                "reveal a Bloom bit exactly, so no bound holds"
-            )
         delta = max(s.delta for s in segs)
         eps, name, group_cands = _memo_part(segs, delta)
         cands.update(group_cands)

@@ -155,6 +155,75 @@ def test_prrs_with_shared_coins_and_different_f_are_refused() -> None:
     assert len(ledger.releases("pages")) == 1
 
 
+def test_a_change_of_m_is_not_one_memoised_prr() -> None:
+    # Review finding 2: m = 8 then m = 16, unshuffled, f = 0.5: the ledger read 4.394
+    # (= one ε_∞) for both although clients that change cohort get a new Bloom filter
+    # and a new PRR (two independent PRRs reach 2·ε_∞ = 8.79). The clients that keep
+    # their cohort share the PRR coins, so no bound is claimed: refused.
+    from aggregator.accounting import UnboundedReleaseError
+    from aggregator.accounting.history import _prr_key
+
+    a = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=8, f=0.5))
+    b = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=16, f=0.5))
+    ledger = PrivacyLedger(MemoryLedgerStore())
+    _, (t1, _) = record_release(ledger, a, 1000, release_id="a", window=1, shuffled=False)
+    assert round(t1, 4) == 1.0743  # one unshuffled report: ε_1
+    with pytest.raises(UnboundedReleaseError, match="share their PRR coins"):
+        record_release(ledger, b, 1000, release_id="b", window=2, shuffled=False)
+    assert len(ledger.releases("pages")) == 1 and ledger.spent("pages")[0] == t1
+    # m is in the grouping key; with f = 0 (no PRR coins) the two m add up.
+    seg = privacy_statement(a, 1000, shuffled=False).segment
+    assert seg is not None and _prr_key(seg)[-1] == 8
+    a0 = MetricConfig(name="q", rappor=RapporParams(k=16, h=2, m=8, f=0.0))
+    b0 = MetricConfig(name="q", rappor=RapporParams(k=16, h=2, m=16, f=0.0))
+    fresh = PrivacyLedger(MemoryLedgerStore())
+    _, (u1, _) = record_release(fresh, a0, 1000, release_id="a", window=1, shuffled=False)
+    _, (u2, _) = record_release(fresh, b0, 1000, release_id="b", window=2, shuffled=False)
+    assert u2 > 1.99 * u1  # two rounds of fresh randomness (PLD at δ: a hair under 2·ε_1)
+
+
+def test_prr_parameter_changes_sharing_coins_are_refused() -> None:
+    # Review finding 3: (h=1, f=0.5) then (h=2, f=0.25) under one metric was accepted
+    # and basic-composed (0.2267), though the h = 1 filter is inside the h = 2 one
+    # (equal for ~1/k of values) and the PRR coins depend only on the Bloom bytes.
+    from aggregator.accounting import UnboundedReleaseError
+
+    c = MetricConfig(name="q", rappor=RapporParams(k=16, h=1, m=1, f=0.5))
+    d = MetricConfig(name="q", rappor=RapporParams(k=16, h=2, m=1, f=0.25))
+    ledger = PrivacyLedger(MemoryLedgerStore())
+    record_release(ledger, c, 1000, release_id="c", window=1)
+    with pytest.raises(UnboundedReleaseError, match="share their PRR coins"):
+        record_release(ledger, d, 1000, release_id="d", window=2)
+    assert len(ledger.releases("q")) == 1
+    # Different k with the same byte length (k = 12 and 16: two bytes) share coins too;
+    # a different byte length (k = 24) or another metric name does not.
+    e = MetricConfig(name="q", rappor=RapporParams(k=12, h=1, m=1, f=0.5))
+    with pytest.raises(UnboundedReleaseError, match="2-byte Bloom filters"):
+        record_release(ledger, e, 1000, release_id="e", window=2)
+    g = MetricConfig(name="q", rappor=RapporParams(k=24, h=1, m=1, f=0.5))
+    record_release(ledger, g, 1000, release_id="g", window=2)
+    assert len(ledger.releases("q")) == 2
+
+
+def test_a_legacy_memoised_entry_is_not_added_to_a_new_prr_as_independent() -> None:
+    # Review finding 3 (legacy path): an entry written before segments existed, with a
+    # memoised PRR, was added by basic composition to a new memoised group over the
+    # same PRR coins. Its params are not on record: refused.
+    from aggregator.accounting import Release, UnboundedReleaseError
+
+    ledger = PrivacyLedger(MemoryLedgerStore())
+    legacy = Release(release_id="old", window=0, n_reports=10_000, mechanism="rappor",
+                     epsilon=0.1, delta=1e-7, fresh_randomness=False,
+                     longitudinal_epsilon=0.1, longitudinal_delta=1e-7)  # fmt: skip
+    ledger.record("pages", legacy)
+    metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1, f=0.5))
+    with pytest.raises(UnboundedReleaseError, match="written before releases carried"):
+        record_release(ledger, metric, 10_000, release_id="new", window=1)
+    # A fresh-randomness release next to it is independent: still added.
+    krr_release, _ = record_release(ledger, krr(1.0), 10_000, release_id="k", window=1)
+    assert len(ledger.releases("pages")) == 2 and krr_release.central.epsilon > 0
+
+
 # --- properties --------------------------------------------------------------------------
 
 
