@@ -324,7 +324,12 @@ def _metric(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from aggregator.accounting.ledger import AccountingError, PrivacyLedger, Release
+    from aggregator.accounting.ledger import (
+        TOTAL_ASSUMPTION,
+        AccountingError,
+        PrivacyLedger,
+        Release,
+    )
     from aggregator.accounting.ledger_stores import JsonFileLedgerStore
     from crowdmix.cli import CliError
 
@@ -361,6 +366,7 @@ def _ledger(args: argparse.Namespace) -> int:
                 for r, (eps, delta) in rows
             ],
             "cumulative": {"epsilon": total[0], "delta": total[1]},
+            "notes": [TOTAL_ASSUMPTION],
         }
 
     if args.metric:
@@ -388,6 +394,7 @@ def _ledger(args: argparse.Namespace) -> int:
             )
         total = rows[-1][1] if rows else (0.0, 0.0)
         lines.append(f"  total: (ε = {_up(total[0], 6)}, δ = {_up(total[1], 3)})")
+        lines.append(f"  note: {TOTAL_ASSUMPTION}")
     _print(args, out, "\n".join(lines))
     return 0
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "TOTAL_ASSUMPTION",
     "AccountingError",
     "Budget",
     "BudgetExceededError",
@@ -54,6 +55,16 @@ __all__ = [
     "Release",
     "UnboundedReleaseError",
 ]
+
+
+# Printed with every ledger total (review finding 4): the memoised-PRR argument
+# bounds a group of rounds at its smallest crowd, which is only right when the same
+# clients report in every round (the linked view needs the rounds' intersection).
+TOTAL_ASSUMPTION = (
+    "the total assumes the same clients report in every round: a memoised PRR's rounds "
+    "are bounded at the smallest crowd of any round, and a client that skips rounds "
+    "hides only among the clients present in all of its rounds, which can be fewer"
+)
 
 
 class AccountingError(Exception):
