@@ -9,12 +9,12 @@ the ledger's running total both call it, so the two agree when the releases
 are alike.
 
 Fresh randomness every round (basic mechanisms, RAPPOR with f = 0). Each round
-is dominated by a clone pair (``pairs``): the (p, β, q) variation-ratio pair
-with p = q = e^ε0 when β is below the generic (e^ε0−1)/(e^ε0+1) (Wang, Peng,
-Li, Xu, Yang, Liu, VLDB 2024; for k-RR this pair *is* the shuffled mechanism
-on a worst-case data set, so it is exact), else the generic stronger clone
-(Feldman, McMillan, Talwar SODA 2023, proved for every ε0-LDP randomizer by
-Wang et al. 2024, Lemma 4.4). A dominating pair of each round dominates their
+is dominated by the generic stronger clone pair (``pairs``; Feldman, McMillan,
+Talwar SODA 2023, proved for every ε0-LDP randomizer by Wang et al., VLDB 2024,
+Lemma 4.4). The mechanism-specific (p, β, q) variation-ratio pair is not used:
+with β below the generic value it is not a dominating pair (for k-RR with d ≥ 4,
+OUE and PRR the exact shuffled mechanism exceeds it; pairs.py). A dominating
+pair of each round dominates their
 adaptive composition by the product of the pairs (Zhu, Dong, Wang, "Optimal
 accounting of differential privacy via characteristic function", AISTATS 2022),
 so the privacy-loss distributions (PLDs) of all rounds — different pairs,
@@ -28,19 +28,21 @@ RAPPOR with f = 0 may instead use the memoised argument below when it is smaller
 for its group of rounds.
 
 Memoised PRR (RAPPOR f > 0): rounds share the PRR, so per-round figures never
-compose. Rounds under one PRR (same hashing, k, h, f: the PRR is keyed on the
-client's secret, the metric and the Bloom bits only) form a *group*: the K
+compose. Rounds under one PRR (same hashing, k, h, f, m: the PRR is keyed on the
+client's secret, the metric and the Bloom bytes only) form a *group*: the K
 reports of a client are one ε_K-LDP randomizer, and every report is a
 post-processing of the PRR, an ε_∞-LDP randomizer with total variation β_PRR;
 unlinking rounds is post-processing of the linked view, so the group is
-bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (ε_∞ with the
-variation-ratio pair of β_PRR). When the cohort is drawn per report (m > 1), a
+bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (generic bound).
+This assumes the same clients in every round (ledger.TOTAL_ASSUMPTION). When
+the cohort is drawn per report (m > 1), a
 client reports under up to c = min(K, m) cohorts, each with its own Bloom filter
 and so its own PRR: the K reports are a post-processing of c independent
 ε_∞-LDP PRRs, one c·ε_∞-LDP randomizer, and that is amplified instead (the
-single-PRR argument does not hold). Two groups with the same Bloom bits and
-different f share PRR coins and are refused (their joint can reveal a bit
-exactly). Independent groups and the fresh-randomness part compose by basic
+single-PRR argument does not hold). Any change of PRR parameters (k, h, f, m)
+between releases whose Bloom filters have the same byte length shares PRR coins
+and is refused (``_check_shared_coins``). Independent groups and the
+fresh-randomness part compose by basic
 composition (Dwork, Roth 2014, Thm 3.16): ε and δ add across them.
 
 Nothing here rounds down: every figure is an upper bound or ∞.
