@@ -43,9 +43,10 @@ def register(sub: Any) -> None:
         "--bound",
         default="generic",
         choices=("generic", "rappor", "fmt21", "fmt21-closed"),
-        help="generic stronger clone (default), RAPPOR (p,β,q), FMT21 exact or closed form",
+        help="generic stronger clone (default), FMT21 exact or closed form; 'rappor' is "
+        "refused (the (p,β,q) variation-ratio pair understates ε)",
     )
-    amp.add_argument("--beta", type=float, help="total variation β for --bound rappor")
+    amp.add_argument("--beta", type=float, help=argparse.SUPPRESS)  # refused, see --bound
     _rappor_args(amp)
     amp.add_argument(
         "--lower",
@@ -165,26 +166,23 @@ def _fail(exc: Exception) -> Exception:
 
 
 def _amplify(args: argparse.Namespace) -> int:
-    from aggregator.accounting.amplification import amplify, shuffled_rr_lower_bound
-    from aggregator.accounting.local import epsilon_one, total_variation
+    from aggregator.accounting.amplification import (
+        VARIATION_RATIO_REFUSAL,
+        amplify,
+        shuffled_rr_lower_bound,
+    )
+    from aggregator.accounting.local import epsilon_one
     from client.errors import ParamsError
     from client.params import RapporParams
 
     try:
-        eps0, beta = args.epsilon0, args.beta
-        if eps0 is None or (args.bound == "rappor" and beta is None):
+        if args.bound == "rappor" or args.beta is not None:
+            raise ValueError(f"--bound rappor / --beta: {VARIATION_RATIO_REFUSAL}")
+        eps0 = args.epsilon0
+        if eps0 is None:
             params = RapporParams(k=args.k, h=args.hashes, f=args.f, p=args.p, q=args.q)
-            eps1 = epsilon_one(params)
-            if eps0 is None:
-                eps0 = eps1
-            elif abs(eps0 - eps1) > 1e-9 * max(1.0, eps1):
-                raise ValueError(
-                    f"--bound rappor: --epsilon0 {eps0} is not ε_1 = {eps1:.9g} of the RAPPOR "
-                    "params given; pass --beta, or drop --epsilon0"
-                )
-            if args.bound == "rappor":
-                beta = total_variation(params)
-        result = amplify(eps0, args.n, args.delta, bound=args.bound, beta=beta)
+            eps0 = epsilon_one(params)
+        result = amplify(eps0, args.n, args.delta, bound=args.bound)
         lowers: dict[str, float] = {}
         if args.lower:
             lowers["krr3"] = shuffled_rr_lower_bound(eps0, args.n, args.delta)
@@ -194,8 +192,6 @@ def _amplify(args: argparse.Namespace) -> int:
     except (ValueError, ParamsError) as exc:
         raise _fail(exc) from None
     out = result.to_dict()
-    if beta is not None:
-        out["beta"] = beta
     if lower is not None:
         out["rr_lower_bound"] = lower  # the largest of the known lower bounds
         out["lower_bounds"] = lowers
@@ -328,7 +324,12 @@ def _metric(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from aggregator.accounting.ledger import AccountingError, PrivacyLedger, Release
+    from aggregator.accounting.ledger import (
+        TOTAL_ASSUMPTION,
+        AccountingError,
+        PrivacyLedger,
+        Release,
+    )
     from aggregator.accounting.ledger_stores import JsonFileLedgerStore
     from crowdmix.cli import CliError
 
@@ -365,6 +366,7 @@ def _ledger(args: argparse.Namespace) -> int:
                 for r, (eps, delta) in rows
             ],
             "cumulative": {"epsilon": total[0], "delta": total[1]},
+            "notes": [TOTAL_ASSUMPTION],
         }
 
     if args.metric:
@@ -392,6 +394,7 @@ def _ledger(args: argparse.Namespace) -> int:
             )
         total = rows[-1][1] if rows else (0.0, 0.0)
         lines.append(f"  total: (ε = {_up(total[0], 6)}, δ = {_up(total[1], 3)})")
+        lines.append(f"  note: {TOTAL_ASSUMPTION}")
     _print(args, out, "\n".join(lines))
     return 0
 

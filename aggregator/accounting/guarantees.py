@@ -8,9 +8,11 @@ the longitudinal argument. Pure (no state); numpy/scipy load lazily.
   (``estimated_crowd``: the exact binomial quantile at failure probability
   CROWD_FAILURE·δ/(m·batches) — a union bound over every cohort of every batch —
   and that failure probability is charged to δ once per round).
-- Central: the best of the valid shuffle bounds (generic stronger clone, and the
-  mechanism-specific (p, β, q) bound when β is below the generic one). A figure
-  within 0.1% of ε0 is reported as "no amplification".
+- Central: the generic stronger-clone bound (Wang et al., VLDB 2024, Lemma 4.4),
+  valid for every ε0-LDP randomizer. The mechanism-specific (p, β, q)
+  variation-ratio pair is not used: it is not a dominating pair for shuffled
+  k-RR (d ≥ 4), OUE or PRR (pairs.py). A figure within 0.1% of ε0 is reported
+  as "no amplification".
 - Longitudinal, R rounds from the same clients (``history``, which the ledger
   also uses over many releases): with a memoised PRR the rounds share
   randomness, so per-round figures never compose; the R reports of a client are
@@ -121,18 +123,14 @@ def estimated_crowd(batch: int, probability: float, failure: float) -> int:
     return max(1, x)
 
 
-def central_guarantee(
-    epsilon0: float, beta: float, generic_beta: float, n: int, delta: float, specific: str | None
-) -> CentralGuarantee:
-    """Best valid shuffle bound for n reports of an ε0-LDP randomizer with TV distance β;
-    ``specific`` names the (p, β, q) bound when β is below the generic one."""
+def central_guarantee(epsilon0: float, n: int, delta: float) -> CentralGuarantee:
+    """Shuffle bound for n reports of an ε0-LDP randomizer: the generic stronger
+    clone (module docstring)."""
     from aggregator.accounting.amplification import amplify
 
     cands: dict[str, float] = {}
     generic = amplify(epsilon0, n, delta, bound="generic")
     cands["generic"] = generic.epsilon
-    if specific is not None and beta < generic_beta * (1.0 - 1e-9):
-        cands[specific] = amplify(epsilon0, n, delta, bound="rappor", beta=beta).epsilon
     name = min(cands, key=lambda k: cands[k])
     eps = cands[name]
     amplified = eps < epsilon0 * (1.0 - 1e-3)

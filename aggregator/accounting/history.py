@@ -9,12 +9,12 @@ the ledger's running total both call it, so the two agree when the releases
 are alike.
 
 Fresh randomness every round (basic mechanisms, RAPPOR with f = 0). Each round
-is dominated by a clone pair (``pairs``): the (p, β, q) variation-ratio pair
-with p = q = e^ε0 when β is below the generic (e^ε0−1)/(e^ε0+1) (Wang, Peng,
-Li, Xu, Yang, Liu, VLDB 2024; for k-RR this pair *is* the shuffled mechanism
-on a worst-case data set, so it is exact), else the generic stronger clone
-(Feldman, McMillan, Talwar SODA 2023, proved for every ε0-LDP randomizer by
-Wang et al. 2024, Lemma 4.4). A dominating pair of each round dominates their
+is dominated by the generic stronger clone pair (``pairs``; Feldman, McMillan,
+Talwar SODA 2023, proved for every ε0-LDP randomizer by Wang et al., VLDB 2024,
+Lemma 4.4). The mechanism-specific (p, β, q) variation-ratio pair is not used:
+with β below the generic value it is not a dominating pair (for k-RR with d ≥ 4,
+OUE and PRR the exact shuffled mechanism exceeds it; pairs.py). A dominating
+pair of each round dominates their
 adaptive composition by the product of the pairs (Zhu, Dong, Wang, "Optimal
 accounting of differential privacy via characteristic function", AISTATS 2022),
 so the privacy-loss distributions (PLDs) of all rounds — different pairs,
@@ -28,19 +28,21 @@ RAPPOR with f = 0 may instead use the memoised argument below when it is smaller
 for its group of rounds.
 
 Memoised PRR (RAPPOR f > 0): rounds share the PRR, so per-round figures never
-compose. Rounds under one PRR (same hashing, k, h, f: the PRR is keyed on the
-client's secret, the metric and the Bloom bits only) form a *group*: the K
+compose. Rounds under one PRR (same hashing, k, h, f, m: the PRR is keyed on the
+client's secret, the metric and the Bloom bytes only) form a *group*: the K
 reports of a client are one ε_K-LDP randomizer, and every report is a
 post-processing of the PRR, an ε_∞-LDP randomizer with total variation β_PRR;
 unlinking rounds is post-processing of the linked view, so the group is
-bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (ε_∞ with the
-variation-ratio pair of β_PRR). When the cohort is drawn per report (m > 1), a
+bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (generic bound).
+This assumes the same clients in every round (ledger.TOTAL_ASSUMPTION). When
+the cohort is drawn per report (m > 1), a
 client reports under up to c = min(K, m) cohorts, each with its own Bloom filter
 and so its own PRR: the K reports are a post-processing of c independent
 ε_∞-LDP PRRs, one c·ε_∞-LDP randomizer, and that is amplified instead (the
-single-PRR argument does not hold). Two groups with the same Bloom bits and
-different f share PRR coins and are refused (their joint can reveal a bit
-exactly). Independent groups and the fresh-randomness part compose by basic
+single-PRR argument does not hold). Any change of PRR parameters (k, h, f, m)
+between releases whose Bloom filters have the same byte length shares PRR coins
+and is refused (``_check_shared_coins``). Independent groups and the
+fresh-randomness part compose by basic
 composition (Dwork, Roth 2014, Thm 3.16): ε and δ add across them.
 
 Nothing here rounds down: every figure is an upper bound or ∞.
@@ -119,35 +121,29 @@ class Composed:
     candidates: dict[str, float] = field(default_factory=dict)
 
 
-def round_pair(epsilon0: float, beta: float) -> Any:
-    """The clone pair dominating one shuffled round (module docstring)."""
+def round_pair(epsilon0: float) -> Any:
+    """The clone pair dominating one shuffled round: the generic stronger clone
+    (module docstring; never a mechanism-specific (p, β, q) pair)."""
     from aggregator.accounting.pairs import ClonePair
 
-    generic = math.tanh(epsilon0 / 2.0)
-    if beta < generic * (1.0 - 1e-9):
-        p = math.exp(epsilon0)
-        return ClonePair.variation_ratio(p, beta, p)
     return ClonePair.stronger_clone(epsilon0)
 
 
-def _best_amplify(epsilon0: float, beta: float, n: int, delta: float) -> float:
-    """Best valid one-round shuffle bound (generic, or (p, β, q) with the exact β)."""
+def _best_amplify(epsilon0: float, n: int, delta: float) -> float:
+    """One-round shuffle bound: the generic stronger clone, valid for every
+    ε0-LDP randomizer (the (p, β, q) pair is not a dominating pair, pairs.py)."""
     from aggregator.accounting.amplification import amplify
 
     if math.isinf(epsilon0):
         return math.inf
-    best = amplify(epsilon0, n, delta).epsilon
-    generic = math.tanh(epsilon0 / 2.0)
-    if 0.0 < beta < generic * (1.0 - 1e-9):
-        best = min(best, amplify(epsilon0, n, delta, bound="rappor", beta=beta).epsilon)
-    return best
+    return amplify(epsilon0, n, delta).epsilon
 
 
 @lru_cache(maxsize=32)
-def _pair_pld(epsilon0: float, beta: float, n: int, tail: float) -> Any:
+def _pair_pld(epsilon0: float, n: int, tail: float) -> Any:
     from aggregator.accounting.pld import shuffle_pld
 
-    return shuffle_pld(round_pair(epsilon0, beta), n, tail=tail)
+    return shuffle_pld(round_pair(epsilon0), n, tail=tail)
 
 
 def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
@@ -160,10 +156,10 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         return math.inf, "no-bound"
     if all(s.epsilon0 == 0.0 for s in segs):
         return 0.0, "pld-composition"
-    by_pair: dict[tuple[float, float, int], int] = defaultdict(int)
-    by_round: dict[tuple[float, float, int], int] = defaultdict(int)
+    by_pair: dict[tuple[float, int], int] = defaultdict(int)
+    by_round: dict[tuple[float, int], int] = defaultdict(int)
     for s in segs:
-        key = (s.epsilon0, s.beta, s.n_amplify)
+        key = (s.epsilon0, s.n_amplify)
         if 2 <= s.n_amplify <= MAX_PLD_N and 0.0 < s.epsilon0 <= 50.0:
             by_pair[key] += s.rounds
         elif s.epsilon0 > 0.0:
@@ -172,8 +168,8 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     per_round = delta / (2.0 * max(1, fallback_rounds))
     if not by_pair and len(by_round) == 1:
         # All alike and past the PLD's reach: KOV's exact optimal composition.
-        ((eps0, beta, n), k) = next(iter(by_round.items()))
-        eps_r = _best_amplify(eps0, beta, n, per_round)
+        ((eps0, n), k) = next(iter(by_round.items()))
+        eps_r = _best_amplify(eps0, n, per_round)
         if k * per_round < delta:
             return compose_optimal(eps_r, per_round, k, delta), "optimal-composition"
         return k * eps_r, "basic-composition"
@@ -182,12 +178,12 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
 
     tail = min(1e-12, delta * 1e-4 / total_rounds)
     composed: Any = None
-    for (eps0, beta, n), k in sorted(by_pair.items()):
-        one = _pair_pld(eps0, beta, n, tail)
+    for (eps0, n), k in sorted(by_pair.items()):
+        one = _pair_pld(eps0, n, tail)
         part = one.self_compose(k) if k > 1 else one
         composed = part if composed is None else composed.compose(part)
-    for (eps0, beta, n), k in sorted(by_round.items()):
-        eps_r = _best_amplify(eps0, beta, n, per_round)
+    for (eps0, n), k in sorted(by_round.items()):
+        eps_r = _best_amplify(eps0, n, per_round)
         one = pld_mod.from_privacy_parameters(
             common.DifferentialPrivacyParameters(eps_r, per_round),
             value_discretization_interval=GRID,
@@ -212,27 +208,67 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
     m = max(s.rappor.m for s in segs if s.rappor is not None)
     if any(s.cohort_per_report for s in segs) and m > 1 and k_total > 1:
         c = min(k_total, m)
-        cands["cohort-prr"] = _best_amplify(c * eps_inf, 1.0, n, delta)
+        cands["cohort-prr"] = _best_amplify(c * eps_inf, n, delta)
         return min(cands.values()), "cohort-prr", cands
     if not math.isinf(eps_inf):
-        cands["memoised-prr-inf"] = _best_amplify(
-            eps_inf, local.prr_total_variation(first), n, delta
-        )
+        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta)
     if same:
         eps_k = local.epsilon_k(first, k_total)
         if not math.isinf(eps_k):
-            beta_k = local.total_variation(first) if k_total == 1 else 1.0
-            cands["memoised-prr-k"] = _best_amplify(eps_k, beta_k, n, delta)
+            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta)
     if not cands:
         return math.inf, "no-bound", cands
     name = min(cands, key=lambda key: cands[key])
     return cands[name], name, cands
 
 
-def _prr_key(s: Segment) -> tuple[str, int, int, bool]:
+def _prr_key(s: Segment) -> tuple[str, int, int, bool, int]:
     # f = 0 has no PRR coins (the "PRR" is the Bloom filter itself): its own group.
+    # m is part of the key: a client's cohort (secret mod m) and so its Bloom filter
+    # change with m, so rounds under different m are not one memoised PRR.
     assert s.rappor is not None
-    return (s.hashing, s.rappor.k, s.rappor.h, s.rappor.f == 0.0)
+    return (s.hashing, s.rappor.k, s.rappor.h, s.rappor.f == 0.0, s.rappor.m)
+
+
+def _coin_key(s: Segment) -> tuple[str, int]:
+    """What a client's PRR coins depend on besides (secret, metric, Bloom bits):
+    the Bloom filter's byte string — ceil(k/8) bytes (mmh3), or the 4-byte integer
+    of google/rappor's HMAC rule. Not k, h, f or m (client/rappor.py)."""
+    assert s.rappor is not None
+    return (s.hashing, 4 if s.hashing == "rappor-md5" else -(-s.rappor.k // 8))
+
+
+def _check_shared_coins(segments: Sequence[Segment]) -> None:
+    """Refuse PRR parameters that change within one coin key (SharedCoinsError).
+
+    Releases under one metric whose Bloom filters have the same byte length draw
+    their PRR coins from one keyed PRF of the Bloom bytes, whatever k, h, f and m
+    are: the h = 1 filter is a subset of the h = 2 filter (and equal to it for ~1/k
+    of values), different k with the same byte length share the uniform word, a
+    change of m moves some clients to another cohort's filter and keeps the others
+    on the same one. Their joint view is then neither one memoised PRR nor
+    independent PRRs (with different f it can reveal a Bloom bit exactly; even with
+    the same f, a filter coinciding under two parameter sets makes the two "PRRs"
+    equal, which no per-group figure covers), so no bound is claimed. Fixing this
+    in the PRF input (hashing k, h, f, m into it) would change the reports of the
+    wire-compatible google/rappor mode and the golden vectors, so the ledger refuses
+    instead; a new metric name gives independent coins (the PRF is keyed on it).
+    """
+    seen: dict[tuple[str, int], set[tuple[int, int, float, int]]] = defaultdict(set)
+    for s in segments:
+        if s.rappor is not None and s.rappor.f > 0.0:
+            r = s.rappor
+            seen[_coin_key(s)].add((r.k, r.h, r.f, r.m))
+    for (hashing, nbytes), params in seen.items():
+        if len(params) > 1:
+            listed = "; ".join(f"k={k}, h={h}, f={f}, m={m}" for k, h, f, m in sorted(params))
+            raise SharedCoinsError(
+                f"releases with a memoised PRR over {nbytes}-byte Bloom filters ({hashing}) "
+                f"under different PRR parameters ({listed}) share their PRR coins (the coins "
+                "depend only on the client secret, the metric and the Bloom bytes): their "
+                "joint view can reveal Bloom bits, so no bound holds; record the new "
+                "parameters under a new metric name"
+            )
 
 
 def compose_segments(segments: Sequence[Segment]) -> Composed:
@@ -247,7 +283,8 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
     """
     if not segments:
         return Composed(epsilon=0.0, delta=0.0, argument="none")
-    groups: dict[tuple[str, int, int, bool], list[Segment]] = defaultdict(list)
+    _check_shared_coins(segments)
+    groups: dict[tuple[str, int, int, bool, int], list[Segment]] = defaultdict(list)
     fresh: list[Segment] = []
     for s in segments:
         if s.fresh and s.rappor is None:
@@ -258,14 +295,8 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
     f0_memo: list[tuple[str, float, float]] = []  # f = 0 groups bounded alone
     f0_segments: list[Segment] = []
     cands: dict[str, float] = {}
-    for key, segs in groups.items():
+    for segs in groups.values():
         fs = {s.rappor.f for s in segs if s.rappor is not None}
-        if len(fs) > 1:
-            raise SharedCoinsError(
-                f"releases with the same Bloom filter ({key[0]}, k={key[1]}, h={key[2]}) but "
-                f"different f ({sorted(fs)}) share their PRR coins: their joint view can "
-                "reveal a Bloom bit exactly, so no bound holds"
-            )
         delta = max(s.delta for s in segs)
         eps, name, group_cands = _memo_part(segs, delta)
         cands.update(group_cands)

@@ -18,7 +18,10 @@ it is raised to the largest of: each release's own cost, and the total recorded
 with the previous entry (``total_epsilon``/``total_delta``, written at append).
 Entries written before segments existed (no ``segment``) are added by basic
 composition of their longitudinal figure (or ε when they have none); a legacy
-memoised-PRR entry without a longitudinal figure is unbounded and refused.
+memoised-PRR entry without a longitudinal figure is unbounded and refused, and so
+is a legacy memoised-PRR entry next to any other memoised-PRR release of the
+metric (its parameters are not on record, so its PRR coins cannot be shown
+independent of theirs).
 
 Errors (all ``AccountingError``)::
 
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "TOTAL_ASSUMPTION",
     "AccountingError",
     "Budget",
     "BudgetExceededError",
@@ -51,6 +55,16 @@ __all__ = [
     "Release",
     "UnboundedReleaseError",
 ]
+
+
+# Printed with every ledger total (review finding 4): the memoised-PRR argument
+# bounds a group of rounds at its smallest crowd, which is only right when the same
+# clients report in every round (the linked view needs the rounds' intersection).
+TOTAL_ASSUMPTION = (
+    "the total assumes the same clients report in every round: a memoised PRR's rounds "
+    "are bounded at the smallest crowd of any round, and a client that skips rounds "
+    "hides only among the clients present in all of its rounds, which can be fewer"
+)
 
 
 class AccountingError(Exception):
@@ -250,6 +264,19 @@ class PrivacyLedger:
                     "other releases and carries neither a segment nor a longitudinal "
                     "figure, so the total cannot be bounded"
                 )
+        # A legacy memoised entry has no parameters on record, so nothing shows that its
+        # PRR coins are independent of another memoised release of this metric (they are
+        # the same coins whenever the Bloom bytes match): adding the two as independent
+        # could understate. Conservative: refuse the total.
+        memo_legacy = [r for r in legacy if not r.fresh_randomness]
+        memo_segments = [s for s in segments if s.rappor is not None and s.rappor.f > 0.0]
+        if memo_legacy and len(memo_legacy) + len(memo_segments) > 1:
+            raise UnboundedReleaseError(
+                f"release {memo_legacy[0].release_id!r} is a memoised-PRR entry written "
+                "before releases carried their segment: its PRR may share coins with the "
+                "other memoised-PRR releases of this metric, so their total cannot be "
+                "bounded; record new releases under a new metric name"
+            )
         try:
             total = compose_segments(segments)
         except SharedCoinsError as exc:

@@ -1,6 +1,6 @@
 """Dominating pairs for amplification by shuffling, evaluated exactly: pure math.
 
-All the shuffle bounds used here reduce n shuffled reports of an ε0-LDP
+The shuffle bounds used here reduce n shuffled reports of an ε0-LDP
 randomizer to one pair of distributions over two counts (N0, N1):
 
 - The victim (user 1, whose value x¹₀ vs x¹₁ is protected) lands in bucket 0 w.p.
@@ -14,7 +14,6 @@ The shuffled output is a post-processing of (N0, N1), so (P, Q) dominates it.
 | bound | p | α | r |
 |---|---|---|---|
 | stronger clone (generic) [1] | e^ε0 | 1/(e^ε0+1) | 1/(e^ε0+1) |
-| variation-ratio (p, β, q) [2] | p | β/(p−1) | αp/q |
 | clones (FMT21) [3] | e^ε0 | 1/(e^ε0+1) | e^−ε0/2 |
 
 [1] Feldman, McMillan, Talwar, "Stronger privacy amplification by shuffling
@@ -24,8 +23,17 @@ The shuffled output is a post-processing of (N0, N1), so (P, Q) dominates it.
     Unified, Simplified, and Tightened", VLDB 2024.
 [3] Feldman, McMillan, Talwar, "Hiding among the clones", FOCS 2021, Thm 3.1.
 
-The generic stronger clone is the (p, β, q) pair with p = q = e^ε0 and the
-generic β = (e^ε0−1)/(e^ε0+1).
+Not used: the (p, β, q) "variation-ratio" pair [2] with a mechanism's own β
+below the generic (e^ε0−1)/(e^ε0+1) (α = β/(p−1), r = αp/q). With that β the
+victim lands in "neither bucket" with probability γ > 0, and the reduction to
+(N0, N1) needs the victim's "neither" output to look like the other users'
+"neither" outputs; for k-RR with d ≥ 4, OUE and PRR it does not. It is NOT a
+dominating pair for those shuffled mechanisms: shuffled 5-RR with ε0 = 2,
+n = 100, δ = 1e-6 (victim 0 vs 1, everyone else 2) needs ε ≥ 1.1564 where that
+pair gives 1.1353, and exact enumeration of tiny cases (OUE, PRR, 3-RR) finds
+δ(ε) above the pair's (tests/accounting/test_exact_shuffle.py). crowdmix
+therefore bounds every ε0-LDP randomizer with the generic stronger clone
+(the (p, β, q) pair with p = q = e^ε0 and the generic β, where γ = 0).
 
 Exact hockey-stick divergence. Let C ~ Bin(n−1, 2r) be the clones in a bucket,
 T = N0 + N1, B_t(a) = Bin(a; t, ½), ρ = 2r/(1−2r). Since Pr[C=t]/Pr[C=t−1] =
@@ -88,16 +96,6 @@ class ClonePair:
         """Generic pair for any ε0-LDP randomizer (FMT23; Wang et al. 2024, Lemma 4.4)."""
         e = math.exp(epsilon0)
         return cls(p=e, alpha=1.0 / (e + 1.0), r=1.0 / (e + 1.0))
-
-    @classmethod
-    def variation_ratio(cls, p: float, beta: float, q: float) -> ClonePair:
-        """Wang et al. 2024 (p, β, q)-variation-ratio pair: α = β/(p−1), r = αp/q."""
-        if not 0.0 < beta <= (p - 1.0) / (p + 1.0) + 1e-12:
-            raise ValueError(f"beta must be in (0, (p-1)/(p+1)], got {beta!r}")
-        if q < p:
-            raise ValueError(f"q must be at least p, got q={q!r}, p={p!r}")
-        alpha = beta / (p - 1.0)
-        return cls(p=p, alpha=min(alpha, 1.0 / (1.0 + p)), r=alpha * p / q)
 
     @classmethod
     def clones_fmt21(cls, epsilon0: float) -> ClonePair:

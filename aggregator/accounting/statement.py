@@ -58,8 +58,6 @@ __all__ = [
 
 _BOUND_NAMES = {
     "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
-    "rappor": "RAPPOR-specific variation-ratio bound (Wang et al. 2024)",
-    "variation-ratio": "mechanism-specific variation-ratio bound (Wang et al. 2024)",
     "none": "no amplification",
 }
 
@@ -68,7 +66,7 @@ _ARGUMENTS = {
     "memoised-prr-k": "memoised PRR: the R reports of one client are one ε_R-LDP "
     "randomizer, amplified",
     "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
-    "ε_∞-LDP PRR, amplified with the PRR's exact total variation (holds for any number "
+    "ε_∞-LDP PRR, amplified by the generic stronger-clone bound (holds for any number "
     "of rounds)",
     "cohort-prr": "cohort drawn per report: each cohort has its own Bloom filter and so its "
     "own PRR, so a client's reports post-process up to min(R, m) independent ε_∞-LDP PRRs "
@@ -440,16 +438,13 @@ def privacy_statement(
         eps_inf: float | None = local.epsilon_inf(params)
         eps_rounds: float | None = local.epsilon_k(params, rounds)
         beta = local.total_variation(params)
-        specific: str | None = "rappor"
         fresh = params.f == 0.0
     else:
         assert metric.basic is not None  # MetricConfig guarantees one of the two
         eps1 = local.basic_epsilon(metric.basic)
         eps_inf, eps_rounds = None, None
         beta = local.basic_total_variation(metric.basic)
-        specific = "variation-ratio"
         fresh = True
-    generic_beta = local.generic_total_variation(eps1)
     if crowd_measured or not shuffled:
         crowd_failure = 0.0
     amp_delta = delta - crowd_failure
@@ -458,7 +453,7 @@ def privacy_statement(
             epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
         )
     else:
-        central = central_guarantee(eps1, beta, generic_beta, n_amp, amp_delta, specific)
+        central = central_guarantee(eps1, n_amp, amp_delta)
         central = dataclasses.replace(central, delta=delta)  # + crowd_failure
 
     segment = segment_of(

@@ -61,12 +61,22 @@ def test_counts_accept_scientific_notation(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_amplify_rappor_from_params(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(
-        capsys, "privacy", "amplify", "--n", "1000000", "--bound", "rappor", "--json"
-    )
+    # ε0 defaults to ε_1 of the RAPPOR flags; the generic bound applies.
+    code, out, _ = run(capsys, "privacy", "amplify", "--n", "1000000", "--json")
     data = json.loads(out)
-    assert code == 0 and data["epsilon"] == pytest.approx(0.002289, abs=5e-7)
-    assert data["beta"] == pytest.approx(0.190430, abs=5e-7)
+    assert code == 0 and data["epsilon"] == pytest.approx(0.003872, abs=5e-7)
+    assert data["bound"] == "generic" and "beta" not in data
+
+
+@pytest.mark.parametrize("extra", [["--bound", "rappor"], ["--beta", "0.19"]])
+def test_amplify_refuses_the_variation_ratio_bound(
+    capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    # It printed 0.002289 here; the (p, β, q) pair is not a dominating pair.
+    code, out, err = run(capsys, "privacy", "amplify", "--n", "1000000", *extra)
+    assert code != 0 and out == ""
+    assert err.startswith("crowdmix: error:") and "not a dominating pair" in err
+    assert "Traceback" not in err
 
 
 def test_compose_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -200,7 +210,7 @@ def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
     ("argv", "message"),
     [
         (["privacy", "amplify", "--epsilon0", "-1", "--n", "10"], "epsilon0"),
-        (["privacy", "amplify", "--epsilon0", "1", "--n", "10", "--bound", "rappor"], "--beta"),
+        (["privacy", "amplify", "--epsilon0", "1", "--n", "10", "--bound", "rappor"], "removed"),
         (
             ["privacy", "compose", "--epsilon", "1", "--delta", "0.1", "--releases", "100"],
             "target_delta",

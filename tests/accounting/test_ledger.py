@@ -222,7 +222,9 @@ def test_record_release_retries_when_another_writer_wins() -> None:
         def append(self, metric: str, entry: dict[str, object], expected_length: int) -> None:
             if not self.raced:
                 self.raced = True
-                other = release("other", fresh_randomness=False, longitudinal_epsilon=0.05,
+                # A legacy *fresh* entry: a legacy memoised one next to this memoised
+                # release is refused (test_history: legacy memoised entry).
+                other = release("other", fresh_randomness=True, longitudinal_epsilon=0.05,
                                 longitudinal_delta=1e-6)  # fmt: skip
                 super().append(metric, other.to_dict(), expected_length)
             super().append(metric, entry, expected_length)

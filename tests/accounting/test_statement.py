@@ -28,16 +28,17 @@ def basic_metric(mechanism: str, epsilon: float, d: int = 2) -> MetricConfig:
     return MetricConfig(name="b", basic=params, shuffle=ONE_BATCH)
 
 
-def test_single_cohort_uses_the_whole_batch_and_best_bound() -> None:
+def test_single_cohort_uses_the_whole_batch_and_the_generic_bound() -> None:
     stmt = privacy_statement(rappor_metric(), 10**6, delta=DELTA)
     params = RapporParams(k=16, h=2, m=1)
     assert stmt.epsilon_local == pytest.approx(epsilon_one(params))
     assert stmt.epsilon_inf == pytest.approx(epsilon_inf(params))
     assert stmt.beta == pytest.approx(total_variation(params))
     assert stmt.central.n_amplify == 10**6
-    assert stmt.central.bound == "rappor"
-    assert stmt.central.epsilon == pytest.approx(0.002289, abs=5e-7)
-    assert stmt.central.candidates["generic"] == pytest.approx(0.003872, abs=5e-7)
+    # The RAPPOR-specific (p, β, q) figure 0.002289 was removed (not a dominating pair).
+    assert stmt.central.bound == "generic"
+    assert stmt.central.epsilon == pytest.approx(0.003872, abs=5e-7)
+    assert stmt.central.candidates == {"generic": stmt.central.epsilon}
     assert stmt.longitudinal.argument == "single-release"
 
 
@@ -47,8 +48,7 @@ def test_persistent_cohorts_amplify_within_the_smallest_cohort() -> None:
     assert stmt.central.n_amplify == 100_000
     assert stmt.smallest_cohort_share == pytest.approx(0.1)
     eps1 = epsilon_one(RapporParams(k=16, h=2, m=4))
-    beta = total_variation(RapporParams(k=16, h=2, m=4))
-    expected = amplify(eps1, 100_000, DELTA, bound="rappor", beta=beta).epsilon
+    expected = amplify(eps1, 100_000, DELTA).epsilon
     assert stmt.central.epsilon == pytest.approx(expected, rel=1e-12)
     assert "smallest cohort" in stmt.render()
     # A share given directly means the same thing.
@@ -121,14 +121,8 @@ def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
     assert lg.candidates["memoised-prr-k"] == pytest.approx(
         amplify(epsilon_k(params, 10), 10**5, DELTA).epsilon
     )
-    # ε_∞ amplified with the PRR's exact β (issue 11: tighter than the generic bound).
-    from aggregator.accounting.local import prr_total_variation
-
-    beta_prr = prr_total_variation(params)
-    assert lg.candidates["memoised-prr-inf"] == pytest.approx(
-        amplify(epsilon_inf(params), 10**5, DELTA, bound="rappor", beta=beta_prr).epsilon
-    )
-    assert lg.candidates["memoised-prr-inf"] < amplify(epsilon_inf(params), 10**5, DELTA).epsilon
+    # ε_∞ amplified by the generic bound (the PRR-β (p, β, q) pair understated ε).
+    assert lg.candidates["memoised-prr-inf"] == amplify(epsilon_inf(params), 10**5, DELTA).epsilon
     assert lg.argument in ("memoised-prr-k", "memoised-prr-inf")
     assert "pld-composition" not in lg.candidates  # rounds share the PRR: never composed
     assert lg.epsilon == min(lg.candidates.values())
@@ -143,14 +137,14 @@ def test_fresh_randomness_rounds_are_composed() -> None:
     stmt = privacy_statement(metric, 20_000, delta=DELTA, rounds=20)
     assert stmt.epsilon_inf is None
     assert stmt.longitudinal.argument == "pld-composition"
-    assert stmt.central.bound == "variation-ratio"
+    assert stmt.central.bound == "generic"
     assert stmt.central.epsilon < stmt.longitudinal.epsilon < 20 * stmt.central.epsilon
 
 
 def test_to_dict_is_json_and_render_is_quotable() -> None:
     stmt = privacy_statement(rappor_metric(m=8), 10**5, delta=DELTA, rounds=3)
     data = json.loads(json.dumps(stmt.to_dict(), allow_nan=False))
-    assert data["central"]["bound"] in ("rappor", "generic")
+    assert data["central"]["bound"] == "generic"
     assert data["central"]["delta"] == DELTA
     assert data["local"]["epsilon_1"] == pytest.approx(stmt.epsilon_local)
     assert data["longitudinal"]["argument"].startswith("memoised-prr")
@@ -203,10 +197,7 @@ def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
     n = 2 * MAX_PLD_N
     stmt = privacy_statement(metric, n, delta=DELTA, rounds=10)
     assert stmt.longitudinal.argument == "optimal-composition"
-    from aggregator.accounting.local import basic_total_variation
-
-    beta = basic_total_variation(metric.basic)  # type: ignore[arg-type]
-    per_round = amplify(2.0, n, DELTA / 20, bound="rappor", beta=beta).epsilon
+    per_round = amplify(2.0, n, DELTA / 20).epsilon
     expected = compose_optimal(per_round, DELTA / 20, 10, DELTA)
     assert stmt.longitudinal.epsilon == pytest.approx(expected, rel=1e-12)
 
