@@ -63,7 +63,10 @@ def test_demo_decodes_the_truth_within_its_intervals(tmp_path: Path) -> None:
     assert summary["demo"]["clients"] == 30000
     assert summary["demo"]["truth"]["v1"] == demo.truth["v1"]
     privacy = summary["privacy"]
-    assert privacy["local"]["epsilon_1"] > privacy["statement"]["central"]["epsilon"] > 0
+    # The central figure never exceeds the local one; whether shuffling improves on it
+    # depends on the smallest same-cohort crowd of the released batches (sealed devices
+    # are slower, so the demo's shuffler may release several smaller batches).
+    assert privacy["local"]["epsilon_1"] >= privacy["statement"]["central"]["epsilon"] > 0
     assert "locally differentially private" in privacy["text"]
     # The central figure rests on the batches the shuffler actually released.
     assert privacy["statement"]["batch"]["assumed_min_batch"] is False
