@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from os import urandom as _urandom
@@ -57,6 +58,7 @@ __all__ = [
     "PermanentResponse",
     "PrrRule",
     "RapporEncoder",
+    "ShortSecretWarning",
     "cohort_for_secret",
     "new_secret",
 ]
@@ -66,6 +68,10 @@ _PERSON_PRR = b"crowdmix.prr.v1"
 _PERSON_COHORT = b"crowdmix.cht.v1"
 _BLOCK_BITS = 512  # one BLAKE2b-512 digest
 _M32 = 0xFFFFFFFF
+
+
+class ShortSecretWarning(UserWarning):
+    """A ``rappor-md5`` secret shorter than the PRR needs: its privacy rests on the secret."""
 
 
 def new_secret() -> bytes:
@@ -289,6 +295,16 @@ class RapporEncoder:
             raise ValueError(
                 f"secret must be at least {_MIN_SECRET_BYTES} bytes to key the PRR "
                 "(use client.new_secret() once per client and store it)"
+            )
+        if hashing == "rappor-md5" and len(secret_b) < _MIN_SECRET_BYTES:
+            # google/rappor's own clients often use short secrets; reading their reports
+            # must keep working, but the PRR is only as unpredictable as the secret.
+            warnings.warn(
+                f"rappor-md5 with a {len(secret_b)}-byte secret: the permanent randomized "
+                "response rests on the secret's entropy (an attacker who can guess it can "
+                f"undo the PRR); use at least {_MIN_SECRET_BYTES} random bytes",
+                ShortSecretWarning,
+                stacklevel=2,
             )
         if cohort is None:
             cohort = cohort_for_secret(secret_b, params.m)

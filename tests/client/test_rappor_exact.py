@@ -222,3 +222,16 @@ def test_encoder_rejects_bad_arguments(kwargs: dict[str, object], match: str) ->
     args: dict[str, object] = {"secret": SECRET, "metric": "m", **kwargs}
     with pytest.raises(ValueError, match=match):
         RapporEncoder(RapporParams(k=16, m=64), **args)  # type: ignore[arg-type]
+
+
+def test_rappor_md5_with_a_short_secret_warns_that_the_prr_rests_on_it() -> None:
+    import warnings
+
+    from client.rappor import ShortSecretWarning
+
+    params = RapporParams(k=16, h=2, m=8, f=0.5, p=0.5, q=0.75)
+    with pytest.warns(ShortSecretWarning, match="secret's entropy"):
+        RapporEncoder(params, secret="c1", metric="m", hashing="rappor-md5", cohort=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RapporEncoder(params, secret=bytes(range(16)), metric="m", hashing="rappor-md5", cohort=0)
