@@ -128,6 +128,20 @@ class BasicParams:
         return int.from_bytes(hashlib.blake2b(canon.encode(), digest_size=8).digest(), "little")
 
 
+def checked_domain(
+    domain: tuple[str, ...] | list[str] | None, domain_size: int
+) -> tuple[tuple[str, ...] | None, dict[str, int] | None]:
+    """A metric's value list (or None: encode indexes) and its value → index map;
+    ParamsError unless it has exactly ``domain_size`` distinct values."""
+    if domain is None:
+        return None, None
+    if len(domain) != domain_size:
+        raise ParamsError(f"domain has {len(domain)} values but domain_size is {domain_size}")
+    if len(set(domain)) != len(domain):
+        raise ParamsError("domain values must be distinct")
+    return tuple(domain), {v: i for i, v in enumerate(domain)}
+
+
 class BasicEncoder:
     """Encodes domain indexes (or values, given ``domain``) for one metric."""
 
@@ -144,17 +158,9 @@ class BasicEncoder:
     ) -> None:
         if not isinstance(metric, str) or not metric:
             raise ValueError("metric must be a non-empty string")
-        if domain is not None:
-            if len(domain) != params.domain_size:
-                raise ParamsError(
-                    f"domain has {len(domain)} values but domain_size is {params.domain_size}"
-                )
-            if len(set(domain)) != len(domain):
-                raise ParamsError("domain values must be distinct")
         self.params = params
         self.metric = metric
-        self._domain = tuple(domain) if domain is not None else None
-        self._index = {v: i for i, v in enumerate(domain)} if domain is not None else None
+        self._domain, self._index = checked_domain(domain, params.domain_size)
         self._rand: BitSource = rand if rand is not None else shared_secure_bits()
         # report ids: os.urandom unless a test injects a source (``random_bytes(16)``)
         self._new_id: Callable[[int], bytes] = (

@@ -71,7 +71,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from client.basic import index_bytes
+from client.basic import checked_domain, index_bytes
 from client.errors import ParamsError
 from client.randomness import BitSource, bernoulli_bits, shared_secure_bits
 from client.report import Report, make_report, new_report_id
@@ -180,17 +180,9 @@ class HistogramEncoder:
     ) -> None:
         if not isinstance(metric, str) or not metric:
             raise ValueError("metric must be a non-empty string")
-        if domain is not None:
-            if len(domain) != params.domain_size:
-                raise ParamsError(
-                    f"domain has {len(domain)} values but domain_size is {params.domain_size}"
-                )
-            if len(set(domain)) != len(domain):
-                raise ParamsError("domain values must be distinct")
         self.params = params
         self.metric = metric
-        self._domain = tuple(domain) if domain is not None else None
-        self._index = {v: i for i, v in enumerate(domain)} if domain is not None else None
+        self._domain, self._index = checked_domain(domain, params.domain_size)
         self._rand: BitSource = rand if rand is not None else shared_secure_bits()
         # report ids: os.urandom unless a test injects a source; every report, fakes
         # included, gets a fresh one (an id shared by a device's reports would link them)
