@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from client.errors import ParamsError
-from client.randomness import BitSource, bernoulli_bits, shared_secure_bits
+from client.randomness import BitSource, bernoulli_bits, shared_secure_bits, uniform_below
 from client.report import Report, new_report_id, pack_bits
 
 __all__ = [
@@ -142,6 +142,21 @@ def checked_domain(
     return tuple(domain), {v: i for i, v in enumerate(domain)}
 
 
+def domain_index(value: str | int, index: dict[str, int] | None, domain_size: int) -> int:
+    """The domain index of ``value``: an int is taken as the index itself (checked), a
+    string is looked up in the metric's domain; ValueError naming the problem."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < domain_size:
+            raise ValueError(f"index must be in [0, {domain_size}), got {value}")
+        return value
+    if index is None:
+        raise ValueError("this encoder has no domain: pass an index")
+    try:
+        return index[str(value)]
+    except KeyError:
+        raise ValueError(f"value {value!r} is not in the metric's domain") from None
+
+
 class BasicEncoder:
     """Encodes domain indexes (or values, given ``domain``) for one metric."""
 
@@ -169,24 +184,10 @@ class BasicEncoder:
         self._fingerprint = params.fingerprint()
 
     def index_of(self, value: str | int) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if not 0 <= value < self.params.domain_size:
-                raise ValueError(f"index must be in [0, {self.params.domain_size}), got {value}")
-            return value
-        if self._index is None:
-            raise ValueError("this encoder has no domain: pass an index")
-        try:
-            return self._index[str(value)]
-        except KeyError:
-            raise ValueError(f"value {value!r} is not in the metric's domain") from None
+        return domain_index(value, self._index, self.params.domain_size)
 
     def _randbelow(self, n: int) -> int:
-        """Uniform in [0, n) by rejection: exact, no modulo bias."""
-        nbits = max(1, (n - 1).bit_length())
-        while True:
-            r = self._rand.random_bits(nbits)
-            if r < n:
-                return r
+        return uniform_below(self._rand, n)
 
     def _bernoulli(self, prob: float) -> bool:
         return bool(bernoulli_bits(self._rand, prob, 1))

@@ -71,9 +71,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from client.basic import checked_domain, index_bytes
+from client.basic import checked_domain, domain_index, index_bytes
 from client.errors import ParamsError
-from client.randomness import BitSource, bernoulli_bits, shared_secure_bits
+from client.randomness import BitSource, bernoulli_bits, shared_secure_bits, uniform_below
 from client.report import Report, make_report, new_report_id
 
 __all__ = [
@@ -190,25 +190,10 @@ class HistogramEncoder:
         self._fingerprint = params.fingerprint()
 
     def index_of(self, value: str | int) -> int:
-        d = self.params.domain_size
-        if isinstance(value, int) and not isinstance(value, bool):
-            if not 0 <= value < d:
-                raise ValueError(f"index must be in [0, {d}), got {value}")
-            return value
-        if self._index is None:
-            raise ValueError("this encoder has no domain: pass an index")
-        try:
-            return self._index[str(value)]
-        except KeyError:
-            raise ValueError(f"value {value!r} is not in the metric's domain") from None
+        return domain_index(value, self._index, self.params.domain_size)
 
     def _randbelow(self, n: int) -> int:
-        """Uniform in [0, n) by rejection: exact, no modulo bias."""
-        nbits = max(1, (n - 1).bit_length())
-        while True:
-            r = self._rand.random_bits(nbits)
-            if r < n:
-                return r
+        return uniform_below(self._rand, n)
 
     def real_index(self, index: int) -> int:
         """The real report's value: ``index``, or its k-RR output with local ε_L."""

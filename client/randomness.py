@@ -40,6 +40,7 @@ __all__ = [
     "bernoulli_bits",
     "probability_digits",
     "shared_secure_bits",
+    "uniform_below",
     "word_sampler",
 ]
 
@@ -140,6 +141,15 @@ def _forget_buffers_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_buffers_after_fork)
+
+
+def uniform_below(rand: BitSource, n: int) -> int:
+    """Uniform in [0, n) by rejection: exact, no modulo bias."""
+    nbits = max(1, (n - 1).bit_length())
+    while True:
+        r = rand.random_bits(nbits)
+        if r < n:
+            return r
 
 
 @functools.lru_cache(maxsize=256)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -115,10 +116,49 @@ def decode_basic(
     var = n * qs * (1 - qs) / span**2 + np.maximum(count, 0.0) * (1 - ps - qs) / span
     proportion = count / n
     std_error = np.sqrt(np.maximum(var, 0.0)) / n
+    null_se = math.sqrt(qs * (1 - qs) / n) / span
+    return unbiased_table(
+        names,
+        proportion,
+        std_error,
+        null_se,
+        num_reports=n,
+        method=f"{params.mechanism}: unbiased estimator" + (" + simplex projection" * project),
+        alpha=alpha,
+        correction=correction,
+        level=level,
+        interval=interval,
+        project=project,
+        diagnostics={"p_star": ps, "q_star": qs},
+    )
+
+
+def unbiased_table(
+    names: tuple[str, ...],
+    proportion: FloatArray,
+    std_error: FloatArray,
+    null_se: float,
+    *,
+    num_reports: int,
+    method: str,
+    alpha: float,
+    correction: Correction,
+    level: float,
+    interval: IntervalMethod,
+    project: bool = False,
+    diagnostics: dict[str, Any] | None = None,
+) -> DecodeResult:
+    """The decoded table of a closed-form unbiased estimator (one row per domain value):
+    one-sided tests against 0, intervals, and the distribution answer.
+
+    Intervals are those of the unbiased estimator; the distribution answer is the
+    Euclidean projection onto the simplex (Norm-Sub, Wang et al., NDSS 2020) with
+    the interval it falls in. ``project`` reports the projection as the estimate,
+    and widens each row's interval to contain it (low <= estimate <= high always).
+    ``null_se`` is the standard error of a value nobody holds (detection threshold).
+    """
     p_value = one_sided_p_values(proportion, std_error)
     is_sig = significant(p_value, alpha=alpha, correction=correction)
-    # Intervals are those of the unbiased estimator; a projected estimate is
-    # then included in its row's interval (low <= estimate <= high always).
     ci_low, ci_high = report_intervals(
         proportion,
         std_error,
@@ -128,16 +168,13 @@ def decode_basic(
         correction=correction,
         level=level,
     )
-    # The distribution answer: the Euclidean projection onto the simplex
-    # (Norm-Sub, Wang et al., NDSS 2020), with the Wald interval it falls in.
     dist = project_to_simplex(proportion)
     dist_low = np.minimum(np.maximum(ci_low, 0.0), dist)
     dist_high = np.maximum(np.minimum(ci_high, 1.0), dist)
     if project:
         proportion = dist
         ci_low, ci_high = np.minimum(ci_low, proportion), np.maximum(ci_high, proportion)
-    null_se = math.sqrt(qs * (1 - qs) / n) / span
-    tests = d if correction == "bonferroni" else 1
+    tests = len(names) if correction == "bonferroni" else 1
     return DecodeResult(
         values=names,
         proportion=proportion,
@@ -146,15 +183,15 @@ def decode_basic(
         ci_high=np.maximum(np.minimum(ci_high, 1.0), proportion),
         p_value=p_value,
         significant=is_sig,
-        num_reports=n,
+        num_reports=num_reports,
         num_cohorts=1,
         detection_threshold=critical_z(alpha / tests) * null_se,
-        method=f"{params.mechanism}: unbiased estimator" + (" + simplex projection" * project),
+        method=method,
         alpha=alpha,
         correction=correction,
         ci_method=interval,
         distribution=dist,
         distribution_low=dist_low,
         distribution_high=dist_high,
-        diagnostics={"p_star": ps, "q_star": qs},
+        diagnostics=diagnostics or {},
     )

@@ -39,16 +39,12 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.decode.basic import project_to_simplex
+from aggregator.decode.basic import unbiased_table
 from aggregator.decode.errors import NoReportsError, ParamsMismatchError
 from aggregator.decode.result import DecodeResult
 from aggregator.decode.stats import (
     Correction,
     IntervalMethod,
-    critical_z,
-    one_sided_p_values,
-    report_intervals,
-    significant,
 )
 from client.histogram import HistogramParams
 
@@ -142,41 +138,19 @@ def decode_histogram(
     var = count_variance(params, n, plug, n_known=known)
     proportion = np.asarray(count / n, dtype=np.float64)
     std_error = np.sqrt(np.maximum(var, 0.0)) / n
-    p_value = one_sided_p_values(proportion, std_error)
-    is_sig = significant(p_value, alpha=alpha, correction=correction)
-    ci_low, ci_high = report_intervals(
+    null_se = math.sqrt(float(count_variance(params, n, 0.0, n_known=known))) / n
+    return unbiased_table(
+        names,
         proportion,
         std_error,
-        is_sig,
-        method=interval,
-        alpha=alpha,
-        correction=correction,
-        level=level,
-    )
-    dist = project_to_simplex(proportion)
-    dist_low = np.minimum(np.maximum(ci_low, 0.0), dist)
-    dist_high = np.maximum(np.minimum(ci_high, 1.0), dist)
-    null_se = math.sqrt(float(count_variance(params, n, 0.0, n_known=known))) / n
-    tests = d if correction == "bonferroni" else 1
-    return DecodeResult(
-        values=names,
-        proportion=proportion,
-        std_error=std_error,
-        ci_low=ci_low,
-        ci_high=np.maximum(np.minimum(ci_high, 1.0), proportion),
-        p_value=p_value,
-        significant=is_sig,
+        null_se,
         num_reports=round(n),
-        num_cohorts=1,
-        detection_threshold=critical_z(alpha / tests) * null_se,
         method="shuffled-histogram: unbiased estimator"
         + ("" if known else " (devices estimated from the report total)"),
         alpha=alpha,
         correction=correction,
-        ci_method=interval,
-        distribution=dist,
-        distribution_low=dist_low,
-        distribution_high=dist_high,
+        level=level,
+        interval=interval,
         diagnostics={
             "total_reports": total,
             "devices": n,
