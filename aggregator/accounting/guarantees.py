@@ -18,8 +18,9 @@ the longitudinal argument. Pure (no state); numpy/scipy load lazily.
   randomness, so per-round figures never compose; the R reports of a client are
   one ε_R-LDP randomizer, and every report is a post-processing of the ε_∞-LDP
   PRR, so amplifying ε_R or ε_∞ bounds them all (unlinking rounds is
-  post-processing of the linked view). A cohort drawn per report gives a client
-  up to min(R, m) PRRs, and that product is amplified instead. With fresh
+  post-processing of the linked view). A cohort drawn per report lets cohorts whose
+  Bloom filters coincide share PRR coins, so the R reports are bounded through
+  their IRR over all k bits instead (``history._irr_all_bits``), amplified. With fresh
   randomness every round (basic mechanisms, RAPPOR with f = 0) the per-round
   pair's PLD is composed, or per-round (ε, δ) by optimal composition (δ/2R per
   round) when n is too large for a PLD.

@@ -36,10 +36,11 @@ unlinking rounds is post-processing of the linked view, so the group is
 bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (generic bound).
 This assumes the same clients in every round (ledger.TOTAL_ASSUMPTION). When
 the cohort is drawn per report (m > 1), a
-client reports under up to c = min(K, m) cohorts, each with its own Bloom filter
-and so its own PRR: the K reports are a post-processing of c independent
-ε_∞-LDP PRRs, one c·ε_∞-LDP randomizer, and that is amplified instead (the
-single-PRR argument does not hold). Any change of PRR parameters (k, h, f, m)
+client reports under up to min(K, m) cohorts whose PRRs share coins wherever two
+cohorts' Bloom filters of the value coincide, so neither the single-PRR argument
+nor min(K, m)·ε_∞ holds (an enumerated case exceeds it); the K reports are
+bounded through the IRR alone, K·k·max(ln(q/p), ln((1-p)/(1-q))) (``_irr_all_bits``),
+and that is amplified. Any change of PRR parameters (k, h, f, m)
 between releases whose Bloom filters have the same byte length shares PRR coins
 and is refused (``_check_shared_coins``). Independent groups and the
 fresh-randomness part compose by basic
@@ -207,9 +208,11 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
     eps_inf = local.epsilon_inf(first)
     m = max(s.rappor.m for s in segs if s.rappor is not None)
     if any(s.cohort_per_report for s in segs) and m > 1 and k_total > 1:
-        c = min(k_total, m)
-        cands["cohort-prr"] = _best_amplify(c * eps_inf, n, delta)
-        return min(cands.values()), "cohort-prr", cands
+        eps_irr = k_total * _irr_all_bits(segs)
+        if math.isinf(eps_irr):
+            return math.inf, "no-bound", cands
+        cands["cohort-irr"] = _best_amplify(eps_irr, n, delta)
+        return cands["cohort-irr"], "cohort-irr", cands
     if not math.isinf(eps_inf):
         cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta)
     if same:
@@ -220,6 +223,27 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
         return math.inf, "no-bound", cands
     name = min(cands, key=lambda key: cands[key])
     return cands[name], name, cands
+
+
+def _irr_all_bits(segs: Sequence[Segment]) -> float:
+    """ε of one report's IRR over all k bits, whatever PRR it randomizes:
+    k · max(ln(q/p), ln((1-p)/(1-q))), the largest over the group's params.
+
+    With the cohort drawn per report the PRR argument fails: the PRR is keyed by
+    the Bloom bytes, not the cohort, so two cohorts whose Bloom filters of one value
+    coincide share coins, and the linked PRRs of two values are not within c·ε_∞
+    (one forces equal PRRs, the other does not: the ratio is unbounded before the
+    IRR). What holds for any PRR outputs: P(o | v) ≤ max_s Π_i P(o_i | s_i) and
+    P(o | v') ≥ min_s Π_i P(o_i | s_i), so K reports are K·(this)-LDP, whatever the
+    coins (``tests/accounting/test_history.py`` enumerates a case past 2·ε_∞)."""
+    worst = 0.0
+    for s in segs:
+        assert s.rappor is not None
+        p, q, k = s.rappor.p, s.rappor.q, s.rappor.k
+        if p <= 0.0 or q >= 1.0:
+            return math.inf
+        worst = max(worst, k * max(math.log(q / p), math.log((1.0 - p) / (1.0 - q))))
+    return worst
 
 
 def _prr_key(s: Segment) -> tuple[str, int, int, bool, int]:

@@ -68,9 +68,9 @@ _ARGUMENTS = {
     "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
     "ε_∞-LDP PRR, amplified by the generic stronger-clone bound (holds for any number "
     "of rounds)",
-    "cohort-prr": "cohort drawn per report: each cohort has its own Bloom filter and so its "
-    "own PRR, so a client's reports post-process up to min(R, m) independent ε_∞-LDP PRRs "
-    "(the single-PRR argument does not apply); that min(R, m)·ε_∞-LDP randomizer, amplified",
+    "cohort-irr": "cohort drawn per report: cohorts whose Bloom filters of a value coincide "
+    "share PRR coins, so neither one ε_∞ nor min(R, m)·ε_∞ bounds a client's reports; "
+    "each report's IRR over all k bits bounds it whatever the PRRs, R·k·ε_bit, amplified",
     "basic-composition": "basic composition (Dwork-Roth 2014, Thm 3.16) of per-round figures",
     "no-bound": "no finite bound",
     "pld-composition": "fresh randomness each round: the per-round shuffle pair's "
@@ -187,7 +187,7 @@ class PrivacyStatement:
         ]
         if self.longitudinal.rounds > 1:
             out.append("the same clients report in every round")
-            if self.longitudinal.argument.startswith(("memoised-prr", "cohort-prr")):
+            if self.longitudinal.argument.startswith(("memoised-prr", "cohort-irr")):
                 # The PRR is memoised per Bloom filter: a client whose value changes
                 # gets a fresh PRR, and its rounds compose instead of sharing one.
                 out.append("each client's value is the same in every round")

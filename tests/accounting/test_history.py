@@ -124,23 +124,83 @@ def test_a_release_merging_windows_is_recorded_as_that_many_rounds() -> None:
 
 
 def test_cohort_per_report_with_a_prr_does_not_use_the_memoised_argument() -> None:
-    # f > 0, m = 64, cohort drawn per report, 30 rounds: a client holds up to
-    # min(30, 64) independent PRRs; the old statement amplified one ε_∞ (0.0428).
+    # f > 0, m = 64, cohort drawn per report, 30 rounds: a client's reports go through
+    # up to min(30, 64) cohorts whose PRRs may share coins (next test); the old
+    # statement amplified one ε_∞ (0.0428), the one after it 30·ε_∞ (unproven).
     params = RapporParams(k=16, h=2, m=64)
     metric = MetricConfig(name="pages", rappor=params)
     stmt = privacy_statement(metric, 10**6, cohort_per_report=True, rounds=30)
     lg = stmt.longitudinal
-    assert lg.argument == "cohort-prr"
+    assert lg.argument == "cohort-irr"
     assert "memoised-prr-inf" not in lg.candidates and "memoised-prr-k" not in lg.candidates
     assert lg.epsilon > 0.0428
-    # Sound: 30 independent ε_∞-LDP PRRs amplified; never below 30 rounds of the
-    # product randomizer's shuffled-RR lower bound.
-    assert lg.epsilon == pytest.approx(amplify(30 * epsilon_inf(params), 10**6, DELTA).epsilon)
-    assert "min(R, m) independent" in stmt.render()
+    # 30 reports, each bounded through its IRR over all k bits, amplified.
+    bit = max(math.log(params.q / params.p), math.log((1 - params.p) / (1 - params.q)))
+    assert lg.epsilon == pytest.approx(amplify(30 * params.k * bit, 10**6, DELTA).epsilon)
+    assert "min(R, m)·ε_∞ bounds" in stmt.render()
     # One round, or one cohort, keeps the memoised argument.
     assert privacy_statement(metric, 10**6, cohort_per_report=True).longitudinal.rounds == 1
     persistent = privacy_statement(metric, 10**6, rounds=30)
     assert persistent.longitudinal.argument.startswith("memoised-prr")
+
+
+def _linked_view(
+    blooms: list[tuple[int, ...]], f: float, p: float, q: float
+) -> dict[tuple[tuple[int, ...], ...], float]:
+    """Exact distribution of one client's reports under cohorts 0 and 1 (one each),
+    with PRR coins keyed by the Bloom bits (client/rappor.py): cohorts whose Bloom
+    filters coincide share one PRR output."""
+    import itertools
+
+    k = len(blooms[0])
+    strings = list(itertools.product((0, 1), repeat=k))
+
+    def prr(b: tuple[int, ...], s: tuple[int, ...]) -> float:
+        return math.prod(f / 2 + (1 - f) * (x == y) for x, y in zip(b, s, strict=True))
+
+    def irr(o: tuple[int, ...], s: tuple[int, ...]) -> float:
+        return math.prod(
+            (q if y else p) if x else 1 - (q if y else p) for x, y in zip(o, s, strict=True)
+        )
+
+    distinct = sorted(set(blooms))
+    out = {}
+    for o in itertools.product(strings, repeat=2):
+        total = 0.0
+        for ss in itertools.product(strings, repeat=len(distinct)):
+            chosen = dict(zip(distinct, ss, strict=True))
+            w = math.prod(prr(b, s) for b, s in chosen.items())
+            total += w * irr(o[0], chosen[blooms[0]]) * irr(o[1], chosen[blooms[1]])
+        out[o] = total
+    return out
+
+
+@pytest.mark.parametrize(("f", "p", "q"), [(0.5, 1e-6, 1 - 1e-6), (0.9, 1e-4, 1 - 1e-4)])
+def test_cohorts_sharing_prr_coins_exceed_two_epsilon_inf_and_stay_within_the_irr_bound(
+    f: float, p: float, q: float
+) -> None:
+    # A value whose Bloom filters coincide in two cohorts (one PRR) against one whose
+    # filters differ (two independent PRRs): k = 2, h = 1, both cohorts reported once.
+    # The exact privacy loss of the linked pair of reports is past 2·ε_∞, so the
+    # "min(R, m) independent PRRs" argument was unsound; the IRR bound holds.
+    same = _linked_view([(1, 0), (1, 0)], f, p, q)
+    apart = _linked_view([(1, 0), (0, 1)], f, p, q)
+    loss = max(abs(math.log(same[o] / apart[o])) for o in same)
+    params = RapporParams(k=2, h=1, m=2, f=f, p=p, q=q)
+    assert loss > 2 * epsilon_inf(params)
+    # One client alone (n = 1: nothing to hide among), two rounds.
+    seg = Segment(
+        rounds=2,
+        n_amplify=1,
+        delta=DELTA,
+        epsilon0=0.0,
+        beta=0.0,
+        rappor=params,
+        cohort_per_report=True,
+    )
+    composed = compose_segments([seg])
+    assert composed.argument == "cohort-irr"
+    assert composed.epsilon >= loss
 
 
 def test_prrs_with_shared_coins_and_different_f_are_refused() -> None:
