@@ -10,8 +10,12 @@
     >>> round(client.epsilon_one(params), 4)
     1.0743
 
-The core loads neither grpc, numpy nor redis. ``client.transport`` (grpc) and
-``client.batch`` (numpy) are imported only when used.
+An app embeds ``client.Reporter`` (``client.reporter``): it fetches each metric's
+params from the shuffler, claims one report per metric per collection window,
+keeps it in a durable outbox until the shuffler acknowledged it, and seals it.
+
+The core loads neither grpc, numpy nor redis. ``client.transport`` and
+``client.link`` (grpc) and ``client.batch`` (numpy) are imported only when used.
 
 This namespace is the SDK an app uses. What the daemons and analysts share with
 it lives in modules they import by name: ``client.registry`` (the metric
@@ -23,6 +27,7 @@ from __future__ import annotations
 from client.basic import BasicEncoder, BasicParams
 from client.budget import ReportBudget
 from client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
+from client.outbox import OutboxError
 from client.params import RapporParams
 from client.privacy import epsilon_inf, epsilon_one
 from client.randomness import BitSource, SecureBits
@@ -34,6 +39,7 @@ from client.rappor import (
     new_secret,
 )
 from client.report import Report
+from client.reporter import Reporter
 
 __all__ = [
     "BasicEncoder",
@@ -41,6 +47,7 @@ __all__ = [
     "BitSource",
     "CrowdmixClientError",
     "InstantaneousResponse",
+    "OutboxError",
     "ParamsError",
     "PermanentResponse",
     "QueueFullError",
@@ -48,6 +55,7 @@ __all__ = [
     "RapporParams",
     "Report",
     "ReportBudget",
+    "Reporter",
     "SecureBits",
     "TransportError",
     "cohort_for_secret",
