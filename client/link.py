@@ -37,6 +37,9 @@ _CHANNEL_OPTIONS = (
 )
 
 
+_POLL_SECONDS = 0.25
+
+
 def make_channel(
     target: str,
     *,
@@ -89,15 +92,20 @@ class Link:
             target, tls=tls, root_certificates=root_certificates, options=_CHANNEL_OPTIONS
         )
         self._stub = crowdmix_pb2_grpc.ShufflerStub(self._channel)
+        self._probed = -_POLL_SECONDS
 
     def ready(self, timeout: float) -> bool:
         """Whether the channel connects within ``timeout`` seconds. A request is sent
         (and counted as an attempt) only on a ready channel: an offline device makes
         no attempt whose outcome it would not know."""
+        ready = grpc.channel_ready_future(self._channel)
+        self._probed = time.monotonic()
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=max(timeout, 0.0))
+            ready.result(timeout=max(timeout, 0.0))
         except grpc.FutureTimeoutError:
             return False
+        finally:
+            ready.cancel()  # stops its polling thread before the channel may close
         return True
 
     def _call_error(self, exc: grpc.RpcError) -> LinkError:
@@ -130,6 +138,11 @@ class Link:
         return int(resp.accepted)
 
     def close(self) -> None:
+        # grpc's connectivity poller (behind ready()) checks the channel every 0.2 s until
+        # it sees no subscriber; closing the channel under it prints a traceback. Wait it out.
+        wait = self._probed + _POLL_SECONDS - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         self._channel.close()
 
 

@@ -84,6 +84,8 @@ log = logging.getLogger("crowdmix.client")
 
 Sealing = Literal["required", "off"]
 SECRET_BYTES = 32
+#: How long ``report`` waits for a config when it has none or its own expired.
+CONFIG_WAIT = 2.0
 #: Status codes after which the request may succeed later: keep the reports, back off.
 _TRY_LATER = frozenset(
     {
@@ -126,6 +128,19 @@ def _device_secret(path: Path) -> bytes:
     return secret
 
 
+def _check_value(encoder: RapporEncoder | BasicEncoder, value: object) -> None:
+    from client.basic import BasicEncoder
+
+    if isinstance(encoder, BasicEncoder):
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ValueError(
+                f"metric {encoder.metric!r}: a value is a str or an int, got {value!r}"
+            )
+        encoder.index_of(value)  # ValueError outside the domain
+    elif not isinstance(value, str | bytes):
+        raise ValueError(f"metric {encoder.metric!r}: a value is a str or bytes, got {value!r}")
+
+
 class _Offline(Exception):
     """Nothing more can be sent now: back off and try later."""
 
@@ -156,6 +171,7 @@ class Reporter:
         batch_size: int = 100,
         background: bool = True,
         clock: Callable[[], float] = time.time,
+        jitter: random.Random | None = None,
     ) -> None:
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
@@ -184,7 +200,8 @@ class Reporter:
         self._backoff = (backoff_base, backoff_cap)
         self._batch_size = batch_size
         self._clock = clock
-        self._jitter = random.Random()  # timing jitter only; no privacy depends on it
+        # timing jitter only (no privacy depends on it); injectable for tests
+        self._jitter = jitter if jitter is not None else random.Random()
         self._config: DeviceConfig | None = None
         self._config_fetched = 0.0
         self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder] = {}
@@ -274,17 +291,25 @@ class Reporter:
         False when nothing was made: this window's report was made already, an earlier
         one is still waiting to be sent, the outbox is full, or the shuffler was never
         reached (no config yet; call again later). ``ParamsError`` for a metric the
-        server does not know, ``ValueError`` for a value its encoding refuses."""
+        server does not know, ``ValueError`` for a value its encoding refuses.
+
+        It uses the cached config; only when there is none, or it has outlived its
+        ``cache_seconds``, does it ask the shuffler first (for up to ``CONFIG_WAIT``
+        seconds; offline, the expired cache is used)."""
         config = self.config()
-        if config is None:
+        if config is None or self._config_expired():
+            # first use, or the cached answer outlived its cache_seconds: ask the server
+            # (an outdated config would encode under params it no longer has)
             try:
                 with self._send_lock:
-                    config = self._fetch_config()
+                    config = self._fetch_config(min(self._timeout, CONFIG_WAIT))
             except _Offline as exc:
                 self.last_error = str(exc)
-                log.info("no config yet, no report made: %s", exc)
-                return False
+                if config is None:
+                    log.info("no config yet, no report made: %s", exc)
+                    return False
         encoder = self._encoder(metric, config)
+        _check_value(encoder, value)  # a bad value is an error in every window
         self._drop_old(config)
         window = int(self._clock() // config.window_seconds)
 

@@ -170,7 +170,8 @@ def _counted(cluster: LocalCluster) -> tuple[int, list[bytes]]:
     for w in windows:
         for key in r.scan_iter(match=f"*:{{{METRIC}}}:w:{w}:rids"):
             for blob in r.lrange(key, 0, -1):
-                ids += [blob[i : i + 16] for i in range(0, len(blob), 16)]
+                raw = bytes(blob)
+                ids += [raw[i : i + 16] for i in range(0, len(raw), 16)]
     r.close()
     return total, ids
 

@@ -1,0 +1,113 @@
+"""The outbox's promises, one transaction each (client.outbox)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from client.outbox import ROW_OVERHEAD, Claim, Outbox, OutboxError
+from client.report import Report
+
+FP = 0xFEDCBA9876543210  # above 2**63: stored as a signed SQLite integer and read back
+
+
+def _report(metric: str = "m", nbytes: int = 4, cohort: int = 3) -> Report:
+    return Report(metric=metric, cohort=cohort, bits=bytes(range(nbytes)), params_fingerprint=FP)
+
+
+def test_claim_stores_the_report_and_the_claim_together(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    r = _report()
+    assert box.claim("m", 10, lambda: r) is Claim.MADE
+    (row,) = box.pending()
+    assert row.report == r and row.report.report_id == r.report_id
+    assert row.report.params_fingerprint == FP
+    assert (row.window, row.attempts, row.first_attempt_window) == (10, 0, None)
+    assert box.last_window("m") == 10
+    assert stat.S_IMODE(os.stat(tmp_path / "o.db").st_mode) == 0o600
+
+
+def test_one_report_per_window_and_one_waiting_per_metric(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    made = []
+
+    def make() -> Report:
+        made.append(1)
+        return _report()
+
+    assert box.claim("m", 10, make) is Claim.MADE
+    assert box.claim("m", 10, make) is Claim.USED
+    assert box.claim("m", 9, make) is Claim.USED  # a clock that went back reopens nothing
+    assert box.claim("m", 11, make) is Claim.WAITING  # the window-10 report is not sent yet
+    assert len(made) == 1  # nothing was encoded for the refusals
+    assert box.claim("other", 11, lambda: _report("other")) is Claim.MADE
+
+
+def test_delivery_marks_its_window_used(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.claim("m", 10, _report)
+    (row,) = box.pending()
+    box.begin_send([row.report.report_id], 12)
+    box.acknowledged([row.report.report_id], 13)  # filed by the shuffler under 13
+    assert box.pending() == [] and box.last_window("m") == 13
+    assert box.claim("m", 13, _report) is Claim.USED
+    assert box.claim("m", 14, _report) is Claim.MADE
+    assert box.counters() == {"delivered": 1}
+
+
+def test_attempts_are_recorded_before_sending(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.claim("m", 10, _report)
+    rid = box.pending()[0].report.report_id
+    box.begin_send([rid], 11)
+    box.begin_send([rid], 12)
+    (row,) = Outbox(tmp_path / "o.db").pending()  # as a restarted process sees it
+    assert (row.attempts, row.first_attempt_window, row.report.report_id) == (2, 11, rid)
+
+
+def test_an_encoder_error_stores_nothing(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+
+    def bad() -> Report:
+        raise ValueError("value not in the domain")
+
+    with pytest.raises(ValueError, match="domain"):
+        box.claim("m", 10, bad)
+    assert box.pending() == [] and box.last_window("m") is None
+
+
+def test_full_refuses_the_new_report_and_records_no_claim(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db", max_reports=2)
+    assert box.claim("a", 1, lambda: _report("a")) is Claim.MADE
+    assert box.claim("b", 1, lambda: _report("b")) is Claim.MADE
+    assert box.claim("c", 1, lambda: _report("c")) is Claim.FULL
+    assert box.last_window("c") is None and len(box) == 2
+    assert box.counters() == {"refused_full": 1}
+    # bytes: two 100-byte reports fit in 2 * (100 + 1 + overhead), a third does not
+    small = Outbox(tmp_path / "b.db", max_bytes=2 * (100 + 1 + ROW_OVERHEAD))
+    assert small.claim("a", 1, lambda: _report("a", 100)) is Claim.MADE
+    assert small.claim("b", 1, lambda: _report("b", 100)) is Claim.MADE
+    assert small.claim("c", 1, lambda: _report("c", 100)) is Claim.FULL
+
+
+def test_drop_counts_by_reason(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.claim("m", 1, _report)
+    box.drop([box.pending()[0].report.report_id, b"x" * 16], "expired")
+    assert len(box) == 0 and box.counters() == {"expired": 1}
+
+
+def test_config_cache_survives_a_restart(tmp_path: Path) -> None:
+    Outbox(tmp_path / "o.db").store_config(b"\x01answer", 123.5)
+    assert Outbox(tmp_path / "o.db").cached_config() == (b"\x01answer", 123.5)
+
+
+def test_bad_arguments_and_paths_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_reports"):
+        Outbox(tmp_path / "o.db", max_reports=0)
+    (tmp_path / "junk").write_bytes(b"not a database" * 100)
+    with pytest.raises(OutboxError, match="junk"):
+        Outbox(tmp_path / "junk")
