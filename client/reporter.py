@@ -58,6 +58,7 @@ read on the first ``report``, grpc (``client.link``) only to fetch or to send.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import random
@@ -128,6 +129,20 @@ def _device_secret(path: Path) -> bytes:
     return secret
 
 
+def _check_extra(sealing: Sealing) -> None:
+    """Fail at construction, naming the extra, rather than at the first send."""
+    needed = ["google.protobuf", "grpc"] + (["cryptography"] if sealing == "required" else [])
+    for name in needed:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # the parent package ("google") is missing
+            found = False
+        if not found:
+            raise ModuleNotFoundError(
+                f"client.Reporter needs {name}: pip install 'crowdmix[transport]'", name=name
+            )
+
+
 def _check_value(encoder: RapporEncoder | BasicEncoder, value: object) -> None:
     from client.basic import BasicEncoder
 
@@ -175,6 +190,7 @@ class Reporter:
     ) -> None:
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
+        _check_extra(sealing)
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.app_dir = Path(app_dir)
