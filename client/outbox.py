@@ -77,6 +77,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     first_attempt_window INTEGER
 );
 CREATE INDEX IF NOT EXISTS outbox_metric ON outbox(metric);
+CREATE INDEX IF NOT EXISTS outbox_window ON outbox(window);
+CREATE INDEX IF NOT EXISTS outbox_attempt ON outbox(first_attempt_window);
 CREATE TABLE IF NOT EXISTS config (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     answer BLOB NOT NULL,
@@ -251,6 +253,30 @@ class Outbox:
                 first_attempt_window=first,
             )
             for rid, metric, window, cohort, fp, bits, created, attempts, first in rows
+        ]
+
+    def older(self, window: int, attempt_window: int) -> list[PendingReport]:
+        """Rows claimed in ``window`` or before, or first tried before ``attempt_window``:
+        the candidates for dropping (indexed, so a large outbox is not read whole)."""
+        with self._lock:
+            try:
+                rows = self._db.execute(
+                    "SELECT report_id, metric, window, cohort, fingerprint, bits, created,"
+                    " attempts, first_attempt_window FROM outbox"
+                    " WHERE window <= ? OR first_attempt_window < ? ORDER BY seq",
+                    (window, attempt_window),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+        return [
+            PendingReport(
+                report=make_report(metric, cohort, bits, fp % _U64, rid),
+                window=w,
+                created=created,
+                attempts=attempts,
+                first_attempt_window=first,
+            )
+            for rid, metric, w, cohort, fp, bits, created, attempts, first in rows
         ]
 
     def __len__(self) -> int:

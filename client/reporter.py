@@ -349,11 +349,15 @@ class Reporter:
     def _drop_old(self, config: DeviceConfig) -> None:
         """Drop rows that must not be sent any more (see the module docstring)."""
         now = self._clock()
-        current = int(now // config.window_seconds)
+        ws = config.window_seconds
+        current = int(now // ws)
+        youngest_age = min(config.disposal_seconds.values(), default=0)
+        # every row that can have expired was claimed in this window or before
+        bound = int((now - youngest_age) // ws) if youngest_age else -1
         expired, unconfirmed = [], []
-        for row in self._outbox.pending():
+        for row in self._outbox.older(bound, current - 1):
             age = config.disposal_seconds.get(row.report.metric)
-            if age and (row.window + 1) * config.window_seconds + age <= now:
+            if age and (row.window + 1) * ws + age <= now:
                 expired.append(row.report.report_id)
             elif row.first_attempt_window is not None and current > row.first_attempt_window + 1:
                 unconfirmed.append(row.report.report_id)
