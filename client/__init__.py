@@ -24,10 +24,11 @@ registry), ``client.privacy`` (p*, q*) and ``client.hashing`` (Bloom bits).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from client.basic import BasicEncoder, BasicParams
 from client.budget import ReportBudget
 from client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
-from client.outbox import OutboxError
 from client.params import RapporParams
 from client.privacy import epsilon_inf, epsilon_one
 from client.randomness import BitSource, SecureBits
@@ -39,7 +40,10 @@ from client.rappor import (
     new_secret,
 )
 from client.report import Report
-from client.reporter import Reporter
+
+if TYPE_CHECKING:
+    from client.outbox import OutboxError
+    from client.reporter import Reporter
 
 __all__ = [
     "BasicEncoder",
@@ -63,3 +67,23 @@ __all__ = [
     "epsilon_one",
     "new_secret",
 ]
+
+
+# The app layer (SQLite, threads, logging) loads on first use: an app that only
+# encodes, and ``import client`` itself, do not pay for it.
+_LAZY = {"OutboxError": "client.outbox", "Reporter": "client.reporter"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'client' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
