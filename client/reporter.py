@@ -105,27 +105,33 @@ _TRY_LATER = frozenset(
 
 
 def _device_secret(path: Path) -> bytes:
-    """The device secret at ``path``: made once (32 CSPRNG bytes, 0600), then read."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        secret = path.read_bytes()
-        if len(secret) != SECRET_BYTES:
-            raise CrowdmixClientError(
-                f"{path} is not a device secret ({len(secret)} bytes, expected {SECRET_BYTES})"
-            ) from None
-        return secret
-    secret = os.urandom(SECRET_BYTES)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        # written whole to a temporary name first: a crash never leaves a short secret
-        with open(tmp, "wb", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-            fh.write(secret)
+    """The device secret at ``path``: made once (32 CSPRNG bytes, 0600), then read.
+
+    Made under a temporary name and linked into place (``link`` fails if the name
+    exists), so a crash never leaves a short secret and two processes starting at
+    once agree on one."""
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb", opener=lambda p, f: os.open(p, f | os.O_TRUNC, 0o600)) as fh:
+            fh.write(os.urandom(SECRET_BYTES))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        finally:
+            tmp.unlink()
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    secret = path.read_bytes()
+    if len(secret) != SECRET_BYTES:
+        raise CrowdmixClientError(
+            f"{path} is not a device secret ({len(secret)} bytes, expected {SECRET_BYTES})"
+        )
     return secret
 
 

@@ -111,3 +111,17 @@ def test_bad_arguments_and_paths_are_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "junk").write_bytes(b"not a database" * 100)
     with pytest.raises(OutboxError, match="junk"):
         Outbox(tmp_path / "junk")
+
+
+def test_the_device_secret_is_made_once_private_and_never_short(tmp_path: Path) -> None:
+    from client.errors import CrowdmixClientError
+    from client.reporter import _device_secret
+
+    path = tmp_path / "secret"
+    first = _device_secret(path)
+    assert len(first) == 32 and _device_secret(path) == first
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["secret"]  # no temporary file left
+    path.write_bytes(b"short")
+    with pytest.raises(CrowdmixClientError, match="not a device secret"):
+        _device_secret(path)
