@@ -87,6 +87,8 @@ Sealing = Literal["required", "off"]
 SECRET_BYTES = 32
 #: How long ``report`` waits for a config when it has none or its own expired.
 CONFIG_WAIT = 2.0
+#: How long the background sender waits for a connection before it backs off.
+BACKGROUND_CONNECT_WAIT = 1.0
 #: Status codes after which the request may succeed later: keep the reports, back off.
 _TRY_LATER = frozenset(
     {
@@ -133,6 +135,12 @@ def _device_secret(path: Path) -> bytes:
             f"{path} is not a device secret ({len(secret)} bytes, expected {SECRET_BYTES})"
         )
     return secret
+
+
+def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) -> float:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base·2^failures)]
+    (never quite 0, so a busy loop is impossible)."""
+    return max(rng.uniform(0.0, min(cap, base * 2 ** min(failures, 30))), 0.001)
 
 
 def _check_extra(sealing: Sealing) -> None:
@@ -230,6 +238,7 @@ class Reporter:
         self._link: Link | None = None
         self._reset_link = False
         self._send_lock = threading.Lock()
+        self._link_lock = threading.Lock()
         self._cond = threading.Condition()
         self._wake = False
         self._closed = False
@@ -318,13 +327,13 @@ class Reporter:
         It uses the cached config; only when there is none, or it has outlived its
         ``cache_seconds``, does it ask the shuffler first (for up to ``CONFIG_WAIT``
         seconds; offline, the expired cache is used)."""
+        self._check_open()
         config = self.config()
         if config is None or self._config_expired():
             # first use, or the cached answer outlived its cache_seconds: ask the server
             # (an outdated config would encode under params it no longer has)
             try:
-                with self._send_lock:
-                    config = self._fetch_config(min(self._timeout, CONFIG_WAIT))
+                config = self._fetch_config(min(self._timeout, CONFIG_WAIT))
             except _Offline as exc:
                 self.last_error = str(exc)
                 if config is None:
@@ -373,28 +382,33 @@ class Reporter:
     # -- sending --------------------------------------------------------------
 
     def _get_link(self) -> Link:
-        if self._link is not None and self._reset_link:
-            self._link.close()
-            self._link = None
-        self._reset_link = False
-        if self._link is None:
-            from client.link import Link
+        with self._link_lock:
+            if self._link is not None and self._reset_link:
+                self._link.close()
+                self._link = None
+            self._reset_link = False
+            if self._link is None:
+                from client.link import Link
 
-            self._link = Link(
-                self.target,
-                self._token,
-                tls=self._tls,
-                root_certificates=self._roots,
-                timeout=self._timeout,
-            )
-        return self._link
+                self._link = Link(
+                    self.target,
+                    self._token,
+                    tls=self._tls,
+                    root_certificates=self._roots,
+                    timeout=self._timeout,
+                )
+            return self._link
 
-    def _send_all(self, deadline: float) -> None:
-        """Send every waiting report; ``_Offline`` when the rest must wait."""
+    def _send_all(self, deadline: float, connect_wait: float) -> None:
+        """Send every waiting report; ``_Offline`` when the rest must wait. A connection
+        is waited for up to ``connect_wait`` seconds (the background sender waits
+        briefly and backs off instead, so ``flush`` and ``close`` never wait behind it)."""
         from client.link import LinkError, clear_request, sealed_request
 
         refetched = False
         while True:
+            if self._closed and threading.current_thread() is self._thread:
+                raise _Offline("closing")  # close() does not wait for a long backlog
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _Offline("out of time")
@@ -424,7 +438,7 @@ class Reporter:
                 continue
             if self.sealing == "required" and not config.sealed:
                 raise _Offline(f"shuffler {self.target} publishes no aggregator key")
-            if not self._get_link().ready(min(self._timeout, remaining)):
+            if not self._get_link().ready(min(connect_wait, remaining)):
                 raise _Offline(f"shuffler {self.target} cannot be reached")
             try:
                 request = (
@@ -461,25 +475,30 @@ class Reporter:
         """One Submit (a separate method: the crash tests stop the process around it)."""
         return self._get_link().submit(request, timeout)  # type: ignore[arg-type]
 
-    def _try_send(self, timeout: float) -> bool:
+    def _try_send(self, timeout: float, connect_wait: float) -> bool:
         """Send what waits; True when the outbox is empty afterwards."""
-        with self._send_lock:
+        if not self._send_lock.acquire(timeout=max(timeout, 0.0)):
+            return False  # the other sender holds it (at most one request's timeout)
+        try:
             if not len(self._outbox):
                 return True
             try:
-                self._send_all(time.monotonic() + timeout)
+                self._send_all(time.monotonic() + timeout, connect_wait)
             except _Offline as exc:
                 self.last_error = str(exc)
                 log.info("%d reports wait: %s", len(self._outbox), exc)
                 return False
             self.last_error = None
             return True
+        finally:
+            self._send_lock.release()
 
     def flush(self, timeout: float = 5.0) -> int:
         """Send what waits, for up to ``timeout`` seconds, in this thread; the number of
         reports still queued (0: all acknowledged). Never raises for the network: what
         is left is sent by the sender or at the next start."""
-        self._try_send(timeout)
+        self._check_open()
+        self._try_send(timeout, connect_wait=timeout)
         return len(self._outbox)
 
     @property
@@ -524,15 +543,18 @@ class Reporter:
                 self._wake = False
                 if self._closed:
                     return
-            if self._try_send(self._timeout * 3):
+            if self._try_send(self._timeout * 3, connect_wait=BACKGROUND_CONNECT_WAIT):
                 self._failures = 0
                 delay = None  # idle until a report is made or the network returns
             else:
                 self._failures += 1
-                cap = min(self._backoff[1], self._backoff[0] * 2 ** min(self._failures, 30))
-                delay = max(self._jitter.uniform(0.0, cap), 0.001)
+                delay = backoff_delay(self._failures, *self._backoff, self._jitter)
 
     # -- lifecycle ------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CrowdmixClientError("the reporter is closed")
 
     def close(self) -> None:
         """Stop the sender and close the connection and the outbox (what waits stays

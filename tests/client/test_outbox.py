@@ -125,3 +125,30 @@ def test_the_device_secret_is_made_once_private_and_never_short(tmp_path: Path) 
     path.write_bytes(b"short")
     with pytest.raises(CrowdmixClientError, match="not a device secret"):
         _device_secret(path)
+
+
+def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
+    import random
+
+    from client.reporter import backoff_delay
+
+    class Top(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            return b
+
+    assert [backoff_delay(n, 1.0, 300.0, Top()) for n in range(1, 11)] == [
+        2, 4, 8, 16, 32, 64, 128, 256, 300, 300,
+    ]  # fmt: skip
+    rng = random.Random(7)
+    draws = [backoff_delay(3, 1.0, 300.0, rng) for _ in range(1000)]
+    assert 0 < min(draws) < 0.5 and 7.5 < max(draws) <= 8.0  # spread over [0, 8]
+
+
+def test_the_reporter_bounds_its_outbox_by_default() -> None:
+    import inspect
+
+    from client.reporter import Reporter
+
+    params = inspect.signature(Reporter).parameters
+    assert params["max_reports"].default == 1000 and params["max_bytes"].default == 1 << 20
+    assert params["sealing"].default == "required"

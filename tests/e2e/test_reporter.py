@@ -133,6 +133,8 @@ def test_the_app_names_the_metric_and_the_report_is_sealed_and_acknowledged(
     target = f"127.0.0.1:{sealed_shuffler.port}"
     with _reporter(tmp_path / "app", target, background=False) as r:
         assert r.report(RAPPOR, "example.com") is True
+        for f in (tmp_path / "app").iterdir():  # waiting: the encoded bits, not the value
+            assert b"example.com" not in f.read_bytes(), f
         assert r.report(RAPPOR, "example.com") is False  # this window's report is made
         assert r.report(OUE, "c") is True  # basic mechanisms too, params from the server
         with pytest.raises(client.ParamsError, match="not in the shuffler's config"):
@@ -146,6 +148,9 @@ def test_the_app_names_the_metric_and_the_report_is_sealed_and_acknowledged(
         config = r.config()
         assert config is not None and config.sealed
         assert config.window_seconds == 86400 and config.disposal_seconds[RAPPOR] == 30 * 86400
+    # on disk: the encoded report, never the value (nor anything of it left after the ack)
+    for f in (tmp_path / "app").iterdir():
+        assert b"example.com" not in f.read_bytes(), f
     secret = tmp_path / "app" / "secret"
     assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == 32
 
@@ -308,3 +313,47 @@ def test_a_full_outbox_refuses_the_new_report_and_claims_nothing(
         assert r.counters() == {"refused_full": 1}
         assert r.flush(10) == 0
         assert r.report(OUE, "b") is True  # room again, and the window was never claimed
+
+
+def test_exit_offline_does_not_wait_behind_the_background_sender(
+    sealed_shuffler: ShufflerHandle, tmp_path: Path
+) -> None:
+    target, app = f"127.0.0.1:{sealed_shuffler.port}", tmp_path / "app"
+    with _reporter(app, target, background=False) as r:  # caches the config
+        assert r.report(OUE, "a") and r.flush(10) == 0
+    offline = Forwarder(sealed_shuffler.port).address  # never up
+    r = _reporter(app, offline, timeout=30.0)
+    assert r.report(RAPPOR, "b") is True  # the sender starts trying at once
+    t0 = time.monotonic()
+    assert r.flush(timeout=0.5) == 1  # no exception, and not 30 s behind the sender
+    r.close()
+    assert time.monotonic() - t0 < 10.0  # bounded by a connection wait (1 s), not `timeout`
+    with pytest.raises(client.CrowdmixClientError, match="closed"):
+        r.report(RAPPOR, "c")
+
+
+def test_an_expired_cached_config_is_refreshed_before_a_report(
+    plain_shuffler: ShufflerHandle, tmp_path: Path
+) -> None:
+    target, app = f"127.0.0.1:{plain_shuffler.port}", tmp_path / "app"
+    with _reporter(app, target, background=False, sealing="off") as r:
+        assert r.report(OUE, "a") and r.flush(10) == 0
+
+    def older_params(answer: pb.ConfigResponse) -> None:
+        for m in answer.metrics:
+            if m.name == RAPPOR:
+                r_ = m.rappor
+                r_.f = 0.25
+                params = RapporParams(k=r_.k, h=r_.h, m=r_.m, f=r_.f, p=r_.p, q=r_.q)
+                m.params_fingerprint = params.fingerprint("mmh3")
+
+    _tamper_cached_config(app, older_params)
+    box = Outbox(app / "outbox.sqlite3")
+    cached = box.cached_config()
+    assert cached is not None
+    box.store_config(cached[0], time.time() - 3601)  # older than its cache_seconds (3600)
+    box.close()
+    with _reporter(app, target, background=False, sealing="off") as r:
+        assert r.report(RAPPOR, "b") is True  # encoded under the server's params, fetched now
+        assert r.flush(timeout=10) == 0
+        assert r.counters() == {"delivered": 2}
