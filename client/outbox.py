@@ -40,11 +40,13 @@ What sits on disk: the *encoded* report — bits already randomized on the devic
 (ε-LDP: the permanent and the instantaneous randomized response are applied) —
 never the value. Sealing to the aggregator happens when the report is sent, with
 the key valid then (``client.reporter`` explains why). Deleted rows are zeroed
-(``secure_delete``).
+(``secure_delete``) and the write-ahead log is truncated after every delete, so
+a delivered report leaves no copy in the app's files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import sqlite3
@@ -318,6 +320,14 @@ class Outbox:
 
         if report_ids:
             self._tx(body)
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Fold the WAL into the database and truncate it: with ``secure_delete`` the
+        deleted rows' bytes are then zeroed in the file and gone from the WAL."""
+        # best effort: a failed checkpoint is retried by the next delete
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def drop(self, report_ids: Iterable[bytes], reason: str) -> None:
         """Delete rows that will never be delivered, counted under ``reason``."""
@@ -331,6 +341,7 @@ class Outbox:
 
         if ids:
             self._tx(body)
+            self._checkpoint()
 
     def counters(self) -> dict[str, int]:
         with self._lock:

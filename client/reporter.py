@@ -543,7 +543,12 @@ class Reporter:
                 self._wake = False
                 if self._closed:
                     return
-            if self._try_send(self._timeout * 3, connect_wait=BACKGROUND_CONNECT_WAIT):
+            try:
+                done = self._try_send(self._timeout * 3, connect_wait=BACKGROUND_CONNECT_WAIT)
+            except CrowdmixClientError as exc:  # the outbox cannot be written: keep trying
+                log.warning("the sender could not use the outbox: %s", exc)
+                self.last_error, done = str(exc), False
+            if done:
                 self._failures = 0
                 delay = None  # idle until a report is made or the network returns
             else:

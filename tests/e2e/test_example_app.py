@@ -15,6 +15,8 @@ import pytest
 from aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import LocalCluster, free_port
 
+pytestmark = pytest.mark.slow  # real processes or servers, seconds each
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "daily_setting.py"
 REGISTRY = """

@@ -27,6 +27,8 @@ from shuffler.config import ShufflerSettings
 from shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry
 
+pytestmark = pytest.mark.slow  # real processes or servers, seconds each
+
 TOKEN = "app-token-123"
 
 
@@ -142,15 +144,19 @@ def test_the_app_names_the_metric_and_the_report_is_sealed_and_acknowledged(
         with pytest.raises(ValueError):
             r.report(OUE, "not-in-the-domain")
         assert r.queued == 2
+        ids = [row.report.report_id for row in r._outbox.pending()]
+        assert all(any(rid in f.read_bytes() for f in (tmp_path / "app").iterdir()) for rid in ids)
         assert r.flush(timeout=10) == 0
         assert r.counters() == {"delivered": 2}
         # a clear report would have been refused: a shuffler with keys takes sealed only
         config = r.config()
         assert config is not None and config.sealed
         assert config.window_seconds == 86400 and config.disposal_seconds[RAPPOR] == 30 * 86400
-    # on disk: the encoded report, never the value (nor anything of it left after the ack)
+    # on disk: the encoded report, never the value; after the ack, not even its id
     for f in (tmp_path / "app").iterdir():
         assert b"example.com" not in f.read_bytes(), f
+        for rid in ids:
+            assert rid not in f.read_bytes(), f
     secret = tmp_path / "app" / "secret"
     assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == 32
 

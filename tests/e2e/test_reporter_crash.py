@@ -40,6 +40,8 @@ import redis
 from aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import LocalCluster, free_port
 
+pytestmark = pytest.mark.slow  # real processes or servers, seconds each
+
 METRIC = "night_mode"
 REGISTRY = f"""
 [metrics.{METRIC}]
