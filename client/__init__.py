@@ -10,8 +10,12 @@
     >>> round(client.epsilon_one(params), 4)
     1.0743
 
-The core loads neither grpc, numpy nor redis. ``client.transport`` (grpc) and
-``client.batch`` (numpy) are imported only when used.
+An app embeds ``client.Reporter`` (``client.reporter``): it fetches each metric's
+params from the shuffler, claims one report per metric per collection window,
+keeps it in a durable outbox until the shuffler acknowledged it, and seals it.
+
+The core loads neither grpc, numpy nor redis. ``client.transport`` and
+``client.link`` (grpc) and ``client.batch`` (numpy) are imported only when used.
 
 This namespace is the SDK an app uses. What the daemons and analysts share with
 it lives in modules they import by name: ``client.registry`` (the metric
@@ -19,6 +23,8 @@ registry), ``client.privacy`` (p*, q*) and ``client.hashing`` (Bloom bits).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from client.basic import BasicEncoder, BasicParams
 from client.budget import ReportBudget
@@ -35,12 +41,17 @@ from client.rappor import (
 )
 from client.report import Report
 
+if TYPE_CHECKING:
+    from client.outbox import OutboxError
+    from client.reporter import Reporter
+
 __all__ = [
     "BasicEncoder",
     "BasicParams",
     "BitSource",
     "CrowdmixClientError",
     "InstantaneousResponse",
+    "OutboxError",
     "ParamsError",
     "PermanentResponse",
     "QueueFullError",
@@ -48,6 +59,7 @@ __all__ = [
     "RapporParams",
     "Report",
     "ReportBudget",
+    "Reporter",
     "SecureBits",
     "TransportError",
     "cohort_for_secret",
@@ -55,3 +67,23 @@ __all__ = [
     "epsilon_one",
     "new_secret",
 ]
+
+
+# The app layer (SQLite, threads, logging) loads on first use: an app that only
+# encodes, and ``import client`` itself, do not pay for it.
+_LAZY = {"OutboxError": "client.outbox", "Reporter": "client.reporter"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'client' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -12,7 +12,8 @@ Importing this module loads protobuf (``protos``); ``import client`` does not.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from client.basic import BasicParams
 from client.errors import ParamsError
@@ -21,10 +22,18 @@ from client.registry import MetricConfig, Registry
 from client.sealed import PROTOCOL_VERSION, PublicKeyConfig, PublicKeySet
 from protos import crowdmix_pb2 as pb
 
-__all__ = ["DEFAULT_CACHE_SECONDS", "DeviceConfig", "from_proto", "to_proto"]
+__all__ = [
+    "DEFAULT_CACHE_SECONDS",
+    "DEFAULT_WINDOW_SECONDS",
+    "DeviceConfig",
+    "from_proto",
+    "to_proto",
+]
 
 #: How long a device may use one answer (a stale key is refused and refetched anyway).
 DEFAULT_CACHE_SECONDS = 3600
+#: The registry's default collection window (``Registry.window_seconds``).
+DEFAULT_WINDOW_SECONDS = 86400
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +43,10 @@ class DeviceConfig:
     metrics: dict[str, MetricConfig]
     keys: PublicKeySet
     cache_seconds: int = DEFAULT_CACHE_SECONDS
+    #: the registry's collection window (a device claims one report per metric per window)
+    window_seconds: int = DEFAULT_WINDOW_SECONDS
+    #: per metric, the age past which the server disposes of a window's reports
+    disposal_seconds: dict[str, int] = field(default_factory=dict)
 
     @property
     def sealed(self) -> bool:
@@ -42,23 +55,35 @@ class DeviceConfig:
     @property
     def version(self) -> str:
         h = hashlib.sha256(self.keys.version.encode())
+        h.update(f"|window:{self.window_seconds}".encode())
         for name in sorted(self.metrics):
-            h.update(f"|{name}:{self.metrics[name].fingerprint:016x}".encode())
+            fp, age = self.metrics[name].fingerprint, self.disposal_seconds.get(name, 0)
+            h.update(f"|{name}:{fp:016x}:{age}".encode())
         return h.hexdigest()[:16]
 
     @classmethod
     def of(
         cls, registry: Registry, keys: PublicKeySet, cache_seconds: int = DEFAULT_CACHE_SECONDS
     ) -> DeviceConfig:
-        return cls(metrics=dict(registry.metrics), keys=keys, cache_seconds=cache_seconds)
+        return cls(
+            metrics=dict(registry.metrics),
+            keys=keys,
+            cache_seconds=cache_seconds,
+            window_seconds=registry.window_seconds,
+            disposal_seconds={
+                name: math.ceil(m.shuffle.disposal_days * 86400)
+                for name, m in registry.metrics.items()
+            },
+        )
 
 
-def _metric_to_proto(m: MetricConfig) -> pb.MetricInfo:
+def _metric_to_proto(m: MetricConfig, disposal_seconds: int) -> pb.MetricInfo:
     info = pb.MetricInfo(
         name=m.name,
         encoding=m.encoding,
         params_fingerprint=m.fingerprint,
         report_bytes=m.report_bytes,
+        disposal_seconds=disposal_seconds,
     )
     if m.rappor is not None:
         r = m.rappor
@@ -83,7 +108,9 @@ def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigR
     return pb.ConfigResponse(
         version=config.version,
         cache_seconds=config.cache_seconds,
-        metrics=[_metric_to_proto(config.metrics[n]) for n in chosen],
+        metrics=[
+            _metric_to_proto(config.metrics[n], config.disposal_seconds.get(n, 0)) for n in chosen
+        ],
         keys=[
             pb.PublicKey(
                 key_id=k.key_id,
@@ -95,6 +122,7 @@ def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigR
             for k in config.keys.keys
         ],
         protocol=PROTOCOL_VERSION,
+        window_seconds=config.window_seconds,
     )
 
 
@@ -145,4 +173,13 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
             for k in message.keys
         )
     )
-    return DeviceConfig(metrics=metrics, keys=keys, cache_seconds=message.cache_seconds)
+    return DeviceConfig(
+        metrics=metrics,
+        keys=keys,
+        cache_seconds=message.cache_seconds,
+        # an older shuffler does not say: the registry's default window
+        window_seconds=message.window_seconds or DEFAULT_WINDOW_SECONDS,
+        disposal_seconds={
+            m.name: m.disposal_seconds for m in message.metrics if m.disposal_seconds
+        },
+    )

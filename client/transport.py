@@ -68,6 +68,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
         "client.transport needs grpc: pip install 'crowdmix[transport]'", name=exc.name
     ) from None
 
+from client.link import make_channel
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
 
@@ -127,15 +128,13 @@ class ShufflerClient:
         self._config_until = 0.0
         self.target = target
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        if tls or root_certificates is not None:
-            creds = grpc.ssl_channel_credentials(
-                root_certificates=root_certificates,
-                private_key=client_key,
-                certificate_chain=client_cert,
-            )
-            self._channel = grpc.secure_channel(target, creds)
-        else:
-            self._channel = grpc.insecure_channel(target)
+        self._channel = make_channel(
+            target,
+            tls=tls,
+            root_certificates=root_certificates,
+            client_cert=client_cert,
+            client_key=client_key,
+        )
         self._stub = crowdmix_pb2_grpc.ShufflerStub(self._channel)
         self._max_queue = max_queue
         self._batch_size = batch_size

@@ -117,20 +117,22 @@ class BasicConfig(_message.Message):
     def __init__(self, epsilon: _Optional[float] = ..., domain_size: _Optional[int] = ..., domain: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetricInfo(_message.Message):
-    __slots__ = ("name", "encoding", "params_fingerprint", "report_bytes", "rappor", "basic")
+    __slots__ = ("name", "encoding", "params_fingerprint", "report_bytes", "rappor", "basic", "disposal_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     REPORT_BYTES_FIELD_NUMBER: _ClassVar[int]
     RAPPOR_FIELD_NUMBER: _ClassVar[int]
     BASIC_FIELD_NUMBER: _ClassVar[int]
+    DISPOSAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     encoding: str
     params_fingerprint: int
     report_bytes: int
     rappor: RapporConfig
     basic: BasicConfig
-    def __init__(self, name: _Optional[str] = ..., encoding: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., report_bytes: _Optional[int] = ..., rappor: _Optional[_Union[RapporConfig, _Mapping]] = ..., basic: _Optional[_Union[BasicConfig, _Mapping]] = ...) -> None: ...
+    disposal_seconds: int
+    def __init__(self, name: _Optional[str] = ..., encoding: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., report_bytes: _Optional[int] = ..., rappor: _Optional[_Union[RapporConfig, _Mapping]] = ..., basic: _Optional[_Union[BasicConfig, _Mapping]] = ..., disposal_seconds: _Optional[int] = ...) -> None: ...
 
 class PublicKey(_message.Message):
     __slots__ = ("key_id", "suite", "public_key", "not_before", "not_after")
@@ -147,15 +149,17 @@ class PublicKey(_message.Message):
     def __init__(self, key_id: _Optional[int] = ..., suite: _Optional[str] = ..., public_key: _Optional[bytes] = ..., not_before: _Optional[int] = ..., not_after: _Optional[int] = ...) -> None: ...
 
 class ConfigResponse(_message.Message):
-    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol")
+    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CACHE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     version: str
     cache_seconds: int
     metrics: _containers.RepeatedCompositeFieldContainer[MetricInfo]
     keys: _containers.RepeatedCompositeFieldContainer[PublicKey]
     protocol: int
-    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ...) -> None: ...
+    window_seconds: int
+    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ...) -> None: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 FORBIDDEN = (
     "grpc",
@@ -47,3 +48,13 @@ def test_encoding_a_report_loads_no_heavy_module() -> None:
 def test_the_batch_encoder_is_what_loads_numpy() -> None:
     # The check above can fail: importing client.batch does load numpy.
     assert _loaded(_modules_after("import client.batch"), "numpy")
+
+
+def test_creating_a_reporter_loads_no_heavy_module(tmp_path: Path) -> None:
+    # grpc and cryptography load when the reporter first reaches for the shuffler
+    modules = _modules_after(
+        "import client\n"
+        f"r = client.Reporter({str(tmp_path)!r}, '127.0.0.1:1', background=False)\n"
+        "r.close()"
+    )
+    assert [name for name in FORBIDDEN if _loaded(modules, name)] == []

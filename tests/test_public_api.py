@@ -19,6 +19,7 @@ CLIENT_API = [
     "BitSource",
     "CrowdmixClientError",
     "InstantaneousResponse",
+    "OutboxError",
     "ParamsError",
     "PermanentResponse",
     "QueueFullError",
@@ -26,6 +27,7 @@ CLIENT_API = [
     "RapporParams",
     "Report",
     "ReportBudget",
+    "Reporter",
     "SecureBits",
     "TransportError",
     "cohort_for_secret",
@@ -56,6 +58,8 @@ def test_client_all_is_pinned() -> None:
     import client
 
     assert sorted(client.__all__) == CLIENT_API
+    for name in client._LAZY:  # loaded on first use (import client stays light)
+        assert getattr(client, name).__module__ == client._LAZY[name]
     assert _bound_public_api("client") == set(CLIENT_API)
 
 

@@ -105,21 +105,32 @@ def test_planner_and_privacy_commands_in_the_readme_run() -> None:
 
 
 def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
+    """The README's SDK snippet is the core of examples/daily_setting.py, line for line,
+    and it runs: one sealed report per day, a second start makes none."""
     import time
 
     from aggregator.sealing.keys import KeySet, write_public_config
-    from client.params import RapporParams
+    from client.basic import BasicParams
     from client.registry import MetricConfig, Registry, ShufflePolicy
     from shuffler.config import ShufflerSettings
     from shuffler.config_service import is_sealed_queue
     from shuffler.server import start_shuffler
 
     snippet = _code_blocks("python")[0]
+    example = (ROOT / "examples" / "daily_setting.py").read_text()
+    example_lines = {line.strip() for line in example.splitlines()}
+    for line in snippet.splitlines():
+        if line.startswith(("import", "reporter =")) or not line.strip():
+            continue  # the example spells the constructor over several lines
+        assert line.strip() in example_lines, line
+    assert "client.Reporter(" in example
+
     registry = Registry(
         metrics={
-            "home_page": MetricConfig(
-                name="home_page",
-                rappor=RapporParams(k=128, h=2, m=64, f=0.5, p=0.5, q=0.75),
+            "theme": MetricConfig(
+                name="theme",
+                basic=BasicParams(mechanism="krr", epsilon=2.0, domain_size=3),
+                domain=("light", "dark", "system"),
                 shuffle=ShufflePolicy(min_batch=10),
             )
         }
@@ -131,11 +142,17 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     with start_shuffler(registry, tokens=frozenset({token}), settings=settings) as shuffler:
         code = snippet.replace('"shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
         code = code.replace("tls=True", "tls=False")
-        budget_file = tmp_path / "budget.json"
-        namespace: dict[str, object] = {"APP_TOKEN": token, "BUDGET_FILE": budget_file}
+        namespace: dict[str, object] = {
+            "APP_TOKEN": token,
+            "APP_DIR": tmp_path / "app",
+            "theme": "dark",
+        }
         exec(compile(code, "README.md", "exec"), namespace)
-        assert sum(shuffler.store.pending("home_page").values()) == 1
+        assert (namespace["made"], namespace["left"]) == (True, 0)
+        assert sum(shuffler.store.pending("theme").values()) == 1
         # "sealed": the one stored report sits in a sealed queue (an opaque row)
-        assert all(is_sealed_queue(q.fingerprint) for q in shuffler.store.pending("home_page"))
-        exec(compile(code, "README.md", "exec"), dict(namespace))  # the app runs again today
-        assert sum(shuffler.store.pending("home_page").values()) == 1  # nothing more sent
+        assert all(is_sealed_queue(q.fingerprint) for q in shuffler.store.pending("theme"))
+        again = dict(namespace)
+        exec(compile(code, "README.md", "exec"), again)  # the app starts again today
+        assert (again["made"], again["left"]) == (False, 0)
+        assert sum(shuffler.store.pending("theme").values()) == 1  # nothing more sent

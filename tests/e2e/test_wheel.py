@@ -160,3 +160,40 @@ def test_demo_report_and_privacy_run_from_the_installed_wheel(
     )
     assert amplify.returncode == 0, amplify.stderr[-2000:]
     assert json.loads(amplify.stdout)
+
+
+def test_the_core_install_encodes_and_the_reporter_names_the_extra_it_needs(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """``pip install crowdmix`` (mmh3 only): the encoders work; ``client.Reporter``
+    refuses at once, naming the ``transport`` extra, instead of failing at a send."""
+    import mmh3
+
+    env_dir = tmp_path / "core"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet",
+         "--disable-pip-version-check", "--target", purelib, str(wheel)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    shutil.copy(mmh3.__file__, purelib)  # the one core dependency, and nothing else
+    code = (
+        "import client, sys\n"
+        "p = client.RapporParams()\n"
+        "client.RapporEncoder(p, secret=client.new_secret(), metric='m').encode('x')\n"
+        "try:\n"
+        "    client.Reporter(sys.argv[1], '127.0.0.1:1')\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [str(py), "-c", code, str(tmp_path / "app")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'crowdmix[transport]'" in out.stdout

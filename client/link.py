@@ -1,0 +1,190 @@
+"""The reporter's connection to a shuffler: ``GetConfig`` and ``Submit`` over gRPC.
+
+``client.reporter`` imports this module only when it has something to send or a
+config to fetch, so ``import client`` and an app that only claims reports while
+offline never load grpc. Errors come back as ``LinkError`` with the status code's
+name and the details, so the reporter's policy (what to retry, refetch or drop)
+reads without grpc types.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from client.errors import TransportError
+from client.outbox import PendingReport
+
+try:
+    import grpc
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
+    raise ModuleNotFoundError(
+        "sending reports needs grpc: pip install 'crowdmix[transport]'", name=exc.name
+    ) from None
+
+from protos import crowdmix_pb2 as pb
+from protos import crowdmix_pb2_grpc
+
+__all__ = ["Link", "LinkError", "make_channel"]
+
+# Reconnect quickly once the network is back (grpc's default backoff grows to 120 s);
+# the reporter's own backoff paces the attempts.
+_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+)
+
+
+_POLL_SECONDS = 0.25
+
+
+def make_channel(
+    target: str,
+    *,
+    tls: bool,
+    root_certificates: bytes | None = None,
+    client_cert: bytes | None = None,
+    client_key: bytes | None = None,
+    options: Sequence[tuple[str, int]] = (),
+) -> grpc.Channel:
+    """A TLS channel (``tls`` or root certificates given) or a plaintext one."""
+    if (client_cert is None) != (client_key is None):
+        raise ValueError("client_cert and client_key must be given together")
+    if tls or root_certificates is not None:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=root_certificates,
+            private_key=client_key,
+            certificate_chain=client_cert,
+        )
+        return grpc.secure_channel(target, creds, options=list(options))
+    return grpc.insecure_channel(target, options=list(options))
+
+
+@dataclass(frozen=True, slots=True)
+class LinkError(Exception):
+    """A call failed: ``code`` is the gRPC status name (``"UNAVAILABLE"``, ...)."""
+
+    code: str
+    details: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.details}"
+
+
+class Link:
+    """One channel to one shuffler, with the app's bearer token."""
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None,
+        *,
+        tls: bool,
+        root_certificates: bytes | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.target = target
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._timeout = timeout
+        self._channel = make_channel(
+            target, tls=tls, root_certificates=root_certificates, options=_CHANNEL_OPTIONS
+        )
+        self._stub = crowdmix_pb2_grpc.ShufflerStub(self._channel)
+        self._probed = -_POLL_SECONDS
+
+    def ready(self, timeout: float) -> bool:
+        """Whether the channel connects within ``timeout`` seconds. A request is sent
+        (and counted as an attempt) only on a ready channel: an offline device makes
+        no attempt whose outcome it would not know."""
+        ready = grpc.channel_ready_future(self._channel)
+        self._probed = time.monotonic()
+        try:
+            ready.result(timeout=max(timeout, 0.0))
+        except grpc.FutureTimeoutError:
+            return False
+        finally:
+            ready.cancel()  # stops its polling thread before the channel may close
+        return True
+
+    def _call_error(self, exc: grpc.RpcError) -> LinkError:
+        if isinstance(exc, grpc.Call):
+            return LinkError(exc.code().name, exc.details() or "")
+        return LinkError("UNKNOWN", str(exc))
+
+    def get_config(self, timeout: float | None = None) -> bytes:
+        """The GetConfig answer, serialized (what the outbox caches)."""
+        try:
+            answer = self._stub.GetConfig(
+                pb.GetConfigRequest(),
+                metadata=self._metadata,
+                timeout=self._timeout if timeout is None else timeout,
+            )
+        except grpc.RpcError as exc:
+            raise self._call_error(exc) from None
+        return bytes(answer.SerializeToString())
+
+    def submit(self, request: pb.SubmitRequest, timeout: float | None = None) -> int:
+        """Send one request; the number of reports the shuffler acknowledged."""
+        try:
+            resp = self._stub.Submit(
+                request,
+                metadata=self._metadata,
+                timeout=self._timeout if timeout is None else timeout,
+            )
+        except grpc.RpcError as exc:
+            raise self._call_error(exc) from None
+        return int(resp.accepted)
+
+    def close(self) -> None:
+        # grpc's connectivity poller (behind ready()) checks the channel every 0.2 s until
+        # it sees no subscriber; closing the channel under it prints a traceback. Wait it out.
+        wait = self._probed + _POLL_SECONDS - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        self._channel.close()
+
+
+def clear_request(rows: Sequence[PendingReport]) -> pb.SubmitRequest:
+    """Rows as clear reports (``sealing="off"``)."""
+    return pb.SubmitRequest(
+        reports=[
+            pb.Report(
+                metric=r.report.metric,
+                cohort=r.report.cohort,
+                bits=r.report.bits,
+                params_fingerprint=r.report.params_fingerprint,
+                report_id=r.report.report_id,
+            )
+            for r in rows
+        ]
+    )
+
+
+def sealed_request(
+    rows: Sequence[PendingReport], keys: Sequence[object], report_bytes: dict[str, int]
+) -> pb.SubmitRequest:
+    """Rows sealed to the newest key usable now (a fresh HPKE encapsulation per report,
+    the report id inside the seal: a retry is a new ciphertext of the same report)."""
+    from client.sealed import PublicKeyConfig, SealingError, choose_key
+    from client.sealing import seal_report
+
+    try:
+        key = choose_key([k for k in keys if isinstance(k, PublicKeyConfig)], time.time())
+    except SealingError as exc:
+        raise TransportError(str(exc)) from None
+    out = []
+    for r in rows:
+        rep = r.report
+        value = seal_report(
+            key,
+            metric=rep.metric,
+            bits=rep.bits,
+            cohort=rep.cohort,
+            fingerprint=rep.params_fingerprint,
+            report_id=rep.report_id,
+            report_bytes=report_bytes[rep.metric],
+        )
+        out.append(pb.Report(metric=rep.metric, key_id=key.key_id, sealed=value.sealed))
+    return pb.SubmitRequest(reports=out)

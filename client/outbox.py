@@ -1,0 +1,371 @@
+"""The device's durable outbox: claimed reports until the shuffler acknowledges them.
+
+One SQLite file (``sqlite3``, the standard library) in the app's directory holds
+
+- ``claims``: per metric, the last collection window used (a report was made in it,
+  or a report was delivered in it);
+- ``outbox``: every claimed report not yet acknowledged — report id, metric, the
+  window it was claimed in, cohort, params fingerprint, the encoded bits, when it was
+  made, how many sends were tried and the window of the first one;
+- ``config``: the last ``GetConfig`` answer (protobuf bytes) and when it was fetched;
+- ``counters``: what happened to reports that left without an acknowledgement.
+
+The promises, each one SQLite transaction (``BEGIN IMMEDIATE``, WAL journal,
+``synchronous=FULL``), so a process killed at any instant leaves the state before
+or after it, never half:
+
+- ``claim``: the claim *and* the report are written together, or neither is. A
+  metric gets a new report only when its last used window is older than the
+  current one **and** it has no report still waiting: a device that is offline for
+  days holds one report per metric and delivers it late, never a backlog of one per
+  day. When it is delivered, the delivery's window counts as used too (the shuffler
+  files a report under the window it *arrives* in), so a device never lands two
+  reports of one metric in one window.
+- ``begin_send`` records the attempt (count, window of the first one) *before*
+  the request leaves; ``acknowledged`` deletes the rows only after the shuffler
+  acknowledged them. A killed process therefore re-sends, after its restart, the
+  rows whose acknowledgement it did not record — with the same report ids: the
+  aggregator counts an id once in its window and the one before, so a repeat is
+  dropped there. A row whose first attempt lies more than one window back is not
+  sent again (a repeat could then be counted twice): it is dropped and counted
+  (``unconfirmed``).
+- Bounded: at most ``max_reports`` rows and ``max_bytes`` of report payload. When
+  full, a new report is refused — ``claim`` returns ``FULL`` and records no claim —
+  so the reports already promised are kept (dropping one would lose a claimed
+  report; refusing makes none).
+- Reports whose window is older than the metric's disposal age (the server's
+  ``disposal_seconds``) are dropped and counted (``expired``).
+
+What sits on disk: the *encoded* report — bits already randomized on the device
+(ε-LDP: the permanent and the instantaneous randomized response are applied) —
+never the value. Sealing to the aggregator happens when the report is sent, with
+the key valid then (``client.reporter`` explains why). Deleted rows are zeroed
+(``secure_delete``) and the write-ahead log is truncated after every delete, so
+a delivered report leaves no copy in the app's files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from client.errors import CrowdmixClientError
+from client.report import Report, make_report
+
+__all__ = ["Claim", "Outbox", "OutboxError", "PendingReport"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS claims (
+    metric TEXT PRIMARY KEY,
+    window INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    report_id BLOB NOT NULL UNIQUE,
+    metric TEXT NOT NULL,
+    window INTEGER NOT NULL,
+    cohort INTEGER NOT NULL,
+    fingerprint INTEGER NOT NULL,
+    bits BLOB NOT NULL,
+    created INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    first_attempt_window INTEGER
+);
+CREATE INDEX IF NOT EXISTS outbox_metric ON outbox(metric);
+CREATE INDEX IF NOT EXISTS outbox_window ON outbox(window);
+CREATE INDEX IF NOT EXISTS outbox_attempt ON outbox(first_attempt_window);
+CREATE TABLE IF NOT EXISTS config (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    answer BLOB NOT NULL,
+    fetched REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    n INTEGER NOT NULL
+);
+"""
+#: Bytes a row costs beyond its bits (report id, window, cohort, ... ; for the bound only).
+ROW_OVERHEAD = 64
+_U64 = 1 << 64
+
+
+class OutboxError(CrowdmixClientError):
+    """The outbox file cannot be opened, read or written."""
+
+
+class Claim(enum.Enum):
+    """What ``Outbox.claim`` did."""
+
+    MADE = "made"  # claimed and queued, one transaction
+    USED = "used"  # this window's report was made (or delivered) already
+    WAITING = "waiting"  # an earlier report of the metric is still waiting to be sent
+    FULL = "full"  # the outbox is at its bound: nothing claimed, nothing queued
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReport:
+    """One row of the outbox."""
+
+    report: Report
+    window: int
+    created: int
+    attempts: int
+    first_attempt_window: int | None
+
+
+def _signed(fp: int) -> int:
+    """A u64 fingerprint as SQLite's signed 64-bit integer (and back with ``% 2**64``)."""
+    return fp - _U64 if fp >= 1 << 63 else fp
+
+
+class Outbox:
+    """The SQLite outbox at ``path`` (created, 0600, on first use)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_reports: int = 1000,
+        max_bytes: int = 1 << 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        for name, v in (("max_reports", max_reports), ("max_bytes", max_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.path = Path(path)
+        self.max_reports = max_reports
+        self.max_bytes = max_bytes
+        self._clock = clock
+        self._lock = threading.Lock()
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(fd)
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA secure_delete=ON")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
+
+    # -- transactions ---------------------------------------------------------
+
+    def _tx(self, body: Callable[[sqlite3.Connection], object]) -> object:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = body(self._db)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+                return result
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+
+    @staticmethod
+    def _count(db: sqlite3.Connection, name: str, n: int) -> None:
+        if n:
+            db.execute(
+                "INSERT INTO counters(name, n) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET n = n + excluded.n",
+                (name, n),
+            )
+
+    # -- claiming -------------------------------------------------------------
+
+    def claim(self, metric: str, window: int, make: Callable[[], Report]) -> Claim:
+        """If ``metric`` may report in ``window``: call ``make()`` (encode) and store its
+        report with the claim, in one transaction. ``make`` raising stores nothing."""
+
+        def body(db: sqlite3.Connection) -> Claim:
+            row = db.execute("SELECT window FROM claims WHERE metric = ?", (metric,)).fetchone()
+            if row is not None and row[0] >= window:
+                return Claim.USED
+            if db.execute("SELECT 1 FROM outbox WHERE metric = ? LIMIT 1", (metric,)).fetchone():
+                return Claim.WAITING
+            n, size = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(bits) + LENGTH(metric)), 0) FROM outbox"
+            ).fetchone()
+            report = make()
+            cost = len(report.bits) + len(metric.encode()) + ROW_OVERHEAD
+            if n + 1 > self.max_reports or size + n * ROW_OVERHEAD + cost > self.max_bytes:
+                self._count(db, "refused_full", 1)
+                return Claim.FULL
+            db.execute(
+                "INSERT INTO outbox(report_id, metric, window, cohort, fingerprint, bits, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    report.report_id,
+                    metric,
+                    window,
+                    report.cohort,
+                    _signed(report.params_fingerprint),
+                    report.bits,
+                    int(self._clock()),
+                ),
+            )
+            db.execute(
+                "INSERT INTO claims(metric, window) VALUES (?, ?) "
+                "ON CONFLICT(metric) DO UPDATE SET window = MAX(window, excluded.window)",
+                (metric, window),
+            )
+            return Claim.MADE
+
+        result = self._tx(body)
+        assert isinstance(result, Claim)
+        return result
+
+    def last_window(self, metric: str) -> int | None:
+        row = self._db.execute("SELECT window FROM claims WHERE metric = ?", (metric,)).fetchone()
+        return None if row is None else int(row[0])
+
+    # -- sending --------------------------------------------------------------
+
+    def pending(self, limit: int | None = None) -> list[PendingReport]:
+        """Waiting reports, oldest first."""
+        sql = (
+            "SELECT report_id, metric, window, cohort, fingerprint, bits, created, attempts,"
+            " first_attempt_window FROM outbox ORDER BY seq"
+        )
+        with self._lock:
+            try:
+                rows = self._db.execute(
+                    sql + (" LIMIT ?" if limit is not None else ""),
+                    (limit,) if limit is not None else (),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+        return [
+            PendingReport(
+                report=make_report(metric, cohort, bits, fp % _U64, rid),
+                window=window,
+                created=created,
+                attempts=attempts,
+                first_attempt_window=first,
+            )
+            for rid, metric, window, cohort, fp, bits, created, attempts, first in rows
+        ]
+
+    def older(self, window: int, attempt_window: int) -> list[PendingReport]:
+        """Rows claimed in ``window`` or before, or first tried before ``attempt_window``:
+        the candidates for dropping (indexed, so a large outbox is not read whole)."""
+        with self._lock:
+            try:
+                rows = self._db.execute(
+                    "SELECT report_id, metric, window, cohort, fingerprint, bits, created,"
+                    " attempts, first_attempt_window FROM outbox"
+                    " WHERE window <= ? OR first_attempt_window < ? ORDER BY seq",
+                    (window, attempt_window),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+        return [
+            PendingReport(
+                report=make_report(metric, cohort, bits, fp % _U64, rid),
+                window=w,
+                created=created,
+                attempts=attempts,
+                first_attempt_window=first,
+            )
+            for rid, metric, w, cohort, fp, bits, created, attempts, first in rows
+        ]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+
+    def begin_send(self, report_ids: Sequence[bytes], window: int) -> None:
+        """Record an attempt of these rows in ``window``, before the request leaves."""
+
+        def body(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "UPDATE outbox SET attempts = attempts + 1,"
+                " first_attempt_window = COALESCE(first_attempt_window, ?) WHERE report_id = ?",
+                [(window, rid) for rid in report_ids],
+            )
+
+        self._tx(body)
+
+    def acknowledged(self, report_ids: Sequence[bytes], window: int) -> None:
+        """The shuffler acknowledged these rows in ``window``: delete them, and count
+        ``window`` as used for their metrics (the shuffler filed them under it)."""
+
+        def body(db: sqlite3.Connection) -> None:
+            metrics = {
+                m
+                for (m,) in db.execute(
+                    f"SELECT DISTINCT metric FROM outbox WHERE report_id IN "
+                    f"({','.join('?' * len(report_ids))})",
+                    list(report_ids),
+                )
+            }
+            db.executemany("DELETE FROM outbox WHERE report_id = ?", [(r,) for r in report_ids])
+            db.executemany(
+                "INSERT INTO claims(metric, window) VALUES (?, ?) "
+                "ON CONFLICT(metric) DO UPDATE SET window = MAX(window, excluded.window)",
+                [(m, window) for m in metrics],
+            )
+            self._count(db, "delivered", len(report_ids))
+
+        if report_ids:
+            self._tx(body)
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Fold the WAL into the database and truncate it: with ``secure_delete`` the
+        deleted rows' bytes are then zeroed in the file and gone from the WAL."""
+        # best effort: a failed checkpoint is retried by the next delete
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def drop(self, report_ids: Iterable[bytes], reason: str) -> None:
+        """Delete rows that will never be delivered, counted under ``reason``."""
+        ids = list(report_ids)
+
+        def body(db: sqlite3.Connection) -> None:
+            n = 0
+            for rid in ids:
+                n += db.execute("DELETE FROM outbox WHERE report_id = ?", (rid,)).rowcount
+            self._count(db, reason, n)
+
+        if ids:
+            self._tx(body)
+            self._checkpoint()
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return {str(k): int(v) for k, v in self._db.execute("SELECT name, n FROM counters")}
+
+    # -- the cached config ----------------------------------------------------
+
+    def cached_config(self) -> tuple[bytes, float] | None:
+        """The last stored GetConfig answer and its fetch time (Unix seconds)."""
+        with self._lock:
+            row = self._db.execute("SELECT answer, fetched FROM config WHERE id = 1").fetchone()
+        return None if row is None else (bytes(row[0]), float(row[1]))
+
+    def store_config(self, answer: bytes, fetched: float) -> None:
+        def body(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO config(id, answer, fetched) VALUES (1, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET answer = excluded.answer,"
+                " fetched = excluded.fetched",
+                (answer, fetched),
+            )
+
+        self._tx(body)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

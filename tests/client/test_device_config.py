@@ -1,0 +1,37 @@
+"""What GetConfig tells a device, both ways through the wire (client.device_config)."""
+
+from __future__ import annotations
+
+from client.device_config import DEFAULT_WINDOW_SECONDS, DeviceConfig, from_proto, to_proto
+from client.registry import parse_registry
+from client.sealed import PublicKeySet
+from protos import crowdmix_pb2 as pb
+
+
+def test_window_and_disposal_age_travel_with_the_params() -> None:
+    registry = parse_registry(
+        {
+            "collection": {"window_seconds": 7200},
+            "metrics": {
+                "a": {"encoding": "krr", "epsilon": 1.0, "domain_size": 4},
+                "b": {
+                    "encoding": "krr",
+                    "epsilon": 1.0,
+                    "domain_size": 4,
+                    "shuffle": {"disposal_days": 1.5},
+                },
+            },
+        }
+    )
+    config = DeviceConfig.of(registry, PublicKeySet(()), cache_seconds=60)
+    back = from_proto(pb.ConfigResponse.FromString(to_proto(config).SerializeToString()))
+    assert back.window_seconds == 7200 and back.cache_seconds == 60
+    assert back.disposal_seconds == {"a": 30 * 86400, "b": 129600}
+    assert back.version == config.version
+    # an older shuffler says nothing: the registry's default window, no disposal age
+    old = to_proto(config)
+    old.ClearField("window_seconds")
+    for m in old.metrics:
+        m.ClearField("disposal_seconds")
+    legacy = from_proto(old)
+    assert legacy.window_seconds == DEFAULT_WINDOW_SECONDS and legacy.disposal_seconds == {}

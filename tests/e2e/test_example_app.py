@@ -1,0 +1,98 @@
+"""examples/daily_setting.py, as the README walks through it, against real daemons:
+Redis, ``crowdmix shuffler serve`` with the aggregator's public key,
+``crowdmix aggregator serve``; each run of the example is a separate process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aggregator.store.redis import RedisCountStore
+from crowdmix.cluster import LocalCluster, free_port
+
+pytestmark = pytest.mark.slow  # real processes or servers, seconds each
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "daily_setting.py"
+REGISTRY = """
+[metrics.theme]
+encoding = "krr"
+epsilon = 2.0
+domain = ["light", "dark", "system"]
+[metrics.theme.shuffle]
+min_batch = 1
+max_delay_seconds = 0.1
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    work = tmp_path_factory.mktemp("example-app")
+    reg = work / "registry.toml"
+    reg.write_text(REGISTRY)
+    c = LocalCluster(work / "cluster", shufflers=1, registry_path=reg)
+    c.start()
+    yield c
+    c.stop()
+
+
+def _run(app: Path, target: str, token_file: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE), "--app-dir", str(app), "--shuffler", target,
+         "--token-file", str(token_file), "--insecure", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )  # fmt: skip
+
+
+def _counted(cluster: LocalCluster) -> int:
+    store = RedisCountStore.from_url(cluster.aggregator_redis_url)
+    try:
+        got = store.load("theme")
+        return 0 if got is None else int(sum(int(x) for x in got.totals))
+    finally:
+        store.close()
+
+
+def test_the_example_reports_once_a_day_and_delivers_what_waited(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    token = tmp_path / "token.txt"
+    token.write_text(cluster.token + "\n")
+    target = cluster.shuffler_targets[0]
+    offline = f"127.0.0.1:{free_port()}"  # nothing listens: a device without network
+
+    # device 1, online: one report, delivered; a second start the same day makes none
+    first = _run(tmp_path / "d1", target, token, "--theme", "dark")
+    assert first.returncode == 0, first.stderr
+    assert "reported theme for this window" in first.stdout
+    assert "0 report(s) waiting" in first.stdout
+    again = _run(tmp_path / "d1", target, token, "--theme", "light")
+    assert "no new report" in again.stdout and again.returncode == 0
+
+    # device 2: its first start is offline: no config yet, so no report and no claim;
+    # the next start, online, makes the day's report
+    cold = _run(tmp_path / "d2", offline, token, "--theme", "light")
+    assert "could not reach the shuffler yet" in cold.stdout and cold.returncode == 0
+    warm = _run(tmp_path / "d2", target, token, "--theme", "light")
+    assert "reported theme for this window" in warm.stdout
+
+    # bad input: one line, a failing exit, no traceback
+    bad = _run(tmp_path / "d6", target, token, "--theme", "purple")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "purple" in bad.stderr
+    missing = _run(tmp_path / "d7", target, tmp_path / "nope.txt", "--theme", "dark")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+    expected = 2  # d1 and d2, once each
+    deadline = time.monotonic() + 60
+    while _counted(cluster) < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert _counted(cluster) == expected
