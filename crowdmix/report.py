@@ -439,6 +439,11 @@ def _report(args: argparse.Namespace) -> int:
         raise CliError("--no-privacy-statement cannot record a release in --ledger")
     job = jobs[0]
     privacy: Any = None
+    if args.ledger and job.metric.histogram is not None:
+        raise CliError(
+            "--ledger does not record shuffled-histogram releases yet (the ledger composes "
+            "single-message LDP releases); the statement is printed per window"
+        )
     if args.ledger:
         privacy = _ledger_privacy(args, job)
     elif args.no_privacy_statement:

@@ -99,6 +99,7 @@ def decode_histogram(
     correction: Correction = "bonferroni",
     level: float = 0.95,
     interval: IntervalMethod = "wald",
+    project: bool = False,
 ) -> DecodeResult:
     """Unbiased counts of every domain value from Y (reports per value), with SEs and CIs.
 
@@ -151,6 +152,7 @@ def decode_histogram(
         correction=correction,
         level=level,
         interval=interval,
+        project=project,
         diagnostics={
             "total_reports": total,
             "devices": n,
