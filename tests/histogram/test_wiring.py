@@ -216,3 +216,77 @@ def test_report_job_decodes_and_refuses_a_statement_for_unsealed_counts() -> Non
     assert "Shuffler + aggregator colluding: 3.000-LDP" in outcome.summary["privacy"]["text"]
     with pytest.raises(PrivacyStatementError, match="not sealed"):
         privacy_figures(metric, acc.totals, sealed=False)
+
+
+REGISTRY_TOML = """
+[metrics.h]
+encoding = "shuffled-histogram"
+domain = ["a", "b", "c", "d"]
+fake_slots = 2
+fake_probability = 0.25
+local_epsilon = 3.0
+[metrics.h.shuffle]
+min_batch = 100
+"""
+
+
+def _counts_file(tmp_path: Path, window: int | None) -> tuple[Path, Path]:
+    from aggregator.counting.files import save_counts
+
+    reg_path = tmp_path / "metrics.toml"
+    reg_path.write_text(REGISTRY_TOML)
+    metric = parse_registry({"metrics": {"h": TABLE | {"shuffle": {"min_batch": 100}}}})["h"]
+    assert metric.histogram is not None
+    enc = HistogramEncoder(metric.histogram, metric="h", domain=metric.domain)
+    acc = accumulator_for(metric)
+    rnd = random.Random(8)
+    for _ in range(3000):
+        reports = enc.encode(rnd.choice("abbc"))
+        bits = np.frombuffer(b"".join(r.bits for r in reports), dtype=np.uint8)
+        acc.add(np.zeros(len(reports), dtype=np.int64), bits.reshape(-1, 1))
+    path = tmp_path / f"counts-{window}.npz"
+    save_counts(
+        path, acc, metric="h", encoding=metric.encoding, fingerprint=metric.fingerprint,
+        window=window,
+    )  # fmt: skip
+    return reg_path, path
+
+
+def test_report_from_a_counts_file_one_window_only_and_no_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crowdmix.cli import main
+
+    reg, one = _counts_file(tmp_path, window=20000)
+    base = ["report", "--counts", str(one), "--config", str(reg), "--metric", "h", "--no-plot"]
+    assert main([*base, "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "shuffled histogram" in printed and "colluding: 3.000-LDP" in printed
+    assert (tmp_path / "out" / "results.csv").read_text().count("\n") == 5
+    ledger = tmp_path / "ledger.json"
+    code = main([*base, "--out", str(tmp_path / "o2"), "--ledger", str(ledger), "--new-ledger"])
+    assert code == 1 and "--ledger does not record shuffled-histogram" in capsys.readouterr().err
+    _, merged = _counts_file(tmp_path, window=None)
+    code = main(
+        [*base[:2], str(merged), *base[3:], "--rounds", "2", "--out", str(tmp_path / "o3")]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "one window at a time" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_readme_figures_one_batch_per_window_against_batches_of_100k() -> None:
+    """README: at n = 1e6, d = 1000 the plan (m = 1, q ≈ 0.043) states ε ≤ 0.999 from one
+    batch, and only the local ε_L from batches of 100,000 reports."""
+    from aggregator.accounting.histogram_plan import plan_histogram
+
+    plan = plan_histogram(1.0, 0.9e-6, 1_000_000, 1000, max_messages=8, local_epsilon="auto")
+    p = plan.params
+    assert p.fake_slots == 1 and round(p.fake_probability, 3) == 0.043
+    total = round(1_000_000 * p.expected_messages)
+    one = histogram_release("h", p, total, batch_sizes=(total,))
+    assert one.epsilon <= 0.999
+    tenth = 100_000
+    sizes = (tenth,) * (total // tenth) + (total % tenth,)
+    split = histogram_release("h", p, total, batch_sizes=sizes)
+    assert split.epsilon == p.local_epsilon
