@@ -117,9 +117,9 @@ def plan_fake(
         stated = histogram_release("bench", plan.params, total, delta=delta)
         if stated.epsilon <= eps:
             return plan, stated.epsilon, stated.devices_lower
-        n_plan = devices_lower_bound(
-            total, plan.params, failure=0.1 * delta
-        ) - 3  # what the statement counts, then plan again
+        n_plan = (
+            devices_lower_bound(total, plan.params, failure=0.1 * delta) - 3
+        )  # what the statement counts, then plan again
     return plan, stated.epsilon, stated.devices_lower
 
 

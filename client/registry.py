@@ -219,6 +219,8 @@ def _domain_of(where: str, table: dict[str, Any]) -> tuple[tuple[str, ...] | Non
             )
         return tuple(domain), len(domain)
     return None, table.get("domain_size", 2)
+
+
 _SHUFFLE_KEYS = set(ShufflePolicy.__dataclass_fields__)
 
 

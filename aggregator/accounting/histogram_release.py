@@ -57,7 +57,10 @@ from client.histogram import HistogramParams
 __all__ = [
     "DEVICE_BOUND_SHARE",
     "EDGE_DEVICES",
-    "HistogramRelease", "devices_lower_bound", "histogram_release"]
+    "HistogramRelease",
+    "devices_lower_bound",
+    "histogram_release",
+]
 
 #: Share of δ charged for the device-count lower bound failing.
 DEVICE_BOUND_SHARE = 0.1

@@ -267,9 +267,7 @@ def test_report_from_a_counts_file_one_window_only_and_no_ledger(
     code = main([*base, "--out", str(tmp_path / "o2"), "--ledger", str(ledger), "--new-ledger"])
     assert code == 1 and "--ledger does not record shuffled-histogram" in capsys.readouterr().err
     _, merged = _counts_file(tmp_path, window=None)
-    code = main(
-        [*base[:2], str(merged), *base[3:], "--rounds", "2", "--out", str(tmp_path / "o3")]
-    )
+    code = main([*base[:2], str(merged), *base[3:], "--rounds", "2", "--out", str(tmp_path / "o3")])
     err = capsys.readouterr().err
     assert code == 1 and "one window at a time" in err and "Traceback" not in err
 
