@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crowdmix.demo_support import demo_keys as _demo_keys
+from crowdmix.demo_support import say as _say
+from crowdmix.demo_support import wait_for_counts as _wait_for_counts
 from crowdmix.options import add_rappor_options, rappor_params
 
 if TYPE_CHECKING:
@@ -110,11 +113,6 @@ class DemoResult:
     paths: dict[str, Path]
 
 
-def _say(msg: str, quiet: bool) -> None:
-    if not quiet:
-        print(msg, flush=True)
-
-
 def _registry(args: argparse.Namespace) -> Registry:
     from client.registry import MetricConfig, Registry, ShufflePolicy
 
@@ -143,40 +141,8 @@ def _encode(
     return encoder.encode_clients(client_secrets, values)
 
 
-def _wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout: float) -> int:
-    """Poll the aggregator's store until ``expected`` reports are counted (or time runs out)."""
-    from aggregator.store import load_counts
-
-    deadline = time.monotonic() + timeout
-    counted = 0
-    while time.monotonic() < deadline:
-        try:
-            counted = int(load_counts(aggregator_store, metric).totals.sum())
-        except LookupError:
-            counted = 0
-        if counted >= expected:
-            break
-        time.sleep(0.1)
-    return counted
-
-
 def _new_secret() -> bytes:
     return os.urandom(32)
-
-
-def _demo_keys() -> Any:
-    """A temporary directory with a fresh key set (keys.json, 0600: the aggregator's)
-    and its public config (public.json: all the shuffler gets)."""
-    import tempfile
-
-    from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
-
-    tmp = tempfile.TemporaryDirectory(prefix="crowdmix-demo-keys-")
-    now = int(time.time())
-    keys, _ = KeySet().with_new_key(now)
-    save_keyset(Path(tmp.name) / "keys.json", keys, now=now, create=True)
-    write_public_config(Path(tmp.name) / "public.json", keys, now=now)
-    return tmp
 
 
 def demo_redis_urls(url: str) -> tuple[str, str]:

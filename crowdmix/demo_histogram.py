@@ -168,7 +168,9 @@ def run_histogram_demo(
     from aggregator.store import load_batch_sizes, load_counts, open_store
     from client.histogram import HistogramEncoder
     from client.registry import Registry
-    from crowdmix.demo import _demo_keys, _say, _wait_for_counts
+    from crowdmix.demo_support import demo_keys as _demo_keys
+    from crowdmix.demo_support import say as _say
+    from crowdmix.demo_support import wait_for_counts as _wait_for_counts
     from crowdmix.population import draw_population
     from shuffler.config import ShufflerSettings
     from shuffler.memory_store import MemoryStore

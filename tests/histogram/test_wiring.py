@@ -122,7 +122,7 @@ def test_the_aggregator_refuses_without_keys_and_clear_batches(tmp_path: Path) -
         Ingestor(reg, MemoryCountStore())  # type: ignore[arg-type]
     from aggregator.daemon.ingest import IngestBatch
     from aggregator.sealing.ingest import KeyFile
-    from crowdmix.demo import _demo_keys
+    from crowdmix.demo_support import demo_keys as _demo_keys
 
     keys = _demo_keys()
     try:
