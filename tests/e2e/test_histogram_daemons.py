@@ -156,6 +156,28 @@ def test_a_resent_report_set_counts_once(cluster: LocalCluster) -> None:
     assert _aggregator_counts(cluster).tolist() == want
 
 
+def test_crowdmix_simulate_sends_each_clients_reports_within_the_cap(
+    cluster: LocalCluster,
+) -> None:
+    before = int(_aggregator_counts(cluster).sum())
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "crowdmix", "simulate",
+            "--target", cluster.shuffler_targets[0], "--config", str(cluster.registry_path),
+            "--metric", METRIC, "--token-file", str(cluster.tokens_path), "--clients", "200",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    line = run.stdout.strip().splitlines()[-1]
+    reports = int(line.split("(")[1].split(" reports")[0])
+    assert 200 <= reports <= 200 * 4 and f"{reports} acknowledged, 0 failed" in line
+    deadline = time.monotonic() + 60
+    while int(_aggregator_counts(cluster).sum()) < before + reports:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
 def test_unsealed_and_over_the_cap_calls_are_refused_with_a_reason(
     cluster: LocalCluster,
 ) -> None:
