@@ -288,3 +288,19 @@ def test_readme_figures_one_batch_per_window_against_batches_of_100k() -> None:
     sizes = (tenth,) * (total // tenth) + (total % tenth,)
     split = histogram_release("h", p, total, batch_sizes=sizes)
     assert split.epsilon == p.local_epsilon
+
+
+def test_privacy_metric_states_both_figures_and_the_generic_statement_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aggregator.accounting import privacy_statement
+    from crowdmix.cli import main
+
+    reg = tmp_path / "metrics.toml"
+    reg.write_text(REGISTRY_TOML)
+    assert main(["privacy", "metric", "--config", str(reg), "--metric", "h", "--n", "5000"]) == 0
+    out = capsys.readouterr().out
+    assert "shuffled histogram" in out and "colluding: 3.000-LDP" in out
+    metric = parse_registry({"metrics": {"h": TABLE}})["h"]
+    with pytest.raises(ValueError, match="histogram_release"):
+        privacy_statement(metric, 5000)
