@@ -50,7 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aggregator.accounting.amplification import amplify
 from aggregator.accounting.histogram_plan import plan_histogram
-from aggregator.accounting.histogram_release import devices_lower_bound, histogram_release
+from aggregator.accounting.histogram_release import (
+    devices_lower_bound,
+    edge_devices,
+    histogram_release,
+)
 from aggregator.accounting.planner import plan as plan_rappor
 from aggregator.decode import decode_basic, decode_rappor, design_matrix
 from aggregator.decode.histogram import decode_histogram
@@ -117,8 +121,8 @@ def plan_fake(
         stated = histogram_release("bench", plan.params, total, delta=delta)
         if stated.epsilon <= eps:
             return plan, stated.epsilon, stated.devices_lower
-        n_plan = (
-            devices_lower_bound(total, plan.params, failure=0.1 * delta) - 3
+        n_plan = devices_lower_bound(total, plan.params, failure=0.1 * delta) - edge_devices(
+            plan.params
         )  # what the statement counts, then plan again
     return plan, stated.epsilon, stated.devices_lower
 

@@ -35,10 +35,14 @@ by report count, independently of the values, and every other batch is then
 independent of the target's value; so the statement is that of the smallest
 batch (its size is recorded at ingest; unknown sizes fall back to the metric's
 ``min_batch``, below which the shuffler releases nothing). A device's reports
-are stored contiguously (one call), so at most two devices straddle a batch's
-edges, and one more is lost to the batch edge being chosen by count: the crowd
-is n_low(T_b) − 3 devices whose whole report set lies in the batch. β is split
-over the batches (a union bound).
+are stored contiguously (one call). Let K be the devices whose reports meet a
+batch of T_b reports: they are a run of consecutive devices, the first of which
+straddles the batch's start (chosen by count, so size-biased, but of at most
+1 + m reports) and the others fresh, so T_b ≤ (1 + m) + S_{K−1} ≤ S_{K+m}
+(every device sends at least one report) and Pr[K + m < n_low(T_b)] ≤ β. At most
+two of the K straddle an edge: the crowd is n_low(T_b) − (m + 2) devices whose
+whole report set lies in the batch (``edge_devices``). β is split over the
+batches (a union bound).
 
 A release is stated per collection window: merging R windows would need each
 window's own report total for the device bound, so it is refused. Releases of
@@ -56,16 +60,19 @@ from client.histogram import HistogramParams
 
 __all__ = [
     "DEVICE_BOUND_SHARE",
-    "EDGE_DEVICES",
     "HistogramRelease",
     "devices_lower_bound",
+    "edge_devices",
     "histogram_release",
 ]
 
 #: Share of δ charged for the device-count lower bound failing.
 DEVICE_BOUND_SHARE = 0.1
-#: Devices not counted per batch: two straddling its edges, one for its count-chosen end.
-EDGE_DEVICES = 3
+
+
+def edge_devices(params: HistogramParams) -> int:
+    """Devices not counted per batch: m + 2 (see the module docstring)."""
+    return params.fake_slots + 2
 
 
 def _tail(n: int, total: int, params: HistogramParams, honest_fraction: float) -> float:
@@ -227,7 +234,7 @@ def histogram_release(
     n_low = devices_lower_bound(
         smallest, params, failure=failure / batches, honest_fraction=honest_fraction
     )
-    n_low = max(1, n_low - EDGE_DEVICES)
+    n_low = max(1, n_low - edge_devices(params))
     g = histogram_guarantee(params, n_low, delta - failure, honest_fraction=honest_fraction)
     return HistogramRelease(
         metric=metric,

@@ -14,8 +14,8 @@ import pytest
 
 from aggregator.accounting.histogram import central_epsilon
 from aggregator.accounting.histogram_release import (
-    EDGE_DEVICES,
     devices_lower_bound,
+    edge_devices,
     histogram_release,
 )
 from aggregator.counting import accumulator_for
@@ -187,7 +187,7 @@ def test_release_never_states_less_than_the_true_crowd_and_uses_the_smallest_bat
     whole = histogram_release("h", params, total)
     truth = central_epsilon(params, n, 1e-6)
     assert whole.epsilon >= truth
-    assert whole.devices_lower <= n - EDGE_DEVICES + 1
+    assert whole.devices_lower <= n - edge_devices(params) + 1
     split = histogram_release("h", params, total, batch_sizes=(total - 5000, 5000))
     assert split.smallest_batch == 5000 and split.epsilon > whole.epsilon
     # unknown sizes: the metric's min_batch, below which nothing is released
@@ -304,3 +304,13 @@ def test_privacy_metric_states_both_figures_and_the_generic_statement_refuses(
     metric = parse_registry({"metrics": {"h": TABLE}})["h"]
     with pytest.raises(ValueError, match="histogram_release"):
         privacy_statement(metric, 5000)
+
+
+def test_the_stored_registry_entry_keeps_the_honest_fraction() -> None:
+    """A report made from the aggregator's stored entry alone (no --config) must not
+    assume more honest devices than the registry did."""
+    from aggregator.store.codec import describe_metric, metric_from_description
+
+    metric = parse_registry({"metrics": {"h": TABLE | {"honest_fraction": 0.8}}})["h"]
+    back = metric_from_description("h", describe_metric(metric))
+    assert back == metric and back.honest_fraction == 0.8
