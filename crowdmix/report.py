@@ -464,8 +464,14 @@ def _report(args: argparse.Namespace) -> int:
     print()
     for note in result.warnings:
         print(f"warning: {note}", file=sys.stderr)
+    volume = f"{summary['reports']:,} reports, {summary['cohorts']['with_reports']} cohorts"
+    if job.metric.histogram is not None:  # the decoder counts devices, estimated from reports
+        volume = (
+            f"{summary['diagnostics']['total_reports']:,} reports from an estimated "
+            f"{summary['reports']:,} devices"
+        )
     print(
-        f"{summary['reports']:,} reports, {summary['cohorts']['with_reports']} cohorts; "
+        f"{volume}; "
         f"{result.detected} of {len(result.values)} candidates detected "
         f"({result.correction}, α={result.alpha}); allocated mass {result.allocated_mass:.1%}; "
         f"detection threshold {result.detection_threshold:.2%}"

@@ -262,6 +262,7 @@ def test_report_from_a_counts_file_one_window_only_and_no_ledger(
     assert main([*base, "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "shuffled histogram" in printed and "colluding: 3.000-LDP" in printed
+    assert "reports from an estimated" in printed
     assert (tmp_path / "out" / "results.csv").read_text().count("\n") == 5
     ledger = tmp_path / "ledger.json"
     code = main([*base, "--out", str(tmp_path / "o2"), "--ledger", str(ledger), "--new-ledger"])
