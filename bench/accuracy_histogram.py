@@ -21,7 +21,7 @@ For each domain size d: a Zipf(1.1) population of n devices over d values.
   Bin(n − c_v, q*) (OUE: p* = ½, q* = 1/(e^ε0 + 1); OLH: p* = e^ε0/(e^ε0 + g − 1),
   q* = 1/g), decoded by ``decode_basic``. Per-bucket RMSE and E[TV] depend on
   the marginals only, so they are exact; the joint law is not simulated.
-- Fake reports: ``plan_histogram`` (cap ``--max-messages``) planned at the
+- Fake reports: ``plan_release`` (``plan_histogram``, cap ``--max-messages``) at the
   device count the release statement will use (``devices_lower_bound`` of the
   expected report total, one batch), then checked with ``histogram_release``
   (the printed "stated ε" is what the report job would print); counts simulated
@@ -49,12 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aggregator.accounting.amplification import amplify
-from aggregator.accounting.histogram_plan import plan_histogram
-from aggregator.accounting.histogram_release import (
-    devices_lower_bound,
-    edge_devices,
-    histogram_release,
-)
+from aggregator.accounting.histogram_release import plan_release
 from aggregator.accounting.planner import plan as plan_rappor
 from aggregator.decode import decode_basic, decode_rappor, design_matrix
 from aggregator.decode.histogram import decode_histogram
@@ -112,18 +107,8 @@ def simulate_support(
 def plan_fake(
     eps: float, delta: float, n: int, d: int, max_messages: int
 ) -> tuple[Any, float, int]:
-    """The plan at the device count the statement will use, and the stated ε."""
-    n_plan = n
-    # the statement charges DEVICE_BOUND_SHARE of δ to the device bound: plan at the rest
-    for _ in range(4):
-        plan = plan_histogram(eps, 0.9 * delta, n_plan, d, max_messages=max_messages)
-        total = round(n * plan.params.expected_messages)
-        stated = histogram_release("bench", plan.params, total, delta=delta)
-        if stated.epsilon <= eps:
-            return plan, stated.epsilon, stated.devices_lower
-        n_plan = devices_lower_bound(total, plan.params, failure=0.1 * delta) - edge_devices(
-            plan.params
-        )  # what the statement counts, then plan again
+    """The plan whose stated figure (``plan_release``) meets the target, and that figure."""
+    plan, stated = plan_release(eps, delta, n, d, max_messages=max_messages)
     return plan, stated.epsilon, stated.devices_lower
 
 

@@ -85,7 +85,7 @@ class HistogramDemoResult:
 
 
 def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
-    from aggregator.accounting.histogram_plan import plan_histogram
+    from aggregator.accounting.histogram_release import plan_release
     from client.histogram import HistogramParams
     from client.registry import MetricConfig, ShufflePolicy
 
@@ -100,7 +100,7 @@ def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
             local_epsilon=args.local_epsilon,
         )
     else:
-        plan = plan_histogram(
+        plan, _ = plan_release(  # stated at the device bound the report job will use
             args.target_epsilon,
             DELTA,
             args.clients,

@@ -54,9 +54,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from aggregator.accounting.histogram import format_up, histogram_guarantee
 from client.histogram import HistogramParams
+
+if TYPE_CHECKING:
+    from aggregator.accounting.histogram_plan import HistogramPlan
 
 __all__ = [
     "DEVICE_BOUND_SHARE",
@@ -64,6 +68,7 @@ __all__ = [
     "devices_lower_bound",
     "edge_devices",
     "histogram_release",
+    "plan_release",
 ]
 
 #: Share of δ charged for the device-count lower bound failing.
@@ -250,4 +255,46 @@ def histogram_release(
         n_honest=g.n_honest,
         params=params,
         sealed=sealed,
+    )
+
+
+def plan_release(
+    epsilon: float,
+    delta: float,
+    n: int,
+    domain_size: int,
+    *,
+    max_messages: int,
+    honest_fraction: float = 1.0,
+    local_epsilon: float | Literal["auto"] | None = None,
+) -> tuple[HistogramPlan, HistogramRelease]:
+    """A plan whose *stated* figure meets (ε, δ): ``plan_histogram`` at δ − β and at
+    the device count the statement will count (the lower bound from the expected
+    report total, one batch), re-planned until the statement of that total meets ε.
+
+    Raises ``PlanError`` when no plan within the cap does.
+    """
+    from aggregator.accounting.histogram_plan import plan_histogram
+    from aggregator.accounting.planner import PlanError
+
+    n_plan = n
+    for _ in range(6):
+        plan = plan_histogram(
+            epsilon,
+            (1.0 - DEVICE_BOUND_SHARE) * delta,
+            n_plan,
+            domain_size,
+            max_messages=max_messages,
+            honest_fraction=honest_fraction,
+            local_epsilon=local_epsilon,
+        )
+        total = max(1, round(n * plan.params.expected_messages))
+        stated = histogram_release(
+            "plan", plan.params, total, delta=delta, honest_fraction=honest_fraction
+        )
+        if stated.epsilon <= epsilon:
+            return plan, stated
+        n_plan = max(1, stated.devices_lower)
+    raise PlanError(
+        f"no plan within {max_messages} reports per device states ε ≤ {epsilon} at n = {n}"
     )

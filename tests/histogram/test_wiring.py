@@ -315,3 +315,12 @@ def test_the_stored_registry_entry_keeps_the_honest_fraction() -> None:
     metric = parse_registry({"metrics": {"h": TABLE | {"honest_fraction": 0.8}}})["h"]
     back = metric_from_description("h", describe_metric(metric))
     assert back == metric and back.honest_fraction == 0.8
+
+
+@pytest.mark.slow
+def test_plan_release_meets_the_target_as_stated() -> None:
+    from aggregator.accounting.histogram_release import plan_release
+
+    plan, stated = plan_release(1.0, 1e-6, 20_000, 120, max_messages=8, local_epsilon="auto")
+    assert stated.epsilon <= 1.0 and stated.delta == 1e-6
+    assert stated.local_epsilon == plan.params.local_epsilon
