@@ -7,7 +7,7 @@ p = 1, r = 0 without local randomization), for c_j devices holding j:
 
     E[Y_j] = c_j·p + (n − c_j)·r + n·m·q/d.
 
-n known (the shuffler counts the devices it accepted in the window):
+n known (from outside crowdmix: the aggregator sees reports, not devices):
 
     ĉ_j = (Y_j − n·(r + m·q/d)) / (p − r)
     Var(ĉ_j) = [c_j·p(1−p) + (n−c_j)·r(1−r) + n·m·(q/d)(1 − q/d)] / (p − r)²
