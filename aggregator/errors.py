@@ -3,6 +3,8 @@ status codes in ``aggregator.daemon.service``; the command line to exit codes)::
 
     AggregatorError
     ├── BindError             the gRPC server cannot listen on the address (an OSError)
+    ├── ConfigError           the daemon cannot run this registry (a shuffled histogram
+    │                         without a key set to open sealed reports)
     ├── InvalidBatch          the batch breaks the registry or the wire contract
     │   └── WindowDisposed    the batch's window is past retention (its ids are deleted)
     └── StoreError
@@ -20,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "AggregatorError",
     "BindError",
+    "ConfigError",
     "InvalidBatch",
     "ParamsConflict",
     "StoreError",
@@ -36,12 +39,16 @@ class BindError(AggregatorError, OSError):
     """The gRPC server could not listen on the requested address."""
 
 
+class ConfigError(AggregatorError, ValueError):
+    """The daemon's registry or settings cannot run; the message names the field."""
+
+
 class InvalidBatch(AggregatorError, ValueError):
     """A batch that must not be counted; the message is the reason sent back.
 
     ``reason`` is a short fixed label (for metrics): ``batch_id``, ``window``,
     ``unknown_metric``, ``fingerprint``, ``report_bytes``, ``empty``, ``too_large``,
-    ``length``, ``cohort``, ``padding`` or ``payload``.
+    ``length``, ``cohort``, ``padding``, ``payload`` or ``histogram_unsealed``.
     """
 
     def __init__(self, message: str, *, reason: str) -> None:

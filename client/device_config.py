@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from client.basic import BasicParams
 from client.errors import ParamsError
+from client.histogram import HistogramParams
 from client.params import RapporParams
 from client.registry import MetricConfig, Registry
 from client.sealed import PROTOCOL_VERSION, PublicKeyConfig, PublicKeySet
@@ -90,8 +91,19 @@ def _metric_to_proto(m: MetricConfig, disposal_seconds: int) -> pb.MetricInfo:
         info.rappor.CopyFrom(
             pb.RapporConfig(k=r.k, h=r.h, m=r.m, f=r.f, p=r.p, q=r.q, hashing=m.hashing)
         )
+    elif m.histogram is not None:
+        h = m.histogram
+        info.histogram.CopyFrom(
+            pb.HistogramConfig(
+                domain_size=h.domain_size,
+                fake_slots=h.fake_slots,
+                fake_probability=h.fake_probability,
+                local_epsilon=h.local_epsilon or 0.0,
+                domain=list(m.domain or ()),
+            )
+        )
     else:
-        assert m.basic is not None  # MetricConfig guarantees one of the two
+        assert m.basic is not None  # MetricConfig guarantees one of the three
         info.basic.CopyFrom(
             pb.BasicConfig(
                 epsilon=m.basic.epsilon,
@@ -145,6 +157,18 @@ def _metric_from_proto(info: pb.MetricInfo) -> MetricConfig:
                 domain_size=b.domain_size,
             ),
             domain=tuple(b.domain) or None,
+        )
+    elif kind == "histogram":
+        hc = info.histogram
+        metric = MetricConfig(
+            name=info.name,
+            histogram=HistogramParams(
+                domain_size=hc.domain_size,
+                fake_slots=hc.fake_slots,
+                fake_probability=hc.fake_probability,
+                local_epsilon=hc.local_epsilon or None,
+            ),
+            domain=tuple(hc.domain) or None,
         )
     else:
         raise ParamsError(f"metric {info.name!r}: the config carries no params")

@@ -15,12 +15,13 @@ in a uniformly random order. A report's payload is the value's index in
 ``client.basic``): real and fake reports are the same bytes, and once sealed
 (HPKE, ``client.sealing``) the same ciphertext length, so neither the
 shuffler nor the aggregator can tell them apart. Without sealing the
-shuffler would see true values beside their senders: the configuration must
-be refused (see "Wiring" in ``aggregator.accounting.histogram``).
+shuffler would see true values beside their senders: the shuffler and the
+aggregator refuse such a metric without keys, and refuse clear reports of it
+(``shuffler.validation``, ``aggregator.daemon.ingest``).
 
-A device sends at most 1 + m reports per window (a hard cap by
-construction, which the shuffler enforces per authenticated device; see
-"Abuse and thresholds" below), 1 + m·q on average.
+A device sends at most 1 + m reports per window, in one call (a hard cap by
+construction; the shuffler refuses a call carrying more, see "Abuse and
+thresholds" below), 1 + m·q on average.
 
 This is the multi-message "fake users / dummy points" family of protocols:
 Balcer and Cheu, "Separating local & shuffled differential privacy via
@@ -50,11 +51,13 @@ Here a malicious device may send up to 1 + m reports with any values (it
 need not randomize or draw its fakes uniformly), so it moves any one
 bucket's count by at most 1 + m, and all buckets together by at most 1 + m
 (an honest device's reports are no fewer: the difference is that their
-law is known and the estimator subtracts it). That bound holds only if the shuffler enforces
-it: at most 1 + m sealed reports per authenticated device per window
-(reports beyond the cap are rejected, ``RESOURCE_EXHAUSTED``), and one
-device identity cannot be multiplied (device attestation or account-level
-rate limits are outside crowdmix). With k colluding malicious devices the
+law is known and the estimator subtracts it). The shuffler enforces it per
+call: a call with more than 1 + m sealed reports of the metric is refused
+(``INVALID_ARGUMENT`` ``too_many_messages``). It cannot enforce it per device:
+it has no device identity (tokens are per app), so it cannot link calls, and a
+device making several calls sends more; per-device limits (attestation,
+account-level rate limits) are outside crowdmix, and each extra call counts
+as one more (dishonest) device in the bounds below. With k colluding malicious devices the
 shift is at most k(1 + m) per bucket, i.e. k(1 + m)/(p - r) after k-RR
 debiasing; on the proportion scale, k(1 + m)/(n (p - r)). Malicious devices
 also withdraw their own fakes from the cover: the accounting counts only

@@ -22,6 +22,14 @@
     epsilon = 2.0
     domain = ["chrome", "firefox", "safari"]
 
+    [metrics.app_screen]           # a shuffled histogram with fake reports (sealed only)
+    encoding = "shuffled-histogram"
+    domain_size = 1000             # or domain = [...]
+    fake_slots = 1                 # m: at most 1 + m reports per device and window
+    fake_probability = 0.05        # q: each slot filled w.p. q with a uniform value
+    local_epsilon = 9.0            # optional k-RR on the real report
+    honest_fraction = 1.0          # share of other devices assumed honest (statement)
+
     [collection]
     window_seconds = 86400         # counts are kept per window (a day by default)
 
@@ -41,6 +49,8 @@ from typing import Any
 
 from client.basic import MECHANISMS, BasicParams
 from client.errors import ParamsError
+from client.histogram import ENCODING as HISTOGRAM
+from client.histogram import HistogramParams
 from client.params import HASHINGS, Hashing, RapporParams
 
 __all__ = ["MetricConfig", "Registry", "RegistryError", "ShufflePolicy", "load_registry"]
@@ -86,35 +96,75 @@ class ShufflePolicy:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricConfig:
-    """One metric: its encoding (RAPPOR or a basic mechanism) and its shuffle policy."""
+    """One metric: its encoding (RAPPOR, a basic mechanism or a shuffled histogram)
+    and its shuffle policy.
+
+    ``honest_fraction`` matters to shuffled histograms only: the share of the
+    other devices whose fakes the privacy statement counts as cover.
+    """
 
     name: str
     rappor: RapporParams | None = None
     hashing: Hashing = "mmh3"
     basic: BasicParams | None = None
+    histogram: HistogramParams | None = None
     domain: tuple[str, ...] | None = None
     shuffle: ShufflePolicy = field(default_factory=ShufflePolicy)
+    honest_fraction: float = 1.0
     # computed once: the shuffler compares it on every request (a BLAKE2b of the params)
     _fingerprint: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        if (self.rappor is None) == (self.basic is None):
-            raise ParamsError(f"metric {self.name!r}: exactly one of rappor/basic must be set")
+        set_ = [x for x in (self.rappor, self.basic, self.histogram) if x is not None]
+        if len(set_) != 1:
+            raise ParamsError(
+                f"metric {self.name!r}: exactly one of rappor/basic/histogram must be set"
+            )
+        h = self.honest_fraction
+        if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 < h <= 1.0:
+            raise ParamsError(f"metric {self.name!r}: honest_fraction must be in (0, 1], got {h!r}")
+        object.__setattr__(self, "honest_fraction", float(h))
         if self.rappor is not None:
             self.rappor.check_hashing(self.hashing)
             fp = self.rappor.fingerprint(self.hashing)
-        else:
-            assert self.basic is not None
+        elif self.basic is not None:
             fp = self.basic.fingerprint()
+        else:
+            assert self.histogram is not None
+            fp = self.histogram.fingerprint()
         object.__setattr__(self, "_fingerprint", fp)
 
     @property
     def encoding(self) -> str:
-        return "rappor" if self.basic is None else self.basic.mechanism
+        if self.rappor is not None:
+            return "rappor"
+        if self.basic is not None:
+            return self.basic.mechanism
+        return HISTOGRAM
+
+    @property
+    def requires_sealing(self) -> bool:
+        """A shuffled histogram's real and fake reports are told apart only if sealed:
+        in the clear the shuffler would see each device's true value beside its sender."""
+        return self.histogram is not None
+
+    @property
+    def domain_size(self) -> int | None:
+        """The known domain's size (basic mechanisms, histograms); None for RAPPOR."""
+        if self.basic is not None:
+            return self.basic.domain_size
+        if self.histogram is not None:
+            return self.histogram.domain_size
+        return None
 
     @property
     def report_bytes(self) -> int:
-        return self.rappor.report_bytes if self.rappor is not None else self.basic.report_bytes  # type: ignore[union-attr]
+        if self.rappor is not None:
+            return self.rappor.report_bytes
+        if self.basic is not None:
+            return self.basic.report_bytes
+        assert self.histogram is not None
+        return self.histogram.report_bytes
 
     @property
     def num_cohorts(self) -> int:
@@ -143,6 +193,34 @@ class Registry:
 
 _RAPPOR_KEYS = {"encoding", "hashing", "k", "h", "m", "f", "p", "q", "shuffle"}
 _BASIC_KEYS = {"encoding", "epsilon", "domain", "domain_size", "shuffle"}
+_HISTOGRAM_KEYS = {
+    "encoding",
+    "domain",
+    "domain_size",
+    "fake_slots",
+    "fake_probability",
+    "local_epsilon",
+    "honest_fraction",
+    "shuffle",
+}
+
+
+def _domain_of(where: str, table: dict[str, Any]) -> tuple[tuple[str, ...] | None, Any]:
+    domain = table.get("domain")
+    if domain is not None:
+        if not isinstance(domain, list) or not all(isinstance(v, str) for v in domain):
+            raise RegistryError(f"{where}: domain must be a list of strings")
+        if len(set(domain)) != len(domain):
+            raise RegistryError(f"{where}: domain values must be distinct")
+        if "domain_size" in table and table["domain_size"] != len(domain):
+            raise RegistryError(
+                f"{where}: domain_size {table['domain_size']!r} disagrees with the "
+                f"{len(domain)} values of domain"
+            )
+        return tuple(domain), len(domain)
+    return None, table.get("domain_size", 2)
+
+
 _SHUFFLE_KEYS = set(ShufflePolicy.__dataclass_fields__)
 
 
@@ -176,23 +254,35 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
                 raise RegistryError(f"{where}: unknown field(s) {sorted(unknown)}")
             if "epsilon" not in table:
                 raise RegistryError(f"{where}: epsilon is required for {encoding}")
-            domain = table.get("domain")
-            if domain is not None:
-                if not isinstance(domain, list) or not all(isinstance(v, str) for v in domain):
-                    raise RegistryError(f"{where}: domain must be a list of strings")
-                if len(set(domain)) != len(domain):
-                    raise RegistryError(f"{where}: domain values must be distinct")
-            size = len(domain) if domain is not None else table.get("domain_size", 2)
+            domain, size = _domain_of(where, table)
             basic = BasicParams(mechanism=encoding, epsilon=table["epsilon"], domain_size=size)
+            return MetricConfig(name=name, basic=basic, domain=domain, shuffle=shuffle)
+        if encoding == HISTOGRAM:
+            unknown = set(table) - _HISTOGRAM_KEYS
+            if unknown:
+                raise RegistryError(f"{where}: unknown field(s) {sorted(unknown)}")
+            for key in ("fake_slots", "fake_probability"):
+                if key not in table:
+                    raise RegistryError(f"{where}: {key} is required for {HISTOGRAM}")
+            if "domain" not in table and "domain_size" not in table:
+                raise RegistryError(f"{where}: domain or domain_size is required for {HISTOGRAM}")
+            domain, size = _domain_of(where, table)
+            histogram = HistogramParams(
+                domain_size=size,
+                fake_slots=table["fake_slots"],
+                fake_probability=table["fake_probability"],
+                local_epsilon=table.get("local_epsilon"),
+            )
             return MetricConfig(
                 name=name,
-                basic=basic,
-                domain=tuple(domain) if domain is not None else None,
+                histogram=histogram,
+                domain=domain,
                 shuffle=shuffle,
+                honest_fraction=table.get("honest_fraction", 1.0),
             )
         raise RegistryError(
-            f"{where}: encoding must be 'rappor' or one of {', '.join(MECHANISMS)}, "
-            f"got {encoding!r}"
+            f"{where}: encoding must be 'rappor', {HISTOGRAM!r} or one of "
+            f"{', '.join(MECHANISMS)}, got {encoding!r}"
         )
     except RegistryError:
         raise

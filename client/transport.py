@@ -91,6 +91,33 @@ STALE_KEY = "stale_key"
 Sealing = Literal["auto", "required", "off"]
 
 
+def within_message_caps(
+    batch: list[Report], config: DeviceConfig
+) -> tuple[list[Report], list[Report]]:
+    """Split ``batch`` so that no call carries more reports of a shuffled-histogram
+    metric than one device sends per window (1 + m): the shuffler refuses such a
+    call (``too_many_messages``). Returns (this call's reports, the rest), each in order."""
+    caps = {
+        name: m.histogram.max_messages
+        for name, m in config.metrics.items()
+        if m.histogram is not None
+    }
+    if not caps:
+        return batch, []
+    now: list[Report] = []
+    rest: list[Report] = []
+    used: dict[str, int] = {}
+    for r in batch:
+        cap = caps.get(r.metric)
+        if cap is not None:
+            if used.get(r.metric, 0) >= cap:
+                rest.append(r)
+                continue
+            used[r.metric] = used.get(r.metric, 0) + 1
+        now.append(r)
+    return now, rest
+
+
 class ShufflerClient:
     """Queues reports and delivers them to a shuffler in batches, with retries."""
 
@@ -273,6 +300,10 @@ class ShufflerClient:
                     if request is None:
                         config = self._sealing_config()
                         sealed = config is not None
+                        if config is not None:
+                            batch, rest = within_message_caps(batch, config)
+                            if rest:  # the next call takes them (see within_message_caps)
+                                self._requeue(rest)
                         request = (
                             self._request(batch)
                             if config is None

@@ -91,7 +91,14 @@ def _failures() -> list[tuple[tuple[type[BaseException], ...], ExitCode]]:
                 (shuffler.errors.StoreUnavailable, aggregator.errors.StoreUnavailable),
                 ExitCode.STORE,
             ),
-            ((shuffler.errors.ConfigError, aggregator.errors.ParamsConflict), ExitCode.FAILURE),
+            (
+                (
+                    shuffler.errors.ConfigError,
+                    aggregator.errors.ConfigError,
+                    aggregator.errors.ParamsConflict,
+                ),
+                ExitCode.FAILURE,
+            ),
         ]
     return table
 

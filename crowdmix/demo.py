@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crowdmix.demo_support import demo_keys as _demo_keys
+from crowdmix.demo_support import say as _say
+from crowdmix.demo_support import wait_for_counts as _wait_for_counts
 from crowdmix.options import add_rappor_options, rappor_params
 
 if TYPE_CHECKING:
@@ -53,7 +56,19 @@ def register(sub: Any) -> None:
         "which thresholds, shuffles and forwards to an aggregator; then the report job decodes "
         "and states the privacy guarantee. Nothing to install: in-memory stores by default.",
     )
-    p.add_argument("--clients", type=int, default=300_000, help="clients (default 300000)")
+    p.add_argument(
+        "--encoding",
+        choices=("rappor", "shuffled-histogram"),
+        default="rappor",
+        help="rappor (default), or shuffled-histogram: each device sends its value plus fake "
+        "reports, sealed, one call per device (issue 18)",
+    )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=None,
+        help="clients (default 300000; 20000 for shuffled-histogram, one call each)",
+    )
     p.add_argument("--values", type=int, default=100, help="distinct values v1..vN (default 100)")
     p.add_argument(
         "--distribution",
@@ -79,8 +94,11 @@ def register(sub: Any) -> None:
         "--plaintext",
         action="store_true",
         help="send reports clear (default: sealed to the aggregator's key; costs ~0.15 ms "
-        "of CPU per report to seal and open)",
+        "of CPU per report to seal and open); refused for shuffled-histogram",
     )
+    from crowdmix.demo_histogram import add_histogram_options
+
+    add_histogram_options(p)
     p.set_defaults(func=run)
 
 
@@ -93,11 +111,6 @@ class DemoResult:
     counted: int
     held_back: int
     paths: dict[str, Path]
-
-
-def _say(msg: str, quiet: bool) -> None:
-    if not quiet:
-        print(msg, flush=True)
 
 
 def _registry(args: argparse.Namespace) -> Registry:
@@ -128,40 +141,8 @@ def _encode(
     return encoder.encode_clients(client_secrets, values)
 
 
-def _wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout: float) -> int:
-    """Poll the aggregator's store until ``expected`` reports are counted (or time runs out)."""
-    from aggregator.store import load_counts
-
-    deadline = time.monotonic() + timeout
-    counted = 0
-    while time.monotonic() < deadline:
-        try:
-            counted = int(load_counts(aggregator_store, metric).totals.sum())
-        except LookupError:
-            counted = 0
-        if counted >= expected:
-            break
-        time.sleep(0.1)
-    return counted
-
-
 def _new_secret() -> bytes:
     return os.urandom(32)
-
-
-def _demo_keys() -> Any:
-    """A temporary directory with a fresh key set (keys.json, 0600: the aggregator's)
-    and its public config (public.json: all the shuffler gets)."""
-    import tempfile
-
-    from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
-
-    tmp = tempfile.TemporaryDirectory(prefix="crowdmix-demo-keys-")
-    now = int(time.time())
-    keys, _ = KeySet().with_new_key(now)
-    save_keyset(Path(tmp.name) / "keys.json", keys, now=now, create=True)
-    write_public_config(Path(tmp.name) / "public.json", keys, now=now)
-    return tmp
 
 
 def demo_redis_urls(url: str) -> tuple[str, str]:
@@ -231,6 +212,8 @@ def run_demo(
     from shuffler.server import start_shuffler
 
     started = time.perf_counter()
+    if args.clients is None:
+        args.clients = 300_000
     for name in ("clients", "values", "top"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be positive")
@@ -437,6 +420,52 @@ def _table(demo: DemoResult, top: int) -> str:
     return "\n".join(lines)
 
 
+def _run_histogram(args: argparse.Namespace) -> int:
+    from aggregator.decode.errors import DecodeError
+    from aggregator.errors import AggregatorError
+    from aggregator.report.job import format_table
+    from client.errors import CrowdmixClientError, TransportError
+    from crowdmix.cli import CliError
+    from crowdmix.demo_histogram import run_histogram_demo
+    from shuffler.errors import ShufflerError
+
+    if args.clients is None:
+        args.clients = 20_000
+    try:
+        demo = run_histogram_demo(args)
+    except TransportError as exc:
+        raise CliError(f"the shuffler refused the reports: {exc}") from None
+    except (
+        ValueError,
+        RuntimeError,
+        DecodeError,
+        AggregatorError,
+        ShufflerError,
+        CrowdmixClientError,
+    ) as exc:
+        raise CliError(str(exc)) from None
+    result = demo.outcome.result
+    print()
+    print(format_table(result, top=args.top))
+    print()
+    diag = demo.outcome.summary["diagnostics"]
+    print(
+        f"{demo.acknowledged:,} reports from an estimated {diag['devices']:,.0f} devices "
+        f"({diag['expected_fakes_per_value']:.1f} fakes per value expected); "
+        f"{result.detected} of {len(result.values)} values detected; total variation "
+        f"distance to the truth {demo.total_variation:.4f}"
+    )
+    text = demo.outcome.summary.get("privacy", {}).get("text")
+    if text:
+        print()
+        print("Privacy:")
+        for line in str(text).splitlines():
+            print(f"  {line}")
+    print()
+    print("wrote " + ", ".join(str(p) for p in demo.paths.values()))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from aggregator.decode.errors import DecodeError
     from aggregator.errors import StoreError
@@ -446,6 +475,8 @@ def run(args: argparse.Namespace) -> int:
     from shuffler.errors import ShufflerError
 
     out_dir(args.out)  # before the work, not after it
+    if args.encoding == "shuffled-histogram":
+        return _run_histogram(args)
     try:
         demo = run_demo(args)
     except (ValueError, RuntimeError, DecodeError, StoreError, ShufflerError) as exc:

@@ -300,15 +300,29 @@ def _metric(args: argparse.Namespace) -> int:
         assumed = batches is None
         if assumed:
             batches = [args.n]
-        stmt = privacy_statement(
-            metric,
-            args.n,
-            delta=args.delta,
-            cohort_sizes=args.cohort_share,
-            cohort_per_report=args.cohort_per_report,
-            batch_sizes=batches,
-            rounds=args.rounds,
-        )
+        stmt: Any
+        if metric.histogram is not None:  # both figures, at a device bound from --n reports
+            from aggregator.accounting.histogram_release import histogram_release
+
+            stmt = histogram_release(
+                metric.name,
+                metric.histogram,
+                args.n,
+                delta=args.delta,
+                honest_fraction=metric.honest_fraction,
+                rounds=args.rounds,
+                batch_sizes=tuple(batches or ()) or None,
+            )
+        else:
+            stmt = privacy_statement(
+                metric,
+                args.n,
+                delta=args.delta,
+                cohort_sizes=args.cohort_share,
+                cohort_per_report=args.cohort_per_report,
+                batch_sizes=batches,
+                rounds=args.rounds,
+            )
     except (ValueError, ParamsError) as exc:
         raise _fail(exc) from None
     out = stmt.to_dict()

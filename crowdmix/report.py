@@ -439,6 +439,11 @@ def _report(args: argparse.Namespace) -> int:
         raise CliError("--no-privacy-statement cannot record a release in --ledger")
     job = jobs[0]
     privacy: Any = None
+    if args.ledger and job.metric.histogram is not None:
+        raise CliError(
+            "--ledger does not record shuffled-histogram releases yet (the ledger composes "
+            "single-message LDP releases); the statement is printed per window"
+        )
     if args.ledger:
         privacy = _ledger_privacy(args, job)
     elif args.no_privacy_statement:
@@ -459,8 +464,14 @@ def _report(args: argparse.Namespace) -> int:
     print()
     for note in result.warnings:
         print(f"warning: {note}", file=sys.stderr)
+    volume = f"{summary['reports']:,} reports, {summary['cohorts']['with_reports']} cohorts"
+    if job.metric.histogram is not None:  # the decoder counts devices, estimated from reports
+        volume = (
+            f"{summary['diagnostics']['total_reports']:,} reports from an estimated "
+            f"{summary['reports']:,} devices"
+        )
     print(
-        f"{summary['reports']:,} reports, {summary['cohorts']['with_reports']} cohorts; "
+        f"{volume}; "
         f"{result.detected} of {len(result.values)} candidates detected "
         f"({result.correction}, α={result.alpha}); allocated mass {result.allocated_mass:.1%}; "
         f"detection threshold {result.detection_threshold:.2%}"

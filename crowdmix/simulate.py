@@ -68,6 +68,7 @@ class SimulationResult:
     dropped: int
     seconds: float
     true_counts: dict[str, int]
+    reports: int = 0  # encoded (clients, or more: a shuffled histogram's fakes)
 
     @property
     def rate(self) -> float:
@@ -75,8 +76,11 @@ class SimulationResult:
 
 
 def encode_population(metric: MetricConfig, values: list[str]) -> list[Report]:
-    """One report per client holding ``values[i]``, each client with a fresh secret."""
+    """One report per client holding ``values[i]``, each client with a fresh secret
+    (a shuffled histogram: each client's real and fake reports, one after the other;
+    the SDK's transport sends at most one client's worth, 1 + m, per call)."""
     from client.basic import BasicEncoder
+    from client.histogram import HistogramEncoder
     from client.rappor import RapporEncoder
 
     if metric.rappor is not None:
@@ -87,6 +91,10 @@ def encode_population(metric: MetricConfig, values: list[str]) -> list[Report]:
             ).encode(v)
             for v in values
         ]
+    if metric.histogram is not None:
+        henc = HistogramEncoder(metric.histogram, metric=metric.name, domain=metric.domain)
+        named = metric.domain is not None
+        return [r for v in values for r in henc.encode(v if named else int(v))]
     assert metric.basic is not None
     enc = BasicEncoder(metric.basic, metric=metric.name, domain=metric.domain)
     if metric.domain is not None:
@@ -99,10 +107,10 @@ def _population_values(
 ) -> list[str]:
     from crowdmix.population import draw_population
 
-    if metric.basic is not None:
-        num_values = metric.basic.domain_size
+    if metric.domain_size is not None:
+        num_values = metric.domain_size
     pop = draw_population(clients, num_values=num_values, distribution=dist, seed=seed)
-    if metric.basic is not None:
+    if metric.domain_size is not None:
         names = metric.domain if metric.domain is not None else [str(i) for i in range(num_values)]
         return [names[i] for i in pop.choice]
     return [pop.values[i] for i in pop.choice]
@@ -201,6 +209,7 @@ def simulate(
         dropped=dropped,
         seconds=seconds,
         true_counts=dict(Counter(values)),
+        reports=len(reports),
     )
 
 
@@ -300,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
         print("crowdmix: interrupted", file=sys.stderr)
         return 130
     print(
-        f"simulated {result.clients} clients of {metric.name!r}: "
+        f"simulated {result.clients} clients of {metric.name!r} ({result.reports} reports): "
         f"{result.acknowledged} acknowledged, {result.failed} failed, {result.dropped} dropped "
         f"in {result.seconds:.2f}s ({result.rate:,.0f} reports/s)"
     )
@@ -309,4 +318,4 @@ def run(args: argparse.Namespace) -> int:
             fh.write("value,count\n")
             for v, c in sorted(result.true_counts.items(), key=lambda kv: -kv[1]):
                 fh.write(f"{v},{c}\n")
-    return 0 if result.failed == 0 and result.acknowledged == result.clients else 1
+    return 0 if result.failed == 0 and result.acknowledged == result.reports else 1

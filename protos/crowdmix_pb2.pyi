@@ -116,14 +116,29 @@ class BasicConfig(_message.Message):
     domain: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, epsilon: _Optional[float] = ..., domain_size: _Optional[int] = ..., domain: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class HistogramConfig(_message.Message):
+    __slots__ = ("domain_size", "fake_slots", "fake_probability", "local_epsilon", "domain")
+    DOMAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FAKE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    FAKE_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    domain_size: int
+    fake_slots: int
+    fake_probability: float
+    local_epsilon: float
+    domain: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, domain_size: _Optional[int] = ..., fake_slots: _Optional[int] = ..., fake_probability: _Optional[float] = ..., local_epsilon: _Optional[float] = ..., domain: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class MetricInfo(_message.Message):
-    __slots__ = ("name", "encoding", "params_fingerprint", "report_bytes", "rappor", "basic", "disposal_seconds")
+    __slots__ = ("name", "encoding", "params_fingerprint", "report_bytes", "rappor", "basic", "histogram", "disposal_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     REPORT_BYTES_FIELD_NUMBER: _ClassVar[int]
     RAPPOR_FIELD_NUMBER: _ClassVar[int]
     BASIC_FIELD_NUMBER: _ClassVar[int]
+    HISTOGRAM_FIELD_NUMBER: _ClassVar[int]
     DISPOSAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     encoding: str
@@ -131,8 +146,9 @@ class MetricInfo(_message.Message):
     report_bytes: int
     rappor: RapporConfig
     basic: BasicConfig
+    histogram: HistogramConfig
     disposal_seconds: int
-    def __init__(self, name: _Optional[str] = ..., encoding: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., report_bytes: _Optional[int] = ..., rappor: _Optional[_Union[RapporConfig, _Mapping]] = ..., basic: _Optional[_Union[BasicConfig, _Mapping]] = ..., disposal_seconds: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., encoding: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., report_bytes: _Optional[int] = ..., rappor: _Optional[_Union[RapporConfig, _Mapping]] = ..., basic: _Optional[_Union[BasicConfig, _Mapping]] = ..., histogram: _Optional[_Union[HistogramConfig, _Mapping]] = ..., disposal_seconds: _Optional[int] = ...) -> None: ...
 
 class PublicKey(_message.Message):
     __slots__ = ("key_id", "suite", "public_key", "not_before", "not_after")

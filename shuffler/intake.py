@@ -20,7 +20,13 @@ from client.registry import Registry
 from shuffler.columns import Pending
 from shuffler.config_service import ConfigService, PublishedKeys
 from shuffler.errors import Overloaded, Unauthenticated
-from shuffler.validation import ColumnsIn, RowsIn, SealedIn, validate
+from shuffler.validation import (
+    ColumnsIn,
+    RowsIn,
+    SealedIn,
+    refuse_unsealed_histograms,
+    validate,
+)
 
 __all__ = ["Intake", "RateLimiter"]
 
@@ -72,6 +78,8 @@ class Intake:
         keys: PublishedKeys | None = None,
         config_cache_seconds: int = 3600,
     ) -> None:
+        if keys is None:
+            refuse_unsealed_histograms(registry)
         self.registry = registry
         # the aggregator's public keys (None: a plaintext shuffler) and GetConfig's answers
         self.keys = keys

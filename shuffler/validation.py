@@ -28,7 +28,20 @@ sealing_off            INVALID_ARGUMENT    a sealed report to a plaintext shuffl
 sealed_length          INVALID_ARGUMENT    not the metric's fixed sealed length for the suite
 stale_key              FAILED_PRECONDITION sealed to a key not published here (or ended):
                                            the SDK refetches GetConfig once and reseals
+histogram_unsealed     INVALID_ARGUMENT    a clear report of a shuffled-histogram metric
+too_many_messages      INVALID_ARGUMENT    more than 1 + m reports of a shuffled-histogram
+                                           metric in one call (one device's real + fakes)
 =====================  ==================  ===========================================
+
+Shuffled histograms (``client.histogram``). Their real and fake reports look
+alike only when sealed: a clear one would show the shuffler a device's true
+value beside its sender, so it is refused whatever the shuffler's mode. A
+device sends its 1 + Binomial(m, q) reports of a window in one call, so a call
+with more than 1 + m of one such metric is refused. That is all the shuffler
+can enforce: it has no device identity (tokens are per app), so it cannot link
+two calls, and a device that makes several calls sends more. The per-device
+cap of the abuse bound (README, "Shuffled histograms") therefore also needs
+per-device limits in front of the shuffler (attestation, account rate limits).
 
 Sealed reports (``SealedIn``) are checked for what the shuffler can see: the
 metric, the key id and the exact length; they are queued as opaque rows
@@ -47,9 +60,17 @@ from client.registry import MetricConfig, Registry
 from client.sealed import sealed_length
 from shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
 from shuffler.config_service import SEALED_QUEUE, PublishedKeys
-from shuffler.errors import InvalidRequest, Overloaded, StaleKey
+from shuffler.errors import ConfigError, InvalidRequest, Overloaded, StaleKey
 
-__all__ = ["ColumnsIn", "RowsIn", "SealedIn", "payload_bits", "validate"]
+__all__ = [
+    "ColumnsIn",
+    "RowsIn",
+    "SealedIn",
+    "check_message_cap",
+    "payload_bits",
+    "refuse_unsealed_histograms",
+    "validate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +166,9 @@ def payload_bits(metric: MetricConfig) -> int:
     """Meaningful bits per report; the rest of the last byte must be zero."""
     if metric.rappor is not None:
         return metric.rappor.k
-    assert metric.basic is not None  # MetricConfig guarantees one of the two
+    if metric.histogram is not None:
+        return 8 * metric.report_bytes
+    assert metric.basic is not None  # MetricConfig guarantees one of the three
     if metric.basic.mechanism == "oue":
         return metric.basic.domain_size
     if metric.basic.mechanism == "binary-rr":
@@ -153,10 +176,48 @@ def payload_bits(metric: MetricConfig) -> int:
     return 8 * metric.report_bytes
 
 
+def _refuse_clear_histogram(metric: MetricConfig) -> None:
+    if metric.requires_sealing:
+        raise InvalidRequest(
+            "histogram_unsealed",
+            f"metric {metric.name!r} is a shuffled histogram: its reports must be sealed "
+            "(in the clear the shuffler would see each device's true value)",
+        )
+
+
+def refuse_unsealed_histograms(registry: Registry) -> None:
+    """``ConfigError`` at start-up: a shuffler without published keys takes clear
+    reports only, and a shuffled-histogram metric must never be taken in the clear."""
+    names = sorted(n for n, m in registry.metrics.items() if m.requires_sealing)
+    if names:
+        raise ConfigError(
+            f"metric {names[0]!r} is a shuffled histogram and needs sealed reports: start the "
+            "shuffler with --public-keys (the aggregator's public key config), or remove it"
+        )
+
+
+def check_message_cap(registry: Registry, counts: dict[str, int]) -> None:
+    """Refuse a call carrying more reports of a shuffled-histogram metric than one
+    device sends per window (1 + m)."""
+    for name, count in counts.items():
+        metric = registry.get(name)
+        if metric is None or metric.histogram is None:
+            continue
+        cap = metric.histogram.max_messages
+        if count > cap:
+            raise InvalidRequest(
+                "too_many_messages",
+                f"metric {name!r}: {count} reports in one call; a device sends at most "
+                f"{cap} (1 real + {metric.histogram.fake_slots} fake slots) per window, "
+                "in one call",
+            )
+
+
 def _check_header(registry: Registry, part: ColumnsIn | RowsIn) -> MetricConfig:
     metric = registry.get(part.metric)
     if metric is None:
         raise InvalidRequest("unknown_metric", f"unknown metric {part.metric[:128]!r}")
+    _refuse_clear_histogram(metric)
     where = f"metric {metric.name!r}"
     if part.fingerprint != metric.fingerprint:
         raise InvalidRequest(
@@ -297,10 +358,14 @@ def _validate_sealed(
     keys: PublishedKeys | None,
 ) -> dict[tuple[str, int], Pending]:
     grouped: dict[tuple[str, int], list[Pending]] = {}
+    per_metric: dict[str, int] = {}
     for part in parts:
         if not isinstance(part, SealedIn):
             if part.count == 0:
                 continue
+            metric_of_part = registry.get(part.metric)
+            if metric_of_part is not None:
+                _refuse_clear_histogram(metric_of_part)
             raise InvalidRequest(
                 "sealing_required",
                 f"metric {part.metric[:128]!r}: this shuffler takes sealed reports only "
@@ -309,6 +374,7 @@ def _validate_sealed(
         if part.count == 0:
             continue
         metric, qfp = _check_sealed(registry, part, keys)
+        per_metric[metric.name] = per_metric.get(metric.name, 0) + part.count
         pending: Pending
         if isinstance(part.key_ids, np.ndarray):  # a column: no per-report Python object
             pending = Chunk(report_bytes=part.sealed_bytes, cohorts=part.key_ids, bits=part.sealed)
@@ -317,4 +383,5 @@ def _validate_sealed(
         grouped.setdefault((metric.name, qfp), []).append(pending)
     if not grouped:
         raise InvalidRequest("empty", "the request carries no report")
+    check_message_cap(registry, per_metric)
     return {key: group[0] if len(group) == 1 else merge(group) for key, group in grouped.items()}

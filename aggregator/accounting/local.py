@@ -97,8 +97,9 @@ def epsilon_k(params: RapporParams, k: int) -> float:
     up = _log_r(f, k * (math.log(q) - math.log(p)))
     down = _log_r(f, k * (math.log1p(-q) - math.log1p(-p)))
     # R maps into [(f/2)/(1-f/2), (1-f/2)/(f/2)], so ε_k ≤ ε_∞ exactly; clip the
-    # last-ulp rounding of the log-space sums (and keep ε_k ≥ ε_1 the same way).
-    return min(params.h * (up - down), epsilon_inf(params))
+    # last-ulp rounding of the log-space sums (and keep ε_k ≥ ε_1 the same way: k ≥ 1
+    # reports reveal at least one does, so rounding may never put ε_k below ε_1).
+    return max(min(params.h * (up - down), epsilon_inf(params)), epsilon_one(params))
 
 
 def _binom_pmf(n: int, p: float) -> list[float]:

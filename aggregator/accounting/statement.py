@@ -377,6 +377,11 @@ def privacy_statement(
 
     if isinstance(n_reports, bool) or not isinstance(n_reports, int) or n_reports < 1:
         raise ValueError(f"n_reports must be a positive integer, got {n_reports!r}")
+    if metric.histogram is not None:
+        raise ValueError(
+            f"metric {metric.name!r} is a shuffled histogram: its statement is "
+            "aggregator.accounting.histogram_release (crowdmix report, crowdmix privacy metric)"
+        )
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:

@@ -31,6 +31,8 @@ def accumulator_for(
     binary-rr     CohortCounts(1, 1)           answering 1
     oue           CohortCounts(1, d)           with bit i set
     krr           IndexCounts(d)               reporting index i
+    shuffled-     IndexCounts(d)               (real or fake alike) carrying value i
+    histogram
     olh           OlhSupportCounts(d, g)       whose (a, b, y) has H(i) = y
     ============  ===========================  ======================================
 
@@ -41,6 +43,9 @@ def accumulator_for(
     acc: Counts
     if metric.rappor is not None:
         acc = CohortCounts(metric.rappor.m, metric.rappor.k)
+    elif metric.histogram is not None:
+        # one np.bincount per batch (IndexCounts.add): no per-report Python work
+        acc = IndexCounts(metric.histogram.domain_size)
     else:
         basic = metric.basic
         if basic is None:  # pragma: no cover - MetricConfig guarantees one of the two

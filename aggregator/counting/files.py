@@ -72,6 +72,8 @@ class SavedCounts:
 def _nbits_of(metric: MetricConfig) -> int:
     if metric.rappor is not None:
         return metric.rappor.k
+    if metric.histogram is not None:
+        return metric.histogram.domain_size
     assert metric.basic is not None  # MetricConfig holds exactly one encoding
     return 1 if metric.basic.mechanism == "binary-rr" else metric.basic.domain_size
 

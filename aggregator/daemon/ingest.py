@@ -54,7 +54,7 @@ import numpy.typing as npt
 
 from aggregator.counting import accumulator_for
 from aggregator.counting.counts import Counts, CountsShapeError
-from aggregator.errors import InvalidBatch
+from aggregator.errors import ConfigError, InvalidBatch
 from aggregator.sealing.ingest import KeyFile, SealedBatch, screen
 from aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
 from aggregator.store.codec import describe_metric
@@ -109,6 +109,13 @@ class Ingestor:
         accumulator: Callable[[MetricConfig], Counts] = accumulator_for,
         keys: KeyFile | None = None,
     ) -> None:
+        if keys is None:
+            hist = sorted(n for n, m in registry.metrics.items() if m.requires_sealing)
+            if hist:
+                raise ConfigError(
+                    f"metric {hist[0]!r} is a shuffled histogram and needs sealed reports: "
+                    "start the aggregator with --keys (its key set), or remove it"
+                )
         self.registry = registry
         self.keys = keys  # opens sealed batches; None: sealed batches are refused
         self.store = store
@@ -156,6 +163,12 @@ class Ingestor:
     def check_header(self, batch: IngestBatch) -> MetricConfig:
         """The checks of a clear batch that cost O(1): ids, window, metric, params, lengths."""
         config = self._check_batch(batch)
+        if config.requires_sealing:
+            raise InvalidBatch(
+                f"metric {batch.metric!r} is a shuffled histogram: it is counted from sealed "
+                "batches only (in the clear the shuffler saw each device's true value)",
+                reason="histogram_unsealed",
+            )
         if batch.fingerprint != config.fingerprint:
             raise InvalidBatch(
                 f"metric {batch.metric!r}: params fingerprint {batch.fingerprint:#018x} "

@@ -7,7 +7,7 @@ p = 1, r = 0 without local randomization), for c_j devices holding j:
 
     E[Y_j] = c_j·p + (n − c_j)·r + n·m·q/d.
 
-n known (the shuffler counts the devices it accepted in the window):
+n known (from outside crowdmix: the aggregator sees reports, not devices):
 
     ĉ_j = (Y_j − n·(r + m·q/d)) / (p − r)
     Var(ĉ_j) = [c_j·p(1−p) + (n−c_j)·r(1−r) + n·m·(q/d)(1 − q/d)] / (p − r)²
@@ -99,6 +99,7 @@ def decode_histogram(
     correction: Correction = "bonferroni",
     level: float = 0.95,
     interval: IntervalMethod = "wald",
+    project: bool = False,
 ) -> DecodeResult:
     """Unbiased counts of every domain value from Y (reports per value), with SEs and CIs.
 
@@ -151,6 +152,7 @@ def decode_histogram(
         correction=correction,
         level=level,
         interval=interval,
+        project=project,
         diagnostics={
             "total_reports": total,
             "devices": n,

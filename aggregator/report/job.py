@@ -154,6 +154,8 @@ def privacy_figures(
         }
     elif metric.basic is not None:
         out["local"] = {"epsilon_1": metric.basic.epsilon, "epsilon_inf": None}
+    elif metric.histogram is not None:
+        out["local"] = {"epsilon_1": metric.histogram.local_epsilon, "epsilon_inf": None}
     n = int(totals.sum())
     if batch_sizes is not None and sum(batch_sizes) != n:
         batch_sizes = smallest_crowd = None
@@ -161,6 +163,10 @@ def privacy_figures(
         out["statement"] = None
         out["text"] = "no privacy statement: left out on request (--no-privacy-statement)"
         return out
+    if metric.histogram is not None:
+        return _histogram_figures(
+            out, metric, n, rounds=rounds, sealed=sealed, batch_sizes=batch_sizes
+        )
     from aggregator.accounting import privacy_statement
 
     try:
@@ -177,6 +183,42 @@ def privacy_figures(
         raise PrivacyStatementError(f"cannot state the privacy guarantee: {exc}") from exc
     if sealed is not None:  # who can learn what; no figure depends on it
         stated = dataclasses.replace(stated, sealed=sealed)
+    out["statement"] = stated.to_dict()
+    out["text"] = stated.render()
+    return out
+
+
+def _histogram_figures(
+    out: dict[str, Any],
+    metric: MetricConfig,
+    n: int,
+    *,
+    rounds: int,
+    sealed: bool | None,
+    batch_sizes: Sequence[int] | None,
+) -> dict[str, Any]:
+    """A shuffled histogram's statement: both figures (aggregator.accounting.histogram_release)."""
+    from aggregator.accounting.histogram_release import histogram_release
+
+    assert metric.histogram is not None
+    if sealed is False:
+        raise PrivacyStatementError(
+            f"metric {metric.name!r} is a shuffled histogram and its reports were not sealed: "
+            "the shuffler saw every device's true value, so no guarantee can be stated"
+        )
+    try:
+        stated = histogram_release(
+            metric.name,
+            metric.histogram,
+            n,
+            honest_fraction=metric.honest_fraction,
+            rounds=rounds,
+            sealed=sealed,
+            batch_sizes=None if batch_sizes is None else tuple(int(b) for b in batch_sizes),
+            min_batch=metric.shuffle.min_batch,
+        )
+    except (ValueError, ArithmeticError) as exc:
+        raise PrivacyStatementError(f"cannot state the privacy guarantee: {exc}") from exc
     out["statement"] = stated.to_dict()
     out["text"] = stated.render()
     return out
@@ -202,10 +244,24 @@ def _decode(job: ReportJob, options: DecodeOptions, project: bool) -> DecodeResu
         if design is None:
             design = design_matrix(job.candidates, metric.rappor, metric.hashing)
         return decode_rappor(job.totals, job.ones, metric.rappor, design, job.candidates, options)
+    names = job.candidates if job.candidates is not None else metric.domain
+    if metric.histogram is not None:
+        from aggregator.decode.histogram import decode_histogram
+
+        # devices are estimated from the report total (the aggregator never sees devices)
+        return decode_histogram(
+            job.ones[0],
+            metric.histogram,
+            values=names,
+            alpha=options.alpha,
+            correction=options.correction,
+            level=options.level,
+            interval=options.interval,
+            project=project,
+        )
     from aggregator.decode.basic import decode_basic
 
     assert metric.basic is not None  # MetricConfig holds exactly one encoding
-    names = job.candidates if job.candidates is not None else metric.domain
     return decode_basic(
         job.totals,
         job.ones,
@@ -251,6 +307,15 @@ def run_report(
         r = metric.rappor
         params = {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q}
         params["hashing"] = metric.hashing if job.design is None else "map file"
+    elif metric.histogram is not None:
+        h = metric.histogram
+        params = {
+            "domain_size": h.domain_size,
+            "fake_slots": h.fake_slots,
+            "fake_probability": h.fake_probability,
+            "local_epsilon": h.local_epsilon,
+            "honest_fraction": metric.honest_fraction,
+        }
     else:
         assert metric.basic is not None
         params = {"epsilon": metric.basic.epsilon, "domain_size": metric.basic.domain_size}

@@ -96,7 +96,9 @@ def payload_bits(metric: MetricConfig) -> int:
     the same rule as the shuffler's clear-report check."""
     if metric.rappor is not None:
         return metric.rappor.k
-    assert metric.basic is not None  # MetricConfig guarantees one of the two
+    if metric.histogram is not None:
+        return 8 * metric.report_bytes
+    assert metric.basic is not None  # MetricConfig guarantees one of the three
     if metric.basic.mechanism == "oue":
         return metric.basic.domain_size
     if metric.basic.mechanism == "binary-rr":
@@ -129,9 +131,10 @@ def screen(
     if extra and bits.shape[0]:
         drop((bits[:, -1] >> (8 - extra)) != 0, "padding_bits")
     basic = config.basic
-    if basic is not None and basic.mechanism == "krr" and bits.shape[0]:
+    indexed = config.histogram is not None or (basic is not None and basic.mechanism == "krr")
+    if indexed and bits.shape[0]:
         index = bits.astype(np.int64) @ (256 ** np.arange(nb, dtype=np.int64))
-        drop(index >= basic.domain_size, "payload")
+        drop(index >= (config.domain_size or 0), "payload")
     counts = accumulator(config)
     rows = np.flatnonzero(keep)
     try:

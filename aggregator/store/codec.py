@@ -121,6 +121,19 @@ def describe_metric(config: MetricConfig) -> str:
         r = config.rappor
         table = {"encoding": "rappor", "hashing": config.hashing, "k": r.k, "h": r.h, "m": r.m,
                  "f": r.f, "p": r.p, "q": r.q}  # fmt: skip
+    elif config.histogram is not None:
+        h = config.histogram
+        # honest_fraction is not a param of the reports, but a report made from the
+        # stored entry alone (no --config) must not assume more honest devices
+        table = {"encoding": "shuffled-histogram", "fake_slots": h.fake_slots,
+                 "fake_probability": h.fake_probability,
+                 "honest_fraction": config.honest_fraction}  # fmt: skip
+        if h.local_epsilon is not None:
+            table["local_epsilon"] = h.local_epsilon
+        if config.domain is not None:
+            table["domain"] = list(config.domain)
+        else:
+            table["domain_size"] = h.domain_size
     else:
         assert config.basic is not None  # MetricConfig holds exactly one of the two
         b = config.basic
