@@ -37,6 +37,7 @@ from typing import Any
 __all__ = [
     "DaemonProcess",
     "LocalCluster",
+    "RedisClusterServers",
     "RedisServer",
     "free_port",
     "register",
@@ -64,7 +65,13 @@ class RedisServer:
     """
 
     def __init__(
-        self, *, appendonly: bool = True, directory: str | None = None, fsync: str = "everysec"
+        self,
+        *,
+        appendonly: bool = True,
+        directory: str | None = None,
+        fsync: str = "everysec",
+        cluster_bus_port: int | None = None,
+        node_timeout_ms: int = 1000,
     ) -> None:
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}, got {fsync!r}")
@@ -81,6 +88,9 @@ class RedisServer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        # a cluster node: its bus port is given (port + 10000 may be past 65535)
+        self.cluster_bus_port = cluster_bus_port
+        self.node_timeout_ms = node_timeout_ms
 
     @property
     def url(self) -> str:
@@ -98,6 +108,16 @@ class RedisServer:
             "--protected-mode", "no",
             "--logfile", str(self.dir / "redis.log"),
         ]  # fmt: skip
+        if self.cluster_bus_port is not None:
+            args += [
+                "--cluster-enabled", "yes",
+                "--cluster-port", str(self.cluster_bus_port),
+                "--cluster-config-file", str(self.dir / "nodes.conf"),
+                "--cluster-node-timeout", str(self.node_timeout_ms),
+                # a replica takes over however long its master has been silent: the
+                # failover test kills masters under load
+                "--cluster-replica-validity-factor", "0",
+            ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -144,6 +164,111 @@ class RedisServer:
         self.kill()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisClusterServers:
+    """A Redis Cluster on loopback: ``masters`` masters with ``replicas`` replicas each,
+    one redis-server per node (AOF with ``fsync``), made with ``redis-cli --cluster
+    create``. ``url`` is its ``redis+cluster://`` URL; ``kill_master(i)`` is a SIGKILL of
+    one master, after which its replica takes over (node timeout ``node_timeout_ms``)."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        masters: int = 3,
+        replicas: int = 1,
+        fsync: str = "everysec",
+        node_timeout_ms: int = 1000,
+    ) -> None:
+        if masters < 3:
+            raise ValueError(f"a Redis Cluster needs at least 3 masters, got {masters}")
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed: run scripts/bootstrap")
+        self.cli = cli
+        self.dir = Path(directory)
+        self.masters, self.replicas = masters, replicas
+        self.fsync = fsync
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes: list[RedisServer] = []
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self, timeout: float = 30.0) -> None:
+        try:
+            for i in range(self.masters * (1 + self.replicas)):
+                node = RedisServer(
+                    appendonly=True,
+                    directory=str(self.dir / f"node-{i}"),
+                    fsync=self.fsync,
+                    cluster_bus_port=free_port(),
+                    node_timeout_ms=self.node_timeout_ms,
+                )
+                node.start()
+                self.nodes.append(node)
+            create = subprocess.run(
+                [self.cli, "--cluster", "create",
+                 *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=timeout,
+            )  # fmt: skip
+            if create.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {create.stdout[-2000:]}")
+            self.wait_ok(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _info(self, node: RedisServer, *command: str) -> str:
+        out = subprocess.run(
+            [self.cli, "-p", str(node.port), *command], capture_output=True, text=True, timeout=5
+        )
+        return out.stdout
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Until every live node says ``cluster_state:ok`` and each slot range has a
+        master with its replicas attached."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+            if all("cluster_state:ok" in self._info(n, "cluster", "info") for n in live):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the Redis Cluster did not reach cluster_state:ok in {timeout}s")
+
+    def master_ports(self) -> list[int]:
+        """Ports of the masters that serve slots, as the cluster sees itself now."""
+        for node in self.nodes:
+            if node.proc is None or node.proc.poll() is not None:
+                continue
+            ports = []
+            for line in self._info(node, "cluster", "nodes").splitlines():
+                fields = line.split()
+                if len(fields) > 8 and "master" in fields[2] and "fail" not in fields[2]:
+                    ports.append(int(fields[1].split("@")[0].rsplit(":", 1)[1]))
+            if ports:
+                return sorted(ports)
+        return []
+
+    def node_on(self, port: int) -> RedisServer:
+        return next(n for n in self.nodes if n.port == port)
+
+    def stop(self) -> None:
+        """SIGTERM to every node at once (a master alone would wait for its replicas to
+        catch up, up to 10 s), then SIGKILL what is left after 10 s."""
+        live = [n.proc for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        for proc in live:
+            proc.terminate()
+        deadline = time.monotonic() + 10.0
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
 
 
 def _mkdtemp(prefix: str) -> str:
