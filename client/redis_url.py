@@ -68,7 +68,9 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     if "@" in netloc:
         auth, _, netloc = netloc.rpartition("@")
         user, sep, secret = auth.partition(":")
-        username, password = (unquote(user) or None, unquote(secret)) if sep else (None, unquote(user))
+        username, password = (
+            (unquote(user) or None, unquote(secret)) if sep else (None, unquote(user))
+        )
     nodes: list[tuple[str, int]] = []
     for seed in netloc.split(","):
         host, sep, port = seed.strip().rpartition(":")

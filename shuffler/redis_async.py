@@ -25,7 +25,7 @@ from typing import Any
 
 from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
 
-__all__ = ["AsyncScriptConnection", "ScriptCall"]
+__all__ = ["AsyncScriptConnection", "ScriptCall", "reply_text"]
 
 #: One script call: (script source, KEYS, ARGV).
 ScriptCall = tuple[str, list[bytes], list[bytes]]
@@ -98,7 +98,7 @@ class AsyncScriptConnection:
         """One script call; an error reply raises ``StoreUnavailable``."""
         (reply,) = await self.eval_many([(script, keys, args)])
         if isinstance(reply, Exception):
-            raise StoreUnavailable(f"redis: {_reply_text(reply)}")
+            raise StoreUnavailable(f"redis: {reply_text(reply)}")
         return reply
 
     async def command(self, *command: Any) -> Any:
@@ -119,7 +119,6 @@ class AsyncScriptConnection:
     async def _pipelined(
         self, calls: Sequence[ScriptCall], wait: tuple[int, int] | None
     ) -> list[Any]:
-        import redis
 
         replies = await self._send_all(calls, wait)
         again = [i for i, r in enumerate(replies[: len(calls)]) if _noscript(r)]
@@ -189,12 +188,12 @@ class AsyncScriptConnection:
                 # an error reply to AUTH, SELECT or SCRIPT LOAD, or to a lone command
                 if not conn.is_connected or not self._sent:
                     await conn.disconnect()
-                raise StoreUnavailable(f"redis: {_reply_text(exc)}") from None
+                raise StoreUnavailable(f"redis: {reply_text(exc)}") from None
             except (AuthenticationError, AuthorizationError, BusyLoadingError) as exc:
                 # error replies that redis-py raises as connection errors (WRONGPASS,
                 # NOAUTH, LOADING after a restart): Redis refused the command, it did not run
                 await conn.disconnect(nowait=True)
-                raise StoreUnavailable(f"redis: {_reply_text(exc)}") from None
+                raise StoreUnavailable(f"redis: {reply_text(exc)}") from None
             except (redis.ConnectionError, redis.TimeoutError, OSError, EOFError) as exc:
                 # TimeoutError is an OSError; a half-read reply leaves the stream unusable
                 await conn.disconnect(nowait=True)
@@ -215,7 +214,7 @@ def _noscript(reply: Any) -> bool:
     return isinstance(reply, NoScriptError)
 
 
-def _reply_text(exc: Exception) -> str:
+def reply_text(exc: Exception) -> str:
     """The error reply as Redis sent it: redis-py strips a known code (``ERR``,
     ``WRONGPASS``, ...) into ``status_code``; put it back."""
     code = getattr(exc, "status_code", None)

@@ -38,7 +38,7 @@ from shuffler.errors import (
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
-from shuffler.redis_async import AsyncScriptConnection, ScriptCall
+from shuffler.redis_async import AsyncScriptConnection, ScriptCall, reply_text
 from shuffler.store import PendingWrite
 
 __all__ = ["WAIT_TIMEOUT_MS", "AsyncClusterAppender", "key_slot", "sync_client"]
@@ -66,7 +66,10 @@ def sync_client(cluster: ClusterUrl, *, timeout: float) -> Any:
     from redis.retry import Retry
 
     return RedisCluster(
-        startup_nodes=[ClusterNode(host, port) for host, port in cluster.nodes],
+        startup_nodes=[
+            ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in cluster.nodes
+        ],
         username=cluster.username,
         password=cluster.password,
         socket_timeout=timeout,
@@ -186,7 +189,9 @@ class AsyncClusterAppender:
         if failed:
             self._raise(failed, {w.metric for w in writes if w.count})
 
-    async def _send(self, node: Node, slots: list[int], by_slot: dict[int, list[PendingWrite]]) -> Any:
+    async def _send(
+        self, node: Node, slots: list[int], by_slot: dict[int, list[PendingWrite]]
+    ) -> Any:
         calls: list[ScriptCall] = []
         for slot in slots:
             keys, args = self._store.append_args(by_slot[slot])
@@ -211,7 +216,7 @@ class AsyncClusterAppender:
                 if redirected(reply) and attempt + 1 < _ATTEMPTS:
                     again.append(slot)
                     continue
-                cause = StoreUnavailable(f"redis {node[0]}:{node[1]}: {reply}")
+                cause = StoreUnavailable(f"redis {node[0]}:{node[1]}: {reply_text(reply)}")
                 failed.update((w.metric, cause) for w in by_slot[slot])
             else:
                 ran.append(slot)

@@ -35,15 +35,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from shuffler.columns import decode_chunks
 from client.redis_url import is_cluster_url, parse_cluster_url
+from shuffler.columns import decode_chunks
 from shuffler.errors import (
     PartialWrite,
     StoreNotReplicated,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
-from shuffler.redis_async import AsyncScriptConnection
+from shuffler.redis_async import AsyncScriptConnection, reply_text
 from shuffler.redis_cluster import (
     WAIT_TIMEOUT_MS,
     AsyncClusterAppender,
@@ -353,7 +353,7 @@ class _AsyncAppender:
             [(_APPEND, keys, args)], wait=(self._min, WAIT_TIMEOUT_MS)
         )
         if isinstance(reply, Exception):
-            raise StoreUnavailable(f"redis: {reply}")
+            raise StoreUnavailable(f"redis: {reply_text(reply)}")
         if isinstance(acked, Exception) or int(acked) < self._min:
             raise StoreNotReplicated(
                 f"redis: the write reached {acked} replica(s) within {WAIT_TIMEOUT_MS} ms, "

@@ -20,6 +20,7 @@ _INTEGRATION = {
     "service",
     "shuffler",
     "e2e",
+    "cluster",
     "test_readme.py",
     "test_smoke.py",
     "test_json_docs.py",

@@ -67,8 +67,9 @@ STORE_URLS = {
 )
 def every_store(request: pytest.FixtureRequest) -> Iterator[Any]:
     """Every backend and every way to reach it: memory; Redis over ``redis://``,
-    ``rediss://`` (TLS) and ``unix://``; a Redis Cluster (``redis+cluster://``); each with ``append`` called directly and
-    (``+loop``) through the event-loop appender the server uses."""
+    ``rediss://`` (TLS) and ``unix://``; a Redis Cluster (``redis+cluster://``); each
+    with ``append`` called directly and (``+loop``) through the event-loop appender the
+    server uses."""
     backend, _, loop = str(request.param).partition("+")
     store: ShufflerStore
     if backend == "memory":
