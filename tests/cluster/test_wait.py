@@ -156,3 +156,29 @@ def test_an_apply_waits_and_its_retry_waits_again(
     finally:
         strict.close()
         store.close()
+
+
+def test_the_report_job_reads_counts_from_a_cluster(
+    cluster_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``crowdmix counts list --redis redis+cluster://...`` and ``load_counts`` (what
+    ``crowdmix report --redis`` calls) find the metrics on every master and merge them."""
+    import json
+
+    from aggregator.store import load_counts
+    from crowdmix.cli import main
+
+    store = RedisCountStore.from_url(cluster_url)
+    try:
+        for i, metric in enumerate(("pages", RAPPOR, OUE)):  # three slots
+            assert store.apply(metric, 7, bytes([i]) * 16, 42, _counts(10 + i, i))
+    finally:
+        store.close()
+    assert main(["counts", "list", "--redis", cluster_url, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {m["metric"]: m["reports"] for m in listed["metrics"]} == {
+        "pages": 10,
+        RAPPOR: 11,
+        OUE: 12,
+    }
+    assert int(load_counts(cluster_url, OUE).totals.sum()) == 12
