@@ -16,7 +16,11 @@ and 3 replicas (AOF everysec), both started here. Measured, in this order, each
    own connection). With 6 metrics a flush is 6 scripts over the 3 masters; with one
    metric every write goes to one master (one hot metric, one hot node).
 
-Printed: reports/s acknowledged; each as a ratio to the single node's rate, beside the
+3. WAIT's latency: one 6-metric flush at a time on the cluster, ``--flushes`` of them,
+   WAIT 0 and WAIT 1 interleaved twice: median and p99 seconds per flush.
+
+Printed: reports/s acknowledged (each round, then the median of ``--repeats``
+interleaved rounds); each median as a ratio to the single node's rate, beside the
 same ratio of the ceilings (cluster SET rate / single-node SET rate).
 """
 
@@ -28,6 +32,7 @@ import multiprocessing as mp
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,6 +113,28 @@ def bulk(url: str, wait: int, metrics: int, writers: int, seconds: float) -> flo
     return total / elapsed
 
 
+def latency(url: str, wait: int, metrics: int, n: int) -> list[float]:
+    """Seconds per flush with one flush in flight (sorted), ``n`` flushes."""
+    store = RedisStore(url, min_replicas_ack=wait)
+    writes = _writes(metrics)
+
+    async def run() -> list[float]:
+        appender = store.async_appender()
+        await appender.append(writes)
+        out = []
+        for _ in range(n):
+            t = time.perf_counter()
+            await appender.append(writes)
+            out.append(time.perf_counter() - t)
+        await appender.aclose()
+        return sorted(out)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        store.close()
+
+
 def flush(ports: list[int]) -> None:
     import redis
 
@@ -134,6 +161,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--writers", type=int, default=2)
     ap.add_argument("--metrics", default="1,6", help="metrics per flush, comma separated")
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved rounds")
+    ap.add_argument("--flushes", type=int, default=300, help="flushes per latency run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="crowdmix-rcluster-"))
     single = RedisServer(appendonly=True, directory=str(work / "single"))
@@ -152,16 +181,30 @@ def main() -> int:
                 ("cluster", cluster.url, 0, c3),
                 ("cluster, WAIT 1", cluster.url, 1, c3),
             ]
-            first = 0.0
-            for name, url, wait, ceil in runs:
-                flush([single.port, *cluster.master_ports()])  # memory stays small
-                rate = bulk(url, wait, metrics, args.writers, args.seconds)
-                first = first or rate
+            rates: dict[str, list[float]] = {name: [] for name, *_ in runs}
+            for _ in range(args.repeats):  # interleaved rounds: the box's load drifts
+                for name, url, wait, _ceil in runs:
+                    flush([single.port, *cluster.master_ports()])  # memory stays small
+                    rate = bulk(url, wait, metrics, args.writers, args.seconds)
+                    rates[name].append(rate)
+                    print(f"  bulk append, {metrics} metric(s) a flush, {name:<16} "
+                          f"{rate / 1e6:6.2f} M reports/s")  # fmt: skip
+            base = statistics.median(rates["single node"])
+            for name, _url, _wait, ceil in runs:
+                rate = statistics.median(rates[name])
                 print(
-                    f"bulk append, {metrics} metric(s) a flush, {name:<16} {rate / 1e6:6.2f} M "
-                    f"reports/s ({rate / PER_METRIC / metrics:,.0f} flushes/s; "
-                    f"{rate / first:.2f} x single node, ceiling ratio {ceil / c1:.2f})"
+                    f"bulk append, {metrics} metric(s) a flush, {name:<16} median "
+                    f"{rate / 1e6:6.2f} M reports/s ({rate / PER_METRIC / metrics:,.0f} "
+                    f"flushes/s; {rate / base:.2f} x single node, ceiling ratio {ceil / c1:.2f})"
                 )
+        for wait in (0, 1, 0, 1):
+            flush(cluster.master_ports())
+            lat = latency(cluster.url, wait, 6, args.flushes)
+            p99 = lat[int(len(lat) * 0.99)]
+            print(
+                f"one 6-metric flush at a time on the cluster, WAIT {wait}: median "
+                f"{statistics.median(lat) * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms"
+            )
         print(f"load average at end {os.getloadavg()[0]:.2f}")
     finally:
         cluster.stop()

@@ -22,10 +22,17 @@ report can be moved into two batches, and the ``min_batch`` threshold is checked
 atomically with the move. The script moves whole chunks with LMOVE, reading
 only their counts (no report bytes are copied, and the AOF records a small
 LMOVE rather than the batch's data); only a chunk that must be split to end the
-batch at exactly ``max_batch`` is read and rewritten. (On Redis Cluster a flush
-spanning several metrics would have to be one script call per slot, atomic per
-metric; this store uses a plain ``redis.Redis`` client, so on a single node a
-flush is atomic across metrics.)
+batch at exactly ``max_batch`` is read and rewritten.
+
+On a Redis Cluster (``redis+cluster://`` URL) the blocking calls go through
+``redis.cluster.RedisCluster`` (no resend after a socket failure) and a flush is one
+append script per slot, atomic per metric (``shuffler.redis_cluster``); on a single
+node a flush stays one script, atomic across metrics. ``min_replicas_ack`` N > 0 ends
+each append with ``WAIT N`` on the append's own connection and refuses
+(``StoreNotReplicated``) when fewer replicas have it. The releaser's take, ack and
+dispose do not wait: a move or an acknowledgement lost in a failover only re-sends
+reports (as pending again) or a batch id the aggregator has applied, and both are
+dropped there.
 """
 
 from __future__ import annotations

@@ -182,3 +182,54 @@ def test_the_report_job_reads_counts_from_a_cluster(
         OUE: 12,
     }
     assert int(load_counts(cluster_url, OUE).totals.sum()) == 12
+
+
+def _node_id(client: redis.Redis) -> str:
+    return str(client.execute_command("CLUSTER", "MYID").decode())
+
+
+def _move_slot(slot: int, source: redis.Redis, target: redis.Redis, masters: list[int]) -> None:
+    """Move an empty slot from ``source`` to ``target`` (as a resharding does)."""
+    src, dst = _node_id(source), _node_id(target)
+    target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src)
+    source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst)
+    for port in masters:
+        client = redis.Redis(port=port)
+        try:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst)
+        finally:
+            client.close()
+
+
+def test_an_appender_with_a_stale_slot_map_follows_moved(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    """A slot moves to another master after the event-loop appender read the slot map:
+    the old master answers MOVED (the script did not run), the appender reads the map
+    again and writes to the new master, once."""
+    store = RedisStore(cluster_url)
+    s = LoopAppended(store)
+    masters = redis_cluster.master_ports()
+    source = _master_of(cluster_url, RAPPOR)
+    other = _master_of(cluster_url, OUE)
+    ports = {source.connection_pool.connection_kwargs["port"]}
+    ports.add(other.connection_pool.connection_kwargs["port"])
+    target = redis.Redis(port=next(p for p in masters if p not in ports))
+    slot = key_slot(b"{home_page}")
+    try:
+        s.append([PendingWrite.of(OUE, KEY, unique_chunk(3))])  # the appender has the map
+        _move_slot(slot, source, target, masters)
+        s.append(_writes())  # RAPPOR's part: MOVED, then the new master
+        assert s.pending(RAPPOR) == {KEY: 30}
+        assert s.pending(OUE) == {KEY: 10}
+        assert target.hget(f"crowdmix:{{{RAPPOR}}}:pending", KEY.field) == b"30"
+        assert source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    finally:
+        s.close()
+        for c in (source, target):  # empty the slot and give it back
+            keys = c.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if keys:
+                c.delete(*keys)
+        _move_slot(slot, target, source, masters)
+        for c in (source, target, other):
+            c.close()
