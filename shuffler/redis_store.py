@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from client.redis_url import is_cluster_url, parse_cluster_url
@@ -232,6 +232,8 @@ class RedisStore:
         """Run ``script`` on the master of its slot; with ``min_replicas_ack`` N, then
         ``WAIT N`` on the same connection, and refuse (``StoreNotReplicated``) if fewer
         than N replicas have the write in time."""
+        import redis
+
         if not self._min_replicas_ack:
             return script(keys=keys, args=args)
         for _attempt in range(3):
@@ -241,7 +243,13 @@ class RedisStore:
             pipe = node.pipeline(transaction=False)
             script(keys=keys, args=args, client=pipe)
             pipe.execute_command("WAIT", self._min_replicas_ack, WAIT_TIMEOUT_MS)
-            reply, acked = pipe.execute(raise_on_error=False)
+            try:
+                reply, acked = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if self._cluster is not None:  # the master may be gone: read the map again
+                    with suppress(redis.RedisError):
+                        self._redis.nodes_manager.initialize()
+                raise
             if self._cluster is not None and redirected(reply):
                 self._redis.nodes_manager.initialize()  # it did not run: ask the map again
                 continue

@@ -70,6 +70,7 @@ registry's ``disposal_days`` plus one window) deletes them; the meta hash's
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -485,7 +486,13 @@ class RedisCountStore:
             pipe = node.pipeline(transaction=False)
             script(keys=keys, args=args, client=pipe)
             pipe.execute_command("WAIT", self._min_replicas_ack, self._wait_timeout_ms)
-            reply, acked = pipe.execute(raise_on_error=False)
+            try:
+                reply, acked = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if self._cluster:  # the master may be gone: read the slot map again
+                    with contextlib.suppress(redis.RedisError):
+                        client.nodes_manager.initialize()
+                raise
             if self._cluster and _redirected(reply):
                 client.nodes_manager.initialize()  # it did not run: read the slot map again
                 continue
