@@ -60,22 +60,28 @@ def key_slot(key: bytes) -> int:
 
 def sync_client(cluster: ClusterUrl, *, timeout: float) -> Any:
     """A blocking ``redis.cluster.RedisCluster`` that never resends a command after a
-    socket failure (it may have run); it follows MOVED/ASK and refreshes its slot map."""
+    socket failure (it may have run); it follows MOVED/ASK and refreshes its slot map.
+    ``StoreUnavailable`` when no seed node answers."""
     from redis.backoff import NoBackoff
     from redis.cluster import ClusterNode, RedisCluster
+    from redis.exceptions import RedisClusterException, RedisError
     from redis.retry import Retry
 
-    return RedisCluster(
-        startup_nodes=[
-            ClusterNode(host, port)  # type: ignore[no-untyped-call]
-            for host, port in cluster.nodes
-        ],
-        username=cluster.username,
-        password=cluster.password,
-        socket_timeout=timeout,
-        socket_connect_timeout=min(timeout, 5.0),
-        retry=Retry(NoBackoff(), 0),
-    )
+    try:
+        return RedisCluster(
+            startup_nodes=[
+                ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                for host, port in cluster.nodes
+            ],
+            username=cluster.username,
+            password=cluster.password,
+            socket_timeout=timeout,
+            socket_connect_timeout=min(timeout, 5.0),
+            retry=Retry(NoBackoff(), 0),
+        )
+    except (RedisClusterException, RedisError) as exc:
+        seeds = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
+        raise StoreUnavailable(f"redis cluster {seeds}: {exc}") from None
 
 
 def redirected(reply: Any) -> bool:

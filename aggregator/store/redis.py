@@ -289,16 +289,20 @@ class RedisCountStore:
             cluster = parse_cluster_url(url)
             # redis-py's default retries resend a command after a socket failure; every
             # write here is idempotent (batch ids, versioned folds), so that is safe
-            client = RedisCluster(
-                startup_nodes=[
-                    ClusterNode(host, port)  # type: ignore[no-untyped-call]
-                    for host, port in cluster.nodes
-                ],
-                username=cluster.username,
-                password=cluster.password,
-                socket_timeout=10.0,
-                socket_connect_timeout=5.0,
-            )
+            try:
+                client = RedisCluster(
+                    startup_nodes=[
+                        ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                        for host, port in cluster.nodes
+                    ],
+                    username=cluster.username,
+                    password=cluster.password,
+                    socket_timeout=10.0,
+                    socket_connect_timeout=5.0,
+                )
+            except (redis.exceptions.RedisClusterException, redis.RedisError) as exc:
+                seeds = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
+                raise StoreUnavailable(f"redis cluster {seeds}: {exc}") from None
         else:
             client = redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0)
         return cls(client, **kwargs)
