@@ -170,8 +170,8 @@ class AsyncScriptConnection:
         )
 
         conn = self._connection
-        self._sent = False
         async with self._lock:
+            self._sent = False  # under the lock: another call's flag is not ours
             try:
                 async with asyncio.timeout(self._timeout):
                     if self._stale():

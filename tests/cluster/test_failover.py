@@ -210,3 +210,24 @@ def test_a_master_killed_mid_load_loses_no_acknowledged_report(tmp_path: Path) -
     finally:
         codes = c.stop()
     assert all(code == 0 for code in codes.values()), codes
+
+
+def test_the_local_cluster_waits_for_one_replica_by_default(tmp_path: Path) -> None:
+    """``crowdmix cluster --redis-cluster`` runs every daemon with --min-replicas-ack 1,
+    both stores on the cluster's URL; without it, no WAIT and two redis-servers."""
+    c = LocalCluster(tmp_path / "c", redis_cluster=True, aggregators=2, sealed=False)
+    try:
+        assert c.min_replicas_ack == 1
+        assert c.cluster is not None
+        assert c.aggregator_redis_url == c.shuffler_redis_url == c.cluster.url
+        args = c._shuffler(1, "127.0.0.1:1").args
+        assert args[args.index("--min-replicas-ack") + 1] == "1"
+        assert "--min-replicas-ack" in c._aggregator(2).args
+    finally:
+        c.stop()
+    plain = LocalCluster(tmp_path / "p", sealed=False)
+    try:
+        assert plain.min_replicas_ack == 0 and plain.cluster is None
+        assert "--min-replicas-ack" not in plain._shuffler(1, "127.0.0.1:1").args
+    finally:
+        plain.stop()
