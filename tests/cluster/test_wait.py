@@ -233,3 +233,41 @@ def test_an_appender_with_a_stale_slot_map_follows_moved(
         _move_slot(slot, target, source, masters)
         for c in (source, target, other):
             c.close()
+
+
+def test_a_slot_in_migration_refuses_new_writes_until_it_ends(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    """While RAPPOR's slot is MIGRATING, a write to keys its old master does not hold is
+    redirected (ASK or TRYAGAIN); the appender reads the map again, resends a few times,
+    then refuses UNAVAILABLE (nothing written). Once the slot has moved, MOVED leads the
+    same appender to the new master."""
+    store = RedisStore(cluster_url)
+    s = LoopAppended(store)
+    masters = redis_cluster.master_ports()
+    source = _master_of(cluster_url, RAPPOR)
+    other = _master_of(cluster_url, OUE)
+    ports = {c.connection_pool.connection_kwargs["port"] for c in (source, other)}
+    target = redis.Redis(port=next(p for p in masters if p not in ports))
+    slot = key_slot(b"{home_page}")
+    write = [PendingWrite.of(RAPPOR, KEY, unique_chunk(4))]
+    try:
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(source))
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(target))
+        with pytest.raises(StoreUnavailable) as refused:
+            s.append(write)
+        assert not isinstance(refused.value, StoreNotReplicated)
+        assert "ASK" in str(refused.value) or "TRYAGAIN" in str(refused.value)
+        for c in (source, target):
+            assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        _move_slot(slot, source, target, masters)  # the migration ends (no keys to move)
+        s.append(write)
+        assert s.pending(RAPPOR) == {KEY: 4}
+    finally:
+        s.close()
+        keys = target.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        if keys:
+            target.delete(*keys)
+        _move_slot(slot, target, source, masters)
+        for c in (source, target, other):
+            c.close()
