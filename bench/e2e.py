@@ -17,6 +17,9 @@ the acknowledged requests.
 
 Target (issue 5): >= 1 M reports/s sustained end to end with 1000-report requests.
 
+``--redis-cluster`` (issue 17): both stores on one 3-master, 3-replica Redis Cluster
+(AOF always on every node), ``--min-replicas-ack N`` on every daemon.
+
 ``--sealed`` (issue 15): the cluster runs with a key set (shufflers hold the public
 config, the aggregator opens with ``--open-workers N``) and the requests carry sealed
 columns (X25519 HPKE, 92 bytes a report) from a pool of 16 requests sealed before the
@@ -206,6 +209,12 @@ def main() -> int:
     )
     ap.add_argument("--sealed", action="store_true", help="sealed reports (issue 15)")
     ap.add_argument("--open-workers", type=int, default=0, help="aggregator --open-workers")
+    ap.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="a 3-master, 3-replica Redis Cluster (AOF always) for both stores (issue 17)",
+    )
+    ap.add_argument("--min-replicas-ack", type=int, default=0, help="WAIT for N replicas")
     args = ap.parse_args()
     requests = args.reports // PER_REQUEST
     print(
@@ -214,6 +223,11 @@ def main() -> int:
         f"{args.clients}x{args.threads} client threads, max_batch {args.max_batch}, "
         + (f"SEALED (open workers {args.open_workers})" if args.sealed else "plaintext")
         + (f", shuffler args {args.shuffler_args!r}" if args.shuffler_args else "")
+        + (
+            f", REDIS CLUSTER 3+3 (AOF always), WAIT {args.min_replicas_ack}"
+            if args.redis_cluster
+            else ""
+        )
     )
     work = Path(tempfile.mkdtemp(prefix="crowdmix-e2e-"))
     reg_path = work / "metrics.toml"
@@ -226,6 +240,8 @@ def main() -> int:
         extra_shuffler_args=args.shuffler_args.split() or None,
         extra_aggregator_args=["--open-workers", str(args.open_workers)] if args.sealed else None,
         sealed=args.sealed,
+        redis_cluster=args.redis_cluster,
+        min_replicas_ack=args.min_replicas_ack,
     )
     cluster.start()
     ceiling: list[float] = []

@@ -26,7 +26,18 @@ def register(sub: Any) -> None:
     s = asub.add_parser("serve", help="serve Aggregator.Ingest until SIGTERM")
     s.add_argument("--config", required=True, metavar="FILE", help="metric registry (TOML)")
     s.add_argument(
-        "--redis", metavar="URL", help="Redis URL for counts (default: in memory, lost at exit)"
+        "--redis",
+        metavar="URL",
+        help="Redis URL for counts (default: in memory, lost at exit); a Redis Cluster: "
+        "redis+cluster://HOST:PORT[,HOST:PORT...]",
+    )
+    s.add_argument(
+        "--min-replicas-ack",
+        type=int,
+        default=0,
+        metavar="N",
+        help="acknowledge a batch only once N replicas have its counts (Redis WAIT; "
+        "default 0: off)",
     )
     s.add_argument(
         "--listen", default="127.0.0.1:7500", metavar="HOST:PORT", help="(default %(default)s)"
@@ -102,8 +113,10 @@ def serve(args: argparse.Namespace) -> int:
         if files is None
         else TlsFiles(cert=files.cert, key=files.key, client_ca=files.client_ca)
     )
+    if args.min_replicas_ack < 0:
+        raise CliError(f"--min-replicas-ack must be >= 0, got {args.min_replicas_ack}")
     try:
-        store = open_store(args.redis)
+        store = open_store(args.redis, min_replicas_ack=args.min_replicas_ack)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     try:

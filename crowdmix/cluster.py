@@ -1,6 +1,8 @@
 """A local crowdmix cluster on loopback: N shufflers sharing one redis-server
 (AOF), one aggregator with a redis-server of its own, a generated metric
-registry and tokens.
+registry and tokens. With ``redis_cluster=True`` (``crowdmix cluster
+--redis-cluster``) a 3-master, 3-replica Redis Cluster holds both stores instead,
+and several aggregators may run.
 
 The two Redis instances are the trust boundary made concrete: the shuffler's
 queues hold reports before they are thresholded and shuffled, so the
@@ -37,6 +39,7 @@ from typing import Any
 __all__ = [
     "DaemonProcess",
     "LocalCluster",
+    "RedisClusterServers",
     "RedisServer",
     "free_port",
     "register",
@@ -64,7 +67,13 @@ class RedisServer:
     """
 
     def __init__(
-        self, *, appendonly: bool = True, directory: str | None = None, fsync: str = "everysec"
+        self,
+        *,
+        appendonly: bool = True,
+        directory: str | None = None,
+        fsync: str = "everysec",
+        cluster_bus_port: int | None = None,
+        node_timeout_ms: int = 1000,
     ) -> None:
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}, got {fsync!r}")
@@ -81,6 +90,9 @@ class RedisServer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        # a cluster node: its bus port is given (port + 10000 may be past 65535)
+        self.cluster_bus_port = cluster_bus_port
+        self.node_timeout_ms = node_timeout_ms
 
     @property
     def url(self) -> str:
@@ -98,6 +110,16 @@ class RedisServer:
             "--protected-mode", "no",
             "--logfile", str(self.dir / "redis.log"),
         ]  # fmt: skip
+        if self.cluster_bus_port is not None:
+            args += [
+                "--cluster-enabled", "yes",
+                "--cluster-port", str(self.cluster_bus_port),
+                "--cluster-config-file", str(self.dir / "nodes.conf"),
+                "--cluster-node-timeout", str(self.node_timeout_ms),
+                # a replica takes over however long its master has been silent: the
+                # failover test kills masters under load
+                "--cluster-replica-validity-factor", "0",
+            ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -144,6 +166,116 @@ class RedisServer:
         self.kill()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisClusterServers:
+    """A Redis Cluster on loopback: ``masters`` masters with ``replicas`` replicas each,
+    one redis-server per node (AOF with ``fsync``), made with ``redis-cli --cluster
+    create``. ``url`` is its ``redis+cluster://`` URL; ``kill_master(i)`` is a SIGKILL of
+    one master, after which its replica takes over (node timeout ``node_timeout_ms``)."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        masters: int = 3,
+        replicas: int = 1,
+        fsync: str = "everysec",
+        node_timeout_ms: int = 1000,
+    ) -> None:
+        if masters < 3:
+            raise ValueError(f"a Redis Cluster needs at least 3 masters, got {masters}")
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed: run scripts/bootstrap")
+        self.cli = cli
+        self.dir = Path(directory)
+        self.masters, self.replicas = masters, replicas
+        self.fsync = fsync
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes: list[RedisServer] = []
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self, timeout: float = 30.0) -> None:
+        try:
+            for i in range(self.masters * (1 + self.replicas)):
+                node = RedisServer(
+                    appendonly=True,
+                    directory=str(self.dir / f"node-{i}"),
+                    fsync=self.fsync,
+                    cluster_bus_port=free_port(),
+                    node_timeout_ms=self.node_timeout_ms,
+                )
+                node.start()
+                self.nodes.append(node)
+            create = subprocess.run(
+                [self.cli, "--cluster", "create",
+                 *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=timeout,
+            )  # fmt: skip
+            if create.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {create.stdout[-2000:]}")
+            self.wait_ok(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _info(self, node: RedisServer, *command: str) -> str:
+        out = subprocess.run(
+            [self.cli, "-p", str(node.port), *command], capture_output=True, text=True, timeout=5
+        )
+        return out.stdout
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Until every live node says ``cluster_state:ok`` and each slot range has a
+        master with its replicas attached."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+            ok = all("cluster_state:ok" in self._info(n, "cluster", "info") for n in live)
+            if ok:
+                linked = sum(
+                    "master_link_status:up" in self._info(n, "info", "replication") for n in live
+                )
+                if linked >= len(live) - self.masters:  # every replica left has synced
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"the Redis Cluster did not reach cluster_state:ok in {timeout}s")
+
+    def master_ports(self) -> list[int]:
+        """Ports of the masters that serve slots, as the cluster sees itself now."""
+        for node in self.nodes:
+            if node.proc is None or node.proc.poll() is not None:
+                continue
+            ports = []
+            for line in self._info(node, "cluster", "nodes").splitlines():
+                fields = line.split()
+                if len(fields) > 8 and "master" in fields[2] and "fail" not in fields[2]:
+                    ports.append(int(fields[1].split("@")[0].rsplit(":", 1)[1]))
+            if ports:
+                return sorted(ports)
+        return []
+
+    def node_on(self, port: int) -> RedisServer:
+        return next(n for n in self.nodes if n.port == port)
+
+    def stop(self) -> None:
+        """SIGTERM to every node at once (a master alone would wait for its replicas to
+        catch up, up to 10 s), then SIGKILL what is left after 10 s."""
+        live = [n.proc for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        for proc in live:
+            proc.terminate()
+        deadline = time.monotonic() + 10.0
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
 
 
 def _mkdtemp(prefix: str) -> str:
@@ -287,9 +419,16 @@ class LocalCluster:
         extra_aggregator_args: list[str] | None = None,
         fsync: str = "everysec",
         sealed: bool = True,
+        aggregators: int = 1,
+        redis_cluster: bool = False,
+        min_replicas_ack: int | None = None,
     ) -> None:
         if shufflers < 1:
             raise ValueError(f"shufflers must be at least 1, got {shufflers}")
+        if aggregators < 1:
+            raise ValueError(f"aggregators must be at least 1, got {aggregators}")
+        if min_replicas_ack is not None and min_replicas_ack < 0:
+            raise ValueError(f"min_replicas_ack must be >= 0, got {min_replicas_ack}")
         self.workdir = Path(workdir)
         if self.workdir.exists() and not self.workdir.is_dir():
             raise ValueError(f"{workdir} is a file, not a directory")
@@ -326,12 +465,25 @@ class LocalCluster:
         self.aggregator_redis = RedisServer(
             appendonly=True, directory=str(self.workdir / "redis-aggregator"), fsync="always"
         )
+        # --redis-cluster: one Redis Cluster (3 masters, 3 replicas, AOF always, for the
+        # aggregator's sake) holds both stores under their own key prefixes instead: a local
+        # trial on one box. In production give the aggregator a cluster of its own (the
+        # trust boundary above). WAIT for one replica by default there.
+        self.cluster = (
+            RedisClusterServers(self.workdir / "redis-cluster", fsync="always")
+            if redis_cluster
+            else None
+        )
+        if min_replicas_ack is None:
+            min_replicas_ack = 1 if redis_cluster else 0
+        self.min_replicas_ack = min_replicas_ack
+        self.num_aggregators = aggregators
         # Sealed (the default): the aggregator's key set stays in keys.json (0600, only the
         # aggregator reads it); the shufflers get the public config only.
         self.sealed = sealed
         self.keys_path = self.workdir / "keys.json"
         self.public_keys_path = self.workdir / "public-keys.json"
-        self.aggregator: DaemonProcess | None = None
+        self.aggregators: list[DaemonProcess] = []
         self.shufflers: list[DaemonProcess] = []
         self._extra_shuffler_args = extra_shuffler_args or []
         self._extra_aggregator_args = extra_aggregator_args or []
@@ -339,12 +491,17 @@ class LocalCluster:
     @property
     def shuffler_redis_url(self) -> str:
         """The shufflers' store (pending and in-flight reports)."""
-        return self.redis.url
+        return self.redis.url if self.cluster is None else self.cluster.url
 
     @property
     def aggregator_redis_url(self) -> str:
         """The aggregator's store (counts): what ``crowdmix report --redis`` reads."""
-        return self.aggregator_redis.url
+        return self.aggregator_redis.url if self.cluster is None else self.cluster.url
+
+    @property
+    def aggregator(self) -> DaemonProcess | None:
+        """The first aggregator (shuffler i forwards to aggregator i mod N)."""
+        return self.aggregators[0] if self.aggregators else None
 
     @property
     def aggregator_target(self) -> str:
@@ -368,27 +525,33 @@ class LocalCluster:
             save_keyset(self.keys_path, keys, now=now, create=True)
         write_public_config(self.public_keys_path, keys, now=now)
 
-    def _aggregator(self) -> DaemonProcess:
+    def _wait_args(self) -> list[str]:
+        return ["--min-replicas-ack", str(self.min_replicas_ack)] if self.min_replicas_ack else []
+
+    def _aggregator(self, i: int = 1) -> DaemonProcess:
         port = free_port()
         keys = ["--keys", str(self.keys_path)] if self.sealed else []
         args = [
             "aggregator", "serve",
             "--config", str(self.registry_path),
-            "--redis", self.aggregator_redis.url,
+            "--redis", self.aggregator_redis_url,
             "--listen", f"127.0.0.1:{port}",
+            *self._wait_args(),
             *keys,
             *self._extra_aggregator_args,
         ]  # fmt: skip
-        return DaemonProcess("aggregator", args, port, self.workdir / "aggregator.log")
+        name = "aggregator" if i == 1 else f"aggregator-{i}"
+        return DaemonProcess(name, args, port, self.workdir / f"{name}.log")
 
     def _shuffler(self, i: int, aggregator_target: str) -> DaemonProcess:
         port = free_port()
         args = [
             "shuffler", "serve",
             "--config", str(self.registry_path),
-            "--redis", self.redis.url,
+            "--redis", self.shuffler_redis_url,
             "--listen", f"127.0.0.1:{port}",
             "--aggregator", aggregator_target,
+            *self._wait_args(),
             "--tokens", str(self.tokens_path),
             *(["--public-keys", str(self.public_keys_path)] if self.sealed else []),
             *self._extra_shuffler_args,
@@ -399,13 +562,20 @@ class LocalCluster:
         try:
             if self.sealed:
                 self._make_keys()
-            self.redis.start()
-            self.aggregator_redis.start()
-            self.aggregator = self._aggregator()
-            self.aggregator.start()
-            self.aggregator.wait_healthy(timeout)
+            if self.cluster is not None:
+                self.cluster.start()
+            else:
+                self.redis.start()
+                self.aggregator_redis.start()
+            self.aggregators = [self._aggregator(i) for i in range(1, self.num_aggregators + 1)]
+            for a in self.aggregators:
+                a.start()
+            for a in self.aggregators:
+                a.wait_healthy(timeout)
+            targets = [a.target for a in self.aggregators]
             self.shufflers = [
-                self._shuffler(i, self.aggregator.target) for i in range(1, self.num_shufflers + 1)
+                self._shuffler(i, targets[(i - 1) % len(targets)])
+                for i in range(1, self.num_shufflers + 1)
             ]
             for s in self.shufflers:
                 s.start()
@@ -432,7 +602,7 @@ class LocalCluster:
         new = DaemonProcess(old.name, old.args, old.port, old.log_path)
         new.start()
         new.wait_healthy()
-        self.aggregator = new
+        self.aggregators[0] = new
         return new
 
     def stop(self, grace: float = 20.0) -> dict[str, int | None]:
@@ -440,11 +610,13 @@ class LocalCluster:
         codes: dict[str, int | None] = {}
         for s in self.shufflers:
             codes[s.name] = s.stop(grace)
-        if self.aggregator is not None:
-            codes[self.aggregator.name] = self.aggregator.stop(grace)
+        for a in self.aggregators:
+            codes[a.name] = a.stop(grace)
         for server in (self.redis, self.aggregator_redis):
             server.stop()
             server.kill()
+        if self.cluster is not None:
+            self.cluster.stop()
         self._unlock()
         return codes
 
@@ -493,6 +665,20 @@ def register(sub: Any) -> None:
         help="no key set: shufflers take clear reports (default: sealed reports, the "
         "shufflers hold only the aggregator's public keys)",
     )
+    p.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="a Redis Cluster instead of two redis-servers: 3 masters and 3 replicas on "
+        "loopback (AOF always), holding both stores under their own prefixes",
+    )
+    p.add_argument("--aggregators", type=int, default=1, help="aggregator processes (default 1)")
+    p.add_argument(
+        "--min-replicas-ack",
+        type=int,
+        metavar="N",
+        help="the daemons acknowledge a write once N replicas have it (Redis WAIT; "
+        "default 1 with --redis-cluster, else 0)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -501,6 +687,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.shufflers < 1:
         raise CliError(f"--shufflers must be at least 1, got {args.shufflers}")
+    if args.aggregators < 1:
+        raise CliError(f"--aggregators must be at least 1, got {args.aggregators}")
+    if args.min_replicas_ack and not args.redis_cluster:
+        raise CliError(
+            "--min-replicas-ack needs --redis-cluster (the redis-servers have no replicas)"
+        )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -512,6 +704,9 @@ def _run(args: argparse.Namespace) -> int:
             min_batch=args.min_batch,
             fsync=args.fsync,
             sealed=not args.plaintext,
+            aggregators=args.aggregators,
+            redis_cluster=args.redis_cluster,
+            min_replicas_ack=args.min_replicas_ack,
         )
         cluster.start()
     except (RuntimeError, ValueError) as exc:
@@ -519,9 +714,17 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot use {args.dir}: {exc.strerror or exc}") from None
     print(f"crowdmix local cluster in {cluster.workdir} (logs: *.log there)")
-    print(f"  redis       {cluster.shuffler_redis_url}  (shufflers; AOF {args.fsync})")
-    print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF always)")
-    print(f"  aggregator  {cluster.aggregator_target}")
+    if cluster.cluster is not None:
+        print(f"  redis       {cluster.cluster.url}")
+        print(
+            "              (Redis Cluster, 3 masters + 3 replicas, AOF always; shufflers and "
+            f"aggregators; WAIT for {cluster.min_replicas_ack} replica(s))"
+        )
+    else:
+        print(f"  redis       {cluster.shuffler_redis_url}  (shufflers; AOF {args.fsync})")
+        print(f"  redis       {cluster.aggregator_redis_url}  (aggregator; AOF always)")
+    for a in cluster.aggregators:
+        print(f"  {a.name:<11} {a.target}")
     for s in cluster.shufflers:
         print(f"  {s.name:<11} {s.target}")
     print(f"  registry    {cluster.registry_path}")
@@ -538,7 +741,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     print("Stop with Ctrl-C or SIGTERM.", flush=True)
     while not stop.wait(1.0):
-        dead = [s.name for s in [*cluster.shufflers, cluster.aggregator] if s and not s.alive()]
+        dead = [s.name for s in [*cluster.shufflers, *cluster.aggregators] if not s.alive()]
         if dead:
             print(f"crowdmix cluster: {', '.join(dead)} exited; stopping", file=sys.stderr)
             break

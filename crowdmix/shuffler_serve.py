@@ -35,7 +35,12 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="metric registry TOML (+ optional [shuffler])",
     )
-    a("--redis", metavar="URL", help="Redis URL (default: the in-memory store, not durable)")
+    a("--redis", metavar="URL",
+      help="Redis URL (default: the in-memory store, not durable); a Redis Cluster: "
+      "redis+cluster://HOST:PORT[,HOST:PORT...]")  # fmt: skip
+    a("--min-replicas-ack", type=int, metavar="N",
+      help="acknowledge a write only once N replicas have it "
+      "(Redis WAIT; default 0: off)")  # fmt: skip
     a("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:7400; port 0 = any)")
     a("--aggregator", metavar="HOST:PORT", help="aggregator to forward batches to")
     add_tls_server_options(serve)
@@ -69,7 +74,8 @@ def register(subparsers: Any) -> None:
 
 # dest -> flag, to start sibling processes with the same settings
 _FLAGS = {
-    "redis": "--redis", "aggregator": "--aggregator", "tls_cert": "--tls-cert",
+    "redis": "--redis", "min_replicas_ack": "--min-replicas-ack",
+    "aggregator": "--aggregator", "tls_cert": "--tls-cert",
     "tls_key": "--tls-key", "tls_client_ca": "--tls-client-ca",
     "aggregator_ca": "--aggregator-ca", "aggregator_cert": "--aggregator-cert",
     "aggregator_key": "--aggregator-key", "tokens_file": "--tokens",
@@ -83,7 +89,8 @@ _FLAGS = {
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
 
 _OVERRIDES = (
-    "redis", "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
+    "redis", "min_replicas_ack",
+    "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
     "aggregator_cert", "aggregator_key", "tokens_file", "metrics_port", "port_file",
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
     "max_concurrent_rpcs",
@@ -130,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, reuse_port=True)
     store: ShufflerStore
     if settings.redis is not None:
-        store = RedisStore(settings.redis)
+        store = RedisStore(settings.redis, min_replicas_ack=settings.min_replicas_ack)
     else:
         store = MemoryStore()
         log.warning("in-memory store: acknowledged reports do not survive a crash (use --redis)")

@@ -15,7 +15,9 @@ otherwise it runs in one writer thread.
 
 An acknowledgement always means "durably in the store": if the write fails,
 every request in it fails (nothing is acknowledged, clients retry); if it may
-or may not have happened, they fail with ``StoreOutcomeUnknown``.
+or may not have happened, they fail with ``StoreOutcomeUnknown``. On a Redis
+Cluster a write is one script per slot, atomic per metric: when some slots
+fail (``PartialWrite``) only the requests that touched their metrics fail.
 
 The only time recorded is the collection window of the write
 (``Registry.window_of``), never a finer timestamp.
@@ -32,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from client.registry import Registry
 from shuffler.columns import Pending, merge, merge_blob
-from shuffler.errors import ShufflerError, StoreOutcomeUnknown, StoreUnavailable
+from shuffler.errors import PartialWrite, ShufflerError, StoreOutcomeUnknown, StoreUnavailable
 from shuffler.metrics import ShufflerMetrics
 from shuffler.shuffle import RandomBytes, keep_mask
 from shuffler.store import PendingWrite, QueueKey, ShufflerStore, async_appender
@@ -48,13 +50,17 @@ Parts = dict[tuple[str, int], Pending]
 def _settle(
     batch: Sequence[tuple[Parts, asyncio.Future[None]]], error: ShufflerError | None
 ) -> None:
-    for _, fut in batch:
+    for parts, fut in batch:
         if fut.done():  # the caller went away; its reports are stored anyway
             continue
-        if error is None:
+        mine = error
+        if isinstance(error, PartialWrite):  # a cluster flush: some slots' writes succeeded
+            touched = {metric for metric, _ in parts}
+            mine = error.cause if touched & error.failed else None
+        if mine is None:
             fut.set_result(None)
         else:
-            fut.set_exception(error)
+            fut.set_exception(mine)
 
 
 class GroupCommitter:
@@ -122,6 +128,9 @@ class GroupCommitter:
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._executor, self._store.append, writes)
             self._committed(writes)
+        except PartialWrite as exc:
+            self._committed([w for w in writes if w.metric not in exc.failed])
+            return exc
         except ShufflerError as exc:
             return exc
         except Exception as exc:  # a store bug must fail the requests, not hang them

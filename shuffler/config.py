@@ -8,7 +8,9 @@ table), and command-line flags::
 
     [shuffler]
     listen = "127.0.0.1:7400"
-    redis = "redis://127.0.0.1:6379/0"      # omit for the in-memory store
+    redis = "redis://127.0.0.1:6379/0"      # omit for the in-memory store; a cluster:
+                                             # "redis+cluster://host:port,host:port"
+    min_replicas_ack = 0                     # WAIT for N replicas before acknowledging
     aggregator = "127.0.0.1:7500"
     tokens_file = "/etc/crowdmix/tokens"     # one bearer token a line (required, see below)
     tls_cert = "/etc/crowdmix/shuffler.crt"  # with tls_key: serve TLS
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
 from client.registry import Registry, RegistryError, parse_registry
 from shuffler.errors import ConfigError
 
@@ -67,6 +70,9 @@ class ShufflerSettings:
 
     listen: str = "127.0.0.1:7400"
     redis: str | None = None
+    # WAIT for this many replicas before acknowledging a write (0: off; see README,
+    # "Redis Cluster"): a master lost after acknowledging then loses nothing acknowledged.
+    min_replicas_ack: int = 0
     aggregator: str | None = None
     tokens_file: str | None = None
     tls_cert: str | None = None
@@ -116,10 +122,22 @@ class ShufflerSettings:
             h, s, p = self.aggregator.rpartition(":")
             if not s or not h or not p.isdigit():
                 raise ConfigError(f"aggregator must be HOST:PORT, got {self.aggregator!r}")
-        if self.redis is not None and not self.redis.startswith(
-            ("redis://", "rediss://", "unix://")
-        ):
-            raise ConfigError(f"redis must be a redis:// URL, got {self.redis!r}")
+        if self.redis is not None:
+            if not is_redis_url(self.redis):
+                raise ConfigError(
+                    "redis must be a redis://, rediss://, unix:// or "
+                    f"redis+cluster://host:port,... URL, got {self.redis!r}"
+                )
+            if is_cluster_url(self.redis):
+                try:
+                    parse_cluster_url(self.redis)
+                except ValueError as exc:
+                    raise ConfigError(f"redis: {exc}") from None
+        n = self.min_replicas_ack
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"min_replicas_ack must be >= 0, got {self.min_replicas_ack}")
+        if self.min_replicas_ack and self.redis is None:
+            raise ConfigError("min_replicas_ack needs redis (a Redis with replicas)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key must be given together")
         if self.tls_client_ca is not None and self.tls_cert is None:

@@ -11,7 +11,10 @@ in exactly one place (``shuffler.servicer._STATUS``):
     │   │                                                       here: refetch GetConfig, reseal)
     │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
     ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
-    │   └── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
+    │   ├── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
+    │   │   └── StoreNotReplicated          UNAVAILABLE        (written on the master, WAIT saw
+    │   │                                                       too few replicas have it)
+    │   └── PartialWrite                    per request: the error of a slot it touched
     └── ForwardError                        the aggregator did not acknowledge a batch
 
 Every error a request can be refused with carries a short machine-readable
@@ -28,9 +31,11 @@ __all__ = [
     "ForwardError",
     "InvalidRequest",
     "Overloaded",
+    "PartialWrite",
     "RequestRejected",
     "ShufflerError",
     "StaleKey",
+    "StoreNotReplicated",
     "StoreOutcomeUnknown",
     "StoreUnavailable",
     "Unauthenticated",
@@ -91,6 +96,27 @@ class StoreOutcomeUnknown(StoreUnavailable):
     so a retry of a write that did happen counts nothing twice."""
 
     reason = "store_outcome_unknown"
+
+
+class StoreNotReplicated(StoreOutcomeUnknown):
+    """With ``--min-replicas-ack N``: the write ran on the master but WAIT saw fewer than N
+    replicas acknowledge it in time, so a failover could still lose it. Not acknowledged
+    (UNAVAILABLE); a retry may store the reports twice in the shuffler, and the aggregator
+    counts a report id once per window."""
+
+    reason = "store_not_replicated"
+
+
+class PartialWrite(StoreUnavailable):
+    """A group-commit flush on a Redis Cluster is one script per slot (atomic per metric):
+    the writes of the metrics in ``failed`` did not succeed (``cause`` says how), the
+    others did. The committer acknowledges the requests that touched none of ``failed``."""
+
+    def __init__(self, failed: frozenset[str], cause: StoreUnavailable) -> None:
+        super().__init__(str(cause))
+        self.failed = failed
+        self.cause = cause
+        self.reason = cause.reason
 
 
 class ForwardError(ShufflerError):

@@ -20,16 +20,21 @@ import asyncio
 import functools
 import hashlib
 import select
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
 
-__all__ = ["AsyncScriptConnection"]
+__all__ = ["AsyncScriptConnection", "ScriptCall", "reply_text"]
+
+#: One script call: (script source, KEYS, ARGV).
+ScriptCall = tuple[str, list[bytes], list[bytes]]
 
 
 class AsyncScriptConnection:
     """One ``redis.asyncio`` connection for one event loop: ``eval`` sends EVALSHA of
-    a script, and EVAL once when Redis answers NOSCRIPT.
+    a script (loaded with SCRIPT LOAD once per connection, and again after a SCRIPT
+    FLUSH), ``eval_many`` several in one round trip, optionally followed by WAIT.
 
     Any URL redis-py takes: ``redis://``, ``rediss://``, ``unix://``. An error reply
     raises ``StoreUnavailable`` and keeps the connection. A socket, timeout or
@@ -61,6 +66,8 @@ class AsyncScriptConnection:
             self._pack = self._connection.pack_command
         self._timeout = timeout
         self._lock = asyncio.Lock()
+        self._loaded: set[str] = set()  # SHA1s of the scripts loaded on this connection
+        self._sent = False  # whether the call in progress sent a command that may write
 
     def _stale(self) -> bool:
         """Readable while idle: Redis closed it (EOF) or sent something unasked,
@@ -88,45 +95,109 @@ class AsyncScriptConnection:
         return await conn.read_response()
 
     async def eval(self, script: str, keys: list[bytes], args: list[bytes]) -> Any:
+        """One script call; an error reply raises ``StoreUnavailable``."""
+        (reply,) = await self.eval_many([(script, keys, args)])
+        if isinstance(reply, Exception):
+            raise StoreUnavailable(f"redis: {reply_text(reply)}")
+        return reply
+
+    async def command(self, *command: Any) -> Any:
+        """One command that writes nothing (``CLUSTER SLOTS``); errors as ``eval``'s."""
+        return await self._guarded(lambda: self._call(*command))
+
+    async def eval_many(
+        self, calls: Sequence[ScriptCall], *, wait: tuple[int, int] | None = None
+    ) -> list[Any]:
+        """Several script calls in one round trip on this one connection, then, with
+        ``wait=(replicas, timeout_ms)``, ``WAIT`` for them: WAIT covers the writes of the
+        connection it is sent on, so it must be this one. Returns each call's reply or
+        its error reply (a ``redis.ResponseError``: MOVED, CROSSSLOT, OOM... the script
+        did not run), then WAIT's reply (the replicas that have the writes) when asked.
+        A socket failure raises as ``eval`` says."""
+        return list(await self._guarded(lambda: self._pipelined(calls, wait)))
+
+    async def _pipelined(
+        self, calls: Sequence[ScriptCall], wait: tuple[int, int] | None
+    ) -> list[Any]:
+
+        replies = await self._send_all(calls, wait)
+        again = [i for i, r in enumerate(replies[: len(calls)]) if _noscript(r)]
+        if again:  # SCRIPT FLUSH since we loaded them: they did not run, load and resend
+            self._loaded.clear()
+            retried = await self._send_all([calls[i] for i in again], wait)
+            for i, reply in zip(again, retried, strict=False):
+                replies[i] = reply
+            if wait is not None:
+                replies[-1] = retried[-1]
+        return replies
+
+    async def _send_all(
+        self, calls: Sequence[ScriptCall], wait: tuple[int, int] | None
+    ) -> list[Any]:
+        import redis
+
+        conn = self._connection
+        for script in {script for script, _, _ in calls if _sha1(script) not in self._loaded}:
+            # before any write: a failure here leaves nothing written
+            await conn.send_packed_command(self._pack(b"SCRIPT", b"LOAD", script), False)
+            try:
+                await conn.read_response()
+            except redis.ResponseError as exc:  # it does not compile: nothing was sent
+                return [exc] * (len(calls) + (wait is not None))
+            self._loaded.add(_sha1(script))
+        packed = [
+            self._pack(b"EVALSHA", _sha1(script), len(keys), *keys, *args)
+            for script, keys, args in calls
+        ]
+        if wait is not None:
+            packed.append(self._pack(b"WAIT", wait[0], wait[1]))
+        self._sent = True
+        await conn.send_packed_command(b"".join(packed), check_health=False)
+        replies: list[Any] = []
+        for _ in packed:
+            try:
+                replies.append(await conn.read_response())
+            except redis.ResponseError as exc:  # the whole error reply was read: go on
+                replies.append(exc)
+        return replies
+
+    async def _guarded(self, call: Callable[[], Awaitable[Any]]) -> Any:
         import redis
         from redis.exceptions import (
             AuthenticationError,
             AuthorizationError,
             BusyLoadingError,
-            NoScriptError,
         )
 
         conn = self._connection
-        sent = False
         async with self._lock:
+            self._sent = False  # under the lock: another call's flag is not ours
             try:
                 async with asyncio.timeout(self._timeout):
                     if self._stale():
                         await conn.disconnect()
                     if not conn.is_connected:
+                        self._loaded.clear()
                         try:
                             await conn.connect()
                         except BaseException:
                             await conn.disconnect()  # never reuse a failed AUTH or SELECT
                             raise
-                    sent = True
-                    try:
-                        return await self._call(b"EVALSHA", _sha1(script), len(keys), *keys, *args)
-                    except NoScriptError:
-                        return await self._call(b"EVAL", script, len(keys), *keys, *args)
+                    return await call()
             except redis.ResponseError as exc:
-                if not sent:  # an error reply to AUTH or SELECT
+                # an error reply to AUTH, SELECT or SCRIPT LOAD, or to a lone command
+                if not conn.is_connected or not self._sent:
                     await conn.disconnect()
-                raise StoreUnavailable(f"redis: {_reply_text(exc)}") from None
+                raise StoreUnavailable(f"redis: {reply_text(exc)}") from None
             except (AuthenticationError, AuthorizationError, BusyLoadingError) as exc:
                 # error replies that redis-py raises as connection errors (WRONGPASS,
                 # NOAUTH, LOADING after a restart): Redis refused the command, it did not run
                 await conn.disconnect(nowait=True)
-                raise StoreUnavailable(f"redis: {_reply_text(exc)}") from None
+                raise StoreUnavailable(f"redis: {reply_text(exc)}") from None
             except (redis.ConnectionError, redis.TimeoutError, OSError, EOFError) as exc:
                 # TimeoutError is an OSError; a half-read reply leaves the stream unusable
                 await conn.disconnect(nowait=True)
-                kind = StoreOutcomeUnknown if sent else StoreUnavailable
+                kind = StoreOutcomeUnknown if self._sent else StoreUnavailable
                 raise kind(f"redis: {type(exc).__name__}: {exc}") from None
             except asyncio.CancelledError:
                 await conn.disconnect(nowait=True)
@@ -137,7 +208,13 @@ class AsyncScriptConnection:
             await self._connection.disconnect()
 
 
-def _reply_text(exc: Exception) -> str:
+def _noscript(reply: Any) -> bool:
+    from redis.exceptions import NoScriptError
+
+    return isinstance(reply, NoScriptError)
+
+
+def reply_text(exc: Exception) -> str:
     """The error reply as Redis sent it: redis-py strips a known code (``ERR``,
     ``WRONGPASS``, ...) into ``status_code``; put it back."""
     code = getattr(exc, "status_code", None)

@@ -22,22 +22,42 @@ report can be moved into two batches, and the ``min_batch`` threshold is checked
 atomically with the move. The script moves whole chunks with LMOVE, reading
 only their counts (no report bytes are copied, and the AOF records a small
 LMOVE rather than the batch's data); only a chunk that must be split to end the
-batch at exactly ``max_batch`` is read and rewritten. (On Redis Cluster a flush
-spanning several metrics would have to be one script call per slot, atomic per
-metric; this store uses a plain ``redis.Redis`` client, so on a single node a
-flush is atomic across metrics.)
+batch at exactly ``max_batch`` is read and rewritten.
+
+On a Redis Cluster (``redis+cluster://`` URL) the blocking calls go through
+``redis.cluster.RedisCluster`` (no resend after a socket failure) and a flush is one
+append script per slot, atomic per metric (``shuffler.redis_cluster``); on a single
+node a flush stays one script, atomic across metrics. ``min_replicas_ack`` N > 0 ends
+each append with ``WAIT N`` on the append's own connection and refuses
+(``StoreNotReplicated``) when fewer replicas have it. The releaser's take, ack and
+dispose do not wait: a move or an acknowledgement lost in a failover only re-sends
+reports (as pending again) or a batch id the aggregator has applied, and both are
+dropped there.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
+from client.redis_url import is_cluster_url, parse_cluster_url
 from shuffler.columns import decode_chunks
-from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
-from shuffler.redis_async import AsyncScriptConnection
+from shuffler.errors import (
+    PartialWrite,
+    StoreNotReplicated,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
+from shuffler.redis_async import AsyncScriptConnection, reply_text
+from shuffler.redis_cluster import (
+    WAIT_TIMEOUT_MS,
+    AsyncClusterAppender,
+    key_slot,
+    redirected,
+    sync_client,
+)
 from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["RedisStore"]
@@ -124,14 +144,28 @@ class RedisStore:
     ``rediss://`` (TLS; certificate files as ``ssl_ca_certs``, ``ssl_certfile``,
     ``ssl_keyfile`` query parameters) or ``unix:///path/redis.sock?db=0``."""
 
-    def __init__(self, url: str, *, prefix: str = "crowdmix", timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "crowdmix",
+        timeout: float = 10.0,
+        min_replicas_ack: int = 0,
+    ) -> None:
         import redis
 
-        self._redis: Any = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 5.0)
-        )
+        if min_replicas_ack < 0:
+            raise ValueError(f"min_replicas_ack must be >= 0, got {min_replicas_ack}")
+        self._cluster = parse_cluster_url(url) if is_cluster_url(url) else None
+        if self._cluster is not None:
+            self._redis: Any = sync_client(self._cluster, timeout=timeout)
+        else:
+            self._redis = redis.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 5.0)
+            )
         self._prefix = prefix
         self._url, self._timeout = url, timeout
+        self._min_replicas_ack = min_replicas_ack
         self._append = self._redis.register_script(_APPEND)
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
@@ -167,16 +201,81 @@ class RedisStore:
             args += [w.blob, str(w.count).encode(), field.encode()]
         return keys, args
 
+    def metric_key(self, metric: str) -> bytes:
+        """A key of ``metric`` (all its keys share its cluster slot)."""
+        return self._k(metric, "pending").encode()
+
     def append(self, writes: Sequence[PendingWrite]) -> None:
-        keys, args = self.append_args(writes)
-        if not keys:
-            return
-        with self._errors():
-            self._append(keys=keys, args=args)
+        if self._cluster is None:
+            groups = [list(writes)]
+        else:  # one script per slot: a cluster refuses a script across slots (CROSSSLOT)
+            by_slot: dict[int, list[PendingWrite]] = {}
+            for w in writes:
+                by_slot.setdefault(key_slot(self.metric_key(w.metric)), []).append(w)
+            groups = list(by_slot.values())
+        failed: dict[str, StoreUnavailable] = {}
+        for group in groups:
+            keys, args = self.append_args(group)
+            if not keys:
+                continue
+            try:
+                with self._errors():
+                    self._replicated(self._append, keys, args)
+            except StoreUnavailable as exc:
+                failed.update((w.metric, exc) for w in group)
+        if failed:
+            metrics = {w.metric for w in writes if w.count}
+            cause = next(iter(failed.values()))
+            raise cause if set(failed) >= metrics else PartialWrite(frozenset(failed), cause)
+
+    def _replicated(self, script: Any, keys: list[bytes], args: list[bytes]) -> Any:
+        """Run ``script`` on the master of its slot; with ``min_replicas_ack`` N, then
+        ``WAIT N`` on the same connection, and refuse (``StoreNotReplicated``) if fewer
+        than N replicas have the write in time."""
+        import redis
+
+        if not self._min_replicas_ack:
+            return script(keys=keys, args=args)
+        for _attempt in range(3):
+            node = self._redis
+            if self._cluster is not None:
+                node = self._redis.get_redis_connection(self._redis.get_node_from_key(keys[0]))
+            pipe = node.pipeline(transaction=False)
+            script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", self._min_replicas_ack, WAIT_TIMEOUT_MS)
+            try:
+                reply, acked = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if self._cluster is not None:  # the master may be gone: read the map again
+                    with suppress(redis.RedisError):
+                        self._redis.nodes_manager.initialize()
+                raise
+            if self._cluster is not None and redirected(reply):
+                self._redis.nodes_manager.initialize()  # it did not run: ask the map again
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception) or int(acked) < self._min_replicas_ack:
+                raise StoreNotReplicated(
+                    f"redis: the write reached {acked} replica(s) within {WAIT_TIMEOUT_MS} "
+                    f"ms, {self._min_replicas_ack} required (--min-replicas-ack)"
+                )
+            return reply
+        raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
 
     def async_appender(self) -> AsyncAppender:
-        """An appender for one event loop, on a connection of its own."""
-        return _AsyncAppender(self, AsyncScriptConnection(self._url, timeout=self._timeout))
+        """An appender for one event loop, on a connection of its own (one per master
+        on a cluster)."""
+        if self._cluster is not None:
+            return AsyncClusterAppender(
+                self,
+                self._cluster,
+                script=_APPEND,
+                timeout=self._timeout,
+                min_replicas_ack=self._min_replicas_ack,
+            )
+        connection = AsyncScriptConnection(self._url, timeout=self._timeout)
+        return _AsyncAppender(self, connection, self._min_replicas_ack)
 
     def pending(self, metric: str) -> dict[QueueKey, int]:
         with self._errors():
@@ -251,14 +350,30 @@ class RedisStore:
 
 
 class _AsyncAppender:
-    def __init__(self, store: RedisStore, connection: AsyncScriptConnection) -> None:
+    def __init__(
+        self, store: RedisStore, connection: AsyncScriptConnection, min_replicas_ack: int
+    ) -> None:
         self._store = store
         self._connection = connection
+        self._min = min_replicas_ack
 
     async def append(self, writes: Sequence[PendingWrite]) -> None:
         keys, args = self._store.append_args(writes)
-        if keys:
+        if not keys:
+            return
+        if not self._min:
             await self._connection.eval(_APPEND, keys, args)
+            return
+        reply, acked = await self._connection.eval_many(
+            [(_APPEND, keys, args)], wait=(self._min, WAIT_TIMEOUT_MS)
+        )
+        if isinstance(reply, Exception):
+            raise StoreUnavailable(f"redis: {reply_text(reply)}")
+        if isinstance(acked, Exception) or int(acked) < self._min:
+            raise StoreNotReplicated(
+                f"redis: the write reached {acked} replica(s) within {WAIT_TIMEOUT_MS} ms, "
+                f"{self._min} required (--min-replicas-ack)"
+            )
 
     async def aclose(self) -> None:
         await self._connection.aclose()

@@ -28,6 +28,7 @@ from shuffler.errors import (
     RequestRejected,
     ShufflerError,
     StaleKey,
+    StoreNotReplicated,
     StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
@@ -57,6 +58,7 @@ _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StoreNotReplicated, grpc.StatusCode.UNAVAILABLE),  # before its base classes
     (StoreOutcomeUnknown, grpc.StatusCode.DEADLINE_EXCEEDED),  # before its base class
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
 )

@@ -83,9 +83,11 @@ class InFlightBatch:
 class ShufflerStore(Protocol):
     """Durable pending queues and in-flight batches. Every method is atomic.
 
-    ``append`` is one store write for all its ``writes`` (group commit): when it
-    returns, every report in it survives a crash of the shuffler process (for
-    Redis, as durable as its AOF setting). Methods raise
+    ``append`` is one store write for all its ``writes`` (group commit; on a Redis
+    Cluster one per slot, atomic per metric, ``PartialWrite`` naming the metrics that
+    failed): when it returns, every report in it survives a crash of the shuffler
+    process (for Redis, as durable as its AOF setting, and with ``min_replicas_ack``
+    the loss of the master). Methods raise
     ``shuffler.errors.StoreUnavailable`` when the store cannot be reached.
     """
 

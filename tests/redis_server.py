@@ -13,9 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from crowdmix.cluster import RedisServer, free_port
+from crowdmix.cluster import RedisClusterServers, RedisServer, free_port
 
-__all__ = ["ListeningRedis", "RedisServer", "free_port", "self_signed"]
+__all__ = ["ListeningRedis", "RedisClusterServers", "RedisServer", "free_port", "self_signed"]
 
 
 def self_signed(directory: Path, name: str = "redis") -> tuple[Path, Path]:

@@ -13,18 +13,28 @@ from aggregator.store.base import CountStore
 from aggregator.store.codec import metric_from_description
 from aggregator.store.memory import MemoryCountStore
 from aggregator.store.redis import RedisCountStore
+from client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
 from client.registry import MetricConfig
 
 __all__ = ["load_batch_sizes", "load_counts", "open_store", "stored_metric"]
 
 
-def open_store(url: str | None) -> CountStore:
-    """A store for a URL: ``None``/``memory://`` → memory; ``redis://``, ``unix://`` → Redis."""
+def open_store(url: str | None, *, min_replicas_ack: int = 0) -> CountStore:
+    """A store for a URL: ``None``/``memory://`` → memory; ``redis://``, ``rediss://``,
+    ``unix://`` → Redis; ``redis+cluster://host:port,...`` → a Redis Cluster.
+    ``min_replicas_ack`` N > 0: an applied batch is acknowledged only once N replicas
+    have it (Redis WAIT; a single node without replicas then refuses every batch)."""
     if url is None or url == "memory://":
+        if min_replicas_ack:
+            raise ValueError("min_replicas_ack needs a Redis store with replicas")
         return MemoryCountStore()
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisCountStore.from_url(url)
-    raise ValueError(f"store URL must be memory:// or redis://..., got {url!r}")
+    if is_redis_url(url):
+        if is_cluster_url(url):
+            parse_cluster_url(url)  # a bad cluster URL is a ValueError naming it
+        return RedisCountStore.from_url(url, min_replicas_ack=min_replicas_ack)
+    raise ValueError(
+        f"store URL must be memory://, redis://... or redis+cluster://host:port,..., got {url!r}"
+    )
 
 
 def stored_metric(store: CountStore, name: str) -> MetricConfig | None:

@@ -70,7 +70,7 @@ registry's ``disposal_days`` plus one window) deletes them; the meta hash's
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -79,6 +79,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import redis
+import redis.cluster
 
 from aggregator.errors import ParamsConflict, StoreError, StoreUnavailable, WindowDisposed
 from aggregator.store.base import (
@@ -91,6 +92,7 @@ from aggregator.store.base import (
 )
 from aggregator.store.codec import encode_counts, sum_blobs
 from aggregator.store.report_ids import ReportIdIndex
+from client.redis_url import is_cluster_url, parse_cluster_url
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
@@ -104,7 +106,10 @@ log = logging.getLogger(__name__)
 #       7 crowd, 8 report ids (16 bytes each, concatenated), 9/10 the length of W's rids list
 #       the caller checked the ids against and the fingerprint of its last blob (``_tail``),
 #       11/12 the same for W-1's list, 13 '1' when the batch carried report ids (then the
-#       lists are checked, even when every id turned out counted before)
+#       lists are checked, even when every id turned out counted before), 14 '1' when WAIT
+#       follows (a duplicate then writes a counter: WAIT covers only its connection's writes,
+#       and the replication stream is ordered, so a replica that has this write has the
+#       first apply, whichever connection made it)
 # Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
 # past retention, {3, i} list i (1: W, 2: W-1) is not the one the caller checked against
 # (it grew, or it lost its tail and was refilled: a length alone cannot tell): check again.
@@ -113,7 +118,11 @@ local meta = redis.call('HMGET', KEYS[4], 'fingerprint', 'ids_disposed_before')
 local fp = meta[1]
 if fp and fp ~= ARGV[4] then return {-1, fp} end
 if meta[2] and tonumber(ARGV[2]) < tonumber(meta[2]) then return {-2, meta[2]} end
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return {0} end
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
+  -- with WAIT, a write on this connection, so that WAIT covers the first apply too
+  if ARGV[14] == '1' then redis.call('HINCRBY', KEYS[4], 'duplicate_batches', 1) end
+  return {0}
+end
 if ARGV[13] == '1' then
   for i = 1, 2 do
     local key, n = KEYS[i == 1 and 8 or 10], tonumber(ARGV[7 + 2 * i])
@@ -191,6 +200,12 @@ return 1
 """
 
 
+def _redirected(reply: Any) -> bool:
+    """MOVED, ASK, TRYAGAIN or CLUSTERDOWN: the command did not run on that node."""
+    e = redis.exceptions
+    return isinstance(reply, e.MovedError | e.TryAgainError | e.ClusterDownError)
+
+
 def _tail(blob: bytes) -> bytes:
     """What identifies an id blob in its list: its first and last id and its length (the
     apply script computes the same from ``LINDEX``). A blob refilled into the place of a
@@ -227,16 +242,24 @@ class RedisCountStore:
         cached_windows: int = 2,
         page_blobs: int = 256,
         max_apply_attempts: int = 16,
+        min_replicas_ack: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         for name, value in (
             ("fold_chunk", fold_chunk),
             ("cached_windows", cached_windows),
             ("page_blobs", page_blobs),
             ("max_apply_attempts", max_apply_attempts),
+            ("wait_timeout_ms", wait_timeout_ms),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be positive, got {value}")
+        if min_replicas_ack < 0:
+            raise ValueError(f"min_replicas_ack must be >= 0, got {min_replicas_ack}")
         self._r = client
+        self._cluster = isinstance(client, redis.cluster.RedisCluster)
+        self._min_replicas_ack = min_replicas_ack
+        self._wait_timeout_ms = wait_timeout_ms
         self._prefix = prefix
         self._fold_chunk = fold_chunk
         self._cached_windows = cached_windows
@@ -258,7 +281,30 @@ class RedisCountStore:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCountStore:
-        client = redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0)
+        """``redis://``, ``rediss://``, ``unix://`` (one node) or ``redis+cluster://``."""
+        client: Any
+        if is_cluster_url(url):
+            from redis.cluster import ClusterNode, RedisCluster
+
+            cluster = parse_cluster_url(url)
+            # redis-py's default retries resend a command after a socket failure; every
+            # write here is idempotent (batch ids, versioned folds), so that is safe
+            try:
+                client = RedisCluster(
+                    startup_nodes=[
+                        ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                        for host, port in cluster.nodes
+                    ],
+                    username=cluster.username,
+                    password=cluster.password,
+                    socket_timeout=10.0,
+                    socket_connect_timeout=5.0,
+                )
+            except (redis.exceptions.RedisClusterException, redis.RedisError) as exc:
+                seeds = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
+                raise StoreUnavailable(f"redis cluster {seeds}: {exc}") from None
+        else:
+            client = redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0)
         return cls(client, **kwargs)
 
     # -- keys -------------------------------------------------------------------------------
@@ -409,8 +455,9 @@ class RedisCountStore:
             str(previous.length) if previous else "0",
             previous.tail if previous else b"",
             "1" if current else "0",
+            "1" if self._min_replicas_ack else "0",
         ]
-        result = self._call(functools.partial(self._apply, keys=keys, args=args))
+        result = self._call(lambda: self._replicated(self._apply, keys, args))
         status = int(result[0])
         if status == 3:
             return None
@@ -427,6 +474,42 @@ class RedisCountStore:
         if status == 0:
             return ApplyOutcome(applied=False, counted=0, duplicates=0)
         return ApplyOutcome(applied=True, counted=counted, duplicates=0)
+
+    def _replicated(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script`` on the master of its slot; with ``min_replicas_ack`` N, then
+        ``WAIT N`` on the same connection (WAIT covers only its own connection's writes):
+        fewer than N replicas in time raises ``StoreUnavailable`` (the sender retries; the
+        batch id makes the retry a duplicate, which writes again and WAITs again)."""
+        if not self._min_replicas_ack:
+            return script(keys=keys, args=args)
+        client: Any = self._r
+        for _attempt in range(3):
+            node = client
+            if self._cluster:
+                node = client.get_redis_connection(client.get_node_from_key(keys[0]))
+            pipe = node.pipeline(transaction=False)
+            script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", self._min_replicas_ack, self._wait_timeout_ms)
+            try:
+                reply, acked = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if self._cluster:  # the master may be gone: read the slot map again
+                    with contextlib.suppress(redis.RedisError):
+                        client.nodes_manager.initialize()
+                raise
+            if self._cluster and _redirected(reply):
+                client.nodes_manager.initialize()  # it did not run: read the slot map again
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception) or int(acked) < self._min_replicas_ack:
+                raise StoreUnavailable(
+                    f"redis: the batch reached {acked} replica(s) within "
+                    f"{self._wait_timeout_ms} ms, {self._min_replicas_ack} required "
+                    "(--min-replicas-ack); not acknowledged"
+                )
+            return reply
+        raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
 
     def _synced(
         self, metric: str, window: int, key: str, previous_key: str
@@ -584,6 +667,8 @@ class RedisCountStore:
         (counts_blob, version), flat = self._call(snapshot)
         if not flat:
             return 0
+        if isinstance(flat[0], list):  # redis-py's cluster MULTI gives [field, value] pairs
+            flat = [item for pair in flat for item in pair]
         fields, blobs = flat[0::2], flat[1::2]
         base = sum_blobs([counts_blob]) if counts_blob is not None else None
         merged = sum_blobs(blobs, into=base)

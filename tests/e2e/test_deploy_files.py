@@ -320,3 +320,34 @@ def test_compose_runs_the_aggregators_redis_with_fsync_always() -> None:
     services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
     command = services["redis-aggregator"]["command"]
     assert command[command.index("--appendfsync") + 1] == "always"
+
+
+def test_compose_cluster_variant_runs_every_daemon_on_the_cluster_with_wait() -> None:
+    """deploy/compose.cluster.yaml: six cluster nodes (AOF always) joined once by
+    ``redis-cli --cluster create --cluster-replicas 1``; two shufflers and two aggregators
+    whose ``--redis`` is a cluster URL naming those nodes, with ``--min-replicas-ack=1``."""
+    from client.redis_url import parse_cluster_url
+
+    data = yaml.safe_load((DEPLOY / "compose.cluster.yaml").read_text())
+    services = data["services"]
+    nodes = {n for n in services if n.startswith("redis-") and n != "redis-cluster-init"}
+    assert len(nodes) == 6
+    for n in nodes:
+        command = services[n]["command"]
+        assert command[:3] == ["redis-server", "--cluster-enabled", "yes"]
+        assert command[command.index("--appendfsync") + 1] == "always"
+        assert command[command.index("--cluster-announce-hostname") + 1] == n
+    init = services["redis-cluster-init"]
+    assert "--cluster create --cluster-replicas 1" in init["command"][0]
+    assert all(n in init["command"][0] for n in nodes)
+    assert set(init["depends_on"]) == nodes
+    parser = build_parser()
+    daemons = ["aggregator-1", "aggregator-2", "shuffler-1", "shuffler-2"]
+    for name in daemons:
+        args = parser.parse_args(services[name]["command"])
+        seeds = parse_cluster_url(args.redis).nodes
+        assert {host for host, _ in seeds} <= nodes
+        assert args.min_replicas_ack == 1
+        assert "redis-cluster-init" in services[name]["depends_on"]
+    targets = {parser.parse_args(services[s]["command"]).aggregator for s in daemons[2:]}
+    assert targets == {"aggregator-1:7500", "aggregator-2:7500"}

@@ -37,10 +37,11 @@ def registry(tmp_path: Path) -> Registry:
     return write_registry(tmp_path)[1]
 
 
-@pytest.fixture(params=["memory", "redis", "rediss", "unix"])
+@pytest.fixture(params=["memory", "redis", "rediss", "unix", "cluster"])
 def store(request: pytest.FixtureRequest) -> Iterator[CountStore]:
     """Memory, and Redis over every URL kind the store accepts (``redis://``,
-    ``rediss://`` with client certificates, ``unix://``)."""
+    ``rediss://`` with client certificates, ``unix://``, ``redis+cluster://``: a 3-master
+    cluster)."""
     if request.param == "memory":
         s: CountStore = MemoryCountStore()
     else:

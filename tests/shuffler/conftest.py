@@ -50,20 +50,26 @@ class LoopAppended:
             self._store.close()
 
 
-STORE_URLS = {"redis": "redis_url", "rediss": "rediss_url", "unix": "unix_url"}
+STORE_URLS = {
+    "redis": "redis_url",
+    "rediss": "rediss_url",
+    "unix": "unix_url",
+    "cluster": "cluster_url",
+}
 
 
 @pytest.fixture(
     params=[
         f"{backend}{path}"
-        for backend in ("memory", "redis", "rediss", "unix")
+        for backend in ("memory", "redis", "rediss", "unix", "cluster")
         for path in ("", "+loop")
     ]
 )
 def every_store(request: pytest.FixtureRequest) -> Iterator[Any]:
     """Every backend and every way to reach it: memory; Redis over ``redis://``,
-    ``rediss://`` (TLS) and ``unix://``; each with ``append`` called directly and
-    (``+loop``) through the event-loop appender the server uses."""
+    ``rediss://`` (TLS) and ``unix://``; a Redis Cluster (``redis+cluster://``); each
+    with ``append`` called directly and (``+loop``) through the event-loop appender the
+    server uses."""
     backend, _, loop = str(request.param).partition("+")
     store: ShufflerStore
     if backend == "memory":

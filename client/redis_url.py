@@ -1,0 +1,80 @@
+"""Store URLs shared by the shuffler and the aggregator: which Redis, and whether a cluster.
+
+A Redis Cluster (or Valkey cluster) is named by ``redis+cluster://`` followed by one or
+more seed nodes, comma separated; the client asks any of them for the slot map::
+
+    redis+cluster://10.0.0.1:7000,10.0.0.2:7000
+    redis+cluster://user:password@10.0.0.1:7000
+
+A cluster has only database 0, so a path other than ``/`` or ``/0`` is refused. Pure
+string handling: no Redis client is imported here (``import client`` stays light).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+__all__ = ["CLUSTER_SCHEME", "ClusterUrl", "is_cluster_url", "is_redis_url", "parse_cluster_url"]
+
+CLUSTER_SCHEME = "redis+cluster://"
+_SINGLE = ("redis://", "rediss://", "unix://")
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEME)
+
+
+def is_redis_url(url: str) -> bool:
+    """A URL the Redis stores take: one node (redis://, rediss://, unix://) or a cluster."""
+    return url.startswith(_SINGLE) or is_cluster_url(url)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUrl:
+    """The seed nodes and credentials of a ``redis+cluster://`` URL."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+
+    def node_url(self, host: str, port: int) -> str:
+        """A ``redis://`` URL of one node, with the cluster's credentials."""
+        auth = ""
+        if self.password is not None:
+            user = self.username or ""
+            auth = f"{_quote(user)}:{_quote(self.password)}@"
+        return f"redis://{auth}{host}:{port}/0"
+
+
+def _quote(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe="")
+
+
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """Seeds and credentials of a ``redis+cluster://`` URL; ValueError naming what is wrong."""
+    if not is_cluster_url(url):
+        raise ValueError(f"a Redis Cluster URL starts with {CLUSTER_SCHEME}, got {url!r}")
+    rest = url[len(CLUSTER_SCHEME) :]
+    netloc, _, path = rest.partition("/")
+    path, _, query = path.partition("?")
+    if path not in ("", "0"):
+        raise ValueError(f"{url!r}: a Redis Cluster has only database 0, got /{path}")
+    if query:
+        raise ValueError(f"{url!r}: options are not taken in a cluster URL, got ?{query}")
+    username = password = None
+    if "@" in netloc:
+        auth, _, netloc = netloc.rpartition("@")
+        user, sep, secret = auth.partition(":")
+        username, password = (
+            (unquote(user) or None, unquote(secret)) if sep else (None, unquote(user))
+        )
+    nodes: list[tuple[str, int]] = []
+    for seed in netloc.split(","):
+        host, sep, port = seed.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{url!r}: each seed node must be HOST:PORT, got {seed!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    return ClusterUrl(tuple(nodes), username, password)

@@ -1,0 +1,273 @@
+"""The stores on a real Redis Cluster (3 masters, 3 replicas, started by the session):
+``--min-replicas-ack`` (WAIT on the write's own connection) and a group-commit flush
+split per slot, atomic per metric. Several tests wait out WAIT's 1 s timeout: slow."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+from aggregator.counting.counts import CohortCounts
+from aggregator.errors import StoreUnavailable as AggregatorStoreUnavailable
+from aggregator.store.redis import RedisCountStore
+from client.redis_url import parse_cluster_url
+from shuffler.commit import GroupCommitter
+from shuffler.errors import StoreNotReplicated, StoreUnavailable
+from shuffler.redis_cluster import key_slot
+from shuffler.redis_store import RedisStore
+from shuffler.store import PendingWrite, QueueKey
+from tests.redis_server import RedisClusterServers
+from tests.shuffler.conftest import LoopAppended
+from tests.shuffler.helpers import OUE, RAPPOR, make_registry, unique_chunk
+
+pytestmark = pytest.mark.slow
+
+KEY = QueueKey(window=20000, fingerprint=0xDEADBEEF12345678)
+
+
+def _writes() -> list[PendingWrite]:
+    # two metrics on two masters (slots 12530 and 6410): one flush, two scripts
+    return [
+        PendingWrite.of(RAPPOR, KEY, unique_chunk(30)),
+        PendingWrite.of(OUE, KEY, unique_chunk(7, 100)),
+    ]
+
+
+def _master_of(url: str, metric: str) -> redis.Redis:
+    from redis.cluster import ClusterNode, RedisCluster
+
+    host, port = parse_cluster_url(url).nodes[0]
+    rc = RedisCluster(startup_nodes=[ClusterNode(host, port)])  # type: ignore[no-untyped-call]
+    try:
+        node = rc.get_node_from_key(f"crowdmix:{{{metric}}}:pending")
+        return redis.Redis(host=node.host, port=node.port)
+    finally:
+        rc.close()
+
+
+def test_metrics_of_one_flush_sit_on_different_masters(cluster_url: str) -> None:
+    a, b = _master_of(cluster_url, RAPPOR), _master_of(cluster_url, OUE)
+    try:
+        where = {c.connection_pool.connection_kwargs["port"] for c in (a, b)}
+    finally:
+        a.close()
+        b.close()
+    assert len(where) == 2  # so the flush tests below really cross masters
+    assert key_slot(f"crowdmix:{{{RAPPOR}}}:q:1:2".encode()) == key_slot(b"{home_page}")
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_write_waits_for_one_replica(cluster_url: str, loop: bool) -> None:
+    store: Any = RedisStore(cluster_url, min_replicas_ack=1)
+    s = LoopAppended(store) if loop else store
+    try:
+        s.append(_writes())
+        assert s.pending(RAPPOR) == {KEY: 30}
+        assert s.pending(OUE) == {KEY: 7}
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_write_too_few_replicas_have_is_not_acknowledged(cluster_url: str, loop: bool) -> None:
+    store: Any = RedisStore(cluster_url, min_replicas_ack=2)  # each master has one replica
+    s = LoopAppended(store) if loop else store
+    try:
+        with pytest.raises(StoreNotReplicated, match="1 replica"):
+            s.append(_writes())
+    finally:
+        s.close()
+
+
+def test_wait_on_a_single_node_without_replicas_refuses(redis_url: str) -> None:
+    s = LoopAppended(RedisStore(redis_url, min_replicas_ack=1))
+    try:
+        with pytest.raises(StoreNotReplicated, match="0 replica"):
+            s.append(_writes())
+        # without WAIT the same node acknowledges (single-node behaviour unchanged)
+    finally:
+        s.close()
+
+
+def test_a_flush_fails_only_for_the_requests_of_a_refusing_slot(cluster_url: str) -> None:
+    """The master of OUE refuses writes (OOM): the request for RAPPOR in the same flush is
+    acknowledged, the one for OUE is not, and nothing of OUE is stored."""
+    registry = make_registry()
+    oue_master = _master_of(cluster_url, OUE)
+    store = RedisStore(cluster_url)
+    oue_master.config_set("maxmemory", "1")
+    try:
+
+        async def flush() -> list[Any]:
+            committer = GroupCommitter(store, registry, max_delay=0.05)
+            try:
+                return await asyncio.gather(
+                    committer.commit({(RAPPOR, registry[RAPPOR].fingerprint): unique_chunk(20)}),
+                    committer.commit({(OUE, registry[OUE].fingerprint): unique_chunk(5, 50)}),
+                    return_exceptions=True,
+                )
+            finally:
+                await committer.aclose()
+
+        rappor, oue = asyncio.run(flush())
+        assert rappor is None
+        assert isinstance(oue, StoreUnavailable) and "OOM" in str(oue)
+    finally:
+        oue_master.config_set("maxmemory", "0")
+        oue_master.close()
+    assert sum(store.pending(RAPPOR).values()) == 20
+    assert store.pending(OUE) == {}
+    store.close()
+
+
+def _counts(n: int, seed: int) -> CohortCounts:
+    rng = np.random.default_rng(seed)
+    counts = CohortCounts.create(4, 16)
+    counts.add(rng.integers(0, 4, n, dtype=np.uint32), rng.integers(0, 256, (n, 2), dtype=np.uint8))
+    return counts
+
+
+def test_an_apply_waits_and_its_retry_waits_again(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    """A batch WAIT refused is retried by the shuffler: the retry finds it applied (a
+    duplicate), writes a counter so that its own WAIT covers the first apply, and is
+    acknowledged only once a replica has it."""
+    strict = RedisCountStore.from_url(cluster_url, min_replicas_ack=2)
+    store = RedisCountStore.from_url(cluster_url, min_replicas_ack=1)
+    batch = b"b" * 16
+    try:
+        with pytest.raises(AggregatorStoreUnavailable, match="1 replica"):
+            strict.apply("pages", 7, batch, 42, _counts(50, 1))
+        assert store.apply("pages", 7, batch, 42, _counts(50, 1)) is False  # a duplicate
+        assert store.apply("pages", 7, b"c" * 16, 42, _counts(10, 2)) is True
+        master = _master_of(cluster_url, "pages")
+        try:
+            meta = master.hget("crowdmix:agg:{pages}:meta", "duplicate_batches")
+        finally:
+            master.close()
+        assert meta == b"1"
+        stored = store.load("pages")
+        assert stored is not None and int(stored.totals.sum()) == 60
+    finally:
+        strict.close()
+        store.close()
+
+
+def test_the_report_job_reads_counts_from_a_cluster(
+    cluster_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``crowdmix counts list --redis redis+cluster://...`` and ``load_counts`` (what
+    ``crowdmix report --redis`` calls) find the metrics on every master and merge them."""
+    import json
+
+    from aggregator.store import load_counts
+    from crowdmix.cli import main
+
+    store = RedisCountStore.from_url(cluster_url)
+    try:
+        for i, metric in enumerate(("pages", RAPPOR, OUE)):  # three slots
+            assert store.apply(metric, 7, bytes([i]) * 16, 42, _counts(10 + i, i))
+    finally:
+        store.close()
+    assert main(["counts", "list", "--redis", cluster_url, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {m["metric"]: m["reports"] for m in listed["metrics"]} == {
+        "pages": 10,
+        RAPPOR: 11,
+        OUE: 12,
+    }
+    assert int(load_counts(cluster_url, OUE).totals.sum()) == 12
+
+
+def _node_id(client: redis.Redis) -> str:
+    return str(client.execute_command("CLUSTER", "MYID").decode())
+
+
+def _move_slot(slot: int, source: redis.Redis, target: redis.Redis, masters: list[int]) -> None:
+    """Move an empty slot from ``source`` to ``target`` (as a resharding does)."""
+    src, dst = _node_id(source), _node_id(target)
+    target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src)
+    source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst)
+    for port in masters:
+        client = redis.Redis(port=port)
+        try:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst)
+        finally:
+            client.close()
+
+
+def test_an_appender_with_a_stale_slot_map_follows_moved(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    """A slot moves to another master after the event-loop appender read the slot map:
+    the old master answers MOVED (the script did not run), the appender reads the map
+    again and writes to the new master, once."""
+    store = RedisStore(cluster_url)
+    s = LoopAppended(store)
+    masters = redis_cluster.master_ports()
+    source = _master_of(cluster_url, RAPPOR)
+    other = _master_of(cluster_url, OUE)
+    ports = {source.connection_pool.connection_kwargs["port"]}
+    ports.add(other.connection_pool.connection_kwargs["port"])
+    target = redis.Redis(port=next(p for p in masters if p not in ports))
+    slot = key_slot(b"{home_page}")
+    try:
+        s.append([PendingWrite.of(OUE, KEY, unique_chunk(3))])  # the appender has the map
+        _move_slot(slot, source, target, masters)
+        s.append(_writes())  # RAPPOR's part: MOVED, then the new master
+        assert s.pending(RAPPOR) == {KEY: 30}
+        assert s.pending(OUE) == {KEY: 10}
+        assert target.hget(f"crowdmix:{{{RAPPOR}}}:pending", KEY.field) == b"30"
+        assert source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    finally:
+        s.close()
+        for c in (source, target):  # empty the slot and give it back
+            keys = c.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if keys:
+                c.delete(*keys)
+        _move_slot(slot, target, source, masters)
+        for c in (source, target, other):
+            c.close()
+
+
+def test_a_slot_in_migration_refuses_new_writes_until_it_ends(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    """While RAPPOR's slot is MIGRATING, a write to keys its old master does not hold is
+    redirected (ASK or TRYAGAIN); the appender reads the map again, resends a few times,
+    then refuses UNAVAILABLE (nothing written). Once the slot has moved, MOVED leads the
+    same appender to the new master."""
+    store = RedisStore(cluster_url)
+    s = LoopAppended(store)
+    masters = redis_cluster.master_ports()
+    source = _master_of(cluster_url, RAPPOR)
+    other = _master_of(cluster_url, OUE)
+    ports = {c.connection_pool.connection_kwargs["port"] for c in (source, other)}
+    target = redis.Redis(port=next(p for p in masters if p not in ports))
+    slot = key_slot(b"{home_page}")
+    write = [PendingWrite.of(RAPPOR, KEY, unique_chunk(4))]
+    try:
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(source))
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(target))
+        with pytest.raises(StoreUnavailable) as refused:
+            s.append(write)
+        assert not isinstance(refused.value, StoreNotReplicated)
+        assert "ASK" in str(refused.value) or "TRYAGAIN" in str(refused.value)
+        for c in (source, target):
+            assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        _move_slot(slot, source, target, masters)  # the migration ends (no keys to move)
+        s.append(write)
+        assert s.pending(RAPPOR) == {KEY: 4}
+    finally:
+        s.close()
+        keys = target.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        if keys:
+            target.delete(*keys)
+        _move_slot(slot, target, source, masters)
+        for c in (source, target, other):
+            c.close()
