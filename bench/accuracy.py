@@ -346,6 +346,8 @@ def main() -> None:
         add_z=args.add_z,
         interval=args.interval,
     )
+    if not 1 <= args.reps < DEV_OFFSET // 1000:
+        ap.error(f"--reps must be 1..{DEV_OFFSET // 1000 - 1} (more would reach the --dev seeds)")
     if args.dev:
         args.seed += DEV_OFFSET
     print(f"decoder options: {OPTIONS}")
