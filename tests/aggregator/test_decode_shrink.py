@@ -38,6 +38,27 @@ def test_shrinkage_beats_the_raw_estimates(shape: str) -> None:
     assert np.mean((post.low <= truth) & (truth <= post.high)) > 0.85
 
 
+def test_truncated_prior_corrects_the_winners_curse() -> None:
+    # 3000 frequencies, a fifth of them small and the rest 0, observed with
+    # noise; only the 219-273 whose z passed 2.5 are kept (the detected list),
+    # and their raw estimates are inflated by ~0.7 se on average. Fitting the
+    # prior to these alone with the truncated likelihood must beat the plain
+    # fit. Seeded, so deterministic; over seeds 0-49 the error ratio was
+    # 0.81 on average and at most 0.944 (< 0.97 asserted).
+    rng = np.random.default_rng(3)
+    truth = np.where(rng.random(3000) < 0.2, rng.uniform(0, 4, 3000), 0.0) / 1000
+    se = np.full(3000, 1e-3)
+    est = truth + rng.normal(0, se)
+    sel = est / se > 2.5
+    plain = npmle_posterior(est[sel], se[sel])
+    fair = npmle_posterior(est[sel], se[sel], cutoff_z=2.5)
+    err_plain = np.abs(plain.mean - truth[sel]).sum()
+    err_fair = np.abs(fair.mean - truth[sel]).sum()
+    assert err_fair < 0.97 * err_plain
+    assert fair.mean.sum() < plain.mean.sum()  # the correction lowers the winners
+    assert np.all((fair.low <= fair.mean) & (fair.mean <= fair.high))
+
+
 def test_npmle_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="positive"):
         npmle_posterior([0.1], [0.0])
@@ -84,11 +105,12 @@ def test_smooth_distribution_over_many_values_is_answered_by_the_distribution() 
 @given(
     est=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=30),
     se=st.floats(1e-6, 1.0),
+    cutoff=st.one_of(st.none(), st.floats(0.0, 6.0)),
 )
 def test_posterior_is_finite_non_negative_and_inside_its_interval(
-    est: list[float], se: float
+    est: list[float], se: float, cutoff: float | None
 ) -> None:
-    post = npmle_posterior(est, np.full(len(est), se))
+    post = npmle_posterior(est, np.full(len(est), se), cutoff_z=cutoff)
     assert np.all(np.isfinite(post.mean)) and np.all(post.mean >= 0)
     assert np.all((post.low <= post.mean) & (post.mean <= post.high))
     assert post.prior_weights.sum() == pytest.approx(1.0)
