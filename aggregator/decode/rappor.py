@@ -344,6 +344,7 @@ def _decode_rappor(
         level=opts.level,
     )
     dist_from = "all candidates"
+    cutoff: float | None = None
     if screened:
         # Many candidates: when the detected values hold most reports (a sparse
         # distribution) refit after selection, on them only; when much mass is
@@ -401,6 +402,9 @@ def _decode_rappor(
             "unexplained_mass": float(1.0 - fit.beta.sum()),
             "equations": int(rows.size),
             "distribution_from": dist_from,
+            # z the distribution's values had to pass (their prior is fitted as
+            # selected values); None when the distribution involves no selection
+            "distribution_selection_z": cutoff,
             "decode_seconds": time.perf_counter() - started,
         },
     )

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from aggregator.decode import DecodeWarning, decode_rappor, design_matrix
 from aggregator.decode.shrink import npmle_posterior
 from aggregator.decode.simulate import simulate_rappor_counts
+from aggregator.decode.stats import selection_cutoff
 from client.params import RapporParams
 
 
@@ -57,6 +58,38 @@ def test_truncated_prior_corrects_the_winners_curse() -> None:
     assert err_fair < 0.97 * err_plain
     assert fair.mean.sum() < plain.mean.sum()  # the correction lowers the winners
     assert np.all((fair.low <= fair.mean) & (fair.mean <= fair.high))
+
+
+@pytest.mark.slow
+def test_overcomplete_sparse_answer_is_fitted_as_selected_values() -> None:
+    """Zipf(1) over 100 values, 290 candidates (10 true values missing, 200
+    false), m=128, k=8: google/rappor's "over_x2" case. The distribution rests on
+    the detected values, fitted with the test's cutoff, and beats the detected
+    list. Seeded, so deterministic; over seeds 0-15 the margin was +0.001 to
+    +0.033 in the 14 seeds that used the detected values (+0.027 at this seed;
+    before the cutoff the distribution lost to the list on google/rappor's grid).
+    """
+    params = RapporParams(k=8, h=2, m=128, p=0.39, q=0.61, f=0.45)
+    values = [f"v{i}" for i in range(1, 101)]
+    shares = 1 / np.arange(1, 101)
+    rng = np.random.default_rng(0)
+    counts = rng.multinomial(1_000_000, shares / shares.sum())
+    totals, ones = simulate_rappor_counts(
+        counts, design_matrix(values, params), params, rng, cohorts="round-robin"
+    )
+    candidates = [v for v in values if not v.endswith("9")] + [f"v{i}" for i in range(101, 301)]
+    truth = dict(zip(values, counts / counts.sum(), strict=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecodeWarning)
+        res = decode_rappor(totals, ones, params, design_matrix(candidates, params), candidates)
+    assert res.diagnostics["distribution_from"] == "detected values"
+    cutoff = selection_cutoff(len(candidates), res.detected, alpha=0.2, correction="bh")
+    assert res.diagnostics["distribution_selection_z"] == pytest.approx(cutoff)
+    t = np.array([truth.get(v, 0.0) for v in candidates])
+    assert res.distribution is not None
+    tv_dist = 0.5 * np.abs(res.distribution - t).sum()
+    tv_list = 0.5 * np.abs(np.where(res.significant, res.proportion, 0.0) - t).sum()
+    assert tv_dist < tv_list - 0.01
 
 
 def test_npmle_rejects_bad_input() -> None:
