@@ -3,6 +3,12 @@
     .venv/bin/python bench/accuracy.py            # the 25-case grid + the 10k-candidate case
     .venv/bin/python bench/accuracy.py --reps 3   # repeat each case with other seeds
     .venv/bin/python bench/accuracy.py --big-only
+    .venv/bin/python bench/accuracy.py --dev --reps 2   # development seeds (see below)
+
+Held-out protocol (issue 19): method changes are chosen on the *development*
+seeds (``--dev``: every seed shifted by DEV_OFFSET, disjoint from the scored
+grid's seeds 20261121 + 0..2999 and from the harder cases' seeds), and the
+scored grid (no ``--dev``) is run once to report them.
 
 Grid (google/rappor tests/regtest_spec.py, tests/gen_counts.R ComputePdf):
 values v1..v100 drawn (multinomial, 1 M clients, one report each) from unif,
@@ -60,6 +66,9 @@ CONFIGS = {
 }
 MISSING = re.compile(r"v[0-9]*9$")
 OPTIONS = DecodeOptions()
+#: --dev shifts every seed by this much: no development case shares a seed
+#: with a scored one (scored: --seed + 1000·rep + 10·distribution + config).
+DEV_OFFSET = 1_000_000
 REFERENCE = {"fp": 0.076, "fn": 0.544, "tv": 0.183, "mass": 0.803, "seconds": 1.94, "cov": 0.74}
 
 
@@ -304,6 +313,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--reps", type=int, default=1, help="seeds per case (default 1)")
     ap.add_argument("--seed", type=int, default=20261121)
+    ap.add_argument(
+        "--dev",
+        action="store_true",
+        help=f"development seeds (--seed + {DEV_OFFSET}): choose methods here, not on the grid",
+    )
     ap.add_argument("--big-only", action="store_true")
     ap.add_argument("--grid-only", action="store_true")
     ap.add_argument("--hard", action="store_true", help="also the harder cases (issue 19)")
@@ -332,7 +346,12 @@ def main() -> None:
         add_z=args.add_z,
         interval=args.interval,
     )
+    if not 1 <= args.reps < DEV_OFFSET // 1000:
+        ap.error(f"--reps must be 1..{DEV_OFFSET // 1000 - 1} (more would reach the --dev seeds)")
+    if args.dev:
+        args.seed += DEV_OFFSET
     print(f"decoder options: {OPTIONS}")
+    print(f"seeds from {args.seed} ({'development' if args.dev else 'scored'})")
     if args.big_child:
         print(json.dumps(big_case(args.seed)))
         return

@@ -53,8 +53,10 @@ Wang, Lopuhaä-Zwakenberg, Li, Škorić, Li, NDSS 2020). The unbiased estimates
 come from an unconstrained WLS fit on every candidate when the candidates are
 few for the equations (no screening); when screening was needed that fit is
 too ill-conditioned, and the refit after selection on the detected values is
-used instead (the other candidates get 0). bench/accuracy.py measured both
-and this choice (BENCHMARKS.md, issue 19).
+used instead (the other candidates get 0); those values are there because
+they passed the test, so their prior is fitted with the likelihood truncated
+at the test's cutoff (the winner's curse; ``aggregator.decode.shrink``).
+bench/accuracy.py measured these choices (BENCHMARKS.md, issue 19).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ from aggregator.decode.stats import (
     critical_z,
     one_sided_p_values,
     report_intervals,
+    selection_cutoff,
     significant,
 )
 from aggregator.decode.wls import (
@@ -341,6 +344,7 @@ def _decode_rappor(
         level=opts.level,
     )
     dist_from = "all candidates"
+    cutoff: float | None = None
     if screened:
         # Many candidates: when the detected values hold most reports (a sparse
         # distribution) refit after selection, on them only; when much mass is
@@ -348,7 +352,14 @@ def _decode_rappor(
         # values) and the all-candidate fit exists, shrink that one instead.
         if not full_ok or proportion[is_sig].sum() >= opts.sparse_mass:
             refit = _unbiased_fit(xw, target, offset, np.flatnonzero(is_sig), rows.size)
-            dist, dist_low, dist_high = _distribution(c, *refit, opts.level)
+            # These values are there because they passed the test: their prior
+            # is fitted with the truncated likelihood (winner's curse; see
+            # aggregator.decode.shrink). The cutoff is the test's, applied to
+            # the refit's own z (an approximation: selection used the fit's).
+            cutoff = selection_cutoff(
+                c, int(is_sig.sum()), alpha=opts.alpha, correction=opts.correction
+            )
+            dist, dist_low, dist_high = _distribution(c, *refit, opts.level, cutoff_z=cutoff)
             dist_from = "detected values"
         else:
             unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size)
@@ -391,6 +402,9 @@ def _decode_rappor(
             "unexplained_mass": float(1.0 - fit.beta.sum()),
             "equations": int(rows.size),
             "distribution_from": dist_from,
+            # z the distribution's values had to pass (their prior is fitted as
+            # selected values); None when the distribution involves no selection
+            "distribution_selection_z": cutoff,
             "decode_seconds": time.perf_counter() - started,
         },
     )
@@ -432,13 +446,15 @@ def _distribution(
     beta: FloatArray,
     std_error: FloatArray,
     level: float,
+    cutoff_z: float | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Every candidate's share: EB posterior means on ``support`` (0 elsewhere),
-    projected onto {x >= 0, Σx <= 1}; intervals contain their estimate."""
+    projected onto {x >= 0, Σx <= 1}; intervals contain their estimate.
+    ``cutoff_z``: ``support`` holds values selected by the test z > cutoff_z."""
     dist, low, high = np.zeros(c), np.zeros(c), np.zeros(c)
     good = np.isfinite(std_error) & (std_error > 0) & np.isfinite(beta)
     if good.any():
-        post = npmle_posterior(beta[good], std_error[good], level=level)
+        post = npmle_posterior(beta[good], std_error[good], level=level, cutoff_z=cutoff_z)
         idx = support[good]
         # The posterior interval treats the errors as independent (they are
         # not: collisions correlate them), so it is widened to contain the

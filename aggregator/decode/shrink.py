@@ -15,6 +15,24 @@ like: a flat distribution pulls its noisy values together, a sparse one sends
 its small values to 0. Errors of the β̂_v are treated as independent (their
 correlation through Bloom collisions is ignored), so the intervals are
 approximate; bench/accuracy.py measures their coverage.
+
+Selected estimates (``cutoff_z``). When the β̂_v at hand are only those that
+passed a test β̂_v/s_v > z_c (the detected values), the plain fit above takes
+the winners' inflated estimates at face value and learns a prior with too
+little mass near 0 (the winner's curse passes into Ĝ). Given selection, β̂_v
+has the normal density truncated to (z_c·s_v, ∞) (Lee, Sun, Sun & Taylor, Ann.
+Statist. 2016), so the likelihood on the grid becomes::
+
+    φ((β̂_v − u_l)/s_v) / Φ̄((z_c·s_v − u_l)/s_v)
+
+and the same EM fits Ĝ*, the distribution of β among *selected* values (the
+truncated-data NPMLE). The posterior w*_l·L*_vl equals the posterior under the
+prior G of all candidates, ∝ g(u)·φ((β̂_v − u)/s_v), because g* ∝ g·Φ̄: a
+Bayesian answer needs no selection adjustment once the prior is estimated
+without selection bias (Efron, JASA 2011, "Tweedie's formula and selection
+bias"; Dawid 1994). A value just past the cutoff is then pulled towards the
+small values that are rarely selected. (With unequal s_v the shared Ĝ* is an
+approximation: P(selected | u) depends on s_v.)
 """
 
 from __future__ import annotations
@@ -23,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import log_ndtr
 
 __all__ = ["Posterior", "npmle_posterior"]
 
@@ -47,8 +66,13 @@ def npmle_posterior(
     level: float = 0.95,
     grid_size: int = 300,
     iterations: int = 100,
+    cutoff_z: float | None = None,
 ) -> Posterior:
-    """Fit the prior on [0, max β̂ + 3 s] by EM and return the posteriors (see module docstring)."""
+    """Fit the prior on [0, max β̂ + 3 s] by EM and return the posteriors (see module docstring).
+
+    ``cutoff_z``: the estimates were selected because β̂/s > cutoff_z; the
+    prior is fitted with the truncated likelihood (see the module docstring).
+    """
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     x = np.asarray(estimate, dtype=np.float64)
@@ -63,6 +87,9 @@ def npmle_posterior(
     # Likelihoods scaled by each row's maximum (the scale cancels in every
     # posterior), so EM is two matrix-vector products per iteration.
     log_lik = -0.5 * ((x[:, None] - grid[None, :]) / s[:, None]) ** 2
+    if cutoff_z is not None:
+        # − log P(β̂/s > z_c | β = u_l): the selection's truncation
+        log_lik -= log_ndtr((grid[None, :] - cutoff_z * s[:, None]) / s[:, None])
     lik = np.exp(log_lik - log_lik.max(axis=1, keepdims=True))  # (C, L)
     w = np.full(grid_size, 1.0 / grid_size)
     for _ in range(iterations):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from aggregator.decode import DecodeWarning, decode_rappor, design_matrix
 from aggregator.decode.shrink import npmle_posterior
 from aggregator.decode.simulate import simulate_rappor_counts
+from aggregator.decode.stats import selection_cutoff
 from client.params import RapporParams
 
 
@@ -36,6 +37,59 @@ def test_shrinkage_beats_the_raw_estimates(shape: str) -> None:
     assert np.all((post.low <= post.mean) & (post.mean <= post.high))
     # the posterior intervals hold most truths here (independent errors)
     assert np.mean((post.low <= truth) & (truth <= post.high)) > 0.85
+
+
+def test_truncated_prior_corrects_the_winners_curse() -> None:
+    # 3000 frequencies, a fifth of them small and the rest 0, observed with
+    # noise; only the 219-273 whose z passed 2.5 are kept (the detected list),
+    # and their raw estimates are inflated by ~0.7 se on average. Fitting the
+    # prior to these alone with the truncated likelihood must beat the plain
+    # fit. Seeded, so deterministic; over seeds 0-49 the error ratio was
+    # 0.81 on average and at most 0.944 (< 0.97 asserted).
+    rng = np.random.default_rng(3)
+    truth = np.where(rng.random(3000) < 0.2, rng.uniform(0, 4, 3000), 0.0) / 1000
+    se = np.full(3000, 1e-3)
+    est = truth + rng.normal(0, se)
+    sel = est / se > 2.5
+    plain = npmle_posterior(est[sel], se[sel])
+    fair = npmle_posterior(est[sel], se[sel], cutoff_z=2.5)
+    err_plain = np.abs(plain.mean - truth[sel]).sum()
+    err_fair = np.abs(fair.mean - truth[sel]).sum()
+    assert err_fair < 0.97 * err_plain
+    assert fair.mean.sum() < plain.mean.sum()  # the correction lowers the winners
+    assert np.all((fair.low <= fair.mean) & (fair.mean <= fair.high))
+
+
+@pytest.mark.slow
+def test_overcomplete_sparse_answer_is_fitted_as_selected_values() -> None:
+    """Zipf(1) over 100 values, 290 candidates (10 true values missing, 200
+    false), m=128, k=8: google/rappor's "over_x2" case. The distribution rests on
+    the detected values, fitted with the test's cutoff, and beats the detected
+    list. Seeded, so deterministic; over seeds 0-15 the margin was +0.001 to
+    +0.033 in the 14 seeds that used the detected values (+0.027 at this seed;
+    before the cutoff the distribution lost to the list on google/rappor's grid).
+    """
+    params = RapporParams(k=8, h=2, m=128, p=0.39, q=0.61, f=0.45)
+    values = [f"v{i}" for i in range(1, 101)]
+    shares = 1 / np.arange(1, 101)
+    rng = np.random.default_rng(0)
+    counts = rng.multinomial(1_000_000, shares / shares.sum())
+    totals, ones = simulate_rappor_counts(
+        counts, design_matrix(values, params), params, rng, cohorts="round-robin"
+    )
+    candidates = [v for v in values if not v.endswith("9")] + [f"v{i}" for i in range(101, 301)]
+    truth = dict(zip(values, counts / counts.sum(), strict=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecodeWarning)
+        res = decode_rappor(totals, ones, params, design_matrix(candidates, params), candidates)
+    assert res.diagnostics["distribution_from"] == "detected values"
+    cutoff = selection_cutoff(len(candidates), res.detected, alpha=0.2, correction="bh")
+    assert res.diagnostics["distribution_selection_z"] == pytest.approx(cutoff)
+    t = np.array([truth.get(v, 0.0) for v in candidates])
+    assert res.distribution is not None
+    tv_dist = 0.5 * np.abs(res.distribution - t).sum()
+    tv_list = 0.5 * np.abs(np.where(res.significant, res.proportion, 0.0) - t).sum()
+    assert tv_dist < tv_list - 0.01
 
 
 def test_npmle_rejects_bad_input() -> None:
@@ -84,11 +138,12 @@ def test_smooth_distribution_over_many_values_is_answered_by_the_distribution() 
 @given(
     est=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=30),
     se=st.floats(1e-6, 1.0),
+    cutoff=st.one_of(st.none(), st.floats(0.0, 6.0)),
 )
 def test_posterior_is_finite_non_negative_and_inside_its_interval(
-    est: list[float], se: float
+    est: list[float], se: float, cutoff: float | None
 ) -> None:
-    post = npmle_posterior(est, np.full(len(est), se))
+    post = npmle_posterior(est, np.full(len(est), se), cutoff_z=cutoff)
     assert np.all(np.isfinite(post.mean)) and np.all(post.mean >= 0)
     assert np.all((post.low <= post.mean) & (post.mean <= post.high))
     assert post.prior_weights.sum() == pytest.approx(1.0)
