@@ -26,9 +26,12 @@ or after it, never half:
   acknowledged them. A killed process therefore re-sends, after its restart, the
   rows whose acknowledgement it did not record — with the same report ids: the
   aggregator counts an id once in its window and the one before, so a repeat is
-  dropped there. A row whose first attempt lies more than one window back is not
-  sent again (a repeat could then be counted twice): it is dropped and counted
-  (``unconfirmed``).
+  dropped there. A row is sent again only within the (device) window of its first
+  attempt, and only when the request's deadline lies in it too: every copy then
+  reaches the server within less than one window of time, so — whatever the
+  constant offset between the device's and the server's clocks — in one server
+  window or two adjacent ones. Otherwise it is not sent again (a repeat could be
+  counted twice): it is dropped and counted (``unconfirmed``).
 - Bounded: at most ``max_reports`` rows and ``max_bytes`` of report payload. When
   full, a new report is refused — ``claim`` returns ``FULL`` and records no claim —
   so the reports already promised are kept (dropping one would lose a claimed
@@ -258,15 +261,17 @@ class Outbox:
         ]
 
     def older(self, window: int, attempt_window: int) -> list[PendingReport]:
-        """Rows claimed in ``window`` or before, or first tried before ``attempt_window``:
-        the candidates for dropping (indexed, so a large outbox is not read whole)."""
+        """Rows claimed in ``window`` or before, or first tried in a window other than
+        ``attempt_window``: the candidates for dropping (indexed, so a large outbox is
+        not read whole)."""
         with self._lock:
             try:
                 rows = self._db.execute(
                     "SELECT report_id, metric, window, cohort, fingerprint, bits, created,"
                     " attempts, first_attempt_window FROM outbox"
-                    " WHERE window <= ? OR first_attempt_window < ? ORDER BY seq",
-                    (window, attempt_window),
+                    " WHERE window <= ? OR first_attempt_window < ? OR first_attempt_window > ?"
+                    " ORDER BY seq",
+                    (window, attempt_window, attempt_window),
                 ).fetchall()
             except sqlite3.Error as exc:
                 raise OutboxError(f"outbox {self.path}: {exc}") from None
@@ -281,9 +286,16 @@ class Outbox:
             for rid, metric, w, cohort, fp, bits, created, attempts, first in rows
         ]
 
-    def __len__(self) -> int:
+    def _read(self, sql: str) -> list[tuple[object, ...]]:
+        """A read outside a transaction, its failure an ``OutboxError`` like every other."""
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+            try:
+                return list(self._db.execute(sql).fetchall())
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+
+    def __len__(self) -> int:
+        return int(self._read("SELECT COUNT(*) FROM outbox")[0][0])  # type: ignore[call-overload]
 
     def begin_send(self, report_ids: Sequence[bytes], window: int) -> None:
         """Record an attempt of these rows in ``window``, before the request leaves."""
@@ -344,16 +356,15 @@ class Outbox:
             self._checkpoint()
 
     def counters(self) -> dict[str, int]:
-        with self._lock:
-            return {str(k): int(v) for k, v in self._db.execute("SELECT name, n FROM counters")}
+        rows = self._read("SELECT name, n FROM counters")
+        return {str(k): int(v) for k, v in rows}  # type: ignore[call-overload]
 
     # -- the cached config ----------------------------------------------------
 
     def cached_config(self) -> tuple[bytes, float] | None:
         """The last stored GetConfig answer and its fetch time (Unix seconds)."""
-        with self._lock:
-            row = self._db.execute("SELECT answer, fetched FROM config WHERE id = 1").fetchone()
-        return None if row is None else (bytes(row[0]), float(row[1]))
+        rows = self._read("SELECT answer, fetched FROM config WHERE id = 1")
+        return None if not rows else (bytes(rows[0][0]), float(rows[0][1]))  # type: ignore[arg-type]
 
     def store_config(self, answer: bytes, fetched: float) -> None:
         def body(db: sqlite3.Connection) -> None:

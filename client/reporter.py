@@ -44,9 +44,11 @@ see ``client.privacy``), never the value; and whoever can read the app's storage
 can read ``app_dir/secret`` and the app's own data (the setting itself) anyway.
 Rows are deleted with SQLite's ``secure_delete`` once acknowledged.
 
-Not sent again: a report whose first send attempt lies more than one collection
-window back (the aggregator recognises a repeated id only within its window and
-the next one), and a report of a window older than the metric's disposal age;
+Not sent again: a report whose first send attempt lies in an earlier collection
+window, or whose repeat would reach the server after that window ends (the
+aggregator recognises a repeated id only within its window and the one before,
+on the server's clock: copies sent within one window of the device's clock land
+in at most two adjacent server windows, whatever the clocks' offset), and a report of a window older than the metric's disposal age;
 both are dropped and counted (``counters()``: ``unconfirmed``, ``expired``).
 Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):
 dropped and counted as ``refused``. Encoded under params the server no longer
@@ -370,11 +372,13 @@ class Reporter:
         # every row that can have expired was claimed in this window or before
         bound = int((now - youngest_age) // ws) if youngest_age else -1
         expired, unconfirmed = [], []
-        for row in self._outbox.older(bound, current - 1):
+        for row in self._outbox.older(bound, current):
             age = config.disposal_seconds.get(row.report.metric)
             if age and (row.window + 1) * ws + age <= now:
                 expired.append(row.report.report_id)
-            elif row.first_attempt_window is not None and current > row.first_attempt_window + 1:
+            elif row.first_attempt_window is not None and row.first_attempt_window != current:
+                # tried in another (device) window: a copy may have reached the server
+                # in a window the aggregator no longer checks against (see client.outbox)
                 unconfirmed.append(row.report.report_id)
         self._outbox.drop(expired, "expired")
         self._outbox.drop(unconfirmed, "unconfirmed")
@@ -453,9 +457,29 @@ class Reporter:
                     continue
                 raise _Offline(str(exc)) from None
             ids = [r.report.report_id for r in rows]
-            self._outbox.begin_send(ids, int(self._clock() // config.window_seconds))
+            submit_timeout = min(self._timeout, max(deadline - time.monotonic(), 0.1))
+            now = self._clock()
+            window = int(now // config.window_seconds)
+            # a repeat goes out only if it reaches the server within the window of its
+            # first attempt, deadline included (the wait for a connection came after
+            # _drop_old's look): every copy of a report then lies less than one window
+            # apart, where the aggregator dedupes it whatever the clocks' offset
+            late = [
+                r.report.report_id
+                for r in rows
+                if r.first_attempt_window is not None
+                and not (
+                    r.first_attempt_window
+                    == window
+                    == int((now + submit_timeout) // config.window_seconds)
+                )
+            ]
+            if late:
+                self._outbox.drop(late, "unconfirmed")
+                continue
+            self._outbox.begin_send(ids, window)
             try:
-                self._submit(request, min(self._timeout, max(remaining, 0.1)))
+                self._submit(request, submit_timeout)
             except LinkError as exc:
                 outdated = exc.code == "FAILED_PRECONDITION" or exc.code == "INVALID_ARGUMENT"
                 if outdated and not refetched:
@@ -548,6 +572,11 @@ class Reporter:
             except CrowdmixClientError as exc:  # the outbox cannot be written: keep trying
                 log.warning("the sender could not use the outbox: %s", exc)
                 self.last_error, done = str(exc), False
+            except Exception as exc:  # noqa: BLE001 - a dead sender would end sending silently
+                log.warning(
+                    "the sender failed (%s: %s); it tries again later", type(exc).__name__, exc
+                )
+                self.last_error, done = f"{type(exc).__name__}: {exc}", False
             if done:
                 self._failures = 0
                 delay = None  # idle until a report is made or the network returns
