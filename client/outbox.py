@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from client.errors import CrowdmixClientError
 from client.report import Report, make_report
@@ -88,6 +89,10 @@ CREATE TABLE IF NOT EXISTS config (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     answer BLOB NOT NULL,
     fetched REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS window_length (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seconds INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
@@ -286,7 +291,7 @@ class Outbox:
             for rid, metric, w, cohort, fp, bits, created, attempts, first in rows
         ]
 
-    def _read(self, sql: str) -> list[tuple[object, ...]]:
+    def _read(self, sql: str) -> list[Any]:
         """A read outside a transaction, its failure an ``OutboxError`` like every other."""
         with self._lock:
             try:
@@ -295,7 +300,7 @@ class Outbox:
                 raise OutboxError(f"outbox {self.path}: {exc}") from None
 
     def __len__(self) -> int:
-        return int(self._read("SELECT COUNT(*) FROM outbox")[0][0])  # type: ignore[call-overload]
+        return int(self._read("SELECT COUNT(*) FROM outbox")[0][0])
 
     def begin_send(self, report_ids: Sequence[bytes], window: int) -> None:
         """Record an attempt of these rows in ``window``, before the request leaves."""
@@ -357,17 +362,50 @@ class Outbox:
 
     def counters(self) -> dict[str, int]:
         rows = self._read("SELECT name, n FROM counters")
-        return {str(k): int(v) for k, v in rows}  # type: ignore[call-overload]
+        return {str(k): int(v) for k, v in rows}
 
     # -- the cached config ----------------------------------------------------
 
     def cached_config(self) -> tuple[bytes, float] | None:
         """The last stored GetConfig answer and its fetch time (Unix seconds)."""
         rows = self._read("SELECT answer, fetched FROM config WHERE id = 1")
-        return None if not rows else (bytes(rows[0][0]), float(rows[0][1]))  # type: ignore[arg-type]
+        return None if not rows else (bytes(rows[0][0]), float(rows[0][1]))
 
-    def store_config(self, answer: bytes, fetched: float) -> None:
+    def store_config(
+        self,
+        answer: bytes,
+        fetched: float,
+        *,
+        window_seconds: int | None = None,
+        previous_window_seconds: int | None = None,
+    ) -> None:
+        """Cache ``answer``. With ``window_seconds`` (the answer's collection window), a
+        change of the window's length renumbers the stored windows in the same
+        transaction: a window number means nothing without its length. A claimed window
+        becomes the new window holding its last second (so no new report shares the
+        time it covered); a row tried under the old length is never sent again (the
+        aggregator cannot match ids across the change: it is dropped as unconfirmed).
+        ``previous_window_seconds`` is the length of the cached answer, for an outbox
+        that has not recorded one."""
+
         def body(db: sqlite3.Connection) -> None:
+            if window_seconds is not None:
+                row = db.execute("SELECT seconds FROM window_length WHERE id = 1").fetchone()
+                old = int(row[0]) if row is not None else previous_window_seconds
+                if old is not None and old != window_seconds:
+                    last = "((window + 1) * ? - 1) / ?"  # windows are positive: / floors
+                    args = (old, window_seconds)
+                    db.execute(f"UPDATE claims SET window = {last}", args)
+                    db.execute(
+                        f"UPDATE outbox SET window = {last}, first_attempt_window ="
+                        " CASE WHEN first_attempt_window IS NULL THEN NULL ELSE -1 END",
+                        args,
+                    )
+                db.execute(
+                    "INSERT INTO window_length(id, seconds) VALUES (1, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET seconds = excluded.seconds",
+                    (window_seconds,),
+                )
             db.execute(
                 "INSERT INTO config(id, answer, fetched) VALUES (1, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET answer = excluded.answer,"

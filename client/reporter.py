@@ -48,8 +48,9 @@ Not sent again: a report whose first send attempt lies in an earlier collection
 window, or whose repeat would reach the server after that window ends (the
 aggregator recognises a repeated id only within its window and the one before,
 on the server's clock: copies sent within one window of the device's clock land
-in at most two adjacent server windows, whatever the clocks' offset), and a report of a window older than the metric's disposal age;
-both are dropped and counted (``counters()``: ``unconfirmed``, ``expired``).
+in at most two adjacent server windows, whatever the clocks' offset), and a
+report of a window older than the metric's disposal age; both are dropped and
+counted (``counters()``: ``unconfirmed``, ``expired``).
 Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):
 dropped and counted as ``refused``. Encoded under params the server no longer
 has: ``params_changed``.
@@ -270,7 +271,7 @@ class Reporter:
 
     def _fetch_config(self, timeout: float | None = None) -> DeviceConfig:
         """Fetch, check and cache the shuffler's config; ``_Offline`` when it cannot."""
-        from client.device_config import from_proto
+        from client.device_config import DEFAULT_WINDOW_SECONDS, from_proto
         from client.link import LinkError
         from protos import crowdmix_pb2 as pb
 
@@ -283,7 +284,17 @@ class Reporter:
         except CrowdmixClientError as exc:  # an answer this SDK cannot use
             raise _Offline(f"GetConfig: bad answer: {exc}") from None
         now = self._clock()
-        self._outbox.store_config(raw, now)
+        cached = self._outbox.cached_config()
+        previous = None
+        if cached is not None:  # an outbox from before the window length was recorded
+            try:
+                answer = pb.ConfigResponse.FromString(cached[0])
+                previous = answer.window_seconds or DEFAULT_WINDOW_SECONDS
+            except Exception:  # a damaged cache tells nothing
+                previous = None
+        self._outbox.store_config(
+            raw, now, window_seconds=config.window_seconds, previous_window_seconds=previous
+        )
         self._config, self._config_fetched = config, now
         self._encoders.clear()
         return config
@@ -572,7 +583,7 @@ class Reporter:
             except CrowdmixClientError as exc:  # the outbox cannot be written: keep trying
                 log.warning("the sender could not use the outbox: %s", exc)
                 self.last_error, done = str(exc), False
-            except Exception as exc:  # noqa: BLE001 - a dead sender would end sending silently
+            except Exception as exc:  # a dead sender would end sending silently
                 log.warning(
                     "the sender failed (%s: %s); it tries again later", type(exc).__name__, exc
                 )

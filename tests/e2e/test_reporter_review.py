@@ -10,6 +10,7 @@ answers come from a real gRPC server on loopback that serves them.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -147,7 +148,7 @@ def test_a_skewed_device_never_lands_two_reports_in_one_server_window(
     assert all(n <= 1 for n in _server_windows(store).values()), _server_windows(store)
 
 
-class ConfigServer(crowdmix_pb2_grpc.ShufflerServicer):
+class ConfigServer(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
     """A shuffler that answers GetConfig with a given (bad) answer and stores nothing."""
 
     def __init__(self, answer: pb.ConfigResponse) -> None:
@@ -223,3 +224,42 @@ def test_the_background_sender_survives_an_unexpected_error(tmp_path: Path) -> N
                 time.sleep(0.02)
             assert r.queued == 0, r.last_error
             assert r._thread is not None and r._thread.is_alive()
+
+
+@pytest.mark.parametrize(("before", "after"), [(3600, DAY), (DAY, 3600)])
+def test_a_new_window_length_from_the_server_neither_stalls_nor_drops_reports(
+    tmp_path: Path, before: int, after: int
+) -> None:
+    """Window numbers are stored on the device; from hourly to daily, an hour's number
+    read as a day lies in the far future (the metric never reported again); from daily
+    to hourly, a day's number read as an hour lies in 1972 (a waiting report expired)."""
+    clocks = Clocks(B(D) + 7200.0)
+    app = tmp_path / "app"
+
+    def shuffler(window: int) -> ShufflerHandle:
+        registry = dataclasses.replace(make_registry(min_batch=1), window_seconds=window)
+        return start_shuffler(registry, tokens=frozenset({TOKEN}), clock=clocks.device)
+
+    def reporter(s: ShufflerHandle) -> client.Reporter:
+        return client.Reporter(
+            app,
+            f"127.0.0.1:{s.port}",
+            token=TOKEN,
+            tls=False,
+            sealing="off",
+            background=False,
+            clock=clocks.device,
+        )
+
+    with shuffler(before) as s, reporter(s) as r:
+        assert r.report(OUE, "a") is True and r.flush(timeout=10) == 0  # delivered
+        clocks.t += before  # the next window
+        assert r.report(OUE, "b") is True  # claimed, not sent yet
+        clocks.t += 4000  # past the cached config's hour
+    with shuffler(after) as s, reporter(s) as r:
+        assert r.flush(timeout=10) == 0
+        counters = r.counters()
+        assert counters.get("expired", 0) == 0, counters  # claimed, never tried: sent
+        assert counters["delivered"] == 2
+        clocks.t += 2 * max(before, after)  # well into a later window of either length
+        assert r.report(OUE, "c") is True
