@@ -31,7 +31,9 @@ or after it, never half:
   reaches the server within less than one window of time, so — whatever the
   constant offset between the device's and the server's clocks — in one server
   window or two adjacent ones. Otherwise it is not sent again (a repeat could be
-  counted twice): it is dropped and counted (``unconfirmed``).
+  counted twice): it is dropped and counted (``unconfirmed``). A row dropped for
+  any reason after a try counts the window of the drop as used, as a delivery
+  does (a copy may have arrived).
 - Bounded: at most ``max_reports`` rows and ``max_bytes`` of report payload. When
   full, a new report is refused — ``claim`` returns ``FULL`` and records no claim —
   so the reports already promised are kept (dropping one would lose a claimed
@@ -346,11 +348,28 @@ class Outbox:
         with self._lock, contextlib.suppress(sqlite3.Error):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def drop(self, report_ids: Iterable[bytes], reason: str) -> None:
-        """Delete rows that will never be delivered, counted under ``reason``."""
+    def drop(self, report_ids: Iterable[bytes], reason: str, window: int | None = None) -> None:
+        """Delete rows that will never be delivered, counted under ``reason``. With
+        ``window`` (the current one), a row that was ever tried counts ``window`` as used
+        for its metric, as a delivery does: a copy of it may have reached the shuffler,
+        which filed it under the window it arrived in."""
         ids = list(report_ids)
 
         def body(db: sqlite3.Connection) -> None:
+            if window is not None:
+                tried = [
+                    m
+                    for (m,) in db.execute(
+                        f"SELECT DISTINCT metric FROM outbox WHERE first_attempt_window IS NOT"
+                        f" NULL AND report_id IN ({','.join('?' * len(ids))})",
+                        ids,
+                    )
+                ]
+                db.executemany(
+                    "INSERT INTO claims(metric, window) VALUES (?, ?) "
+                    "ON CONFLICT(metric) DO UPDATE SET window = MAX(window, excluded.window)",
+                    [(m, window) for m in tried],
+                )
             n = 0
             for rid in ids:
                 n += db.execute("DELETE FROM outbox WHERE report_id = ?", (rid,)).rowcount

@@ -374,6 +374,9 @@ class Reporter:
             self._poke()
         return True
 
+    def _window(self, config: DeviceConfig) -> int:
+        return int(self._clock() // config.window_seconds)
+
     def _drop_old(self, config: DeviceConfig) -> None:
         """Drop rows that must not be sent any more (see the module docstring)."""
         now = self._clock()
@@ -391,8 +394,8 @@ class Reporter:
                 # tried in another (device) window: a copy may have reached the server
                 # in a window the aggregator no longer checks against (see client.outbox)
                 unconfirmed.append(row.report.report_id)
-        self._outbox.drop(expired, "expired")
-        self._outbox.drop(unconfirmed, "unconfirmed")
+        self._outbox.drop(expired, "expired", current)
+        self._outbox.drop(unconfirmed, "unconfirmed", current)
 
     # -- sending --------------------------------------------------------------
 
@@ -449,7 +452,9 @@ class Reporter:
                     self._fetch_config(min(self._timeout, remaining))
                     refetched = True
                     continue
-                self._outbox.drop([r.report.report_id for r in stale], "params_changed")
+                self._outbox.drop(
+                    [r.report.report_id for r in stale], "params_changed", self._window(config)
+                )
                 continue
             if self.sealing == "required" and not config.sealed:
                 raise _Offline(f"shuffler {self.target} publishes no aggregator key")
@@ -486,7 +491,7 @@ class Reporter:
                 )
             ]
             if late:
-                self._outbox.drop(late, "unconfirmed")
+                self._outbox.drop(late, "unconfirmed", window)
                 continue
             self._outbox.begin_send(ids, window)
             try:
@@ -502,7 +507,7 @@ class Reporter:
                 log.warning(
                     "shuffler %s refused %d reports for good: %s", self.target, len(rows), exc
                 )
-                self._outbox.drop(ids, "refused")
+                self._outbox.drop(ids, "refused", self._window(config))
                 continue
             self._outbox.acknowledged(ids, int(self._clock() // config.window_seconds))
 

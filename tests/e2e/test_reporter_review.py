@@ -263,3 +263,36 @@ def test_a_new_window_length_from_the_server_neither_stalls_nor_drops_reports(
         assert counters["delivered"] == 2
         clocks.t += 2 * max(before, after)  # well into a later window of either length
         assert r.report(OUE, "c") is True
+
+
+def test_a_dropped_report_that_may_have_arrived_uses_up_its_window(tmp_path: Path) -> None:
+    """Clocks agree here. A report claimed yesterday is tried today; the shuffler stores
+    it and the reply is lost; at the end of today it is dropped (a repeat could arrive
+    tomorrow, past the aggregator's dedupe). Its copy is in today's server window: a
+    new report made today would be a second one there."""
+    clocks = Clocks(B(D - 1) + 100)
+    store = MemoryStore()
+    with (
+        start_shuffler(
+            make_registry(min_batch=1), store, tokens=frozenset({TOKEN}), clock=clocks.device
+        ) as s,
+        LostFirstReply(
+            tmp_path / "app",
+            f"127.0.0.1:{s.port}",
+            token=TOKEN,
+            tls=False,
+            sealing="off",
+            background=False,
+            clock=clocks.device,
+        ) as r,
+    ):
+        assert r.report(OUE, "a") is True  # claimed on day D - 1, not sent then
+        clocks.t = B(D) + 100
+        assert r.flush(timeout=10) == 1  # day D: stored, reply lost
+        clocks.t = B(D + 1) - 5  # a repeat's deadline would fall on day D + 1
+        assert r.flush(timeout=10) == 0
+        assert r.counters().get("unconfirmed") == 1
+        r.report(OUE, "b")
+        r.flush(timeout=10)
+    windows = _server_windows(store)
+    assert all(n <= 1 for n in windows.values()), windows
