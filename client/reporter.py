@@ -335,7 +335,9 @@ class Reporter:
         False when nothing was made: this window's report was made already, an earlier
         one is still waiting to be sent, the outbox is full, or the shuffler was never
         reached (no config yet; call again later). ``ParamsError`` for a metric the
-        server does not know, ``ValueError`` for a value its encoding refuses.
+        server does not know, ``ValueError`` for a value its encoding refuses,
+        ``OutboxError`` when the outbox cannot be written (a full disk, a damaged
+        file): then nothing was claimed.
 
         It uses the cached config; only when there is none, or it has outlived its
         ``cache_seconds``, does it ask the shuffler first (for up to ``CONFIG_WAIT``

@@ -11,6 +11,8 @@ answers come from a real gRPC server on loopback that serves them.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -23,6 +25,7 @@ import client
 from client.device_config import DeviceConfig, to_proto
 from client.link import LinkError
 from client.sealed import PublicKeySet
+from crowdmix.cluster import free_port
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
 from shuffler.memory_store import MemoryStore
@@ -296,3 +299,49 @@ def test_a_dropped_report_that_may_have_arrived_uses_up_its_window(tmp_path: Pat
         r.flush(timeout=10)
     windows = _server_windows(store)
     assert all(n <= 1 for n in windows.values()), windows
+
+
+CLAIMER = """
+import sys, time
+from pathlib import Path
+import client
+app, target, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+r = client.Reporter(app, target, token="app-token-123", tls=False, sealing="off",
+                    background=False)
+while not go.exists():
+    time.sleep(0.001)
+print(r.report("home_page", "x"))
+r.close()
+"""
+
+
+def test_two_processes_on_one_app_dir_claim_one_report(tmp_path: Path) -> None:
+    """Two app processes (say, the app and its widget) share the app directory and
+    report at the same instant: one report is made, the other process is told so."""
+    offline = f"127.0.0.1:{free_port()}"  # nothing listens: the cached config is used
+    with start_shuffler(make_registry(min_batch=1), tokens=frozenset({TOKEN})) as s:
+        for i in range(3):
+            app, go = tmp_path / f"app{i}", tmp_path / f"go{i}"
+            with client.Reporter(
+                app,
+                f"127.0.0.1:{s.port}",
+                token=TOKEN,
+                tls=False,
+                sealing="off",
+                background=False,
+            ) as r:  # caches the config
+                assert r.report(OUE, "a") is True and r.flush(timeout=10) == 0
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "-c", CLAIMER, str(app), offline, str(go)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(2)
+            ]
+            time.sleep(1.0)  # both started and waiting (a late one only makes it easier)
+            go.touch()
+            outs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+            assert outs == ["False", "True"], outs
+            with client.Reporter(app, offline, tls=False, sealing="off", background=False) as r:
+                assert r.queued == 1
