@@ -345,3 +345,36 @@ def test_two_processes_on_one_app_dir_claim_one_report(tmp_path: Path) -> None:
             assert outs == ["False", "True"], outs
             with client.Reporter(app, offline, tls=False, sealing="off", background=False) as r:
                 assert r.queued == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the device takes any params the shuffler serves; it has no ceiling on "
+    "the ε of what it sends (see the review report)",
+)
+def test_a_shuffler_cannot_serve_params_that_send_the_value_in_the_clear(
+    tmp_path: Path,
+) -> None:
+    """RAPPOR with f = 0, p = 0, q = 1 is the value's Bloom filter itself (ε = ∞). The
+    client trusts nobody: a served config must not be able to switch its privacy off,
+    as a shuffler without keys cannot switch sealing off."""
+    from client.params import RapporParams
+    from client.registry import MetricConfig
+    from tests.shuffler.helpers import RAPPOR
+
+    answer = _good_answer()
+    for m in answer.metrics:
+        if m.name == RAPPOR:
+            m.rappor.f, m.rappor.p, m.rappor.q = 0.0, 0.0, 1.0
+            params = RapporParams(k=m.rappor.k, h=m.rappor.h, m=m.rappor.m, f=0.0, p=0.0, q=1.0)
+            m.params_fingerprint = MetricConfig(name=RAPPOR, rappor=params).fingerprint
+    server, target = _serve(answer)
+    try:
+        with client.Reporter(
+            tmp_path / "app", target, token=TOKEN, tls=False, sealing="off", background=False
+        ) as r:
+            with pytest.raises(client.ParamsError):
+                r.report(RAPPOR, "example.com")
+            assert r.queued == 0
+    finally:
+        server.stop(None)
