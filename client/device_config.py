@@ -19,7 +19,7 @@ from client.basic import BasicParams
 from client.errors import ParamsError
 from client.histogram import HistogramParams
 from client.params import RapporParams
-from client.registry import MetricConfig, Registry
+from client.registry import MIN_WINDOW_SECONDS, MetricConfig, Registry
 from client.sealed import PROTOCOL_VERSION, PublicKeyConfig, PublicKeySet
 from protos import crowdmix_pb2 as pb
 
@@ -184,6 +184,13 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
     """The answer as a ``DeviceConfig``; ``ParamsError`` when it is inconsistent."""
     if message.protocol != PROTOCOL_VERSION:
         raise ParamsError(f"unsupported sealing protocol version {message.protocol}")
+    if message.window_seconds and message.window_seconds < MIN_WINDOW_SECONDS:
+        # the device claims one report per metric per window: a server must not be able
+        # to draw one every second (each basic report composes; see client.privacy)
+        raise ParamsError(
+            f"window_seconds {message.window_seconds} is below the shortest collection "
+            f"window ({MIN_WINDOW_SECONDS} s)"
+        )
     metrics = {m.name: _metric_from_proto(m) for m in message.metrics}
     keys = PublicKeySet(
         tuple(

@@ -26,9 +26,14 @@ or after it, never half:
   acknowledged them. A killed process therefore re-sends, after its restart, the
   rows whose acknowledgement it did not record — with the same report ids: the
   aggregator counts an id once in its window and the one before, so a repeat is
-  dropped there. A row whose first attempt lies more than one window back is not
-  sent again (a repeat could then be counted twice): it is dropped and counted
-  (``unconfirmed``).
+  dropped there. A row is sent again only within the (device) window of its first
+  attempt, and only when the request's deadline lies in it too: every copy then
+  reaches the server within less than one window of time, so — whatever the
+  constant offset between the device's and the server's clocks — in one server
+  window or two adjacent ones. Otherwise it is not sent again (a repeat could be
+  counted twice): it is dropped and counted (``unconfirmed``). A row dropped for
+  any reason after a try counts the window of the drop as used, as a delivery
+  does (a copy may have arrived).
 - Bounded: at most ``max_reports`` rows and ``max_bytes`` of report payload. When
   full, a new report is refused — ``claim`` returns ``FULL`` and records no claim —
   so the reports already promised are kept (dropping one would lose a claimed
@@ -55,6 +60,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from client.errors import CrowdmixClientError
 from client.report import Report, make_report
@@ -85,6 +91,10 @@ CREATE TABLE IF NOT EXISTS config (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     answer BLOB NOT NULL,
     fetched REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS window_length (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seconds INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
@@ -258,15 +268,17 @@ class Outbox:
         ]
 
     def older(self, window: int, attempt_window: int) -> list[PendingReport]:
-        """Rows claimed in ``window`` or before, or first tried before ``attempt_window``:
-        the candidates for dropping (indexed, so a large outbox is not read whole)."""
+        """Rows claimed in ``window`` or before, or first tried in a window other than
+        ``attempt_window``: the candidates for dropping (indexed, so a large outbox is
+        not read whole)."""
         with self._lock:
             try:
                 rows = self._db.execute(
                     "SELECT report_id, metric, window, cohort, fingerprint, bits, created,"
                     " attempts, first_attempt_window FROM outbox"
-                    " WHERE window <= ? OR first_attempt_window < ? ORDER BY seq",
-                    (window, attempt_window),
+                    " WHERE window <= ? OR first_attempt_window < ? OR first_attempt_window > ?"
+                    " ORDER BY seq",
+                    (window, attempt_window, attempt_window),
                 ).fetchall()
             except sqlite3.Error as exc:
                 raise OutboxError(f"outbox {self.path}: {exc}") from None
@@ -281,9 +293,16 @@ class Outbox:
             for rid, metric, w, cohort, fp, bits, created, attempts, first in rows
         ]
 
-    def __len__(self) -> int:
+    def _read(self, sql: str) -> list[Any]:
+        """A read outside a transaction, its failure an ``OutboxError`` like every other."""
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+            try:
+                return list(self._db.execute(sql).fetchall())
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+
+    def __len__(self) -> int:
+        return int(self._read("SELECT COUNT(*) FROM outbox")[0][0])
 
     def begin_send(self, report_ids: Sequence[bytes], window: int) -> None:
         """Record an attempt of these rows in ``window``, before the request leaves."""
@@ -329,11 +348,28 @@ class Outbox:
         with self._lock, contextlib.suppress(sqlite3.Error):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def drop(self, report_ids: Iterable[bytes], reason: str) -> None:
-        """Delete rows that will never be delivered, counted under ``reason``."""
+    def drop(self, report_ids: Iterable[bytes], reason: str, window: int | None = None) -> None:
+        """Delete rows that will never be delivered, counted under ``reason``. With
+        ``window`` (the current one), a row that was ever tried counts ``window`` as used
+        for its metric, as a delivery does: a copy of it may have reached the shuffler,
+        which filed it under the window it arrived in."""
         ids = list(report_ids)
 
         def body(db: sqlite3.Connection) -> None:
+            if window is not None:
+                tried = [
+                    m
+                    for (m,) in db.execute(
+                        f"SELECT DISTINCT metric FROM outbox WHERE first_attempt_window IS NOT"
+                        f" NULL AND report_id IN ({','.join('?' * len(ids))})",
+                        ids,
+                    )
+                ]
+                db.executemany(
+                    "INSERT INTO claims(metric, window) VALUES (?, ?) "
+                    "ON CONFLICT(metric) DO UPDATE SET window = MAX(window, excluded.window)",
+                    [(m, window) for m in tried],
+                )
             n = 0
             for rid in ids:
                 n += db.execute("DELETE FROM outbox WHERE report_id = ?", (rid,)).rowcount
@@ -344,19 +380,51 @@ class Outbox:
             self._checkpoint()
 
     def counters(self) -> dict[str, int]:
-        with self._lock:
-            return {str(k): int(v) for k, v in self._db.execute("SELECT name, n FROM counters")}
+        rows = self._read("SELECT name, n FROM counters")
+        return {str(k): int(v) for k, v in rows}
 
     # -- the cached config ----------------------------------------------------
 
     def cached_config(self) -> tuple[bytes, float] | None:
         """The last stored GetConfig answer and its fetch time (Unix seconds)."""
-        with self._lock:
-            row = self._db.execute("SELECT answer, fetched FROM config WHERE id = 1").fetchone()
-        return None if row is None else (bytes(row[0]), float(row[1]))
+        rows = self._read("SELECT answer, fetched FROM config WHERE id = 1")
+        return None if not rows else (bytes(rows[0][0]), float(rows[0][1]))
 
-    def store_config(self, answer: bytes, fetched: float) -> None:
+    def store_config(
+        self,
+        answer: bytes,
+        fetched: float,
+        *,
+        window_seconds: int | None = None,
+        previous_window_seconds: int | None = None,
+    ) -> None:
+        """Cache ``answer``. With ``window_seconds`` (the answer's collection window), a
+        change of the window's length renumbers the stored windows in the same
+        transaction: a window number means nothing without its length. A claimed window
+        becomes the new window holding its last second (so no new report shares the
+        time it covered); a row tried under the old length is never sent again (the
+        aggregator cannot match ids across the change: it is dropped as unconfirmed).
+        ``previous_window_seconds`` is the length of the cached answer, for an outbox
+        that has not recorded one."""
+
         def body(db: sqlite3.Connection) -> None:
+            if window_seconds is not None:
+                row = db.execute("SELECT seconds FROM window_length WHERE id = 1").fetchone()
+                old = int(row[0]) if row is not None else previous_window_seconds
+                if old is not None and old != window_seconds:
+                    last = "((window + 1) * ? - 1) / ?"  # windows are positive: / floors
+                    args = (old, window_seconds)
+                    db.execute(f"UPDATE claims SET window = {last}", args)
+                    db.execute(
+                        f"UPDATE outbox SET window = {last}, first_attempt_window ="
+                        " CASE WHEN first_attempt_window IS NULL THEN NULL ELSE -1 END",
+                        args,
+                    )
+                db.execute(
+                    "INSERT INTO window_length(id, seconds) VALUES (1, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET seconds = excluded.seconds",
+                    (window_seconds,),
+                )
             db.execute(
                 "INSERT INTO config(id, answer, fetched) VALUES (1, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET answer = excluded.answer,"

@@ -60,6 +60,8 @@ __all__ = ["MetricConfig", "Registry", "RegistryError", "ShufflePolicy", "load_r
 DAEMON_TABLES = ("shuffler", "aggregator")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+#: The shortest collection window: finer windows would identify reports by time.
+MIN_WINDOW_SECONDS = 3600
 
 
 class RegistryError(ParamsError):
@@ -310,9 +312,9 @@ def parse_registry(data: dict[str, Any]) -> Registry:
     if unknown:
         raise RegistryError(f"unknown collection field(s) {sorted(unknown)}")
     window = collection.get("window_seconds", 86400)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 3600:
+    if isinstance(window, bool) or not isinstance(window, int) or window < MIN_WINDOW_SECONDS:
         raise RegistryError(
-            f"collection.window_seconds must be an integer of at least 3600 "
+            f"collection.window_seconds must be an integer of at least {MIN_WINDOW_SECONDS} "
             f"(finer windows would identify reports by time), got {window!r}"
         )
     return Registry(metrics=metrics, window_seconds=window)

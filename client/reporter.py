@@ -44,10 +44,13 @@ see ``client.privacy``), never the value; and whoever can read the app's storage
 can read ``app_dir/secret`` and the app's own data (the setting itself) anyway.
 Rows are deleted with SQLite's ``secure_delete`` once acknowledged.
 
-Not sent again: a report whose first send attempt lies more than one collection
-window back (the aggregator recognises a repeated id only within its window and
-the next one), and a report of a window older than the metric's disposal age;
-both are dropped and counted (``counters()``: ``unconfirmed``, ``expired``).
+Not sent again: a report whose first send attempt lies in an earlier collection
+window, or whose repeat would reach the server after that window ends (the
+aggregator recognises a repeated id only within its window and the one before,
+on the server's clock: copies sent within one window of the device's clock land
+in at most two adjacent server windows, whatever the clocks' offset), and a
+report of a window older than the metric's disposal age; both are dropped and
+counted (``counters()``: ``unconfirmed``, ``expired``).
 Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):
 dropped and counted as ``refused``. Encoded under params the server no longer
 has: ``params_changed``.
@@ -268,7 +271,7 @@ class Reporter:
 
     def _fetch_config(self, timeout: float | None = None) -> DeviceConfig:
         """Fetch, check and cache the shuffler's config; ``_Offline`` when it cannot."""
-        from client.device_config import from_proto
+        from client.device_config import DEFAULT_WINDOW_SECONDS, from_proto
         from client.link import LinkError
         from protos import crowdmix_pb2 as pb
 
@@ -281,7 +284,17 @@ class Reporter:
         except CrowdmixClientError as exc:  # an answer this SDK cannot use
             raise _Offline(f"GetConfig: bad answer: {exc}") from None
         now = self._clock()
-        self._outbox.store_config(raw, now)
+        cached = self._outbox.cached_config()
+        previous = None
+        if cached is not None:  # an outbox from before the window length was recorded
+            try:
+                answer = pb.ConfigResponse.FromString(cached[0])
+                previous = answer.window_seconds or DEFAULT_WINDOW_SECONDS
+            except Exception:  # a damaged cache tells nothing
+                previous = None
+        self._outbox.store_config(
+            raw, now, window_seconds=config.window_seconds, previous_window_seconds=previous
+        )
         self._config, self._config_fetched = config, now
         self._encoders.clear()
         return config
@@ -322,7 +335,9 @@ class Reporter:
         False when nothing was made: this window's report was made already, an earlier
         one is still waiting to be sent, the outbox is full, or the shuffler was never
         reached (no config yet; call again later). ``ParamsError`` for a metric the
-        server does not know, ``ValueError`` for a value its encoding refuses.
+        server does not know, ``ValueError`` for a value its encoding refuses,
+        ``OutboxError`` when the outbox cannot be written (a full disk, a damaged
+        file): then nothing was claimed.
 
         It uses the cached config; only when there is none, or it has outlived its
         ``cache_seconds``, does it ask the shuffler first (for up to ``CONFIG_WAIT``
@@ -361,6 +376,9 @@ class Reporter:
             self._poke()
         return True
 
+    def _window(self, config: DeviceConfig) -> int:
+        return int(self._clock() // config.window_seconds)
+
     def _drop_old(self, config: DeviceConfig) -> None:
         """Drop rows that must not be sent any more (see the module docstring)."""
         now = self._clock()
@@ -370,14 +388,16 @@ class Reporter:
         # every row that can have expired was claimed in this window or before
         bound = int((now - youngest_age) // ws) if youngest_age else -1
         expired, unconfirmed = [], []
-        for row in self._outbox.older(bound, current - 1):
+        for row in self._outbox.older(bound, current):
             age = config.disposal_seconds.get(row.report.metric)
             if age and (row.window + 1) * ws + age <= now:
                 expired.append(row.report.report_id)
-            elif row.first_attempt_window is not None and current > row.first_attempt_window + 1:
+            elif row.first_attempt_window is not None and row.first_attempt_window != current:
+                # tried in another (device) window: a copy may have reached the server
+                # in a window the aggregator no longer checks against (see client.outbox)
                 unconfirmed.append(row.report.report_id)
-        self._outbox.drop(expired, "expired")
-        self._outbox.drop(unconfirmed, "unconfirmed")
+        self._outbox.drop(expired, "expired", current)
+        self._outbox.drop(unconfirmed, "unconfirmed", current)
 
     # -- sending --------------------------------------------------------------
 
@@ -434,7 +454,9 @@ class Reporter:
                     self._fetch_config(min(self._timeout, remaining))
                     refetched = True
                     continue
-                self._outbox.drop([r.report.report_id for r in stale], "params_changed")
+                self._outbox.drop(
+                    [r.report.report_id for r in stale], "params_changed", self._window(config)
+                )
                 continue
             if self.sealing == "required" and not config.sealed:
                 raise _Offline(f"shuffler {self.target} publishes no aggregator key")
@@ -453,9 +475,29 @@ class Reporter:
                     continue
                 raise _Offline(str(exc)) from None
             ids = [r.report.report_id for r in rows]
-            self._outbox.begin_send(ids, int(self._clock() // config.window_seconds))
+            submit_timeout = min(self._timeout, max(deadline - time.monotonic(), 0.1))
+            now = self._clock()
+            window = int(now // config.window_seconds)
+            # a repeat goes out only if it reaches the server within the window of its
+            # first attempt, deadline included (the wait for a connection came after
+            # _drop_old's look): every copy of a report then lies less than one window
+            # apart, where the aggregator dedupes it whatever the clocks' offset
+            late = [
+                r.report.report_id
+                for r in rows
+                if r.first_attempt_window is not None
+                and not (
+                    r.first_attempt_window
+                    == window
+                    == int((now + submit_timeout) // config.window_seconds)
+                )
+            ]
+            if late:
+                self._outbox.drop(late, "unconfirmed", window)
+                continue
+            self._outbox.begin_send(ids, window)
             try:
-                self._submit(request, min(self._timeout, max(remaining, 0.1)))
+                self._submit(request, submit_timeout)
             except LinkError as exc:
                 outdated = exc.code == "FAILED_PRECONDITION" or exc.code == "INVALID_ARGUMENT"
                 if outdated and not refetched:
@@ -467,7 +509,7 @@ class Reporter:
                 log.warning(
                     "shuffler %s refused %d reports for good: %s", self.target, len(rows), exc
                 )
-                self._outbox.drop(ids, "refused")
+                self._outbox.drop(ids, "refused", self._window(config))
                 continue
             self._outbox.acknowledged(ids, int(self._clock() // config.window_seconds))
 
@@ -548,6 +590,11 @@ class Reporter:
             except CrowdmixClientError as exc:  # the outbox cannot be written: keep trying
                 log.warning("the sender could not use the outbox: %s", exc)
                 self.last_error, done = str(exc), False
+            except Exception as exc:  # a dead sender would end sending silently
+                log.warning(
+                    "the sender failed (%s: %s); it tries again later", type(exc).__name__, exc
+                )
+                self.last_error, done = f"{type(exc).__name__}: {exc}", False
             if done:
                 self._failures = 0
                 delay = None  # idle until a report is made or the network returns

@@ -152,3 +152,29 @@ def test_the_reporter_bounds_its_outbox_by_default() -> None:
     params = inspect.signature(Reporter).parameters
     assert params["max_reports"].default == 1000 and params["max_bytes"].default == 1 << 20
     assert params["sealing"].default == "required"
+
+
+def test_a_new_window_length_renumbers_claims_and_rows_in_one_transaction(
+    tmp_path: Path,
+) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.store_config(b"a", 1.0, window_seconds=3600)
+    hour = 490_000  # an hour's number; as a day it would lie in the year 3300
+    assert box.claim("m", hour, _report) is Claim.MADE
+    assert box.claim("n", hour, lambda: _report("n")) is Claim.MADE
+    (_, tried) = box.pending()
+    box.begin_send([tried.report.report_id], hour)
+    box.store_config(b"b", 2.0, window_seconds=3600)  # same length: nothing moves
+    assert box.last_window("m") == hour
+    box.store_config(b"c", 3.0, window_seconds=86400)
+    day = ((hour + 1) * 3600 - 1) // 86400  # the day holding the hour's last second
+    assert box.last_window("m") == box.last_window("n") == day
+    untried, tried = box.pending()
+    assert (untried.window, untried.first_attempt_window) == (day, None)
+    # tried under the old length: the aggregator cannot match its id across the change
+    assert (tried.window, tried.first_attempt_window) == (day, -1)
+    # an outbox that never recorded a length takes the cached answer's
+    old = Outbox(tmp_path / "old.db")
+    assert old.claim("m", 20_000, _report) is Claim.MADE
+    old.store_config(b"x", 1.0, window_seconds=3600, previous_window_seconds=86400)
+    assert old.last_window("m") == (20_001 * 86400 - 1) // 3600
