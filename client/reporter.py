@@ -548,6 +548,12 @@ class Reporter:
         """Reports claimed and not yet acknowledged."""
         return len(self._outbox)
 
+    @property
+    def failed_attempts(self) -> int:
+        """The background sender's failed attempts in a row (0 after a success or
+        ``network_available``): its backoff grows with this."""
+        return self._failures
+
     def counters(self) -> dict[str, int]:
         """Reports delivered, and those that left without delivery, by reason."""
         return self._outbox.counters()
