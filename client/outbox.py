@@ -14,7 +14,8 @@ The promises, each one SQLite transaction (``BEGIN IMMEDIATE``, WAL journal,
 ``synchronous=FULL``), so a process killed at any instant leaves the state before
 or after it, never half:
 
-- ``claim``: the claim *and* the report are written together, or neither is. A
+- ``claim``: the claim *and* the report are written together, or neither is (a
+  shuffled histogram's real report and its fakes: all of them, or none). A
   metric gets a new report only when its last used window is older than the
   current one **and** it has no report still waiting: a device that is offline for
   days holds one report per metric and delivers it late, never a backlog of one per

@@ -22,6 +22,13 @@ The app names the metric and the value, nothing else:
   acknowledged it, and keeps its report id through every retry, across restarts.
   A process killed at any moment loses no claimed report and never makes a second
   one for a window.
+- **Shuffled histograms** (``client.histogram``): the real report and its
+  Binomial(m, q) fakes (coins from the CSPRNG) are one claim — made, stored,
+  sent in ONE Submit call (the shuffler's per-call cap of 1 + m and the device
+  bound assume one call per device), and deleted on its acknowledgement
+  together, each with its own report id through every retry. A metric never has
+  two claims waiting, so its rows in the outbox are its group. Such a metric
+  must be sealed: with ``sealing="off"`` ``report`` raises ``ParamsError``.
 - **The device secret** (which keys the permanent randomized response and picks
   the cohort) is made once, in ``app_dir/secret`` (0600).
 - **A background sender** tries when a report is made, then with exponential

@@ -8,6 +8,17 @@ fingerprint) and releases a batch when
   since it became non-empty here or since its last release, or
 - the daemon is shutting down and at least ``min_batch`` are pending.
 
+A metric with ``release = "window"`` (a shuffled histogram's default: the
+analyst's crowd is its smallest batch) is released differently: nothing of a
+window while it runs, nor at shut-down; once the window ended
+``release_grace_seconds`` ago, everything pending in it goes in ONE batch (at
+least ``min_batch``), never cut at ``max_batch``. Reports are filed under the
+window in which they were stored (``shuffler.commit``); a write landing after
+its window's release waits in that queue and leaves as a later batch once it
+reaches ``min_batch``. Only a window larger than one aggregator batch carries
+(``client.registry.window_batch_limit``) is split, into equal parts, with an
+error in the log.
+
 Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
 the threshold atomically, so concurrent shuffler processes cannot leave a
 small remainder to each other. Waiting for ``max_delay`` rather than releasing

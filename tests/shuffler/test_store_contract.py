@@ -287,6 +287,15 @@ def test_a_window_metric_is_released_whole_once_its_window_and_grace_are_over(
     assert sorted(report_ids(hist[0].chunk).tolist()) == list(range(250))
     assert store.pending(HIST) == {} and store.inflight_ids(HIST) == []
 
+    # a write for the window that lands after its release (a clock behind by more than
+    # the grace): held below min_batch, then a second batch once it reaches it
+    store.append([PendingWrite.of(HIST, key, unique_chunk(6, 500))])
+    assert releaser.run_once(never) == 0 and store.pending(HIST) == {key: 6}
+    store.append([PendingWrite.of(HIST, key, unique_chunk(6, 506))])
+    assert releaser.run_once(never) == 1
+    late = [b for b in sent if b.metric == HIST][1:]
+    assert [sorted(report_ids(b.chunk).tolist()) for b in late] == [list(range(500, 512))]
+
     # the next window: fewer than min_batch is never released, due or not
     nxt = QueueKey(window=window + 1, fingerprint=key.fingerprint)
     store.append([PendingWrite.of(HIST, nxt, unique_chunk(9, 1000))])
