@@ -12,6 +12,8 @@ that this test SIGKILLs.
 - The shuffler releases nothing of the histogram while its window runs, then the
   whole window in one batch once the window and its grace period are over; a
   RAPPOR metric on the same shuffler still goes out in batches of ``max_batch``.
+- A shuffler shut down mid-window releases nothing of it; the next one started on
+  the same Redis releases the window whole once it is over.
 - The aggregator's count per bucket equals what the devices' outboxes held (real
   and fake reports alike), exactly.
 - A device killed after the shuffler acknowledged its group, before its outbox
@@ -207,6 +209,38 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     assert load_batch_sizes(system.counts, HIST) == [total]  # ONE batch: the window
     assert system.hist_counts() == sent.tolist()  # real + fake, exactly
     assert system.store.pending(HIST) == {} and system.store.inflight_ids(HIST) == []
+
+
+def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_whole(
+    system: System, tmp_path: Path
+) -> None:
+    """README: a window is not released when the shuffler shuts down; with Redis it
+    waits for the next start."""
+    sent = np.zeros(D, dtype=np.int64)
+    for i in range(5):  # min_batch is 5: enough whatever the fakes
+        with client.Reporter(
+            tmp_path / f"dev{i}", system.target, token=TOKEN, tls=False, background=False
+        ) as r:
+            assert r.report(HIST, i)
+            sent += _sent(r._outbox.rows_of(HIST))
+            assert r.flush(timeout=20) == 0
+    total = int(sent.sum())
+    system.shuffler.stop()  # SIGTERM's path: the final release pass runs
+    assert system.counted(HIST) == 0
+    assert sum(system.store.pending(HIST).values()) == total
+    with start_shuffler(
+        system.registry,
+        RedisStore(system.store._url),
+        f"127.0.0.1:{system.aggregator.port}",
+        settings=ShufflerSettings(public_keys=str(tmp_path / "public.json")),
+        tokens=frozenset({TOKEN}),
+        clock=lambda: system.now[0],
+        owns_store=True,
+    ):
+        system.end_window()
+        assert _wait(lambda: system.counted(HIST) == total)
+        assert load_batch_sizes(system.counts, HIST) == [total]
+        assert system.hist_counts() == sent.tolist()
 
 
 def test_sealing_off_is_refused_for_a_histogram_metric(system: System, tmp_path: Path) -> None:
