@@ -42,7 +42,9 @@ from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from aggregator.store import load_batch_sizes, load_counts, open_store
 from aggregator.store.base import CountStore
 from client.errors import ParamsError
+from client.histogram import HistogramEncoder
 from client.params import RapporParams
+from client.randomness import shared_secure_bits
 from client.rappor import RapporEncoder
 from client.registry import Registry, parse_registry
 from client.transport import ShufflerClient
@@ -262,6 +264,10 @@ def test_a_full_outbox_counts_every_row_of_a_group(system: System, tmp_path: Pat
             app, system.target, token=TOKEN, tls=False, background=False, max_reports=1
         ) as r:
             made = r.report(HIST, 2)
+            # the coins of the real report and the fakes: the process's CSPRNG source
+            (encoder,) = r._encoders.values()
+            assert isinstance(encoder, HistogramEncoder)
+            assert encoder._rand is shared_secure_bits()
             rows = r._outbox.rows_of(HIST)
             assert (made, len(rows)) in ((True, 1), (False, 0))
             if not made:
