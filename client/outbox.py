@@ -14,7 +14,8 @@ The promises, each one SQLite transaction (``BEGIN IMMEDIATE``, WAL journal,
 ``synchronous=FULL``), so a process killed at any instant leaves the state before
 or after it, never half:
 
-- ``claim``: the claim *and* the report are written together, or neither is. A
+- ``claim``: the claim *and* the report are written together, or neither is (a
+  shuffled histogram's real report and its fakes: all of them, or none). A
   metric gets a new report only when its last used window is older than the
   current one **and** it has no report still waiting: a device that is offline for
   days holds one report per metric and delivers it late, never a backlog of one per
@@ -194,9 +195,15 @@ class Outbox:
 
     # -- claiming -------------------------------------------------------------
 
-    def claim(self, metric: str, window: int, make: Callable[[], Report]) -> Claim:
+    def claim(
+        self, metric: str, window: int, make: Callable[[], Report | Sequence[Report]]
+    ) -> Claim:
         """If ``metric`` may report in ``window``: call ``make()`` (encode) and store its
-        report with the claim, in one transaction. ``make`` raising stores nothing."""
+        report — or its reports: a shuffled histogram's real report and its fakes, a
+        *group* — with the claim, in one transaction. ``make`` raising stores nothing.
+        The bounds count every row of a group; a group that does not fit is refused
+        whole. A metric has at most one claim waiting, so its rows are its group
+        (``rows_of``): sent in one request and deleted together."""
 
         def body(db: sqlite3.Connection) -> Claim:
             row = db.execute("SELECT window FROM claims WHERE metric = ?", (metric,)).fetchone()
@@ -207,23 +214,33 @@ class Outbox:
             n, size = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(LENGTH(bits) + LENGTH(metric)), 0) FROM outbox"
             ).fetchone()
-            report = make()
-            cost = len(report.bits) + len(metric.encode()) + ROW_OVERHEAD
-            if n + 1 > self.max_reports or size + n * ROW_OVERHEAD + cost > self.max_bytes:
+            made = make()
+            reports = [made] if isinstance(made, Report) else list(made)
+            if not reports:
+                raise ValueError(f"metric {metric!r}: the encoder made no report")
+            cost = sum(len(r.bits) + len(metric.encode()) + ROW_OVERHEAD for r in reports)
+            if (
+                n + len(reports) > self.max_reports
+                or size + n * ROW_OVERHEAD + cost > self.max_bytes
+            ):
                 self._count(db, "refused_full", 1)
                 return Claim.FULL
-            db.execute(
+            created = int(self._clock())
+            db.executemany(
                 "INSERT INTO outbox(report_id, metric, window, cohort, fingerprint, bits, created)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    report.report_id,
-                    metric,
-                    window,
-                    report.cohort,
-                    _signed(report.params_fingerprint),
-                    report.bits,
-                    int(self._clock()),
-                ),
+                [
+                    (
+                        r.report_id,
+                        metric,
+                        window,
+                        r.cohort,
+                        _signed(r.params_fingerprint),
+                        r.bits,
+                        created,
+                    )
+                    for r in reports
+                ],
             )
             db.execute(
                 "INSERT INTO claims(metric, window) VALUES (?, ?) "
@@ -265,6 +282,29 @@ class Outbox:
                 first_attempt_window=first,
             )
             for rid, metric, window, cohort, fp, bits, created, attempts, first in rows
+        ]
+
+    def rows_of(self, metric: str) -> list[PendingReport]:
+        """Every waiting row of ``metric``, in the order made: its one claim's report or
+        group (a metric never has two claims waiting)."""
+        with self._lock:
+            try:
+                rows = self._db.execute(
+                    "SELECT report_id, metric, window, cohort, fingerprint, bits, created,"
+                    " attempts, first_attempt_window FROM outbox WHERE metric = ? ORDER BY seq",
+                    (metric,),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+        return [
+            PendingReport(
+                report=make_report(m, cohort, bits, fp % _U64, rid),
+                window=w,
+                created=created,
+                attempts=attempts,
+                first_attempt_window=first,
+            )
+            for rid, m, w, cohort, fp, bits, created, attempts, first in rows
         ]
 
     def older(self, window: int, attempt_window: int) -> list[PendingReport]:

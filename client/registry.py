@@ -30,6 +30,12 @@
     local_epsilon = 9.0            # optional k-RR on the real report
     honest_fraction = 1.0          # share of other devices assumed honest (statement)
 
+    [metrics.app_screen.shuffle]   # a histogram is released once per window:
+    release = "window"             # the default for histograms ("max_batch": opt out)
+    release_grace_seconds = 300    # after the window's end, for late writes
+    max_batch = 2000000            # the reports a window may hold (default and ceiling:
+                                   # what one aggregator batch carries, window_batch_limit)
+
     [collection]
     window_seconds = 86400         # counts are kept per window (a day by default)
 
@@ -47,13 +53,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from client.basic import MECHANISMS, BasicParams
+from client.basic import MECHANISMS, BasicParams, index_bytes
 from client.errors import ParamsError
 from client.histogram import ENCODING as HISTOGRAM
 from client.histogram import HistogramParams
 from client.params import HASHINGS, Hashing, RapporParams
 
-__all__ = ["MetricConfig", "Registry", "RegistryError", "ShufflePolicy", "load_registry"]
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_REPORTS",
+    "MetricConfig",
+    "Registry",
+    "RegistryError",
+    "ShufflePolicy",
+    "load_registry",
+    "window_batch_limit",
+]
 
 # Top-level tables that hold daemon settings, not metrics: [shuffler] is read by
 # shuffler.config, [aggregator] is reserved for the aggregator's settings.
@@ -62,6 +77,27 @@ DAEMON_TABLES = ("shuffler", "aggregator")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 #: The shortest collection window: finer windows would identify reports by time.
 MIN_WINDOW_SECONDS = 3600
+
+#: The most reports the aggregator counts in one batch (in one piece, in memory).
+MAX_BATCH_REPORTS = 10_000_000
+#: The largest Ingest message the aggregator accepts by default (its gRPC receive limit).
+MAX_BATCH_BYTES = 256 << 20
+#: Wire bytes a sealed report costs in an Ingest message beyond its sealed value: its
+#: key id (a varint, at most 5 bytes) and a margin for the message's framing.
+_SEALED_ROW_OVERHEAD = 8
+#: How a metric's reports are released: by ``max_batch``/``max_delay_seconds``, or the
+#: whole collection window in one batch after it ends (shuffled histograms).
+RELEASES = ("max_batch", "window")
+
+
+def window_batch_limit(report_bytes: int) -> int:
+    """The most sealed reports of ``report_bytes`` bytes one aggregator batch carries:
+    ``MAX_BATCH_REPORTS``, or fewer when their sealed values would pass
+    ``MAX_BATCH_BYTES`` (the ceiling of a window released in one batch)."""
+    from client.sealed import sealed_length
+
+    per_report = sealed_length(report_bytes) + _SEALED_ROW_OVERHEAD
+    return min(MAX_BATCH_REPORTS, MAX_BATCH_BYTES // per_report)
 
 
 class RegistryError(ParamsError):
@@ -77,8 +113,18 @@ class ShufflePolicy:
     max_delay_seconds: float = 60.0
     drop_probability: float = 0.0
     disposal_days: float = 30.0
+    #: "max_batch": release batches of up to ``max_batch`` (after ``max_delay_seconds``);
+    #: "window": release each collection window once, whole, ``release_grace_seconds``
+    #: after it ends (shuffled histograms only; their default in a registry file)
+    release: str = "max_batch"
+    release_grace_seconds: float = 300.0
 
     def __post_init__(self) -> None:
+        if self.release not in RELEASES:
+            raise ParamsError(f"release must be one of {RELEASES}, got {self.release!r}")
+        g = self.release_grace_seconds
+        if isinstance(g, bool) or not isinstance(g, int | float) or not 0.0 <= g < math.inf:
+            raise ParamsError(f"release_grace_seconds must be a number >= 0, got {g!r}")
         for name in ("min_batch", "max_batch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -126,6 +172,10 @@ class MetricConfig:
         if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 < h <= 1.0:
             raise ParamsError(f"metric {self.name!r}: honest_fraction must be in (0, 1], got {h!r}")
         object.__setattr__(self, "honest_fraction", float(h))
+        if self.shuffle.release == "window" and self.histogram is None:
+            raise ParamsError(
+                f"metric {self.name!r}: release = 'window' is for shuffled histograms only"
+            )
         if self.rappor is not None:
             self.rappor.check_hashing(self.hashing)
             fp = self.rappor.fingerprint(self.hashing)
@@ -226,6 +276,37 @@ def _domain_of(where: str, table: dict[str, Any]) -> tuple[tuple[str, ...] | Non
 _SHUFFLE_KEYS = set(ShufflePolicy.__dataclass_fields__)
 
 
+def _histogram_shuffle(
+    where: str, table: dict[str, Any], shuffle_t: dict[str, Any]
+) -> dict[str, Any]:
+    """A histogram's shuffle table with its defaults: released per window, and
+    ``max_batch`` (the reports a window may hold) at most, and by default, what one
+    aggregator batch carries — a window is never split by ``max_batch``."""
+    out = dict(shuffle_t)
+    release = out.setdefault("release", "window")
+    if release != "window":
+        if "release_grace_seconds" in out:
+            raise RegistryError(f"{where}: release_grace_seconds is for release = 'window'")
+        return out
+    size = table.get("domain_size", 2)
+    domain = table.get("domain")
+    if isinstance(domain, list):
+        size = len(domain)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+        return out  # HistogramParams names the error
+    limit = window_batch_limit(index_bytes(size))
+    max_batch = out.setdefault("max_batch", max(limit, out.get("min_batch", 1)))
+    if isinstance(max_batch, int) and not isinstance(max_batch, bool) and max_batch > limit:
+        raise RegistryError(
+            f"{where}: max_batch {max_batch} (the reports a window may hold) exceeds "
+            f"what one aggregator batch carries ({limit} sealed reports of this metric: "
+            f"{MAX_BATCH_REPORTS} reports or {MAX_BATCH_BYTES >> 20} MiB); a window is "
+            f"released in one batch, so use a shorter collection window or "
+            f'release = "max_batch"'
+        )
+    return out
+
+
 def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
     where = f"metric {name!r}"
     if not isinstance(table, dict):
@@ -238,6 +319,12 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
         unknown = set(shuffle_t) - _SHUFFLE_KEYS
         if unknown:
             raise RegistryError(f"{where}: unknown shuffle field(s) {sorted(unknown)}")
+        if encoding == HISTOGRAM:
+            shuffle_t = _histogram_shuffle(where, table, shuffle_t)
+        elif "release_grace_seconds" in shuffle_t:
+            raise RegistryError(
+                f"{where}: release_grace_seconds is for release = 'window' (shuffled histograms)"
+            )
         shuffle = ShufflePolicy(**shuffle_t)
         if encoding == "rappor":
             unknown = set(table) - _RAPPOR_KEYS
@@ -317,6 +404,22 @@ def parse_registry(data: dict[str, Any]) -> Registry:
             f"collection.window_seconds must be an integer of at least {MIN_WINDOW_SECONDS} "
             f"(finer windows would identify reports by time), got {window!r}"
         )
+    for metric in metrics.values():
+        policy = metric.shuffle
+        if policy.release != "window":
+            continue
+        grace = policy.release_grace_seconds
+        if grace >= window:
+            raise RegistryError(
+                f"metric {metric.name!r}: release_grace_seconds ({grace}) must be shorter "
+                f"than the collection window ({window} s)"
+            )
+        if grace >= policy.disposal_days * 86400:
+            raise RegistryError(
+                f"metric {metric.name!r}: release_grace_seconds ({grace}) must be shorter "
+                f"than the disposal age ({policy.disposal_days} days): else a window is "
+                f"disposed of before it is released"
+            )
     return Registry(metrics=metrics, window_seconds=window)
 
 

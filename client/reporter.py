@@ -22,6 +22,13 @@ The app names the metric and the value, nothing else:
   acknowledged it, and keeps its report id through every retry, across restarts.
   A process killed at any moment loses no claimed report and never makes a second
   one for a window.
+- **Shuffled histograms** (``client.histogram``): the real report and its
+  Binomial(m, q) fakes (coins from the CSPRNG) are one claim — made, stored,
+  sent in ONE Submit call (the shuffler's per-call cap of 1 + m and the device
+  bound assume one call per device), and deleted on its acknowledgement
+  together, each with its own report id through every retry. A metric never has
+  two claims waiting, so its rows in the outbox are its group. Such a metric
+  must be sealed: with ``sealing="off"`` ``report`` raises ``ParamsError``.
 - **The device secret** (which keys the permanent randomized response and picks
   the cohort) is made once, in ``app_dir/secret`` (0600).
 - **A background sender** tries when a report is made, then with exponential
@@ -79,6 +86,7 @@ from client.report import Report
 if TYPE_CHECKING:
     from client.basic import BasicEncoder
     from client.device_config import DeviceConfig
+    from client.histogram import HistogramEncoder
     from client.link import Link
     from client.rappor import RapporEncoder
 
@@ -160,10 +168,11 @@ def _check_extra(sealing: Sealing) -> None:
             )
 
 
-def _check_value(encoder: RapporEncoder | BasicEncoder, value: object) -> None:
+def _check_value(encoder: RapporEncoder | BasicEncoder | HistogramEncoder, value: object) -> None:
     from client.basic import BasicEncoder
+    from client.histogram import HistogramEncoder
 
-    if isinstance(encoder, BasicEncoder):
+    if isinstance(encoder, BasicEncoder | HistogramEncoder):
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise ValueError(
                 f"metric {encoder.metric!r}: a value is a str or an int, got {value!r}"
@@ -237,7 +246,7 @@ class Reporter:
         self._jitter = jitter if jitter is not None else random.Random()
         self._config: DeviceConfig | None = None
         self._config_fetched = 0.0
-        self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder] = {}
+        self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder | HistogramEncoder] = {}
         self._link: Link | None = None
         self._reset_link = False
         self._send_lock = threading.Lock()
@@ -309,10 +318,18 @@ class Reporter:
 
     # -- making reports -------------------------------------------------------
 
-    def _encoder(self, metric: str, config: DeviceConfig) -> RapporEncoder | BasicEncoder:
+    def _encoder(
+        self, metric: str, config: DeviceConfig
+    ) -> RapporEncoder | BasicEncoder | HistogramEncoder:
         mc = config.metrics.get(metric)
         if mc is None:
             raise ParamsError(f"metric {metric!r} is not in the shuffler's config")
+        if mc.histogram is not None and self.sealing != "required":
+            raise ParamsError(
+                f"metric {metric!r} is a shuffled histogram: its reports must be sealed "
+                f"(in the clear the shuffler would see the real value beside its sender), "
+                f"and this reporter has sealing='off'"
+            )
         enc = self._encoders.get((metric, mc.fingerprint))
         if enc is None:
             if mc.rappor is not None:
@@ -321,6 +338,11 @@ class Reporter:
                 enc = RapporEncoder(
                     mc.rappor, secret=self._secret, metric=metric, hashing=mc.hashing
                 )
+            elif mc.histogram is not None:
+                from client.histogram import HistogramEncoder
+
+                # the default coins: the shared CSPRNG; report ids from os.urandom
+                enc = HistogramEncoder(mc.histogram, metric=metric, domain=mc.domain)
             else:
                 from client.basic import BasicEncoder
 
@@ -359,7 +381,8 @@ class Reporter:
         self._drop_old(config)
         window = int(self._clock() // config.window_seconds)
 
-        def make() -> Report:
+        def make() -> Report | list[Report]:
+            # a shuffled histogram: the real report and its fakes, claimed as one group
             return encoder.encode(value)  # type: ignore[arg-type]
 
         outcome = self._outbox.claim(metric, window, make)
@@ -442,12 +465,23 @@ class Reporter:
             config = self._config
             assert config is not None
             self._drop_old(config)
-            rows = self._outbox.pending(self._batch_size)
-            if not rows:
+            first = self._outbox.pending(1)
+            if not first:
                 return
-            metric = rows[0].report.metric
-            rows = [r for r in rows if r.report.metric == metric]  # one metric per request
+            metric = first[0].report.metric
+            # one metric per request, and all of its rows: its one claim's report, or a
+            # shuffled histogram's group (real report and fakes), never split across calls
+            rows = self._outbox.rows_of(metric)
             mc = config.metrics.get(metric)
+            if mc is not None and mc.histogram is not None and self.sealing != "required":
+                log.warning(
+                    "%d reports of the shuffled histogram %r are never sent in the clear "
+                    "(sealing='off'): dropped",
+                    len(rows),
+                    metric,
+                )
+                self._outbox.drop([r.report.report_id for r in rows], "refused")
+                continue
             stale = [r for r in rows if mc is None or r.report.params_fingerprint != mc.fingerprint]
             if stale:
                 if not refetched:  # maybe our config is the outdated one

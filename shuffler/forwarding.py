@@ -8,6 +8,17 @@ fingerprint) and releases a batch when
   since it became non-empty here or since its last release, or
 - the daemon is shutting down and at least ``min_batch`` are pending.
 
+A metric with ``release = "window"`` (a shuffled histogram's default: the
+analyst's crowd is its smallest batch) is released differently: nothing of a
+window while it runs, nor at shut-down; once the window ended
+``release_grace_seconds`` ago, everything pending in it goes in ONE batch (at
+least ``min_batch``), never cut at ``max_batch``. Reports are filed under the
+window in which they were stored (``shuffler.commit``); a write landing after
+its window's release waits in that queue and leaves as a later batch once it
+reaches ``min_batch``. Only a window larger than one aggregator batch carries
+(``client.registry.window_batch_limit``) is split, into equal parts, with an
+error in the log.
+
 Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
 the threshold atomically, so concurrent shuffler processes cannot leave a
 small remainder to each other. Waiting for ``max_delay`` rather than releasing
@@ -41,7 +52,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from client.registry import Registry
+from client.registry import Registry, window_batch_limit
 from shuffler.config import INFLIGHT_RETRY_SECONDS
 from shuffler.errors import ForwardError, ShufflerError
 from shuffler.metrics import ShufflerMetrics
@@ -182,6 +193,11 @@ class Releaser:
                     if self._metrics is not None:
                         self._metrics.disposed_reports.labels(name).inc(n)
                     continue
+                if policy.release == "window":
+                    taken, done = self._release_window(name, key, count, give_up)
+                    forwarded += done
+                    metric_pending += count - taken
+                    continue
                 since = self._since.setdefault((name, key), now)
                 while count >= policy.min_batch and (
                     final or count >= policy.max_batch or now - since >= policy.max_delay_seconds
@@ -209,6 +225,63 @@ class Releaser:
         if self._on_pending is not None:
             self._on_pending(total_pending)
         return forwarded
+
+    def _window_due(self, metric: str, window: int) -> bool:
+        """A window released whole is due once it ended ``release_grace_seconds`` ago."""
+        grace = self._registry[metric].shuffle.release_grace_seconds
+        return (window + 1) * self._registry.window_seconds + grace <= self._clock()
+
+    def _release_window(
+        self, name: str, key: QueueKey, count: int, give_up: Callable[[], bool]
+    ) -> tuple[int, int]:
+        """Release a due window of a ``release = "window"`` metric whole: one batch of
+        everything pending in it (at least ``min_batch``), never cut at ``max_batch``.
+        Only a window larger than one aggregator batch carries (``window_batch_limit``)
+        is split, into equal parts, with an error in the log. Returns the reports taken
+        and the batches acknowledged."""
+        policy = self._registry[name].shuffle
+        if count < policy.min_batch or not self._window_due(name, key.window):
+            return 0, 0  # not yet (the final pass at shut-down does not hurry it either)
+        limit = window_batch_limit(self._registry[name].report_bytes)
+        if count > policy.max_batch:
+            log.warning(
+                "window %d of %s holds %d reports, more than its max_batch %d: "
+                "released in one batch all the same",
+                key.window,
+                name,
+                count,
+                policy.max_batch,
+            )
+        parts = -(-count // limit)
+        if parts > 1:
+            log.error(
+                "window %d of %s holds %d reports, more than one aggregator batch carries "
+                "(%d): released in %d equal batches, each a smaller crowd",
+                key.window,
+                name,
+                count,
+                limit,
+                parts,
+            )
+        taken = done = 0
+        while count - taken >= policy.min_batch:
+            left = count - taken
+            # one part: everything, including reports appended since ``pending`` was read
+            size = limit if parts == 1 else -(-left // -(-left // limit))
+            batch = self._store.take(
+                name,
+                key,
+                min_batch=policy.min_batch,
+                max_batch=size,
+                batch_id=os.urandom(BATCH_ID_BYTES),
+            )
+            if batch is None:  # another process took them first
+                break
+            taken += batch.chunk.count
+            done += self.forward(batch, give_up)
+            if give_up() or parts == 1:
+                break
+        return min(taken, count), done
 
     def forward(self, batch: InFlightBatch, give_up: Callable[[], bool]) -> int:
         """Permute and send until acknowledged (→ 1) or ``give_up()`` (→ 0, batch stays)."""

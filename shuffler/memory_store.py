@@ -56,6 +56,9 @@ class MemoryStore:
             queue = self._queues[(metric, key)]
             parts: list[bytes] = []
             taken = 0
+            if pending <= max_batch:  # the whole queue at once
+                parts, taken = list(queue), pending
+                queue.clear()
             while taken < max_batch and queue:
                 (count, _rb) = HEADER.unpack_from(queue[0], 0)
                 want = max_batch - taken

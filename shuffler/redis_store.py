@@ -17,7 +17,10 @@ flushes go through ``async_appender``: one ``redis.asyncio`` connection on its
 event loop (``shuffler.redis_async``), for every kind of URL. Everything else
 (the releaser's take, load, ack, dispose) runs on the blocking ``redis.Redis``
 client in the releaser's thread.
-``take`` is one Lua script, so when several shuffler processes share a Redis no
+A take of a whole queue (a window released in one batch) renames its chunk list
+into the batch's, so it costs the same for one chunk or a million (moving them
+one by one took 5 s for 200,000 chunks on the loaded test box, Redis blocked
+throughout). ``take`` is one Lua script, so when several shuffler processes share a Redis no
 report can be moved into two batches, and the ``min_batch`` threshold is checked
 atomically with the move. The script moves whole chunks with LMOVE, reading
 only their counts (no report bytes are copied, and the AOF records a small
@@ -82,6 +85,14 @@ local pending = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local min_batch = tonumber(ARGV[2])
 local max_batch = tonumber(ARGV[3])
 if pending < min_batch or pending == 0 then return 0 end
+if pending <= max_batch then
+  -- the whole queue (a window released in one batch): O(1) whatever its chunk count
+  redis.call('RENAME', KEYS[2], KEYS[5])
+  redis.call('UNLINK', KEYS[3])
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
+  return pending
+end
 local taken = 0
 while taken < max_batch do
   local count = redis.call('LINDEX', KEYS[3], 0)

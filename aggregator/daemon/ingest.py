@@ -58,6 +58,7 @@ from aggregator.errors import ConfigError, InvalidBatch
 from aggregator.sealing.ingest import KeyFile, SealedBatch, screen
 from aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
 from aggregator.store.codec import describe_metric
+from client.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
 from client.registry import MetricConfig, Registry
 
 __all__ = [
@@ -69,8 +70,9 @@ __all__ = [
 ]
 
 BATCH_ID_BYTES = 16
-# A sanity bound well above any shuffler max_batch: a batch is counted in one piece in memory.
-MAX_BATCH_REPORTS = 10_000_000
+# A batch is counted in one piece in memory; the bound is shared with the registry,
+# which refuses a metric released per window whose window would not fit one batch.
+MAX_BATCH_REPORTS = _MAX_BATCH_REPORTS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

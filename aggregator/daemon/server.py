@@ -38,7 +38,7 @@ from aggregator.errors import BindError, StoreError
 from aggregator.sealing.ingest import KeyFile
 from aggregator.store.base import CountStore
 from aggregator.store.memory import MemoryCountStore
-from client.registry import Registry
+from client.registry import MAX_BATCH_BYTES, Registry
 
 __all__ = [
     "SERVICE_NAME",
@@ -82,7 +82,7 @@ class AggregatorServer:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         maintain_interval: float = 1.0,
-        max_message_bytes: int = 64 << 20,
+        max_message_bytes: int = MAX_BATCH_BYTES + (1 << 20),
         keys_file: str | None = None,
         open_workers: int = 0,
     ) -> None:

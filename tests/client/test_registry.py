@@ -123,3 +123,76 @@ def test_daemon_tables_share_the_file_but_other_tables_do_not(tmp_path: Path) ->
         load_registry(path)
     with pytest.raises(RegistryError, match="cannot read metric registry"):
         load_registry(tmp_path)  # a directory
+
+
+def _histogram(**shuffle: Any) -> dict[str, Any]:
+    table: dict[str, Any] = {
+        "encoding": "shuffled-histogram",
+        "domain_size": 1000,
+        "fake_slots": 1,
+        "fake_probability": 0.05,
+    }
+    if shuffle:
+        table["shuffle"] = shuffle
+    return {"metrics": {"screens": table}}
+
+
+def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling() -> None:
+    from client.registry import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, window_batch_limit
+    from client.sealed import sealed_length
+
+    limit = window_batch_limit(2)  # d = 1000: 2-byte reports
+    assert limit == min(MAX_BATCH_REPORTS, MAX_BATCH_BYTES // (sealed_length(2) + 8))
+    assert limit >= 3_000_000  # n = 1e6 devices at ~1.04 reports each fit one batch
+    policy = parse_registry(_histogram())["screens"].shuffle
+    assert (policy.release, policy.release_grace_seconds, policy.max_batch) == (
+        "window",
+        300.0,
+        limit,
+    )
+    assert parse_registry(_histogram(max_batch=2_000_000))["screens"].shuffle.max_batch == (
+        2_000_000
+    )
+    with pytest.raises(RegistryError, match=r"max_batch 10000000 .* exceeds what one aggregator"):
+        parse_registry(_histogram(max_batch=10_000_000))
+    # the explicit opt-out: batches by max_batch, as any other encoding
+    opt_out = parse_registry(_histogram(release="max_batch", max_batch=10_000_000))
+    assert opt_out["screens"].shuffle.release == "max_batch"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_histogram(release_grace_seconds=86400), "shorter than the collection window"),
+        (_histogram(release_grace_seconds=-1), "release_grace_seconds must be a number >= 0"),
+        (
+            _histogram(release_grace_seconds=600, disposal_days=0.005),
+            "shorter than the disposal age",
+        ),
+        (_histogram(release="weekly"), "release must be one of"),
+        (_histogram(release="max_batch", release_grace_seconds=60), "is for release = 'window'"),
+        (
+            {
+                "metrics": {
+                    "b": {"encoding": "krr", "epsilon": 1.0, "shuffle": {"release": "window"}}
+                }
+            },
+            "release = 'window' is for shuffled histograms only",
+        ),
+        (
+            {
+                "metrics": {
+                    "b": {
+                        "encoding": "krr",
+                        "epsilon": 1.0,
+                        "shuffle": {"release_grace_seconds": 1},
+                    }
+                }
+            },
+            "release_grace_seconds is for release = 'window'",
+        ),
+    ],
+)
+def test_bad_window_release_settings_are_named(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(RegistryError, match=message):
+        parse_registry(data)

@@ -220,3 +220,108 @@ def test_report_ids_travel_with_their_reports_through_splits(store: ShufflerStor
     shuffled = second.chunk.select(order)
     assert id_numbers(shuffled) == id_numbers(second.chunk)[::-1]
     assert report_ids(shuffled).tolist() == report_ids(second.chunk).tolist()[::-1]
+
+
+# -- a metric released per window (shuffled histograms), over every store ------------
+
+HIST = "screens"
+HOUR = 3600
+GRACE = 120.0
+
+
+def _window_registry() -> Any:
+    from client.registry import parse_registry
+
+    return parse_registry(
+        {
+            "metrics": {
+                HIST: {  # release = "window" is a histogram's default in a registry file
+                    "encoding": "shuffled-histogram",
+                    "domain_size": 1000,  # 2-byte reports, like unique_chunk's
+                    "fake_slots": 1,
+                    "fake_probability": 0.5,
+                    "shuffle": {"min_batch": 10, "release_grace_seconds": GRACE},
+                },
+                RAPPOR: {
+                    "encoding": "rappor",
+                    **{"k": 16, "h": 2, "m": 8, "f": 0.5, "p": 0.5, "q": 0.75},
+                    "shuffle": {"min_batch": 10, "max_batch": 100, "max_delay_seconds": 1e-9},
+                },
+            },
+            "collection": {"window_seconds": HOUR},
+        }
+    )
+
+
+def test_a_window_metric_is_released_whole_once_its_window_and_grace_are_over(
+    store: ShufflerStore,
+) -> None:
+    from shuffler.forwarding import Releaser
+    from shuffler.store import InFlightBatch
+
+    registry = _window_registry()
+    assert registry[HIST].shuffle.release == "window"
+    window = 20000
+    now = [window * HOUR + 10.0]
+    sent: list[InFlightBatch] = []
+    releaser = Releaser(registry, store, sent.append, clock=lambda: now[0])
+    key = QueueKey(window=window, fingerprint=registry[HIST].fingerprint)
+    rkey = QueueKey(window=window, fingerprint=registry[RAPPOR].fingerprint)
+    for i in range(5):  # five appends of 50 (as five group commits would)
+        store.append([PendingWrite.of(HIST, key, unique_chunk(50, 50 * i))])
+        store.append([PendingWrite.of(RAPPOR, rkey, unique_chunk(50, 50 * i))])
+
+    never = lambda: False  # noqa: E731
+    releaser.run_once(never)
+    releaser.run_once(never, final=True)  # nor does shutting down hurry a window
+    now[0] = (window + 1) * HOUR + GRACE - 0.5  # the window is over, its grace is not
+    releaser.run_once(never, final=True)
+    assert [b.metric for b in sent] == [RAPPOR] * 3  # RAPPOR: by max_batch, as before
+    assert [b.chunk.count for b in sent] == [100, 100, 50]
+    assert store.pending(HIST) == {key: 250}
+
+    now[0] = (window + 1) * HOUR + GRACE
+    assert releaser.run_once(never) == 1
+    hist = [b for b in sent if b.metric == HIST]
+    assert len(hist) == 1 and hist[0].key == key  # one batch: the whole window, uncut
+    assert sorted(report_ids(hist[0].chunk).tolist()) == list(range(250))
+    assert store.pending(HIST) == {} and store.inflight_ids(HIST) == []
+
+    # a write for the window that lands after its release (a clock behind by more than
+    # the grace): held below min_batch, then a second batch once it reaches it
+    store.append([PendingWrite.of(HIST, key, unique_chunk(6, 500))])
+    assert releaser.run_once(never) == 0 and store.pending(HIST) == {key: 6}
+    store.append([PendingWrite.of(HIST, key, unique_chunk(6, 506))])
+    assert releaser.run_once(never) == 1
+    late = [b for b in sent if b.metric == HIST][1:]
+    assert [sorted(report_ids(b.chunk).tolist()) for b in late] == [list(range(500, 512))]
+
+    # the next window: fewer than min_batch is never released, due or not
+    nxt = QueueKey(window=window + 1, fingerprint=key.fingerprint)
+    store.append([PendingWrite.of(HIST, nxt, unique_chunk(9, 1000))])
+    now[0] = (window + 2) * HOUR + GRACE
+    assert releaser.run_once(never) == 0
+    assert store.pending(HIST) == {nxt: 9}
+
+
+def test_a_window_above_one_aggregator_batch_is_split_in_equal_parts(
+    store: ShufflerStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a window that one aggregator batch cannot carry is split (never at
+    max_batch), into equal parts so that the smallest crowd is as large as it can be."""
+    import shuffler.forwarding as forwarding
+    from shuffler.forwarding import Releaser
+    from shuffler.store import InFlightBatch
+
+    registry = _window_registry()
+    monkeypatch.setattr(forwarding, "window_batch_limit", lambda report_bytes: 100)
+    sent: list[InFlightBatch] = []
+    now = [0.0]
+    releaser = Releaser(registry, store, sent.append, clock=lambda: now[0])
+    key = QueueKey(window=7, fingerprint=registry[HIST].fingerprint)
+    store.append([PendingWrite.of(HIST, key, unique_chunk(250))])
+    now[0] = 8 * HOUR + GRACE
+    assert releaser.run_once(lambda: False) == 3
+    assert sorted(b.chunk.count for b in sent) == [83, 83, 84]
+    assert sorted(np.concatenate([report_ids(b.chunk) for b in sent]).tolist()) == list(range(250))
+    assert store.pending(HIST) == {}
