@@ -8,6 +8,10 @@ One SQLite file (``sqlite3``, the standard library) in the app's directory holds
   window it was claimed in, cohort, params fingerprint, the encoded bits, when it was
   made, how many sends were tried and the window of the first one;
 - ``config``: the last ``GetConfig`` answer (protobuf bytes) and when it was fetched;
+- ``sent``: per metric and claimed window, marks of the attempts made — the last
+  server window a copy may have arrived in, the latest deadline on the device's
+  clock, and that of attempts made without the server's time — from which
+  ``client.skew`` decides when the metric's next report may go;
 - ``counters``: what happened to reports that left without an acknowledgement.
 
 The promises, each one SQLite transaction (``BEGIN IMMEDIATE``, WAL journal,
@@ -21,8 +25,8 @@ or after it, never half:
   day. When it is delivered, the delivery's window counts as used too (the shuffler
   files a report under the window it *arrives* in), so a device never lands two
   reports of one metric in one window.
-- ``begin_send`` records the attempt (count, window of the first one) *before*
-  the request leaves; ``acknowledged`` deletes the rows only after the shuffler
+- ``begin_send`` records the attempt (count, window of the first one, its marks in
+  ``sent``) *before* the request leaves; ``acknowledged`` deletes the rows only after the shuffler
   acknowledged them. A killed process therefore re-sends, after its restart, the
   rows whose acknowledgement it did not record — with the same report ids: the
   aggregator counts an id once in its window and the one before, so a repeat is

@@ -55,6 +55,26 @@ Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):
 dropped and counted as ``refused``. Encoded under params the server no longer
 has: ``params_changed``.
 
+Held, not sent yet (``client.skew``): the shuffler files a report under the window
+of *its* clock when the report arrives, so a metric's new report leaves only when
+the server's clock is surely past every window a copy of the metric's previous
+report may have arrived in. ``GetConfig`` answers with the server's time; the
+device bounds its clock's offset from the request's send and receive times and
+renews the estimate before it sends when it is an hour old, made by an earlier
+process, or the wall clock was set since (no report leaves without one). What was
+sent is marked in the outbox before the request leaves, so a restart keeps the
+rule. An older shuffler that sends no time gets the gap rule: a new report leaves
+one window (device clock) after the previous one's last deadline. A held report
+is queued (``flush`` counts it); the background sender wakes when it may go.
+
+Privacy ceiling: the device refuses a served config less private than
+``max_epsilon`` per report (RAPPOR's ε_1, a basic mechanism's ε, a shuffled
+histogram's ε_L) or, for RAPPOR, ``max_epsilon_inf`` (ε_∞, any number of reports
+of one value): ``report`` raises ``ParamsError`` naming the metric, the figure and
+the ceiling, and claims nothing. A histogram without local randomization (ε_L =
+∞, the value hidden only by the seal and the shuffle) is refused unless the app
+passes ``allow_unrandomized_histograms=True``, and even then only sealed.
+
 Importing this module loads neither grpc nor protobuf; the config (protobuf) is
 read on the first ``report``, grpc (``client.link``) only to fetch or to send.
 """
@@ -232,6 +252,8 @@ class Reporter:
     ``token`` name the shuffler; ``tls`` (default) uses the system roots unless
     ``root_certificates`` are given. ``max_reports`` and ``max_bytes`` bound the
     outbox: a report that would pass either is refused (``report`` returns False).
+    ``max_epsilon``, ``max_epsilon_inf`` and ``allow_unrandomized_histograms`` set
+    the privacy ceiling (see the module docstring; ``math.inf``: none).
     """
 
     def __init__(
@@ -415,7 +437,8 @@ class Reporter:
         reached (no config yet; call again later). ``ParamsError`` for a metric the
         server does not know, ``ValueError`` for a value its encoding refuses,
         ``OutboxError`` when the outbox cannot be written (a full disk, a damaged
-        file): then nothing was claimed.
+        file): then nothing was claimed. ``ParamsError`` too when the served config
+        of ``metric`` exceeds this device's privacy ceiling (nothing claimed).
 
         It uses the cached config; only when there is none, or it has outlived its
         ``cache_seconds``, does it ask the shuffler first (for up to ``CONFIG_WAIT``
@@ -540,9 +563,14 @@ class Reporter:
                     [r.report.report_id for r in stale], "params_changed", self._window(config)
                 )
                 continue
+            if self.sealing == "required" and not config.sealed:
+                raise _Offline(f"shuffler {self.target} publishes no aggregator key")
+            if not self._get_link().ready(min(connect_wait, remaining)):
+                raise _Offline(f"shuffler {self.target} cannot be reached")
             estimate = self._estimate
             if estimate is None or not estimate.fresh(self._clock(), time.monotonic()):
-                # none made in this process, an hour old, or the wall clock was set
+                # none made in this process, an hour old, or the wall clock was set: no
+                # report leaves before the server's clock is known again (client.skew)
                 self._fetch_config(min(self._timeout, remaining))  # _Offline: they wait
                 continue
             new = [r.window for r in rows if r.first_attempt_window is None]
@@ -552,10 +580,6 @@ class Reporter:
                 if wait > 0:  # an earlier report may be in the server's current window
                     held[metric] = wait
                     continue
-            if self.sealing == "required" and not config.sealed:
-                raise _Offline(f"shuffler {self.target} publishes no aggregator key")
-            if not self._get_link().ready(min(connect_wait, remaining)):
-                raise _Offline(f"shuffler {self.target} cannot be reached")
             try:
                 request = (
                     clear_request(rows)
