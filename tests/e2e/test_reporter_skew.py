@@ -10,6 +10,7 @@ what was sent live in the outbox.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -161,3 +162,38 @@ def test_the_guarantee_survives_a_sigkill(
         clocks.t = B(D + 2) - SKEW + GUARD_SECONDS + 1  # the server's day D + 2 began
         assert r.flush(timeout=10) == 0
     assert _server_windows(store) == {D + 1: 1, D + 2: 1}
+
+
+class SettableClocks(Clocks):
+    """The device's clock can be set (an NTP correction): the server's stays."""
+
+    skew = float(SKEW)
+
+    def server(self) -> float:
+        return self.t + self.skew
+
+
+def test_a_device_clock_that_was_set_is_read_against_the_server_again(tmp_path: Path) -> None:
+    """Hourly windows, and the device's clock set right within the config's hour: the
+    estimate made before would put the server ten minutes later than it is, and let
+    the next report out in the same server hour."""
+    hour = 3600
+    h = int(B(D)) // hour + 5  # an hour's number; H its first second
+    H = float(h * hour)
+    clocks = SettableClocks(H - 300)  # device: the end of hour h - 1; server: hour h
+    store = MemoryStore()
+    registry = dataclasses.replace(make_registry(min_batch=1), window_seconds=hour)
+    with (
+        start_shuffler(registry, store, tokens=frozenset({TOKEN}), clock=clocks.server) as s,
+        _reporter(tmp_path / "app", f"127.0.0.1:{s.port}", clocks) as r,
+    ):
+        assert r.report(OUE, "a") is True and r.flush(timeout=10) == 0
+        # the device's clock is set ten minutes forward, and the hour nearly passes (the
+        # cached config, an hour long, is still used)
+        clocks.skew = 0.0
+        clocks.t = H + hour - 400
+        assert r.report(OUE, "b") is True  # the device's hour h
+        assert r.flush(timeout=10) == 1  # held: the server's hour h is not over
+        clocks.t = H + hour + GUARD_SECONDS + 1
+        assert r.flush(timeout=10) == 0
+    assert _server_windows(store) == {h: 1, h + 1: 1}
