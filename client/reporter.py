@@ -176,20 +176,6 @@ def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) ->
     return max(rng.uniform(0.0, min(cap, base * 2 ** min(failures, 30))), 0.001)
 
 
-def _check_extra(sealing: Sealing) -> None:
-    """Fail at construction, naming the extra, rather than at the first send."""
-    needed = ["google.protobuf", "grpc"] + (["cryptography"] if sealing == "required" else [])
-    for name in needed:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:  # the parent package ("google") is missing
-            found = False
-        if not found:
-            raise ModuleNotFoundError(
-                f"client.Reporter needs {name}: pip install 'crowdmix[transport]'", name=name
-            )
-
-
 def _check_ceiling(
     metric: str,
     mc: MetricConfig,
@@ -225,6 +211,20 @@ def _check_ceiling(
             raise ParamsError(
                 f"metric {metric!r}: the served params give {name} = {value:.6g}, above this "
                 f"device's ceiling {knob} = {ceiling:g}; no report made"
+            )
+
+
+def _check_extra(sealing: Sealing) -> None:
+    """Fail at construction, naming the extra, rather than at the first send."""
+    needed = ["google.protobuf", "grpc"] + (["cryptography"] if sealing == "required" else [])
+    for name in needed:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # the parent package ("google") is missing
+            found = False
+        if not found:
+            raise ModuleNotFoundError(
+                f"client.Reporter needs {name}: pip install 'crowdmix[transport]'", name=name
             )
 
 
@@ -313,11 +313,6 @@ class Reporter:
         self._jitter = jitter if jitter is not None else random.Random()
         self._config: DeviceConfig | None = None
         self._config_fetched = 0.0
-        # the server's clock as of the last GetConfig in this process (client.skew)
-        self._estimate: ClockEstimate | None = None
-        self._hold: float | None = None  # seconds until a held report may go
-        self._ceiling = (float(max_epsilon), float(max_epsilon_inf), allow_unrandomized_histograms)
-        self._within_ceiling: set[tuple[str, int]] = set()
         self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder] = {}
         self._link: Link | None = None
         self._reset_link = False
@@ -328,6 +323,11 @@ class Reporter:
         self._closed = False
         self._failures = 0
         self.last_error: str | None = None
+        # the server's clock as of the last GetConfig in this process (client.skew)
+        self._estimate: ClockEstimate | None = None
+        self._hold: float | None = None  # seconds until a held report may go
+        self._ceiling = (float(max_epsilon), float(max_epsilon_inf), allow_unrandomized_histograms)
+        self._within_ceiling: set[tuple[str, int]] = set()
         self._background = background
         self._thread: threading.Thread | None = None
         if background and len(self._outbox):
