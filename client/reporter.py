@@ -73,7 +73,7 @@ histogram's ε_L) or, for RAPPOR, ``max_epsilon_inf`` (ε_∞, any number of rep
 of one value): ``report`` raises ``ParamsError`` naming the metric, the figure and
 the ceiling, and claims nothing. A histogram without local randomization (ε_L =
 ∞, the value hidden only by the seal and the shuffle) is refused unless the app
-passes ``allow_unrandomized_histograms=True``, and even then only sealed.
+passes ``allow_unrandomized_histograms=True``.
 
 Importing this module loads neither grpc nor protobuf; the config (protobuf) is
 read on the first ``report``, grpc (``client.link``) only to fetch or to send.
@@ -183,7 +183,6 @@ def _check_ceiling(
     max_epsilon: float,
     max_epsilon_inf: float,
     allow_unrandomized_histograms: bool,
-    sealing: Sealing,
 ) -> None:
     """``ParamsError`` when the served config of ``metric`` is less private than this
     device allows: the server cannot switch the local randomization off."""
@@ -199,12 +198,13 @@ def _check_ceiling(
         eps = mc.histogram.local_epsilon
         if eps is not None:
             figures.append(("ε_L", eps, "max_epsilon", max_epsilon))
-        elif not allow_unrandomized_histograms or sealing != "required":
-            # the real value leaves the device, hidden only by the seal and the shuffle
+        elif not allow_unrandomized_histograms:
+            # the real value leaves the device, hidden only by the seal (a histogram is
+            # sealed or not sent at all) and the shuffle
             raise ParamsError(
                 f"metric {metric!r}: the served histogram sends the value without local "
                 "randomization (ε_L = inf); this device allows that only with "
-                "allow_unrandomized_histograms=True and sealing='required'; no report made"
+                "allow_unrandomized_histograms=True; no report made"
             )
     for name, value, knob, ceiling in figures:
         if not value <= ceiling:  # inf and nan too
@@ -425,7 +425,6 @@ class Reporter:
             max_epsilon=max_eps,
             max_epsilon_inf=max_inf,
             allow_unrandomized_histograms=unrandomized,
-            sealing=self.sealing,
         )
         self._within_ceiling.add((metric, mc.fingerprint))
 

@@ -24,7 +24,6 @@ def _check(mc: MetricConfig, **kw: object) -> None:
         "max_epsilon": MAX_EPSILON,
         "max_epsilon_inf": MAX_EPSILON_INF,
         "allow_unrandomized_histograms": False,
-        "sealing": "required",
     }
     args.update(kw)
     _check_ceiling(mc.name, mc, **args)  # type: ignore[arg-type]
@@ -91,8 +90,6 @@ def test_a_histogram_is_held_to_its_local_epsilon_and_unrandomized_needs_an_opt_
     with pytest.raises(ParamsError, match=r"'lang'.*ε_L = inf.*allow_unrandomized_histograms"):
         _check(hist(None))
     _check(hist(None), allow_unrandomized_histograms=True)
-    with pytest.raises(ParamsError, match="sealing='required'"):  # never in the clear
-        _check(hist(None), allow_unrandomized_histograms=True, sealing="off")
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, math.nan, True, "10"])

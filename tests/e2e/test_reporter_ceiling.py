@@ -35,3 +35,30 @@ def test_an_app_lowers_the_ceiling_and_a_metric_above_it_claims_nothing(tmp_path
         assert r.queued == 0 and r.flush(timeout=5) == 0
         assert r.counters() == {}
     assert not store.pending(OUE)
+
+
+def test_a_histogram_sent_without_local_randomization_needs_the_apps_opt_in(
+    tmp_path: Path,
+) -> None:
+    """A served shuffled histogram without k-RR (ε_L = ∞) sends the value itself,
+    hidden only by the seal and the shuffle: the app must have said it accepts that."""
+    from client.device_config import DeviceConfig, to_proto
+    from client.histogram import HistogramParams
+    from client.registry import MetricConfig
+    from client.sealed import PublicKeySet
+    from tests.e2e.test_reporter_review import _serve
+
+    hist = MetricConfig(
+        name="screen",
+        histogram=HistogramParams(domain_size=4, fake_slots=1, fake_probability=0.5),
+    )
+    server, target = _serve(to_proto(DeviceConfig(metrics={"screen": hist}, keys=PublicKeySet(()))))
+    try:
+        with client.Reporter(tmp_path / "app", target, tls=False, background=False) as r:
+            with pytest.raises(
+                client.ParamsError, match=r"'screen'.*ε_L = inf.*allow_unrandomized_histograms"
+            ):
+                r.report("screen", 1)
+            assert r.queued == 0
+    finally:
+        server.stop(None)
