@@ -666,8 +666,9 @@ class Reporter:
 
     def flush(self, timeout: float = 5.0) -> int:
         """Send what waits, for up to ``timeout`` seconds, in this thread; the number of
-        reports still queued (0: all acknowledged). Never raises for the network: what
-        is left is sent by the sender or at the next start."""
+        reports still queued (0: all acknowledged; a report held for the server's next
+        window is queued). Never raises for the network: what is left is sent by the
+        sender or at the next start."""
         self._check_open()
         self._try_send(timeout, connect_wait=timeout)
         return len(self._outbox)
