@@ -8,6 +8,10 @@ One SQLite file (``sqlite3``, the standard library) in the app's directory holds
   window it was claimed in, cohort, params fingerprint, the encoded bits, when it was
   made, how many sends were tried and the window of the first one;
 - ``config``: the last ``GetConfig`` answer (protobuf bytes) and when it was fetched;
+- ``sent``: per metric and claimed window, marks of the attempts made — the last
+  server window a copy may have arrived in, the latest deadline on the device's
+  clock, and that of attempts made without the server's time — from which
+  ``client.skew`` decides when the metric's next report may go;
 - ``counters``: what happened to reports that left without an acknowledgement.
 
 The promises, each one SQLite transaction (``BEGIN IMMEDIATE``, WAL journal,
@@ -22,8 +26,8 @@ or after it, never half:
   day. When it is delivered, the delivery's window counts as used too (the shuffler
   files a report under the window it *arrives* in), so a device never lands two
   reports of one metric in one window.
-- ``begin_send`` records the attempt (count, window of the first one) *before*
-  the request leaves; ``acknowledged`` deletes the rows only after the shuffler
+- ``begin_send`` records the attempt (count, window of the first one, its marks in
+  ``sent``) *before* the request leaves; ``acknowledged`` deletes the rows only after the shuffler
   acknowledged them. A killed process therefore re-sends, after its restart, the
   rows whose acknowledgement it did not record — with the same report ids: the
   aggregator counts an id once in its window and the one before, so a repeat is
@@ -58,13 +62,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from client.errors import CrowdmixClientError
 from client.report import Report, make_report
+from client.skew import SendMarks
 
 __all__ = ["Claim", "Outbox", "OutboxError", "PendingReport"]
 
@@ -96,6 +101,14 @@ CREATE TABLE IF NOT EXISTS config (
 CREATE TABLE IF NOT EXISTS window_length (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seconds INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sent (
+    metric TEXT NOT NULL,
+    window INTEGER NOT NULL,
+    server_window INTEGER,
+    deadline REAL NOT NULL,
+    blind_deadline REAL,
+    PRIMARY KEY (metric, window)
 );
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
@@ -259,17 +272,22 @@ class Outbox:
 
     # -- sending --------------------------------------------------------------
 
-    def pending(self, limit: int | None = None) -> list[PendingReport]:
-        """Waiting reports, oldest first."""
+    def pending(
+        self, limit: int | None = None, *, exclude: Collection[str] = ()
+    ) -> list[PendingReport]:
+        """Waiting reports, oldest first; none of the metrics in ``exclude``."""
+        skip = list(exclude)
         sql = (
             "SELECT report_id, metric, window, cohort, fingerprint, bits, created, attempts,"
-            " first_attempt_window FROM outbox ORDER BY seq"
+            " first_attempt_window FROM outbox"
+            + (f" WHERE metric NOT IN ({','.join('?' * len(skip))})" if skip else "")
+            + " ORDER BY seq"
         )
         with self._lock:
             try:
                 rows = self._db.execute(
                     sql + (" LIMIT ?" if limit is not None else ""),
-                    (limit,) if limit is not None else (),
+                    (*skip, limit) if limit is not None else skip,
                 ).fetchall()
             except sqlite3.Error as exc:
                 raise OutboxError(f"outbox {self.path}: {exc}") from None
@@ -344,8 +362,18 @@ class Outbox:
     def __len__(self) -> int:
         return int(self._read("SELECT COUNT(*) FROM outbox")[0][0])
 
-    def begin_send(self, report_ids: Sequence[bytes], window: int) -> None:
-        """Record an attempt of these rows in ``window``, before the request leaves."""
+    def begin_send(
+        self,
+        report_ids: Sequence[bytes],
+        window: int,
+        *,
+        deadline: float | None = None,
+        server_window: int | None = None,
+    ) -> None:
+        """Record an attempt of these rows in ``window``, before the request leaves.
+        With ``deadline`` (device clock), also the attempt's mark for its metric and
+        claimed window (``marks``): ``server_window`` is the last server window it can
+        arrive in, None when the shuffler told no time (a blind attempt)."""
 
         def body(db: sqlite3.Connection) -> None:
             db.executemany(
@@ -353,8 +381,49 @@ class Outbox:
                 " first_attempt_window = COALESCE(first_attempt_window, ?) WHERE report_id = ?",
                 [(window, rid) for rid in report_ids],
             )
+            if deadline is None:
+                return
+            groups = db.execute(
+                f"SELECT DISTINCT metric, window FROM outbox WHERE report_id IN "
+                f"({','.join('?' * len(report_ids))})",
+                list(report_ids),
+            ).fetchall()
+            blind = deadline if server_window is None else None
+            for metric, claimed in groups:
+                db.execute(
+                    "INSERT INTO sent(metric, window, server_window, deadline, blind_deadline)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT(metric, window) DO UPDATE SET"
+                    " server_window = MAX(COALESCE(server_window, excluded.server_window),"
+                    "                     COALESCE(excluded.server_window, server_window)),"
+                    " deadline = MAX(deadline, excluded.deadline),"
+                    " blind_deadline = MAX(COALESCE(blind_deadline, excluded.blind_deadline),"
+                    "                      COALESCE(excluded.blind_deadline, blind_deadline))",
+                    (metric, claimed, server_window, deadline, blind),
+                )
+                # marks of windows before the previous one are dominated (a report is
+                # sent only after its predecessors' marks): keep two per metric
+                db.execute(
+                    "DELETE FROM sent WHERE metric = ? AND window < (SELECT MAX(window) FROM"
+                    " sent WHERE metric = ? AND window < ?)",
+                    (metric, metric, claimed),
+                )
 
-        self._tx(body)
+        if report_ids:
+            self._tx(body)
+
+    def marks(self, metric: str, before: int) -> SendMarks:
+        """What was attempted of ``metric``'s reports claimed before window ``before``
+        (``client.skew``: when its next report may be sent)."""
+        with self._lock:
+            try:
+                row = self._db.execute(
+                    "SELECT MAX(server_window), MAX(deadline), MAX(blind_deadline) FROM sent"
+                    " WHERE metric = ? AND window < ?",
+                    (metric, before),
+                ).fetchone()
+            except sqlite3.Error as exc:
+                raise OutboxError(f"outbox {self.path}: {exc}") from None
+        return SendMarks(server_window=row[0], deadline=row[1], blind_deadline=row[2])
 
     def acknowledged(self, report_ids: Sequence[bytes], window: int) -> None:
         """The shuffler acknowledged these rows in ``window``: delete them, and count
@@ -455,6 +524,21 @@ class Outbox:
                     last = "((window + 1) * ? - 1) / ?"  # windows are positive: / floors
                     args = (old, window_seconds)
                     db.execute(f"UPDATE claims SET window = {last}", args)
+                    # per metric, one mark before every window (-1), its server window
+                    # the new one holding the old one's last second
+                    marks = db.execute(
+                        "SELECT metric, MAX(server_window), MAX(deadline), MAX(blind_deadline)"
+                        " FROM sent GROUP BY metric"
+                    ).fetchall()
+                    db.execute("DELETE FROM sent")
+                    db.executemany(
+                        "INSERT INTO sent(metric, window, server_window, deadline,"
+                        " blind_deadline) VALUES (?, -1, ?, ?, ?)",
+                        [
+                            (m, None if w is None else ((w + 1) * old - 1) // window_seconds, d, b)
+                            for m, w, d, b in marks
+                        ],
+                    )
                     db.execute(
                         f"UPDATE outbox SET window = {last}, first_attempt_window ="
                         " CASE WHEN first_attempt_window IS NULL THEN NULL ELSE -1 END",

@@ -62,6 +62,26 @@ Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):
 dropped and counted as ``refused``. Encoded under params the server no longer
 has: ``params_changed``.
 
+Held, not sent yet (``client.skew``): the shuffler files a report under the window
+of *its* clock when the report arrives, so a metric's new report leaves only when
+the server's clock is surely past every window a copy of the metric's previous
+report may have arrived in. ``GetConfig`` answers with the server's time; the
+device bounds its clock's offset from the request's send and receive times and
+renews the estimate before it sends when it is an hour old, made by an earlier
+process, or the wall clock was set since (no report leaves without one). What was
+sent is marked in the outbox before the request leaves, so a restart keeps the
+rule. An older shuffler that sends no time gets the gap rule: a new report leaves
+one window (device clock) after the previous one's last deadline. A held report
+is queued (``flush`` counts it); the background sender wakes when it may go.
+
+Privacy ceiling: the device refuses a served config less private than
+``max_epsilon`` per report (RAPPOR's ε_1, a basic mechanism's ε, a shuffled
+histogram's ε_L) or, for RAPPOR, ``max_epsilon_inf`` (ε_∞, any number of reports
+of one value): ``report`` raises ``ParamsError`` naming the metric, the figure and
+the ceiling, and claims nothing. A histogram without local randomization (ε_L =
+∞, the value hidden only by the seal and the shuffle) is refused unless the app
+passes ``allow_unrandomized_histograms=True``.
+
 Importing this module loads neither grpc nor protobuf; the config (protobuf) is
 read on the first ``report``, grpc (``client.link``) only to fetch or to send.
 """
@@ -82,6 +102,7 @@ from typing import TYPE_CHECKING, Literal
 from client.errors import CrowdmixClientError, ParamsError, TransportError
 from client.outbox import Claim, Outbox
 from client.report import Report
+from client.skew import ClockEstimate, hold_seconds, last_arrival_window
 
 if TYPE_CHECKING:
     from client.basic import BasicEncoder
@@ -89,6 +110,7 @@ if TYPE_CHECKING:
     from client.histogram import HistogramEncoder
     from client.link import Link
     from client.rappor import RapporEncoder
+    from client.registry import MetricConfig
 
 __all__ = ["Reporter"]
 
@@ -100,6 +122,14 @@ SECRET_BYTES = 32
 CONFIG_WAIT = 2.0
 #: How long the background sender waits for a connection before it backs off.
 BACKGROUND_CONNECT_WAIT = 1.0
+#: The default privacy ceiling: a served metric whose one report is less private than
+#: this (RAPPOR ε_1, a basic mechanism's ε, a histogram's ε_L) makes no report.
+MAX_EPSILON = 10.0
+#: The default ceiling on RAPPOR's ε_∞ (any number of reports of one value).
+MAX_EPSILON_INF = 20.0
+#: The background sender looks again at reports held for the server's next window at
+#: least this often (seconds): the device clock it computed the wait on may move.
+HOLD_RECHECK = 300.0
 #: Status codes after which the request may succeed later: keep the reports, back off.
 _TRY_LATER = frozenset(
     {
@@ -154,6 +184,44 @@ def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) ->
     return max(rng.uniform(0.0, min(cap, base * 2 ** min(failures, 30))), 0.001)
 
 
+def _check_ceiling(
+    metric: str,
+    mc: MetricConfig,
+    *,
+    max_epsilon: float,
+    max_epsilon_inf: float,
+    allow_unrandomized_histograms: bool,
+) -> None:
+    """``ParamsError`` when the served config of ``metric`` is less private than this
+    device allows: the server cannot switch the local randomization off."""
+    figures: list[tuple[str, float, str, float]] = []
+    if mc.rappor is not None:
+        from client.privacy import epsilon_inf, epsilon_one
+
+        figures.append(("ε_1", epsilon_one(mc.rappor), "max_epsilon", max_epsilon))
+        figures.append(("ε_∞", epsilon_inf(mc.rappor), "max_epsilon_inf", max_epsilon_inf))
+    elif mc.basic is not None:
+        figures.append(("ε", mc.basic.epsilon, "max_epsilon", max_epsilon))
+    elif mc.histogram is not None:
+        eps = mc.histogram.local_epsilon
+        if eps is not None:
+            figures.append(("ε_L", eps, "max_epsilon", max_epsilon))
+        elif not allow_unrandomized_histograms:
+            # the real value leaves the device, hidden only by the seal (a histogram is
+            # sealed or not sent at all) and the shuffle
+            raise ParamsError(
+                f"metric {metric!r}: the served histogram sends the value without local "
+                "randomization (ε_L = inf); this device allows that only with "
+                "allow_unrandomized_histograms=True; no report made"
+            )
+    for name, value, knob, ceiling in figures:
+        if not value <= ceiling:  # inf and nan too
+            raise ParamsError(
+                f"metric {metric!r}: the served params give {name} = {value:.6g}, above this "
+                f"device's ceiling {knob} = {ceiling:g}; no report made"
+            )
+
+
 def _check_extra(sealing: Sealing) -> None:
     """Fail at construction, naming the extra, rather than at the first send."""
     needed = ["google.protobuf", "grpc"] + (["cryptography"] if sealing == "required" else [])
@@ -193,6 +261,8 @@ class Reporter:
     ``token`` name the shuffler; ``tls`` (default) uses the system roots unless
     ``root_certificates`` are given. ``max_reports`` and ``max_bytes`` bound the
     outbox: a report that would pass either is refused (``report`` returns False).
+    ``max_epsilon``, ``max_epsilon_inf`` and ``allow_unrandomized_histograms`` set
+    the privacy ceiling (see the module docstring; ``math.inf``: none).
     """
 
     def __init__(
@@ -209,16 +279,19 @@ class Reporter:
         timeout: float = 10.0,
         backoff_base: float = 1.0,
         backoff_cap: float = 300.0,
-        batch_size: int = 100,
         background: bool = True,
         clock: Callable[[], float] = time.time,
         jitter: random.Random | None = None,
+        max_epsilon: float = MAX_EPSILON,
+        max_epsilon_inf: float = MAX_EPSILON_INF,
+        allow_unrandomized_histograms: bool = False,
     ) -> None:
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
+        for knob, v in (("max_epsilon", max_epsilon), ("max_epsilon_inf", max_epsilon_inf)):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ValueError(f"{knob} must be a positive number (inf: no ceiling), got {v!r}")
         _check_extra(sealing)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.app_dir = Path(app_dir)
         try:
             self.app_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -240,7 +313,6 @@ class Reporter:
         self.sealing: Sealing = sealing
         self._timeout = timeout
         self._backoff = (backoff_base, backoff_cap)
-        self._batch_size = batch_size
         self._clock = clock
         # timing jitter only (no privacy depends on it); injectable for tests
         self._jitter = jitter if jitter is not None else random.Random()
@@ -256,6 +328,11 @@ class Reporter:
         self._closed = False
         self._failures = 0
         self.last_error: str | None = None
+        # the server's clock as of the last GetConfig in this process (client.skew)
+        self._estimate: ClockEstimate | None = None
+        self._hold: float | None = None  # seconds until a held report may go
+        self._ceiling = (float(max_epsilon), float(max_epsilon_inf), allow_unrandomized_histograms)
+        self._within_ceiling: set[tuple[str, int]] = set()
         self._background = background
         self._thread: threading.Thread | None = None
         if background and len(self._outbox):
@@ -286,8 +363,11 @@ class Reporter:
 
         link = self._get_link()
         try:
+            mono_send, t_send = time.monotonic(), self._clock()
             raw = link.get_config(timeout)
-            config = from_proto(pb.ConfigResponse.FromString(raw))
+            t_recv, mono_recv = self._clock(), time.monotonic()
+            served = pb.ConfigResponse.FromString(raw)
+            config = from_proto(served)
         except LinkError as exc:
             raise _Offline(f"GetConfig: {exc}") from None
         except CrowdmixClientError as exc:  # an answer this SDK cannot use
@@ -305,6 +385,7 @@ class Reporter:
             raw, now, window_seconds=config.window_seconds, previous_window_seconds=previous
         )
         self._config, self._config_fetched = config, now
+        self._estimate = ClockEstimate.of(served.server_time, t_send, t_recv, mono_send, mono_recv)
         self._encoders.clear()
         return config
 
@@ -351,6 +432,20 @@ class Reporter:
             self._encoders[(metric, mc.fingerprint)] = enc
         return enc
 
+    def _check_ceiling(self, metric: str, config: DeviceConfig) -> None:
+        mc = config.metrics.get(metric)
+        if mc is None or (metric, mc.fingerprint) in self._within_ceiling:
+            return  # an unknown metric is refused by _encoder
+        max_eps, max_inf, unrandomized = self._ceiling
+        _check_ceiling(
+            metric,
+            mc,
+            max_epsilon=max_eps,
+            max_epsilon_inf=max_inf,
+            allow_unrandomized_histograms=unrandomized,
+        )
+        self._within_ceiling.add((metric, mc.fingerprint))
+
     def report(self, metric: str, value: str | bytes | int) -> bool:
         """Make this window's report of ``metric``: claim the window, encode ``value``,
         store the report — one transaction — and wake the sender. True when made;
@@ -359,7 +454,8 @@ class Reporter:
         reached (no config yet; call again later). ``ParamsError`` for a metric the
         server does not know, ``ValueError`` for a value its encoding refuses,
         ``OutboxError`` when the outbox cannot be written (a full disk, a damaged
-        file): then nothing was claimed.
+        file): then nothing was claimed. ``ParamsError`` too when the served config
+        of ``metric`` exceeds this device's privacy ceiling (nothing claimed).
 
         It uses the cached config; only when there is none, or it has outlived its
         ``cache_seconds``, does it ask the shuffler first (for up to ``CONFIG_WAIT``
@@ -376,6 +472,7 @@ class Reporter:
                 if config is None:
                     log.info("no config yet, no report made: %s", exc)
                     return False
+        self._check_ceiling(metric, config)
         encoder = self._encoder(metric, config)
         _check_value(encoder, value)  # a bad value is an error in every window
         self._drop_old(config)
@@ -442,13 +539,16 @@ class Reporter:
                 )
             return self._link
 
-    def _send_all(self, deadline: float, connect_wait: float) -> None:
+    def _send_all(self, deadline: float, connect_wait: float) -> float | None:
         """Send every waiting report; ``_Offline`` when the rest must wait. A connection
         is waited for up to ``connect_wait`` seconds (the background sender waits
-        briefly and backs off instead, so ``flush`` and ``close`` never wait behind it)."""
+        briefly and backs off instead, so ``flush`` and ``close`` never wait behind it).
+        Returns the device seconds until the first report held for a later server
+        window may go (``client.skew``), or None when none is held."""
         from client.link import LinkError, clear_request, sealed_request
 
         refetched = False
+        held: dict[str, float] = {}  # metric -> seconds until its new report may go
         while True:
             if self._closed and threading.current_thread() is self._thread:
                 raise _Offline("closing")  # close() does not wait for a long backlog
@@ -465,9 +565,9 @@ class Reporter:
             config = self._config
             assert config is not None
             self._drop_old(config)
-            first = self._outbox.pending(1)
+            first = self._outbox.pending(1, exclude=held)
             if not first:
-                return
+                return min(held.values(), default=None)
             metric = first[0].report.metric
             # one metric per request, and all of its rows: its one claim's report, or a
             # shuffled histogram's group (real report and fakes), never split across calls
@@ -496,6 +596,19 @@ class Reporter:
                 raise _Offline(f"shuffler {self.target} publishes no aggregator key")
             if not self._get_link().ready(min(connect_wait, remaining)):
                 raise _Offline(f"shuffler {self.target} cannot be reached")
+            estimate = self._estimate
+            if estimate is None or not estimate.fresh(self._clock(), time.monotonic()):
+                # none made in this process, an hour old, or the wall clock was set: no
+                # report leaves before the server's clock is known again (client.skew)
+                self._fetch_config(min(self._timeout, remaining))  # _Offline: they wait
+                continue
+            new = [r.window for r in rows if r.first_attempt_window is None]
+            if new:
+                marks = self._outbox.marks(metric, min(new))
+                wait = hold_seconds(self._clock(), config.window_seconds, estimate, marks)
+                if wait > 0:  # an earlier report may be in the server's current window
+                    held[metric] = wait
+                    continue
             try:
                 request = (
                     clear_request(rows)
@@ -529,7 +642,15 @@ class Reporter:
             if late:
                 self._outbox.drop(late, "unconfirmed", window)
                 continue
-            self._outbox.begin_send(ids, window)
+            end = now + submit_timeout
+            self._outbox.begin_send(
+                ids,
+                window,
+                deadline=end,
+                server_window=None
+                if estimate.high is None
+                else last_arrival_window(end, estimate.high, config.window_seconds),
+            )
             try:
                 self._submit(request, submit_timeout)
             except LinkError as exc:
@@ -552,27 +673,32 @@ class Reporter:
         return self._get_link().submit(request, timeout)  # type: ignore[arg-type]
 
     def _try_send(self, timeout: float, connect_wait: float) -> bool:
-        """Send what waits; True when the outbox is empty afterwards."""
+        """Send what waits; True when nothing failed: the outbox is empty, or holds only
+        reports held for a later server window (``self._hold`` seconds)."""
         if not self._send_lock.acquire(timeout=max(timeout, 0.0)):
             return False  # the other sender holds it (at most one request's timeout)
         try:
             if not len(self._outbox):
+                self._hold = None
                 return True
             try:
-                self._send_all(time.monotonic() + timeout, connect_wait)
+                self._hold = self._send_all(time.monotonic() + timeout, connect_wait)
             except _Offline as exc:
                 self.last_error = str(exc)
                 log.info("%d reports wait: %s", len(self._outbox), exc)
                 return False
             self.last_error = None
+            if self._hold is not None:
+                log.info("reports held for %.0f s: the server's window is not over", self._hold)
             return True
         finally:
             self._send_lock.release()
 
     def flush(self, timeout: float = 5.0) -> int:
         """Send what waits, for up to ``timeout`` seconds, in this thread; the number of
-        reports still queued (0: all acknowledged). Never raises for the network: what
-        is left is sent by the sender or at the next start."""
+        reports still queued (0: all acknowledged; a report held for the server's next
+        window is queued). Never raises for the network: what is left is sent by the
+        sender or at the next start."""
         self._check_open()
         self._try_send(timeout, connect_wait=timeout)
         return len(self._outbox)
@@ -637,7 +763,9 @@ class Reporter:
                 self.last_error, done = f"{type(exc).__name__}: {exc}", False
             if done:
                 self._failures = 0
-                delay = None  # idle until a report is made or the network returns
+                hold = self._hold
+                # idle until a report is made or the network returns, or a held one may go
+                delay = None if hold is None else min(hold + 1.0, HOLD_RECHECK)
             else:
                 self._failures += 1
                 delay = backoff_delay(self._failures, *self._backoff, self._jitter)

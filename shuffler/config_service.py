@@ -148,10 +148,13 @@ class ConfigService:
         keys: PublishedKeys | None,
         *,
         cache_seconds: int = DEFAULT_CACHE_SECONDS,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry = registry
         self.keys = keys
         self.cache_seconds = cache_seconds
+        # the clock the store files reports by: every answer carries its reading
+        self._clock = clock
         self._cached: tuple[str, pb.ConfigResponse] | None = None
 
     def config(self) -> DeviceConfig:
@@ -168,9 +171,15 @@ class ConfigService:
             raise InvalidRequest("unknown_metric", f"unknown metric {unknown[0][:128]!r}")
         config = self.config()
         if request.metrics:
-            return to_proto(config, list(request.metrics))
-        cached = self._cached
-        version = config.version
-        if cached is None or cached[0] != version:
-            cached = self._cached = (version, to_proto(config))
-        return cached[1]
+            answer = to_proto(config, list(request.metrics))
+        else:
+            cached = self._cached
+            version = config.version
+            if cached is None or cached[0] != version:
+                cached = self._cached = (version, to_proto(config))
+            answer = pb.ConfigResponse()
+            answer.CopyFrom(cached[1])
+        # read last, as close to the reply as possible: the device bounds its clock's
+        # offset by the interval from its request to this reply
+        answer.server_time = self._clock()
+        return answer

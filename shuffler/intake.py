@@ -77,13 +77,14 @@ class Intake:
         max_buffered_reports: int = 50_000_000,
         keys: PublishedKeys | None = None,
         config_cache_seconds: int = 3600,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if keys is None:
             refuse_unsealed_histograms(registry)
         self.registry = registry
         # the aggregator's public keys (None: a plaintext shuffler) and GetConfig's answers
         self.keys = keys
-        self.config = ConfigService(registry, keys, cache_seconds=config_cache_seconds)
+        self.config = ConfigService(registry, keys, cache_seconds=config_cache_seconds, clock=clock)
         # Compare digests, so lookups do not time the token's bytes.
         self._token_digests = None if tokens is None else frozenset(_digest(t) for t in tokens)
         self._max_reports = max_reports_per_request

@@ -186,6 +186,7 @@ def start_shuffler(
         max_buffered_reports=settings.max_buffered_reports,
         keys=None if settings.public_keys is None else PublishedKeys(settings.public_keys),
         config_cache_seconds=settings.config_cache_seconds,
+        clock=clock,
     )
     committer = GroupCommitter(
         store,

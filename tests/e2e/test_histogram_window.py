@@ -178,7 +178,12 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     groups: list[int] = []
     for i in range(devices):
         with client.Reporter(
-            tmp_path / f"dev{i}", system.target, token=TOKEN, tls=False, background=False
+            tmp_path / f"dev{i}",
+            system.target,
+            token=TOKEN,
+            tls=False,
+            background=False,
+            allow_unrandomized_histograms=True,
         ) as r:
             assert r.report(HIST, i % D)
             assert not r.report(HIST, (i + 1) % D)  # one claim per window
@@ -221,7 +226,12 @@ def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_w
     sent = np.zeros(D, dtype=np.int64)
     for i in range(5):  # min_batch is 5: enough whatever the fakes
         with client.Reporter(
-            tmp_path / f"dev{i}", system.target, token=TOKEN, tls=False, background=False
+            tmp_path / f"dev{i}",
+            system.target,
+            token=TOKEN,
+            tls=False,
+            background=False,
+            allow_unrandomized_histograms=True,
         ) as r:
             assert r.report(HIST, i)
             sent += _sent(r._outbox.rows_of(HIST))
@@ -247,7 +257,13 @@ def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_w
 
 def test_sealing_off_is_refused_for_a_histogram_metric(system: System, tmp_path: Path) -> None:
     with client.Reporter(
-        tmp_path / "clear", system.target, token=TOKEN, tls=False, background=False, sealing="off"
+        tmp_path / "clear",
+        system.target,
+        token=TOKEN,
+        tls=False,
+        background=False,
+        sealing="off",
+        allow_unrandomized_histograms=True,
     ) as r:
         with pytest.raises(ParamsError, match="shuffled histogram: its reports must be sealed"):
             r.report(HIST, 1)
@@ -261,7 +277,13 @@ def test_a_full_outbox_counts_every_row_of_a_group(system: System, tmp_path: Pat
     for i in range(8):
         app = tmp_path / f"full{i}"
         with client.Reporter(
-            app, system.target, token=TOKEN, tls=False, background=False, max_reports=1
+            app,
+            system.target,
+            token=TOKEN,
+            tls=False,
+            background=False,
+            max_reports=1,
+            allow_unrandomized_histograms=True,
         ) as r:
             made = r.report(HIST, 2)
             # the coins of the real report and the fakes: the process's CSPRNG source
@@ -300,7 +322,10 @@ CHILD = textwrap.dedent(
         return accepted
     reporter_mod.Reporter._submit = submit
 
-    r = client.Reporter(app_dir, target, token=token, tls=False, background=False)
+    r = client.Reporter(
+        app_dir, target, token=token, tls=False, background=False,
+        allow_unrandomized_histograms=True,
+    )
     made = r.report("screens", 4)
     left = r.flush(timeout=20)
     print(f"made={made} left={left} calls={calls}")
@@ -364,7 +389,12 @@ def test_a_killed_device_resends_its_whole_group_with_the_same_ids_counted_once(
     sent = np.bincount([int.from_bytes(bits, "little") for _, bits in group], minlength=D)
     for i in range(4):
         with client.Reporter(
-            tmp_path / f"other{i}", system.target, token=TOKEN, tls=False, background=False
+            tmp_path / f"other{i}",
+            system.target,
+            token=TOKEN,
+            tls=False,
+            background=False,
+            allow_unrandomized_histograms=True,
         ) as r:
             assert r.report(HIST, i)
             sent += _sent(r._outbox.rows_of(HIST))

@@ -25,6 +25,7 @@ import client
 from client.device_config import DeviceConfig, to_proto
 from client.link import LinkError
 from client.sealed import PublicKeySet
+from client.skew import GUARD_SECONDS
 from crowdmix.cluster import free_port
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
@@ -124,11 +125,6 @@ def test_a_retry_after_an_unknown_outcome_stays_where_the_aggregator_dedupes_it(
     assert counters.get("delivered", 0) + counters.get("unconfirmed", 0) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: windows are claimed on the device's clock; with a skewed clock two "
-    "reports of one device can land in one server window (see the review report)",
-)
 def test_a_skewed_device_never_lands_two_reports_in_one_server_window(
     skewed: tuple[ShufflerHandle, MemoryStore, Clocks], tmp_path: Path
 ) -> None:
@@ -146,9 +142,15 @@ def test_a_skewed_device_never_lands_two_reports_in_one_server_window(
     ) as r:
         assert r.report(OUE, "a") is True and r.flush(timeout=10) == 0
         clocks.t = B(D + 1) + 100  # device: day D + 1 began; server: still day D + 1
-        r.report(OUE, "b")
+        assert r.report(OUE, "b") is True  # the device's new day: made...
+        assert r.flush(timeout=10) == 1  # ...and held: "a" is in the server's day D + 1
+        assert _server_windows(store) == {D + 1: 1}
+        clocks.t = B(D + 2) - SKEW - 1  # the server's day D + 1 has a second left
+        assert r.flush(timeout=10) == 1
+        clocks.t = B(D + 2) - SKEW + GUARD_SECONDS + 1  # the server's day D + 2 began
         assert r.flush(timeout=10) == 0
-    assert all(n <= 1 for n in _server_windows(store).values()), _server_windows(store)
+        assert r.counters() == {"delivered": 2}
+    assert _server_windows(store) == {D + 1: 1, D + 2: 1}
 
 
 class ConfigServer(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
@@ -260,6 +262,11 @@ def test_a_new_window_length_from_the_server_neither_stalls_nor_drops_reports(
         assert r.report(OUE, "b") is True  # claimed, not sent yet
         clocks.t += 4000  # past the cached config's hour
     with shuffler(after) as s, reporter(s) as r:
+        if after > before:
+            # "a" lies in the server's day now: "b" waits for the next one (client.skew)
+            assert r.flush(timeout=10) == 1
+            assert r.counters().get("expired", 0) == 0
+            clocks.t += after
         assert r.flush(timeout=10) == 0
         counters = r.counters()
         assert counters.get("expired", 0) == 0, counters  # claimed, never tried: sent
@@ -347,11 +354,6 @@ def test_two_processes_on_one_app_dir_claim_one_report(tmp_path: Path) -> None:
                 assert r.queued == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the device takes any params the shuffler serves; it has no ceiling on "
-    "the ε of what it sends (see the review report)",
-)
 def test_a_shuffler_cannot_serve_params_that_send_the_value_in_the_clear(
     tmp_path: Path,
 ) -> None:
@@ -373,8 +375,11 @@ def test_a_shuffler_cannot_serve_params_that_send_the_value_in_the_clear(
         with client.Reporter(
             tmp_path / "app", target, token=TOKEN, tls=False, sealing="off", background=False
         ) as r:
-            with pytest.raises(client.ParamsError):
+            with pytest.raises(
+                client.ParamsError, match=r"'home_page'.*ε_1 = inf.*max_epsilon = 10"
+            ):
                 r.report(RAPPOR, "example.com")
             assert r.queued == 0
+            assert r.report(OUE, "a") is True  # the other metrics are unaffected
     finally:
         server.stop(None)

@@ -16,6 +16,7 @@ from client.transport import ShufflerClient
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
 from shuffler.config import ShufflerSettings
+from shuffler.config_service import ConfigService
 from shuffler.errors import ConfigError
 from shuffler.server import start_shuffler
 from tests.shuffler.helpers import RAPPOR, make_registry
@@ -95,3 +96,15 @@ def test_sealing_required_refuses_a_plaintext_shuffler(tmp_path: Path) -> None:
             off.flush()
         off.close(flush=False)
     assert os.stat(public).st_mode & 0o777 == 0o644
+
+
+def test_config_service_stamps_every_answer_with_its_clock() -> None:
+    now = [1_728_000_000.0]
+    T = now[0]
+    service = ConfigService(make_registry(), None, clock=lambda: now[0])
+    raw = pb.GetConfigRequest().SerializeToString()
+    assert service.answer(raw).server_time == T
+    now[0] = T + 7.5
+    assert service.answer(raw).server_time == T + 7.5  # the cached answer is not reused as is
+    named = pb.GetConfigRequest(metrics=["browser"]).SerializeToString()
+    assert service.answer(named).server_time == T + 7.5

@@ -1,0 +1,64 @@
+"""An app's own privacy ceiling, against a real shuffler serving ordinary params."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import client
+from shuffler.memory_store import MemoryStore
+from shuffler.server import start_shuffler
+from tests.e2e.test_reporter_review import TOKEN
+from tests.shuffler.helpers import OUE, RAPPOR, make_registry
+
+pytestmark = pytest.mark.slow  # a real server
+
+
+def test_an_app_lowers_the_ceiling_and_a_metric_above_it_claims_nothing(tmp_path: Path) -> None:
+    store = MemoryStore()
+    with (
+        start_shuffler(make_registry(min_batch=1), store, tokens=frozenset({TOKEN})) as s,
+        client.Reporter(
+            tmp_path / "app",
+            f"127.0.0.1:{s.port}",
+            token=TOKEN,
+            tls=False,
+            sealing="off",
+            background=False,
+            max_epsilon=0.5,  # below the OUE metric's ε = 1 and RAPPOR's ε_1 ≈ 1.07
+        ) as r,
+    ):
+        for metric, figure in ((OUE, "ε = 1"), (RAPPOR, "ε_1 = 1.07")):
+            with pytest.raises(client.ParamsError, match=f"'{metric}'.*{figure}.*= 0.5"):
+                r.report(metric, "a")
+        assert r.queued == 0 and r.flush(timeout=5) == 0
+        assert r.counters() == {}
+    assert not store.pending(OUE)
+
+
+def test_a_histogram_sent_without_local_randomization_needs_the_apps_opt_in(
+    tmp_path: Path,
+) -> None:
+    """A served shuffled histogram without k-RR (ε_L = ∞) sends the value itself,
+    hidden only by the seal and the shuffle: the app must have said it accepts that."""
+    from client.device_config import DeviceConfig, to_proto
+    from client.histogram import HistogramParams
+    from client.registry import MetricConfig
+    from client.sealed import PublicKeySet
+    from tests.e2e.test_reporter_review import _serve
+
+    hist = MetricConfig(
+        name="screen",
+        histogram=HistogramParams(domain_size=4, fake_slots=1, fake_probability=0.5),
+    )
+    server, target = _serve(to_proto(DeviceConfig(metrics={"screen": hist}, keys=PublicKeySet(()))))
+    try:
+        with client.Reporter(tmp_path / "app", target, tls=False, background=False) as r:
+            with pytest.raises(
+                client.ParamsError, match=r"'screen'.*ε_L = inf.*allow_unrandomized_histograms"
+            ):
+                r.report("screen", 1)
+            assert r.queued == 0
+    finally:
+        server.stop(None)
