@@ -271,3 +271,56 @@ def test_a_slot_in_migration_refuses_new_writes_until_it_ends(
         _move_slot(slot, target, source, masters)
         for c in (source, target, other):
             c.close()
+
+
+def _pages_batch(registry: Any, seed: int) -> Any:
+    from tests.service.helpers import now_window, random_batch
+
+    rng = np.random.default_rng(seed)
+    return random_batch(rng, registry["pages"], 40, now_window(registry), batch_id=rng.bytes(16))
+
+
+@pytest.mark.parametrize("where", ["single", "cluster"])
+def test_the_daemons_early_duplicate_answer_waits_too(
+    tmp_path: Any, redis_url: str, cluster_url: str, where: str
+) -> None:
+    """The aggregator's ingest answers a batch id applied before as a duplicate before
+    counting it (``is_applied``): with --min-replicas-ack that answer is an acknowledgement
+    too (the shuffler then deletes the batch), so it must not come before a WAIT. Found in
+    review: a batch whose WAIT failed was acknowledged on its retry without any WAIT, and a
+    failover then lost it (the master died before its replica had it)."""
+    from aggregator.daemon.ingest import Ingestor
+    from tests.service.helpers import write_registry
+
+    _, registry = write_registry(tmp_path)
+    url = redis_url if where == "single" else cluster_url
+    # single node: no replica, WAIT 1 never succeeds; cluster: one replica each, WAIT 2 never
+    needs = 1 if where == "single" else 2
+    strict = RedisCountStore.from_url(url, min_replicas_ack=needs, wait_timeout_ms=50)
+    batch = _pages_batch(registry, 5)
+    try:
+        ingestor = Ingestor(registry, strict)
+        with pytest.raises(AggregatorStoreUnavailable, match="replica"):
+            ingestor.ingest(batch)  # applied on the master, not acknowledged
+        with pytest.raises(AggregatorStoreUnavailable, match="replica"):
+            ingestor.ingest(batch)  # the shuffler's retry: still not replicated enough
+    finally:
+        strict.close()
+    plain = RedisCountStore.from_url(url)  # no WAIT: a plain look
+    try:
+        assert plain.is_applied("pages", batch.batch_id)  # the first apply ran on the master
+    finally:
+        plain.close()
+    if where == "cluster":  # one replica suffices: the retry is acknowledged, after WAIT
+        store = RedisCountStore.from_url(url, min_replicas_ack=1)
+        try:
+            result = Ingestor(registry, store).ingest(batch)
+            assert result.duplicate and result.applied == 0
+            master = _master_of(url, "pages")
+        finally:
+            store.close()
+        try:
+            # one per duplicate answer that waited: the refused retry and this one
+            assert master.hget("crowdmix:agg:{pages}:meta", "duplicate_batches") == b"2"
+        finally:
+            master.close()
