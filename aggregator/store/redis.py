@@ -330,6 +330,10 @@ class RedisCountStore:
         except redis.RedisError as exc:
             # OOM, MISCONF (AOF cannot be written), READONLY...: nothing was applied.
             raise StoreUnavailable(f"redis refused the write: {exc}") from None
+        except redis.exceptions.RedisClusterException as exc:
+            # not a RedisError: no node of the cluster answers, or the slot map has holes
+            # (the fold thread catches only StoreError and would die of it)
+            raise StoreUnavailable(f"redis cluster unavailable: {exc}") from None
 
     # -- CountStore -------------------------------------------------------------------------
     def apply(
