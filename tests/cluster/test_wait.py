@@ -324,3 +324,53 @@ def test_the_daemons_early_duplicate_answer_waits_too(
             assert master.hget("crowdmix:agg:{pages}:meta", "duplicate_batches") == b"2"
         finally:
             master.close()
+
+
+def test_a_request_partly_stored_is_not_told_nothing_was_stored(cluster_url: str) -> None:
+    """UNAVAILABLE tells a sender "nothing was stored", so one without report ids retries
+    it (README, the SDK's status table); DEADLINE_EXCEEDED ("it may have been stored") it
+    must not. A request whose metrics sit on two masters, one of which refuses (OOM), had
+    its other part stored: it is answered as may-have-been-stored. Likewise a write WAIT
+    refused ran on the master: ``StoreNotReplicated`` is answered DEADLINE_EXCEEDED."""
+    import grpc
+
+    from shuffler.errors import StoreOutcomeUnknown
+    from shuffler.servicer import status_for
+
+    assert status_for(StoreNotReplicated("x")) == grpc.StatusCode.DEADLINE_EXCEEDED
+    registry = make_registry()
+    oue_master = _master_of(cluster_url, OUE)
+    store = RedisStore(cluster_url)
+    oue_master.config_set("maxmemory", "1")
+    try:
+
+        async def flush() -> list[Any]:
+            committer = GroupCommitter(store, registry, max_delay=0.05)
+            try:
+                return await asyncio.gather(
+                    committer.commit(
+                        {
+                            (RAPPOR, registry[RAPPOR].fingerprint): unique_chunk(20),
+                            (OUE, registry[OUE].fingerprint): unique_chunk(5, 50),
+                        }
+                    ),
+                    committer.commit({(OUE, registry[OUE].fingerprint): unique_chunk(3, 80)}),
+                    return_exceptions=True,
+                )
+            finally:
+                await committer.aclose()
+
+        both, oue_only = asyncio.run(flush())
+    finally:
+        oue_master.config_set("maxmemory", "0")
+        oue_master.close()
+    try:
+        assert sum(store.pending(RAPPOR).values()) == 20  # the first request's other part
+        assert store.pending(OUE) == {}
+        assert isinstance(both, StoreOutcomeUnknown), both
+        assert status_for(both) == grpc.StatusCode.DEADLINE_EXCEEDED
+        # nothing of the second request was stored: it may say so
+        assert isinstance(oue_only, StoreUnavailable) and "OOM" in str(oue_only)
+        assert status_for(oue_only) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        store.close()
