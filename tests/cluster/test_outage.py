@@ -85,3 +85,85 @@ def test_every_node_down_is_store_unavailable_for_both_stores(
         shuffler.close()
         aggregator.close()
         waiting.close()
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_the_event_loop_appender_writes_to_a_cluster_on_ipv6(tmp_path: Path) -> None:
+    """Three masters bound to ::1: the slot map names them ``::1``, and the shuffler's
+    appender must reach them (it built ``redis://::1:PORT/0``, which redis-py cannot read,
+    so every flush failed while the daemon's start-up check passed)."""
+    import shutil
+    import subprocess
+    import time
+
+    import redis
+
+    from shuffler.store import PendingWrite
+    from tests.redis_server import free_port
+    from tests.shuffler.conftest import LoopAppended
+    from tests.shuffler.helpers import RAPPOR, unique_chunk
+
+    exe, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    assert exe is not None and cli is not None
+    chosen: set[int] = set()
+    while len(chosen) < 6:  # 3 client ports and 3 bus ports, distinct (nothing binds them yet)
+        chosen.add(free_port())
+    ports, bus = sorted(chosen)[:3], sorted(chosen)[3:]
+    procs = []
+    try:
+        for port, bus_port in zip(ports, bus, strict=True):
+            d = tmp_path / str(port)
+            d.mkdir()
+            args = [exe, "--bind", "::1", "--port", str(port), "--dir", str(d), "--save", "",
+                    "--appendonly", "no", "--cluster-enabled", "yes",
+                    "--cluster-config-file", str(d / "nodes.conf"),
+                    "--cluster-port", str(bus_port),  # port + 10000 may be past 65535
+                    "--logfile", str(d / "redis.log")]  # fmt: skip
+            procs.append(
+                subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        for port in ports:
+            client = redis.Redis(host="::1", port=port)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    assert time.monotonic() < deadline, f"redis-server on [::1]:{port}"
+                    time.sleep(0.05)
+            client.close()
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"::1:{p}" for p in ports), "--cluster-yes"],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        url = f"redis+cluster://[::1]:{ports[0]}"
+        deadline = time.monotonic() + 20
+        for port in ports:  # every node agrees the cluster is up
+            client = redis.Redis(host="::1", port=port)
+            while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+                assert time.monotonic() < deadline, "the IPv6 cluster did not come up"
+                time.sleep(0.05)
+            client.close()
+        s = LoopAppended(RedisStore(url))
+        try:
+            key = QueueKey(window=1, fingerprint=2)
+            s.append([PendingWrite.of(RAPPOR, key, unique_chunk(3))])
+            assert s.pending(RAPPOR) == {key: 3}
+        finally:
+            s.close()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
