@@ -44,6 +44,8 @@ class ClusterUrl:
         if self.password is not None:
             user = self.username or ""
             auth = f"{_quote(user)}:{_quote(self.password)}@"
+        if ":" in host:  # an IPv6 address (the slot map gives it bare): bracket it
+            host = f"[{host.strip('[]')}]"
         return f"redis://{auth}{host}:{port}/0"
 
 

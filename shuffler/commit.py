@@ -57,10 +57,20 @@ def _settle(
         if isinstance(error, PartialWrite):  # a cluster flush: some slots' writes succeeded
             touched = {metric for metric, _ in parts}
             mine = error.cause if touched & error.failed else None
+            if mine is not None and touched - error.failed:
+                mine = _partly_stored(mine)
         if mine is None:
             fut.set_result(None)
         else:
             fut.set_exception(mine)
+
+
+def _partly_stored(cause: StoreUnavailable) -> StoreUnavailable:
+    """The error of a request whose other metrics' reports were stored: never "nothing was
+    stored" (UNAVAILABLE), which a sender without report ids may retry into a double count."""
+    if isinstance(cause, StoreOutcomeUnknown):
+        return cause
+    return StoreOutcomeUnknown(f"part of the request was stored, the rest refused: {cause}")
 
 
 class GroupCommitter:

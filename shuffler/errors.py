@@ -12,9 +12,10 @@ in exactly one place (``shuffler.servicer._STATUS``):
     │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
     ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
     │   ├── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
-    │   │   └── StoreNotReplicated          UNAVAILABLE        (written on the master, WAIT saw
+    │   │   └── StoreNotReplicated          DEADLINE_EXCEEDED  (written on the master, WAIT saw
     │   │                                                       too few replicas have it)
     │   └── PartialWrite                    per request: the error of a slot it touched
+    │                                       (DEADLINE_EXCEEDED if another part was stored)
     └── ForwardError                        the aggregator did not acknowledge a batch
 
 Every error a request can be refused with carries a short machine-readable
@@ -100,9 +101,9 @@ class StoreOutcomeUnknown(StoreUnavailable):
 
 class StoreNotReplicated(StoreOutcomeUnknown):
     """With ``--min-replicas-ack N``: the write ran on the master but WAIT saw fewer than N
-    replicas acknowledge it in time, so a failover could still lose it. Not acknowledged
-    (UNAVAILABLE); a retry may store the reports twice in the shuffler, and the aggregator
-    counts a report id once per window."""
+    replicas acknowledge it in time, so a failover could still lose it. Not acknowledged:
+    DEADLINE_EXCEEDED, "it may have been stored" (it was, on the master); a retry may store
+    the reports twice in the shuffler, and the aggregator counts a report id once per window."""
 
     reason = "store_not_replicated"
 

@@ -195,6 +195,11 @@ class RedisStore:
             raise StoreOutcomeUnknown(f"redis: {type(exc).__name__}: {exc}") from None
         except redis.RedisError as exc:
             raise StoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
+        except redis.exceptions.RedisClusterException as exc:
+            # not a RedisError: no node answers (after a command's socket failure, which may
+            # have come after sending it) or the slot map has holes. The releaser thread
+            # catches only ShufflerError and would die of it.
+            raise StoreOutcomeUnknown(f"redis cluster: {type(exc).__name__}: {exc}") from None
 
     def append_args(self, writes: Sequence[PendingWrite]) -> tuple[list[bytes], list[bytes]]:
         """KEYS and ARGV of the append script for ``writes`` (empty when nothing to write)."""

@@ -28,7 +28,6 @@ from shuffler.errors import (
     RequestRejected,
     ShufflerError,
     StaleKey,
-    StoreNotReplicated,
     StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
@@ -58,7 +57,8 @@ _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (StoreNotReplicated, grpc.StatusCode.UNAVAILABLE),  # before its base classes
+    # StoreNotReplicated is a StoreOutcomeUnknown: the write ran on the master, so it is
+    # "may have been stored" (DEADLINE_EXCEEDED), never "nothing was stored" (UNAVAILABLE)
     (StoreOutcomeUnknown, grpc.StatusCode.DEADLINE_EXCEEDED),  # before its base class
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
 )

@@ -191,6 +191,16 @@ end
 return deleted
 """
 
+# KEYS: 1 ids, 2 meta. ARGV: 1 batch id. With WAIT only: the daemon's early duplicate answer
+# (``is_applied``) is an acknowledgement too, so it writes the apply script's counter, and
+# the WAIT after it on the same connection covers the first apply (the replication stream is
+# ordered), whichever connection made it. Returns 1 when the batch id is applied.
+_DUPLICATE = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[2], 'duplicate_batches', 1)
+return 1
+"""
+
 _COMMIT_FOLD = """
 local v = redis.call('HGET', KEYS[1], 'version') or '0'
 if v ~= ARGV[1] then return 0 end
@@ -269,6 +279,7 @@ class RedisCountStore:
         self._commit_fold = client.register_script(_COMMIT_FOLD)
         self._dispose_ids = client.register_script(_DISPOSE_IDS)
         self._probe = client.register_script(_PROBE)
+        self._duplicate = client.register_script(_DUPLICATE)
         # (metric, window) -> the window's report ids as far as this process has read them
         self._id_cache: dict[tuple[str, int], _Synced] = {}
         self._ids_lock = threading.Lock()
@@ -319,6 +330,10 @@ class RedisCountStore:
         except redis.RedisError as exc:
             # OOM, MISCONF (AOF cannot be written), READONLY...: nothing was applied.
             raise StoreUnavailable(f"redis refused the write: {exc}") from None
+        except redis.exceptions.RedisClusterException as exc:
+            # not a RedisError: no node of the cluster answers, or the slot map has holes
+            # (the fold thread catches only StoreError and would die of it)
+            raise StoreUnavailable(f"redis cluster unavailable: {exc}") from None
 
     # -- CountStore -------------------------------------------------------------------------
     def apply(
@@ -336,8 +351,16 @@ class RedisCountStore:
         ).applied
 
     def is_applied(self, metric: str, batch_id: bytes) -> bool:
+        """With ``min_replicas_ack`` N, True only once N replicas have the batch's apply:
+        the daemon answers such a batch as a duplicate, and the shuffler then deletes it, so
+        the answer must wait as the apply does (else ``StoreUnavailable``: an apply whose
+        WAIT failed would be acknowledged on its retry, and lost in a failover)."""
         key = self._k(metric, "ids")
-        return bool(self._call(lambda: self._r.sismember(key, batch_id)))  # type: ignore[arg-type]
+        seen = bool(self._call(lambda: self._r.sismember(key, batch_id)))  # type: ignore[arg-type]
+        if not seen or not self._min_replicas_ack:
+            return seen
+        keys, args = [key, self._k(metric, "meta")], [batch_id]
+        return bool(int(self._call(lambda: self._replicated(self._duplicate, keys, args))))
 
     def apply_reports(
         self,

@@ -14,6 +14,16 @@ def test_seeds_and_credentials() -> None:
     assert parse_cluster_url("redis+cluster://127.0.0.1:7000").node_url("h", 1) == ("redis://h:1/0")
 
 
+def test_a_node_url_of_an_ipv6_node_is_bracketed() -> None:
+    """The slot map names IPv6 nodes bare (``::1``); the shuffler's event-loop appender
+    connects to each master by ``node_url``, which gave ``redis://::1:7000/0`` (no port
+    redis-py can read: every flush failed on an IPv6 cluster). Found in review."""
+    url = parse_cluster_url("redis+cluster://[::1]:7000")
+    assert url.nodes == (("::1", 7000),)
+    assert url.node_url("::1", 7000) == "redis://[::1]:7000/0"
+    assert url.node_url("[fe80::2]", 7001) == "redis://[fe80::2]:7001/0"
+
+
 def test_which_urls_are_redis() -> None:
     for url in ("redis://h:1/0", "rediss://h:1/0", "unix:///s.sock", "redis+cluster://h:1"):
         assert is_redis_url(url)

@@ -271,3 +271,106 @@ def test_a_slot_in_migration_refuses_new_writes_until_it_ends(
         _move_slot(slot, target, source, masters)
         for c in (source, target, other):
             c.close()
+
+
+def _pages_batch(registry: Any, seed: int) -> Any:
+    from tests.service.helpers import now_window, random_batch
+
+    rng = np.random.default_rng(seed)
+    return random_batch(rng, registry["pages"], 40, now_window(registry), batch_id=rng.bytes(16))
+
+
+@pytest.mark.parametrize("where", ["single", "cluster"])
+def test_the_daemons_early_duplicate_answer_waits_too(
+    tmp_path: Any, redis_url: str, cluster_url: str, where: str
+) -> None:
+    """The aggregator's ingest answers a batch id applied before as a duplicate before
+    counting it (``is_applied``): with --min-replicas-ack that answer is an acknowledgement
+    too (the shuffler then deletes the batch), so it must not come before a WAIT. Found in
+    review: a batch whose WAIT failed was acknowledged on its retry without any WAIT, and a
+    failover then lost it (the master died before its replica had it)."""
+    from aggregator.daemon.ingest import Ingestor
+    from tests.service.helpers import write_registry
+
+    _, registry = write_registry(tmp_path)
+    url = redis_url if where == "single" else cluster_url
+    # single node: no replica, WAIT 1 never succeeds; cluster: one replica each, WAIT 2 never
+    needs = 1 if where == "single" else 2
+    strict = RedisCountStore.from_url(url, min_replicas_ack=needs, wait_timeout_ms=50)
+    batch = _pages_batch(registry, 5)
+    try:
+        ingestor = Ingestor(registry, strict)
+        with pytest.raises(AggregatorStoreUnavailable, match="replica"):
+            ingestor.ingest(batch)  # applied on the master, not acknowledged
+        with pytest.raises(AggregatorStoreUnavailable, match="replica"):
+            ingestor.ingest(batch)  # the shuffler's retry: still not replicated enough
+    finally:
+        strict.close()
+    plain = RedisCountStore.from_url(url)  # no WAIT: a plain look
+    try:
+        assert plain.is_applied("pages", batch.batch_id)  # the first apply ran on the master
+    finally:
+        plain.close()
+    if where == "cluster":  # one replica suffices: the retry is acknowledged, after WAIT
+        store = RedisCountStore.from_url(url, min_replicas_ack=1)
+        try:
+            result = Ingestor(registry, store).ingest(batch)
+            assert result.duplicate and result.applied == 0
+            master = _master_of(url, "pages")
+        finally:
+            store.close()
+        try:
+            # one per duplicate answer that waited: the refused retry and this one
+            assert master.hget("crowdmix:agg:{pages}:meta", "duplicate_batches") == b"2"
+        finally:
+            master.close()
+
+
+def test_a_request_partly_stored_is_not_told_nothing_was_stored(cluster_url: str) -> None:
+    """UNAVAILABLE tells a sender "nothing was stored", so one without report ids retries
+    it (README, the SDK's status table); DEADLINE_EXCEEDED ("it may have been stored") it
+    must not. A request whose metrics sit on two masters, one of which refuses (OOM), had
+    its other part stored: it is answered as may-have-been-stored. Likewise a write WAIT
+    refused ran on the master: ``StoreNotReplicated`` is answered DEADLINE_EXCEEDED."""
+    import grpc
+
+    from shuffler.errors import StoreOutcomeUnknown
+    from shuffler.servicer import status_for
+
+    assert status_for(StoreNotReplicated("x")) == grpc.StatusCode.DEADLINE_EXCEEDED
+    registry = make_registry()
+    oue_master = _master_of(cluster_url, OUE)
+    store = RedisStore(cluster_url)
+    oue_master.config_set("maxmemory", "1")
+    try:
+
+        async def flush() -> list[Any]:
+            committer = GroupCommitter(store, registry, max_delay=0.05)
+            try:
+                return await asyncio.gather(
+                    committer.commit(
+                        {
+                            (RAPPOR, registry[RAPPOR].fingerprint): unique_chunk(20),
+                            (OUE, registry[OUE].fingerprint): unique_chunk(5, 50),
+                        }
+                    ),
+                    committer.commit({(OUE, registry[OUE].fingerprint): unique_chunk(3, 80)}),
+                    return_exceptions=True,
+                )
+            finally:
+                await committer.aclose()
+
+        both, oue_only = asyncio.run(flush())
+    finally:
+        oue_master.config_set("maxmemory", "0")
+        oue_master.close()
+    try:
+        assert sum(store.pending(RAPPOR).values()) == 20  # the first request's other part
+        assert store.pending(OUE) == {}
+        assert isinstance(both, StoreOutcomeUnknown), both
+        assert status_for(both) == grpc.StatusCode.DEADLINE_EXCEEDED
+        # nothing of the second request was stored: it may say so
+        assert isinstance(oue_only, StoreUnavailable) and "OOM" in str(oue_only)
+        assert status_for(oue_only) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        store.close()
