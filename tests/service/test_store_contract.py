@@ -340,7 +340,7 @@ def test_a_report_id_counted_before_in_its_window_is_dropped_atomically(
     assert same(store.load("pages"), direct_count(config, [first, fresh]))
     # the same batch again is a duplicate batch: nothing more
     assert ingestor.ingest(second).duplicate
-    # the same ids two windows later are other reports (de-duplication spans W-1 and W)
+    # the same ids two windows later are other reports (de-duplication spans W-1..W+1)
     later = Ingestor(registry, store, clock=lambda: 7 * registry.window_seconds)
     assert later.ingest(replace(first, batch_id=os.urandom(16), window=7)).applied == 400
     assert store.batch_sizes("pages", [5]) == {400: 1, 150: 1}
@@ -487,11 +487,6 @@ def test_a_retry_that_lands_in_the_next_window_is_dropped(
     assert (w7.applied, w7.duplicate_reports) == (120, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (outside review): a batch of W is checked against W and W-1 only, so "
-    "the earlier copy arriving after the later one is counted again",
-)
 def test_a_first_copy_that_arrives_after_its_retry_is_dropped(
     store: CountStore, registry: Registry
 ) -> None:
