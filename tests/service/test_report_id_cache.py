@@ -242,3 +242,37 @@ def test_the_apply_script_itself_refuses_a_list_refilled_after_the_read(
     assert same(a.load("pages"), direct_count(registry["pages"], [x0, z]))
     a.close()
     b.close()
+
+
+def test_the_next_windows_ids_appended_by_another_process_are_checked_atomically(
+    redis_url: str, registry: Registry
+) -> None:
+    """Process A caches window 7 (empty) while applying a batch of 6; process B then counts
+    the retries (window 7) of reports whose first copies (window 6) A applies next; B's
+    append lands between A's read of the lists and A's apply script. The script compares
+    W+1's list too, so A reads again and drops every first copy: each report counts once."""
+    rng = np.random.default_rng(40)
+    clock = lambda: 6 * registry.window_seconds  # noqa: E731
+    a, b = RedisCountStore.from_url(redis_url), RedisCountStore.from_url(redis_url)
+    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
+    warm = fresh(rng, registry, 10, 6)
+    assert ia.ingest(warm).applied == 10
+    assert ("pages", 7) in a._id_cache and len(a._id_cache[("pages", 7)].index) == 0
+    first = fresh(rng, registry, 60, 6)
+    retry = replace(first, batch_id=os.urandom(16), window=7)
+    real = a._apply
+    fired: list[int] = []
+
+    def retry_lands_first(*args: Any, **kwargs: Any) -> Any:
+        if not fired:
+            fired.append(1)
+            assert ib.ingest(retry).applied == 60
+        return real(*args, **kwargs)
+
+    a._apply = retry_lands_first  # type: ignore[assignment]
+    late = ia.ingest(first)
+    assert (late.applied, late.duplicate_reports) == (0, 60)
+    assert a.apply_retries == 1
+    assert same(a.load("pages"), direct_count(registry["pages"], [warm, retry]))
+    a.close()
+    b.close()

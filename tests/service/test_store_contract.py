@@ -504,6 +504,46 @@ def test_a_first_copy_that_arrives_after_its_retry_is_dropped(
     assert (late.applied, late.duplicate_reports) == (0, 40)
 
 
+def test_retention_keeps_the_next_windows_ids_for_a_late_batch(
+    store: CountStore, registry: Registry
+) -> None:
+    """Disposal deletes the ids of windows before the cutoff only: a late batch of the
+    cutoff window W still finds its reports' later copies in W+1 (and the ids of W+1 are
+    never deleted while batches of W are accepted, W+1 being later)."""
+    rng = np.random.default_rng(38)
+    config = registry["pages"]
+    ingestor = Ingestor(registry, store, clock=lambda: 8 * registry.window_seconds)
+    older = with_ids(random_batch(rng, config, 30, window=5), rng.integers(0, 256, (30, 16)))
+    first = with_ids(random_batch(rng, config, 50, window=6), rng.integers(0, 256, (50, 16)))
+    retry = replace(first, batch_id=os.urandom(16), window=7)
+    assert ingestor.ingest(older).applied == 30
+    assert ingestor.ingest(retry).applied == 50
+    assert store.dispose_ids("pages", 6) == 1 + 30  # window 5's batch id and report ids
+    late = ingestor.ingest(first)
+    assert (late.applied, late.duplicate_reports) == (0, 50)
+    with pytest.raises(WindowDisposed):
+        store.apply(
+            "pages", 5, os.urandom(16), config.fingerprint, counts_of(registry, "pages", rng, 3)
+        )
+    assert same(store.load("pages"), direct_count(config, [older, retry]))
+
+
+def test_copies_filed_two_windows_apart_are_each_counted(
+    store: CountStore, registry: Registry
+) -> None:
+    """The stated limit (CountStore.apply_reports): de-duplication spans W-1, W and W+1, so
+    copies filed in W-1 and W+1 (more than a window apart, which the SDK never sends) are
+    counted once each, in either order; a third copy in W between them is dropped."""
+    rng = np.random.default_rng(39)
+    config = registry["pages"]
+    ingestor = Ingestor(registry, store, clock=lambda: 7 * registry.window_seconds)
+    a = with_ids(random_batch(rng, config, 20, window=7), rng.integers(0, 256, (20, 16)))
+    assert ingestor.ingest(a).applied == 20
+    assert ingestor.ingest(replace(a, batch_id=os.urandom(16), window=5)).applied == 20
+    middle = ingestor.ingest(replace(a, batch_id=os.urandom(16), window=6))
+    assert (middle.applied, middle.duplicate_reports) == (0, 20)
+
+
 def test_a_resent_batch_is_answered_before_it_is_counted(
     store: CountStore, registry: Registry
 ) -> None:
