@@ -25,8 +25,8 @@ or after it, never half:
   the request leaves; ``acknowledged`` deletes the rows only after the shuffler
   acknowledged them. A killed process therefore re-sends, after its restart, the
   rows whose acknowledgement it did not record — with the same report ids: the
-  aggregator counts an id once in its window and the one before, so a repeat is
-  dropped there. A row is sent again only within the (device) window of its first
+  aggregator drops an id already counted in its window or an adjacent one, so a
+  repeat is dropped there, whichever copy reaches it first. A row is sent again only within the (device) window of its first
   attempt, and only when the request's deadline lies in it too: every copy then
   reaches the server within less than one window of time, so — whatever the
   constant offset between the device's and the server's clocks — in one server
