@@ -10,13 +10,13 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
 3. checks that the report-id lists of the window W, of W-1 and of W+1 (the copies of one
    report are filed in one window or two adjacent ones, and may reach the aggregator in
-   either order: :class:`aggregator.store.base.CountStore` states why) are the ones the
-   caller checked the batch's report ids against: the same length and the same last blob (its first id, last
-   id and size; a length alone cannot tell a list that lost its tail, after a power cut
-   with ``appendfsync everysec`` or a failover to a lagging replica, and was refilled by
-   other processes). Else it changes nothing and the caller reads the lists again
-   (rebuilding its index when the blob it read last is gone). Skipped for a batch
-   without report ids,
+   either order: :meth:`aggregator.store.base.CountStore.apply_reports` states why) are the
+   ones the caller checked the batch's report ids against: the same length and the same
+   last blob (its first id, last id and size; a length alone cannot tell a list that lost
+   its tail, after a power cut with ``appendfsync everysec`` or a failover to a lagging
+   replica, and was refilled by other processes). Else it changes nothing and the caller
+   reads the lists again (rebuilding its index when the blob it read last is gone).
+   Skipped for a batch without report ids,
 4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
    batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
    window's delta hash, and records the window.
@@ -25,8 +25,8 @@ The membership test of report ids runs in this process, in numpy
 (:class:`aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
 reads only what other processes appended since), before the script: a report whose id
 was counted before is dropped and the batch recounted without it (rare). A process keeps
-the indexes of only its ``cached_windows`` most recent windows that hold ids (default 2: the
-current one and the one before) and the (empty) one after the newest; a late batch of an
+the indexes of only the ``cached_windows`` windows up to the newest that holds ids (default
+2: the current one and the one before) and of the (empty) one after it; a late batch of an
 older window rebuilds the indexes it needs from the lists, read ``page_blobs`` blobs at a
 time, for that call. Step 3 makes
 that check and the count one atomic step, also across aggregator processes: if any id
@@ -228,12 +228,13 @@ class _Synced:
 class RedisCountStore:
     """Counts per (metric, window) in Redis; safe to share between processes.
 
-    ``cached_windows``: per metric, the indexes of report ids of only this many most recent
-    windows that hold ids stay in this process's memory (the current window and the one
-    before it, which a batch is also checked against), plus the index of the window after
-    the newest of them (a batch is checked against W+1 too; empty until the clock passes the
-    boundary, so it costs a table of 4096 slots); a late batch of an older window rebuilds
-    the indexes it needs from Redis for that one call. ``page_blobs``: id blobs read from Redis per ``LRANGE``.
+    ``cached_windows``: per metric, the indexes of report ids of only this many windows, up
+    to the newest that holds ids, stay in this process's memory (the current window and the
+    one before it, which a batch is also checked against), plus the index of the window
+    after it (a batch is checked against W+1 too; empty until the clock passes the boundary,
+    so it costs a table of 4096 slots, 64 kB); a late batch of an older window rebuilds the
+    indexes it needs from Redis for that one call. ``page_blobs``: id blobs read from Redis
+    per ``LRANGE``.
     ``max_apply_attempts``: how often an apply is retried because other processes appended
     ids meanwhile before it fails as ``StoreUnavailable`` (the sender retries later).
     """
@@ -517,9 +518,7 @@ class RedisCountStore:
             return reply
         raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
 
-    def _synced(
-        self, metric: str, window: int, keys: tuple[str, str, str]
-    ) -> tuple[_Synced, ...]:
+    def _synced(self, metric: str, window: int, keys: tuple[str, str, str]) -> tuple[_Synced, ...]:
         """This process's indexes of the report ids of ``window``, ``window - 1`` and
         ``window + 1`` (``keys``: their lists, in that order), brought up to date with their
         lists in Redis: only blobs appended since the last look are read, after checking
@@ -561,11 +560,12 @@ class RedisCountStore:
         return [bytes(b) for b in blobs]
 
     def _evict(self, metric: str) -> None:
-        """Keep the indexes of ``metric``'s windows from the ``cached_windows``-th most recent
-        window that holds ids up to the one after the newest that does (the batches of the
-        current window are checked against it; it holds no ids as far as this process
-        knows, or it would be the newest): at most ``cached_windows`` + 1 indexes, one of
-        them empty. With no window holding ids, the newest ``cached_windows`` + 1 (empty)."""
+        """Keep the indexes of only ``metric``'s windows ``top - cached_windows + 1`` to
+        ``top + 1``, where ``top`` is the newest window whose index holds ids (the batches
+        of the current window are checked against ``top + 1`` too; it holds no ids as far
+        as this process knows, or it would be ``top``): at most ``cached_windows`` + 1
+        indexes, one of them empty. With no index holding ids, the newest
+        ``cached_windows`` + 1 (all empty)."""
         mine = sorted(w for (m, w) in self._id_cache if m == metric)
         if not mine:
             return
