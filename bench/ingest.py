@@ -198,7 +198,9 @@ def main() -> int:
             print(f"gRPC Ingest, redis AOF, batch {n:>7}: {rate / 1e6:7.2f} M reports/s")
         store = RedisCountStore.from_url(redis_server.url)
         for n in sizes:
-            maker = BatchMaker(n, window - 1, fp, n + 1, ids)  # its own id list
+            # its own id lists: a batch of W is checked against W-1, W and W+1, and the
+            # daemon above filled ``window``'s
+            maker = BatchMaker(n, window - 2, fp, n + 1, ids)
             redis_rate = in_process(Ingestor(registry, store), maker, args.seconds / 2)
             mem_rate = in_process(Ingestor(registry, MemoryCountStore()), maker, args.seconds / 2)
             print(

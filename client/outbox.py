@@ -29,16 +29,15 @@ or after it, never half:
 - ``begin_send`` records the attempt (count, window of the first one, its marks in
   ``sent``) *before* the request leaves; ``acknowledged`` deletes the rows only after the shuffler
   acknowledged them. A killed process therefore re-sends, after its restart, the
-  rows whose acknowledgement it did not record — with the same report ids: the
-  aggregator counts an id once in its window and the one before, so a repeat is
-  dropped there. A row is sent again only within the (device) window of its first
-  attempt, and only when the request's deadline lies in it too: every copy then
-  reaches the server within less than one window of time, so — whatever the
-  constant offset between the device's and the server's clocks — in one server
-  window or two adjacent ones. Otherwise it is not sent again (a repeat could be
-  counted twice): it is dropped and counted (``unconfirmed``). A row dropped for
-  any reason after a try counts the window of the drop as used, as a delivery
-  does (a copy may have arrived).
+  rows whose acknowledgement it did not record — with the same report ids: the aggregator
+  drops an id already counted in its window or an adjacent one, so a repeat is dropped
+  there, whichever copy reaches it first. A row is sent again only within the (device)
+  window of its first attempt, and only when the request's deadline lies in it too: every
+  copy then reaches the server within less than one window of time, so — whatever the
+  constant offset between the device's and the server's clocks — in one server window or two
+  adjacent ones. Otherwise it is not sent again (a repeat could be counted twice): it is
+  dropped and counted (``unconfirmed``). A row dropped for any reason after a try counts the
+  window of the drop as used, as a delivery does (a copy may have arrived).
 - Bounded: at most ``max_reports`` rows and ``max_bytes`` of report payload. When
   full, a new report is refused — ``claim`` returns ``FULL`` and records no claim —
   so the reports already promised are kept (dropping one would lose a claimed

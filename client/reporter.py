@@ -53,9 +53,10 @@ Rows are deleted with SQLite's ``secure_delete`` once acknowledged.
 
 Not sent again: a report whose first send attempt lies in an earlier collection
 window, or whose repeat would reach the server after that window ends (the
-aggregator recognises a repeated id only within its window and the one before,
-on the server's clock: copies sent within one window of the device's clock land
-in at most two adjacent server windows, whatever the clocks' offset), and a
+aggregator recognises a repeated id only within its window and the adjacent ones,
+on the server's clock, so copies must not be filed two windows apart: copies sent
+within one window of the device's clock land in at most two adjacent server windows,
+whatever the clocks' offset), and a
 report of a window older than the metric's disposal age; both are dropped and
 counted (``counters()``: ``unconfirmed``, ``expired``).
 Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):

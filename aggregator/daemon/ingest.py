@@ -23,8 +23,10 @@ without an id (16 zero bytes, or a batch with no ``report_ids`` at all: older
 SDKs, imported google/rappor data never comes through here) is counted without
 de-duplication — refusing it would lose data an older device already
 acknowledged; the ``crowdmix_aggregator_reports_without_id`` metric shows how many
-remain. A batch of window W is checked against the ids of W and of W−1: a retry that
-lands in the next window (a request sent just before a window boundary) is caught too.
+remain. A batch of window W is checked against the ids of W−1, W and W+1: a retry that
+lands in the next window (a request sent just before a window boundary) is caught
+whichever copy arrives here first, assuming every copy of a report is filed in one
+window or two adjacent ones (``CountStore.apply_reports`` states why and when not).
 A batch whose id was applied before is answered as a duplicate once its O(1) header
 checks pass, before its reports are opened, checked and counted (a re-sent batch costs little).
 

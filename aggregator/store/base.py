@@ -5,10 +5,11 @@ collection window, the counts (:class:`StoredCounts`: an accumulator's totals an
 and the report ids counted in that window.
 :meth:`CountStore.apply_reports` adds one batch's counts, records its id and its
 reports' ids in one atomic step, dropping every report whose id was already
-counted in the window (the counts added are those of the remaining reports), so
-a batch re-sent by the shuffler, or a report re-sent by a device whose first
-attempt was stored after all (in the same window or the one before), is acknowledged
-but never counted twice, and a
+counted in the window or in one of its two neighbours (the counts added are those
+of the remaining reports), so a batch re-sent by the shuffler, or a report re-sent
+by a device whose first attempt was stored after all (in the same window, the one
+before or the one after: the copies may reach the aggregator in either order), is
+acknowledged but never counted twice, and a
 crash can never leave counts without their ids (or the reverse). Reports
 without an id (16 zero bytes: older SDKs) are counted without de-duplication.
 
@@ -206,9 +207,28 @@ class CountStore(Protocol):
         description: str = "",
     ) -> ApplyOutcome:
         """Like :meth:`apply`, and in the same atomic step drop the reports whose id
-        was counted before in ``window`` or in ``window - 1`` (a retry after a lost reply
-        that lands just after a window boundary; counting the others: ``report_ids.
-        counts_without``) and record the ids of the reports counted (in ``window``).
+        was counted before in ``window``, ``window - 1`` or ``window + 1`` (counting the
+        others: ``report_ids.counts_without``) and record the ids of the reports counted
+        (in ``window``).
+
+        Why three windows: a batch's window is the one its reports *arrived* in at the
+        shuffler, on the shuffler's clock. A retry after a lost reply may arrive just after
+        a boundary (first copy in W-1, retry in W), and the copies may reach the aggregator
+        in either order: a crashed shuffler's in-flight batch recovered later, a parked
+        batch offered again, the aggregator down across the boundary. So a batch of W
+        checks W-1 (its earlier copies) and W+1 (its later copies, counted first).
+
+        The assumption, not checked here: **all copies of one report are filed (by the
+        shufflers) in one window or in two adjacent ones.** A shuffler re-sends a batch
+        with its window and batch id unchanged, so only a device's retries make new
+        copies; the SDK's ``Reporter`` (``client.outbox``) re-sends a report only while
+        every copy reaches the server within less than one window of time, which puts
+        the copies in at most two adjacent windows of one server clock. Copies filed two
+        windows apart (W-1 and W+1) are each counted once: neither window's check
+        reaches the other. That takes copies spread over more than one window, e.g.
+        ``ShufflerClient`` reports re-queued and sent again more than a window later, or
+        shufflers whose clocks differ by more than the margin by which the copies'
+        spread falls short of a window.
 
         Raises WindowDisposed when ``window`` is before the cutoff of :meth:`dispose_ids`.
         The batch's size and smallest crowd are recorded for the counted reports only

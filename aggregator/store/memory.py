@@ -84,7 +84,9 @@ class MemoryCountStore:
             if batch_id in ids:
                 return ApplyOutcome(applied=False, counted=0, duplicates=0)
             duplicates = 0
-            for w in (window, window - 1):  # a retry may land in the window after its first try
+            # copies of a report are filed in one window or two adjacent ones, and may
+            # arrive in either order (CountStore.apply_reports): check W, W-1 and W+1
+            for w in (window, window - 1, window + 1):
                 seen = self._report_ids.get((metric, w))
                 if seen is not None and report_ids.ids:
                     positions = seen.present(report_ids.ids)

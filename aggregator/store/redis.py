@@ -8,14 +8,15 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 1. checks the params fingerprint of the metric (counts under other params never mix)
    and that the window is not past retention,
 2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
-3. checks that the report-id lists of the window and of the window before it (a retry
-   after a lost reply may land just after a boundary) are the ones the caller checked the
-   batch's report ids against: the same length and the same last blob (its first id, last
-   id and size; a length alone cannot tell a list that lost its tail, after a power cut
-   with ``appendfsync everysec`` or a failover to a lagging replica, and was refilled by
-   other processes). Else it changes nothing and the caller reads the lists again
-   (rebuilding its index when the blob it read last is gone). Skipped for a batch
-   without report ids,
+3. checks that the report-id lists of the window W, of W-1 and of W+1 (the copies of one
+   report are filed in one window or two adjacent ones, and may reach the aggregator in
+   either order: :meth:`aggregator.store.base.CountStore.apply_reports` states why) are the
+   ones the caller checked the batch's report ids against: the same length and the same
+   last blob (its first id, last id and size; a length alone cannot tell a list that lost
+   its tail, after a power cut with ``appendfsync everysec`` or a failover to a lagging
+   replica, and was refilled by other processes). Else it changes nothing and the caller
+   reads the lists again (rebuilding its index when the blob it read last is gone).
+   Skipped for a batch without report ids,
 4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
    batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
    window's delta hash, and records the window.
@@ -24,9 +25,10 @@ The membership test of report ids runs in this process, in numpy
 (:class:`aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
 reads only what other processes appended since), before the script: a report whose id
 was counted before is dropped and the batch recounted without it (rare). A process keeps
-the indexes of only its ``cached_windows`` most recent windows (default 2: the current one
-and the one before); a late batch of an older window rebuilds its index from the list, read
-``page_blobs`` blobs at a time, for that call. Step 3 makes
+the indexes of only the ``cached_windows`` windows up to the newest that holds ids (default
+2: the current one and the one before) and of the (empty) one after it; a late batch of an
+older window rebuilds the indexes it needs from the lists, read ``page_blobs`` blobs at a
+time, for that call. Step 3 makes
 that check and the count one atomic step, also across aggregator processes: if any id
 was appended in between, the script refuses and the check runs again on the new ids.
 A Redis set with ``SMISMEMBER``/``SADD`` inside the script would be simpler, but costs
@@ -60,7 +62,7 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
 
 Memory: a batch id costs about 80 bytes in each of two sets; a report id 16 bytes in
 Redis and 32-128 bytes in the index of each aggregator process that ingests the window,
-for at most ``cached_windows`` windows plus the two of a late batch (README, "Memory for
+for at most ``cached_windows`` windows plus the three of a late batch (README, "Memory for
 report ids"): a window of 10 M reports holds 160 MB of ids in Redis until it is
 disposed. Retention
 (:meth:`RedisCountStore.dispose_ids`, called by the daemon for windows past the
@@ -101,7 +103,8 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 # KEYS: 1 ids, 2 windows, 3 w:W:deltas, 4 meta, 5 w:W:sizes, 6 w:W:crowd, 7 w:W:batches,
-#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W-1:rids
+#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W-1:rids,
+#       11 w:W+1:rids
 # ARGV: 1 batch id, 2 window, 3 counts blob, 4 fingerprint, 5 description, 6 reports counted,
 #       7 crowd, 8 report ids (16 bytes each, concatenated), 9/10 the length of W's rids list
 #       the caller checked the ids against and the fingerprint of its last blob (``_tail``),
@@ -109,10 +112,11 @@ log = logging.getLogger(__name__)
 #       lists are checked, even when every id turned out counted before), 14 '1' when WAIT
 #       follows (a duplicate then writes a counter: WAIT covers only its connection's writes,
 #       and the replication stream is ordered, so a replica that has this write has the
-#       first apply, whichever connection made it)
+#       first apply, whichever connection made it), 15/16 the same as 9/10 for W+1's list
 # Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
-# past retention, {3, i} list i (1: W, 2: W-1) is not the one the caller checked against
-# (it grew, or it lost its tail and was refilled: a length alone cannot tell): check again.
+# past retention, {3, i} list i (1: W, 2: W-1, 3: W+1) is not the one the caller checked
+# against (it grew, or it lost its tail and was refilled: a length alone cannot tell):
+# check again.
 _APPLY = """
 local meta = redis.call('HMGET', KEYS[4], 'fingerprint', 'ids_disposed_before')
 local fp = meta[1]
@@ -124,14 +128,13 @@ if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   return {0}
 end
 if ARGV[13] == '1' then
-  for i = 1, 2 do
-    local key, n = KEYS[i == 1 and 8 or 10], tonumber(ARGV[7 + 2 * i])
+  local lists = {{KEYS[8], 9}, {KEYS[10], 11}, {KEYS[11], 15}}
+  for i = 1, 3 do
+    local key, n, tail = lists[i][1], tonumber(ARGV[lists[i][2]]), ARGV[lists[i][2] + 1]
     if redis.call('LLEN', key) ~= n then return {3, i} end
     if n > 0 then
       local b = redis.call('LINDEX', key, -1)
-      if string.sub(b, 1, 16) .. string.sub(b, -16) .. #b ~= ARGV[8 + 2 * i] then
-        return {3, i}
-      end
+      if string.sub(b, 1, 16) .. string.sub(b, -16) .. #b ~= tail then return {3, i} end
     end
   end
 end
@@ -152,12 +155,12 @@ end
 return {1}
 """
 
-# KEYS: the rids lists of W and W-1. ARGV: the blobs of each list the caller has read.
+# KEYS: the rids lists of W, W-1 and W+1. ARGV: the blobs of each list the caller has read.
 # Returns per list its length and the ``_tail`` of the last blob the caller read (b"" when
 # it read none or the list is shorter): one round trip, no blob leaves Redis.
 _PROBE = """
 local out = {}
-for i = 1, 2 do
+for i = 1, #KEYS do
   local n, s = redis.call('LLEN', KEYS[i]), tonumber(ARGV[i])
   local tail = ''
   if s > 0 and s <= n then
@@ -235,10 +238,13 @@ class _Synced:
 class RedisCountStore:
     """Counts per (metric, window) in Redis; safe to share between processes.
 
-    ``cached_windows``: per metric, the indexes of report ids of only this many most recent
-    windows stay in this process's memory (the current window and the one before it, which
-    a batch is also checked against); a late batch of an older window rebuilds its index
-    from Redis for that one call. ``page_blobs``: id blobs read from Redis per ``LRANGE``.
+    ``cached_windows``: per metric, the indexes of report ids of only this many windows, up
+    to the newest that holds ids, stay in this process's memory (the current window and the
+    one before it, which a batch is also checked against), plus the index of the window
+    after it (a batch is checked against W+1 too; empty until the clock passes the boundary,
+    so it costs a table of 4096 slots, 64 kB); a late batch of an older window rebuilds the
+    indexes it needs from Redis for that one call. ``page_blobs``: id blobs read from Redis
+    per ``LRANGE``.
     ``max_apply_attempts``: how often an apply is retried because other processes appended
     ids meanwhile before it fails as ``StoreUnavailable`` (the sender retries later).
     """
@@ -384,6 +390,7 @@ class RedisCountStore:
             self._k(metric, f"w:{window}:rids"),
             self._k(metric, f"w:{window}:nrids"),
             self._k(metric, f"w:{window - 1}:rids"),
+            self._k(metric, f"w:{window + 1}:rids"),
         ]
         if not report_ids.ids:  # nothing to de-duplicate: no index, no list to check
             plain = self._run_apply(
@@ -395,8 +402,7 @@ class RedisCountStore:
                 delta,
                 report_ids,
                 description,
-                None,
-                None,
+                (),
             )
             if plain is None:  # pragma: no cover - the script checks no list without ids
                 raise StoreError("apply script refused a batch without report ids")
@@ -405,11 +411,12 @@ class RedisCountStore:
         with self._ids_lock:
             try:
                 for _attempt in range(self._max_attempts):
-                    current, previous = self._synced(metric, window, keys[7], keys[9])
-                    # A retry of a report that landed in the window before (a lost reply
-                    # just before the boundary) is dropped too: check both windows' ids.
+                    lists = self._synced(metric, window, (keys[7], keys[9], keys[10]))
+                    # The copies of a report are filed in one window or two adjacent ones
+                    # (a retry after a lost reply may land just after a boundary) and may
+                    # arrive here in either order: check W's, W-1's and W+1's ids.
                     report_ids, delta, duplicates = given_ids, given_delta, 0
-                    for synced in (current, previous):
+                    for synced in lists:
                         positions = synced.index.present(report_ids.ids)
                         if positions.size:  # counted before: recount the batch without them
                             duplicates += int(positions.size)
@@ -423,12 +430,12 @@ class RedisCountStore:
                         delta,
                         report_ids,
                         description,
-                        current,
-                        previous,
+                        lists,
                     )
                     if outcome is None:  # a list changed since we read it: read and check again
                         self.apply_retries += 1
                         continue
+                    current = lists[0]
                     if outcome.applied and report_ids.ids:
                         current.index.add(report_ids.ids)
                         current.length += 1
@@ -458,10 +465,11 @@ class RedisCountStore:
         delta: CountsLike,
         report_ids: ReportIds,
         description: str,
-        current: _Synced | None,
-        previous: _Synced | None,
+        lists: tuple[_Synced, ...],
     ) -> ApplyOutcome | None:
-        """One run of the apply script; None when an id list is not the one checked."""
+        """One run of the apply script with the lists of W, W-1 and W+1 as checked (none
+        for a batch without report ids); None when an id list is not the one checked."""
+        checked = [(str(e.length), e.tail) for e in lists] or [("0", b"")] * 3
         totals = np.asarray(delta.totals)
         counted = int(totals.sum())
         args: list[bytes | str] = [
@@ -473,12 +481,11 @@ class RedisCountStore:
             str(counted),
             str(batch_crowd(totals)),
             report_ids.ids,
-            str(current.length) if current else "0",
-            current.tail if current else b"",
-            str(previous.length) if previous else "0",
-            previous.tail if previous else b"",
-            "1" if current else "0",
+            *checked[0],
+            *checked[1],
+            "1" if lists else "0",
             "1" if self._min_replicas_ack else "0",
+            *checked[2],
         ]
         result = self._call(lambda: self._replicated(self._apply, keys, args))
         status = int(result[0])
@@ -534,21 +541,19 @@ class RedisCountStore:
             return reply
         raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
 
-    def _synced(
-        self, metric: str, window: int, key: str, previous_key: str
-    ) -> tuple[_Synced, _Synced]:
-        """This process's indexes of the report ids of ``window`` and ``window - 1``,
-        brought up to date with their lists in Redis: only blobs appended since the last
-        look are read, after checking (in Redis, one round trip for both lists) that the
-        last blob read is still where it was."""
-        mine = [self._id_cache.get((metric, w)) for w in (window, window - 1)]
+    def _synced(self, metric: str, window: int, keys: tuple[str, str, str]) -> tuple[_Synced, ...]:
+        """This process's indexes of the report ids of ``window``, ``window - 1`` and
+        ``window + 1`` (``keys``: their lists, in that order), brought up to date with their
+        lists in Redis: only blobs appended since the last look are read, after checking
+        (in Redis, one round trip for the three lists) that the last blob read is still
+        where it was."""
+        windows = (window, window - 1, window + 1)
+        mine = [self._id_cache.get((metric, w)) for w in windows]
         args = [str(e.length if e else 0) for e in mine]
-        reply = self._call(lambda: self._probe(keys=[key, previous_key], args=args))
-        return (
-            self._refresh(metric, window, key, mine[0], int(reply[0]), bytes(reply[1])),
-            self._refresh(
-                metric, window - 1, previous_key, mine[1], int(reply[2]), bytes(reply[3])
-            ),
+        reply = self._call(lambda: self._probe(keys=list(keys), args=args))
+        return tuple(
+            self._refresh(metric, w, key, entry, int(reply[2 * i]), bytes(reply[2 * i + 1]))
+            for i, (w, key, entry) in enumerate(zip(windows, keys, mine, strict=True))
         )
 
     def _refresh(
@@ -578,10 +583,20 @@ class RedisCountStore:
         return [bytes(b) for b in blobs]
 
     def _evict(self, metric: str) -> None:
-        """Keep the indexes of only the ``cached_windows`` most recent windows of ``metric``."""
+        """Keep the indexes of only ``metric``'s windows ``top - cached_windows + 1`` to
+        ``top + 1``, where ``top`` is the newest window whose index holds ids (the batches
+        of the current window are checked against ``top + 1`` too; it holds no ids as far
+        as this process knows, or it would be ``top``): at most ``cached_windows`` + 1
+        indexes, one of them empty. With no index holding ids, the newest
+        ``cached_windows`` + 1 (all empty)."""
         mine = sorted(w for (m, w) in self._id_cache if m == metric)
-        for w in mine[: -self._cached_windows]:
-            del self._id_cache[(metric, w)]
+        if not mine:
+            return
+        filled = [w for w in mine if self._id_cache[(metric, w)].length]
+        top = filled[-1] if filled else mine[-1] - 1
+        for w in mine:
+            if not top - self._cached_windows < w <= top + 1:
+                del self._id_cache[(metric, w)]
 
     def dispose_ids(self, metric: str, before_window: int) -> int:
         old = [w for w in self.windows_with_ids(metric) if w < before_window]

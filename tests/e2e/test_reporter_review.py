@@ -2,10 +2,11 @@
 
 The shuffler files a report under the window of *its* clock when the report
 arrives, and the aggregator recognises a repeated report id only within that
-window and the one before. A device's clock is never exactly the server's: these
-tests run a real shuffler whose clock is some minutes ahead of the device's and
-read the windows it filed the reports under from its store. Bad ``GetConfig``
-answers come from a real gRPC server on loopback that serves them.
+window and the adjacent ones (copies filed two windows apart are both counted). A
+device's clock is never exactly the server's: these tests run a real shuffler whose
+clock is some minutes ahead of the device's and read the windows it filed the reports
+under from its store. Bad ``GetConfig`` answers come from a real gRPC server on loopback
+that serves them.
 """
 
 from __future__ import annotations

@@ -402,3 +402,61 @@ def test_fsync_always_starts_redis_with_appendfsync_always(tmp_path: Path) -> No
         server.cleanup()
     with pytest.raises(ValueError, match="fsync"):
         RedisServer(fsync="never")
+
+
+def test_a_first_copy_ingested_after_its_retry_counts_once_per_report_id(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
+    """A device's first request was filed by the shuffler in window W-1 (reply lost), its
+    retry in W; the shuffler delivers the W batch first (the W-1 one was in flight in a
+    process that crashed, or parked while the aggregator was down). Against the real
+    ``crowdmix aggregator serve`` on Redis: every report id counts once, the earlier
+    copy's other reports are counted, and each report stays in the window it was first
+    counted in. Each report has a cohort of its own, so cohort totals are per-report
+    counts."""
+    p = Pipeline(tmp_path, private_redis.url)
+    rng = np.random.default_rng(37)
+    shared, only_first, only_retry = range(0, 20), range(20, 26), range(26, M)
+    bits = rng.integers(0, 256, size=(M, K // 8), dtype=np.uint8)
+    ids = rng.integers(0, 256, size=(M, 16), dtype=np.uint8)
+
+    def batch(cohorts: list[int], window: int) -> pb.Batch:
+        return pb.Batch(
+            batch_id=os.urandom(16),
+            window=window,
+            reports=pb.ReportColumns(
+                metric=METRIC,
+                params_fingerprint=p.config.fingerprint,
+                count=len(cohorts),
+                report_bytes=K // 8,
+                cohorts=cohorts,
+                bits=bits[cohorts].tobytes(),
+                report_ids=ids[cohorts].tobytes(),
+            ),
+        )
+
+    try:
+        p.start_aggregator()
+        w = p.registry.window_of(time.time())
+        retry = batch([*only_retry, *shared], w)
+        first = batch([*rng.permutation([*shared, *only_first]).tolist()], w - 1)
+        with grpc.insecure_channel(f"127.0.0.1:{p.aggregator_port}") as channel:
+            stub = crowdmix_pb2_grpc.AggregatorStub(channel)
+            r1 = stub.Ingest(retry, timeout=10)
+            r2 = stub.Ingest(first, timeout=10)
+            r3 = stub.Ingest(first, timeout=10)  # the shuffler re-offers it: a duplicate batch
+        assert (r1.applied, r1.duplicate_reports) == (len(shared) + len(only_retry), 0)
+        assert (r2.applied, r2.duplicate_reports) == (len(only_first), len(shared))
+        assert (r3.applied, r3.duplicate) == (0, True)
+        got = p.counts()
+        assert got is not None, p.logs()
+        assert got.totals.tolist() == [1] * M, p.logs()  # each report id counted once
+        expected = CohortCounts.create(M, K)
+        expected.add(np.arange(M, dtype=np.uint32), bits)
+        assert np.array_equal(got.ones, expected.ones), explain(StoredCounts.of(expected), got)
+        earlier = p.store.load(METRIC, [w - 1])
+        assert earlier is not None
+        assert np.flatnonzero(earlier.totals).tolist() == list(only_first)
+    finally:
+        codes = p.stop()
+    assert all(code == 0 for code in codes.values()), f"{codes}\n{p.logs()}"

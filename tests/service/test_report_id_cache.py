@@ -120,7 +120,10 @@ def test_only_recent_windows_stay_cached_and_a_late_batch_is_still_deduplicated(
     recent = [fresh(rng, registry, 40, w) for w in (7, 8, 9)]
     for b in recent:
         assert ingestor.ingest(b).applied == 40
-    assert sorted(w for (_, w) in store._id_cache) == [8, 9]  # the two most recent only
+    # the two most recent windows holding ids, and the one after (a batch of 9 is checked
+    # against 10 too; it holds none yet, so it costs an empty table)
+    assert sorted(w for (_, w) in store._id_cache) == [8, 9, 10]
+    assert len(store._id_cache[("pages", 10)].index) == 0
     rebuilds = store.index_rebuilds
     late_new = fresh(rng, registry, 30, 5)
     # 20 reports of old[0], 20 of old[4] (in different pages), 30 new
@@ -128,7 +131,7 @@ def test_only_recent_windows_stay_cached_and_a_late_batch_is_still_deduplicated(
     result = ingestor.ingest(late)
     assert (result.applied, result.duplicate_reports) == (30, 40)
     assert store.index_rebuilds > rebuilds
-    assert sorted(w for (_, w) in store._id_cache) == [8, 9]  # the late one is not kept
+    assert sorted(w for (_, w) in store._id_cache) == [8, 9, 10]  # the late ones are not kept
     assert same(store.load("pages"), direct_count(registry["pages"], [*old, *recent, late_new]))
     store.close()
 
@@ -237,5 +240,39 @@ def test_the_apply_script_itself_refuses_a_list_refilled_after_the_read(
     assert (retry.applied, retry.duplicate_reports) == (0, 100)
     assert a.apply_retries == 1
     assert same(a.load("pages"), direct_count(registry["pages"], [x0, z]))
+    a.close()
+    b.close()
+
+
+def test_the_next_windows_ids_appended_by_another_process_are_checked_atomically(
+    redis_url: str, registry: Registry
+) -> None:
+    """Process A caches window 7 (empty) while applying a batch of 6; process B then counts
+    the retries (window 7) of reports whose first copies (window 6) A applies next; B's
+    append lands between A's read of the lists and A's apply script. The script compares
+    W+1's list too, so A reads again and drops every first copy: each report counts once."""
+    rng = np.random.default_rng(40)
+    clock = lambda: 6 * registry.window_seconds  # noqa: E731
+    a, b = RedisCountStore.from_url(redis_url), RedisCountStore.from_url(redis_url)
+    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
+    warm = fresh(rng, registry, 10, 6)
+    assert ia.ingest(warm).applied == 10
+    assert ("pages", 7) in a._id_cache and len(a._id_cache[("pages", 7)].index) == 0
+    first = fresh(rng, registry, 60, 6)
+    retry = replace(first, batch_id=os.urandom(16), window=7)
+    real = a._apply
+    fired: list[int] = []
+
+    def retry_lands_first(*args: Any, **kwargs: Any) -> Any:
+        if not fired:
+            fired.append(1)
+            assert ib.ingest(retry).applied == 60
+        return real(*args, **kwargs)
+
+    a._apply = retry_lands_first  # type: ignore[assignment]
+    late = ia.ingest(first)
+    assert (late.applied, late.duplicate_reports) == (0, 60)
+    assert a.apply_retries == 1
+    assert same(a.load("pages"), direct_count(registry["pages"], [warm, retry]))
     a.close()
     b.close()

@@ -340,7 +340,7 @@ def test_a_report_id_counted_before_in_its_window_is_dropped_atomically(
     assert same(store.load("pages"), direct_count(config, [first, fresh]))
     # the same batch again is a duplicate batch: nothing more
     assert ingestor.ingest(second).duplicate
-    # the same ids two windows later are other reports (de-duplication spans W-1 and W)
+    # the same ids two windows later are other reports (de-duplication spans W-1..W+1)
     later = Ingestor(registry, store, clock=lambda: 7 * registry.window_seconds)
     assert later.ingest(replace(first, batch_id=os.urandom(16), window=7)).applied == 400
     assert store.batch_sizes("pages", [5]) == {400: 1, 150: 1}
@@ -487,11 +487,6 @@ def test_a_retry_that_lands_in_the_next_window_is_dropped(
     assert (w7.applied, w7.duplicate_reports) == (120, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (outside review): a batch of W is checked against W and W-1 only, so "
-    "the earlier copy arriving after the later one is counted again",
-)
 def test_a_first_copy_that_arrives_after_its_retry_is_dropped(
     store: CountStore, registry: Registry
 ) -> None:
@@ -507,6 +502,46 @@ def test_a_first_copy_that_arrives_after_its_retry_is_dropped(
     assert ingestor.ingest(retry).applied == 40
     late = ingestor.ingest(first)
     assert (late.applied, late.duplicate_reports) == (0, 40)
+
+
+def test_retention_keeps_the_next_windows_ids_for_a_late_batch(
+    store: CountStore, registry: Registry
+) -> None:
+    """Disposal deletes the ids of windows before the cutoff only: a late batch of the
+    cutoff window W still finds its reports' later copies in W+1 (and the ids of W+1 are
+    never deleted while batches of W are accepted, W+1 being later)."""
+    rng = np.random.default_rng(38)
+    config = registry["pages"]
+    ingestor = Ingestor(registry, store, clock=lambda: 8 * registry.window_seconds)
+    older = with_ids(random_batch(rng, config, 30, window=5), rng.integers(0, 256, (30, 16)))
+    first = with_ids(random_batch(rng, config, 50, window=6), rng.integers(0, 256, (50, 16)))
+    retry = replace(first, batch_id=os.urandom(16), window=7)
+    assert ingestor.ingest(older).applied == 30
+    assert ingestor.ingest(retry).applied == 50
+    assert store.dispose_ids("pages", 6) == 1 + 30  # window 5's batch id and report ids
+    late = ingestor.ingest(first)
+    assert (late.applied, late.duplicate_reports) == (0, 50)
+    with pytest.raises(WindowDisposed):
+        store.apply(
+            "pages", 5, os.urandom(16), config.fingerprint, counts_of(registry, "pages", rng, 3)
+        )
+    assert same(store.load("pages"), direct_count(config, [older, retry]))
+
+
+def test_copies_filed_two_windows_apart_are_each_counted(
+    store: CountStore, registry: Registry
+) -> None:
+    """The stated limit (CountStore.apply_reports): de-duplication spans W-1, W and W+1, so
+    copies filed in W-1 and W+1 (more than a window apart, which the SDK never sends) are
+    counted once each, in either order; a third copy in W between them is dropped."""
+    rng = np.random.default_rng(39)
+    config = registry["pages"]
+    ingestor = Ingestor(registry, store, clock=lambda: 7 * registry.window_seconds)
+    a = with_ids(random_batch(rng, config, 20, window=7), rng.integers(0, 256, (20, 16)))
+    assert ingestor.ingest(a).applied == 20
+    assert ingestor.ingest(replace(a, batch_id=os.urandom(16), window=5)).applied == 20
+    middle = ingestor.ingest(replace(a, batch_id=os.urandom(16), window=6))
+    assert (middle.applied, middle.duplicate_reports) == (0, 20)
 
 
 def test_a_resent_batch_is_answered_before_it_is_counted(
