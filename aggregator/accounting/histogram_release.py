@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from aggregator.accounting.histogram import format_up, histogram_guarantee
+from aggregator.accounting.histogram import format_g_up, format_up, histogram_guarantee
 from client.histogram import HistogramParams
 
 if TYPE_CHECKING:
@@ -179,19 +179,19 @@ class HistogramRelease:
         )
         lines = [
             f"Privacy ({self.metric}, shuffled histogram, {self.total_reports:,} reports): "
-            f"the analyst's histogram is (ε = {central}, δ = {self.delta:.2g})-DP for one "
+            f"the analyst's histogram is (ε = {central}, δ = {format_g_up(self.delta)})-DP for one "
             f"device's value, counting as cover only the fakes of {self.n_honest:,} honest "
             f"devices besides it in its batch (honest fraction {self.honest_fraction:g} of at "
             f"least {self.devices_lower:,} devices in the smallest batch, "
             f"{self.smallest_batch:,} reports: a lower bound that fails with probability "
-            f"{self.device_failure:.2g}, charged to δ).",
+            f"{format_g_up(self.device_failure)}, charged to δ).",
             f"  Shuffler + aggregator colluding: {local}.",
         ]
         if self.rounds > 1:
             total = format_up(self.epsilon_total) if math.isfinite(self.epsilon_total) else "∞"
             lines.append(
                 f"  Over {self.rounds} windows (basic composition): ε = {total}, "
-                f"δ = {self.delta_total:.2g}; colluding: ε = "
+                f"δ = {format_g_up(self.delta_total)}; colluding: ε = "
                 f"{format_up(self.local_epsilon_total)}."
             )
         lines.append(
@@ -228,8 +228,16 @@ def histogram_release(
             f"merge {rounds} windows: report one window at a time (--windows W)"
         )
     failure = DEVICE_BOUND_SHARE * delta
-    if batch_sizes is not None and (not batch_sizes or sum(batch_sizes) != total_reports):
-        batch_sizes = None  # sizes not recorded for every batch: fall back
+    if batch_sizes is not None and (
+        not batch_sizes or min(batch_sizes) < 1 or sum(batch_sizes) != total_reports
+    ):
+        # Refused, not replaced by one batch of the total: that would state the crowd of
+        # the whole window for batches that may be far smaller. (The report job drops
+        # sizes that do not cover its counts itself and falls back to ``min_batch``.)
+        raise ValueError(
+            f"batch sizes {list(batch_sizes)[:8]} must be positive and add up to the "
+            f"{total_reports:,} reports of the release"
+        )
     if batch_sizes is not None:
         smallest, batches = min(batch_sizes), len(batch_sizes)
     else:
