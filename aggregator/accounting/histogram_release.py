@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from aggregator.accounting.histogram_plan import HistogramPlan
 
 __all__ = [
+    "ASSUMPTIONS",
     "DEVICE_BOUND_SHARE",
     "HistogramRelease",
     "devices_lower_bound",
@@ -73,6 +74,24 @@ __all__ = [
 
 #: Share of δ charged for the device-count lower bound failing.
 DEVICE_BOUND_SHARE = 0.1
+
+#: What the central figure assumes, printed with it. The last two are not checked by
+#: the code: the aggregator opens every report and sees its report id and key id, so
+#: (a) a call stored twice (a retried DEADLINE_EXCEEDED or store_not_replicated whose
+#: first attempt was stored) shows it, by the repeated ids, which reports came together,
+#: as a colluding shuffler would (its device then has the colluding figure only, and
+#: the δ stated omits the chance of that), and (b) reports sealed to different keys
+#: (a rotation mid-window) split a batch into smaller crowds.
+ASSUMPTIONS = (
+    "reports sealed (the shuffler sees no value)",
+    "shuffler and aggregator not colluding",
+    "every counted report from a device of the crowd",
+    "a device sending one report set per window in one call (at most 1 + m reports, "
+    "the shuffler's cap)",
+    "no call stored twice (the aggregator would see by the repeated report ids which "
+    "reports came together: that device then has only the colluding figure)",
+    "a batch's reports sealed to one key (each key's reports are a crowd of their own)",
+)
 
 
 def edge_devices(params: HistogramParams) -> int:
@@ -166,6 +185,7 @@ class HistogramRelease:
             "fake_probability": self.params.fake_probability,
             "domain_size": self.params.domain_size,
             "sealed": self.sealed,
+            "assumptions": list(ASSUMPTIONS),
             "bound": "exact fake-report pair (aggregator.accounting.histogram) at a lower "
             "confidence bound on the device count (aggregator.accounting.histogram_release)",
         }
@@ -194,11 +214,7 @@ class HistogramRelease:
                 f"δ = {format_g_up(self.delta_total)}; colluding: ε = "
                 f"{format_up(self.local_epsilon_total)}."
             )
-        lines.append(
-            "  Assumes: reports sealed (the shuffler sees no value), shuffler and aggregator "
-            "not colluding, every counted report from a device of the crowd, a device sending "
-            "one report set per window in one call (at most 1 + m reports, the shuffler's cap)."
-        )
+        lines.append("  Assumes: " + "; ".join(ASSUMPTIONS) + ".")
         return "\n".join(lines)
 
 

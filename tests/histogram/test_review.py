@@ -170,3 +170,34 @@ def test_privacy_metric_refuses_batch_sizes_that_do_not_add_up(
         histogram_release("h", params, 28_000, batch_sizes=(1000, 1000))
     with pytest.raises(ValueError, match="add up"):
         histogram_release("h", params, 2_000, batch_sizes=(2001, -1))
+
+
+def test_statement_names_what_the_aggregator_could_link_by_report_and_key_ids() -> None:
+    """A call stored twice (a retried DEADLINE_EXCEEDED whose first attempt was stored:
+    allowed by design) shows the aggregator, by its repeated report ids, the device's
+    whole report set. Without k-RR that set holds the true value: computed exactly,
+    δ at the stated ε is then at least P(no fake) = (1 − q)^m, far above any δ stated.
+    The figure cannot hold for that device, so the statement must say what it assumes."""
+    params = HistogramParams(domain_size=50, fake_slots=2, fake_probability=0.4)
+    stated = histogram_release("h", params, 28_000)
+    assert math.isfinite(stated.epsilon)
+    d, m, q = 3, params.fake_slots, params.fake_probability
+    linked = [_conv(_real(d, x, None), _fakes(d, m, q)) for x in (0, 1)]
+    assert _hockey(linked[0], linked[1], stated.epsilon) >= (1 - q) ** m - 1e-12 > stated.delta
+    text = stated.render()
+    assert "no call stored twice" in text and "sealed to one key" in text
+    assumptions = stated.to_dict()["assumptions"]
+    assert isinstance(assumptions, list) and any("stored twice" in a for a in assumptions)
+
+
+def test_simulate_refuses_one_report_per_call_for_a_histogram() -> None:
+    """--mode unary sent a device's reports from different threads, one per call, so they
+    lay scattered among other devices' in the store: not the one call per device the
+    crowd bound assumes. Refused before anything is encoded or sent."""
+    from client.registry import parse_registry
+    from crowdmix.simulate import simulate
+
+    table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
+    metric = parse_registry({"metrics": {"h": table | {"fake_probability": 0.5}}})["h"]
+    with pytest.raises(ValueError, match="mode batched"):
+        simulate("127.0.0.1:9", metric, clients=10, mode="unary")
