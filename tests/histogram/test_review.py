@@ -201,3 +201,20 @@ def test_simulate_refuses_one_report_per_call_for_a_histogram() -> None:
     metric = parse_registry({"metrics": {"h": table | {"fake_probability": 0.5}}})["h"]
     with pytest.raises(ValueError, match="mode batched"):
         simulate("127.0.0.1:9", metric, clients=10, mode="unary")
+
+
+def test_report_refuses_a_merged_counts_file_even_with_rounds_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A counts file of several windows with `--rounds 1` used to get one window's
+    statement, its device bound taken from the merged total (every device counted once
+    per window): a crowd several times too large. No central figure is printed."""
+    from crowdmix.cli import main
+    from tests.histogram.test_wiring import _counts_file
+
+    reg, merged = _counts_file(tmp_path, window=None)
+    args = ["report", "--counts", str(merged), "--config", str(reg), "--metric", "h"]
+    code = main([*args, "--rounds", "1", "--no-plot", "--out", str(tmp_path / "o")])
+    captured = capsys.readouterr()
+    assert code != 0 and "per collection window" in captured.err
+    assert "ε = " not in captured.out and not (tmp_path / "o" / "summary.json").exists()
