@@ -200,7 +200,9 @@ class HistogramRelease:
         lines = [
             f"Privacy ({self.metric}, shuffled histogram, {self.total_reports:,} reports): "
             f"the analyst's histogram is (ε = {central}, δ = {format_g_up(self.delta)})-DP for one "
-            f"device's value, counting as cover only the fakes of {self.n_honest:,} honest "
+            f"device's value in this collection window (a device reporting in R windows: "
+            f"R·ε, R·δ by basic composition), counting as cover only the fakes of "
+            f"{self.n_honest:,} honest "
             f"devices besides it in its batch (honest fraction {self.honest_fraction:g} of at "
             f"least {self.devices_lower:,} devices in the smallest batch, "
             f"{self.smallest_batch:,} reports: a lower bound that fails with probability "

@@ -186,6 +186,7 @@ def test_statement_names_what_the_aggregator_could_link_by_report_and_key_ids() 
     assert _hockey(linked[0], linked[1], stated.epsilon) >= (1 - q) ** m - 1e-12 > stated.delta
     text = stated.render()
     assert "no call stored twice" in text and "sealed to one key" in text
+    assert "in this collection window" in text and "R·ε, R·δ" in text
     assumptions = stated.to_dict()["assumptions"]
     assert isinstance(assumptions, list) and any("stored twice" in a for a in assumptions)
 
