@@ -124,6 +124,14 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
     saved = load_counts(args.counts)
     saved.check_metric(metric)
     rounds = args.rounds
+    if metric.histogram is not None and saved.window is None and not args.no_privacy_statement:
+        # --rounds 1 would state one window's figure at a device bound from the merged
+        # total (each device counted once per window): refused, not composed
+        raise CliError(
+            f"{args.counts} merges collection windows (or names none): a shuffled-histogram "
+            "release is stated per collection window; export one window at a time "
+            "(crowdmix counts export --windows W)"
+        )
     if rounds is None:
         if saved.window is None:
             # a merge of windows composes one report per client per window: the

@@ -138,6 +138,14 @@ def simulate(
 
     if clients < 1:
         raise ValueError(f"clients must be positive, got {clients}")
+    if metric.histogram is not None and mode == "unary":
+        # one report per call from many threads scatters a device's real and fake reports
+        # among other devices' in the store: the release statement's crowd bound (whole
+        # devices in a batch, aggregator.accounting.histogram_release) assumes one call each
+        raise ValueError(
+            f"metric {metric.name!r} is a shuffled histogram: a device sends its reports in "
+            "one call, so --mode unary (one report per call) is refused; use --mode batched"
+        )
     values = _population_values(metric, clients, num_values, distribution, seed)
     reports = encode_population(metric, values)
     start = time.perf_counter()

@@ -52,8 +52,11 @@ which is added. δ_t is non-increasing in t (Bin(t+1, ½) = Bin(t, ½) + an
 independent coin: a post-processing), so M's tails outside a window
 [lo, hi] are bounded by Pr[M < lo]·1 + Pr[M > hi]·δ_hi and added. The
 result is an upper bound on δ(ε), multiplied by (1 + 1e-9) for float
-rounding. It is also monotone in q, m and n_honest: M grows stochastically
-with each (a coupling), and δ_t falls with t.
+rounding (binomial pmfs from scipy's ``binom.pmf``, within ~1e-10 relative
+up to 4·10^9 trials; ``logpmf`` is not: its log-gamma differences are off by
+up to ~1e-5 there), plus 1e-300 for terms that underflow. It is also
+monotone in q, m and n_honest: M grows stochastically with each (a
+coupling), and δ_t falls with t.
 
 Local randomization. With k-RR the real report is, w.p. 1 − τ, the true
 value and, w.p. τ = d/(e^ε_L + d − 1), uniform over the domain (the same
@@ -91,6 +94,7 @@ __all__ = [
     "HistogramGuarantee",
     "central_epsilon",
     "fake_delta",
+    "format_g_up",
     "format_up",
     "histogram_delta",
     "histogram_guarantee",
@@ -99,7 +103,8 @@ __all__ = [
 ]
 
 _WINDOW_TAIL = 1e-30  # M's mass left outside the window on each side (bounded, added)
-_FLOAT_MARGIN = 1e-9  # relative margin for float rounding in the sums
+_FLOAT_MARGIN = 1e-9  # relative margin for float rounding in the sums (pmf/sf within ~1e-10)
+_ABS_MARGIN = 1e-300  # for pmf terms that underflow to 0 (each below the smallest normal)
 _EPS_MAX = 60.0  # above this the view is treated as having no (ε, δ) guarantee
 _EPS_RTOL = 1e-9
 
@@ -118,6 +123,22 @@ def format_up(x: float, digits: int = 4) -> str:
         scaled += 1
         value = scaled * 10.0**exp10
     return f"{value:.{max(0, -exp10)}f}" if exp10 < 0 else f"{value:.0f}"
+
+
+def format_g_up(x: float, digits: int = 2) -> str:
+    """``x`` in ``%g`` style to ``digits`` significant digits, rounded *up* (a printed δ
+    is never below the one the figure holds for: ``f"{1.25e-6:.2g}"`` is "1.2e-06")."""
+    if not math.isfinite(x):
+        return "∞"
+    text = f"{x:.{digits}g}"
+    if x <= 0.0 or float(text) >= x:
+        return text
+    step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    value = float(text)
+    while float(text) < x:
+        value += step
+        text = f"{value:.{digits}g}"
+    return text
 
 
 def honest_others(n: int, honest_fraction: float) -> int:
@@ -151,7 +172,10 @@ def shift_delta(epsilon: float, t: Any) -> Any:
     tt = np.broadcast_to(t[:, None], a.shape)
     valid = a <= tt + 1
     a_safe = np.where(valid, a, tt + 1)
-    logb = stats.binom.logpmf(a_safe - 1, tt, 0.5)
+    # binom.pmf (boost), not logpmf: logpmf's log-gamma differences lose ~1e-7 relative
+    # at 10^8 trials, beyond the margin; a pmf that underflows is below 1e-300.
+    with np.errstate(divide="ignore"):
+        logb = np.log(stats.binom.pmf(a_safe - 1, tt, 0.5))
     ratio = e * (tt - a_safe + 1) / a_safe  # < 1 for a >= a0
     with np.errstate(divide="ignore"):
         logterm = logb + np.log1p(-np.minimum(ratio, 1.0))
@@ -200,11 +224,13 @@ def fake_delta(
     lo, hi = _window(trials, s2)
     t = np.arange(lo, hi + 1, dtype=np.int64)
     per_t = shift_delta(epsilon, t)
-    log_pmf = stats.binom.logpmf(t, trials, s2)
-    inside = float(np.sum(np.exp(log_pmf) * per_t))
+    # pmf, not exp(logpmf): the latter is off by up to ~1e-6 relative at 10^9 trials
+    # (log-gamma cancellation), below the true δ; boost's pmf is within ~1e-10.
+    pmf = stats.binom.pmf(t, trials, s2)
+    inside = float(np.sum(pmf * per_t))
     below = float(stats.binom.cdf(lo - 1, trials, s2)) if lo > 0 else 0.0
     above = float(stats.binom.sf(hi, trials, s2)) * float(per_t[-1])
-    return min(1.0, (inside + below + above) * (1.0 + _FLOAT_MARGIN))
+    return min(1.0, (inside + below + above) * (1.0 + _FLOAT_MARGIN) + _ABS_MARGIN)
 
 
 def histogram_delta(
@@ -295,7 +321,8 @@ class HistogramGuarantee:
             else "none (ε = ∞: the real value is among the device's reports)"
         )
         return (
-            f"central ε = {central}, δ = {self.delta:g} for the analyst (reports sealed, "
+            f"central ε = {central}, δ = {format_g_up(self.delta, 6)} for the analyst "
+            "(reports sealed, "
             f"shuffler not colluding), counting only the fakes of {self.n_honest:,} honest "
             f"devices besides the target (honest fraction {self.honest_fraction:g} of "
             f"{self.n:,});\n  shuffler + aggregator colluding: {local}"

@@ -56,13 +56,14 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from aggregator.accounting.histogram import format_up, histogram_guarantee
+from aggregator.accounting.histogram import format_g_up, format_up, histogram_guarantee
 from client.histogram import HistogramParams
 
 if TYPE_CHECKING:
     from aggregator.accounting.histogram_plan import HistogramPlan
 
 __all__ = [
+    "ASSUMPTIONS",
     "DEVICE_BOUND_SHARE",
     "HistogramRelease",
     "devices_lower_bound",
@@ -73,6 +74,24 @@ __all__ = [
 
 #: Share of δ charged for the device-count lower bound failing.
 DEVICE_BOUND_SHARE = 0.1
+
+#: What the central figure assumes, printed with it. The last two are not checked by
+#: the code: the aggregator opens every report and sees its report id and key id, so
+#: (a) a call stored twice (a retried DEADLINE_EXCEEDED or store_not_replicated whose
+#: first attempt was stored) shows it, by the repeated ids, which reports came together,
+#: as a colluding shuffler would (its device then has the colluding figure only, and
+#: the δ stated omits the chance of that), and (b) reports sealed to different keys
+#: (a rotation mid-window) split a batch into smaller crowds.
+ASSUMPTIONS = (
+    "reports sealed (the shuffler sees no value)",
+    "shuffler and aggregator not colluding",
+    "every counted report from a device of the crowd",
+    "a device sending one report set per window in one call (at most 1 + m reports, "
+    "the shuffler's cap)",
+    "no call stored twice (the aggregator would see by the repeated report ids which "
+    "reports came together: that device then has only the colluding figure)",
+    "a batch's reports sealed to one key (each key's reports are a crowd of their own)",
+)
 
 
 def edge_devices(params: HistogramParams) -> int:
@@ -166,6 +185,7 @@ class HistogramRelease:
             "fake_probability": self.params.fake_probability,
             "domain_size": self.params.domain_size,
             "sealed": self.sealed,
+            "assumptions": list(ASSUMPTIONS),
             "bound": "exact fake-report pair (aggregator.accounting.histogram) at a lower "
             "confidence bound on the device count (aggregator.accounting.histogram_release)",
         }
@@ -179,26 +199,24 @@ class HistogramRelease:
         )
         lines = [
             f"Privacy ({self.metric}, shuffled histogram, {self.total_reports:,} reports): "
-            f"the analyst's histogram is (ε = {central}, δ = {self.delta:.2g})-DP for one "
-            f"device's value, counting as cover only the fakes of {self.n_honest:,} honest "
+            f"the analyst's histogram is (ε = {central}, δ = {format_g_up(self.delta)})-DP for one "
+            f"device's value in this collection window (a device reporting in R windows: "
+            f"R·ε, R·δ by basic composition), counting as cover only the fakes of "
+            f"{self.n_honest:,} honest "
             f"devices besides it in its batch (honest fraction {self.honest_fraction:g} of at "
             f"least {self.devices_lower:,} devices in the smallest batch, "
             f"{self.smallest_batch:,} reports: a lower bound that fails with probability "
-            f"{self.device_failure:.2g}, charged to δ).",
+            f"{format_g_up(self.device_failure)}, charged to δ).",
             f"  Shuffler + aggregator colluding: {local}.",
         ]
         if self.rounds > 1:
             total = format_up(self.epsilon_total) if math.isfinite(self.epsilon_total) else "∞"
             lines.append(
                 f"  Over {self.rounds} windows (basic composition): ε = {total}, "
-                f"δ = {self.delta_total:.2g}; colluding: ε = "
+                f"δ = {format_g_up(self.delta_total)}; colluding: ε = "
                 f"{format_up(self.local_epsilon_total)}."
             )
-        lines.append(
-            "  Assumes: reports sealed (the shuffler sees no value), shuffler and aggregator "
-            "not colluding, every counted report from a device of the crowd, a device sending "
-            "one report set per window in one call (at most 1 + m reports, the shuffler's cap)."
-        )
+        lines.append("  Assumes: " + "; ".join(ASSUMPTIONS) + ".")
         return "\n".join(lines)
 
 
@@ -228,8 +246,16 @@ def histogram_release(
             f"merge {rounds} windows: report one window at a time (--windows W)"
         )
     failure = DEVICE_BOUND_SHARE * delta
-    if batch_sizes is not None and (not batch_sizes or sum(batch_sizes) != total_reports):
-        batch_sizes = None  # sizes not recorded for every batch: fall back
+    if batch_sizes is not None and (
+        not batch_sizes or min(batch_sizes) < 1 or sum(batch_sizes) != total_reports
+    ):
+        # Refused, not replaced by one batch of the total: that would state the crowd of
+        # the whole window for batches that may be far smaller. (The report job drops
+        # sizes that do not cover its counts itself and falls back to ``min_batch``.)
+        raise ValueError(
+            f"batch sizes {list(batch_sizes)[:8]} must be positive and add up to the "
+            f"{total_reports:,} reports of the release"
+        )
     if batch_sizes is not None:
         smallest, batches = min(batch_sizes), len(batch_sizes)
     else:
