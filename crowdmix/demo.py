@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crowdmix.demo_support import demo_keys as _demo_keys
+from crowdmix.demo_support import demo_summary as _demo_summary
+from crowdmix.demo_support import print_privacy_and_paths as _print_privacy_and_paths
 from crowdmix.demo_support import say as _say
+from crowdmix.demo_support import total_variation as _total_variation
 from crowdmix.demo_support import wait_for_counts as _wait_for_counts
 from crowdmix.options import add_rappor_options, rappor_params
 
@@ -334,20 +337,18 @@ def run_demo(
     estimate = {
         v: float(result.proportion[i]) for i, v in enumerate(result.values) if result.significant[i]
     }
-    tv = 0.5 * sum(
-        abs(estimate.get(v, 0.0) - truth.get(v, 0.0)) for v in set(estimate) | set(truth)
-    )
+    tv = _total_variation(estimate, truth)
     outcome.summary["demo"] = {
-        "clients": population.size,
-        "distribution": args.distribution,
-        "values": args.values,
-        "decoys": args.decoys,
-        "acknowledged": acknowledged,
-        "counted": counted,
-        "held_back": pending,
-        "sealed": sealed,
-        "total_variation": tv,
-        "truth": truth,
+        **_demo_summary(
+            args,
+            population,
+            acknowledged=acknowledged,
+            counted=counted,
+            held_back=pending,
+            sealed=sealed,
+            total_variation=tv,
+            truth=truth,
+        ),
         "elapsed_seconds": time.perf_counter() - started,
     }
     out = Path(args.out)
@@ -455,14 +456,7 @@ def _run_histogram(args: argparse.Namespace) -> int:
         f"{result.detected} of {len(result.values)} values detected; total variation "
         f"distance to the truth {demo.total_variation:.4f}"
     )
-    text = demo.outcome.summary.get("privacy", {}).get("text")
-    if text:
-        print()
-        print("Privacy:")
-        for line in str(text).splitlines():
-            print(f"  {line}")
-    print()
-    print("wrote " + ", ".join(str(p) for p in demo.paths.values()))
+    _print_privacy_and_paths(demo.outcome.summary, demo.paths)
     return 0
 
 
@@ -492,13 +486,5 @@ def run(args: argparse.Namespace) -> int:
         f"({args.decoys} of them decoys nobody holds); allocated mass {result.allocated_mass:.3f}; "
         f"total variation distance to the truth {demo.total_variation:.3f}"
     )
-    privacy = demo.outcome.summary.get("privacy", {})
-    text = privacy.get("text")
-    if text:
-        print()
-        print("Privacy:")
-        for line in str(text).splitlines():
-            print(f"  {line}")
-    print()
-    print("wrote " + ", ".join(str(p) for p in demo.paths.values()))
+    _print_privacy_and_paths(demo.outcome.summary, demo.paths)
     return 0

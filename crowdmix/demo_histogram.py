@@ -174,7 +174,9 @@ def run_histogram_demo(
     from client.histogram import HistogramEncoder
     from client.registry import Registry
     from crowdmix.demo_support import demo_keys as _demo_keys
+    from crowdmix.demo_support import demo_summary as _demo_summary
     from crowdmix.demo_support import say as _say
+    from crowdmix.demo_support import total_variation as _total_variation
     from crowdmix.demo_support import wait_for_counts as _wait_for_counts
     from crowdmix.population import draw_population
     from shuffler.config import ShufflerSettings
@@ -298,18 +300,18 @@ def run_histogram_demo(
     result = outcome.result
     dist = result.distribution if result.distribution is not None else result.proportion
     share = {v: float(dist[i]) for i, v in enumerate(result.values)}
-    tv = 0.5 * sum(abs(share.get(v, 0.0) - truth.get(v, 0.0)) for v in set(share) | set(truth))
+    tv = _total_variation(share, truth)
     outcome.summary["demo"] = {
-        "clients": population.size,
-        "distribution": args.distribution,
-        "values": args.values,
-        "decoys": args.decoys,
-        "acknowledged": acknowledged,
-        "counted": counted,
-        "held_back": 0,
-        "sealed": True,
-        "total_variation": tv,
-        "truth": truth,
+        **_demo_summary(
+            args,
+            population,
+            acknowledged=acknowledged,
+            counted=counted,
+            held_back=0,
+            sealed=True,
+            total_variation=tv,
+            truth=truth,
+        ),
         "sent_per_value": sent.tolist(),
         "elapsed_seconds": time.perf_counter() - started,
     }

@@ -2,11 +2,70 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["demo_keys", "say", "wait_for_counts"]
+if TYPE_CHECKING:
+    from crowdmix.population import Population
+
+__all__ = [
+    "demo_keys",
+    "demo_summary",
+    "print_privacy_and_paths",
+    "say",
+    "total_variation",
+    "wait_for_counts",
+]
+
+
+def total_variation(estimate: dict[str, float], truth: dict[str, float]) -> float:
+    """The total variation distance between the estimated and the true shares,
+    ½ Σ_v |estimate(v) − truth(v)| (a value missing on one side counts as 0 there)."""
+    return 0.5 * sum(
+        abs(estimate.get(v, 0.0) - truth.get(v, 0.0)) for v in set(estimate) | set(truth)
+    )
+
+
+def demo_summary(
+    args: argparse.Namespace,
+    population: Population,
+    *,
+    acknowledged: int,
+    counted: int,
+    held_back: int,
+    sealed: bool,
+    total_variation: float,
+    truth: dict[str, float],
+) -> dict[str, Any]:
+    """The start of summary.json's "demo" section, the same in every demo: the
+    population asked for and drawn, what the shuffler took and the aggregator counted,
+    and the distance to the truth."""
+    return {
+        "clients": population.size,
+        "distribution": args.distribution,
+        "values": args.values,
+        "decoys": args.decoys,
+        "acknowledged": acknowledged,
+        "counted": counted,
+        "held_back": held_back,
+        "sealed": sealed,
+        "total_variation": total_variation,
+        "truth": truth,
+    }
+
+
+def print_privacy_and_paths(summary: dict[str, Any], paths: dict[str, Path]) -> None:
+    """The end of a demo's output: the privacy statement, if any, and the files written."""
+    text = summary.get("privacy", {}).get("text")
+    if text:
+        print()
+        print("Privacy:")
+        for line in str(text).splitlines():
+            print(f"  {line}")
+    print()
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
 def say(msg: str, quiet: bool) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import LocalCluster, free_port
+from tests.daemons import local_cluster, stored_counts
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
 
@@ -32,13 +32,8 @@ max_delay_seconds = 0.1
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    work = tmp_path_factory.mktemp("example-app")
-    reg = work / "registry.toml"
-    reg.write_text(REGISTRY)
-    c = LocalCluster(work / "cluster", shufflers=1, registry_path=reg)
-    c.start()
-    yield c
-    c.stop()
+    with local_cluster(tmp_path_factory.mktemp("example-app"), REGISTRY, shufflers=1) as c:
+        yield c
 
 
 def _run(app: Path, target: str, token_file: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -53,12 +48,8 @@ def _run(app: Path, target: str, token_file: Path, *extra: str) -> subprocess.Co
 
 
 def _counted(cluster: LocalCluster) -> int:
-    store = RedisCountStore.from_url(cluster.aggregator_redis_url)
-    try:
-        got = store.load("theme")
-        return 0 if got is None else int(sum(int(x) for x in got.totals))
-    finally:
-        store.close()
+    got = stored_counts(cluster, "theme")
+    return 0 if got is None else int(sum(int(x) for x in got.totals))
 
 
 def test_the_example_reports_once_a_day_and_delivers_what_waited(

@@ -24,7 +24,6 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.store.redis import RedisCountStore
 from client.histogram import HistogramEncoder
 from client.registry import load_registry
 from client.sealed import PublicKeySet
@@ -34,6 +33,7 @@ from crowdmix.cluster import LocalCluster
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
 from tests.client.bitsources import SeededBits
+from tests.daemons import local_cluster, stored_counts
 
 METRIC = "screens"
 D = 12
@@ -55,22 +55,13 @@ release = "max_batch"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    work = tmp_path_factory.mktemp("histogram")
-    reg = work / "registry.toml"
-    reg.write_text(REGISTRY)
-    c = LocalCluster(work / "cluster", shufflers=1, registry_path=reg)
-    c.start()
-    yield c
-    c.stop()
+    with local_cluster(tmp_path_factory.mktemp("histogram"), REGISTRY, shufflers=1) as c:
+        yield c
 
 
 def _aggregator_counts(cluster: LocalCluster) -> np.ndarray:
-    store = RedisCountStore.from_url(cluster.aggregator_redis_url)
-    try:
-        got = store.load(METRIC)
-        return np.zeros(D, dtype=np.int64) if got is None else np.asarray(got.ones[0])
-    finally:
-        store.close()
+    got = stored_counts(cluster, METRIC)
+    return np.zeros(D, dtype=np.int64) if got is None else np.asarray(got.ones[0])
 
 
 def _submit_error(cluster: LocalCluster, *reports: pb.Report) -> tuple[grpc.StatusCode, str]:

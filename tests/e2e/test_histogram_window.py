@@ -51,6 +51,7 @@ from client.transport import ShufflerClient
 from shuffler.config import ShufflerSettings
 from shuffler.redis_store import RedisStore
 from shuffler.server import ShufflerHandle, start_shuffler
+from tests.daemons import kill_at
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
 
@@ -161,6 +162,20 @@ def _sent(rows: list[Any]) -> np.ndarray:
     return np.bincount([int.from_bytes(r.report.bits, "little") for r in rows], minlength=D)
 
 
+def _reporter(system: System, app: Path, **options: Any) -> client.Reporter:
+    """A device of this system: plaintext gRPC, sends on flush, histograms allowed
+    without a local ε (the registry sets none)."""
+    return client.Reporter(
+        app,
+        system.target,
+        token=TOKEN,
+        tls=False,
+        background=False,
+        allow_unrandomized_histograms=True,
+        **options,
+    )
+
+
 def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     system: System, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -177,14 +192,7 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     sent = np.zeros(D, dtype=np.int64)
     groups: list[int] = []
     for i in range(devices):
-        with client.Reporter(
-            tmp_path / f"dev{i}",
-            system.target,
-            token=TOKEN,
-            tls=False,
-            background=False,
-            allow_unrandomized_histograms=True,
-        ) as r:
+        with _reporter(system, tmp_path / f"dev{i}") as r:
             assert r.report(HIST, i % D)
             assert not r.report(HIST, (i + 1) % D)  # one claim per window
             rows = r._outbox.rows_of(HIST)  # the group, as the outbox holds it
@@ -225,14 +233,7 @@ def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_w
     waits for the next start."""
     sent = np.zeros(D, dtype=np.int64)
     for i in range(5):  # min_batch is 5: enough whatever the fakes
-        with client.Reporter(
-            tmp_path / f"dev{i}",
-            system.target,
-            token=TOKEN,
-            tls=False,
-            background=False,
-            allow_unrandomized_histograms=True,
-        ) as r:
+        with _reporter(system, tmp_path / f"dev{i}") as r:
             assert r.report(HIST, i)
             sent += _sent(r._outbox.rows_of(HIST))
             assert r.flush(timeout=20) == 0
@@ -256,15 +257,7 @@ def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_w
 
 
 def test_sealing_off_is_refused_for_a_histogram_metric(system: System, tmp_path: Path) -> None:
-    with client.Reporter(
-        tmp_path / "clear",
-        system.target,
-        token=TOKEN,
-        tls=False,
-        background=False,
-        sealing="off",
-        allow_unrandomized_histograms=True,
-    ) as r:
+    with _reporter(system, tmp_path / "clear", sealing="off") as r:
         with pytest.raises(ParamsError, match="shuffled histogram: its reports must be sealed"):
             r.report(HIST, 1)
         assert r.queued == 0
@@ -276,15 +269,7 @@ def test_a_full_outbox_counts_every_row_of_a_group(system: System, tmp_path: Pat
     happens to be a lone real report; then the claim is made with exactly one row."""
     for i in range(8):
         app = tmp_path / f"full{i}"
-        with client.Reporter(
-            app,
-            system.target,
-            token=TOKEN,
-            tls=False,
-            background=False,
-            max_reports=1,
-            allow_unrandomized_histograms=True,
-        ) as r:
+        with _reporter(system, app, max_reports=1) as r:
             made = r.report(HIST, 2)
             # the coins of the real report and the fakes: the process's CSPRNG source
             (encoder,) = r._encoders.values()
@@ -343,19 +328,6 @@ def _device(system: System, app: Path, point: str) -> subprocess.Popen[str]:
     )
 
 
-def _kill_at(proc: subprocess.Popen[str], marker: Path) -> None:
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"the device exited before {marker.name}: {proc.communicate()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the device never reached {marker.name}")
-        time.sleep(0.02)
-    proc.kill()  # SIGKILL
-    proc.wait(timeout=30)
-
-
 def _outbox(app: Path) -> list[tuple[bytes, bytes]]:
     db = sqlite3.connect(app / "outbox.sqlite3")
     try:
@@ -370,7 +342,7 @@ def test_a_killed_device_resends_its_whole_group_with_the_same_ids_counted_once(
 ) -> None:
     app = tmp_path / point
     proc = _device(system, app, point)
-    _kill_at(proc, app / f"at-{point}")
+    kill_at(proc, app / f"at-{point}")
     group = _outbox(app)
     assert 1 <= len(group) <= 1 + M
     stored_before = sum(system.store.pending(HIST).values())
@@ -388,14 +360,7 @@ def test_a_killed_device_resends_its_whole_group_with_the_same_ids_counted_once(
     # four more devices, so that the window reaches min_batch (5) in any case
     sent = np.bincount([int.from_bytes(bits, "little") for _, bits in group], minlength=D)
     for i in range(4):
-        with client.Reporter(
-            tmp_path / f"other{i}",
-            system.target,
-            token=TOKEN,
-            tls=False,
-            background=False,
-            allow_unrandomized_histograms=True,
-        ) as r:
+        with _reporter(system, tmp_path / f"other{i}") as r:
             assert r.report(HIST, i)
             sent += _sent(r._outbox.rows_of(HIST))
             assert r.flush(timeout=20) == 0

@@ -26,7 +26,6 @@ import grpc
 import pytest
 
 from aggregator.sealing.keys import load_keyset
-from aggregator.store.redis import RedisCountStore
 from client.registry import load_registry
 from client.report import Report
 from client.sealed import PublicKeySet
@@ -35,6 +34,7 @@ from client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster, free_port
 from protos import crowdmix_pb2 as pb
 from protos import crowdmix_pb2_grpc
+from tests.daemons import local_cluster, stored_counts
 
 A, B = "sealed_a", "sealed_b"
 # 16 bytes = k 128 bits: the known plaintext every test report carries as its bits
@@ -68,18 +68,13 @@ max_delay_seconds = 0.2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    work = tmp_path_factory.mktemp("sealed")
-    reg = work / "registry.toml"
-    reg.write_text(REGISTRY)
-    c = LocalCluster(
-        work / "cluster",
+    with local_cluster(
+        tmp_path_factory.mktemp("sealed"),
+        REGISTRY,
         shufflers=2,
-        registry_path=reg,
         extra_aggregator_args=["--metrics-port", str(free_port())],
-    )
-    c.start()
-    yield c
-    c.stop()
+    ) as c:
+        yield c
 
 
 def _fp(cluster: LocalCluster, metric: str) -> int:
@@ -94,12 +89,8 @@ def _reports(cluster: LocalCluster, metric: str, cohort: int, n: int) -> list[Re
 
 
 def _per_cohort(cluster: LocalCluster, metric: str) -> list[int]:
-    store = RedisCountStore.from_url(cluster.aggregator_redis_url)
-    try:
-        got = store.load(metric)
-        return [0] * 16 if got is None else [int(x) for x in got.totals]
-    finally:
-        store.close()
+    got = stored_counts(cluster, metric)
+    return [0] * 16 if got is None else [int(x) for x in got.totals]
 
 
 def _wait_counts(cluster: LocalCluster, metric: str, want: dict[int, int]) -> list[int]:
@@ -218,19 +209,13 @@ def test_sealed_end_to_end_exact_per_sender_and_no_plaintext_at_the_shuffler(
 
 def test_the_scan_finds_plaintext_when_sealing_is_off(tmp_path: Path) -> None:
     """The known-plaintext check above can fail: with --plaintext the pattern is there."""
-    reg = tmp_path / "registry.toml"
-    reg.write_text(REGISTRY)
-    c = LocalCluster(tmp_path / "plain", shufflers=1, registry_path=reg, sealed=False)
-    c.start()
-    try:
+    with local_cluster(tmp_path, REGISTRY, shufflers=1, sealed=False) as c:
         with ShufflerClient(c.shuffler_targets[0], c.token, background=False) as client:
             client.submit_many(_reports(c, A, 0, 30))
             client.flush()
             assert client.sealed == 0
         _wait_counts(c, A, {0: 30})
         assert PATTERN in _shuffler_bytes(c)
-    finally:
-        c.stop()
 
 
 def test_refusals_and_drops_by_reason(cluster: LocalCluster) -> None:

@@ -80,22 +80,29 @@ def test_the_wheel_holds_every_package_and_its_data(wheel: Path) -> None:
         assert module.relative_to(ROOT).as_posix() in names, module
 
 
-@pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    env_dir = tmp_path_factory.mktemp("venv")
+def _venv_with_wheel(env_dir: Path, wheel: Path) -> tuple[Path, Path]:
+    """A new venv in ``env_dir`` with the wheel alone installed (``--no-deps``):
+    its python and its site-packages."""
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
     purelib = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
-    # The dependencies come from the check's venv; crowdmix itself only from the wheel.
-    (Path(purelib) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet",
          "--disable-pip-version-check", "--target", purelib, str(wheel)],
         check=True, timeout=300,
     )  # fmt: skip
+    return py, Path(purelib)
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    env_dir = tmp_path_factory.mktemp("venv")
+    py, purelib = _venv_with_wheel(env_dir, wheel)
+    # The dependencies come from the check's venv; crowdmix itself only from the wheel.
+    (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     (env_dir / "bin" / "crowdmix").write_text(
         f"#!{py}\nimport sys\nfrom crowdmix.cli import main\nsys.exit(main())\n"
     )
@@ -169,18 +176,7 @@ def test_the_core_install_encodes_and_the_reporter_names_the_extra_it_needs(
     refuses at once, naming the ``transport`` extra, instead of failing at a send."""
     import mmh3
 
-    env_dir = tmp_path / "core"
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    py = env_dir / "bin" / "python"
-    purelib = subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet",
-         "--disable-pip-version-check", "--target", purelib, str(wheel)],
-        check=True, timeout=300,
-    )  # fmt: skip
+    py, purelib = _venv_with_wheel(tmp_path / "core", wheel)
     shutil.copy(mmh3.__file__, purelib)  # the one core dependency, and nothing else
     code = (
         "import client, sys\n"

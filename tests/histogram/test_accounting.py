@@ -91,6 +91,34 @@ def test_local_randomization_figure_bounds_the_enumerated_view(eps: float) -> No
     assert exact - 1e-12 <= histogram_delta(eps, params, n)
 
 
+def _audit(
+    p_view: np.ndarray,
+    q_view: np.ndarray,
+    *,
+    params: HistogramParams,
+    n: int,
+    delta: float,
+    eps: float,
+) -> float:
+    """The audit both Monte Carlo tests run on the views (H_0, H_1) of two neighbouring
+    values, one row a trial: K = 12 threshold sets S_c = {H_0 >= c·H_1 + 1}, each with
+    Clopper–Pearson bounds at 1e-9 per side. Asserts that every certified δ gap at ε/2
+    and ε stays under the figure; returns the largest ε the sets certify at ``delta``."""
+    reps = len(p_view)
+    alpha, best_eps = 1e-9, 0.0
+    for c in np.exp(np.linspace(0.0, 3.0, 12)):
+        kp = int(np.sum(p_view[:, 0] >= c * p_view[:, 1] + 1))
+        kq = int(np.sum(q_view[:, 0] >= c * q_view[:, 1] + 1))
+        p_lo = stats.beta.ppf(alpha, kp, reps - kp + 1) if kp else 0.0
+        q_hi = stats.beta.ppf(1 - alpha, kq + 1, reps - kq) if kq < reps else 1.0
+        # (ε, δ)-DP implies P(S) <= e^ε Q(S) + δ for every S:
+        if p_lo > delta and q_hi > 0:
+            best_eps = max(best_eps, math.log((p_lo - delta) / q_hi))
+        for e_test in (0.5 * eps, eps):
+            assert p_lo - math.exp(e_test) * q_hi <= histogram_delta(e_test, params, n)
+    return best_eps
+
+
 def test_monte_carlo_privacy_audit_of_the_analysts_view() -> None:
     """Empirical lower bounds from the simulated view never exceed the figures.
 
@@ -112,20 +140,7 @@ def test_monte_carlo_privacy_audit_of_the_analysts_view() -> None:
     fq = rng.multinomial(trials, probs, size=reps)[:, :2]
     p_view = fp + np.array([1, 0])
     q_view = fq + np.array([0, 1])
-    best_eps, best_delta_gap = 0.0, -1.0
-    alpha = 1e-9
-    for c in np.exp(np.linspace(0.0, 3.0, 12)):
-        kp = int(np.sum(p_view[:, 0] >= c * p_view[:, 1] + 1))
-        kq = int(np.sum(q_view[:, 0] >= c * q_view[:, 1] + 1))
-        p_lo = stats.beta.ppf(alpha, kp, reps - kp + 1) if kp else 0.0
-        q_hi = stats.beta.ppf(1 - alpha, kq + 1, reps - kq) if kq < reps else 1.0
-        # (ε, δ)-DP implies P(S) <= e^ε Q(S) + δ for every S:
-        if p_lo > delta and q_hi > 0:
-            best_eps = max(best_eps, math.log((p_lo - delta) / q_hi))
-        for e_test in (0.5 * eps, eps):
-            gap = p_lo - math.exp(e_test) * q_hi
-            assert gap <= histogram_delta(e_test, params, n)
-            best_delta_gap = max(best_delta_gap, gap)
+    best_eps = _audit(p_view, q_view, params=params, n=n, delta=delta, eps=eps)
     assert best_eps <= eps
     # the audit has teeth: it certifies a good share of the figure
     assert best_eps >= 0.5 * eps, (best_eps, eps)
@@ -165,16 +180,7 @@ def test_monte_carlo_privacy_audit_through_the_real_encoder() -> None:
         return out
 
     p_view, q_view = views(0, 1), views(1, 2)
-    alpha, best_eps = 1e-9, 0.0
-    for c in np.exp(np.linspace(0.0, 3.0, 12)):
-        kp = int(np.sum(p_view[:, 0] >= c * p_view[:, 1] + 1))
-        kq = int(np.sum(q_view[:, 0] >= c * q_view[:, 1] + 1))
-        p_lo = stats.beta.ppf(alpha, kp, reps - kp + 1) if kp else 0.0
-        q_hi = stats.beta.ppf(1 - alpha, kq + 1, reps - kq) if kq < reps else 1.0
-        if p_lo > delta and q_hi > 0:
-            best_eps = max(best_eps, math.log((p_lo - delta) / q_hi))
-        for e_test in (0.5 * eps, eps):
-            assert p_lo - math.exp(e_test) * q_hi <= histogram_delta(e_test, params, n)
+    best_eps = _audit(p_view, q_view, params=params, n=n, delta=delta, eps=eps)
     assert best_eps <= eps
     assert best_eps >= 0.4 * eps, (best_eps, eps)  # it has teeth (0.51 with these seeds)
 
