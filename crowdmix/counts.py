@@ -110,6 +110,7 @@ def _export(args: argparse.Namespace) -> int:
             raise CliError(f"no counts stored for metric {args.metric!r} in {args.redis}")
         counts = load_counts(store, config, windows)
         stored = store.windows(args.metric)
+        duplicates = store.duplicate_reports(args.metric, windows)
     except (StoreError, LookupError) as exc:
         raise CliError(f"{args.redis}: {str(exc).strip(chr(39) + chr(34))}") from None
     finally:
@@ -124,6 +125,7 @@ def _export(args: argparse.Namespace) -> int:
             encoding=config.encoding,
             fingerprint=config.fingerprint,
             window=window,
+            duplicate_reports=duplicates,
         )
     except OSError as exc:
         raise CliError(f"cannot write {args.out}: {exc.strerror or exc}") from None

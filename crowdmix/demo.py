@@ -321,6 +321,7 @@ def run_demo(
                 batch_sizes=batch_sizes,
                 smallest_crowd=aggregator_store.smallest_crowd(METRIC),
                 sealed=sealed,
+                duplicate_reports=aggregator_store.duplicate_reports(METRIC),
             )
         )
     finally:

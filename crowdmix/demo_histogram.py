@@ -289,6 +289,7 @@ def run_histogram_demo(
                 source="demo (memory store)",
                 batch_sizes=batch_sizes,
                 sealed=True,
+                duplicate_reports=aggregator_store.duplicate_reports(METRIC),
             )
         )
     finally:

@@ -156,6 +156,9 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
         source=str(args.counts),
         window=saved.window,
         rounds=rounds,
+        # None in a file from before the field: unknown, so a histogram states no central
+        # figure (conservative; re-export it from the store to get the recorded count)
+        duplicate_reports=saved.duplicate_reports,
     )
 
 
@@ -228,6 +231,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         config = metric if args.config else _stored(store, args.metric)
         batch_sizes = tuple(load_batch_sizes(store, args.metric, windows))
         smallest_crowd = store.smallest_crowd(args.metric, windows)
+        duplicate_reports = store.duplicate_reports(args.metric, windows)
         stored_windows = store.windows(args.metric)
         rounds = len(stored_windows if windows is None else set(windows) & set(stored_windows))
     except (LookupError, StoreError) as exc:
@@ -247,6 +251,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         batch_sizes=batch_sizes or None,
         rounds=max(1, rounds),
         smallest_crowd=smallest_crowd,
+        duplicate_reports=duplicate_reports,
     )
 
 

@@ -44,6 +44,17 @@ two of the K straddle an edge: the crowd is n_low(T_b) − (m + 2) devices whose
 whole report set lies in the batch (``edge_devices``). β is split over the
 batches (a union bound).
 
+A call stored twice (a shuffler retry after DEADLINE_EXCEEDED, ``store_not_replicated`` or
+an unknown outcome whose first attempt was stored: allowed by design) reaches the
+aggregator as repeated report ids; it drops the repeats, but it has seen which reports
+came together, i.e. that device's whole report set, which holds its real report. Without
+k-RR that is its value (δ at any ε is then at least (1 − q)^m), so no central figure holds
+for that window. The aggregator therefore counts the repeated ids per window, atomically
+with the counts (``aggregator.store.base.CountStore.duplicate_reports``), and a release
+with any (or with no record of them: unknown is not zero) states no central figure, only
+ε_L, the figure of a colluding shuffler and aggregator, which is what a linking
+aggregator is (``HistogramRelease.linked``).
+
 A release is stated per collection window: merging R windows would need each
 window's own report total for the device bound, so it is refused. Releases of
 several windows compose (basic composition: (R·ε, R·δ), R·ε_L colluding);
@@ -75,21 +86,21 @@ __all__ = [
 #: Share of δ charged for the device-count lower bound failing.
 DEVICE_BOUND_SHARE = 0.1
 
-#: What the central figure assumes, printed with it. The last two are not checked by
-#: the code: the aggregator opens every report and sees its report id and key id, so
-#: (a) a call stored twice (a retried DEADLINE_EXCEEDED or store_not_replicated whose
-#: first attempt was stored) shows it, by the repeated ids, which reports came together,
-#: as a colluding shuffler would (its device then has the colluding figure only, and
-#: the δ stated omits the chance of that), and (b) reports sealed to different keys
-#: (a rotation mid-window) split a batch into smaller crowds.
+#: What the central figure assumes, printed with it. The aggregator opens every report
+#: and sees its report id and key id, so (a) a call stored twice (a retried
+#: DEADLINE_EXCEEDED or store_not_replicated whose first attempt was stored) shows it, by
+#: the repeated ids, which reports came together, as a colluding shuffler would: checked,
+#: the repeats are counted per window and a window with any states no central figure;
+#: (b) reports sealed to different keys (a rotation mid-window) split a batch into
+#: smaller crowds: not checked by the code.
 ASSUMPTIONS = (
     "reports sealed (the shuffler sees no value)",
     "shuffler and aggregator not colluding",
     "every counted report from a device of the crowd",
     "a device sending one report set per window in one call (at most 1 + m reports, "
     "the shuffler's cap)",
-    "no call stored twice (the aggregator would see by the repeated report ids which "
-    "reports came together: that device then has only the colluding figure)",
+    "no call stored twice (checked: the aggregator counts the report ids it sees twice "
+    "per window, and a window with any gets no central figure)",
     "a batch's reports sealed to one key (each key's reports are a crowd of their own)",
 )
 
@@ -150,6 +161,30 @@ class HistogramRelease:
     n_honest: int
     params: HistogramParams
     sealed: bool | None = None
+    #: report ids seen twice in the window (None: not recorded, unknown)
+    duplicate_reports: int | None = 0
+
+    @property
+    def linked(self) -> bool:
+        """The aggregator may have linked a device's reports (repeated ids, or unknown):
+        no central figure holds, only ε_L."""
+        return self.duplicate_reports != 0
+
+    @property
+    def withheld(self) -> str | None:
+        """Why no central figure is stated (None: it is)."""
+        if self.duplicate_reports is None:
+            return (
+                "the counts do not record how many report ids were seen twice in this "
+                "window (counted before the aggregator kept that count): the aggregator "
+                "may have linked a device's reports; no central guarantee"
+            )
+        if self.duplicate_reports:
+            return (
+                f"{self.duplicate_reports:,} report ids were seen twice in this window: the "
+                "aggregator may have linked a device's reports; no central guarantee"
+            )
+        return None
 
     @property
     def epsilon_total(self) -> float:
@@ -177,8 +212,12 @@ class HistogramRelease:
             "honest_fraction": self.honest_fraction,
             "n_honest": self.n_honest,
             "rounds": self.rounds,
-            "central": {"epsilon": fin(self.epsilon), "delta": self.delta},
-            "central_total": {"epsilon": fin(self.epsilon_total), "delta": self.delta_total},
+            "central": None if self.linked else {"epsilon": fin(self.epsilon), "delta": self.delta},
+            "central_total": None
+            if self.linked
+            else {"epsilon": fin(self.epsilon_total), "delta": self.delta_total},
+            "central_withheld": self.withheld,
+            "duplicate_reports": self.duplicate_reports,
             "colluding_local_epsilon": fin(self.local_epsilon),
             "colluding_local_epsilon_total": fin(self.local_epsilon_total),
             "fake_slots": self.params.fake_slots,
@@ -191,6 +230,8 @@ class HistogramRelease:
         }
 
     def render(self) -> str:
+        if self.linked:
+            return self._render_linked()
         central = format_up(self.epsilon) if math.isfinite(self.epsilon) else "∞ (no guarantee)"
         local = (
             f"{format_up(self.local_epsilon)}-LDP per report set (k-RR on the real report)"
@@ -219,6 +260,23 @@ class HistogramRelease:
         lines.append("  Assumes: " + "; ".join(ASSUMPTIONS) + ".")
         return "\n".join(lines)
 
+    def _render_linked(self) -> str:
+        """No central number at all: the reason, then ε_L only."""
+        local = (
+            f"ε_L = {format_up(self.local_epsilon)}-LDP per report set (k-RR on the real "
+            "report), the figure of a colluding shuffler and aggregator"
+            if math.isfinite(self.local_epsilon)
+            else "ε_L = ∞, no guarantee (no k-RR: the real value is among the device's reports)"
+        )
+        return "\n".join(
+            [
+                f"Privacy ({self.metric}, shuffled histogram, {self.total_reports:,} reports): "
+                "no central (ε, δ) for this collection window.",
+                f"  {self.withheld}.",
+                f"  Local only: {local}.",
+            ]
+        )
+
 
 def histogram_release(
     metric: str,
@@ -231,9 +289,22 @@ def histogram_release(
     sealed: bool | None = None,
     batch_sizes: tuple[int, ...] | None = None,
     min_batch: int | None = None,
+    duplicate_reports: int | None = 0,
 ) -> HistogramRelease:
     """The statement of a release of ``total_reports`` reports of one window, forwarded
-    in batches of ``batch_sizes`` reports (None: unknown, each at least ``min_batch``)."""
+    in batches of ``batch_sizes`` reports (None: unknown, each at least ``min_batch``).
+
+    ``duplicate_reports``: report ids the aggregator saw twice in the window (None: not
+    recorded); anything but 0 withdraws the central figure (``HistogramRelease.linked``).
+    0 is the default for plans and what-ifs; the report job passes the store's count."""
+    if duplicate_reports is not None and (
+        isinstance(duplicate_reports, bool)
+        or not isinstance(duplicate_reports, int)
+        or duplicate_reports < 0
+    ):
+        raise ValueError(
+            f"duplicate_reports must be a non-negative integer or None, got {duplicate_reports!r}"
+        )
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -274,13 +345,15 @@ def histogram_release(
         devices_lower=n_low,
         device_failure=failure,
         rounds=rounds,
-        epsilon=g.epsilon,
+        # linked (or unknown): no central figure, not even in the value object
+        epsilon=g.epsilon if duplicate_reports == 0 else math.inf,
         delta=delta,
         local_epsilon=g.local_epsilon,
         honest_fraction=float(honest_fraction),
         n_honest=g.n_honest,
         params=params,
         sealed=sealed,
+        duplicate_reports=duplicate_reports,
     )
 
 

@@ -9,6 +9,8 @@ A ``.npz`` archive (numpy's zip of arrays, read with ``allow_pickle=False``)::
     fingerprint params fingerprint (uint64) of the reports counted
     window      collection window (-1: unknown / all windows merged)
     buckets     OLH buckets g (0 for other kinds)
+    duplicate_reports  report ids the aggregator saw twice in these windows (-1: not
+                recorded; absent in older files: read as not recorded)
     totals      int64[m]
     ones        int64[m, nbits]
 
@@ -50,6 +52,8 @@ class SavedCounts:
     encoding: str
     fingerprint: int
     window: int | None = None
+    #: report ids seen twice in these windows; None: not recorded (unknown, not 0)
+    duplicate_reports: int | None = None
 
     def check_metric(self, metric: MetricConfig) -> None:
         """Raise CountsFileError unless these counts were made under ``metric``'s params."""
@@ -86,8 +90,14 @@ def save_counts(
     encoding: str,
     fingerprint: int,
     window: int | None = None,
+    duplicate_reports: int | None = None,
 ) -> None:
-    """Write counts atomically (a temporary file renamed into place)."""
+    """Write counts atomically (a temporary file renamed into place).
+
+    ``duplicate_reports`` (``CountStore.duplicate_reports``; None: not known) is kept so a
+    shuffled-histogram statement made from the file can tell whether reports were linked."""
+    if duplicate_reports is not None and duplicate_reports < 0:
+        raise ValueError(f"duplicate_reports must be >= 0 or None, got {duplicate_reports}")
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as fh:
@@ -100,6 +110,9 @@ def save_counts(
             fingerprint=np.array(fingerprint, dtype=np.uint64),
             window=np.array(-1 if window is None else window, dtype=np.int64),
             buckets=np.array(getattr(counts, "buckets", 0), dtype=np.int64),
+            duplicate_reports=np.array(
+                -1 if duplicate_reports is None else duplicate_reports, dtype=np.int64
+            ),
             totals=counts.totals,
             ones=counts.ones,
         )
@@ -147,10 +160,15 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
     if np.any(counts.ones > counts.totals[:, None]):
         raise CountsFileError(f"{path}: a bit count exceeds its cohort's report total")
     window = int(fields["window"])
+    try:
+        duplicates = int(fields.get("duplicate_reports", -1))
+    except (TypeError, ValueError):
+        raise CountsFileError(f"{path}: duplicate_reports must be an integer") from None
     return SavedCounts(
         counts=counts,
         metric=str(fields["metric"]),
         encoding=str(fields["encoding"]),
         fingerprint=int(fields["fingerprint"]),
         window=None if window < 0 else window,
+        duplicate_reports=None if duplicates < 0 else duplicates,
     )

@@ -18,7 +18,9 @@ attempt was stored after all).
 
 Report ids: a report id repeated *within* a batch is dropped here before the
 store is called (numpy: sort the ids' first 8 bytes, confirm equal neighbours
-byte for byte); then the store drops ids counted in earlier batches. A report
+byte for byte); then the store drops ids counted in earlier batches, and records how
+many ids were dropped either way per window, atomically with the counts
+(``CountStore.duplicate_reports``: a repeat links a shuffled histogram's report set). A report
 without an id (16 zero bytes, or a batch with no ``report_ids`` at all: older
 SDKs, imported google/rappor data never comes through here) is counted without
 de-duplication — refusing it would lose data an older device already
@@ -302,6 +304,7 @@ class Ingestor:
             counts,
             report_ids,
             description=description,
+            repeated=in_batch,  # recorded with the counts: a histogram's statement needs it
         )
         if not outcome.applied:
             return IngestResult(applied=0, duplicate=True)

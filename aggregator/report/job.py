@@ -97,6 +97,9 @@ class ReportJob:
     rounds: int = 1
     smallest_crowd: int | None = None  # measured at ingest (CountStore.smallest_crowd)
     sealed: bool | None = None  # reports sealed to the aggregator (None: not known)
+    # Report ids the aggregator saw twice in these windows (CountStore.duplicate_reports;
+    # None: not recorded). A shuffled histogram states its central figure only at 0.
+    duplicate_reports: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ def privacy_figures(
     smallest_crowd: int | None = None,
     statement: bool = True,
     sealed: bool | None = None,
+    duplicate_reports: int | None = None,
 ) -> dict[str, Any]:
     """Local ε figures plus the release's privacy statement (central (ε, δ) after shuffling).
 
@@ -143,6 +147,13 @@ def privacy_figures(
     raises :class:`PrivacyStatementError`: a release is never published with its
     guarantee silently missing. ``statement=False`` is the caller's explicit
     opt-out (``crowdmix report --no-privacy-statement``), and the summary says so.
+
+    ``duplicate_reports``: report ids the aggregator saw twice in the release's windows
+    (None: not recorded). A shuffled histogram with any, or unknown, states no central
+    figure (``HistogramRelease.linked``). For the other encodings it is informational
+    only: their reports are single messages, so a repeated one shows the aggregator a
+    copy of one report it has already counted once, linked to nothing else, and their
+    figures do not change.
     """
     from client.privacy import epsilon_inf, epsilon_one
 
@@ -156,6 +167,7 @@ def privacy_figures(
         out["local"] = {"epsilon_1": metric.basic.epsilon, "epsilon_inf": None}
     elif metric.histogram is not None:
         out["local"] = {"epsilon_1": metric.histogram.local_epsilon, "epsilon_inf": None}
+    out["duplicate_reports"] = duplicate_reports
     n = int(totals.sum())
     if batch_sizes is not None and sum(batch_sizes) != n:
         batch_sizes = smallest_crowd = None
@@ -165,7 +177,13 @@ def privacy_figures(
         return out
     if metric.histogram is not None:
         return _histogram_figures(
-            out, metric, n, rounds=rounds, sealed=sealed, batch_sizes=batch_sizes
+            out,
+            metric,
+            n,
+            rounds=rounds,
+            sealed=sealed,
+            batch_sizes=batch_sizes,
+            duplicate_reports=duplicate_reports,
         )
     from aggregator.accounting import privacy_statement
 
@@ -196,6 +214,7 @@ def _histogram_figures(
     rounds: int,
     sealed: bool | None,
     batch_sizes: Sequence[int] | None,
+    duplicate_reports: int | None,
 ) -> dict[str, Any]:
     """A shuffled histogram's statement: both figures (aggregator.accounting.histogram_release)."""
     from aggregator.accounting.histogram_release import histogram_release
@@ -216,6 +235,7 @@ def _histogram_figures(
             sealed=sealed,
             batch_sizes=None if batch_sizes is None else tuple(int(b) for b in batch_sizes),
             min_batch=metric.shuffle.min_batch,
+            duplicate_reports=duplicate_reports,
         )
     except (ValueError, ArithmeticError) as exc:
         raise PrivacyStatementError(f"cannot state the privacy guarantee: {exc}") from exc
@@ -296,6 +316,7 @@ def run_report(
             rounds=job.rounds,
             smallest_crowd=job.smallest_crowd,
             sealed=job.sealed,
+            duplicate_reports=job.duplicate_reports,
         )
     elif callable(privacy):
         figures = privacy(job.metric, job.totals)

@@ -13,6 +13,11 @@ acknowledged but never counted twice, and a
 crash can never leave counts without their ids (or the reverse). Reports
 without an id (16 zero bytes: older SDKs) are counted without de-duplication.
 
+Repeated report ids are counted too, per (metric, window), in the same atomic step
+(:meth:`CountStore.duplicate_reports`): a repeat is harmless for the figures of a
+single-message encoding, but for a shuffled histogram it shows the aggregator which
+reports came from one device's call, so that window's central figure is withdrawn.
+
 Retention: :meth:`CountStore.dispose_ids` deletes the batch ids and report ids
 of windows before a cutoff (their counts stay) and from then on refuses
 batches of those windows (``WindowDisposed``), so deleting the ids can never
@@ -205,11 +210,19 @@ class CountStore(Protocol):
         report_ids: ReportIds,
         *,
         description: str = "",
+        repeated: int = 0,
     ) -> ApplyOutcome:
         """Like :meth:`apply`, and in the same atomic step drop the reports whose id
         was counted before in ``window``, ``window - 1`` or ``window + 1`` (counting the
         others: ``report_ids.counts_without``) and record the ids of the reports counted
         (in ``window``).
+
+        Also in that step, when the batch is applied, add to the duplicate-report count
+        (:meth:`duplicate_reports`) of ``window`` the ids dropped here plus ``repeated``
+        (ids the caller dropped as repeated within the batch), and to that of ``window - 1``
+        or ``window + 1`` the ids found counted there: both windows hold a copy, so both
+        releases may be linked. A batch id applied before changes nothing (a re-sent batch
+        is not a repeated report).
 
         Why three windows: a batch's window is the one its reports *arrived* in at the
         shuffler, on the shuffler's clock. A retry after a lost reply may arrive just after
@@ -234,6 +247,14 @@ class CountStore(Protocol):
         The batch's size and smallest crowd are recorded for the counted reports only
         (a smaller crowd: the privacy statement errs on the safe side).
         """
+        ...
+
+    def duplicate_reports(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
+        """Report ids seen twice (dropped as repeats) involving ``windows`` (all when None),
+        summed; recorded atomically with the counts and kept when ids are disposed.
+
+        None when a window of the selection holding counts has no record of it (counted
+        by an aggregator from before this count was kept): unknown, not zero."""
         ...
 
     def dispose_ids(self, metric: str, before_window: int) -> int:

@@ -37,6 +37,7 @@ class MemoryCountStore:
         self._counts: dict[tuple[str, int], StoredCounts] = {}
         self._sizes: dict[tuple[str, int], Counter[int]] = {}
         self._crowds: dict[tuple[str, int], int] = {}
+        self._duplicates: dict[tuple[str, int], int] = {}
 
     def apply(
         self,
@@ -66,7 +67,10 @@ class MemoryCountStore:
         report_ids: ReportIds,
         *,
         description: str = "",
+        repeated: int = 0,
     ) -> ApplyOutcome:
+        if repeated < 0:
+            raise ValueError(f"repeated must be >= 0, got {repeated}")
         with self._lock:
             known = self._fingerprints.get(metric)
             if known is not None and known != fingerprint:
@@ -84,6 +88,7 @@ class MemoryCountStore:
             if batch_id in ids:
                 return ApplyOutcome(applied=False, counted=0, duplicates=0)
             duplicates = 0
+            found: dict[int, int] = {}  # window -> ids of this batch found counted there
             # copies of a report are filed in one window or two adjacent ones, and may
             # arrive in either order (CountStore.apply_reports): check W, W-1 and W+1
             for w in (window, window - 1, window + 1):
@@ -92,6 +97,7 @@ class MemoryCountStore:
                     positions = seen.present(report_ids.ids)
                     if positions.size:  # rare: counted before; recount the batch without them
                         duplicates += int(positions.size)
+                        found[w] = int(positions.size)
                         report_ids, delta = report_ids.without(positions)
             add = StoredCounts.of(delta)
             counted = add.num_reports
@@ -107,6 +113,12 @@ class MemoryCountStore:
                 if crowd < self._crowds.get((metric, window), crowd + 1):
                     self._crowds[(metric, window)] = crowd
             ids.add(batch_id)
+            # every window that holds a copy counts the repeat (CountStore.apply_reports)
+            key = (metric, window)
+            self._duplicates[key] = self._duplicates.get(key, 0) + duplicates + repeated
+            for w, n in found.items():
+                if w != window:
+                    self._duplicates[(metric, w)] = self._duplicates.get((metric, w), 0) + n
             self._window_batches.setdefault((metric, window), set()).add(batch_id)
             if report_ids.ids:
                 self._report_ids.setdefault((metric, window), ReportIdIndex()).add(report_ids.ids)
@@ -128,6 +140,12 @@ class MemoryCountStore:
             for key in [k for k in self._report_ids if k[0] == metric and k[1] < before_window]:
                 deleted += len(self._report_ids.pop(key))
             return deleted
+
+    def duplicate_reports(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
+        with self._lock:
+            wanted = self._windows_locked(metric) if windows is None else set(windows)
+            # every window counted by this store has its record: never unknown here
+            return sum(self._duplicates.get((metric, w), 0) for w in wanted)
 
     def description(self, metric: str) -> str | None:
         with self._lock:

@@ -19,7 +19,10 @@ aggregator counts the batch in numpy and a Lua script, atomically,
    Skipped for a batch without report ids,
 4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
    batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
-   window's delta hash, and records the window.
+   window's delta hash, and records the window,
+5. ``INCRBY``s the duplicate-report counters: W's by the ids dropped (found counted before,
+   or repeated within the batch), W-1's and W+1's by those found counted there (always
+   W's, by 0 if none: the key's presence says the window's count is known).
 
 The membership test of report ids runs in this process, in numpy
 (:class:`aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
@@ -59,6 +62,8 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
     {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
     {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
+    {prefix}:{metric}:w:{W}:dupids   report ids seen twice involving W (kept by retention:
+                                     a shuffled histogram's statement needs it)
 
 Memory: a batch id costs about 80 bytes in each of two sets; a report id 16 bytes in
 Redis and 32-128 bytes in the index of each aggregator process that ingests the window,
@@ -104,7 +109,7 @@ log = logging.getLogger(__name__)
 
 # KEYS: 1 ids, 2 windows, 3 w:W:deltas, 4 meta, 5 w:W:sizes, 6 w:W:crowd, 7 w:W:batches,
 #       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W-1:rids,
-#       11 w:W+1:rids
+#       11 w:W+1:rids, 12/13/14 w:W:dupids, w:W-1:dupids, w:W+1:dupids
 # ARGV: 1 batch id, 2 window, 3 counts blob, 4 fingerprint, 5 description, 6 reports counted,
 #       7 crowd, 8 report ids (16 bytes each, concatenated), 9/10 the length of W's rids list
 #       the caller checked the ids against and the fingerprint of its last blob (``_tail``),
@@ -112,7 +117,8 @@ log = logging.getLogger(__name__)
 #       lists are checked, even when every id turned out counted before), 14 '1' when WAIT
 #       follows (a duplicate then writes a counter: WAIT covers only its connection's writes,
 #       and the replication stream is ordered, so a replica that has this write has the
-#       first apply, whichever connection made it), 15/16 the same as 9/10 for W+1's list
+#       first apply, whichever connection made it), 15/16 the same as 9/10 for W+1's list,
+#       17/18/19 report ids dropped as repeats to add to W's, W-1's and W+1's dupids
 # Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
 # past retention, {3, i} list i (1: W, 2: W-1, 3: W+1) is not the one the caller checked
 # against (it grew, or it lost its tail and was refilled: a length alone cannot tell):
@@ -152,6 +158,9 @@ if tonumber(ARGV[6]) > 0 then
   local crowd = redis.call('GET', KEYS[6])
   if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
 end
+redis.call('INCRBY', KEYS[12], ARGV[17])
+if tonumber(ARGV[18]) > 0 then redis.call('INCRBY', KEYS[13], ARGV[18]) end
+if tonumber(ARGV[19]) > 0 then redis.call('INCRBY', KEYS[14], ARGV[19]) end
 return {1}
 """
 
@@ -378,7 +387,10 @@ class RedisCountStore:
         report_ids: ReportIds,
         *,
         description: str = "",
+        repeated: int = 0,
     ) -> ApplyOutcome:
+        if repeated < 0:
+            raise ValueError(f"repeated must be >= 0, got {repeated}")
         keys = [
             self._k(metric, "ids"),
             self._k(metric, "windows"),
@@ -391,6 +403,9 @@ class RedisCountStore:
             self._k(metric, f"w:{window}:nrids"),
             self._k(metric, f"w:{window - 1}:rids"),
             self._k(metric, f"w:{window + 1}:rids"),
+            self._k(metric, f"w:{window}:dupids"),
+            self._k(metric, f"w:{window - 1}:dupids"),
+            self._k(metric, f"w:{window + 1}:dupids"),
         ]
         if not report_ids.ids:  # nothing to de-duplicate: no index, no list to check
             plain = self._run_apply(
@@ -403,6 +418,7 @@ class RedisCountStore:
                 report_ids,
                 description,
                 (),
+                (repeated, 0, 0),
             )
             if plain is None:  # pragma: no cover - the script checks no list without ids
                 raise StoreError("apply script refused a batch without report ids")
@@ -416,10 +432,12 @@ class RedisCountStore:
                     # (a retry after a lost reply may land just after a boundary) and may
                     # arrive here in either order: check W's, W-1's and W+1's ids.
                     report_ids, delta, duplicates = given_ids, given_delta, 0
-                    for synced in lists:
+                    found = [0, 0, 0]  # ids found counted in W, W-1, W+1
+                    for i, synced in enumerate(lists):
                         positions = synced.index.present(report_ids.ids)
                         if positions.size:  # counted before: recount the batch without them
                             duplicates += int(positions.size)
+                            found[i] = int(positions.size)
                             report_ids, delta = report_ids.without(positions)
                     outcome = self._run_apply(
                         keys,
@@ -431,6 +449,7 @@ class RedisCountStore:
                         report_ids,
                         description,
                         lists,
+                        (duplicates + repeated, found[1], found[2]),
                     )
                     if outcome is None:  # a list changed since we read it: read and check again
                         self.apply_retries += 1
@@ -466,9 +485,11 @@ class RedisCountStore:
         report_ids: ReportIds,
         description: str,
         lists: tuple[_Synced, ...],
+        repeats: tuple[int, int, int],
     ) -> ApplyOutcome | None:
         """One run of the apply script with the lists of W, W-1 and W+1 as checked (none
-        for a batch without report ids); None when an id list is not the one checked."""
+        for a batch without report ids); None when an id list is not the one checked.
+        ``repeats``: the ids dropped as repeats, to add to W's, W-1's and W+1's counts."""
         checked = [(str(e.length), e.tail) for e in lists] or [("0", b"")] * 3
         totals = np.asarray(delta.totals)
         counted = int(totals.sum())
@@ -486,6 +507,7 @@ class RedisCountStore:
             "1" if lists else "0",
             "1" if self._min_replicas_ack else "0",
             *checked[2],
+            *(str(n) for n in repeats),
         ]
         result = self._call(lambda: self._replicated(self._apply, keys, args))
         status = int(result[0])
@@ -640,6 +662,22 @@ class RedisCountStore:
                 blobs.append(replies[i])
             blobs.extend(replies[i + 1])
         return sum_blobs(blobs)
+
+    def duplicate_reports(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
+        stored = set(self.windows(metric))
+        wanted = sorted(stored if windows is None else set(windows))
+        if not wanted:
+            return 0
+        keys = [self._k(metric, f"w:{w}:dupids") for w in wanted]
+        values = self._call(lambda: self._r.mget(keys))
+        total = 0
+        for w, value in zip(wanted, values, strict=True):
+            if value is None:
+                if w in stored:  # counted by an aggregator that kept no such count
+                    return None
+                continue
+            total += int(value)
+        return total
 
     def description(self, metric: str) -> str | None:
         raw = self._call(lambda: self._r.hget(self._k(metric, "meta"), "description"))

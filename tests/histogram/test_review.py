@@ -219,3 +219,90 @@ def test_report_refuses_a_merged_counts_file_even_with_rounds_1(
     captured = capsys.readouterr()
     assert code != 0 and "per collection window" in captured.err
     assert "ε = " not in captured.out and not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_repeated_report_ids_withdraw_the_central_figure_and_leave_only_local() -> None:
+    """The defect above, closed: a window in which the aggregator saw report ids twice
+    (or whose record of that is missing) states no central number, only ε_L (∞
+    without k-RR), and says why in one line; text and JSON alike."""
+    params = HistogramParams(domain_size=50, fake_slots=2, fake_probability=0.4)
+    clean = histogram_release("h", params, 28_000, duplicate_reports=0)
+    assert not clean.linked and math.isfinite(clean.epsilon)
+    assert clean.to_dict()["central"] is not None and clean.to_dict()["central_withheld"] is None
+    linked = histogram_release("h", params, 28_000, duplicate_reports=3)
+    assert linked.linked and math.isinf(linked.epsilon)  # not even in the value object
+    text = linked.render()
+    assert (
+        "3 report ids were seen twice in this window: the aggregator may have linked a "
+        "device's reports; no central guarantee" in text
+    )
+    assert "ε_L = ∞" in text and "ε = " not in text and "δ = " not in text
+    as_json = linked.to_dict()
+    assert as_json["central"] is None and as_json["central_total"] is None
+    assert as_json["duplicate_reports"] == 3 and "seen twice" in str(as_json["central_withheld"])
+    unknown = histogram_release("h", params, 28_000, duplicate_reports=None)
+    assert unknown.linked and "do not record" in unknown.render()
+    assert unknown.to_dict()["duplicate_reports"] is None
+    with_krr = HistogramParams(
+        domain_size=50, fake_slots=2, fake_probability=0.4, local_epsilon=2.0
+    )
+    text = histogram_release("h", with_krr, 28_000, duplicate_reports=1).render()
+    assert "ε_L = 2.000-LDP" in text and "ε = " not in text
+    with pytest.raises(ValueError, match="duplicate_reports"):
+        histogram_release("h", params, 28_000, duplicate_reports=-1)
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert (
+        "`N report ids were seen twice in this window: the aggregator may have linked a "
+        "device's reports; no central guarantee`" in readme
+    )
+
+
+def test_report_job_withholds_the_central_figure_unless_the_count_is_zero() -> None:
+    """The report job passes the store's count; unknown (None, the default) is not 0.
+    Other encodings: the count is informational and changes no figure (a repeated
+    single-message report is a copy of one counted report, linked to nothing)."""
+    from aggregator.report.job import privacy_figures
+    from client.params import RapporParams
+    from client.registry import MetricConfig, ShufflePolicy, parse_registry
+
+    table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
+    metric = parse_registry({"metrics": {"h": table | {"fake_probability": 0.5}}})["h"]
+    totals = np.array([20_000], dtype=np.int64)
+    stated = {d: privacy_figures(metric, totals, duplicate_reports=d) for d in (0, 2, None)}
+    assert stated[0]["statement"]["central"] is not None
+    assert stated[2]["statement"]["central"] is None
+    assert stated[None]["statement"]["central"] is None
+    assert privacy_figures(metric, totals)["statement"]["central"] is None
+    rappor = MetricConfig(
+        name="m",
+        rappor=RapporParams(k=64, h=2, m=8, f=0.25, p=0.25, q=0.75),
+        shuffle=ShufflePolicy(min_batch=1000),
+    )
+    cohorts = np.full(8, 5000, dtype=np.int64)
+    figures = [privacy_figures(rappor, cohorts, duplicate_reports=d) for d in (0, 40, None)]
+    assert figures[0]["statement"] == figures[1]["statement"] == figures[2]["statement"]
+    assert [f["duplicate_reports"] for f in figures] == [0, 40, None]
+
+
+def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A counts file records the count (exported from the store); one without it (older
+    files, or -1) is unknown: the statement refuses the central figure, conservatively."""
+    from aggregator.counting.files import load_counts
+    from crowdmix.cli import main
+    from tests.histogram.test_wiring import _counts_file
+
+    for given, linked in ((0, False), (4, True), (None, True)):
+        reg, path = _counts_file(tmp_path, window=20000, duplicate_reports=given)
+        assert load_counts(path).duplicate_reports == given
+        args = ["report", "--counts", str(path), "--config", str(reg), "--metric", "h"]
+        assert main([*args, "--no-plot", "--out", str(tmp_path / f"o{given}")]) in (0, 1)
+        out = capsys.readouterr().out
+        assert ("no central (ε, δ)" in out) is linked and ("δ = " in out) is not linked
+    # a file written before the field existed: no such entry at all
+    with np.load(path, allow_pickle=False) as data:
+        fields = {k: data[k] for k in data.files if k != "duplicate_reports"}
+    old = tmp_path / "old.npz"
+    np.savez_compressed(old, **fields)
+    assert load_counts(old).duplicate_reports is None

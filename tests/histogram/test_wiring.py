@@ -208,7 +208,9 @@ def test_report_job_decodes_and_refuses_a_statement_for_unsealed_counts() -> Non
         reports = enc.encode(rnd.choice("aab"))
         bits = np.frombuffer(b"".join(r.bits for r in reports), dtype=np.uint8)
         acc.add(np.zeros(len(reports), dtype=np.int64), bits.reshape(-1, 1))
-    job = ReportJob(metric=metric, totals=acc.totals, ones=acc.ones, sealed=True)
+    job = ReportJob(
+        metric=metric, totals=acc.totals, ones=acc.ones, sealed=True, duplicate_reports=0
+    )
     outcome = run_report(job)
     assert outcome.summary["encoding"] == "shuffled-histogram"
     assert outcome.summary["params"]["fake_slots"] == 2
@@ -230,7 +232,9 @@ min_batch = 100
 """
 
 
-def _counts_file(tmp_path: Path, window: int | None) -> tuple[Path, Path]:
+def _counts_file(
+    tmp_path: Path, window: int | None, duplicate_reports: int | None = 0
+) -> tuple[Path, Path]:
     from aggregator.counting.files import save_counts
 
     reg_path = tmp_path / "metrics.toml"
@@ -247,7 +251,7 @@ def _counts_file(tmp_path: Path, window: int | None) -> tuple[Path, Path]:
     path = tmp_path / f"counts-{window}.npz"
     save_counts(
         path, acc, metric="h", encoding=metric.encoding, fingerprint=metric.fingerprint,
-        window=window,
+        window=window, duplicate_reports=duplicate_reports,
     )  # fmt: skip
     return reg_path, path
 

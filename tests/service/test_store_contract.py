@@ -19,7 +19,7 @@ from aggregator.counting.counts import CohortCounts
 from aggregator.daemon.ingest import IngestBatch, Ingestor
 from aggregator.errors import InvalidBatch, ParamsConflict, WindowDisposed
 from aggregator.store import load_batch_sizes, load_counts, stored_metric
-from aggregator.store.base import CountStore, StoredCounts
+from aggregator.store.base import NO_REPORT_IDS, CountStore, StoredCounts
 from aggregator.store.codec import (
     decode_counts,
     describe_metric,
@@ -595,3 +595,143 @@ def test_two_redis_stores_check_the_previous_windows_ids_of_each_other(
     assert same(a.load("pages"), direct_count(config, [w6, late]))
     a.close()
     b.close()
+
+
+# -- repeated report ids per window (a shuffled histogram's statement needs them) ---------
+
+
+def test_repeated_report_ids_are_counted_per_window_with_the_batch(
+    store: CountStore, registry: Registry
+) -> None:
+    """Repeats within a batch and of earlier batches are counted in the apply step, in
+    every window that holds a copy; a re-sent batch (same batch id) is not a repeat; a
+    refused batch adds nothing; folding and retention keep the count."""
+    rng = np.random.default_rng(31)
+    config = registry["pages"]
+    day = registry.window_seconds
+    now = [6 * day]
+    ingestor = Ingestor(registry, store, clock=lambda: now[0])
+    first = with_ids(random_batch(rng, config, 400, window=5), rng.integers(0, 256, (400, 16)))
+    assert ingestor.ingest(first).applied == 400
+    assert store.duplicate_reports("pages", [5]) == 0
+    # 100 repeats of the first batch, 150 new reports and 50 repeats of those
+    fresh = with_ids(random_batch(rng, config, 150, window=5), rng.integers(0, 256, (150, 16)))
+    pool = replace(
+        fresh,
+        count=550,
+        cohorts=np.concatenate([first.cohorts, fresh.cohorts]),
+        bits=first.bits + fresh.bits,
+        report_ids=first.report_ids + fresh.report_ids,
+    )
+    second = rows(
+        pool, np.concatenate([np.arange(100, 200), 400 + np.arange(150), 400 + np.arange(50)])
+    )
+    assert ingestor.ingest(second).duplicate_reports == 150
+    assert store.duplicate_reports("pages", [5]) == 150
+    # the shuffler re-sends the same batch (same batch id): not a repeated report
+    assert ingestor.ingest(second).duplicate
+    assert store.apply_reports(
+        "pages", 5, second.batch_id, config.fingerprint, counts_of(registry, "pages", rng, 3),
+        NO_REPORT_IDS, repeated=7,
+    ).applied is False  # fmt: skip
+    assert store.duplicate_reports("pages", [5]) == 150
+    # a copy filed in the next window: counted in both windows (each holds a copy)
+    late = rows(pool, np.arange(30))
+    late = replace(late, window=6)
+    assert ingestor.ingest(late).duplicate_reports == 30
+    assert store.duplicate_reports("pages", [5]) == 180
+    assert store.duplicate_reports("pages", [6]) == 30
+    # a window without repeats says 0; one the store never counted says 0 too
+    other = with_ids(random_batch(rng, config, 60, window=4), rng.integers(0, 256, (60, 16)))
+    assert ingestor.ingest(other).applied == 60
+    assert store.duplicate_reports("pages", [4]) == 0
+    assert store.duplicate_reports("pages", [2]) == 0
+    # a refused batch (other params) changes nothing
+    with pytest.raises(ParamsConflict):
+        store.apply_reports(
+            "pages", 4, os.urandom(16), 12345, counts_of(registry, "pages", rng, 3),
+            NO_REPORT_IDS, repeated=9,
+        )  # fmt: skip
+    assert store.duplicate_reports("pages", [4]) == 0
+    # a first copy that arrives after its retry (window 4's batch holds ids of window 5)
+    early = replace(rows(first, np.arange(300, 310)), window=4)
+    assert ingestor.ingest(early).duplicate_reports == 10
+    assert [store.duplicate_reports("pages", [w]) for w in (4, 5, 6)] == [10, 190, 30]
+    # folding and disposing of the ids keep the count (the counts stay, so must it)
+    assert store.maintain() >= 0
+    now[0] += config.shuffle.disposal_days * 86400 + 4 * day
+    assert ingestor.dispose_ids() > 0
+    assert [store.duplicate_reports("pages", [w]) for w in (4, 5, 6)] == [10, 190, 30]
+
+
+def test_repeats_counted_under_concurrent_applies_are_exact(
+    store: CountStore, registry: Registry
+) -> None:
+    """Four threads apply overlapping batches of one pool (applies retried when another
+    process appended ids meanwhile): the count of repeats is exactly the reports offered
+    minus those counted, so it is recorded in the same atomic step, once per apply."""
+    rng = np.random.default_rng(32)
+    config = registry["pages"]
+    pool = with_ids(random_batch(rng, config, 600, window=5), rng.integers(0, 256, (600, 16)))
+    picks = [rng.choice(600, size=150, replace=False) for _ in range(16)]
+    picks.append(np.arange(600))
+    batches = [rows(pool, np.sort(p)) for p in picks]
+    ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
+
+    def worker(mine: list[IngestBatch]) -> None:
+        for b in mine:
+            ingestor.ingest(b)
+            ingestor.ingest(b)  # every batch re-sent: never a repeat
+
+    threads = [threading.Thread(target=worker, args=(batches[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert same(store.load("pages"), direct_count(config, [pool]))
+    assert store.duplicate_reports("pages", [5]) == sum(b.count for b in batches) - 600
+
+
+def test_repeats_survive_a_redis_kill(tmp_path: Path) -> None:
+    """Durable: the count is in the AOF entry of the batch it came with, so a SIGKILL
+    after the apply returned (fsync always, as the aggregator's Redis runs) keeps it."""
+    from crowdmix.cluster import RedisServer as FsyncRedis
+
+    _, registry = write_registry(tmp_path)
+    rng = np.random.default_rng(33)
+    config = registry["pages"]
+    server = FsyncRedis(appendonly=True, directory=str(tmp_path / "redis"), fsync="always")
+    server.start()
+    try:
+        store = RedisCountStore.from_url(server.url)
+        ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
+        first = with_ids(random_batch(rng, config, 200, window=5), rng.integers(0, 256, (200, 16)))
+        ingestor.ingest(first)
+        assert ingestor.ingest(rows(first, np.arange(40))).duplicate_reports == 40
+        server.kill()
+        server.start()
+        assert store.duplicate_reports("pages", [5]) == 40
+        store.close()
+    finally:
+        server.cleanup()
+
+
+def test_windows_counted_before_repeats_were_recorded_are_unknown(redis_url: str) -> None:
+    """A window whose counts an older aggregator wrote has no record of its repeats:
+    unknown (None), not 0, so a histogram's central figure is withheld for it."""
+    import redis as redis_py
+
+    store = RedisCountStore.from_url(redis_url)
+    store.apply("h", 9, os.urandom(16), 1, CohortCounts(1, 4))  # empty: no window
+    delta = CohortCounts(1, 4)
+    delta.totals, delta.ones = np.array([3]), np.array([[1, 0, 2, 0]])
+    store.apply("h", 9, os.urandom(16), 1, delta)
+    store.apply("h", 10, os.urandom(16), 1, delta)
+    assert store.duplicate_reports("h", [9]) == 0
+    client = redis_py.Redis.from_url(redis_url)
+    client.delete("crowdmix:agg:{h}:w:10:dupids")  # as an older aggregator left it
+    client.close()
+    assert store.duplicate_reports("h", [10]) is None
+    assert store.duplicate_reports("h") is None
+    assert store.duplicate_reports("h", [9]) == 0
+    store.close()
