@@ -642,7 +642,7 @@ class Reporter:
             if late:
                 self._outbox.drop(late, "unconfirmed", window)
                 continue
-            end = now + submit_timeout
+            end, mono_end = now + submit_timeout, time.monotonic() + submit_timeout
             self._outbox.begin_send(
                 ids,
                 window,
@@ -651,8 +651,15 @@ class Reporter:
                 if estimate.high is None
                 else last_arrival_window(end, estimate.high, config.window_seconds),
             )
+            # the request must end by the deadline its mark records: begin_send may have
+            # waited (another process's write lock, a slow fsync), so what is left of it
+            # is the request's timeout; nothing left, nothing sent (the attempt's mark
+            # covers a copy that never left)
+            left = mono_end - time.monotonic()
+            if left <= 0:
+                raise _Offline("the outbox was busy past the request's deadline")
             try:
-                self._submit(request, submit_timeout)
+                self._submit(request, left)
             except LinkError as exc:
                 outdated = exc.code == "FAILED_PRECONDITION" or exc.code == "INVALID_ARGUMENT"
                 if outdated and not refetched:
