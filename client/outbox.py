@@ -102,19 +102,25 @@ CREATE TABLE IF NOT EXISTS window_length (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seconds INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS sent (
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    n INTEGER NOT NULL
+);
+"""
+# Made in its own transaction with the marks an older outbox (from before it) implies.
+_SENT = """
+CREATE TABLE sent (
     metric TEXT NOT NULL,
     window INTEGER NOT NULL,
     server_window INTEGER,
     deadline REAL NOT NULL,
     blind_deadline REAL,
     PRIMARY KEY (metric, window)
-);
-CREATE TABLE IF NOT EXISTS counters (
-    name TEXT PRIMARY KEY,
-    n INTEGER NOT NULL
-);
+)
 """
+#: An outbox from before the ``sent`` table: an attempt it made ended at most this long
+#: after it began (the SDK's request timeout, 10 s by default, with a wide margin).
+LEGACY_ATTEMPT_SECONDS = 120.0
 #: Bytes a row costs beyond its bits (report id, window, cohort, ... ; for the bound only).
 ROW_OVERHEAD = 64
 _U64 = 1 << 64
@@ -180,6 +186,37 @@ class Outbox:
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
+        self._tx(self._make_sent)
+
+    def _make_sent(self, db: sqlite3.Connection) -> None:
+        """Make the ``sent`` table, with marks for what an older outbox (one without
+        it) may have sent: a metric it claimed had attempts the marks do not know of,
+        and without a mark its next report would go out ungated (into the server
+        window of its last one). Each gets a blind mark (``client.skew``'s gap rule):
+        its attempts began by the end of its last used window — or now, if a row of
+        it was tried and still waits — and ended within ``LEGACY_ATTEMPT_SECONDS``."""
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'sent'").fetchone():
+            return
+        db.execute(_SENT)
+        now = self._clock()
+        row = db.execute("SELECT seconds FROM window_length WHERE id = 1").fetchone()
+        ws = None if row is None else int(row[0])
+        tried = {
+            m
+            for (m,) in db.execute(
+                "SELECT DISTINCT metric FROM outbox WHERE first_attempt_window IS NOT NULL"
+            )
+        }
+        marks = []
+        for metric, window in db.execute("SELECT metric, window FROM claims").fetchall():
+            began = now if ws is None or metric in tried else min(now, (window + 1) * ws)
+            end = began + LEGACY_ATTEMPT_SECONDS
+            marks.append((metric, window, end, end))
+        db.executemany(
+            "INSERT INTO sent(metric, window, server_window, deadline, blind_deadline)"
+            " VALUES (?, ?, NULL, ?, ?)",
+            marks,
+        )
 
     # -- transactions ---------------------------------------------------------
 
