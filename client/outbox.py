@@ -406,20 +406,30 @@ class Outbox:
         *,
         deadline: float | None = None,
         server_window: int | None = None,
-    ) -> None:
+    ) -> bool:
         """Record an attempt of these rows in ``window``, before the request leaves.
         With ``deadline`` (device clock), also the attempt's mark for its metric and
         claimed window (``marks``): ``server_window`` is the last server window it can
-        arrive in, None when the shuffler told no time (a blind attempt)."""
+        arrive in, None when the shuffler told no time (a blind attempt).
 
-        def body(db: sqlite3.Connection) -> None:
+        False, recording nothing, when a row is gone (another process on the app dir
+        delivered or dropped it since it was read): then it must not be sent."""
+
+        def body(db: sqlite3.Connection) -> bool:
+            (present,) = db.execute(
+                f"SELECT COUNT(*) FROM outbox WHERE report_id IN "
+                f"({','.join('?' * len(report_ids))})",
+                list(report_ids),
+            ).fetchone()
+            if present != len(set(report_ids)):
+                return False
             db.executemany(
                 "UPDATE outbox SET attempts = attempts + 1,"
                 " first_attempt_window = COALESCE(first_attempt_window, ?) WHERE report_id = ?",
                 [(window, rid) for rid in report_ids],
             )
             if deadline is None:
-                return
+                return True
             groups = db.execute(
                 f"SELECT DISTINCT metric, window FROM outbox WHERE report_id IN "
                 f"({','.join('?' * len(report_ids))})",
@@ -444,9 +454,9 @@ class Outbox:
                     " sent WHERE metric = ? AND window < ?)",
                     (metric, metric, claimed),
                 )
+            return True
 
-        if report_ids:
-            self._tx(body)
+        return not report_ids or self._tx(body) is True
 
     def marks(self, metric: str, before: int) -> SendMarks:
         """What was attempted of ``metric``'s reports claimed before window ``before``

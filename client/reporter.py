@@ -643,14 +643,15 @@ class Reporter:
                 self._outbox.drop(late, "unconfirmed", window)
                 continue
             end, mono_end = now + submit_timeout, time.monotonic() + submit_timeout
-            self._outbox.begin_send(
+            if not self._outbox.begin_send(
                 ids,
                 window,
                 deadline=end,
                 server_window=None
                 if estimate.high is None
                 else last_arrival_window(end, estimate.high, config.window_seconds),
-            )
+            ):
+                continue  # another process on the app dir delivered or dropped them
             # the request must end by the deadline its mark records: begin_send may have
             # waited (another process's write lock, a slow fsync), so what is left of it
             # is the request's timeout; nothing left, nothing sent (the attempt's mark
