@@ -102,7 +102,13 @@ from typing import TYPE_CHECKING, Literal
 from client.errors import CrowdmixClientError, ParamsError, TransportError
 from client.outbox import Claim, Outbox
 from client.report import Report
-from client.skew import ClockEstimate, hold_seconds, last_arrival_window
+from client.skew import (
+    SERVER_TIME_RANGE,
+    ClockEstimate,
+    hold_seconds,
+    last_arrival_window,
+    plausible_server_time,
+)
 
 if TYPE_CHECKING:
     from client.basic import BasicEncoder
@@ -372,6 +378,12 @@ class Reporter:
             raise _Offline(f"GetConfig: {exc}") from None
         except CrowdmixClientError as exc:  # an answer this SDK cannot use
             raise _Offline(f"GetConfig: bad answer: {exc}") from None
+        if not plausible_server_time(served.server_time):  # a broken server clock
+            raise _Offline(
+                f"GetConfig: bad answer: server_time {served.server_time!r} is not a "
+                f"plausible time (Unix seconds {SERVER_TIME_RANGE[0]:.0f} to "
+                f"{SERVER_TIME_RANGE[1]:.0f}, or 0 for none)"
+            )
         now = self._clock()
         cached = self._outbox.cached_config()
         previous = None
