@@ -78,7 +78,9 @@ Privacy ceiling: the device refuses a served config less private than
 ``max_epsilon`` per report (RAPPOR's ε_1, a basic mechanism's ε, a shuffled
 histogram's ε_L) or, for RAPPOR, ``max_epsilon_inf`` (ε_∞, any number of reports
 of one value): ``report`` raises ``ParamsError`` naming the metric, the figure and
-the ceiling, and claims nothing. A histogram without local randomization (ε_L =
+the ceiling, and claims nothing; a stored report whose params exceed it (made
+under a looser ceiling, by an earlier run) is not sent: dropped, counted as
+``refused``. A histogram without local randomization (ε_L =
 ∞, the value hidden only by the seal and the shuffle) is refused unless the app
 passes ``allow_unrandomized_histograms=True``.
 
@@ -602,6 +604,15 @@ class Reporter:
                     continue
                 self._outbox.drop(
                     [r.report.report_id for r in stale], "params_changed", self._window(config)
+                )
+                continue
+            assert mc is not None  # no stale row: the metric is served
+            try:  # reports made under a looser ceiling (an earlier run) do not leave either
+                self._check_ceiling(metric, config)
+            except ParamsError as exc:
+                log.warning("%d stored reports not sent: %s", len(rows), exc)
+                self._outbox.drop(
+                    [r.report.report_id for r in rows], "refused", self._window(config)
                 )
                 continue
             if self.sealing == "required" and not config.sealed:
