@@ -194,7 +194,9 @@ class Outbox:
         and without a mark its next report would go out ungated (into the server
         window of its last one). Each gets a blind mark (``client.skew``'s gap rule):
         its attempts began by the end of its last used window — or now, if a row of
-        it was tried and still waits — and ended within ``LEGACY_ATTEMPT_SECONDS``."""
+        it was tried and still waits — and ended within ``LEGACY_ATTEMPT_SECONDS``.
+        The mark is filed before every window (-1): it gates a claim the older outbox
+        made and never tried too."""
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'sent'").fetchone():
             return
         db.execute(_SENT)
@@ -211,10 +213,10 @@ class Outbox:
         for metric, window in db.execute("SELECT metric, window FROM claims").fetchall():
             began = now if ws is None or metric in tried else min(now, (window + 1) * ws)
             end = began + LEGACY_ATTEMPT_SECONDS
-            marks.append((metric, window, end, end))
+            marks.append((metric, end, end))
         db.executemany(
             "INSERT INTO sent(metric, window, server_window, deadline, blind_deadline)"
-            " VALUES (?, ?, NULL, ?, ?)",
+            " VALUES (?, -1, NULL, ?, ?)",
             marks,
         )
 

@@ -158,8 +158,9 @@ def test_a_request_the_device_gave_up_on_is_not_filed_in_a_later_window(
     assert windows == {D: 1}, windows
 
 
+@pytest.mark.parametrize("made_by", ["old SDK", "new SDK"])
 def test_an_outbox_from_before_the_marks_still_gates_the_next_report(
-    skewed: tuple[ShufflerHandle, MemoryStore, Clocks], tmp_path: Path
+    skewed: tuple[ShufflerHandle, MemoryStore, Clocks], tmp_path: Path, made_by: str
 ) -> None:
     """An SDK from before the ``sent`` table delivered the metric's last report; the
     app then updates. The outbox has the claim, no marks: the first report of the new
@@ -171,12 +172,15 @@ def test_an_outbox_from_before_the_marks_still_gates_the_next_report(
     clocks.t = B(D + 1) - 300  # device: the end of day D; server: day D + 1 began
     with client.Reporter(app, target, clock=clocks.device, **kw) as r:
         assert r.report(OUE, "a") is True and r.flush(timeout=10) == 0
+        clocks.t = B(D + 1) + 100  # device: day D + 1; server: still day D + 1
+        if made_by == "old SDK":  # it claimed "b" too, and exited before sending it
+            assert r.report(OUE, "b") is True
     db = sqlite3.connect(app / "outbox.sqlite3", isolation_level=None)
     db.execute("DROP TABLE sent")  # what the older SDK left: no marks
     db.close()
-    clocks.t = B(D + 1) + 100  # device: day D + 1; server: still day D + 1
     with client.Reporter(app, target, clock=clocks.device, **kw) as r:
-        assert r.report(OUE, "b") is True
+        if made_by == "new SDK":
+            assert r.report(OUE, "b") is True
         r.flush(timeout=10)
     windows = _server_windows(store)
     assert all(n == 1 for n in windows.values()), windows
