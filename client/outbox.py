@@ -408,6 +408,7 @@ class Outbox:
         *,
         deadline: float | None = None,
         server_window: int | None = None,
+        window_seconds: int | None = None,
     ) -> bool:
         """Record an attempt of these rows in ``window``, before the request leaves.
         With ``deadline`` (device clock), also the attempt's mark for its metric and
@@ -415,9 +416,15 @@ class Outbox:
         arrive in, None when the shuffler told no time (a blind attempt).
 
         False, recording nothing, when a row is gone (another process on the app dir
-        delivered or dropped it since it was read): then it must not be sent."""
+        delivered or dropped it since it was read), or when ``window_seconds`` (the
+        length the windows given are counted in) is not the outbox's any more (another
+        fetch renumbered it since): then it must not be sent."""
 
         def body(db: sqlite3.Connection) -> bool:
+            if window_seconds is not None:
+                row = db.execute("SELECT seconds FROM window_length WHERE id = 1").fetchone()
+                if row is not None and int(row[0]) != window_seconds:
+                    return False
             (present,) = db.execute(
                 f"SELECT COUNT(*) FROM outbox WHERE report_id IN "
                 f"({','.join('?' * len(report_ids))})",

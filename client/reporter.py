@@ -673,8 +673,12 @@ class Reporter:
                 server_window=None
                 if estimate.high is None
                 else last_arrival_window(end, estimate.high, config.window_seconds),
+                window_seconds=config.window_seconds,
             ):
-                continue  # another process on the app dir delivered or dropped them
+                # another process on the app dir delivered or dropped them, or another
+                # fetch brought a new window length: the config in use is the cached one
+                self._load_cached()
+                continue
             # the request must end by the deadline its mark records: begin_send may have
             # waited (another process's write lock, a slow fsync), so what is left of it
             # is the request's timeout; nothing left, nothing sent (the attempt's mark

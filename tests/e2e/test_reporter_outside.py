@@ -6,6 +6,7 @@ process on the same app dir holds).
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -24,7 +25,7 @@ from protos import crowdmix_pb2_grpc
 from shuffler.memory_store import MemoryStore
 from shuffler.server import ShufflerHandle, start_shuffler
 from shuffler.store import PendingWrite
-from tests.e2e.test_reporter_review import TOKEN, B, Clocks, D, _server_windows
+from tests.e2e.test_reporter_review import DAY, TOKEN, B, Clocks, D, _server_windows
 from tests.e2e.test_reporter_skew import OlderShuffler
 from tests.shuffler.helpers import OUE, make_registry
 
@@ -286,3 +287,41 @@ def test_a_stored_report_above_the_ceiling_does_not_leave(
         assert r.flush(timeout=10) == 0
         assert r.counters().get("delivered", 0) == 0, r.counters()
     assert store.pending(OUE) == {}
+
+
+def test_a_mark_is_never_recorded_in_a_window_length_the_outbox_no_longer_uses(
+    tmp_path: Path,
+) -> None:
+    """The server goes from daily to hourly windows. Another fetch (the app's thread in
+    ``report``, or a second process) renumbers the outbox to hours while the sender,
+    with the daily config in hand, is about to record its attempt: a day's number
+    stored as an hour's lies in 1972, and the metric's next report is not gated."""
+    t = B(D) + 7200.0
+    app = tmp_path / "app"
+    kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
+
+    def shuffler(window: int) -> ShufflerHandle:
+        registry = dataclasses.replace(make_registry(min_batch=1), window_seconds=window)
+        return start_shuffler(registry, tokens=frozenset({TOKEN}), clock=lambda: t)
+
+    with shuffler(DAY) as daily, shuffler(3600) as hourly:
+        r = client.Reporter(app, f"127.0.0.1:{daily.port}", clock=lambda: t, **kw)
+        q = client.Reporter(app, f"127.0.0.1:{hourly.port}", clock=lambda: t, **kw)
+        with r, q:
+            assert r.report(OUE, "a") is True  # under the daily config
+            real_marks = r._outbox.marks
+
+            def marks_then_renumbered(metric: str, before: int) -> SendMarks:
+                marks = real_marks(metric, before)
+                q._fetch_config(5.0)  # the hourly config: the outbox is renumbered
+                return marks
+
+            r._outbox.marks = marks_then_renumbered  # type: ignore[method-assign]
+            r.flush(timeout=10)
+    db = sqlite3.connect(app / "outbox.sqlite3")
+    ((seconds,),) = db.execute("SELECT seconds FROM window_length").fetchall()
+    marks = db.execute("SELECT server_window FROM sent WHERE server_window IS NOT NULL").fetchall()
+    db.close()
+    assert seconds == 3600
+    # every mark, read in the recorded length, is not before the attempt it marks
+    assert all(w >= int(t // seconds) for (w,) in marks), marks
