@@ -101,19 +101,25 @@ CREATE TABLE IF NOT EXISTS window_length (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seconds INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS sent (
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    n INTEGER NOT NULL
+);
+"""
+# Made in its own transaction with the marks an older outbox (from before it) implies.
+_SENT = """
+CREATE TABLE sent (
     metric TEXT NOT NULL,
     window INTEGER NOT NULL,
     server_window INTEGER,
     deadline REAL NOT NULL,
     blind_deadline REAL,
     PRIMARY KEY (metric, window)
-);
-CREATE TABLE IF NOT EXISTS counters (
-    name TEXT PRIMARY KEY,
-    n INTEGER NOT NULL
-);
+)
 """
+#: An outbox from before the ``sent`` table: an attempt it made ended at most this long
+#: after it began (the SDK's request timeout, 10 s by default, with a wide margin).
+LEGACY_ATTEMPT_SECONDS = 120.0
 #: Bytes a row costs beyond its bits (report id, window, cohort, ... ; for the bound only).
 ROW_OVERHEAD = 64
 _U64 = 1 << 64
@@ -179,6 +185,39 @@ class Outbox:
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise OutboxError(f"cannot open the outbox {self.path}: {exc}") from None
+        self._tx(self._make_sent)
+
+    def _make_sent(self, db: sqlite3.Connection) -> None:
+        """Make the ``sent`` table, with marks for what an older outbox (one without
+        it) may have sent: a metric it claimed had attempts the marks do not know of,
+        and without a mark its next report would go out ungated (into the server
+        window of its last one). Each gets a blind mark (``client.skew``'s gap rule):
+        its attempts began by the end of its last used window — or now, if a row of
+        it was tried and still waits — and ended within ``LEGACY_ATTEMPT_SECONDS``.
+        The mark is filed before every window (-1): it gates a claim the older outbox
+        made and never tried too."""
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'sent'").fetchone():
+            return
+        db.execute(_SENT)
+        now = self._clock()
+        row = db.execute("SELECT seconds FROM window_length WHERE id = 1").fetchone()
+        ws = None if row is None else int(row[0])
+        tried = {
+            m
+            for (m,) in db.execute(
+                "SELECT DISTINCT metric FROM outbox WHERE first_attempt_window IS NOT NULL"
+            )
+        }
+        marks = []
+        for metric, window in db.execute("SELECT metric, window FROM claims").fetchall():
+            began = now if ws is None or metric in tried else min(now, (window + 1) * ws)
+            end = began + LEGACY_ATTEMPT_SECONDS
+            marks.append((metric, end, end))
+        db.executemany(
+            "INSERT INTO sent(metric, window, server_window, deadline, blind_deadline)"
+            " VALUES (?, -1, NULL, ?, ?)",
+            marks,
+        )
 
     # -- transactions ---------------------------------------------------------
 
@@ -368,20 +407,37 @@ class Outbox:
         *,
         deadline: float | None = None,
         server_window: int | None = None,
-    ) -> None:
+        window_seconds: int | None = None,
+    ) -> bool:
         """Record an attempt of these rows in ``window``, before the request leaves.
         With ``deadline`` (device clock), also the attempt's mark for its metric and
         claimed window (``marks``): ``server_window`` is the last server window it can
-        arrive in, None when the shuffler told no time (a blind attempt)."""
+        arrive in, None when the shuffler told no time (a blind attempt).
 
-        def body(db: sqlite3.Connection) -> None:
+        False, recording nothing, when a row is gone (another process on the app dir
+        delivered or dropped it since it was read), or when ``window_seconds`` (the
+        length the windows given are counted in) is not the outbox's any more (another
+        fetch renumbered it since): then it must not be sent."""
+
+        def body(db: sqlite3.Connection) -> bool:
+            if window_seconds is not None:
+                row = db.execute("SELECT seconds FROM window_length WHERE id = 1").fetchone()
+                if row is not None and int(row[0]) != window_seconds:
+                    return False
+            (present,) = db.execute(
+                f"SELECT COUNT(*) FROM outbox WHERE report_id IN "
+                f"({','.join('?' * len(report_ids))})",
+                list(report_ids),
+            ).fetchone()
+            if present != len(set(report_ids)):
+                return False
             db.executemany(
                 "UPDATE outbox SET attempts = attempts + 1,"
                 " first_attempt_window = COALESCE(first_attempt_window, ?) WHERE report_id = ?",
                 [(window, rid) for rid in report_ids],
             )
             if deadline is None:
-                return
+                return True
             groups = db.execute(
                 f"SELECT DISTINCT metric, window FROM outbox WHERE report_id IN "
                 f"({','.join('?' * len(report_ids))})",
@@ -406,9 +462,9 @@ class Outbox:
                     " sent WHERE metric = ? AND window < ?)",
                     (metric, metric, claimed),
                 )
+            return True
 
-        if report_ids:
-            self._tx(body)
+        return not report_ids or self._tx(body) is True
 
     def marks(self, metric: str, before: int) -> SendMarks:
         """What was attempted of ``metric``'s reports claimed before window ``before``

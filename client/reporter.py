@@ -79,7 +79,9 @@ Privacy ceiling: the device refuses a served config less private than
 ``max_epsilon`` per report (RAPPOR's ε_1, a basic mechanism's ε, a shuffled
 histogram's ε_L) or, for RAPPOR, ``max_epsilon_inf`` (ε_∞, any number of reports
 of one value): ``report`` raises ``ParamsError`` naming the metric, the figure and
-the ceiling, and claims nothing. A histogram without local randomization (ε_L =
+the ceiling, and claims nothing; a stored report whose params exceed it (made
+under a looser ceiling, by an earlier run) is not sent: dropped, counted as
+``refused``. A histogram without local randomization (ε_L =
 ∞, the value hidden only by the seal and the shuffle) is refused unless the app
 passes ``allow_unrandomized_histograms=True``.
 
@@ -103,7 +105,13 @@ from typing import TYPE_CHECKING, Literal
 from client.errors import CrowdmixClientError, ParamsError, TransportError
 from client.outbox import Claim, Outbox
 from client.report import Report
-from client.skew import ClockEstimate, hold_seconds, last_arrival_window
+from client.skew import (
+    SERVER_TIME_RANGE,
+    ClockEstimate,
+    hold_seconds,
+    last_arrival_window,
+    plausible_server_time,
+)
 
 if TYPE_CHECKING:
     from client.basic import BasicEncoder
@@ -373,6 +381,12 @@ class Reporter:
             raise _Offline(f"GetConfig: {exc}") from None
         except CrowdmixClientError as exc:  # an answer this SDK cannot use
             raise _Offline(f"GetConfig: bad answer: {exc}") from None
+        if not plausible_server_time(served.server_time):  # a broken server clock
+            raise _Offline(
+                f"GetConfig: bad answer: server_time {served.server_time!r} is not a "
+                f"plausible time (Unix seconds {SERVER_TIME_RANGE[0]:.0f} to "
+                f"{SERVER_TIME_RANGE[1]:.0f}, or 0 for none)"
+            )
         now = self._clock()
         cached = self._outbox.cached_config()
         previous = None
@@ -593,6 +607,15 @@ class Reporter:
                     [r.report.report_id for r in stale], "params_changed", self._window(config)
                 )
                 continue
+            assert mc is not None  # no stale row: the metric is served
+            try:  # reports made under a looser ceiling (an earlier run) do not leave either
+                self._check_ceiling(metric, config)
+            except ParamsError as exc:
+                log.warning("%d stored reports not sent: %s", len(rows), exc)
+                self._outbox.drop(
+                    [r.report.report_id for r in rows], "refused", self._window(config)
+                )
+                continue
             if self.sealing == "required" and not config.sealed:
                 raise _Offline(f"shuffler {self.target} publishes no aggregator key")
             if not self._get_link().ready(min(connect_wait, remaining)):
@@ -643,17 +666,29 @@ class Reporter:
             if late:
                 self._outbox.drop(late, "unconfirmed", window)
                 continue
-            end = now + submit_timeout
-            self._outbox.begin_send(
+            end, mono_end = now + submit_timeout, time.monotonic() + submit_timeout
+            if not self._outbox.begin_send(
                 ids,
                 window,
                 deadline=end,
                 server_window=None
                 if estimate.high is None
                 else last_arrival_window(end, estimate.high, config.window_seconds),
-            )
+                window_seconds=config.window_seconds,
+            ):
+                # another process on the app dir delivered or dropped them, or another
+                # fetch brought a new window length: the config in use is the cached one
+                self._load_cached()
+                continue
+            # the request must end by the deadline its mark records: begin_send may have
+            # waited (another process's write lock, a slow fsync), so what is left of it
+            # is the request's timeout; nothing left, nothing sent (the attempt's mark
+            # covers a copy that never left)
+            left = mono_end - time.monotonic()
+            if left <= 0:
+                raise _Offline("the outbox was busy past the request's deadline")
             try:
-                self._submit(request, submit_timeout)
+                self._submit(request, left)
             except LinkError as exc:
                 outdated = exc.code == "FAILED_PRECONDITION" or exc.code == "INVALID_ARGUMENT"
                 if outdated and not refetched:

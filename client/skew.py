@@ -39,10 +39,12 @@ __all__ = [
     "GUARD_SECONDS",
     "JUMP_SECONDS",
     "MAX_ESTIMATE_AGE",
+    "SERVER_TIME_RANGE",
     "ClockEstimate",
     "SendMarks",
     "hold_seconds",
     "last_arrival_window",
+    "plausible_server_time",
 ]
 
 #: Margin on both ends for drift since the estimate: an hour at 500 ppm (the most
@@ -53,6 +55,20 @@ MAX_ESTIMATE_AGE = 3600.0
 #: The wall clock moved this much more or less than ``time.monotonic``: it was set
 #: (a jump), and the estimate no longer holds.
 JUMP_SECONDS = 2.0
+
+
+#: The server times a device believes (Unix seconds, 2020-01-01 to 2100-01-01); 0 is
+#: "no time" (an older shuffler). Any other answer is a broken server's: taken for
+#: its clock, a far-future one would send now and leave a mark that holds the metric
+#: until then (on disk, across restarts), one in the past would hold it as long as
+#: the server says so. The reporter refuses such an answer whole (the reports wait).
+SERVER_TIME_RANGE = (1_577_836_800.0, 4_102_444_800.0)
+
+
+def plausible_server_time(server_time: float) -> bool:
+    """Whether ``server_time`` from ``GetConfig`` is absent (0) or a time to believe."""
+    lo, hi = SERVER_TIME_RANGE
+    return server_time == 0 or lo <= server_time <= hi  # False for NaN and ±inf
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,11 @@ event-loop appender (``shuffler.store.async_appender``: Redis, memory) the
 write runs on the loop itself, so a request costs no thread hand-off;
 otherwise it runs in one writer thread.
 
+A request whose caller went away (cancelled: its deadline passed) before its
+write began is not written: the window it would be filed under is one its
+sender no longer counts on (``client.skew``). One that goes away during the
+write is stored.
+
 An acknowledgement always means "durably in the store": if the write fails,
 every request in it fails (nothing is acknowledged, clients retry); if it may
 or may not have happened, they fail with ``StoreOutcomeUnknown``. On a Redis
@@ -51,7 +56,7 @@ def _settle(
     batch: Sequence[tuple[Parts, asyncio.Future[None]]], error: ShufflerError | None
 ) -> None:
     for parts, fut in batch:
-        if fut.done():  # the caller went away; its reports are stored anyway
+        if fut.done():  # the caller went away during the write; its reports are stored
             continue
         mine = error
         if isinstance(error, PartialWrite):  # a cluster flush: some slots' writes succeeded
@@ -155,7 +160,15 @@ class GroupCommitter:
             while self._queue:
                 if self._max_delay > 0:
                     await asyncio.sleep(self._max_delay)  # let more requests join this write
-                batch, self._queue = self._queue, []
+                # a request whose caller is gone (its deadline passed while it queued:
+                # grpc cancelled it, the client saw a failure) is not written now: it
+                # would be filed under this moment's window, after the deadline the
+                # client marked as its last arrival (client.skew), where the client's
+                # next report may land too. The client retries it, same report id.
+                batch = [(p, f) for p, f in self._queue if not f.done()]
+                self._queue = []
+                if not batch:
+                    continue
                 error = await self._write([parts for parts, _ in batch])
                 _settle(batch, error)
                 batch = []

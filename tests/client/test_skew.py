@@ -150,3 +150,15 @@ def test_pending_can_leave_out_held_metrics(tmp_path: Path) -> None:
         box.claim(m, 1, lambda m=m: _report(m))  # type: ignore[misc]
     assert [r.report.metric for r in box.pending(exclude={"a", "c"})] == ["b"]
     assert [r.report.metric for r in box.pending(1, exclude=["a"])] == ["b"]
+
+
+def test_only_a_plausible_server_time_is_believed() -> None:
+    from client.skew import SERVER_TIME_RANGE, plausible_server_time
+
+    assert plausible_server_time(0.0)  # no time: an older shuffler (the gap rule)
+    assert plausible_server_time(1_800_000_000.0)
+    assert plausible_server_time(SERVER_TIME_RANGE[0]) and plausible_server_time(
+        SERVER_TIME_RANGE[1]
+    )
+    for absurd in (math.nan, math.inf, -math.inf, -5.0, 1.0, 700.0, 32503680000.0, 1e300):
+        assert not plausible_server_time(absurd), absurd
