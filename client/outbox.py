@@ -123,6 +123,10 @@ LEGACY_ATTEMPT_SECONDS = 120.0
 #: Bytes a row costs beyond its bits (report id, window, cohort, ... ; for the bound only).
 ROW_OVERHEAD = 64
 _U64 = 1 << 64
+_SELECT_PENDING = (
+    "SELECT report_id, metric, window, cohort, fingerprint, bits, created, attempts,"
+    " first_attempt_window FROM outbox"
+)
 
 
 class OutboxError(CrowdmixClientError):
@@ -316,66 +320,36 @@ class Outbox:
         """Waiting reports, oldest first; none of the metrics in ``exclude``."""
         skip = list(exclude)
         sql = (
-            "SELECT report_id, metric, window, cohort, fingerprint, bits, created, attempts,"
-            " first_attempt_window FROM outbox"
+            _SELECT_PENDING
             + (f" WHERE metric NOT IN ({','.join('?' * len(skip))})" if skip else "")
             + " ORDER BY seq"
         )
-        with self._lock:
-            try:
-                rows = self._db.execute(
-                    sql + (" LIMIT ?" if limit is not None else ""),
-                    (*skip, limit) if limit is not None else skip,
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise OutboxError(f"outbox {self.path}: {exc}") from None
-        return [
-            PendingReport(
-                report=make_report(metric, cohort, bits, fp % _U64, rid),
-                window=window,
-                created=created,
-                attempts=attempts,
-                first_attempt_window=first,
-            )
-            for rid, metric, window, cohort, fp, bits, created, attempts, first in rows
-        ]
+        return self._pending_rows(
+            sql + (" LIMIT ?" if limit is not None else ""),
+            (*skip, limit) if limit is not None else tuple(skip),
+        )
 
     def rows_of(self, metric: str) -> list[PendingReport]:
         """Every waiting row of ``metric``, in the order made: its one claim's report or
         group (a metric never has two claims waiting)."""
-        with self._lock:
-            try:
-                rows = self._db.execute(
-                    "SELECT report_id, metric, window, cohort, fingerprint, bits, created,"
-                    " attempts, first_attempt_window FROM outbox WHERE metric = ? ORDER BY seq",
-                    (metric,),
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise OutboxError(f"outbox {self.path}: {exc}") from None
-        return [
-            PendingReport(
-                report=make_report(m, cohort, bits, fp % _U64, rid),
-                window=w,
-                created=created,
-                attempts=attempts,
-                first_attempt_window=first,
-            )
-            for rid, m, w, cohort, fp, bits, created, attempts, first in rows
-        ]
+        return self._pending_rows(_SELECT_PENDING + " WHERE metric = ? ORDER BY seq", (metric,))
 
     def older(self, window: int, attempt_window: int) -> list[PendingReport]:
         """Rows claimed in ``window`` or before, or first tried in a window other than
         ``attempt_window``: the candidates for dropping (indexed, so a large outbox is
         not read whole)."""
+        return self._pending_rows(
+            _SELECT_PENDING
+            + " WHERE window <= ? OR first_attempt_window < ? OR first_attempt_window > ?"
+            " ORDER BY seq",
+            (window, attempt_window, attempt_window),
+        )
+
+    def _pending_rows(self, sql: str, args: tuple[Any, ...]) -> list[PendingReport]:
+        """Rows of ``_SELECT_PENDING`` + ``sql``'s condition, as ``PendingReport``s."""
         with self._lock:
             try:
-                rows = self._db.execute(
-                    "SELECT report_id, metric, window, cohort, fingerprint, bits, created,"
-                    " attempts, first_attempt_window FROM outbox"
-                    " WHERE window <= ? OR first_attempt_window < ? OR first_attempt_window > ?"
-                    " ORDER BY seq",
-                    (window, attempt_window, attempt_window),
-                ).fetchall()
+                rows = self._db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise OutboxError(f"outbox {self.path}: {exc}") from None
         return [

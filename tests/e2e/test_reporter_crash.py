@@ -39,6 +39,7 @@ import redis
 
 from aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import LocalCluster, free_port
+from tests.daemons import kill_at
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
 
@@ -134,19 +135,6 @@ def _device(cluster: LocalCluster, app_dir: Path, point: str) -> subprocess.Pope
     )
 
 
-def _kill_at(proc: subprocess.Popen[str], marker: Path) -> None:
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"the device exited before {marker.name}: {proc.communicate()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the device never reached {marker.name}")
-        time.sleep(0.02)
-    proc.kill()  # SIGKILL
-    proc.wait(timeout=30)
-
-
 def _rows(app_dir: Path) -> tuple[list[bytes], int | None]:
     """The outbox's report ids and the claimed window, read as the restart will."""
     db = sqlite3.connect(app_dir / "outbox.sqlite3")
@@ -195,7 +183,7 @@ def test_sigkill_at_every_point_loses_nothing_and_counts_nothing_twice(
     for point in [*POINTS, "in_claim_no_restart"]:
         app = tmp_path / point
         proc = _device(cluster, app, point.removesuffix("_no_restart"))
-        _kill_at(proc, app / f"at-{point.removesuffix('_no_restart')}")
+        kill_at(proc, app / f"at-{point.removesuffix('_no_restart')}")
         ids, claim = _rows(app)
         if point.startswith("in_claim"):
             assert (ids, claim) == ([], None), point  # the uncommitted claim left nothing
