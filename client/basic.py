@@ -28,7 +28,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Generic, Literal, Protocol, TypeVar, get_args
 
 from client.errors import ParamsError
 from client.randomness import BitSource, bernoulli_bits, shared_secure_bits, uniform_below
@@ -157,14 +157,27 @@ def domain_index(value: str | int, index: dict[str, int] | None, domain_size: in
         raise ValueError(f"value {value!r} is not in the metric's domain") from None
 
 
-class BasicEncoder:
-    """Encodes domain indexes (or values, given ``domain``) for one metric."""
+class _DomainParams(Protocol):
+    @property
+    def domain_size(self) -> int: ...
+
+    def fingerprint(self) -> int: ...
+
+
+P = TypeVar("P", bound=_DomainParams)
+
+
+class DomainEncoder(Generic[P]):
+    """What every encoder over a known domain of one metric holds: its params, the
+    domain look-up, the bit source (default: the shared CSPRNG-backed ``SecureBits``)
+    and the report-id source (``os.urandom`` unless a test injects one: every report
+    gets a fresh id, since an id shared by a device's reports would link them)."""
 
     __slots__ = ("_domain", "_fingerprint", "_index", "_new_id", "_rand", "metric", "params")
 
     def __init__(
         self,
-        params: BasicParams,
+        params: P,
         *,
         metric: str,
         domain: tuple[str, ...] | list[str] | None = None,
@@ -177,7 +190,6 @@ class BasicEncoder:
         self.metric = metric
         self._domain, self._index = checked_domain(domain, params.domain_size)
         self._rand: BitSource = rand if rand is not None else shared_secure_bits()
-        # report ids: os.urandom unless a test injects a source (``random_bytes(16)``)
         self._new_id: Callable[[int], bytes] = (
             random_bytes if random_bytes is not None else os.urandom
         )
@@ -188,6 +200,12 @@ class BasicEncoder:
 
     def _randbelow(self, n: int) -> int:
         return uniform_below(self._rand, n)
+
+
+class BasicEncoder(DomainEncoder[BasicParams]):
+    """Encodes domain indexes (or values, given ``domain``) for one metric."""
+
+    __slots__ = ()
 
     def _bernoulli(self, prob: float) -> bool:
         return bool(bernoulli_bits(self._rand, prob, 1))

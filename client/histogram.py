@@ -70,13 +70,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from client.basic import checked_domain, domain_index, index_bytes
+from client.basic import DomainEncoder, index_bytes
 from client.errors import ParamsError
-from client.randomness import BitSource, bernoulli_bits, shared_secure_bits, uniform_below
+from client.randomness import bernoulli_bits
 from client.report import Report, make_report, new_report_id
 
 __all__ = [
@@ -161,7 +159,7 @@ class HistogramParams:
         return int.from_bytes(hashlib.blake2b(canon.encode(), digest_size=8).digest(), "little")
 
 
-class HistogramEncoder:
+class HistogramEncoder(DomainEncoder["HistogramParams"]):
     """Encodes one device's value into its real report and its fake reports.
 
     Randomness comes from ``rand`` (default: the shared CSPRNG-backed
@@ -170,33 +168,7 @@ class HistogramEncoder:
     each filled slot's value, then the Fisher–Yates shuffle of the reports.
     """
 
-    __slots__ = ("_domain", "_fingerprint", "_index", "_new_id", "_rand", "metric", "params")
-
-    def __init__(
-        self,
-        params: HistogramParams,
-        *,
-        metric: str,
-        domain: tuple[str, ...] | list[str] | None = None,
-        rand: BitSource | None = None,
-        random_bytes: Callable[[int], bytes] | None = None,
-    ) -> None:
-        if not isinstance(metric, str) or not metric:
-            raise ValueError("metric must be a non-empty string")
-        self.params = params
-        self.metric = metric
-        self._domain, self._index = checked_domain(domain, params.domain_size)
-        self._rand: BitSource = rand if rand is not None else shared_secure_bits()
-        # report ids: os.urandom unless a test injects a source; every report, fakes
-        # included, gets a fresh one (an id shared by a device's reports would link them)
-        self._new_id = random_bytes if random_bytes is not None else os.urandom
-        self._fingerprint = params.fingerprint()
-
-    def index_of(self, value: str | int) -> int:
-        return domain_index(value, self._index, self.params.domain_size)
-
-    def _randbelow(self, n: int) -> int:
-        return uniform_below(self._rand, n)
+    __slots__ = ()
 
     def real_index(self, index: int) -> int:
         """The real report's value: ``index``, or its k-RR output with local ε_L."""
