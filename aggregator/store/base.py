@@ -191,9 +191,11 @@ class CountStore(Protocol):
         the one the metric's counts were first stored under. ``description`` (the
         metric's registry entry, :func:`describe_metric`) is kept with the first
         batch so a report job can decode the counts without the registry file.
-        Same as :meth:`apply_reports` with no report ids.
+        Same as :meth:`apply_reports` with no report ids (the body every store shares).
         """
-        ...
+        return self.apply_reports(
+            metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
+        ).applied
 
     def is_applied(self, metric: str, batch_id: bytes) -> bool:
         """Whether ``batch_id`` was applied for ``metric`` (a cheap look before counting a

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 from aggregator.errors import ParamsConflict, WindowDisposed
 from aggregator.store.base import (
-    NO_REPORT_IDS,
     ApplyOutcome,
     CountsLike,
+    CountStore,
     ReportIds,
     StoredCounts,
     batch_crowd,
@@ -23,7 +23,7 @@ from aggregator.store.report_ids import ReportIdIndex
 __all__ = ["MemoryCountStore"]
 
 
-class MemoryCountStore:
+class MemoryCountStore(CountStore):
     """In-process counts: the embedded default (lost when the process exits)."""
 
     def __init__(self) -> None:
@@ -38,20 +38,6 @@ class MemoryCountStore:
         self._sizes: dict[tuple[str, int], Counter[int]] = {}
         self._crowds: dict[tuple[str, int], int] = {}
         self._duplicates: dict[tuple[str, int], int] = {}
-
-    def apply(
-        self,
-        metric: str,
-        window: int,
-        batch_id: bytes,
-        fingerprint: int,
-        delta: CountsLike,
-        *,
-        description: str = "",
-    ) -> bool:
-        return self.apply_reports(
-            metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
-        ).applied
 
     def is_applied(self, metric: str, batch_id: bytes) -> bool:
         with self._lock:

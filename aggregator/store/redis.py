@@ -90,9 +90,9 @@ import redis.cluster
 
 from aggregator.errors import ParamsConflict, StoreError, StoreUnavailable, WindowDisposed
 from aggregator.store.base import (
-    NO_REPORT_IDS,
     ApplyOutcome,
     CountsLike,
+    CountStore,
     ReportIds,
     StoredCounts,
     batch_crowd,
@@ -244,7 +244,7 @@ class _Synced:
     tail: bytes  # ``_tail`` of the blob at ``length - 1`` (b"" when none)
 
 
-class RedisCountStore:
+class RedisCountStore(CountStore):
     """Counts per (metric, window) in Redis; safe to share between processes.
 
     ``cached_windows``: per metric, the indexes of report ids of only this many windows, up
@@ -351,20 +351,6 @@ class RedisCountStore:
             raise StoreUnavailable(f"redis cluster unavailable: {exc}") from None
 
     # -- CountStore -------------------------------------------------------------------------
-    def apply(
-        self,
-        metric: str,
-        window: int,
-        batch_id: bytes,
-        fingerprint: int,
-        delta: CountsLike,
-        *,
-        description: str = "",
-    ) -> bool:
-        return self.apply_reports(
-            metric, window, batch_id, fingerprint, delta, NO_REPORT_IDS, description=description
-        ).applied
-
     def is_applied(self, metric: str, batch_id: bytes) -> bool:
         """With ``min_replicas_ack`` N, True only once N replicas have the batch's apply:
         the daemon answers such a batch as a duplicate, and the shuffler then deletes it, so
