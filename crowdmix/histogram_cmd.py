@@ -18,17 +18,9 @@ import json
 import math
 from typing import Any
 
+from crowdmix.options import positive_count
+
 __all__ = ["register_privacy"]
-
-
-def _count(text: str) -> int:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value.is_integer() or value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return int(value)
 
 
 def _local(text: str) -> float | str:
@@ -45,8 +37,10 @@ def register_privacy(psub: Any) -> None:
         "histogram",
         help="shuffled histogram with fake reports: plan (m, q) or check a configuration",
     )
-    hist.add_argument("--n", type=_count, required=True, help="devices reporting per release")
-    hist.add_argument("--domain", type=_count, required=True, help="domain size d")
+    hist.add_argument(
+        "--n", type=positive_count, required=True, help="devices reporting per release"
+    )
+    hist.add_argument("--domain", type=positive_count, required=True, help="domain size d")
     hist.add_argument("--epsilon", type=float, help="target central ε (plan)")
     hist.add_argument("--delta", type=float, default=1e-6, help="δ (default 1e-6)")
     hist.add_argument("--max-messages", type=int, help="cap on reports per device (plan)")

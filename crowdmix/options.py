@@ -32,12 +32,24 @@ __all__ = [
     "configure_logging",
     "grpc_bind_noise_hidden",
     "out_dir",
+    "positive_count",
     "rappor_params",
     "read_input",
     "server_tls",
     "wait_for_stop_signal",
     "write_port_file",
 ]
+
+
+def positive_count(text: str) -> int:
+    """An argparse type: a positive count, also written like 1e8."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value.is_integer() or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return int(value)
 
 
 def read_input(path: str, what: str) -> bytes:

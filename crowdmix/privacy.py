@@ -20,7 +20,7 @@ import json
 import math
 from typing import Any
 
-from crowdmix.options import add_rappor_options
+from crowdmix.options import add_rappor_options, positive_count
 
 __all__ = ["register"]
 
@@ -37,7 +37,9 @@ def register(sub: Any) -> None:
 
     amp = psub.add_parser("amplify", help="central (ε, δ) of n shuffled ε0-LDP reports")
     amp.add_argument("--epsilon0", type=float, help="local ε of one report (default: ε_1 of -k..)")
-    amp.add_argument("--n", type=_count, required=True, help="reports shuffled together (1e8 ok)")
+    amp.add_argument(
+        "--n", type=positive_count, required=True, help="reports shuffled together (1e8 ok)"
+    )
     amp.add_argument("--delta", type=float, default=1e-6, help="target δ (default 1e-6)")
     amp.add_argument(
         "--bound",
@@ -71,7 +73,7 @@ def register(sub: Any) -> None:
         "rounds", help="R shuffled rounds with fresh randomness: PLD vs per-round composition"
     )
     rounds.add_argument("--epsilon0", type=float, required=True)
-    rounds.add_argument("--n", type=_count, required=True)
+    rounds.add_argument("--n", type=positive_count, required=True)
     rounds.add_argument("--rounds", type=int, required=True)
     rounds.add_argument("--delta", type=float, default=1e-6)
     rounds.add_argument("--json", action="store_true")
@@ -80,7 +82,7 @@ def register(sub: Any) -> None:
     metric = psub.add_parser("metric", help="the privacy statement of a registry metric")
     metric.add_argument("--config", required=True, help="metric registry TOML")
     metric.add_argument("--metric", required=True)
-    metric.add_argument("--n", type=_count, required=True, help="reports in the release")
+    metric.add_argument("--n", type=positive_count, required=True, help="reports in the release")
     metric.add_argument("--rounds", type=int, default=1, help="releases from the same clients")
     metric.add_argument("--delta", type=float, default=1e-6)
     metric.add_argument(
@@ -113,7 +115,9 @@ def register(sub: Any) -> None:
     plan = sub.add_parser("plan", help="RAPPOR parameters for a target central (ε, δ)")
     plan.add_argument("--epsilon", type=float, required=True, help="target central ε")
     plan.add_argument("--delta", type=float, default=1e-6)
-    plan.add_argument("--n", type=_count, required=True, help="expected reports per release")
+    plan.add_argument(
+        "--n", type=positive_count, required=True, help="expected reports per release"
+    )
     plan.add_argument("--candidates", type=int, required=True, help="candidate values")
     plan.add_argument("--rounds", type=int, default=1, help="releases the target must cover")
     plan.add_argument("--cohorts", type=int, default=4)
@@ -121,17 +125,6 @@ def register(sub: Any) -> None:
     plan.add_argument("--max-epsilon-inf", type=float, help="cap on ε_∞ (PRR bound)")
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(func=_plan)
-
-
-def _count(text: str) -> int:
-    """A positive count, also written like 1e8."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value.is_integer() or value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return int(value)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
