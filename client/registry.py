@@ -219,6 +219,18 @@ class MetricConfig:
         return self.histogram.report_bytes
 
     @property
+    def payload_bits(self) -> int:
+        """Meaningful bits per report; the rest of the last byte must be zero (the
+        shuffler checks clear reports by it, the aggregator opened ones)."""
+        if self.rappor is not None:
+            return self.rappor.k
+        if self.basic is not None and self.basic.mechanism == "oue":
+            return self.basic.domain_size
+        if self.basic is not None and self.basic.mechanism == "binary-rr":
+            return 1
+        return 8 * self.report_bytes
+
+    @property
     def num_cohorts(self) -> int:
         return self.rappor.m if self.rappor is not None else 1
 

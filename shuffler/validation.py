@@ -67,7 +67,6 @@ __all__ = [
     "RowsIn",
     "SealedIn",
     "check_message_cap",
-    "payload_bits",
     "refuse_unsealed_histograms",
     "validate",
 ]
@@ -162,20 +161,6 @@ def _check_sealed(
     return metric, SEALED_QUEUE[suite]
 
 
-def payload_bits(metric: MetricConfig) -> int:
-    """Meaningful bits per report; the rest of the last byte must be zero."""
-    if metric.rappor is not None:
-        return metric.rappor.k
-    if metric.histogram is not None:
-        return 8 * metric.report_bytes
-    assert metric.basic is not None  # MetricConfig guarantees one of the three
-    if metric.basic.mechanism == "oue":
-        return metric.basic.domain_size
-    if metric.basic.mechanism == "binary-rr":
-        return 1
-    return 8 * metric.report_bytes
-
-
 def _refuse_clear_histogram(metric: MetricConfig) -> None:
     if metric.requires_sealing:
         raise InvalidRequest(
@@ -244,12 +229,12 @@ def _check_rows(registry: Registry, part: RowsIn) -> MetricConfig:
             "cohort_range",
             f"{where}: cohort {max(part.cohorts)} out of range [0, {metric.num_cohorts})",
         )
-    extra = 8 * nb - payload_bits(metric)
+    extra = 8 * nb - metric.payload_bits
     if extra:
         mask = (0xFF << (8 - extra)) & 0xFF
         if any(b & mask for b in part.bits[nb - 1 :: nb]):
             raise InvalidRequest(
-                "padding_bits", f"{where}: bits past bit {payload_bits(metric)} must be zero"
+                "padding_bits", f"{where}: bits past bit {metric.payload_bits} must be zero"
             )
     basic = metric.basic
     if basic is not None and basic.mechanism == "krr":
@@ -285,10 +270,10 @@ def _check_one(registry: Registry, part: ColumnsIn) -> MetricConfig:
             f"{where}: cohort {int(part.cohorts.max())} out of range [0, {metric.num_cohorts})",
         )
     bits = np.frombuffer(part.bits, dtype=np.uint8).reshape(part.count, nb)
-    extra = 8 * nb - payload_bits(metric)
+    extra = 8 * nb - metric.payload_bits
     if extra and part.count and int((bits[:, -1] >> (8 - extra)).max()) != 0:
         raise InvalidRequest(
-            "padding_bits", f"{where}: bits past bit {payload_bits(metric)} must be zero"
+            "padding_bits", f"{where}: bits past bit {metric.payload_bits} must be zero"
         )
     basic = metric.basic
     if basic is not None and basic.mechanism == "krr" and part.count:

@@ -49,7 +49,6 @@ __all__ = [
     "KeyFile",
     "Screened",
     "SealedBatch",
-    "payload_bits",
     "screen",
 ]
 
@@ -91,21 +90,6 @@ class Screened:
         return int(self.cohorts.shape[0])
 
 
-def payload_bits(metric: MetricConfig) -> int:
-    """Meaningful bits per report (the rest of the last byte must be zero);
-    the same rule as the shuffler's clear-report check."""
-    if metric.rappor is not None:
-        return metric.rappor.k
-    if metric.histogram is not None:
-        return 8 * metric.report_bytes
-    assert metric.basic is not None  # MetricConfig guarantees one of the three
-    if metric.basic.mechanism == "oue":
-        return metric.basic.domain_size
-    if metric.basic.mechanism == "binary-rr":
-        return 1
-    return 8 * metric.report_bytes
-
-
 def screen(
     opened: OpenedBatch,
     config: MetricConfig,
@@ -127,7 +111,7 @@ def screen(
 
     drop(~opened.fingerprints_ok, "fingerprint")
     drop(cohorts >= config.num_cohorts, "cohort_range")
-    extra = 8 * nb - payload_bits(config)
+    extra = 8 * nb - config.payload_bits
     if extra and bits.shape[0]:
         drop((bits[:, -1] >> (8 - extra)) != 0, "padding_bits")
     basic = config.basic
