@@ -1,5 +1,5 @@
 """The aggregator service's errors, one hierarchy (the daemon maps them to gRPC
-status codes in ``aggregator.daemon.service``; the command line to exit codes)::
+status codes in ``crowdmix.aggregator.daemon.service``; the command line to exit codes)::
 
     AggregatorError
     ├── BindError             the gRPC server cannot listen on the address (an OSError)
@@ -11,10 +11,10 @@ status codes in ``aggregator.daemon.service``; the command line to exit codes)::
         ├── StoreUnavailable  the backend cannot be reached now (retry later)
         └── ParamsConflict    counts for this metric were stored under other params
 
-The analysis side has its own, each beside its math: ``aggregator.decode.errors``
-(nothing trustworthy can be decoded), ``aggregator.counting.counts.CountsError``
-(counts of the wrong shape), ``aggregator.accounting.ledger`` (a release over
-budget, a corrupt ledger) and ``aggregator.sealing.keys`` (key files).
+The analysis side has its own, each beside its math: ``crowdmix.aggregator.decode.errors``
+(nothing trustworthy can be decoded), ``crowdmix.aggregator.counting.counts.CountsError``
+(counts of the wrong shape), ``crowdmix.aggregator.accounting.ledger`` (a release over
+budget, a corrupt ledger) and ``crowdmix.aggregator.sealing.keys`` (key files).
 """
 
 from __future__ import annotations

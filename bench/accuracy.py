@@ -21,8 +21,8 @@ clients shuffled, client i in cohort i mod m; k=8, h=2, m=128 and
     over_x2   as typical         +200 extra
     over_x10  as typical         +1000 extra
 
-Bloom filters use the mmh3 hashing (client.hashing); counts are simulated
-from their exact distribution (aggregator.decode.simulate). Scores as the
+Bloom filters use the mmh3 hashing (crowdmix.client.hashing); counts are simulated
+from their exact distribution (crowdmix.aggregator.decode.simulate). Scores as the
 reference: FP rate = false positives / extra candidates, FN rate = false
 negatives / true values (values that occur), TV = ½·L1 over the union of
 values (missing = 0); plus 95% CI coverage of the detected true values
@@ -50,10 +50,10 @@ import sklearn.linear_model  # noqa: F401  # imported once here: decode times ex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator.decode import DecodeOptions, DecodeWarning, decode_rappor, design_matrix
-from aggregator.decode.simulate import simulate_rappor_counts
-from aggregator.decode.stats import confidence_interval
-from client.params import RapporParams
+from crowdmix.aggregator.decode import DecodeOptions, DecodeWarning, decode_rappor, design_matrix
+from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
+from crowdmix.aggregator.decode.stats import confidence_interval
+from crowdmix.client.params import RapporParams
 
 DISTRIBUTIONS = ("unif", "exp", "gauss", "zipf1", "zipf1.5")
 CONFIGS = {
@@ -241,7 +241,7 @@ def big_case(seed: int) -> dict[str, float]:
 
 def where_lost(seed: int) -> None:
     """Where true values are lost on the over-complete configurations (one seed)."""
-    import aggregator.decode.rappor as rappor_mod
+    import crowdmix.aggregator.decode.rappor as rappor_mod
 
     screened: dict[str, np.ndarray] = {}
     original = rappor_mod.lasso_screen
@@ -439,7 +439,7 @@ def main() -> None:
             f"{big['rss_before_decode_mb']:.0f} MB before decode) -> <= 300 MB"
         )
         print(
-            "  design matrix build (client.hashing, 640 k Bloom filters) "
+            "  design matrix build (crowdmix.client.hashing, 640 k Bloom filters) "
             f"{big['design_seconds']:.2f} s"
         )
         print(

@@ -6,13 +6,13 @@ fake reports, side by side at the same n, d and central (ε, δ).
 
 For each domain size d: a Zipf(1.1) population of n devices over d values.
 
-- RAPPOR: ``aggregator.accounting.planner.plan`` for the target (generic
+- RAPPOR: ``crowdmix.aggregator.accounting.planner.plan`` for the target (generic
   stronger-clone amplification within the smallest cohort), counts simulated
-  exactly (``aggregator.decode.simulate``), decoded by ``decode_rappor`` with
+  exactly (``crowdmix.aggregator.decode.simulate``), decoded by ``decode_rappor`` with
   every value as a candidate; scored on its distribution answer (the
   consistent per-candidate estimate). Skipped above ``--rappor-max-d``.
 - Shuffled k-RR: the largest ε0 (bisection, 1e-4) whose generic amplification
-  (``aggregator.accounting.amplification.amplify``) over n reports is ≤ ε;
+  (``crowdmix.aggregator.accounting.amplification.amplify``) over n reports is ≤ ε;
   k-RR counts simulated exactly (kept ~ Bin(c_v, 1 − τ), the rest uniform);
   the unbiased ``decode_basic`` estimate.
 - Shuffled OUE and OLH at the same ε0 (the generic bound holds for every
@@ -48,15 +48,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator.accounting.amplification import amplify
-from aggregator.accounting.histogram_release import plan_release
-from aggregator.accounting.planner import plan as plan_rappor
-from aggregator.decode import decode_basic, decode_rappor, design_matrix
-from aggregator.decode.histogram import decode_histogram
-from aggregator.decode.rappor import DecodeOptions
-from aggregator.decode.simulate import simulate_rappor_counts
-from client.basic import BasicParams
-from client.histogram import HistogramParams
+from crowdmix.aggregator.accounting.amplification import amplify
+from crowdmix.aggregator.accounting.histogram_release import plan_release
+from crowdmix.aggregator.accounting.planner import plan as plan_rappor
+from crowdmix.aggregator.decode import decode_basic, decode_rappor, design_matrix
+from crowdmix.aggregator.decode.histogram import decode_histogram
+from crowdmix.aggregator.decode.rappor import DecodeOptions
+from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.histogram import HistogramParams
 
 
 def zipf_counts(n: int, d: int, rng: np.random.Generator) -> np.ndarray:

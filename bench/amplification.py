@@ -28,12 +28,12 @@ def main() -> int:
     parser.add_argument("--delta", type=float, default=1e-6)
     args = parser.parse_args()
 
-    from aggregator.accounting import amplify, privacy_statement
-    from aggregator.accounting.local import epsilon_one
-    from aggregator.accounting.pairs import ClonePair
-    from aggregator.accounting.pld import pld_epsilon
-    from client.params import RapporParams
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.accounting import amplify, privacy_statement
+    from crowdmix.aggregator.accounting.local import epsilon_one
+    from crowdmix.aggregator.accounting.pairs import ClonePair
+    from crowdmix.aggregator.accounting.pld import pld_epsilon
+    from crowdmix.client.params import RapporParams
+    from crowdmix.client.registry import MetricConfig
 
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min)")
     amplify(1.0, 1000, args.delta)  # warm imports (scipy)

@@ -27,10 +27,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator.counting import accumulator_for
-from aggregator.counting.counts import CohortCounts
-from client.basic import OLH_PRIME, BasicParams
-from client.registry import MetricConfig
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.client.basic import OLH_PRIME, BasicParams
+from crowdmix.client.registry import MetricConfig
 
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
 

@@ -45,11 +45,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.store.redis import RedisCountStore
-from client.registry import load_registry
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.registry import load_registry
 from crowdmix.cluster import LocalCluster
-from protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2 as pb
 
 M, K, PER_REQUEST, POOL = 64, 128, 1000, 64
 SEALED_POOL = 16  # sealing costs ~0.1 ms a report: fewer distinct requests to prepare
@@ -58,8 +58,8 @@ METRIC = "e2e"
 
 def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
     """``n`` pooled requests as sealed columns (zero report ids: re-sends count again)."""
-    from client.sealed import PublicKeySet
-    from client.sealing import seal_many
+    from crowdmix.client.sealed import PublicKeySet
+    from crowdmix.client.sealing import seal_many
 
     key = PublicKeySet.from_json(public_keys.read_text()).keys[-1]
     cohorts, bits = pool_arrays()
@@ -88,9 +88,9 @@ def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
 
 def raw_open_rate(keys_path: Path, fingerprint: int, n: int = 2000) -> float:
     """Reports/s of a bare ``Suite.decrypt`` loop on one core (CPU time), the ceiling."""
-    from aggregator.sealing.keys import load_keyset
-    from client.sealed import report_info
-    from client.sealing import hpke_suite, seal_many
+    from crowdmix.aggregator.sealing.keys import load_keyset
+    from crowdmix.client.sealed import report_info
+    from crowdmix.client.sealing import hpke_suite, seal_many
 
     key = load_keyset(keys_path).keys[-1]
     rows = [(bytes(16), 0, fingerprint, bytes(16))] * n

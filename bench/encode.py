@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-import client
-from client.batch import BatchEncoder
+from crowdmix import client
+from crowdmix.client.batch import BatchEncoder
 
 
 def _best_rate(run: Callable[[], object], n: int, repeats: int) -> tuple[float, float]:

@@ -5,9 +5,9 @@
 Metric: RAPPOR k=128 (16 bytes of bits; 44-byte plaintext; 92-byte X25519 sealed
 value). Figures, each the best of R runs:
 
-- client seal µs/report (``client.sealing.seal_report``, one HPKE encryption with a
+- client seal µs/report (``crowdmix.client.sealing.seal_report``, one HPKE encryption with a
   fresh ephemeral key each) against raw ``Suite.encrypt`` of the same plaintext;
-- aggregator open rate on one core (``aggregator.sealing.opening.open_batch``, in process,
+- aggregator open rate on one core (``crowdmix.aggregator.sealing.opening.open_batch``, in process,
   CPU time) against the raw ``cryptography`` ``Suite.decrypt`` loop over the same
   ciphertexts measured in the same run, alternating; target ≥ 90 % of raw;
 - ``Opener(workers=1|2)`` on a larger batch, wall clock, pool already started, and
@@ -25,10 +25,10 @@ import os
 import time
 from collections.abc import Callable
 
-from aggregator.sealing.keys import KeySet
-from aggregator.sealing.opening import Opener, open_batch
-from client.sealed import MLKEM768_X25519_SUITE, X25519_SUITE, pack_plaintext, report_info
-from client.sealing import hpke_suite, public_key_object, seal_report
+from crowdmix.aggregator.sealing.keys import KeySet
+from crowdmix.aggregator.sealing.opening import Opener, open_batch
+from crowdmix.client.sealed import MLKEM768_X25519_SUITE, X25519_SUITE, pack_plaintext, report_info
+from crowdmix.client.sealing import hpke_suite, public_key_object, seal_report
 
 RB = 16  # k = 128
 FP = 0x0123_4567_89AB_CDEF

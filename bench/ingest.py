@@ -32,12 +32,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aggregator.daemon.ingest import IngestBatch, Ingestor
-from aggregator.store.memory import MemoryCountStore
-from aggregator.store.redis import RedisCountStore
-from client.registry import load_registry
+from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.registry import load_registry
 from crowdmix.cluster import DaemonProcess, RedisServer, free_port
-from protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2 as pb
 
 M, K = 64, 128
 REGISTRY = f"""

@@ -30,10 +30,10 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.store.base import CountStore
-from aggregator.store.memory import MemoryCountStore
-from aggregator.store.redis import RedisCountStore
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.store.base import CountStore
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import RedisServer
 
 _HINCRBY = """

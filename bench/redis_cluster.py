@@ -42,9 +42,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crowdmix.cluster import RedisClusterServers, RedisServer
-from shuffler.columns import Chunk
-from shuffler.redis_store import RedisStore
-from shuffler.store import PendingWrite, QueueKey
+from crowdmix.shuffler.columns import Chunk
+from crowdmix.shuffler.redis_store import RedisStore
+from crowdmix.shuffler.store import PendingWrite, QueueKey
 
 PER_METRIC = 1000
 IN_FLIGHT = 8

@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crowdmix.cluster import RedisServer
-from shuffler.redis_async import AsyncScriptConnection
+from crowdmix.shuffler.redis_async import AsyncScriptConnection
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,9 +29,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.store.base import ReportIds
-from aggregator.store.redis import RedisCountStore
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.store.base import ReportIds
+from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import RedisServer
 
 M, K = 64, 128

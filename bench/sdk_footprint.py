@@ -12,7 +12,7 @@
 3. Per report, in this process, RAPPOR k=128 and a k-RR metric: ``Reporter.report``
    (encode + claim + store, one SQLite transaction with ``synchronous=FULL``: one
    fsync per report, so the disk sets it), and the seal each report gets when sent
-   (HPKE X25519, ``client.link.sealed_request``); each figure the median of N reports.
+   (HPKE X25519, ``crowdmix.client.link.sealed_request``); each figure the median of N reports.
 4. Outbox bytes per report: the SQLite file after N reports (WAL checkpointed) minus
    the empty file, divided by N.
 
@@ -41,7 +41,7 @@ def rss():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
 r0 = rss(); t0 = time.perf_counter()
-import client
+from crowdmix import client
 t1 = time.perf_counter(); r1 = rss()
 out = {"import_s": t1 - t0, "rss_before": r0, "rss_import": r1}
 if len(sys.argv) > 1:
@@ -49,7 +49,7 @@ if len(sys.argv) > 1:
     out["rss_reporter"] = rss()
     out["reporter_loads_grpc"] = "grpc" in sys.modules
     rep.flush(timeout=0.5)  # fetches the config: loads grpc and protobuf, fails (no server)
-    import client.sealing  # what a send to a sealed shuffler loads as well
+    import crowdmix.client.sealing  # what a send to a sealed shuffler loads as well
     out["rss_sending"] = rss()
     rep.close()
 print(json.dumps(out))
@@ -102,12 +102,12 @@ def _install_sizes() -> dict[str, float]:
 
 
 def _per_report(n: int) -> dict[str, float]:
-    import client
-    from aggregator.sealing.keys import KeySet
-    from client.device_config import DeviceConfig, to_proto
-    from client.link import sealed_request
-    from client.outbox import Outbox
-    from client.registry import parse_registry
+    from crowdmix import client
+    from crowdmix.aggregator.sealing.keys import KeySet
+    from crowdmix.client.device_config import DeviceConfig, to_proto
+    from crowdmix.client.link import sealed_request
+    from crowdmix.client.outbox import Outbox
+    from crowdmix.client.registry import parse_registry
 
     metrics = {}
     for i in range(n):

@@ -30,8 +30,8 @@ def serve_sync(port_file: str) -> None:
 
     import grpc
 
-    from protos import crowdmix_pb2 as pb
-    from protos import crowdmix_pb2_grpc
+    from crowdmix.protos import crowdmix_pb2 as pb
+    from crowdmix.protos import crowdmix_pb2_grpc
 
     class Bare(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
         def Submit(self, request: pb.SubmitRequest, context: object) -> pb.SubmitResponse:
@@ -54,8 +54,8 @@ def serve_aio(port_file: str) -> None:
 
     import grpc
 
-    from protos import crowdmix_pb2 as pb
-    from protos import crowdmix_pb2_grpc
+    from crowdmix.protos import crowdmix_pb2 as pb
+    from crowdmix.protos import crowdmix_pb2_grpc
 
     class Bare(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
         async def Submit(self, request: pb.SubmitRequest, context: object) -> pb.SubmitResponse:

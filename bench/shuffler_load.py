@@ -68,8 +68,8 @@ def sink_main(port_file: str) -> None:
 
     import grpc
 
-    from protos import crowdmix_pb2 as pb
-    from protos import crowdmix_pb2_grpc
+    from crowdmix.protos import crowdmix_pb2 as pb
+    from crowdmix.protos import crowdmix_pb2_grpc
 
     class Sink(crowdmix_pb2_grpc.AggregatorServicer):  # type: ignore[misc]
         def Ingest(self, request: pb.Batch, context: object) -> pb.IngestResponse:
@@ -93,7 +93,7 @@ def echo_main(port_file: str) -> None:
 
     import grpc
 
-    from protos import crowdmix_pb2 as pb
+    from crowdmix.protos import crowdmix_pb2 as pb
 
     reply = pb.SubmitResponse(accepted=1000).SerializeToString()
 
@@ -121,9 +121,9 @@ def sealed_bulk_payload(public_keys: Path, per_request: int) -> bytes:
     """One request of ``per_request`` sealed reports (random bits, cohorts and ids inside)."""
     import numpy as np
 
-    from client.sealed import PublicKeySet
-    from client.sealing import seal_many
-    from protos import crowdmix_pb2 as pb
+    from crowdmix.client.sealed import PublicKeySet
+    from crowdmix.client.sealing import seal_many
+    from crowdmix.protos import crowdmix_pb2 as pb
 
     fp, rb = fingerprint()
     key = PublicKeySet.from_json(public_keys.read_text()).keys[-1]
@@ -147,7 +147,7 @@ def sealed_scenario(args: argparse.Namespace) -> None:
     """Interleaved rounds of (echo ceiling, sealed shuffler, clear shuffler), bulk."""
     from shuffler_loadgen import build_payload, run_h2load
 
-    from aggregator.sealing.keys import KeySet, write_public_config
+    from crowdmix.aggregator.sealing.keys import KeySet, write_public_config
 
     fp, rb = fingerprint()
     results: dict[str, list[float]] = {"echo": [], "sealed": [], "clear": []}
@@ -346,7 +346,7 @@ class Cluster:
 def fingerprint() -> tuple[int, int]:
     import tomllib
 
-    from client.registry import parse_registry
+    from crowdmix.client.registry import parse_registry
 
     m = parse_registry(tomllib.loads(REGISTRY))[METRIC]
     return m.fingerprint, m.report_bytes

@@ -25,9 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shuffler.columns import Chunk
-from shuffler.memory_store import MemoryStore
-from shuffler.store import PendingWrite, QueueKey
+from crowdmix.shuffler.columns import Chunk
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.store import PendingWrite, QueueKey
 
 KEY = QueueKey(window=20000, fingerprint=1234567890123)
 
@@ -55,7 +55,7 @@ def redis_store(n: int, per_chunk: int) -> float:
     import redis
 
     from crowdmix.cluster import RedisServer
-    from shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.redis_store import RedisStore
 
     server = RedisServer(appendonly=True)
     server.start()

@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 import time
 
-from shuffler.redis_store import _INFLIGHT_HEADER, _TAKE, RedisStore
-from shuffler.store import PendingWrite, QueueKey
+from crowdmix.shuffler.redis_store import _INFLIGHT_HEADER, _TAKE, RedisStore
+from crowdmix.shuffler.store import PendingWrite, QueueKey
 from tests.redis_server import RedisServer
 from tests.shuffler.helpers import unique_chunk
 

@@ -18,15 +18,19 @@ from __future__ import annotations
 import math
 import time
 
-from aggregator.accounting.amplification import _lower_root, amplify, shuffled_rr_lower_bound
-from aggregator.accounting.history import Segment, compose_segments
-from aggregator.accounting.local import basic_total_variation, epsilon_inf
-from aggregator.accounting.pairs import ClonePair
-from aggregator.accounting.pld import shuffle_pld
-from aggregator.accounting.statement import privacy_statement
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.registry import MetricConfig
+from crowdmix.aggregator.accounting.amplification import (
+    _lower_root,
+    amplify,
+    shuffled_rr_lower_bound,
+)
+from crowdmix.aggregator.accounting.history import Segment, compose_segments
+from crowdmix.aggregator.accounting.local import basic_total_variation, epsilon_inf
+from crowdmix.aggregator.accounting.pairs import ClonePair
+from crowdmix.aggregator.accounting.pld import shuffle_pld
+from crowdmix.aggregator.accounting.statement import privacy_statement
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MetricConfig
 
 DELTA = 1e-6
 

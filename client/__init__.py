@@ -1,6 +1,6 @@
 """crowdmix client SDK: encode values under local differential privacy.
 
-    >>> import client
+    >>> from crowdmix import client
     >>> params = client.RapporParams(k=128, h=2, m=64, f=0.5, p=0.5, q=0.75)
     >>> secret = client.new_secret()        # made once per device and stored
     >>> encoder = client.RapporEncoder(params, secret=secret, metric="home_page")
@@ -10,40 +10,40 @@
     >>> round(client.epsilon_one(params), 4)
     1.0743
 
-An app embeds ``client.Reporter`` (``client.reporter``): it fetches each metric's
+An app embeds ``client.Reporter`` (``crowdmix.client.reporter``): it fetches each metric's
 params from the shuffler, claims one report per metric per collection window,
 keeps it in a durable outbox until the shuffler acknowledged it, and seals it.
 
-The core loads neither grpc, numpy nor redis. ``client.transport`` and
-``client.link`` (grpc) and ``client.batch`` (numpy) are imported only when used.
+The core loads neither grpc, numpy nor redis. ``crowdmix.client.transport`` and
+``crowdmix.client.link`` (grpc) and ``crowdmix.client.batch`` (numpy) are imported only when used.
 
 This namespace is the SDK an app uses. What the daemons and analysts share with
-it lives in modules they import by name: ``client.registry`` (the metric
-registry), ``client.privacy`` (p*, q*) and ``client.hashing`` (Bloom bits).
+it lives in modules they import by name: ``crowdmix.client.registry`` (the metric
+registry), ``crowdmix.client.privacy`` (p*, q*) and ``crowdmix.client.hashing`` (Bloom bits).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from client.basic import BasicEncoder, BasicParams
-from client.budget import ReportBudget
-from client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
-from client.params import RapporParams
-from client.privacy import epsilon_inf, epsilon_one
-from client.randomness import BitSource, SecureBits
-from client.rappor import (
+from crowdmix.client.basic import BasicEncoder, BasicParams
+from crowdmix.client.budget import ReportBudget
+from crowdmix.client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
+from crowdmix.client.params import RapporParams
+from crowdmix.client.privacy import epsilon_inf, epsilon_one
+from crowdmix.client.randomness import BitSource, SecureBits
+from crowdmix.client.rappor import (
     InstantaneousResponse,
     PermanentResponse,
     RapporEncoder,
     cohort_for_secret,
     new_secret,
 )
-from client.report import Report
+from crowdmix.client.report import Report
 
 if TYPE_CHECKING:
-    from client.outbox import OutboxError
-    from client.reporter import Reporter
+    from crowdmix.client.outbox import OutboxError
+    from crowdmix.client.reporter import Reporter
 
 __all__ = [
     "BasicEncoder",
@@ -71,7 +71,7 @@ __all__ = [
 
 # The app layer (SQLite, threads, logging) loads on first use: an app that only
 # encodes, and ``import client`` itself, do not pay for it.
-_LAZY = {"OutboxError": "client.outbox", "Reporter": "client.reporter"}
+_LAZY = {"OutboxError": "crowdmix.client.outbox", "Reporter": "crowdmix.client.reporter"}
 
 
 def __getattr__(name: str) -> object:

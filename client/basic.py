@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar, get_args
 
-from client.errors import ParamsError
-from client.randomness import BitSource, bernoulli_bits, shared_secure_bits, uniform_below
-from client.report import Report, new_report_id, pack_bits
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.randomness import BitSource, bernoulli_bits, shared_secure_bits, uniform_below
+from crowdmix.client.report import Report, new_report_id, pack_bits
 
 __all__ = [
     "MECHANISMS",

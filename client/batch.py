@@ -11,7 +11,7 @@
 
 What is equal to what (per-report encoder = ``client.RapporEncoder``):
 
-- Bloom bits: identical, byte for byte, to ``client.hashing.bloom_int`` for
+- Bloom bits: identical, byte for byte, to ``crowdmix.client.hashing.bloom_int`` for
   every (value, cohort), both hashing modes (they are computed by it).
 - PRR, memoised (``encode_clients``, ``permanent_responses``): for client i
   with secret s_i and cohort c_i, identical bit for bit to
@@ -28,7 +28,7 @@ What is equal to what (per-report encoder = ``client.RapporEncoder``):
 - IRR: the per-report encoder's rule exactly: report bit = Bernoulli(q) where
   the PRR bit is 1, Bernoulli(p) where it is 0, independent over bits and
   reports, sampled exactly for any float p, q by the same digit rule
-  (client.randomness), with every bit of every report a lane.
+  (crowdmix.client.randomness), with every bit of every report a lane.
 
 Randomness is a CSPRNG: by default an AES-256-CTR keystream under a key from
 ``os.urandom`` (re-keyed in a forked child), or ``os.urandom`` itself when the
@@ -52,11 +52,11 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "client.batch needs numpy: install the simulation extra, pip install 'crowdmix[sim]'"
     ) from exc
 
-from client.hashing import bloom_int
-from client.params import Hashing, RapporParams
-from client.randomness import MAX_FIXED_DIGITS, probability_digits
-from client.rappor import PrrRule, _secret_bytes, cohort_for_secret
-from client.report import Report, make_report
+from crowdmix.client.hashing import bloom_int
+from crowdmix.client.params import Hashing, RapporParams
+from crowdmix.client.randomness import MAX_FIXED_DIGITS, probability_digits
+from crowdmix.client.rappor import PrrRule, _secret_bytes, cohort_for_secret
+from crowdmix.client.report import Report, make_report
 
 __all__ = [
     "AesCtrKeystream",

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from client.errors import CrowdmixClientError, ParamsError
+from crowdmix.client.errors import CrowdmixClientError, ParamsError
 
 __all__ = ["ReportBudget"]
 

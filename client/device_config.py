@@ -15,13 +15,13 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from client.basic import BasicParams
-from client.errors import ParamsError
-from client.histogram import HistogramParams
-from client.params import RapporParams
-from client.registry import MIN_WINDOW_SECONDS, MetricConfig, Registry
-from client.sealed import PROTOCOL_VERSION, PublicKeyConfig, PublicKeySet
-from protos import crowdmix_pb2 as pb
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.histogram import HistogramParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MIN_WINDOW_SECONDS, MetricConfig, Registry
+from crowdmix.client.sealed import PROTOCOL_VERSION, PublicKeyConfig, PublicKeySet
+from crowdmix.protos import crowdmix_pb2 as pb
 
 __all__ = [
     "DEFAULT_CACHE_SECONDS",

@@ -12,12 +12,12 @@ collection window,
 
 in a uniformly random order. A report's payload is the value's index in
 ``index_bytes(d)`` bytes, little-endian (the ``krr`` layout of
-``client.basic``): real and fake reports are the same bytes, and once sealed
-(HPKE, ``client.sealing``) the same ciphertext length, so neither the
+``crowdmix.client.basic``): real and fake reports are the same bytes, and once sealed
+(HPKE, ``crowdmix.client.sealing``) the same ciphertext length, so neither the
 shuffler nor the aggregator can tell them apart. Without sealing the
 shuffler would see true values beside their senders: the shuffler and the
 aggregator refuse such a metric without keys, and refuse clear reports of it
-(``shuffler.validation``, ``aggregator.daemon.ingest``).
+(``crowdmix.shuffler.validation``, ``crowdmix.aggregator.daemon.ingest``).
 
 A device sends at most 1 + m reports per window, in one call (a hard cap by
 construction; the shuffler refuses a call carrying more, see "Abuse and
@@ -31,10 +31,10 @@ model from fake users" (IEEE S&P 2022); Li et al., "DUMP: a dummy-point-based
 framework for histogram estimation in shuffle model" (uniform dummies). The
 Binomial-slots variant here is chosen because it gives a hard per-device cap
 and an accounting that is *exact* (a proof, not an asymptotic theorem): see
-``aggregator.accounting.histogram``, which computes δ(ε) of the analyst's view
+``crowdmix.aggregator.accounting.histogram``, which computes δ(ε) of the analyst's view
 from the exact distribution of the fakes.
 
-Privacy, in short (details and proof in ``aggregator.accounting.histogram``):
+Privacy, in short (details and proof in ``crowdmix.aggregator.accounting.histogram``):
 
 - Analyst (aggregator) not colluding with the shuffler: the histogram of
   all reports is (ε, δ)-DP for replacing one device's value, with δ(ε)
@@ -72,10 +72,10 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-from client.basic import DomainEncoder, index_bytes
-from client.errors import ParamsError
-from client.randomness import bernoulli_bits
-from client.report import Report, make_report, new_report_id
+from crowdmix.client.basic import DomainEncoder, index_bytes
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.randomness import bernoulli_bits
+from crowdmix.client.report import Report, make_report, new_report_id
 
 __all__ = [
     "ENCODING",

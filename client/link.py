@@ -1,6 +1,6 @@
 """The reporter's connection to a shuffler: ``GetConfig`` and ``Submit`` over gRPC.
 
-``client.reporter`` imports this module only when it has something to send or a
+``crowdmix.client.reporter`` imports this module only when it has something to send or a
 config to fetch, so ``import client`` and an app that only claims reports while
 offline never load grpc. Errors come back as ``LinkError`` with the status code's
 name and the details, so the reporter's policy (what to retry, refetch or drop)
@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from client.errors import TransportError
-from client.outbox import PendingReport
+from crowdmix.client.errors import TransportError
+from crowdmix.client.outbox import PendingReport
 
 try:
     import grpc
@@ -23,8 +23,8 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
         "sending reports needs grpc: pip install 'crowdmix[transport]'", name=exc.name
     ) from None
 
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
 
 __all__ = ["Link", "LinkError", "make_channel"]
 
@@ -167,8 +167,8 @@ def sealed_request(
 ) -> pb.SubmitRequest:
     """Rows sealed to the newest key usable now (a fresh HPKE encapsulation per report,
     the report id inside the seal: a retry is a new ciphertext of the same report)."""
-    from client.sealed import PublicKeyConfig, SealingError, choose_key
-    from client.sealing import seal_report
+    from crowdmix.client.sealed import PublicKeyConfig, SealingError, choose_key
+    from crowdmix.client.sealing import seal_report
 
     try:
         key = choose_key([k for k in keys if isinstance(k, PublicKeyConfig)], time.time())

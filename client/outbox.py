@@ -11,7 +11,7 @@ One SQLite file (``sqlite3``, the standard library) in the app's directory holds
 - ``sent``: per metric and claimed window, marks of the attempts made — the last
   server window a copy may have arrived in, the latest deadline on the device's
   clock, and that of attempts made without the server's time — from which
-  ``client.skew`` decides when the metric's next report may go;
+  ``crowdmix.client.skew`` decides when the metric's next report may go;
 - ``counters``: what happened to reports that left without an acknowledgement.
 
 The promises, each one SQLite transaction (``BEGIN IMMEDIATE``, WAL journal,
@@ -48,7 +48,7 @@ or after it, never half:
 What sits on disk: the *encoded* report — bits already randomized on the device
 (ε-LDP: the permanent and the instantaneous randomized response are applied) —
 never the value. Sealing to the aggregator happens when the report is sent, with
-the key valid then (``client.reporter`` explains why). Deleted rows are zeroed
+the key valid then (``crowdmix.client.reporter`` explains why). Deleted rows are zeroed
 (``secure_delete``) and the write-ahead log is truncated after every delete, so
 a delivered report leaves no copy in the app's files.
 """
@@ -66,9 +66,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.errors import CrowdmixClientError
-from client.report import Report, make_report
-from client.skew import SendMarks
+from crowdmix.client.errors import CrowdmixClientError
+from crowdmix.client.report import Report, make_report
+from crowdmix.client.skew import SendMarks
 
 __all__ = ["Claim", "Outbox", "OutboxError", "PendingReport"]
 
@@ -195,7 +195,7 @@ class Outbox:
         """Make the ``sent`` table, with marks for what an older outbox (one without
         it) may have sent: a metric it claimed had attempts the marks do not know of,
         and without a mark its next report would go out ungated (into the server
-        window of its last one). Each gets a blind mark (``client.skew``'s gap rule):
+        window of its last one). Each gets a blind mark (``crowdmix.client.skew``'s gap rule):
         its attempts began by the end of its last used window — or now, if a row of
         it was tried and still waits — and ended within ``LEGACY_ATTEMPT_SECONDS``.
         The mark is filed before every window (-1): it gates a claim the older outbox
@@ -442,7 +442,7 @@ class Outbox:
 
     def marks(self, metric: str, before: int) -> SendMarks:
         """What was attempted of ``metric``'s reports claimed before window ``before``
-        (``client.skew``: when its next report may be sent)."""
+        (``crowdmix.client.skew``: when its next report may be sent)."""
         with self._lock:
             try:
                 row = self._db.execute(

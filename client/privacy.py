@@ -12,7 +12,7 @@ Two values differ in at most 2h Bloom bits, so
     ε_∞ = 2h · ln( (1-f/2) / (f/2) )          any number of reports of one value
 
 The ε_k bound for k reports over one memoised PRR lives with the accounting
-(aggregator.accounting.local).
+(crowdmix.aggregator.accounting.local).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from client.params import RapporParams
+from crowdmix.client.params import RapporParams
 
 __all__ = ["epsilon_inf", "epsilon_one", "p_star", "q_star"]
 

@@ -4,7 +4,7 @@
   of (client secret, metric, Bloom bits) through a keyed PRF, so it is
   memoised without storing anything: a client that reports the same value
   again sends the same PRR, and averaging its reports reveals no more than
-  ε_∞ (client.privacy).
+  ε_∞ (crowdmix.client.privacy).
   * ``mmh3`` mode: keyed BLAKE2b streams the PRF's bits. With K = the secret
     (BLAKE2b of it if longer than 64 bytes), personalisation
     ``crowdmix.prr.v1`` and M = len(metric) (u32 LE) ‖ metric ‖ Bloom
@@ -12,7 +12,7 @@
     BLAKE2b-512_K(M ‖ 0 as u32 LE) ‖ BLAKE2b-512_K(M ‖ 1) ‖ ... read as a
     little-endian bit string. Word 0 (bits [0, k)) is the uniform word U, the
     following k-bit words give a Bernoulli(f) noise mask N, sampled exactly
-    (client.randomness). PRR = B ^ ((B ^ U) & N): B where N is 0, U where 1.
+    (crowdmix.client.randomness). PRR = B ^ ((B ^ U) & N): B where N is 0, U where 1.
     For k = 128 and f = 1/2 this is one BLAKE2b call.
   * ``rappor-md5`` mode: google/rappor's HMAC-SHA256(secret, 4-byte big-endian
     Bloom) with its byte-wise coin rule (bit i: digest byte i, low bit =
@@ -41,9 +41,9 @@ from os import urandom as _urandom
 
 import mmh3
 
-from client.hashing import bloom_int, value_bytes
-from client.params import Hashing, RapporParams
-from client.randomness import (
+from crowdmix.client.hashing import bloom_int, value_bytes
+from crowdmix.client.params import Hashing, RapporParams
+from crowdmix.client.randomness import (
     MAX_FIXED_DIGITS,
     BitSource,
     bernoulli_bits,
@@ -51,7 +51,7 @@ from client.randomness import (
     shared_secure_bits,
     word_sampler,
 )
-from client.report import Report, make_report
+from crowdmix.client.report import Report, make_report
 
 __all__ = [
     "InstantaneousResponse",
@@ -172,7 +172,7 @@ class PrrRule:
 
     Building the rule (Bernoulli formulas, block layout) costs a few µs; binding
     a client costs one keyed BLAKE2b set-up, so simulations of many clients
-    build the rule once (client.batch).
+    build the rule once (crowdmix.client.batch).
     """
 
     __slots__ = ("_digits", "_hashing", "_noise_of", "_one_block", "_params")
@@ -353,7 +353,7 @@ class RapporEncoder:
         return InstantaneousResponse(self._irr(prr.bits))
 
     def encode(self, value: str | bytes) -> Report:
-        """One report of ``value``: ε_1-LDP on its own (client.privacy)."""
+        """One report of ``value``: ε_1-LDP on its own (crowdmix.client.privacy)."""
         return self._encode(value)
 
     # -- the three stages as closures over precomputed constants ---------------

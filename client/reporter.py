@@ -1,7 +1,7 @@
 """The SDK an app embeds: ``Reporter`` — a report claimed is a report delivered.
 
-    import client
-    reporter = client.Reporter(app_dir, "shuffler.example:7400", token=APP_TOKEN)
+    from crowdmix import client
+    reporter = client.Reporter(app_dir, "crowdmix.shuffler.example:7400", token=APP_TOKEN)
     reporter.report("theme", "dark")     # True: this window's report is made and queued
     ...
     reporter.flush(timeout=2.0)          # at exit: the number still queued (sent next start)
@@ -16,13 +16,13 @@ The app names the metric and the value, nothing else:
   new one before sending. An answer that says the config is outdated — a
   ``stale_key`` refusal, or an ``INVALID_ARGUMENT`` such as a params mismatch —
   makes the sender refetch it once and retry.
-- **One report per metric per window, durable** (``client.outbox``): claiming the
+- **One report per metric per window, durable** (``crowdmix.client.outbox``): claiming the
   window and storing the encoded report are one SQLite transaction, in
   ``app_dir/outbox.sqlite3``; a report leaves it only when the shuffler
   acknowledged it, and keeps its report id through every retry, across restarts.
   A process killed at any moment loses no claimed report and never makes a second
   one for a window.
-- **Shuffled histograms** (``client.histogram``): the real report and its
+- **Shuffled histograms** (``crowdmix.client.histogram``): the real report and its
   Binomial(m, q) fakes (coins from the CSPRNG) are one claim — made, stored,
   sent in ONE Submit call (the shuffler's per-call cap of 1 + m and the device
   bound assume one call per device), and deleted on its acknowledgement
@@ -39,7 +39,7 @@ The app names the metric and the value, nothing else:
   it never raises for the network; they go out at the next start.
 
 Sealing. ``sealing="required"`` (the default) seals every report to the
-aggregator's public key (``client.sealing``, RFC 9180 HPKE) when it is *sent*,
+aggregator's public key (``crowdmix.client.sealing``, RFC 9180 HPKE) when it is *sent*,
 with the newest key usable then; a shuffler that publishes no key gets nothing
 (the reports wait), so a server cannot downgrade the SDK to clear reports.
 ``sealing="off"`` is the explicit opt-out (plaintext setups). Sealing at send
@@ -47,7 +47,7 @@ time, not at enqueue, means a key that expires or rotates while the device is
 offline never strands a report (a sealed blob cannot be resealed without its
 plaintext). The price: the outbox holds the *encoded* report in the clear on the
 device. Those bits are already randomized on the device (ε₁-LDP for one report,
-see ``client.privacy``), never the value; and whoever can read the app's storage
+see ``crowdmix.client.privacy``), never the value; and whoever can read the app's storage
 can read ``app_dir/secret`` and the app's own data (the setting itself) anyway.
 Rows are deleted with SQLite's ``secure_delete`` once acknowledged.
 
@@ -63,7 +63,7 @@ Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):
 dropped and counted as ``refused``. Encoded under params the server no longer
 has: ``params_changed``.
 
-Held, not sent yet (``client.skew``): the shuffler files a report under the window
+Held, not sent yet (``crowdmix.client.skew``): the shuffler files a report under the window
 of *its* clock when the report arrives, so a metric's new report leaves only when
 the server's clock is surely past every window a copy of the metric's previous
 report may have arrived in. ``GetConfig`` answers with the server's time; the
@@ -86,7 +86,7 @@ under a looser ceiling, by an earlier run) is not sent: dropped, counted as
 passes ``allow_unrandomized_histograms=True``.
 
 Importing this module loads neither grpc nor protobuf; the config (protobuf) is
-read on the first ``report``, grpc (``client.link``) only to fetch or to send.
+read on the first ``report``, grpc (``crowdmix.client.link``) only to fetch or to send.
 """
 
 from __future__ import annotations
@@ -102,10 +102,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from client.errors import CrowdmixClientError, ParamsError, TransportError
-from client.outbox import Claim, Outbox
-from client.report import Report
-from client.skew import (
+from crowdmix.client.errors import CrowdmixClientError, ParamsError, TransportError
+from crowdmix.client.outbox import Claim, Outbox
+from crowdmix.client.report import Report
+from crowdmix.client.skew import (
     SERVER_TIME_RANGE,
     ClockEstimate,
     hold_seconds,
@@ -114,12 +114,12 @@ from client.skew import (
 )
 
 if TYPE_CHECKING:
-    from client.basic import BasicEncoder
-    from client.device_config import DeviceConfig
-    from client.histogram import HistogramEncoder
-    from client.link import Link
-    from client.rappor import RapporEncoder
-    from client.registry import MetricConfig
+    from crowdmix.client.basic import BasicEncoder
+    from crowdmix.client.device_config import DeviceConfig
+    from crowdmix.client.histogram import HistogramEncoder
+    from crowdmix.client.link import Link
+    from crowdmix.client.rappor import RapporEncoder
+    from crowdmix.client.registry import MetricConfig
 
 __all__ = ["Reporter"]
 
@@ -205,7 +205,7 @@ def _check_ceiling(
     device allows: the server cannot switch the local randomization off."""
     figures: list[tuple[str, float, str, float]] = []
     if mc.rappor is not None:
-        from client.privacy import epsilon_inf, epsilon_one
+        from crowdmix.client.privacy import epsilon_inf, epsilon_one
 
         figures.append(("ε_1", epsilon_one(mc.rappor), "max_epsilon", max_epsilon))
         figures.append(("ε_∞", epsilon_inf(mc.rappor), "max_epsilon_inf", max_epsilon_inf))
@@ -246,8 +246,8 @@ def _check_extra(sealing: Sealing) -> None:
 
 
 def _check_value(encoder: RapporEncoder | BasicEncoder | HistogramEncoder, value: object) -> None:
-    from client.basic import BasicEncoder
-    from client.histogram import HistogramEncoder
+    from crowdmix.client.basic import BasicEncoder
+    from crowdmix.client.histogram import HistogramEncoder
 
     if isinstance(encoder, BasicEncoder | HistogramEncoder):
         if isinstance(value, bool) or not isinstance(value, str | int):
@@ -337,7 +337,7 @@ class Reporter:
         self._closed = False
         self._failures = 0
         self.last_error: str | None = None
-        # the server's clock as of the last GetConfig in this process (client.skew)
+        # the server's clock as of the last GetConfig in this process (crowdmix.client.skew)
         self._estimate: ClockEstimate | None = None
         self._hold: float | None = None  # seconds until a held report may go
         self._ceiling = (float(max_epsilon), float(max_epsilon_inf), allow_unrandomized_histograms)
@@ -353,8 +353,8 @@ class Reporter:
         cached = self._outbox.cached_config()
         if cached is None:
             return None
-        from client.device_config import from_proto
-        from protos import crowdmix_pb2 as pb
+        from crowdmix.client.device_config import from_proto
+        from crowdmix.protos import crowdmix_pb2 as pb
 
         try:
             config = from_proto(pb.ConfigResponse.FromString(cached[0]))
@@ -366,9 +366,9 @@ class Reporter:
 
     def _fetch_config(self, timeout: float | None = None) -> DeviceConfig:
         """Fetch, check and cache the shuffler's config; ``_Offline`` when it cannot."""
-        from client.device_config import DEFAULT_WINDOW_SECONDS, from_proto
-        from client.link import LinkError
-        from protos import crowdmix_pb2 as pb
+        from crowdmix.client.device_config import DEFAULT_WINDOW_SECONDS, from_proto
+        from crowdmix.client.link import LinkError
+        from crowdmix.protos import crowdmix_pb2 as pb
 
         link = self._get_link()
         try:
@@ -429,18 +429,18 @@ class Reporter:
         enc = self._encoders.get((metric, mc.fingerprint))
         if enc is None:
             if mc.rappor is not None:
-                from client.rappor import RapporEncoder
+                from crowdmix.client.rappor import RapporEncoder
 
                 enc = RapporEncoder(
                     mc.rappor, secret=self._secret, metric=metric, hashing=mc.hashing
                 )
             elif mc.histogram is not None:
-                from client.histogram import HistogramEncoder
+                from crowdmix.client.histogram import HistogramEncoder
 
                 # the default coins: the shared CSPRNG; report ids from os.urandom
                 enc = HistogramEncoder(mc.histogram, metric=metric, domain=mc.domain)
             else:
-                from client.basic import BasicEncoder
+                from crowdmix.client.basic import BasicEncoder
 
                 assert mc.basic is not None  # MetricConfig holds one of the two
                 enc = BasicEncoder(mc.basic, metric=metric, domain=mc.domain)
@@ -543,7 +543,7 @@ class Reporter:
                 self._link = None
             self._reset_link = False
             if self._link is None:
-                from client.link import Link
+                from crowdmix.client.link import Link
 
                 self._link = Link(
                     self.target,
@@ -559,8 +559,8 @@ class Reporter:
         is waited for up to ``connect_wait`` seconds (the background sender waits
         briefly and backs off instead, so ``flush`` and ``close`` never wait behind it).
         Returns the device seconds until the first report held for a later server
-        window may go (``client.skew``), or None when none is held."""
-        from client.link import LinkError, clear_request, sealed_request
+        window may go (``crowdmix.client.skew``), or None when none is held."""
+        from crowdmix.client.link import LinkError, clear_request, sealed_request
 
         refetched = False
         held: dict[str, float] = {}  # metric -> seconds until its new report may go
@@ -623,7 +623,7 @@ class Reporter:
             estimate = self._estimate
             if estimate is None or not estimate.fresh(self._clock(), time.monotonic()):
                 # none made in this process, an hour old, or the wall clock was set: no
-                # report leaves before the server's clock is known again (client.skew)
+                # report leaves before the server's clock is known again (crowdmix.client.skew)
                 self._fetch_config(min(self._timeout, remaining))  # _Offline: they wait
                 continue
             new = [r.window for r in rows if r.first_attempt_window is None]

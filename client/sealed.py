@@ -1,8 +1,8 @@
 """Sealed reports, the format: what device, shuffler and aggregator agree on byte for byte.
 
 No cryptography here (the shuffler imports this module to check key ids and
-lengths, and never loads ``cryptography``); sealing is ``client.sealing``,
-opening ``aggregator.sealing.opening``. RFC 9180 HPKE to the aggregator's public key.
+lengths, and never loads ``cryptography``); sealing is ``crowdmix.client.sealing``,
+opening ``crowdmix.aggregator.sealing.opening``. RFC 9180 HPKE to the aggregator's public key.
 
 Plaintext (fixed length per metric, so every ciphertext of a metric under one
 suite has the same length and the shuffler can refuse any other length)::
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from client.errors import CrowdmixClientError, ParamsError
+from crowdmix.client.errors import CrowdmixClientError, ParamsError
 
 __all__ = [
     "DEFAULT_SUITE",

@@ -1,11 +1,11 @@
 """Sealing on the device: HPKE (RFC 9180) encryption of a report to the aggregator.
 
-The format (plaintext layout, ``info``, lengths, key configs) is ``client.sealed``;
+The format (plaintext layout, ``info``, lengths, key configs) is ``crowdmix.client.sealed``;
 this module adds the one thing that needs ``cryptography``: the encryption.
 
 ``cryptography`` (>= 47, the first version with ``hazmat.primitives.hpke``) is an
 optional extra; this module is the one place on the device side that imports it,
-and ``import client`` does not import this module (like ``client.batch``). A
+and ``import client`` does not import this module (like ``crowdmix.client.batch``). A
 missing package raises ``ModuleNotFoundError`` naming the extra to install.
 """
 
@@ -15,8 +15,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
-from client.errors import ParamsError
-from client.sealed import (
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.sealed import (
     SUITES,
     PublicKeyConfig,
     SealedReport,
@@ -40,7 +40,7 @@ __all__ = ["hpke_suite", "public_key_object", "seal_many", "seal_report"]
 
 
 def hpke_suite(suite: str | SealingSuite) -> Any:
-    """``cryptography``'s ``hpke.Suite`` for one of ``client.sealed.SUITES``."""
+    """``cryptography``'s ``hpke.Suite`` for one of ``crowdmix.client.sealed.SUITES``."""
     s = suite_named(suite) if isinstance(suite, str) else suite
     kem = _hpke.KEM.MLKEM768_X25519 if s.post_quantum else _hpke.KEM.X25519
     return _hpke.Suite(kem, _hpke.KDF.HKDF_SHA256, _hpke.AEAD.AES_128_GCM)

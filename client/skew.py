@@ -14,7 +14,7 @@ one in which a copy of the metric's previous report may have arrived:
 - Every attempt of a report reaches the server (if at all) between its start and
   its deadline. Mapped through the offset's upper bound, its deadline gives the
   last server window a copy may lie in (``last_arrival_window``); the device keeps
-  the latest such window per metric (``client.outbox`` ``SendMarks``).
+  the latest such window per metric (``crowdmix.client.outbox`` ``SendMarks``).
 - A new report goes out once the offset's *lower* bound puts the server in a later
   window (``hold_seconds``). Both ends carry ``GUARD_SECONDS`` for drift since the
   estimate.
@@ -27,7 +27,7 @@ instead: the next report leaves at least one window (plus the guard) after the
 previous one's last deadline on the device's clock. With any constant offset its
 copies then arrive at least one window apart: never in one server window.
 
-Pure arithmetic; the reporter (``client.reporter``) does the I/O.
+Pure arithmetic; the reporter (``crowdmix.client.reporter``) does the I/O.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Send reports to a shuffler over gRPC: ``ShufflerClient``.
 
-    from client.transport import ShufflerClient
-    with ShufflerClient("shuffler.example:7400", token=TOKEN, tls=True) as sender:
+    from crowdmix.client.transport import ShufflerClient
+    with ShufflerClient("crowdmix.shuffler.example:7400", token=TOKEN, tls=True) as sender:
         sender.submit(encoder.encode("example.com"))
         ...                      # sent in the background in batches
     # leaving the block flushes what is queued and closes the channel
@@ -32,7 +32,7 @@ Sealing (``sealing="auto"``, the default): before its first send the client
 fetches the shuffler's config (``Shuffler.GetConfig``: each metric's params and
 the aggregator's public keys; cached for the lifetime it names, see ``config()``)
 and, when the shuffler publishes keys, seals every report to the newest usable
-key (``client.sealing``, RFC 9180 HPKE): bits, cohort, params fingerprint and
+key (``crowdmix.client.sealing``, RFC 9180 HPKE): bits, cohort, params fingerprint and
 report id go inside the seal, only the metric name and key id stay outside, so
 the shuffler learns who sent a report but not what it says. Reports stay clear
 in the queue and are sealed per request, so a refusal ``FAILED_PRECONDITION``
@@ -55,22 +55,22 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from client.errors import CrowdmixClientError, TransportError
-from client.report import Report
+from crowdmix.client.errors import CrowdmixClientError, TransportError
+from crowdmix.client.report import Report
 
 if TYPE_CHECKING:
-    from client.device_config import DeviceConfig
+    from crowdmix.client.device_config import DeviceConfig
 
 try:
     import grpc
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
     raise ModuleNotFoundError(
-        "client.transport needs grpc: pip install 'crowdmix[transport]'", name=exc.name
+        "crowdmix.client.transport needs grpc: pip install 'crowdmix[transport]'", name=exc.name
     ) from None
 
-from client.link import make_channel
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
+from crowdmix.client.link import make_channel
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
 
 __all__ = ["RETRYABLE", "STALE_KEY", "ShufflerClient"]
 
@@ -198,7 +198,7 @@ class ShufflerClient:
             if len(r.report_id) != REPORT_ID_BYTES:
                 raise ValueError(
                     f"report {i}: report_id must be {REPORT_ID_BYTES} bytes "
-                    f"(client.report.new_report_id), got {len(r.report_id)}"
+                    f"(crowdmix.client.report.new_report_id), got {len(r.report_id)}"
                 )
         with self._cond:
             if self._closed:
@@ -250,7 +250,7 @@ class ShufflerClient:
         that must match the server's) and the aggregator's public keys."""
         now = time.monotonic()
         if refresh or self._config is None or now >= self._config_until:
-            from client.device_config import from_proto
+            from crowdmix.client.device_config import from_proto
 
             try:
                 answer = self._stub.GetConfig(
@@ -350,9 +350,9 @@ class ShufflerClient:
 
     def _sealed_request(self, batch: list[Report], config: DeviceConfig) -> pb.SubmitRequest:
         """Every report sealed to the newest usable key (a fresh HPKE encapsulation each)."""
-        from client.errors import ParamsError
-        from client.sealed import SealingError, choose_key
-        from client.sealing import seal_report
+        from crowdmix.client.errors import ParamsError
+        from crowdmix.client.sealed import SealingError, choose_key
+        from crowdmix.client.sealing import seal_report
 
         try:
             key = choose_key(config.keys.keys, time.time())

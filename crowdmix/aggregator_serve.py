@@ -77,14 +77,14 @@ def load_config_registry(path: str) -> Any:
     for symmetry) may sit in the same file; they are daemon settings, not metrics.
     ``RegistryError`` names the file and field (the command line prints it).
     """
-    from client.registry import load_registry
+    from crowdmix.client.registry import load_registry
 
     return load_registry(path)
 
 
 def serve(args: argparse.Namespace) -> int:
-    from aggregator.daemon.server import AggregatorServer, TlsFiles
-    from aggregator.store import open_store
+    from crowdmix.aggregator.daemon.server import AggregatorServer, TlsFiles
+    from crowdmix.aggregator.store import open_store
     from crowdmix.cli import CliError
     from crowdmix.options import (
         configure_logging,
@@ -101,7 +101,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.open_workers < 0:
         raise CliError(f"--open-workers must be >= 0, got {args.open_workers}")
     if args.keys is not None:
-        from aggregator.sealing.keys import KeySetError, load_keyset
+        from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
 
         try:
             load_keyset(args.keys)  # fail now with one line, not at the first batch

@@ -75,27 +75,33 @@ def _failures() -> list[tuple[tuple[type[BaseException], ...], ExitCode]]:
     message is the error's own (components write them for the user). Imported
     when an error happens: ``shuffler`` loads numpy, which ``crowdmix info`` and
     ``--help`` must not need."""
-    from client.errors import ParamsError
-    from client.registry import RegistryError
+    from crowdmix.client.errors import ParamsError
+    from crowdmix.client.registry import RegistryError
 
     table: list[tuple[tuple[type[BaseException], ...], ExitCode]] = [
         ((CliError, ParamsError, RegistryError), ExitCode.FAILURE)
     ]
     with contextlib.suppress(ImportError):  # an SDK-only install has no daemons
-        import aggregator.errors
-        import shuffler.errors
+        import crowdmix.aggregator.errors
+        import crowdmix.shuffler.errors
 
         table[:0] = [
-            ((shuffler.errors.BindError, aggregator.errors.BindError), ExitCode.BIND),
             (
-                (shuffler.errors.StoreUnavailable, aggregator.errors.StoreUnavailable),
+                (crowdmix.shuffler.errors.BindError, crowdmix.aggregator.errors.BindError),
+                ExitCode.BIND,
+            ),
+            (
+                (
+                    crowdmix.shuffler.errors.StoreUnavailable,
+                    crowdmix.aggregator.errors.StoreUnavailable,
+                ),
                 ExitCode.STORE,
             ),
             (
                 (
-                    shuffler.errors.ConfigError,
-                    aggregator.errors.ConfigError,
-                    aggregator.errors.ParamsConflict,
+                    crowdmix.shuffler.errors.ConfigError,
+                    crowdmix.aggregator.errors.ConfigError,
+                    crowdmix.aggregator.errors.ParamsConflict,
                 ),
                 ExitCode.FAILURE,
             ),

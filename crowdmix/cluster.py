@@ -437,7 +437,7 @@ class LocalCluster:
         # overwrite the first one's token and registry.
         self._lock = _lock_directory(self.workdir)
         if registry_path is not None:
-            from client.registry import load_registry
+            from crowdmix.client.registry import load_registry
 
             try:
                 load_registry(registry_path)  # a bad registry is found before anything starts
@@ -515,7 +515,12 @@ class LocalCluster:
     def _make_keys(self) -> None:
         """A key set for a new cluster directory (kept across restarts in the same one);
         the public config is written again each start (it lists pending/active keys)."""
-        from aggregator.sealing.keys import KeySet, load_keyset, save_keyset, write_public_config
+        from crowdmix.aggregator.sealing.keys import (
+            KeySet,
+            load_keyset,
+            save_keyset,
+            write_public_config,
+        )
 
         now = int(time.time())
         if self.keys_path.exists():

@@ -5,7 +5,7 @@
 
 ``list`` shows every stored metric with its encoding, collection windows,
 reports and applied batches. ``export`` writes the merged counts of the chosen
-windows (all by default) as a counts file (``aggregator.counting.files``) that
+windows (all by default) as a counts file (``crowdmix.aggregator.counting.files``) that
 ``crowdmix report --counts FILE --config ... --metric NAME`` decodes; a file of
 one window records it, a merge of several needs ``report --rounds N``, and the
 export prints that N. Only argparse/stdlib at module level.
@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def _open(url: str) -> Any:
-    from aggregator.store import open_store
+    from crowdmix.aggregator.store import open_store
     from crowdmix.cli import CliError
 
     try:
@@ -48,8 +48,8 @@ def _open(url: str) -> Any:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from aggregator.errors import StoreError
-    from aggregator.store import load_counts, stored_metric
+    from crowdmix.aggregator.errors import StoreError
+    from crowdmix.aggregator.store import load_counts, stored_metric
     from crowdmix.cli import CliError
 
     store = _open(args.redis)
@@ -90,10 +90,10 @@ def _list(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from aggregator.counting.files import save_counts
-    from aggregator.errors import StoreError
-    from aggregator.store import load_counts, stored_metric
-    from aggregator.store.base import parse_windows
+    from crowdmix.aggregator.counting.files import save_counts
+    from crowdmix.aggregator.errors import StoreError
+    from crowdmix.aggregator.store import load_counts, stored_metric
+    from crowdmix.aggregator.store.base import parse_windows
     from crowdmix.cli import CliError
 
     try:

@@ -3,9 +3,9 @@
 1. A simulated population: ``--clients`` clients, each holding one of v1..vN
    drawn from ``--distribution``; each client gets a fresh 32-byte secret from
    the OS CSPRNG and the cohort that secret implies.
-2. Encode with the client SDK (``client.batch.BatchEncoder.encode_clients``:
+2. Encode with the client SDK (``crowdmix.client.batch.BatchEncoder.encode_clients``:
    the device's memoised PRR bit for bit, a fresh CSPRNG IRR per report).
-3. Submit through ``client.transport.ShufflerClient`` to a shuffler, which
+3. Submit through ``crowdmix.client.transport.ShufflerClient`` to a shuffler, which
    authenticates, validates, stores (memory, or Redis with ``--redis``),
    thresholds, shuffles with a CSPRNG and forwards batches to an aggregator,
    which counts each batch exactly once. Reports are sealed (HPKE) to a key set
@@ -41,9 +41,9 @@ from crowdmix.options import add_rappor_options, rappor_params
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from aggregator.report.job import ReportOutcome
-    from client.batch import ByteSource
-    from client.registry import MetricConfig, Registry
+    from crowdmix.aggregator.report.job import ReportOutcome
+    from crowdmix.client.batch import ByteSource
+    from crowdmix.client.registry import MetricConfig, Registry
     from crowdmix.population import Population
 
 __all__ = ["DemoResult", "demo_redis_urls", "register", "run_demo"]
@@ -117,7 +117,7 @@ class DemoResult:
 
 
 def _registry(args: argparse.Namespace) -> Registry:
-    from client.registry import MetricConfig, Registry, ShufflePolicy
+    from crowdmix.client.registry import MetricConfig, Registry, ShufflePolicy
 
     params = rappor_params(args)
     min_batch = args.min_batch if args.min_batch else max(1, min(10_000, args.clients // 10))
@@ -133,7 +133,7 @@ def _encode(
     byte_source: ByteSource | None,
     new_secret: Callable[[], bytes],
 ) -> Any:
-    from client.batch import BatchEncoder
+    from crowdmix.client.batch import BatchEncoder
 
     assert metric.rappor is not None
     encoder = BatchEncoder(
@@ -205,14 +205,14 @@ def run_demo(
     ``byte_source`` (the IRR's randomness) and ``new_secret`` exist so tests can
     seed a run; left unset, both are the OS CSPRNG as on a device.
     """
-    from aggregator.daemon.server import start_aggregator
-    from aggregator.report.job import ReportJob, run_report, write_outputs
-    from aggregator.store import load_batch_sizes, load_counts, open_store
+    from crowdmix.aggregator.daemon.server import start_aggregator
+    from crowdmix.aggregator.report.job import ReportJob, run_report, write_outputs
+    from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
     from crowdmix.population import draw_population
+    from crowdmix.shuffler.config import ShufflerSettings
+    from crowdmix.shuffler.memory_store import MemoryStore
+    from crowdmix.shuffler.server import start_shuffler
     from crowdmix.simulate import send_batched
-    from shuffler.config import ShufflerSettings
-    from shuffler.memory_store import MemoryStore
-    from shuffler.server import start_shuffler
 
     started = time.perf_counter()
     if args.clients is None:
@@ -245,7 +245,7 @@ def run_demo(
 
     token = secrets.token_hex(24)  # hex: never starts with "-", so it is safe as a CLI argument
     if args.redis:
-        from shuffler.redis_store import RedisStore
+        from crowdmix.shuffler.redis_store import RedisStore
 
         shuffler_url, aggregator_url = demo_redis_urls(args.redis)
         for url in (shuffler_url, aggregator_url):
@@ -423,13 +423,13 @@ def _table(demo: DemoResult, top: int) -> str:
 
 
 def _run_histogram(args: argparse.Namespace) -> int:
-    from aggregator.decode.errors import DecodeError
-    from aggregator.errors import AggregatorError
-    from aggregator.report.job import format_table
-    from client.errors import CrowdmixClientError, TransportError
+    from crowdmix.aggregator.decode.errors import DecodeError
+    from crowdmix.aggregator.errors import AggregatorError
+    from crowdmix.aggregator.report.job import format_table
     from crowdmix.cli import CliError
+    from crowdmix.client.errors import CrowdmixClientError, TransportError
     from crowdmix.demo_histogram import run_histogram_demo
-    from shuffler.errors import ShufflerError
+    from crowdmix.shuffler.errors import ShufflerError
 
     if args.clients is None:
         args.clients = 20_000
@@ -462,12 +462,12 @@ def _run_histogram(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aggregator.decode.errors import DecodeError
-    from aggregator.errors import StoreError
-    from client.errors import TransportError
+    from crowdmix.aggregator.decode.errors import DecodeError
+    from crowdmix.aggregator.errors import StoreError
     from crowdmix.cli import CliError
+    from crowdmix.client.errors import TransportError
     from crowdmix.options import out_dir
-    from shuffler.errors import ShufflerError
+    from crowdmix.shuffler.errors import ShufflerError
 
     out_dir(args.out)  # before the work, not after it
     if args.encoding == "shuffled-histogram":

@@ -5,11 +5,11 @@ reports (issue 18) through the real daemons, in one process.
    ``--decoys`` that nobody holds: the known domain).
 2. The parameters: ``--fake-slots``/``--fake-probability``/``--local-epsilon``,
    or, by default, planned for ``--target-epsilon`` (δ = 1e-6) within
-   ``--max-messages`` reports per device (``aggregator.accounting.histogram_plan``).
+   ``--max-messages`` reports per device (``crowdmix.aggregator.accounting.histogram_plan``).
 3. Each device encodes with ``client.HistogramEncoder`` (its value, k-RR if
    asked, and Binomial(m, q) uniform fakes, each report with its own id) and
    sends its 1 + Binomial(m, q) reports sealed (HPKE) in one call through
-   ``client.transport.ShufflerClient``; the shuffler refuses a call with more
+   ``crowdmix.client.transport.ShufflerClient``; the shuffler refuses a call with more
    than 1 + m. Sealing is required: ``--plaintext`` is refused.
 4. The shuffler holds the window's reports until the window ends and then
    forwards the whole window in one batch (``release = "window"``, as a registry
@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from aggregator.report.job import ReportOutcome
-    from client.randomness import BitSource
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.report.job import ReportOutcome
+    from crowdmix.client.randomness import BitSource
+    from crowdmix.client.registry import MetricConfig
 
 __all__ = ["HistogramDemoResult", "add_histogram_options", "run_histogram_demo"]
 
@@ -89,9 +89,9 @@ class HistogramDemoResult:
 
 
 def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
-    from aggregator.accounting.histogram_release import plan_release
-    from client.histogram import HistogramParams
-    from client.registry import MetricConfig, ShufflePolicy
+    from crowdmix.aggregator.accounting.histogram_release import plan_release
+    from crowdmix.client.histogram import HistogramParams
+    from crowdmix.client.registry import MetricConfig, ShufflePolicy
 
     given = (args.fake_slots, args.fake_probability)
     if (given[0] is None) != (given[1] is None):
@@ -128,7 +128,7 @@ def _send(
     target: str, token: str, device_reports: list[list[Any]], senders: int, per_call: int
 ) -> int:
     """Each device's reports in one sealed call; ``senders`` devices at a time."""
-    from client.transport import ShufflerClient
+    from crowdmix.client.transport import ShufflerClient
 
     acknowledged = [0] * senders
     errors: list[BaseException] = []
@@ -168,20 +168,20 @@ def run_histogram_demo(
     """
     import numpy as np
 
-    from aggregator.daemon.server import start_aggregator
-    from aggregator.report.job import ReportJob, run_report, write_outputs
-    from aggregator.store import load_batch_sizes, load_counts, open_store
-    from client.histogram import HistogramEncoder
-    from client.registry import Registry
+    from crowdmix.aggregator.daemon.server import start_aggregator
+    from crowdmix.aggregator.report.job import ReportJob, run_report, write_outputs
+    from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
+    from crowdmix.client.histogram import HistogramEncoder
+    from crowdmix.client.registry import Registry
     from crowdmix.demo_support import demo_keys as _demo_keys
     from crowdmix.demo_support import demo_summary as _demo_summary
     from crowdmix.demo_support import say as _say
     from crowdmix.demo_support import total_variation as _total_variation
     from crowdmix.demo_support import wait_for_counts as _wait_for_counts
     from crowdmix.population import draw_population
-    from shuffler.config import ShufflerSettings
-    from shuffler.memory_store import MemoryStore
-    from shuffler.server import start_shuffler
+    from crowdmix.shuffler.config import ShufflerSettings
+    from crowdmix.shuffler.memory_store import MemoryStore
+    from crowdmix.shuffler.server import start_shuffler
 
     started = time.perf_counter()
     if getattr(args, "plaintext", False):

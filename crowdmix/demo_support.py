@@ -75,7 +75,7 @@ def say(msg: str, quiet: bool) -> None:
 
 def wait_for_counts(aggregator_store: Any, metric: str, expected: int, timeout: float) -> int:
     """Poll the aggregator's store until ``expected`` reports are counted (or time runs out)."""
-    from aggregator.store import load_counts
+    from crowdmix.aggregator.store import load_counts
 
     deadline = time.monotonic() + timeout
     counted = 0
@@ -95,7 +95,7 @@ def demo_keys() -> Any:
     and its public config (public.json: all the shuffler gets)."""
     import tempfile
 
-    from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+    from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 
     tmp = tempfile.TemporaryDirectory(prefix="crowdmix-demo-keys-")
     now = int(time.time())

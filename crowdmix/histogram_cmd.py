@@ -8,7 +8,7 @@
         check: both privacy figures and the expected error of a given configuration
 
 Registered by ``crowdmix.privacy`` (one line there); the math lives in
-``aggregator.accounting.histogram`` / ``histogram_plan``.
+``crowdmix.aggregator.accounting.histogram`` / ``histogram_plan``.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def _histogram(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from aggregator.accounting.histogram import histogram_guarantee
-    from aggregator.decode.histogram import count_variance
-    from client.histogram import HistogramParams
+    from crowdmix.aggregator.accounting.histogram import histogram_guarantee
+    from crowdmix.aggregator.decode.histogram import count_variance
+    from crowdmix.client.histogram import HistogramParams
 
     if args.fake_slots is None or args.fake_probability is None:
         raise ValueError("checking a configuration needs both --fake-slots and --fake-probability")
@@ -115,8 +115,8 @@ def _check(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from aggregator.accounting.histogram import format_up
-    from aggregator.accounting.histogram_plan import plan_histogram
+    from crowdmix.aggregator.accounting.histogram import format_up
+    from crowdmix.aggregator.accounting.histogram_plan import plan_histogram
 
     if args.epsilon is None or args.max_messages is None:
         raise ValueError(

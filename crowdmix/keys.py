@@ -100,7 +100,9 @@ def _guard(run: Any) -> Any:
     """Map key errors to one CLI line; a missing ``cryptography`` names the extra."""
 
     def wrapper(args: argparse.Namespace) -> int:
-        from aggregator.sealing import keys as _keys  # a missing extra: crowdmix.cli says which
+        from crowdmix.aggregator.sealing import (
+            keys as _keys,
+        )  # a missing extra: crowdmix.cli says which
         from crowdmix.cli import CliError
 
         try:

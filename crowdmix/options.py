@@ -99,8 +99,8 @@ def add_rappor_options(
 
 def rappor_params(args: argparse.Namespace) -> Any:
     """The ``client.RapporParams`` of ``add_rappor_options``' flags; CliError if invalid."""
-    from client.errors import ParamsError
-    from client.params import RapporParams
+    from crowdmix.client.errors import ParamsError
+    from crowdmix.client.params import RapporParams
 
     extra = {"m": args.cohorts} if hasattr(args, "cohorts") else {}
     try:

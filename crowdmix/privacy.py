@@ -159,14 +159,14 @@ def _fail(exc: Exception) -> Exception:
 
 
 def _amplify(args: argparse.Namespace) -> int:
-    from aggregator.accounting.amplification import (
+    from crowdmix.aggregator.accounting.amplification import (
         VARIATION_RATIO_REFUSAL,
         amplify,
         shuffled_rr_lower_bound,
     )
-    from aggregator.accounting.local import epsilon_one
-    from client.errors import ParamsError
-    from client.params import RapporParams
+    from crowdmix.aggregator.accounting.local import epsilon_one
+    from crowdmix.client.errors import ParamsError
+    from crowdmix.client.params import RapporParams
 
     try:
         if args.bound == "rappor" or args.beta is not None:
@@ -204,7 +204,7 @@ def _amplify(args: argparse.Namespace) -> int:
 def _compose(args: argparse.Namespace) -> int:
     import sys
 
-    from aggregator.accounting.composition import compose
+    from crowdmix.aggregator.accounting.composition import compose
     from crowdmix.cli import CliError
 
     releases = args.releases
@@ -238,10 +238,10 @@ def _compose(args: argparse.Namespace) -> int:
 
 
 def _rounds(args: argparse.Namespace) -> int:
-    from aggregator.accounting.amplification import amplify
-    from aggregator.accounting.composition import compose_basic, compose_optimal
-    from aggregator.accounting.pairs import ClonePair
-    from aggregator.accounting.pld import pld_epsilon
+    from crowdmix.aggregator.accounting.amplification import amplify
+    from crowdmix.aggregator.accounting.composition import compose_basic, compose_optimal
+    from crowdmix.aggregator.accounting.pairs import ClonePair
+    from crowdmix.aggregator.accounting.pld import pld_epsilon
 
     try:
         pld = pld_epsilon(ClonePair.stronger_clone(args.epsilon0), args.n, args.rounds, args.delta)
@@ -271,9 +271,9 @@ def _rounds(args: argparse.Namespace) -> int:
 
 
 def _metric(args: argparse.Namespace) -> int:
-    from aggregator.accounting.statement import privacy_statement
-    from client.errors import ParamsError
-    from client.registry import load_registry
+    from crowdmix.aggregator.accounting.statement import privacy_statement
+    from crowdmix.client.errors import ParamsError
+    from crowdmix.client.registry import load_registry
 
     try:
         batches = None
@@ -295,7 +295,7 @@ def _metric(args: argparse.Namespace) -> int:
             batches = [args.n]
         stmt: Any
         if metric.histogram is not None:  # both figures, at a device bound from --n reports
-            from aggregator.accounting.histogram_release import histogram_release
+            from crowdmix.aggregator.accounting.histogram_release import histogram_release
 
             stmt = histogram_release(
                 metric.name,
@@ -331,13 +331,13 @@ def _metric(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from aggregator.accounting.ledger import (
+    from crowdmix.aggregator.accounting.ledger import (
         TOTAL_ASSUMPTION,
         AccountingError,
         PrivacyLedger,
         Release,
     )
-    from aggregator.accounting.ledger_stores import JsonFileLedgerStore
+    from crowdmix.aggregator.accounting.ledger_stores import JsonFileLedgerStore
     from crowdmix.cli import CliError
 
     path = args.file or args.file_option
@@ -407,7 +407,7 @@ def _ledger(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from aggregator.accounting.planner import plan
+    from crowdmix.aggregator.accounting.planner import plan
 
     try:
         result = plan(

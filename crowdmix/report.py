@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from aggregator.report.job import ReportJob
+    from crowdmix.aggregator.report.job import ReportJob
 
 __all__ = ["register"]
 
@@ -114,8 +114,8 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
 def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
     if args.counts is None:
         return None
-    from aggregator.counting.files import load_counts
-    from aggregator.report.job import ReportJob, read_candidates
+    from crowdmix.aggregator.counting.files import load_counts
+    from crowdmix.aggregator.report.job import ReportJob, read_candidates
     from crowdmix.cli import CliError
 
     if not args.config or not args.metric:
@@ -187,10 +187,14 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
             f"{', '.join(ignored)} cannot be used with google/rappor files (the params, "
             "map and counts files define the metric, the candidates and the counts)"
         )
-    from aggregator.report.job import ReportJob
-    from aggregator.report.rappor_files import read_counts_csv, read_map_csv, read_params_csv
-    from client.params import Hashing
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.report.job import ReportJob
+    from crowdmix.aggregator.report.rappor_files import (
+        read_counts_csv,
+        read_map_csv,
+        read_params_csv,
+    )
+    from crowdmix.client.params import Hashing
+    from crowdmix.client.registry import MetricConfig
 
     params = read_params_csv(args.rappor_params)
     totals, ones = read_counts_csv(args.rappor_counts, params)
@@ -215,10 +219,10 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
 def _from_redis(args: argparse.Namespace) -> ReportJob | None:
     if args.redis is None:
         return None
-    from aggregator.errors import StoreError
-    from aggregator.report.job import ReportJob, read_candidates
-    from aggregator.store import load_batch_sizes, load_counts, open_store
-    from aggregator.store.base import parse_windows
+    from crowdmix.aggregator.errors import StoreError
+    from crowdmix.aggregator.report.job import ReportJob, read_candidates
+    from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
+    from crowdmix.aggregator.store.base import parse_windows
     from crowdmix.cli import CliError
 
     if not args.metric:
@@ -256,7 +260,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
 
 
 def _stored(store: Any, name: str) -> Any:
-    from aggregator.store import stored_metric
+    from crowdmix.aggregator.store import stored_metric
     from crowdmix.cli import CliError
 
     config = stored_metric(store, name)
@@ -273,8 +277,8 @@ _SOURCES: tuple[Callable[[argparse.Namespace], ReportJob | None], ...] = (
 
 
 def _metric(config: str, name: str) -> Any:
-    from client.registry import load_registry
     from crowdmix.cli import CliError
+    from crowdmix.client.registry import load_registry
 
     registry = load_registry(config)
     metric = registry.get(name)
@@ -285,7 +289,7 @@ def _metric(config: str, name: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from aggregator.accounting import AccountingError
+    from crowdmix.aggregator.accounting import AccountingError
     from crowdmix.cli import CliError
 
     try:
@@ -317,8 +321,8 @@ def _rappor_outputs(job: ReportJob, outcome: Any, out: str) -> dict[str, Any]:
     """google/rappor's own files in OUT/rappor/ (see aggregator.report.rappor_output)."""
     from pathlib import Path
 
-    from aggregator.decode.rappor import design_matrix
-    from aggregator.report.rappor_output import write_rappor_outputs
+    from crowdmix.aggregator.decode.rappor import design_matrix
+    from crowdmix.aggregator.report.rappor_output import write_rappor_outputs
     from crowdmix.cli import CliError
 
     params = job.metric.rappor
@@ -348,14 +352,14 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
     or written. Reporting the same release id again re-decodes the same counts,
     which costs no privacy: it is not recorded twice.
     """
-    from aggregator.accounting import (
+    from crowdmix.aggregator.accounting import (
         Budget,
         DuplicateReleaseError,
         JsonFileLedgerStore,
         PrivacyLedger,
         record_release,
     )
-    from aggregator.report.job import privacy_figures
+    from crowdmix.aggregator.report.job import privacy_figures
 
     budget = (
         Budget(epsilon=args.budget_epsilon, delta=args.budget_delta)
@@ -422,8 +426,8 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
 def _report(args: argparse.Namespace) -> int:
     import warnings
 
-    from aggregator.decode import DecodeOptions, DecodeWarning
-    from aggregator.report.job import (
+    from crowdmix.aggregator.decode import DecodeOptions, DecodeWarning
+    from crowdmix.aggregator.report.job import (
         PrivacyStatementError,
         format_table,
         privacy_figures,

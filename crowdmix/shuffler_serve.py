@@ -112,11 +112,11 @@ def _serve(args: argparse.Namespace) -> int:
         wait_for_stop_signal,
         write_port_file,
     )
-    from shuffler.config import load_config
-    from shuffler.memory_store import MemoryStore
-    from shuffler.redis_store import RedisStore
-    from shuffler.server import start_shuffler
-    from shuffler.store import ShufflerStore
+    from crowdmix.shuffler.config import load_config
+    from crowdmix.shuffler.memory_store import MemoryStore
+    from crowdmix.shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.server import start_shuffler
+    from crowdmix.shuffler.store import ShufflerStore
 
     log = configure_logging("shuffler", args.log_level)
     registry, settings = load_config(

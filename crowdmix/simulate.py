@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from client.registry import MetricConfig
-    from client.report import Report
+    from crowdmix.client.registry import MetricConfig
+    from crowdmix.client.report import Report
 
 __all__ = [
     "SimulationResult",
@@ -79,9 +79,9 @@ def encode_population(metric: MetricConfig, values: list[str]) -> list[Report]:
     """One report per client holding ``values[i]``, each client with a fresh secret
     (a shuffled histogram: each client's real and fake reports, one after the other;
     the SDK's transport sends at most one client's worth, 1 + m, per call)."""
-    from client.basic import BasicEncoder
-    from client.histogram import HistogramEncoder
-    from client.rappor import RapporEncoder
+    from crowdmix.client.basic import BasicEncoder
+    from crowdmix.client.histogram import HistogramEncoder
+    from crowdmix.client.rappor import RapporEncoder
 
     if metric.rappor is not None:
         params, hashing = metric.rappor, metric.hashing
@@ -134,7 +134,7 @@ def simulate(
     """Encode ``clients`` clients' values and deliver them; returns what was acknowledged."""
     from collections import Counter
 
-    from client.transport import ShufflerClient
+    from crowdmix.client.transport import ShufflerClient
 
     if clients < 1:
         raise ValueError(f"clients must be positive, got {clients}")
@@ -235,7 +235,7 @@ def send_batched(
     Returns (acknowledged, failed, dropped); raises TransportError on a refusal.
     ``progress`` is a (label, stream) for a progress bar.
     """
-    from client.transport import ShufflerClient
+    from crowdmix.client.transport import ShufflerClient
 
     total = len(reports)
     with ShufflerClient(
@@ -269,9 +269,9 @@ def progress_bar(
 
 
 def run(args: argparse.Namespace) -> int:
-    from client.errors import TransportError
-    from client.registry import RegistryError, load_registry
     from crowdmix.cli import CliError
+    from crowdmix.client.errors import TransportError
+    from crowdmix.client.registry import RegistryError, load_registry
     from crowdmix.options import read_input
 
     try:

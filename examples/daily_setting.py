@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import client
+from crowdmix import client
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,6 @@
 Regenerate with ``scripts/gen-protos``; tests/test_protos.py fails on drift.
 """
 
-from protos import crowdmix_pb2, crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2, crowdmix_pb2_grpc
 
 __all__ = ["crowdmix_pb2", "crowdmix_pb2_grpc"]

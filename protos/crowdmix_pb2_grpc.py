@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import crowdmix_pb2 as crowdmix__pb2
+from crowdmix.protos import crowdmix_pb2 as crowdmix__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -1,21 +1,21 @@
 """crowdmix shuffler daemon: authenticate, validate, store durably, threshold,
 shuffle, forward (see DESIGN.md, "Shuffler daemon").
 
-    from shuffler import MemoryStore, start_shuffler
+    from crowdmix.shuffler import MemoryStore, start_shuffler
     handle = start_shuffler(registry, MemoryStore(), aggregator="127.0.0.1:7500")
     ...                                   # clients submit to 127.0.0.1:{handle.port}
     handle.stop()
 
 Importing ``shuffler`` loads no grpc; ``start_shuffler`` and the gRPC pieces
-import it when used. Exceptions: ``shuffler.errors`` (hierarchy in its docstring).
+import it when used. Exceptions: ``crowdmix.shuffler.errors`` (hierarchy in its docstring).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shuffler.config import ShufflerSettings, load_config
-from shuffler.errors import (
+from crowdmix.shuffler.config import ShufflerSettings, load_config
+from crowdmix.shuffler.errors import (
     BindError,
     ConfigError,
     ForwardError,
@@ -26,12 +26,12 @@ from shuffler.errors import (
     StoreUnavailable,
     Unauthenticated,
 )
-from shuffler.memory_store import MemoryStore
-from shuffler.store import InFlightBatch, PendingWrite, QueueKey, ShufflerStore
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.store import InFlightBatch, PendingWrite, QueueKey, ShufflerStore
 
 if TYPE_CHECKING:
-    from shuffler.redis_store import RedisStore
-    from shuffler.server import ShufflerHandle, start_shuffler
+    from crowdmix.shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 
 __all__ = [
     "BindError",
@@ -56,9 +56,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "RedisStore": "shuffler.redis_store",
-    "ShufflerHandle": "shuffler.server",
-    "start_shuffler": "shuffler.server",
+    "RedisStore": "crowdmix.shuffler.redis_store",
+    "ShufflerHandle": "crowdmix.shuffler.server",
+    "start_shuffler": "crowdmix.shuffler.server",
 }
 
 

@@ -1,16 +1,16 @@
 """The shuffler's gRPC client of ``Aggregator.Ingest``: the ``Sender`` the releaser
-(``shuffler.forwarding``) uses in production. Status codes become ``ForwardError``
+(``crowdmix.shuffler.forwarding``) uses in production. Status codes become ``ForwardError``
 here, with whether a retry can help."""
 
 from __future__ import annotations
 
 import grpc
 
-from protos import crowdmix_pb2_grpc
-from shuffler.config import FORWARD_TIMEOUT_SECONDS
-from shuffler.errors import ForwardError
-from shuffler.serde import batch_to_proto
-from shuffler.store import InFlightBatch
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.config import FORWARD_TIMEOUT_SECONDS
+from crowdmix.shuffler.errors import ForwardError
+from crowdmix.shuffler.serde import batch_to_proto
+from crowdmix.shuffler.store import InFlightBatch
 
 __all__ = ["AggregatorSender"]
 

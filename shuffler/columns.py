@@ -12,7 +12,7 @@ time, no sender, no arrival order beyond position (which the batch permutation
 destroys before anything leaves the shuffler). A chunk written before report
 ids existed has no IDS_FLAG and reads back with "no id" (16 zero bytes) for
 each report. The Redis store's Lua script splits chunks in this same layout
-(``shuffler.redis_store``).
+(``crowdmix.shuffler.redis_store``).
 """
 
 from __future__ import annotations

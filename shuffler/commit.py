@@ -9,13 +9,13 @@ unary calls from 3.9 k to 6.7 k per second here, see BENCHMARKS.md).
 
 A write concatenates the queued reports per (metric, fingerprint), applies the
 metric's random drop and makes a single append. With a store that offers an
-event-loop appender (``shuffler.store.async_appender``: Redis, memory) the
+event-loop appender (``crowdmix.shuffler.store.async_appender``: Redis, memory) the
 write runs on the loop itself, so a request costs no thread hand-off;
 otherwise it runs in one writer thread.
 
 A request whose caller went away (cancelled: its deadline passed) before its
 write began is not written: the window it would be filed under is one its
-sender no longer counts on (``client.skew``). One that goes away during the
+sender no longer counts on (``crowdmix.client.skew``). One that goes away during the
 write is stored.
 
 An acknowledgement always means "durably in the store": if the write fails,
@@ -37,12 +37,17 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from client.registry import Registry
-from shuffler.columns import Pending, merge, merge_blob
-from shuffler.errors import PartialWrite, ShufflerError, StoreOutcomeUnknown, StoreUnavailable
-from shuffler.metrics import ShufflerMetrics
-from shuffler.shuffle import RandomBytes, keep_mask
-from shuffler.store import PendingWrite, QueueKey, ShufflerStore, async_appender
+from crowdmix.client.registry import Registry
+from crowdmix.shuffler.columns import Pending, merge, merge_blob
+from crowdmix.shuffler.errors import (
+    PartialWrite,
+    ShufflerError,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
+from crowdmix.shuffler.metrics import ShufflerMetrics
+from crowdmix.shuffler.shuffle import RandomBytes, keep_mask
+from crowdmix.shuffler.store import PendingWrite, QueueKey, ShufflerStore, async_appender
 
 __all__ = ["GroupCommitter", "Parts"]
 
@@ -163,7 +168,7 @@ class GroupCommitter:
                 # a request whose caller is gone (its deadline passed while it queued:
                 # grpc cancelled it, the client saw a failure) is not written now: it
                 # would be filed under this moment's window, after the deadline the
-                # client marked as its last arrival (client.skew), where the client's
+                # client marked as its last arrival (crowdmix.client.skew), where the client's
                 # next report may land too. The client retries it, same report id.
                 batch = [(p, f) for p, f in self._queue if not f.done()]
                 self._queue = []

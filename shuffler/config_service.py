@@ -13,7 +13,7 @@ Without keys (``--plaintext`` setups, google/rappor imports, benchmarks) it
 takes clear reports only.
 
 Sealed reports travel through the store as opaque fixed-length rows in the
-ordinary chunk format (``shuffler.columns``): the cohort column holds the key id,
+ordinary chunk format (``crowdmix.shuffler.columns``): the cohort column holds the key id,
 the bits column the sealed value, no report ids (the id is inside the seal), in
 a queue whose fingerprint is ``SEALED_QUEUE[suite]`` (a sealed report carries no
 params fingerprint in the clear).
@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from client.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
-from client.errors import ParamsError
-from client.registry import Registry
-from client.sealed import SUITES, PublicKeyConfig, PublicKeySet
-from protos import crowdmix_pb2 as pb
-from shuffler.errors import ConfigError, InvalidRequest
+from crowdmix.client.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.registry import Registry
+from crowdmix.client.sealed import SUITES, PublicKeyConfig, PublicKeySet
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.shuffler.errors import ConfigError, InvalidRequest
 
 __all__ = [
     "SEALED_QUEUE",

@@ -1,5 +1,5 @@
 """Exceptions of the shuffler daemon, one hierarchy, mapped to gRPC status codes
-in exactly one place (``shuffler.servicer._STATUS``):
+in exactly one place (``crowdmix.shuffler.servicer._STATUS``):
 
     ShufflerError
     ├── BindError                           the listen address cannot be bound (exit 4)

@@ -13,10 +13,10 @@ analyst's crowd is its smallest batch) is released differently: nothing of a
 window while it runs, nor at shut-down; once the window ended
 ``release_grace_seconds`` ago, everything pending in it goes in ONE batch (at
 least ``min_batch``), never cut at ``max_batch``. Reports are filed under the
-window in which they were stored (``shuffler.commit``); a write landing after
+window in which they were stored (``crowdmix.shuffler.commit``); a write landing after
 its window's release waits in that queue and leaves as a later batch once it
 reaches ``min_batch``. Only a window larger than one aggregator batch carries
-(``client.registry.window_batch_limit``) is split, into equal parts, with an
+(``crowdmix.client.registry.window_batch_limit``) is split, into equal parts, with an
 error in the log.
 
 Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
@@ -39,7 +39,7 @@ another live process is still sending may so be sent twice; the aggregator
 applies a batch id once, so that costs a duplicate acknowledgement, not a count.
 Batches whose collection window is older than ``disposal_days`` are discarded
 (queues and in-flight batches alike), never forwarded. Random drop happens at
-commit time (``shuffler.commit``), before anything is written: a dropped report
+commit time (``crowdmix.shuffler.commit``), before anything is written: a dropped report
 never reaches the store, and a release can never fall under ``min_batch``
 because of it.
 """
@@ -52,12 +52,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from client.registry import Registry, window_batch_limit
-from shuffler.config import INFLIGHT_RETRY_SECONDS
-from shuffler.errors import ForwardError, ShufflerError
-from shuffler.metrics import ShufflerMetrics
-from shuffler.shuffle import RandomBytes, secure_permutation
-from shuffler.store import BATCH_ID_BYTES, InFlightBatch, QueueKey, ShufflerStore
+from crowdmix.client.registry import Registry, window_batch_limit
+from crowdmix.shuffler.config import INFLIGHT_RETRY_SECONDS
+from crowdmix.shuffler.errors import ForwardError, ShufflerError
+from crowdmix.shuffler.metrics import ShufflerMetrics
+from crowdmix.shuffler.shuffle import RandomBytes, secure_permutation
+from crowdmix.shuffler.store import BATCH_ID_BYTES, InFlightBatch, QueueKey, ShufflerStore
 
 __all__ = ["Releaser", "Sender"]
 

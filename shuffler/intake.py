@@ -2,8 +2,8 @@
 
 ``Intake.admit`` is what the gRPC servicer calls after turning protobufs into
 ``ColumnsIn`` / ``RowsIn``; it raises the ``RequestRejected`` family (mapped to status codes
-in ``shuffler.servicer``) and returns what to hand to the group commit
-(``shuffler.commit``) and how many reports that is.
+in ``crowdmix.shuffler.servicer``) and returns what to hand to the group commit
+(``crowdmix.shuffler.commit``) and how many reports that is.
 
 The connection key given for rate limiting (the transport's peer string) is
 kept in memory only while the connection is active, never stored or logged.
@@ -16,11 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from client.registry import Registry
-from shuffler.columns import Pending
-from shuffler.config_service import ConfigService, PublishedKeys
-from shuffler.errors import Overloaded, Unauthenticated
-from shuffler.validation import (
+from crowdmix.client.registry import Registry
+from crowdmix.shuffler.columns import Pending
+from crowdmix.shuffler.config_service import ConfigService, PublishedKeys
+from crowdmix.shuffler.errors import Overloaded, Unauthenticated
+from crowdmix.shuffler.validation import (
     ColumnsIn,
     RowsIn,
     SealedIn,

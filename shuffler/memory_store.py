@@ -2,7 +2,7 @@
 
 Same contract as the Redis store (one shared test suite); not durable across a
 crash of the process, so the daemon logs a warning when it runs on it. Chunks
-are kept as their compact blobs (``shuffler.columns``): 4 + report_bytes bytes
+are kept as their compact blobs (``crowdmix.shuffler.columns``): 4 + report_bytes bytes
 per report plus a small per-chunk overhead.
 """
 
@@ -12,8 +12,8 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
-from shuffler.columns import HEADER, decode_chunks, split_blob
-from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
+from crowdmix.shuffler.columns import HEADER, decode_chunks, split_blob
+from crowdmix.shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["MemoryStore"]
 

@@ -1,6 +1,6 @@
 """The event loop's Redis connection: the group commit's one hot command.
 
-The shuffler's flushes (``shuffler.commit``) run on the gRPC server's event loop,
+The shuffler's flushes (``crowdmix.shuffler.commit``) run on the gRPC server's event loop,
 one at a time, each one EVALSHA of the append script. This module sends that
 command on one ``redis.asyncio`` connection, with hiredis parsing the replies
 (and packing the command) when it is installed, as the ``shuffler`` extra does.
@@ -23,7 +23,7 @@ import select
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
+from crowdmix.shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
 
 __all__ = ["AsyncScriptConnection", "ScriptCall", "reply_text"]
 

@@ -31,15 +31,15 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
-from client.redis_url import ClusterUrl
-from shuffler.errors import (
+from crowdmix.client.redis_url import ClusterUrl
+from crowdmix.shuffler.errors import (
     PartialWrite,
     StoreNotReplicated,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
-from shuffler.redis_async import AsyncScriptConnection, ScriptCall, reply_text
-from shuffler.store import PendingWrite
+from crowdmix.shuffler.redis_async import AsyncScriptConnection, ScriptCall, reply_text
+from crowdmix.shuffler.store import PendingWrite
 
 __all__ = ["WAIT_TIMEOUT_MS", "AsyncClusterAppender", "key_slot", "sync_client"]
 

@@ -14,7 +14,7 @@ but one command: redis-py spends ~60 µs of CPU on an EVALSHA and ~150 µs on a
 three-command MULTI pipeline here): per queue one RPUSH of one blob, one RPUSH
 of its count and one HINCRBY, however many requests it carries. The server's
 flushes go through ``async_appender``: one ``redis.asyncio`` connection on its
-event loop (``shuffler.redis_async``), for every kind of URL. Everything else
+event loop (``crowdmix.shuffler.redis_async``), for every kind of URL. Everything else
 (the releaser's take, load, ack, dispose) runs on the blocking ``redis.Redis``
 client in the releaser's thread.
 A take of a whole queue (a window released in one batch) renames its chunk list
@@ -29,7 +29,7 @@ batch at exactly ``max_batch`` is read and rewritten.
 
 On a Redis Cluster (``redis+cluster://`` URL) the blocking calls go through
 ``redis.cluster.RedisCluster`` (no resend after a socket failure) and a flush is one
-append script per slot, atomic per metric (``shuffler.redis_cluster``); on a single
+append script per slot, atomic per metric (``crowdmix.shuffler.redis_cluster``); on a single
 node a flush stays one script, atomic across metrics. ``min_replicas_ack`` N > 0 ends
 each append with ``WAIT N`` on the append's own connection and refuses
 (``StoreNotReplicated``) when fewer replicas have it. The releaser's take, ack and
@@ -45,23 +45,23 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from client.redis_url import is_cluster_url, parse_cluster_url
-from shuffler.columns import decode_chunks
-from shuffler.errors import (
+from crowdmix.client.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.shuffler.columns import decode_chunks
+from crowdmix.shuffler.errors import (
     PartialWrite,
     StoreNotReplicated,
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
-from shuffler.redis_async import AsyncScriptConnection, reply_text
-from shuffler.redis_cluster import (
+from crowdmix.shuffler.redis_async import AsyncScriptConnection, reply_text
+from crowdmix.shuffler.redis_cluster import (
     WAIT_TIMEOUT_MS,
     AsyncClusterAppender,
     key_slot,
     redirected,
     sync_client,
 )
-from shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
+from crowdmix.shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["RedisStore"]
 

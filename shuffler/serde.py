@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from protos import crowdmix_pb2 as pb
-from shuffler.columns import ID_BYTES, Chunk
-from shuffler.config_service import is_sealed_queue
-from shuffler.errors import InvalidRequest
-from shuffler.store import InFlightBatch, QueueKey
-from shuffler.validation import ColumnsIn, RowsIn, SealedIn
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.shuffler.columns import ID_BYTES, Chunk
+from crowdmix.shuffler.config_service import is_sealed_queue
+from crowdmix.shuffler.errors import InvalidRequest
+from crowdmix.shuffler.store import InFlightBatch, QueueKey
+from crowdmix.shuffler.validation import ColumnsIn, RowsIn, SealedIn
 
 __all__ = ["batch_from_proto", "batch_to_proto", "request_to_columns"]
 
@@ -160,7 +160,7 @@ def batch_to_proto(batch: InFlightBatch) -> pb.Batch:
 
 def batch_from_proto(message: pb.Batch) -> InFlightBatch:
     """The inverse of ``batch_to_proto`` for clear batches (test receivers, round-trip
-    tests); a sealed batch is the aggregator's to open (``aggregator.daemon.service``)."""
+    tests); a sealed batch is the aggregator's to open (``crowdmix.aggregator.daemon.service``)."""
     cols = message.reports
     return InFlightBatch(
         batch_id=message.batch_id,

@@ -1,13 +1,13 @@
 """Assemble and run a shuffler: gRPC server + group committer + releaser + metrics.
 
-    from shuffler import start_shuffler, MemoryStore
+    from crowdmix.shuffler import start_shuffler, MemoryStore
     handle = start_shuffler(registry, MemoryStore(), aggregator="127.0.0.1:7500")
     print(handle.port)        # bound port (listen defaults to 127.0.0.1:0)
     handle.stop()             # graceful: stop accepting, flush, forward, close
 
 The gRPC server is grpc.aio on an event-loop thread of its own (``AioFront``):
 requests await their group commit, whose Redis write also runs on the loop.
-The releaser (``shuffler.forwarding``) runs in a thread. (A threaded
+The releaser (``crowdmix.shuffler.forwarding``) runs in a thread. (A threaded
 ``grpc.server`` front existed until issue 14; it did half the device-style
 calls per second, BENCHMARKS.md.)
 """
@@ -27,19 +27,19 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from client.registry import Registry
-from shuffler.aggregator_client import AggregatorSender
-from shuffler.commit import GroupCommitter
-from shuffler.config import ShufflerSettings, load_tokens
-from shuffler.config_service import PublishedKeys
-from shuffler.errors import BindError, ConfigError
-from shuffler.forwarding import Releaser, Sender
-from shuffler.intake import Intake
-from shuffler.memory_store import MemoryStore
-from shuffler.metrics import ShufflerMetrics
-from shuffler.servicer import SERVICE_NAME, ShufflerServicer
-from shuffler.shuffle import RandomBytes
-from shuffler.store import ShufflerStore
+from crowdmix.client.registry import Registry
+from crowdmix.shuffler.aggregator_client import AggregatorSender
+from crowdmix.shuffler.commit import GroupCommitter
+from crowdmix.shuffler.config import ShufflerSettings, load_tokens
+from crowdmix.shuffler.config_service import PublishedKeys
+from crowdmix.shuffler.errors import BindError, ConfigError
+from crowdmix.shuffler.forwarding import Releaser, Sender
+from crowdmix.shuffler.intake import Intake
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.metrics import ShufflerMetrics
+from crowdmix.shuffler.servicer import SERVICE_NAME, ShufflerServicer
+from crowdmix.shuffler.shuffle import RandomBytes
+from crowdmix.shuffler.store import ShufflerStore
 
 __all__ = ["AioFront", "ShufflerHandle", "start_shuffler"]
 

@@ -5,7 +5,7 @@ The service's method table is ``shuffler_handler``, the one place that names the
 RPCs. Domain errors become status codes here and only here (``_STATUS``); the
 details string is the error's message, never a stack trace and never report
 contents. A request waiting for its group commit holds no thread: it awaits a
-future (``shuffler.commit``).
+future (``crowdmix.shuffler.commit``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from protos import crowdmix_pb2 as pb
-from shuffler.commit import GroupCommitter, Parts
-from shuffler.errors import (
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.shuffler.commit import GroupCommitter, Parts
+from crowdmix.shuffler.errors import (
     InvalidRequest,
     Overloaded,
     RequestRejected,
@@ -32,9 +32,9 @@ from shuffler.errors import (
     StoreUnavailable,
     Unauthenticated,
 )
-from shuffler.intake import Intake
-from shuffler.metrics import ShufflerMetrics
-from shuffler.serde import request_to_columns
+from crowdmix.shuffler.intake import Intake
+from crowdmix.shuffler.metrics import ShufflerMetrics
+from crowdmix.shuffler.serde import request_to_columns
 
 __all__ = [
     "SERVICE_NAME",

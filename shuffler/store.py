@@ -6,7 +6,7 @@ Two implementations pass one contract suite (tests/shuffler/test_store_contract.
 Model, per metric:
 
 - *pending queues*, one per ``QueueKey(window, fingerprint)``: chunks of accepted
-  reports (``shuffler.columns``) and their report count. The key is all the
+  reports (``crowdmix.shuffler.columns``) and their report count. The key is all the
   metadata kept: the coarse collection window (a day by default) and the params
   fingerprint the reports were validated against. No sender, token, fine time or
   arrival sequence is ever stored.
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shuffler.columns import Chunk
+from crowdmix.shuffler.columns import Chunk
 
 __all__ = [
     "AsyncAppender",
@@ -58,7 +58,7 @@ class QueueKey:
 
 @dataclass(frozen=True, slots=True)
 class PendingWrite:
-    """Reports to append to one pending queue: one chunk blob (``shuffler.columns``)."""
+    """Reports to append to one pending queue: one chunk blob (``crowdmix.shuffler.columns``)."""
 
     metric: str
     key: QueueKey
@@ -88,7 +88,7 @@ class ShufflerStore(Protocol):
     failed): when it returns, every report in it survives a crash of the shuffler
     process (for Redis, as durable as its AOF setting, and with ``min_replicas_ack``
     the loss of the master). Methods raise
-    ``shuffler.errors.StoreUnavailable`` when the store cannot be reached.
+    ``crowdmix.shuffler.errors.StoreUnavailable`` when the store cannot be reached.
     """
 
     def append(self, writes: Sequence[PendingWrite]) -> None: ...

@@ -1,7 +1,7 @@
 """Validate submitted reports against the metric registry, whole columns at a time.
 
 A request is a list of ``ColumnsIn`` (columnar submits) and ``RowsIn`` (rows,
-grouped by metric, fingerprint and length at the wire edge, ``shuffler.serde``).
+grouped by metric, fingerprint and length at the wire edge, ``crowdmix.shuffler.serde``).
 ``validate`` accepts all of it or raises ``InvalidRequest`` / ``Overloaded``
 with a reason; it never mutates anything, so a rejected request leaves the
 store untouched. Columns are checked with numpy reductions (no per-report
@@ -33,7 +33,7 @@ too_many_messages      INVALID_ARGUMENT    more than 1 + m reports of a shuffled
                                            metric in one call (one device's real + fakes)
 =====================  ==================  ===========================================
 
-Shuffled histograms (``client.histogram``). Their real and fake reports look
+Shuffled histograms (``crowdmix.client.histogram``). Their real and fake reports look
 alike only when sealed: a clear one would show the shuffler a device's true
 value beside its sender, so it is refused whatever the shuffler's mode. A
 device sends its 1 + Binomial(m, q) reports of a window in one call, so a call
@@ -45,7 +45,7 @@ per-device limits in front of the shuffler (attestation, account rate limits).
 
 Sealed reports (``SealedIn``) are checked for what the shuffler can see: the
 metric, the key id and the exact length; they are queued as opaque rows
-(``shuffler.config_service``).
+(``crowdmix.shuffler.config_service``).
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from client.registry import MetricConfig, Registry
-from client.sealed import sealed_length
-from shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
-from shuffler.config_service import SEALED_QUEUE, PublishedKeys
-from shuffler.errors import ConfigError, InvalidRequest, Overloaded, StaleKey
+from crowdmix.client.registry import MetricConfig, Registry
+from crowdmix.client.sealed import sealed_length
+from crowdmix.shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
+from crowdmix.shuffler.config_service import SEALED_QUEUE, PublishedKeys
+from crowdmix.shuffler.errors import ConfigError, InvalidRequest, Overloaded, StaleKey
 
 __all__ = [
     "ColumnsIn",

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aggregator.store.base import StoredCounts
-from aggregator.store.redis import RedisCountStore
+from crowdmix.aggregator.store.base import StoredCounts
+from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import LocalCluster
 
 __all__ = ["kill_at", "local_cluster", "stored_counts"]

@@ -1,4 +1,4 @@
-"""The SDK embeds cheaply: ``import client`` loads no heavy or server-side module."""
+"""The SDK embeds cheaply: ``from crowdmix import client`` loads no heavy or server-side module."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ FORBIDDEN = (
     "numpy",
     "redis",
     "cryptography",
-    "shuffler",
-    "aggregator",
+    "crowdmix.shuffler",
+    "crowdmix.aggregator",
     "google.protobuf",
-    "protos",
+    "crowdmix.protos",
 )
 
 
@@ -30,14 +30,16 @@ def _loaded(modules: set[str], name: str) -> bool:
 
 
 def test_import_client_loads_no_heavy_module() -> None:
-    modules = _modules_after("import client; client.RapporEncoder; client.RapporParams")
-    assert "client" in modules
+    modules = _modules_after(
+        "from crowdmix import client; client.RapporEncoder; client.RapporParams"
+    )
+    assert "crowdmix.client" in modules
     assert [name for name in FORBIDDEN if _loaded(modules, name)] == []
 
 
 def test_encoding_a_report_loads_no_heavy_module() -> None:
     modules = _modules_after(
-        "import client\n"
+        "from crowdmix import client\n"
         "params = client.RapporParams()\n"
         "enc = client.RapporEncoder(params, secret=client.new_secret(), metric='m')\n"
         "enc.encode('x')"
@@ -47,13 +49,13 @@ def test_encoding_a_report_loads_no_heavy_module() -> None:
 
 def test_the_batch_encoder_is_what_loads_numpy() -> None:
     # The check above can fail: importing client.batch does load numpy.
-    assert _loaded(_modules_after("import client.batch"), "numpy")
+    assert _loaded(_modules_after("import crowdmix.client.batch"), "numpy")
 
 
 def test_creating_a_reporter_loads_no_heavy_module(tmp_path: Path) -> None:
     # grpc and cryptography load when the reporter first reaches for the shuffler
     modules = _modules_after(
-        "import client\n"
+        "from crowdmix import client\n"
         f"r = client.Reporter({str(tmp_path)!r}, '127.0.0.1:1', background=False)\n"
         "r.close()"
     )

@@ -58,7 +58,7 @@ def test_runtime_floors_equal_generated_versions() -> None:
 
 
 def test_generated_code_imports_and_round_trips() -> None:
-    from protos import crowdmix_pb2
+    from crowdmix.protos import crowdmix_pb2
 
     cols = crowdmix_pb2.ReportColumns(
         metric="m", params_fingerprint=2**64 - 1, count=2, report_bytes=1, cohorts=[0, 7]

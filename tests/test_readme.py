@@ -109,12 +109,12 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     and it runs: one sealed report per day, a second start makes none."""
     import time
 
-    from aggregator.sealing.keys import KeySet, write_public_config
-    from client.basic import BasicParams
-    from client.registry import MetricConfig, Registry, ShufflePolicy
-    from shuffler.config import ShufflerSettings
-    from shuffler.config_service import is_sealed_queue
-    from shuffler.server import start_shuffler
+    from crowdmix.aggregator.sealing.keys import KeySet, write_public_config
+    from crowdmix.client.basic import BasicParams
+    from crowdmix.client.registry import MetricConfig, Registry, ShufflePolicy
+    from crowdmix.shuffler.config import ShufflerSettings
+    from crowdmix.shuffler.config_service import is_sealed_queue
+    from crowdmix.shuffler.server import start_shuffler
 
     snippet = _code_blocks("python")[0]
     example = (ROOT / "examples" / "daily_setting.py").read_text()
@@ -140,7 +140,7 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     write_public_config(tmp_path / "public.json", keys, now=time.time())
     settings = ShufflerSettings(public_keys=str(tmp_path / "public.json"))
     with start_shuffler(registry, tokens=frozenset({token}), settings=settings) as shuffler:
-        code = snippet.replace('"shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
+        code = snippet.replace('"crowdmix.shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
         code = code.replace("tls=True", "tls=False")
         namespace: dict[str, object] = {
             "APP_TOKEN": token,

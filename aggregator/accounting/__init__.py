@@ -31,21 +31,21 @@ Exceptions::
 
 from __future__ import annotations
 
-from aggregator.accounting.amplification import (
+from crowdmix.aggregator.accounting.amplification import (
     BOUNDS,
     AmplificationResult,
     amplify,
     fmt21_closed_form,
     shuffled_rr_lower_bound,
 )
-from aggregator.accounting.composition import (
+from crowdmix.aggregator.accounting.composition import (
     METHODS,
     compose,
     compose_advanced,
     compose_basic,
     compose_optimal,
 )
-from aggregator.accounting.ledger import (
+from crowdmix.aggregator.accounting.ledger import (
     AccountingError,
     Budget,
     BudgetExceededError,
@@ -57,15 +57,15 @@ from aggregator.accounting.ledger import (
     Release,
     UnboundedReleaseError,
 )
-from aggregator.accounting.ledger_stores import (
+from crowdmix.aggregator.accounting.ledger_stores import (
     JsonFileLedgerStore,
     LedgerStore,
     MemoryLedgerStore,
     RedisLedgerStore,
 )
-from aggregator.accounting.local import epsilon_k, total_variation
-from aggregator.accounting.planner import Plan, PlanError, plan
-from aggregator.accounting.statement import (
+from crowdmix.aggregator.accounting.local import epsilon_k, total_variation
+from crowdmix.aggregator.accounting.planner import Plan, PlanError, plan
+from crowdmix.aggregator.accounting.statement import (
     CentralGuarantee,
     LongitudinalGuarantee,
     PrivacyStatement,

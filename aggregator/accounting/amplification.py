@@ -1,7 +1,7 @@
 """Amplification by shuffling: central (ε, δ) of one shuffled batch. Pure math.
 
 One batch holds n reports, each from an ε0-LDP randomizer, shuffled. Bounds
-(details and citations in ``aggregator.accounting.pairs``):
+(details and citations in ``crowdmix.aggregator.accounting.pairs``):
 
 - ``generic``: the stronger-clone pair (FMT23; Wang et al., VLDB 2024, Lemma 4.4)
   evaluated exactly; valid for any ε0-LDP randomizer.
@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from aggregator.accounting.pairs import ClonePair, EvaluatedPair
+from crowdmix.aggregator.accounting.pairs import ClonePair, EvaluatedPair
 
 __all__ = [
     "BOUNDS",

@@ -15,7 +15,7 @@
   then logsumexp), so k in the millions neither overflows nor underflows; the
   smallest ε_g meeting the target δ' is found by bisection, rounded up.
 - ``pld``: compose the privacy-loss distribution of the per-round dominating
-  pair (``aggregator.accounting.pld``) rather than per-round (ε, δ).
+  pair (``crowdmix.aggregator.accounting.pld``) rather than per-round (ε, δ).
 """
 
 from __future__ import annotations

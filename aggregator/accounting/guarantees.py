@@ -33,10 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from client.registry import MetricConfig
+from crowdmix.client.registry import MetricConfig
 
 if TYPE_CHECKING:
-    from aggregator.accounting.history import Segment
+    from crowdmix.aggregator.accounting.history import Segment
 
 __all__ = [
     "COHORT_SD",
@@ -127,7 +127,7 @@ def estimated_crowd(batch: int, probability: float, failure: float) -> int:
 def central_guarantee(epsilon0: float, n: int, delta: float) -> CentralGuarantee:
     """Shuffle bound for n reports of an ε0-LDP randomizer: the generic stronger
     clone (module docstring)."""
-    from aggregator.accounting.amplification import amplify
+    from crowdmix.aggregator.accounting.amplification import amplify
 
     cands: dict[str, float] = {}
     generic = amplify(epsilon0, n, delta, bound="generic")
@@ -156,7 +156,7 @@ def segment_of(
     crowd_failure: float = 0.0,
 ) -> Segment:
     """The ``history.Segment`` of a release: what it adds to the metric's total."""
-    from aggregator.accounting.history import Segment
+    from crowdmix.aggregator.accounting.history import Segment
 
     return Segment(
         rounds=rounds,
@@ -174,7 +174,7 @@ def segment_of(
 def longitudinal_guarantee(central: CentralGuarantee, segment: Segment) -> LongitudinalGuarantee:
     """The bound on ``segment.rounds`` rounds together, and its argument
     (``history.compose_segments`` of this one segment: the ledger composes many)."""
-    from aggregator.accounting.history import compose_segments
+    from crowdmix.aggregator.accounting.history import compose_segments
 
     rounds = segment.rounds
     if rounds == 1:

@@ -1,6 +1,6 @@
 """Central (ε, δ) of a shuffled histogram with fake reports (issue 18). Pure math.
 
-The mechanism (``client.histogram``): each of n devices sends its value x
+The mechanism (``crowdmix.client.histogram``): each of n devices sends its value x
 (optionally k-RR with local ε_L) plus m slots, each filled independently
 w.p. q with a value uniform over d buckets. The analyst sees the histogram H
 of all reports (shuffled: no sender, no order).
@@ -88,7 +88,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from client.histogram import HistogramParams
+from crowdmix.client.histogram import HistogramParams
 
 __all__ = [
     "HistogramGuarantee",
@@ -310,7 +310,7 @@ class HistogramGuarantee:
             "domain_size": self.domain_size,
             "fake_slots": self.fake_slots,
             "fake_probability": self.fake_probability,
-            "bound": "exact fake-report pair (aggregator.accounting.histogram)",
+            "bound": "exact fake-report pair (crowdmix.aggregator.accounting.histogram)",
         }
 
     def render(self) -> str:

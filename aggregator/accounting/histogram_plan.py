@@ -4,7 +4,7 @@ messages per device → fake slots m, fill probability q and local ε_L.
 Method (each step is monotone, and the answer is re-checked by
 ``central_epsilon``, so a plan that misses its target is never returned):
 
-1. δ(ε) of ``aggregator.accounting.histogram`` falls as m, q or the honest
+1. δ(ε) of ``crowdmix.aggregator.accounting.histogram`` falls as m, q or the honest
    crowd grow (a coupling: M, the honest fakes in two buckets, grows
    stochastically). m: the smallest number of slots for which q = 1 meets
    the target (bisection on m within the cap), since for a fixed mean number
@@ -18,7 +18,7 @@ Method (each step is monotone, and the answer is re-checked by
    (it only helps), and the final check includes it.
 
 Expected error: the exact standard deviation of one bucket's unbiased count
-when no device holds it (``aggregator.decode.histogram.count_variance``,
+when no device holds it (``crowdmix.aggregator.decode.histogram.count_variance``,
 n known), and divided by n for the proportion scale.
 """
 
@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from aggregator.accounting.histogram import central_epsilon, histogram_delta, honest_others
-from aggregator.accounting.planner import PlanError
-from client.histogram import MAX_FAKE_SLOTS, HistogramParams
+from crowdmix.aggregator.accounting.histogram import central_epsilon, histogram_delta, honest_others
+from crowdmix.aggregator.accounting.planner import PlanError
+from crowdmix.client.histogram import MAX_FAKE_SLOTS, HistogramParams
 
 __all__ = ["HistogramPlan", "plan_histogram"]
 
@@ -99,7 +99,7 @@ def _check(epsilon: float, delta: float, n: int, d: int, max_messages: int) -> N
 
 def _auto_local_epsilon(n: int, d: int, m: int, q: float) -> float:
     """Smallest ε_L (0.01 grid, rounded up) with total variance ≤ 2 × the fakes' alone."""
-    from aggregator.decode.histogram import count_variance
+    from crowdmix.aggregator.decode.histogram import count_variance
 
     base = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q)
     target = _AUTO_VARIANCE_FACTOR * float(count_variance(base, n, 0.0))
@@ -131,7 +131,7 @@ def plan_histogram(
     local_epsilon: float | Literal["auto"] | None = None,
 ) -> HistogramPlan:
     """The cheapest (fewest expected messages) configuration meeting central (ε, δ)."""
-    from aggregator.decode.histogram import count_variance
+    from crowdmix.aggregator.decode.histogram import count_variance
 
     _check(epsilon, delta, n, domain_size, max_messages)
     honest_others(n, honest_fraction)  # validates

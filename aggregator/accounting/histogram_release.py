@@ -1,6 +1,6 @@
 """The privacy statement of one shuffled-histogram release (issue 18). Pure math.
 
-``aggregator.accounting.histogram`` gives (ε, δ) for n devices. The
+``crowdmix.aggregator.accounting.histogram`` gives (ε, δ) for n devices. The
 aggregator does not know n: it sees T, the number of reports (real and fake
 alike, sealed, shuffled), not devices. The figure falls as n grows, so n
 must never be overstated. The statement uses a *lower confidence bound*
@@ -26,7 +26,7 @@ What it assumes: every report counted comes from a device in the crowd
 (someone who injects reports without being a device, e.g. a shuffler
 operator, is outside the model, as under every shuffle bound here), devices
 beyond the honest share send at most 1 + m reports (the shuffler's per-call
-cap, ``shuffler.validation``), and each device reports once per window.
+cap, ``crowdmix.shuffler.validation``), and each device reports once per window.
 
 Batches, not the window, are the crowd. The shuffler forwards a window in
 batches and the aggregator sees each batch's histogram on its own, so the fakes
@@ -50,7 +50,7 @@ aggregator as repeated report ids; it drops the repeats, but it has seen which r
 came together, i.e. that device's whole report set, which holds its real report. Without
 k-RR that is its value (δ at any ε is then at least (1 − q)^m), so no central figure holds
 for that window. The aggregator therefore counts the repeated ids per window, atomically
-with the counts (``aggregator.store.base.CountStore.duplicate_reports``), and a release
+with the counts (``crowdmix.aggregator.store.base.CountStore.duplicate_reports``), and a release
 with any (or with no record of them: unknown is not zero) states no central figure, only
 ε_L, the figure of a colluding shuffler and aggregator, which is what a linking
 aggregator is (``HistogramRelease.linked``).
@@ -67,11 +67,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from aggregator.accounting.histogram import format_g_up, format_up, histogram_guarantee
-from client.histogram import HistogramParams
+from crowdmix.aggregator.accounting.histogram import format_g_up, format_up, histogram_guarantee
+from crowdmix.client.histogram import HistogramParams
 
 if TYPE_CHECKING:
-    from aggregator.accounting.histogram_plan import HistogramPlan
+    from crowdmix.aggregator.accounting.histogram_plan import HistogramPlan
 
 __all__ = [
     "ASSUMPTIONS",
@@ -225,7 +225,7 @@ class HistogramRelease:
             "domain_size": self.params.domain_size,
             "sealed": self.sealed,
             "assumptions": list(ASSUMPTIONS),
-            "bound": "exact fake-report pair (aggregator.accounting.histogram) at a lower "
+            "bound": "exact fake-report pair (crowdmix.aggregator.accounting.histogram) at a lower "
             "confidence bound on the device count (aggregator.accounting.histogram_release)",
         }
 
@@ -373,8 +373,8 @@ def plan_release(
 
     Raises ``PlanError`` when no plan within the cap does.
     """
-    from aggregator.accounting.histogram_plan import plan_histogram
-    from aggregator.accounting.planner import PlanError
+    from crowdmix.aggregator.accounting.histogram_plan import plan_histogram
+    from crowdmix.aggregator.accounting.planner import PlanError
 
     n_plan = n
     for _ in range(6):

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from client.params import RapporParams
+from crowdmix.client.params import RapporParams
 
 __all__ = [
     "Composed",
@@ -125,7 +125,7 @@ class Composed:
 def round_pair(epsilon0: float) -> Any:
     """The clone pair dominating one shuffled round: the generic stronger clone
     (module docstring; never a mechanism-specific (p, β, q) pair)."""
-    from aggregator.accounting.pairs import ClonePair
+    from crowdmix.aggregator.accounting.pairs import ClonePair
 
     return ClonePair.stronger_clone(epsilon0)
 
@@ -133,7 +133,7 @@ def round_pair(epsilon0: float) -> Any:
 def _best_amplify(epsilon0: float, n: int, delta: float) -> float:
     """One-round shuffle bound: the generic stronger clone, valid for every
     ε0-LDP randomizer (the (p, β, q) pair is not a dominating pair, pairs.py)."""
-    from aggregator.accounting.amplification import amplify
+    from crowdmix.aggregator.accounting.amplification import amplify
 
     if math.isinf(epsilon0):
         return math.inf
@@ -142,15 +142,15 @@ def _best_amplify(epsilon0: float, n: int, delta: float) -> float:
 
 @lru_cache(maxsize=32)
 def _pair_pld(epsilon0: float, n: int, tail: float) -> Any:
-    from aggregator.accounting.pld import shuffle_pld
+    from crowdmix.aggregator.accounting.pld import shuffle_pld
 
     return shuffle_pld(round_pair(epsilon0), n, tail=tail)
 
 
 def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     """ε of every round of ``segs`` (fresh randomness) composed, at ``delta``."""
-    from aggregator.accounting.composition import compose_optimal
-    from aggregator.accounting.pld import GRID, MAX_PLD_N
+    from crowdmix.aggregator.accounting.composition import compose_optimal
+    from crowdmix.aggregator.accounting.pld import GRID, MAX_PLD_N
 
     total_rounds = sum(s.rounds for s in segs)
     if any(math.isinf(s.epsilon0) for s in segs):
@@ -197,7 +197,7 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
 
 def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[str, float]]:
     """ε of one group of rounds over one memoised PRR (module docstring)."""
-    from aggregator.accounting import local
+    from crowdmix.aggregator.accounting import local
 
     first = segs[0].rappor
     assert first is not None
@@ -382,7 +382,7 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
 
 def segment_from_dict(data: Any) -> Segment:
     """Inverse of ``segment_to_dict``; ValueError/KeyError/TypeError on bad data."""
-    from client.errors import ParamsError
+    from crowdmix.client.errors import ParamsError
 
     r = data["rappor"]
     eps0 = data["epsilon0"]

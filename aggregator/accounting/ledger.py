@@ -173,7 +173,7 @@ class Release:
         if self.total_epsilon is not None:
             _check_eps_delta("total_", self.total_epsilon, self.total_delta)
         if self.segment is not None:
-            from aggregator.accounting.history import segment_from_dict
+            from crowdmix.aggregator.accounting.history import segment_from_dict
 
             try:
                 seg = segment_from_dict(self.segment)
@@ -247,7 +247,7 @@ class PrivacyLedger:
     @staticmethod
     def composed(releases: list[Release]) -> tuple[float, float]:
         """(ε, δ) of ``releases`` by composition alone (no floor from recorded totals)."""
-        from aggregator.accounting.history import (
+        from crowdmix.aggregator.accounting.history import (
             SharedCoinsError,
             compose_segments,
             segment_from_dict,

@@ -15,7 +15,7 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from aggregator.accounting.ledger import (
+from crowdmix.aggregator.accounting.ledger import (
     ConcurrentUpdateError,
     LedgerCorruptError,
     LedgerMissingError,

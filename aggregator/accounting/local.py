@@ -1,6 +1,6 @@
 """Local (per-client) privacy of one client's reports: pure math, no state.
 
-RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``client.privacy`` holds p*, q*,
+RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``crowdmix.client.privacy`` holds p*, q*,
 ε_1 (one report) and ε_∞ (the PRR bound); this module adds
 
 - ``epsilon_k``: k reports of one value over the same memoised PRR. Per Bloom bit
@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import math
 
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.privacy import epsilon_inf, epsilon_one, p_star, q_star
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.privacy import epsilon_inf, epsilon_one, p_star, q_star
 
 __all__ = [
     "basic_epsilon",

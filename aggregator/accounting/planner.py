@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from client.params import RapporParams
+from crowdmix.client.params import RapporParams
 
 __all__ = ["Plan", "PlanError", "plan"]
 
@@ -112,7 +112,7 @@ def _next_pow2(x: float) -> int:
 
 def _max_local_epsilon(target: float, n_amp: int, delta: float) -> float:
     """Largest ε0 (to 1e-6 relative, rounded down) with generic amplification ≤ target."""
-    from aggregator.accounting.amplification import amplify
+    from crowdmix.aggregator.accounting.amplification import amplify
 
     if amplify(target, n_amp, delta).epsilon > target:  # cannot happen: bound ≤ ε0
         return 0.0
@@ -131,7 +131,7 @@ def _max_local_epsilon(target: float, n_amp: int, delta: float) -> float:
 
 
 def _local_figure(params: RapporParams, rounds: int) -> float:
-    from aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one
+    from crowdmix.aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one
 
     if rounds == 1:
         return epsilon_one(params)
@@ -156,7 +156,7 @@ def _best_q(h: int, f: float, k: int, m: int, rounds: int, eps_max: float) -> Ra
 
 def std_error(params: RapporParams, n: int) -> float:
     """Idealised standard error of one candidate's frequency (see module docstring)."""
-    from client.privacy import p_star, q_star
+    from crowdmix.client.privacy import p_star, q_star
 
     signal = q_star(params) - p_star(params)
     return 1.0 / (2.0 * signal * math.sqrt(params.h * n))
@@ -184,9 +184,9 @@ def plan(
     """
     from scipy.stats import norm
 
-    from aggregator.accounting.guarantees import CROWD_FAILURE, estimated_crowd
-    from aggregator.accounting.statement import privacy_statement
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.accounting.guarantees import CROWD_FAILURE, estimated_crowd
+    from crowdmix.aggregator.accounting.statement import privacy_statement
+    from crowdmix.client.registry import MetricConfig
 
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon < 20:
         raise ValueError(f"epsilon must be in (0, 20), got {epsilon!r}")

@@ -8,7 +8,7 @@ Ghazi, Kamath, Kumar, Manurangsi 2022, as implemented by google's
 n = 1e5, ε0 = 1.074286, δ = 1e-6 and 1000 rounds it gives ≈0.56 against 3.2 for
 optimal composition of per-round (ε, δ) and 21 for basic composition.
 
-The pair (``aggregator.accounting.pairs``) is over (a, t) = (N0, N0 + N1); under
+The pair (``crowdmix.aggregator.accounting.pairs``) is over (a, t) = (N0, N0 + N1); under
 P its mass at t ≥ 1 is Pr[C=t−1]·B_t(a)/t·L_P(a) and the privacy loss is
 ln(L_P(a)/L_Q(a)) with
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aggregator.accounting.pairs import ClonePair
+from crowdmix.aggregator.accounting.pairs import ClonePair
 
 __all__ = ["GRID", "MAX_PLD_N", "pld_epsilon", "pld_lower_epsilon", "shuffle_pld"]
 

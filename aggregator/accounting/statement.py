@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aggregator.accounting.guarantees import (
+from crowdmix.aggregator.accounting.guarantees import (
     CROWD_FAILURE,
     CentralGuarantee,
     LongitudinalGuarantee,
@@ -41,12 +41,12 @@ from aggregator.accounting.guarantees import (
     segment_of,
     smallest_cohort_share,
 )
-from aggregator.accounting.history import segment_to_dict
-from client.registry import MetricConfig
+from crowdmix.aggregator.accounting.history import segment_to_dict
+from crowdmix.client.registry import MetricConfig
 
 if TYPE_CHECKING:
-    from aggregator.accounting.history import Segment
-    from aggregator.accounting.ledger import PrivacyLedger, Release
+    from crowdmix.aggregator.accounting.history import Segment
+    from crowdmix.aggregator.accounting.ledger import PrivacyLedger, Release
 
 __all__ = [
     "CentralGuarantee",
@@ -264,7 +264,7 @@ class PrivacyStatement:
     def to_release(self, *, release_id: str, window: int, mechanism: str | None = None) -> Release:
         """The ledger entry of this release: its own cost (ε over its own rounds)
         and the segment the ledger composes with every other release."""
-        from aggregator.accounting.ledger import Release
+        from crowdmix.aggregator.accounting.ledger import Release
 
         lg = self.longitudinal
         seg = self.segment
@@ -373,7 +373,7 @@ def privacy_statement(
         the aggregator measured them (``CountStore.smallest_crowd``); when given
         it is the number of reports each one hides among, instead of an estimate.
     """
-    from aggregator.accounting import local
+    from crowdmix.aggregator.accounting import local
 
     if isinstance(n_reports, bool) or not isinstance(n_reports, int) or n_reports < 1:
         raise ValueError(f"n_reports must be a positive integer, got {n_reports!r}")
@@ -516,7 +516,7 @@ def record_release(
     (nothing recorded) when the total would exceed the budget; retries when
     another writer appended in between.
     """
-    from aggregator.accounting.ledger import ConcurrentUpdateError
+    from crowdmix.aggregator.accounting.ledger import ConcurrentUpdateError
 
     stmt = privacy_statement(
         metric,

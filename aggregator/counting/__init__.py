@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counting.basic import IndexCounts, OlhSupportCounts
-from aggregator.counting.counts import CohortCounts, Counts, CountsError, CountsShapeError
-from client.registry import MetricConfig
+from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts
+from crowdmix.aggregator.counting.counts import CohortCounts, Counts, CountsError, CountsShapeError
+from crowdmix.client.registry import MetricConfig
 
 __all__ = ["accumulator_for"]
 

@@ -10,7 +10,7 @@ metric and collection window.
 them had bit i set. Every accumulator (:class:`Counts`) stores exactly these two
 arrays, so storage, merging and the decoders are the same for RAPPOR and the
 basic mechanisms; only ``add`` differs (see :func:`accumulator_for` and
-``aggregator.counting.basic``). For a basic mechanism there is one cohort and
+``crowdmix.aggregator.counting.basic``). For a basic mechanism there is one cohort and
 ``ones[0, v]`` is the *support* of domain value v (the reports that count for v).
 
 How a batch is counted (no per-report Python work, no per-batch allocation of a

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aggregator.counting.basic import IndexCounts, OlhSupportCounts
-from aggregator.counting.counts import CohortCounts, Counts, CountsError
+from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts
+from crowdmix.aggregator.counting.counts import CohortCounts, Counts, CountsError
 
 if TYPE_CHECKING:
-    from client.registry import MetricConfig
+    from crowdmix.client.registry import MetricConfig
 
 __all__ = ["FORMAT", "CountsFileError", "SavedCounts", "load_counts", "save_counts"]
 

@@ -1,7 +1,7 @@
 """Ingest: validate a shuffled batch against the registry, count it, apply it once.
 
 This is the aggregator service's domain logic, free of gRPC: the servicer
-(:mod:`aggregator.daemon.service`) converts the wire ``Batch`` into an
+(:mod:`crowdmix.aggregator.daemon.service`) converts the wire ``Batch`` into an
 :class:`IngestBatch` and calls :meth:`Ingestor.ingest`.
 
 Validation happens entirely before the store is touched (a rejected batch
@@ -9,7 +9,7 @@ leaves no trace): a 16-byte batch id, a window not in the future, a metric the
 registry knows, its params fingerprint, the report length, the column lengths,
 cohorts in range and zero padding bits. Counting is one numpy pass over the
 whole batch (no per-report Python; the metric's accumulator from
-``aggregator.counting.counts.accumulator_for``, which also checks payload ranges of the
+``crowdmix.aggregator.counting.counts.accumulator_for``, which also checks payload ranges of the
 basic mechanisms), then ``CountStore.apply_reports`` adds the counts and
 records the batch id and the report ids atomically: a batch applied before is
 acknowledged as a duplicate and counted zero times, and a report whose id was
@@ -32,7 +32,7 @@ window or two adjacent ones (``CountStore.apply_reports`` states why and when no
 A batch whose id was applied before is answered as a duplicate once its O(1) header
 checks pass, before its reports are opened, checked and counted (a re-sent batch costs little).
 
-Sealed batches (:class:`aggregator.sealing.ingest.SealedBatch`) take the same path
+Sealed batches (:class:`crowdmix.aggregator.sealing.ingest.SealedBatch`) take the same path
 after opening: the batch-level checks (id, window, metric, lengths) refuse the
 batch as a whole, then each report is opened and screened and a report that
 fails is dropped and counted by reason (``IngestResult.dropped``), never failing
@@ -56,14 +56,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counting import accumulator_for
-from aggregator.counting.counts import Counts, CountsShapeError
-from aggregator.errors import ConfigError, InvalidBatch
-from aggregator.sealing.ingest import KeyFile, SealedBatch, screen
-from aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
-from aggregator.store.codec import describe_metric
-from client.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
-from client.registry import MetricConfig, Registry
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
+from crowdmix.aggregator.errors import ConfigError, InvalidBatch
+from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch, screen
+from crowdmix.aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
+from crowdmix.aggregator.store.codec import describe_metric
+from crowdmix.client.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
+from crowdmix.client.registry import MetricConfig, Registry
 
 __all__ = [
     "BATCH_ID_BYTES",

@@ -44,7 +44,7 @@ class IngestMetrics:
         )
         self.sealed_dropped = Counter(
             "crowdmix_aggregator_sealed_dropped",
-            "Sealed reports dropped, by reason (aggregator.sealing.ingest): did not open "
+            "Sealed reports dropped, by reason (crowdmix.aggregator.sealing.ingest): did not open "
             "(unknown_key, expired_key, bad_length, not_authentic) or failed a per-report "
             "check after opening (fingerprint, cohort_range, padding_bits, payload)",
             ["metric", "reason"],

@@ -14,7 +14,7 @@ Alongside it run the standard gRPC health service (``""`` and
 ``crowdmix.v1.Aggregator``), an optional Prometheus endpoint, and a thread
 that calls ``store.maintain()`` every second (Redis: fold per-batch deltas).
 
-Failures raise :mod:`aggregator.errors` (``BindError``, ``StoreUnavailable``);
+Failures raise :mod:`crowdmix.aggregator.errors` (``BindError``, ``StoreUnavailable``);
 the command line maps them to exit codes (``crowdmix.cli.ExitCode``).
 """
 
@@ -31,14 +31,14 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from aggregator.daemon.ingest import Ingestor
-from aggregator.daemon.metrics import IngestMetrics
-from aggregator.daemon.service import AggregatorServicer
-from aggregator.errors import BindError, StoreError
-from aggregator.sealing.ingest import KeyFile
-from aggregator.store.base import CountStore
-from aggregator.store.memory import MemoryCountStore
-from client.registry import MAX_BATCH_BYTES, Registry
+from crowdmix.aggregator.daemon.ingest import Ingestor
+from crowdmix.aggregator.daemon.metrics import IngestMetrics
+from crowdmix.aggregator.daemon.service import AggregatorServicer
+from crowdmix.aggregator.errors import BindError, StoreError
+from crowdmix.aggregator.sealing.ingest import KeyFile
+from crowdmix.aggregator.store.base import CountStore
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.client.registry import MAX_BATCH_BYTES, Registry
 
 __all__ = [
     "SERVICE_NAME",

@@ -1,6 +1,6 @@
 """The gRPC ``Aggregator`` servicer: an adapter, proto → domain → proto.
 
-``Ingest(Batch)`` becomes :meth:`aggregator.daemon.ingest.Ingestor.ingest`; domain
+``Ingest(Batch)`` becomes :meth:`crowdmix.aggregator.daemon.ingest.Ingestor.ingest`; domain
 errors become status codes here and only here (:func:`status_for`):
 
     InvalidBatch      → INVALID_ARGUMENT    (the reason; the sender must not retry; also a
@@ -20,11 +20,11 @@ import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from aggregator.daemon.ingest import IngestBatch, Ingestor, IngestResult
-from aggregator.daemon.metrics import IngestMetrics
-from aggregator.errors import InvalidBatch, ParamsConflict, StoreUnavailable
-from aggregator.sealing.ingest import SealedBatch
-from protos import crowdmix_pb2
+from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor, IngestResult
+from crowdmix.aggregator.daemon.metrics import IngestMetrics
+from crowdmix.aggregator.errors import InvalidBatch, ParamsConflict, StoreUnavailable
+from crowdmix.aggregator.sealing.ingest import SealedBatch
+from crowdmix.protos import crowdmix_pb2
 
 __all__ = [
     "SERVICE_NAME",

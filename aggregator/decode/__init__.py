@@ -8,23 +8,23 @@
 
 from __future__ import annotations
 
-from aggregator.decode.basic import decode_basic, project_to_simplex
-from aggregator.decode.errors import (
+from crowdmix.aggregator.decode.basic import decode_basic, project_to_simplex
+from crowdmix.aggregator.decode.errors import (
     DecodeError,
     DecodeWarning,
     IllPosedError,
     NoReportsError,
     ParamsMismatchError,
 )
-from aggregator.decode.histogram import decode_histogram
-from aggregator.decode.rappor import (
+from crowdmix.aggregator.decode.histogram import decode_histogram
+from crowdmix.aggregator.decode.rappor import (
     DecodeOptions,
     bit_estimates,
     decode_rappor,
     design_matrix,
     detection_threshold,
 )
-from aggregator.decode.result import DecodeResult
+from crowdmix.aggregator.decode.result import DecodeResult
 
 __all__ = [
     "DecodeError",

@@ -5,7 +5,7 @@ Security 2017, §3–4).
 Every mechanism is a *pure* protocol: a report supports value v with
 probability p* when the client holds v and q* otherwise. With S_v reports
 supporting v out of n (``ones[0, v]``, ``totals[0]``; see
-``aggregator.counting.basic``):
+``crowdmix.aggregator.counting.basic``):
 
     ĉ_v = (S_v − n·q*) / (p* − q*)                           (unbiased)
     Var(ĉ_v) = n·q*(1−q*)/(p*−q*)² + c_v·(1−p*−q*)/(p*−q*)    (Wang et al., eq. 2)
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.decode.errors import NoReportsError, ParamsMismatchError
-from aggregator.decode.result import DecodeResult
-from aggregator.decode.stats import (
+from crowdmix.aggregator.decode.errors import NoReportsError, ParamsMismatchError
+from crowdmix.aggregator.decode.result import DecodeResult
+from crowdmix.aggregator.decode.stats import (
     Correction,
     IntervalMethod,
     critical_z,
@@ -43,7 +43,7 @@ from aggregator.decode.stats import (
     report_intervals,
     significant,
 )
-from client.basic import BasicParams
+from crowdmix.client.basic import BasicParams
 
 __all__ = ["decode_basic", "project_to_simplex", "support_probabilities"]
 

@@ -25,7 +25,7 @@ so with one slot's variance v = q·[(1−a)²/d + a²(1 − 1/d)] − q²(1/d �
 The variances are exact; the standard errors plug in c_j = clip(ĉ_j, 0, n)
 (and n̂ for n). Proportions are ĉ_j/n (ĉ_j/n̂ when n is estimated: then a
 ratio, consistent but not exactly unbiased). Intervals, p-values and
-significance are those of ``aggregator.decode.basic`` (Wald, one-sided z for
+significance are those of ``crowdmix.aggregator.decode.basic`` (Wald, one-sided z for
 H0: c_j = 0, Bonferroni/BH over the d buckets) and the distribution answer is
 the Euclidean projection onto the simplex (Norm-Sub). Counting is one
 ``np.bincount`` over a batch of report indexes (``histogram_counts``).
@@ -39,14 +39,14 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.decode.basic import unbiased_table
-from aggregator.decode.errors import NoReportsError, ParamsMismatchError
-from aggregator.decode.result import DecodeResult
-from aggregator.decode.stats import (
+from crowdmix.aggregator.decode.basic import unbiased_table
+from crowdmix.aggregator.decode.errors import NoReportsError, ParamsMismatchError
+from crowdmix.aggregator.decode.result import DecodeResult
+from crowdmix.aggregator.decode.stats import (
     Correction,
     IntervalMethod,
 )
-from client.histogram import HistogramParams
+from crowdmix.client.histogram import HistogramParams
 
 __all__ = ["count_variance", "decode_histogram", "histogram_counts"]
 

@@ -48,14 +48,14 @@ fit above) answers "which values are present?". The *distribution*
 (``distribution`` with posterior intervals) answers "how are reports spread
 over the candidates?" for every candidate, consistently (non-negative, sum
 ≤ 1): unbiased WLS estimates are denoised by empirical Bayes
-(``aggregator.decode.shrink``) and projected onto {x ≥ 0, Σx ≤ 1} (Norm-Sub;
+(``crowdmix.aggregator.decode.shrink``) and projected onto {x ≥ 0, Σx ≤ 1} (Norm-Sub;
 Wang, Lopuhaä-Zwakenberg, Li, Škorić, Li, NDSS 2020). The unbiased estimates
 come from an unconstrained WLS fit on every candidate when the candidates are
 few for the equations (no screening); when screening was needed that fit is
 too ill-conditioned, and the refit after selection on the detected values is
 used instead (the other candidates get 0); those values are there because
 they passed the test, so their prior is fitted with the likelihood truncated
-at the test's cutoff (the winner's curse; ``aggregator.decode.shrink``).
+at the test's cutoff (the winner's curse; ``crowdmix.aggregator.decode.shrink``).
 bench/accuracy.py measured these choices (BENCHMARKS.md, issue 19).
 """
 
@@ -71,22 +71,22 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from aggregator.decode.basic import project_to_simplex
-from aggregator.decode.errors import (
+from crowdmix.aggregator.decode.basic import project_to_simplex
+from crowdmix.aggregator.decode.errors import (
     DecodeWarning,
     IllPosedError,
     NoReportsError,
     ParamsMismatchError,
 )
-from aggregator.decode.rappor_model import (
+from crowdmix.aggregator.decode.rappor_model import (
     bit_estimates,
     design_matrix,
     detection_threshold,
     report_probabilities,
 )
-from aggregator.decode.result import DecodeResult
-from aggregator.decode.shrink import npmle_posterior
-from aggregator.decode.stats import (
+from crowdmix.aggregator.decode.result import DecodeResult
+from crowdmix.aggregator.decode.shrink import npmle_posterior
+from crowdmix.aggregator.decode.stats import (
     INTERVALS,
     Correction,
     IntervalMethod,
@@ -97,13 +97,13 @@ from aggregator.decode.stats import (
     selection_cutoff,
     significant,
 )
-from aggregator.decode.wls import (
+from crowdmix.aggregator.decode.wls import (
     Fit,
     fit_nnls,
     inverse_diagonal,
     lasso_screen,
 )
-from client.params import RapporParams
+from crowdmix.client.params import RapporParams
 
 __all__ = [
     "DecodeOptions",

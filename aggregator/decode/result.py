@@ -39,9 +39,9 @@ class DecodeResult:
     alpha: float = 0.05
     correction: str = "bonferroni"
     #: How ci_low/ci_high were made: "wald", or "selective" (detected rows
-    #: selection-adjusted, the others Wald); see ``aggregator.decode.stats``.
+    #: selection-adjusted, the others Wald); see ``crowdmix.aggregator.decode.stats``.
     ci_method: str = "wald"
-    #: The distribution answer (see ``aggregator.decode.rappor``): every
+    #: The distribution answer (see ``crowdmix.aggregator.decode.rappor``): every
     #: candidate's share, non-negative, summing to <= 1, with an interval
     #: (distribution_low <= distribution <= distribution_high). None: the
     #: decoder gives only the estimates above.

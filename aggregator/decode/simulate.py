@@ -7,7 +7,7 @@ the aggregator would hold, from their exact distribution:
    (``cohorts="uniform"``), or, as google/rappor's regression tests do,
    clients are shuffled and client i gets cohort i mod m (``"round-robin"``);
 2. B_ji = clients in cohort j whose Bloom filter has bit i (from the design
-   matrix, i.e. ``client.hashing``);
+   matrix, i.e. ``crowdmix.client.hashing``);
 3. given the Bloom filters, every report bit is an independent Bernoulli —
    p11 where the Bloom bit is 1, p01 where it is 0 (PRR then IRR, one report
    per client) — so c_ji = Binomial(B_ji, p11) + Binomial(N_j − B_ji, p01).
@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from aggregator.decode.rappor_model import report_probabilities
-from client.params import RapporParams
+from crowdmix.aggregator.decode.rappor_model import report_probabilities
+from crowdmix.client.params import RapporParams
 
 __all__ = ["simulate_rappor_counts"]
 

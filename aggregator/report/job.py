@@ -9,7 +9,7 @@ table, summary (with the privacy statement) and plot.
 
 Privacy figures: ``run_report(privacy=...)`` takes a ready dict, or a
 function ``(metric, totals) -> dict``; by default :func:`privacy_figures`
-gives the local ε_1/ε_∞ and, from ``aggregator.accounting``, the amplified
+gives the local ε_1/ε_∞ and, from ``crowdmix.aggregator.accounting``, the amplified
 central (ε, δ) of the release.
 """
 
@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.decode.errors import IllPosedError, ParamsMismatchError
-from aggregator.decode.rappor import DecodeOptions
-from aggregator.decode.result import DecodeResult
-from client.registry import MetricConfig
+from crowdmix.aggregator.decode.errors import IllPosedError, ParamsMismatchError
+from crowdmix.aggregator.decode.rappor import DecodeOptions
+from crowdmix.aggregator.decode.result import DecodeResult
+from crowdmix.client.registry import MetricConfig
 
 __all__ = [
     "ANSWERS",
@@ -155,7 +155,7 @@ def privacy_figures(
     copy of one report it has already counted once, linked to nothing else, and their
     figures do not change.
     """
-    from client.privacy import epsilon_inf, epsilon_one
+    from crowdmix.client.privacy import epsilon_inf, epsilon_one
 
     out: dict[str, Any] = {}
     if metric.rappor is not None:
@@ -185,7 +185,7 @@ def privacy_figures(
             batch_sizes=batch_sizes,
             duplicate_reports=duplicate_reports,
         )
-    from aggregator.accounting import privacy_statement
+    from crowdmix.aggregator.accounting import privacy_statement
 
     try:
         stated = privacy_statement(
@@ -217,7 +217,7 @@ def _histogram_figures(
     duplicate_reports: int | None,
 ) -> dict[str, Any]:
     """A shuffled histogram's statement: both figures (aggregator.accounting.histogram_release)."""
-    from aggregator.accounting.histogram_release import histogram_release
+    from crowdmix.aggregator.accounting.histogram_release import histogram_release
 
     assert metric.histogram is not None
     if sealed is False:
@@ -256,7 +256,7 @@ def _finite(x: float) -> float | None:
 def _decode(job: ReportJob, options: DecodeOptions, project: bool) -> DecodeResult:
     metric = job.metric
     if metric.rappor is not None:
-        from aggregator.decode.rappor import decode_rappor, design_matrix
+        from crowdmix.aggregator.decode.rappor import decode_rappor, design_matrix
 
         if job.candidates is None:
             raise IllPosedError("RAPPOR needs a list of candidate values to decode against")
@@ -266,7 +266,7 @@ def _decode(job: ReportJob, options: DecodeOptions, project: bool) -> DecodeResu
         return decode_rappor(job.totals, job.ones, metric.rappor, design, job.candidates, options)
     names = job.candidates if job.candidates is not None else metric.domain
     if metric.histogram is not None:
-        from aggregator.decode.histogram import decode_histogram
+        from crowdmix.aggregator.decode.histogram import decode_histogram
 
         # devices are estimated from the report total (the aggregator never sees devices)
         return decode_histogram(
@@ -279,7 +279,7 @@ def _decode(job: ReportJob, options: DecodeOptions, project: bool) -> DecodeResu
             interval=options.interval,
             project=project,
         )
-    from aggregator.decode.basic import decode_basic
+    from crowdmix.aggregator.decode.basic import decode_basic
 
     assert metric.basic is not None  # MetricConfig holds exactly one encoding
     return decode_basic(
@@ -425,7 +425,7 @@ def write_outputs(
         encoding="utf-8",
     )
     if plot:
-        from aggregator.report.plot import plot_estimates
+        from crowdmix.aggregator.report.plot import plot_estimates
 
         paths["plot"] = out / "plot.png"
         plot_estimates(

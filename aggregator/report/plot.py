@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from aggregator.decode.result import DecodeResult
+from crowdmix.aggregator.decode.result import DecodeResult
 
 __all__ = ["plot_estimates"]
 

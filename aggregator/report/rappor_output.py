@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.decode.result import DecodeResult
+from crowdmix.aggregator.decode.result import DecodeResult
 
 __all__ = ["RAPPOR_COLUMNS", "rappor_residual", "write_rappor_outputs"]
 

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counting.counts import Counts, CountsShapeError
-from aggregator.sealing.keys import KeySetError, load_keyset
-from aggregator.sealing.opening import DROP_REASONS, OpenedBatch, Opener
-from client.registry import MetricConfig
+from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
+from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
+from crowdmix.aggregator.sealing.opening import DROP_REASONS, OpenedBatch, Opener
+from crowdmix.client.registry import MetricConfig
 
 __all__ = [
     "SCREEN_REASONS",

@@ -32,15 +32,15 @@ from typing import Any, Final
 import numpy as np
 from cryptography.exceptions import InvalidTag
 
-from aggregator.sealing.keys import KeySet
-from client.sealed import (
+from crowdmix.aggregator.sealing.keys import KeySet
+from crowdmix.client.sealed import (
     REPORT_ID_BYTES,
     SUITES,
     plaintext_length,
     report_info,
     sealed_length,
 )
-from client.sealing import hpke_suite
+from crowdmix.client.sealing import hpke_suite
 
 __all__ = ["DROP_REASONS", "OpenedBatch", "Opener", "open_batch"]
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aggregator.counting import accumulator_for
-from aggregator.counting.counts import Counts
-from aggregator.errors import ParamsConflict
-from aggregator.store.base import CountStore
-from aggregator.store.codec import metric_from_description
-from aggregator.store.memory import MemoryCountStore
-from aggregator.store.redis import RedisCountStore
-from client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
-from client.registry import MetricConfig
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.counts import Counts
+from crowdmix.aggregator.errors import ParamsConflict
+from crowdmix.aggregator.store.base import CountStore
+from crowdmix.aggregator.store.codec import metric_from_description
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.client.registry import MetricConfig
 
 __all__ = ["load_batch_sizes", "load_counts", "open_store", "stored_metric"]
 
@@ -64,7 +64,7 @@ def load_counts(
     """Merged counts of ``metric`` over ``windows`` (all when None) from a store or a store URL.
 
     For the report job. The counts come back as the metric's accumulator
-    (``aggregator.counting.counts.accumulator_for``: CohortCounts for RAPPOR, OUE and
+    (``crowdmix.aggregator.counting.counts.accumulator_for``: CohortCounts for RAPPOR, OUE and
     binary RR, index or OLH support counts for k-RR and OLH), for the given
     :class:`~client.registry.MetricConfig` or, given a name, for the config
     stored with the counts (raising ParamsConflict when a given config's

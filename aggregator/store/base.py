@@ -23,13 +23,13 @@ of windows before a cutoff (their counts stay) and from then on refuses
 batches of those windows (``WindowDisposed``), so deleting the ids can never
 let a late copy be counted twice.
 
-The backends: :mod:`aggregator.store.memory` (a dict and a lock; the embedded
-default) and :mod:`aggregator.store.redis` (Redis with AOF; a Lua script makes
+The backends: :mod:`crowdmix.aggregator.store.memory` (a dict and a lock; the embedded
+default) and :mod:`crowdmix.aggregator.store.redis` (Redis with AOF; a Lua script makes
 "record ids + store this batch's counts" atomic, and any number of aggregator
 processes may share it). Both pass one contract suite
 (tests/service/test_store_contract.py); what they serialise, and how, is in
-:mod:`aggregator.store.codec`. ``aggregator.store.open_store(url)`` picks one.
-Errors are in :mod:`aggregator.errors`.
+:mod:`crowdmix.aggregator.store.codec`. ``crowdmix.aggregator.store.open_store(url)`` picks one.
+Errors are in :mod:`crowdmix.aggregator.errors`.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.errors import ParamsConflict
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.errors import ParamsConflict
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -236,7 +236,7 @@ class CountStore(Protocol):
         The assumption, not checked here: **all copies of one report are filed (by the
         shufflers) in one window or in two adjacent ones.** A shuffler re-sends a batch
         with its window and batch id unchanged, so only a device's retries make new
-        copies; the SDK's ``Reporter`` (``client.outbox``) re-sends a report only while
+        copies; the SDK's ``Reporter`` (``crowdmix.client.outbox``) re-sends a report only while
         every copy reaches the server within less than one window of time, which puts
         the copies in at most two adjacent windows of one server clock. Copies filed two
         windows apart (W-1 and W+1) are each counted once: neither window's check

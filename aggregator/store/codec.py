@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.errors import ParamsConflict, StoreError
-from aggregator.store.base import CountsLike, Int64Array, StoredCounts
+from crowdmix.aggregator.errors import ParamsConflict, StoreError
+from crowdmix.aggregator.store.base import CountsLike, Int64Array, StoredCounts
 
 if TYPE_CHECKING:
-    from client.registry import MetricConfig
+    from crowdmix.client.registry import MetricConfig
 
 __all__ = [
     "decode_counts",
@@ -147,7 +147,7 @@ def describe_metric(config: MetricConfig) -> str:
 
 def metric_from_description(name: str, description: str) -> MetricConfig:
     """The MetricConfig a :func:`describe_metric` text stands for (validated like a registry)."""
-    from client.registry import RegistryError, parse_registry
+    from crowdmix.client.registry import RegistryError, parse_registry
 
     try:
         table = json.loads(description)

@@ -9,8 +9,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 
-from aggregator.errors import ParamsConflict, WindowDisposed
-from aggregator.store.base import (
+from crowdmix.aggregator.errors import ParamsConflict, WindowDisposed
+from crowdmix.aggregator.store.base import (
     ApplyOutcome,
     CountsLike,
     CountStore,
@@ -18,7 +18,7 @@ from aggregator.store.base import (
     StoredCounts,
     batch_crowd,
 )
-from aggregator.store.report_ids import ReportIdIndex
+from crowdmix.aggregator.store.report_ids import ReportIdIndex
 
 __all__ = ["MemoryCountStore"]
 

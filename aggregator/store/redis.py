@@ -10,7 +10,7 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
 3. checks that the report-id lists of the window W, of W-1 and of W+1 (the copies of one
    report are filed in one window or two adjacent ones, and may reach the aggregator in
-   either order: :meth:`aggregator.store.base.CountStore.apply_reports` states why) are the
+   either order: :meth:`crowdmix.aggregator.store.base.CountStore.apply_reports` states why) are the
    ones the caller checked the batch's report ids against: the same length and the same
    last blob (its first id, last id and size; a length alone cannot tell a list that lost
    its tail, after a power cut with ``appendfsync everysec`` or a failover to a lagging
@@ -25,7 +25,7 @@ aggregator counts the batch in numpy and a Lua script, atomically,
    W's, by 0 if none: the key's presence says the window's count is known).
 
 The membership test of report ids runs in this process, in numpy
-(:class:`aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
+(:class:`crowdmix.aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
 reads only what other processes appended since), before the script: a report whose id
 was counted before is dropped and the batch recounted without it (rare). A process keeps
 the indexes of only the ``cached_windows`` windows up to the newest that holds ids (default
@@ -88,8 +88,8 @@ import numpy as np
 import redis
 import redis.cluster
 
-from aggregator.errors import ParamsConflict, StoreError, StoreUnavailable, WindowDisposed
-from aggregator.store.base import (
+from crowdmix.aggregator.errors import ParamsConflict, StoreError, StoreUnavailable, WindowDisposed
+from crowdmix.aggregator.store.base import (
     ApplyOutcome,
     CountsLike,
     CountStore,
@@ -97,9 +97,9 @@ from aggregator.store.base import (
     StoredCounts,
     batch_crowd,
 )
-from aggregator.store.codec import encode_counts, sum_blobs
-from aggregator.store.report_ids import ReportIdIndex
-from client.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
+from crowdmix.aggregator.store.report_ids import ReportIdIndex
+from crowdmix.client.redis_url import is_cluster_url, parse_cluster_url
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.accounting.amplification import (
+from crowdmix.aggregator.accounting.amplification import (
     amplify,
     epsilon_from_pair,
     fmt21_closed_form,
     shuffled_rr_lower_bound,
 )
-from aggregator.accounting.local import epsilon_one
-from aggregator.accounting.pairs import ClonePair
-from client.params import RapporParams
+from crowdmix.aggregator.accounting.local import epsilon_one
+from crowdmix.aggregator.accounting.pairs import ClonePair
+from crowdmix.client.params import RapporParams
 
 DELTA = 1e-6
 

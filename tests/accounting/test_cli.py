@@ -184,8 +184,8 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from aggregator.accounting.ledger import PrivacyLedger, Release
-    from aggregator.accounting.ledger_stores import JsonFileLedgerStore
+    from crowdmix.aggregator.accounting.ledger import PrivacyLedger, Release
+    from crowdmix.aggregator.accounting.ledger_stores import JsonFileLedgerStore
 
     path = tmp_path / "ledger.json"
     PrivacyLedger(JsonFileLedgerStore(path)).record(

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.accounting.amplification import amplify
-from aggregator.accounting.composition import (
+from crowdmix.aggregator.accounting.amplification import amplify
+from crowdmix.aggregator.accounting.composition import (
     compose,
     compose_advanced,
     compose_basic,
     compose_optimal,
     optimal_delta,
 )
-from aggregator.accounting.pairs import ClonePair
-from aggregator.accounting.pld import MAX_PLD_N, pld_epsilon, shuffle_pld
+from crowdmix.aggregator.accounting.pairs import ClonePair
+from crowdmix.aggregator.accounting.pld import MAX_PLD_N, pld_epsilon, shuffle_pld
 
 
 def test_reference_values() -> None:

@@ -24,16 +24,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from aggregator.accounting import (
+from crowdmix.aggregator.accounting import (
     MemoryLedgerStore,
     PrivacyLedger,
     amplify,
     privacy_statement,
     record_release,
 )
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.registry import MetricConfig, ShufflePolicy
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MetricConfig, ShufflePolicy
 
 Randomizer = Callable[[int], Sequence[float]]
 ANY_BATCH = ShufflePolicy(min_batch=1, max_batch=10**6)

@@ -6,7 +6,7 @@ import inspect
 import subprocess
 import sys
 
-import aggregator.accounting as accounting
+import crowdmix.aggregator.accounting as accounting
 
 
 def test_all_names_resolve_and_cover_bound_api() -> None:
@@ -17,7 +17,7 @@ def test_all_names_resolve_and_cover_bound_api() -> None:
         for name, value in vars(accounting).items()
         if not name.startswith("_")
         and (inspect.isclass(value) or inspect.isfunction(value))
-        and (getattr(value, "__module__", "") or "").startswith("aggregator.accounting")
+        and (getattr(value, "__module__", "") or "").startswith("crowdmix.aggregator.accounting")
     }
     assert bound <= set(accounting.__all__)
 

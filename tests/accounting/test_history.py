@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from aggregator.accounting import (
+from crowdmix.aggregator.accounting import (
     Budget,
     BudgetExceededError,
     MemoryLedgerStore,
@@ -25,18 +25,18 @@ from aggregator.accounting import (
     privacy_statement,
     record_release,
 )
-from aggregator.accounting.amplification import _lower_root, amplify
-from aggregator.accounting.history import Segment, compose_segments, round_pair
-from aggregator.accounting.local import (
+from crowdmix.aggregator.accounting.amplification import _lower_root, amplify
+from crowdmix.aggregator.accounting.history import Segment, compose_segments, round_pair
+from crowdmix.aggregator.accounting.local import (
     basic_total_variation,
     epsilon_inf,
     prr_total_variation,
 )
-from aggregator.accounting.pairs import ClonePair
-from aggregator.accounting.pld import pld_lower_epsilon, shuffle_pld
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.registry import MetricConfig
+from crowdmix.aggregator.accounting.pairs import ClonePair
+from crowdmix.aggregator.accounting.pld import pld_lower_epsilon, shuffle_pld
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MetricConfig
 
 DELTA = 1e-6
 
@@ -204,7 +204,7 @@ def test_cohorts_sharing_prr_coins_exceed_two_epsilon_inf_and_stay_within_the_ir
 
 
 def test_prrs_with_shared_coins_and_different_f_are_refused() -> None:
-    from aggregator.accounting import UnboundedReleaseError
+    from crowdmix.aggregator.accounting import UnboundedReleaseError
 
     ledger = PrivacyLedger(MemoryLedgerStore())
     a = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1, f=0.5))
@@ -220,8 +220,8 @@ def test_a_change_of_m_is_not_one_memoised_prr() -> None:
     # (= one ε_∞) for both although clients that change cohort get a new Bloom filter
     # and a new PRR (two independent PRRs reach 2·ε_∞ = 8.79). The clients that keep
     # their cohort share the PRR coins, so no bound is claimed: refused.
-    from aggregator.accounting import UnboundedReleaseError
-    from aggregator.accounting.history import _prr_key
+    from crowdmix.aggregator.accounting import UnboundedReleaseError
+    from crowdmix.aggregator.accounting.history import _prr_key
 
     a = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=8, f=0.5))
     b = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=16, f=0.5))
@@ -246,7 +246,7 @@ def test_prr_parameter_changes_sharing_coins_are_refused() -> None:
     # Review finding 3: (h=1, f=0.5) then (h=2, f=0.25) under one metric was accepted
     # and basic-composed (0.2267), though the h = 1 filter is inside the h = 2 one
     # (equal for ~1/k of values) and the PRR coins depend only on the Bloom bytes.
-    from aggregator.accounting import UnboundedReleaseError
+    from crowdmix.aggregator.accounting import UnboundedReleaseError
 
     c = MetricConfig(name="q", rappor=RapporParams(k=16, h=1, m=1, f=0.5))
     d = MetricConfig(name="q", rappor=RapporParams(k=16, h=2, m=1, f=0.25))
@@ -269,7 +269,7 @@ def test_a_legacy_memoised_entry_is_not_added_to_a_new_prr_as_independent() -> N
     # Review finding 3 (legacy path): an entry written before segments existed, with a
     # memoised PRR, was added by basic composition to a new memoised group over the
     # same PRR coins. Its params are not on record: refused.
-    from aggregator.accounting import Release, UnboundedReleaseError
+    from crowdmix.aggregator.accounting import Release, UnboundedReleaseError
 
     ledger = PrivacyLedger(MemoryLedgerStore())
     legacy = Release(release_id="old", window=0, n_reports=10_000, mechanism="rappor",
@@ -306,7 +306,7 @@ def _segment(kind: str, eps: float, n: int, rounds: int) -> Segment:
             epsilon0=eps,
             beta=basic_total_variation(basic),
         )
-    from aggregator.accounting.local import epsilon_one, total_variation
+    from crowdmix.aggregator.accounting.local import epsilon_one, total_variation
 
     params = RapporParams(k=16, h=1, m=1, f=0.5 if kind == "rappor" else 0.0, p=0.4, q=0.7)
     return Segment(
@@ -357,8 +357,8 @@ def test_composition_never_decreases_and_covers_every_release(segs: list[Segment
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(segments)
 def test_ledger_total_never_decreases_and_is_at_least_each_release(segs: list[Segment]) -> None:
-    from aggregator.accounting import Release
-    from aggregator.accounting.history import segment_to_dict
+    from crowdmix.aggregator.accounting import Release
+    from crowdmix.aggregator.accounting.history import segment_to_dict
 
     ledger = PrivacyLedger(MemoryLedgerStore())
     previous = (0.0, 0.0)
@@ -487,7 +487,7 @@ def test_lower_uses_the_largest_known_lower_bound(capsys: pytest.CaptureFixture[
 def test_planner_enforces_meets_target(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from aggregator.accounting import PlanError, plan, statement
+    from crowdmix.aggregator.accounting import PlanError, plan, statement
 
     assert plan(0.1, 1e-6, 10**5, 50).meets_target
     # Whatever the search proposes, a plan whose stated figures miss the target is

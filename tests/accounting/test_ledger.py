@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.accounting.ledger import (
+from crowdmix.aggregator.accounting.ledger import (
     Budget,
     BudgetExceededError,
     ConcurrentUpdateError,
@@ -19,7 +19,7 @@ from aggregator.accounting.ledger import (
     Release,
     UnboundedReleaseError,
 )
-from aggregator.accounting.ledger_stores import (
+from crowdmix.aggregator.accounting.ledger_stores import (
     JsonFileLedgerStore,
     LedgerStore,
     MemoryLedgerStore,
@@ -172,9 +172,9 @@ def test_redis_store_reports_corruption(redis_url: str) -> None:
 
 
 def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
-    from aggregator.accounting import privacy_statement
-    from client.params import RapporParams
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.accounting import privacy_statement
+    from crowdmix.client.params import RapporParams
+    from crowdmix.client.registry import MetricConfig
 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
     ledger = PrivacyLedger(MemoryLedgerStore(), Budget(epsilon=1.0, delta=1e-5))
@@ -193,9 +193,9 @@ def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
 
 
 def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
-    from aggregator.accounting import privacy_statement, record_release
-    from client.params import RapporParams
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.accounting import privacy_statement, record_release
+    from crowdmix.client.params import RapporParams
+    from crowdmix.client.registry import MetricConfig
 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
     first = privacy_statement(metric, 10_000, rounds=1).central.epsilon
@@ -210,9 +210,9 @@ def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
 
 
 def test_record_release_retries_when_another_writer_wins() -> None:
-    from aggregator.accounting import record_release
-    from client.params import RapporParams
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.accounting import record_release
+    from crowdmix.client.params import RapporParams
+    from crowdmix.client.registry import MetricConfig
 
     class RacingStore(MemoryLedgerStore):
         """Another report job appends just before our first append."""

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.counting import accumulator_for
-from aggregator.counting.files import save_counts
-from client.registry import load_registry
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.files import save_counts
 from crowdmix.cli import main
+from crowdmix.client.registry import load_registry
 
 CONFIG = """
 [metrics.browser]
@@ -116,9 +116,9 @@ def test_privacy_ledger_of_a_missing_file_is_an_error(
 def test_running_totals_never_decrease_in_the_listing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from aggregator.accounting import JsonFileLedgerStore, PrivacyLedger, record_release
-    from client.basic import BasicParams
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.accounting import JsonFileLedgerStore, PrivacyLedger, record_release
+    from crowdmix.client.basic import BasicParams
+    from crowdmix.client.registry import MetricConfig
 
     metric = MetricConfig(
         name="pages", basic=BasicParams(mechanism="krr", epsilon=2.0, domain_size=5)
@@ -139,8 +139,8 @@ def test_running_totals_never_decrease_in_the_listing(
 def test_redis_over_seven_windows_is_seven_rounds(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, redis_url: str
 ) -> None:
-    from aggregator.daemon.ingest import Ingestor
-    from aggregator.store.redis import RedisCountStore
+    from crowdmix.aggregator.daemon.ingest import Ingestor
+    from crowdmix.aggregator.store.redis import RedisCountStore
     from tests.service.helpers import write_registry
     from tests.service.test_report_redis import REGISTRY, TRUE, rappor_batch
 

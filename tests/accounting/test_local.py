@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.accounting.local import (
+from crowdmix.aggregator.accounting.local import (
     basic_total_variation,
     epsilon_k,
     generic_total_variation,
     total_variation,
 )
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.privacy import epsilon_inf, epsilon_one, p_star, q_star
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.privacy import epsilon_inf, epsilon_one, p_star, q_star
 
 DEFAULTS = RapporParams()  # k=16, h=2, f=.5, p=.5, q=.75
 

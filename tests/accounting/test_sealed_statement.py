@@ -6,10 +6,10 @@ import dataclasses
 
 import numpy as np
 
-from aggregator.accounting import privacy_statement
-from aggregator.report.job import privacy_figures
-from client.params import RapporParams
-from client.registry import MetricConfig, ShufflePolicy
+from crowdmix.aggregator.accounting import privacy_statement
+from crowdmix.aggregator.report.job import privacy_figures
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MetricConfig, ShufflePolicy
 
 METRIC = MetricConfig(
     name="m",

@@ -7,11 +7,16 @@ import math
 
 import pytest
 
-from aggregator.accounting import amplify, privacy_statement
-from aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one, total_variation
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.registry import MetricConfig, ShufflePolicy
+from crowdmix.aggregator.accounting import amplify, privacy_statement
+from crowdmix.aggregator.accounting.local import (
+    epsilon_inf,
+    epsilon_k,
+    epsilon_one,
+    total_variation,
+)
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MetricConfig, ShufflePolicy
 
 DELTA = 1e-6
 # A policy whose batches are never split below 1e8 reports: these tests then see
@@ -190,8 +195,8 @@ def test_statement_input_validation() -> None:
 
 
 def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
-    from aggregator.accounting.composition import compose_optimal
-    from aggregator.accounting.pld import MAX_PLD_N
+    from crowdmix.aggregator.accounting.composition import compose_optimal
+    from crowdmix.aggregator.accounting.pld import MAX_PLD_N
 
     metric = basic_metric("oue", 2.0, 8)
     n = 2 * MAX_PLD_N
@@ -211,7 +216,7 @@ def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> 
     # cohort of every batch, is charged to δ (mean − 5 sd failed w.p. ≈ 8·80·Φ(−5)).
     from scipy.stats import binom
 
-    from aggregator.accounting.guarantees import CROWD_FAILURE
+    from crowdmix.aggregator.accounting.guarantees import CROWD_FAILURE
 
     n_amp = stmt.central.n_amplify
     failure = 8 * 80 * binom.cdf(n_amp - 1, 1000, 1 / 8)

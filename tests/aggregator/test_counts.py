@@ -9,14 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.counting import accumulator_for
-from aggregator.counting.basic import IndexCounts, OlhSupportCounts, olh_hashes
-from aggregator.counting.counts import BLOCK, CohortCounts, CountsShapeError, columns_to_arrays
-from aggregator.counting.files import CountsFileError, load_counts, save_counts
-from client.basic import BasicEncoder, BasicParams, olh_hash
-from client.params import RapporParams
-from client.randomness import SecureBits
-from client.registry import MetricConfig
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts, olh_hashes
+from crowdmix.aggregator.counting.counts import (
+    BLOCK,
+    CohortCounts,
+    CountsShapeError,
+    columns_to_arrays,
+)
+from crowdmix.aggregator.counting.files import CountsFileError, load_counts, save_counts
+from crowdmix.client.basic import BasicEncoder, BasicParams, olh_hash
+from crowdmix.client.params import RapporParams
+from crowdmix.client.randomness import SecureBits
+from crowdmix.client.registry import MetricConfig
 
 
 def naive_counts(
@@ -259,7 +264,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 
 
 def test_a_protobuf_batch_counts_straight_from_its_columns() -> None:
-    from protos import crowdmix_pb2
+    from crowdmix.protos import crowdmix_pb2
 
     rng = np.random.default_rng(21)
     cohorts, bits = random_batch(rng, 3000, 64, 128)

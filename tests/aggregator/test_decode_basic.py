@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aggregator.counting.basic import OlhSupportCounts
-from aggregator.decode import NoReportsError, ParamsMismatchError
-from aggregator.decode.basic import decode_basic, project_to_simplex, support_probabilities
-from client.basic import OLH_PRIME, BasicEncoder, BasicParams
+from crowdmix.aggregator.counting.basic import OlhSupportCounts
+from crowdmix.aggregator.decode import NoReportsError, ParamsMismatchError
+from crowdmix.aggregator.decode.basic import decode_basic, project_to_simplex, support_probabilities
+from crowdmix.client.basic import OLH_PRIME, BasicEncoder, BasicParams
 
 SHARES = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
 
@@ -97,8 +97,8 @@ def test_estimators_are_unbiased_with_stated_variance_and_coverage(
 def test_encoder_payloads_decode_to_the_truth() -> None:
     # Real encoder + real accumulator, one seed-free run of 3000 OUE reports of
     # value 2 only: value 2's estimate is within 6 se of 1 (false failure 2e-9).
-    from aggregator.counting import accumulator_for
-    from client.registry import MetricConfig
+    from crowdmix.aggregator.counting import accumulator_for
+    from crowdmix.client.registry import MetricConfig
 
     metric = MetricConfig(name="m", basic=BasicParams(mechanism="oue", epsilon=2.0, domain_size=5))
     assert metric.basic is not None

@@ -17,14 +17,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.decode import DecodeError, DecodeOptions, DecodeWarning, design_matrix
-from aggregator.decode.simulate import simulate_rappor_counts
-from aggregator.report.job import RESULT_COLUMNS, ReportJob, format_table, run_report, write_outputs
-from aggregator.report.rappor_files import write_counts_csv, write_map_csv, write_params_csv
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.registry import MetricConfig
+from crowdmix.aggregator.decode import DecodeError, DecodeOptions, DecodeWarning, design_matrix
+from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
+from crowdmix.aggregator.report.job import (
+    RESULT_COLUMNS,
+    ReportJob,
+    format_table,
+    run_report,
+    write_outputs,
+)
+from crowdmix.aggregator.report.rappor_files import (
+    write_counts_csv,
+    write_map_csv,
+    write_params_csv,
+)
 from crowdmix.cli import main
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MetricConfig
 
 PARAMS = RapporParams(k=16, h=2, m=8, p=0.25, q=0.75, f=0.5)
 CANDIDATES = tuple(f"v{i}" for i in range(1, 13))

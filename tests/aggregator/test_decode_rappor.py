@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-from aggregator.decode import (
+from crowdmix.aggregator.decode import (
     DecodeOptions,
     DecodeWarning,
     IllPosedError,
@@ -22,10 +22,10 @@ from aggregator.decode import (
     design_matrix,
     detection_threshold,
 )
-from aggregator.decode.rappor import report_probabilities
-from aggregator.decode.simulate import simulate_rappor_counts
-from client.hashing import bloom_bits
-from client.params import RapporParams
+from crowdmix.aggregator.decode.rappor import report_probabilities
+from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
+from crowdmix.client.hashing import bloom_bits
+from crowdmix.client.params import RapporParams
 
 PARAMS = RapporParams(k=32, h=2, m=16, p=0.25, q=0.75, f=0.5)
 VALUES = [f"value-{i}" for i in range(10)]

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.decode import DecodeWarning, decode_rappor, design_matrix
-from aggregator.decode.shrink import npmle_posterior
-from aggregator.decode.simulate import simulate_rappor_counts
-from aggregator.decode.stats import selection_cutoff
-from client.params import RapporParams
+from crowdmix.aggregator.decode import DecodeWarning, decode_rappor, design_matrix
+from crowdmix.aggregator.decode.shrink import npmle_posterior
+from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
+from crowdmix.aggregator.decode.stats import selection_cutoff
+from crowdmix.client.params import RapporParams
 
 
 @pytest.mark.parametrize("shape", ["flat", "sparse"])

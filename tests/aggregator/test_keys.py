@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.sealing.keys import (
+from crowdmix.aggregator.sealing.keys import (
     KeyFileError,
     KeySet,
     KeySetError,
@@ -20,7 +20,7 @@ from aggregator.sealing.keys import (
     save_keyset,
     write_public_config,
 )
-from client.sealed import MLKEM768_X25519_SUITE, PublicKeySet
+from crowdmix.client.sealed import MLKEM768_X25519_SUITE, PublicKeySet
 
 T0 = 1_800_000_000
 

@@ -7,10 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from aggregator.sealing.keys import KeySet
-from aggregator.sealing.opening import OpenedBatch, Opener, open_batch
-from client.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
-from client.sealing import seal_report
+from crowdmix.aggregator.sealing.keys import KeySet
+from crowdmix.aggregator.sealing.opening import OpenedBatch, Opener, open_batch
+from crowdmix.client.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
+from crowdmix.client.sealing import seal_report
 
 T0 = 1_800_000_000
 RB = 3  # report bytes of the test metric

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.counting import accumulator_for
-from aggregator.counting.files import save_counts
-from aggregator.decode import design_matrix
-from aggregator.decode.simulate import simulate_rappor_counts
-from aggregator.report.job import RESULT_COLUMNS, ReportJob, read_candidates, run_report
-from aggregator.report.rappor_files import (
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.files import save_counts
+from crowdmix.aggregator.decode import design_matrix
+from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
+from crowdmix.aggregator.report.job import RESULT_COLUMNS, ReportJob, read_candidates, run_report
+from crowdmix.aggregator.report.rappor_files import (
     RapporFileError,
     read_counts_csv,
     read_map_csv,
@@ -23,11 +23,11 @@ from aggregator.report.rappor_files import (
     write_map_csv,
     write_params_csv,
 )
-from client.basic import BasicParams
-from client.params import RapporParams
-from client.privacy import epsilon_one
-from client.registry import load_registry
 from crowdmix.cli import main
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.privacy import epsilon_one
+from crowdmix.client.registry import load_registry
 
 PARAMS = RapporParams(k=16, h=2, m=8, p=0.25, q=0.75, f=0.5)
 TRUE = [f"page-{i}" for i in range(6)]
@@ -271,7 +271,7 @@ def test_read_candidates(tmp_path: Path) -> None:
 
 def test_basic_params_in_summary(tmp_path: Path) -> None:
     params = BasicParams(mechanism="oue", epsilon=1.0, domain_size=3)
-    from client.registry import MetricConfig
+    from crowdmix.client.registry import MetricConfig
 
     metric = MetricConfig(name="o", basic=params, domain=("x", "y", "z"))
     job = ReportJob(metric=metric, totals=np.array([1000]), ones=np.array([[700, 300, 200]]))
@@ -284,7 +284,7 @@ def test_a_statement_that_cannot_be_computed_stops_the_report_unless_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A release is never published with its privacy guarantee silently missing."""
-    import aggregator.accounting
+    import crowdmix.aggregator.accounting
 
     config = tmp_path / "metrics.toml"
     config.write_text(CONFIG)
@@ -305,7 +305,7 @@ def test_a_statement_that_cannot_be_computed_stops_the_report_unless_left_out(
     def broken(*_args: object, **_kwargs: object) -> None:
         raise ValueError("no crowd can be bounded")
 
-    monkeypatch.setattr(aggregator.accounting, "privacy_statement", broken)
+    monkeypatch.setattr(crowdmix.aggregator.accounting, "privacy_statement", broken)
     base = ["report", "--counts", str(counts), "--config", str(config), "--metric", "pages"]
     base += ["--candidates", str(cands), "--no-plot"]
     assert main([*base, "--out", str(tmp_path / "refused")]) == 1

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.sealing.ingest import KeyFile, SealedBatch
-from aggregator.sealing.keys import KeySet, save_keyset
-from client.params import RapporParams
-from client.registry import MetricConfig
-from client.sealing import seal_many
+from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch
+from crowdmix.aggregator.sealing.keys import KeySet, save_keyset
+from crowdmix.client.params import RapporParams
+from crowdmix.client.registry import MetricConfig
+from crowdmix.client.sealing import seal_many
 
 
 def test_a_killed_worker_does_not_lose_the_batch(tmp_path: Path) -> None:

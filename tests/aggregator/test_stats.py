@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import aggregator.decode
-from aggregator.decode.stats import (
+import crowdmix.aggregator.decode
+from crowdmix.aggregator.decode.stats import (
     Correction,
     IntervalMethod,
     confidence_interval,
@@ -141,8 +141,10 @@ def test_selective_interval_contains_estimate(z: float, cutoff: float, se: float
 
 
 def test_public_surface_of_decode() -> None:
-    exported = set(aggregator.decode.__all__)
-    assert exported == {name for name in dir(aggregator.decode) if not name.startswith("_")} - {
+    exported = set(crowdmix.aggregator.decode.__all__)
+    assert exported == {
+        name for name in dir(crowdmix.aggregator.decode) if not name.startswith("_")
+    } - {
         "basic",
         "errors",
         "rappor",

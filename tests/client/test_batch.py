@@ -1,4 +1,4 @@
-"""client.batch: same Bloom bits and PRRs as the per-report encoder, same report law.
+"""crowdmix.client.batch: same Bloom bits and PRRs as the per-report encoder, same report law.
 
 Statistical checks are exact binomial tests (or a two-sample z-test at
 z = 6.5, two-sided tail 8e-11) per bit; each test states its number of checks,
@@ -14,17 +14,17 @@ import random
 import numpy as np
 import pytest
 
-from client import RapporEncoder, RapporParams, cohort_for_secret
-from client.batch import (
+from crowdmix.client import RapporEncoder, RapporParams, cohort_for_secret
+from crowdmix.client.batch import (
     AesCtrKeystream,
     BatchEncoder,
     EncodedBatch,
     UrandomBytes,
     bernoulli_array,
 )
-from client.hashing import bloom_int
-from client.privacy import p_star, q_star
-from client.randomness import probability_digits
+from crowdmix.client.hashing import bloom_int
+from crowdmix.client.privacy import p_star, q_star
+from crowdmix.client.randomness import probability_digits
 from tests.client.bitsources import ScriptedBytes, SeededBits, SeededBytes
 from tests.client.stats import binomial_ok
 
@@ -212,7 +212,7 @@ def test_default_source_is_aes_ctr_keyed_from_os_urandom(monkeypatch: pytest.Mon
 def test_a_forked_child_never_replays_the_parents_keystream() -> None:
     import os
 
-    from client.batch import AesCtrKeystream
+    from crowdmix.client.batch import AesCtrKeystream
 
     stream = AesCtrKeystream()
     read_fd, write_fd = os.pipe()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from client import CrowdmixClientError, ParamsError, ReportBudget
+from crowdmix.client import CrowdmixClientError, ParamsError, ReportBudget
 
 DAY = 86400
 

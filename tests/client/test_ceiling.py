@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from client.basic import BasicParams
-from client.errors import ParamsError
-from client.histogram import HistogramParams
-from client.params import RapporParams
-from client.privacy import epsilon_inf, epsilon_one
-from client.registry import MetricConfig, parse_registry
-from client.reporter import MAX_EPSILON, MAX_EPSILON_INF, Reporter, _check_ceiling
+from crowdmix.client.basic import BasicParams
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.histogram import HistogramParams
+from crowdmix.client.params import RapporParams
+from crowdmix.client.privacy import epsilon_inf, epsilon_one
+from crowdmix.client.registry import MetricConfig, parse_registry
+from crowdmix.client.reporter import MAX_EPSILON, MAX_EPSILON_INF, Reporter, _check_ceiling
 
 ROOT = Path(__file__).resolve().parents[2]
 

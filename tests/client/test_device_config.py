@@ -1,11 +1,11 @@
-"""What GetConfig tells a device, both ways through the wire (client.device_config)."""
+"""What GetConfig tells a device, both ways through the wire (crowdmix.client.device_config)."""
 
 from __future__ import annotations
 
-from client.device_config import DEFAULT_WINDOW_SECONDS, DeviceConfig, from_proto, to_proto
-from client.registry import parse_registry
-from client.sealed import PublicKeySet
-from protos import crowdmix_pb2 as pb
+from crowdmix.client.device_config import DEFAULT_WINDOW_SECONDS, DeviceConfig, from_proto, to_proto
+from crowdmix.client.registry import parse_registry
+from crowdmix.client.sealed import PublicKeySet
+from crowdmix.protos import crowdmix_pb2 as pb
 
 
 def test_window_and_disposal_age_travel_with_the_params() -> None:

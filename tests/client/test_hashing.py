@@ -5,8 +5,8 @@ from __future__ import annotations
 import mmh3
 import pytest
 
-from client import RapporParams
-from client.hashing import bloom_bits, bloom_int
+from crowdmix.client import RapporParams
+from crowdmix.client.hashing import bloom_bits, bloom_int
 
 # Produced by google/rappor's Python client (issue 2): (value, cohort, h, k) -> set bits.
 RAPPOR_MD5_VECTORS = [

@@ -1,4 +1,4 @@
-"""The outbox's promises, one transaction each (client.outbox)."""
+"""The outbox's promises, one transaction each (crowdmix.client.outbox)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from client.outbox import ROW_OVERHEAD, Claim, Outbox, OutboxError
-from client.report import Report
+from crowdmix.client.outbox import ROW_OVERHEAD, Claim, Outbox, OutboxError
+from crowdmix.client.report import Report
 
 FP = 0xFEDCBA9876543210  # above 2**63: stored as a signed SQLite integer and read back
 
@@ -114,8 +114,8 @@ def test_bad_arguments_and_paths_are_clear_errors(tmp_path: Path) -> None:
 
 
 def test_the_device_secret_is_made_once_private_and_never_short(tmp_path: Path) -> None:
-    from client.errors import CrowdmixClientError
-    from client.reporter import _device_secret
+    from crowdmix.client.errors import CrowdmixClientError
+    from crowdmix.client.reporter import _device_secret
 
     path = tmp_path / "secret"
     first = _device_secret(path)
@@ -130,7 +130,7 @@ def test_the_device_secret_is_made_once_private_and_never_short(tmp_path: Path) 
 def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
     import random
 
-    from client.reporter import backoff_delay
+    from crowdmix.client.reporter import backoff_delay
 
     class Top(random.Random):
         def uniform(self, a: float, b: float) -> float:
@@ -147,7 +147,7 @@ def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
 def test_the_reporter_bounds_its_outbox_by_default() -> None:
     import inspect
 
-    from client.reporter import Reporter
+    from crowdmix.client.reporter import Reporter
 
     params = inspect.signature(Reporter).parameters
     assert params["max_reports"].default == 1000 and params["max_bytes"].default == 1 << 20

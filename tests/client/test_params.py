@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from client import ParamsError, RapporEncoder, RapporParams, new_secret
-from client.report import unpack_bits
+from crowdmix.client import ParamsError, RapporEncoder, RapporParams, new_secret
+from crowdmix.client.report import unpack_bits
 
 BAD_FIELDS: list[tuple[dict[str, Any], str]] = [
     ({"k": 0}, "k"),

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from client import BasicEncoder, BasicParams, RapporEncoder, RapporParams, epsilon_one
-from client.basic import olh_hash
-from client.randomness import bernoulli_bits
+from crowdmix.client import BasicEncoder, BasicParams, RapporEncoder, RapporParams, epsilon_one
+from crowdmix.client.basic import olh_hash
+from crowdmix.client.randomness import bernoulli_bits
 from tests.client.audit import audit_log_ratio
 from tests.client.bitsources import SeededBits
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from client.randomness import (
+from crowdmix.client.randomness import (
     MAX_FIXED_DIGITS,
     SecureBits,
     bernoulli_bits,

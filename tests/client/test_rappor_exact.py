@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from client import (
+from crowdmix.client import (
     InstantaneousResponse,
     PermanentResponse,
     RapporEncoder,
@@ -15,7 +15,7 @@ from client import (
     Report,
     cohort_for_secret,
 )
-from client.randomness import probability_digits
+from crowdmix.client.randomness import probability_digits
 from tests.client.bitsources import ScriptedBits
 
 SECRET = bytes(range(32))
@@ -227,7 +227,7 @@ def test_encoder_rejects_bad_arguments(kwargs: dict[str, object], match: str) ->
 def test_rappor_md5_with_a_short_secret_warns_that_the_prr_rests_on_it() -> None:
     import warnings
 
-    from client.rappor import ShortSecretWarning
+    from crowdmix.client.rappor import ShortSecretWarning
 
     params = RapporParams(k=16, h=2, m=8, f=0.5, p=0.5, q=0.75)
     with pytest.warns(ShortSecretWarning, match="secret's entropy"):

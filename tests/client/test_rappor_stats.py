@@ -13,8 +13,8 @@ import random
 import numpy as np
 import pytest
 
-from client import RapporEncoder, RapporParams, cohort_for_secret
-from client.privacy import p_star, q_star
+from crowdmix.client import RapporEncoder, RapporParams, cohort_for_secret
+from crowdmix.client.privacy import p_star, q_star
 from tests.client.bitsources import SeededBits
 from tests.client.stats import binomial_ok, chi_square_ok
 

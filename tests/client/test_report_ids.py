@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-import client
-from client import BasicEncoder, BasicParams, RapporEncoder, RapporParams
-from client.batch import BatchEncoder
-from client.report import REPORT_ID_BYTES, Report, new_report_id
+from crowdmix import client
+from crowdmix.client import BasicEncoder, BasicParams, RapporEncoder, RapporParams
+from crowdmix.client.batch import BatchEncoder
+from crowdmix.client.report import REPORT_ID_BYTES, Report, new_report_id
 
 
 def counter_source() -> tuple[list[bytes], object]:

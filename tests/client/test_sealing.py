@@ -1,4 +1,4 @@
-"""Sealing on the device (client.sealing): layout, lengths, context binding, randomness.
+"""Sealing on the device (crowdmix.client.sealing): layout, lengths, context binding, randomness.
 
 Opening here uses ``cryptography``'s HPKE directly, so these tests do not trust
 our own opener (tests/aggregator/test_opening.py covers that).
@@ -16,10 +16,10 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
-import client
-from client import sealed
-from client.registry import MetricConfig
-from client.sealed import (
+from crowdmix import client
+from crowdmix.client import sealed
+from crowdmix.client.registry import MetricConfig
+from crowdmix.client.sealed import (
     MLKEM768_X25519_SUITE,
     PublicKeyConfig,
     PublicKeySet,
@@ -31,7 +31,7 @@ from client.sealed import (
     sealed_length_for,
     unpack_plaintext,
 )
-from client.sealing import seal_report
+from crowdmix.client.sealing import seal_report
 
 X25519 = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_128_GCM)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.outbox import Claim, Outbox
-from client.report import Report
-from client.skew import (
+from crowdmix.client.outbox import Claim, Outbox
+from crowdmix.client.report import Report
+from crowdmix.client.skew import (
     GUARD_SECONDS,
     JUMP_SECONDS,
     MAX_ESTIMATE_AGE,
@@ -153,7 +153,7 @@ def test_pending_can_leave_out_held_metrics(tmp_path: Path) -> None:
 
 
 def test_only_a_plausible_server_time_is_believed() -> None:
-    from client.skew import SERVER_TIME_RANGE, plausible_server_time
+    from crowdmix.client.skew import SERVER_TIME_RANGE, plausible_server_time
 
     assert plausible_server_time(0.0)  # no time: an older shuffler (the gap rule)
     assert plausible_server_time(1_800_000_000.0)

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-import client
-from client import BasicEncoder, BasicParams, RapporEncoder, RapporParams, SecureBits
-from client.randomness import shared_secure_bits
+from crowdmix import client
+from crowdmix.client import BasicEncoder, BasicParams, RapporEncoder, RapporParams, SecureBits
+from crowdmix.client.randomness import shared_secure_bits
 
 
 class _CountingUrandom:

@@ -23,14 +23,14 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.store.redis import RedisCountStore
-from client.registry import load_registry
-from client.transport import RETRYABLE
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.registry import load_registry
+from crowdmix.client.transport import RETRYABLE
 from crowdmix.cluster import LocalCluster
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.redis_cluster import key_slot
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.redis_cluster import key_slot
 
 pytestmark = pytest.mark.slow
 

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.errors import StoreUnavailable as AggregatorStoreUnavailable
-from aggregator.store.redis import RedisCountStore
-from shuffler.errors import StoreUnavailable
-from shuffler.redis_store import RedisStore
-from shuffler.store import QueueKey
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.errors import StoreUnavailable as AggregatorStoreUnavailable
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.shuffler.errors import StoreUnavailable
+from crowdmix.shuffler.redis_store import RedisStore
+from crowdmix.shuffler.store import QueueKey
 from tests.redis_server import RedisClusterServers
 
 pytestmark = pytest.mark.slow
@@ -109,7 +109,7 @@ def test_the_event_loop_appender_writes_to_a_cluster_on_ipv6(tmp_path: Path) -> 
 
     import redis
 
-    from shuffler.store import PendingWrite
+    from crowdmix.shuffler.store import PendingWrite
     from tests.redis_server import free_port
     from tests.shuffler.conftest import LoopAppended
     from tests.shuffler.helpers import RAPPOR, unique_chunk

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import redis
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.errors import StoreUnavailable as AggregatorStoreUnavailable
-from aggregator.store.redis import RedisCountStore
-from client.redis_url import parse_cluster_url
-from shuffler.commit import GroupCommitter
-from shuffler.errors import StoreNotReplicated, StoreUnavailable
-from shuffler.redis_cluster import key_slot
-from shuffler.redis_store import RedisStore
-from shuffler.store import PendingWrite, QueueKey
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.errors import StoreUnavailable as AggregatorStoreUnavailable
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.redis_url import parse_cluster_url
+from crowdmix.shuffler.commit import GroupCommitter
+from crowdmix.shuffler.errors import StoreNotReplicated, StoreUnavailable
+from crowdmix.shuffler.redis_cluster import key_slot
+from crowdmix.shuffler.redis_store import RedisStore
+from crowdmix.shuffler.store import PendingWrite, QueueKey
 from tests.redis_server import RedisClusterServers
 from tests.shuffler.conftest import LoopAppended
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry, unique_chunk
@@ -165,7 +165,7 @@ def test_the_report_job_reads_counts_from_a_cluster(
     ``crowdmix report --redis`` calls) find the metrics on every master and merge them."""
     import json
 
-    from aggregator.store import load_counts
+    from crowdmix.aggregator.store import load_counts
     from crowdmix.cli import main
 
     store = RedisCountStore.from_url(cluster_url)
@@ -289,7 +289,7 @@ def test_the_daemons_early_duplicate_answer_waits_too(
     too (the shuffler then deletes the batch), so it must not come before a WAIT. Found in
     review: a batch whose WAIT failed was acknowledged on its retry without any WAIT, and a
     failover then lost it (the master died before its replica had it)."""
-    from aggregator.daemon.ingest import Ingestor
+    from crowdmix.aggregator.daemon.ingest import Ingestor
     from tests.service.helpers import write_registry
 
     _, registry = write_registry(tmp_path)
@@ -334,8 +334,8 @@ def test_a_request_partly_stored_is_not_told_nothing_was_stored(cluster_url: str
     refused ran on the master: ``StoreNotReplicated`` is answered DEADLINE_EXCEEDED."""
     import grpc
 
-    from shuffler.errors import StoreOutcomeUnknown
-    from shuffler.servicer import status_for
+    from crowdmix.shuffler.errors import StoreOutcomeUnknown
+    from crowdmix.shuffler.servicer import status_for
 
     assert status_for(StoreNotReplicated("x")) == grpc.StatusCode.DEADLINE_EXCEEDED
     registry = make_registry()

@@ -228,9 +228,9 @@ CASES = _cases()
 def _files(tmp: Path) -> dict[str, str]:
     import numpy as np
 
-    from aggregator.counting import accumulator_for
-    from aggregator.counting.files import save_counts
-    from client.registry import load_registry
+    from crowdmix.aggregator.counting import accumulator_for
+    from crowdmix.aggregator.counting.files import save_counts
+    from crowdmix.client.registry import load_registry
 
     (tmp / "metrics.toml").write_text(REGISTRY_TOML)
     (tmp / "sync.toml").write_text(REGISTRY_TOML + '\n[shuffler]\nserver = "sync"\n')

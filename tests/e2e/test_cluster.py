@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from aggregator.store import load_counts
+from crowdmix.aggregator.store import load_counts
 from crowdmix.cluster import DEMO_METRIC, LocalCluster
 from crowdmix.health import check_health
 
@@ -32,7 +32,7 @@ def _counted(cluster: LocalCluster, expected: int, timeout: float = 30.0) -> int
 
 def _held_back(cluster: LocalCluster, settle: float = 3.0) -> int:
     """Reports pending in the shuffler's store once releases have settled."""
-    from shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.redis_store import RedisStore
 
     store = RedisStore(cluster.shuffler_redis_url)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.report.job import RESULT_COLUMNS
+from crowdmix.aggregator.report.job import RESULT_COLUMNS
 from crowdmix.cli import build_parser
 from crowdmix.demo import run_demo
 from tests.client.bitsources import SeededBytes
@@ -109,8 +109,8 @@ def test_demo_rejects_bad_params(tmp_path: Path) -> None:
 def test_demo_plot_draws_intervals_that_exclude_their_estimate(tmp_path: Path) -> None:
     # Selection-adjusted intervals near the detection cutoff may lie wholly below the
     # estimate; the plot must draw them as they are (this crashed an unseeded run).
-    from aggregator.decode.result import DecodeResult
-    from aggregator.report.job import ReportOutcome
+    from crowdmix.aggregator.decode.result import DecodeResult
+    from crowdmix.aggregator.report.job import ReportOutcome
     from crowdmix.demo import _plot_against_truth
 
     result = DecodeResult(

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from client.registry import load_registry
 from crowdmix.cli import build_parser
-from shuffler.errors import ConfigError
+from crowdmix.client.registry import load_registry
+from crowdmix.shuffler.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -77,7 +77,7 @@ def test_compose_topology_and_commands_parse() -> None:
 
 
 def test_example_registry_and_tokens_load() -> None:
-    from shuffler.config import load_tokens
+    from crowdmix.shuffler.config import load_tokens
 
     registry = load_registry(DEPLOY / "metrics.example.toml")
     assert registry.metrics
@@ -326,7 +326,7 @@ def test_compose_cluster_variant_runs_every_daemon_on_the_cluster_with_wait() ->
     """deploy/compose.cluster.yaml: six cluster nodes (AOF always) joined once by
     ``redis-cli --cluster create --cluster-replicas 1``; two shufflers and two aggregators
     whose ``--redis`` is a cluster URL naming those nodes, with ``--min-replicas-ack=1``."""
-    from client.redis_url import parse_cluster_url
+    from crowdmix.client.redis_url import parse_cluster_url
 
     data = yaml.safe_load((DEPLOY / "compose.cluster.yaml").read_text())
     services = data["services"]

@@ -24,14 +24,14 @@ import grpc
 import numpy as np
 import pytest
 
-from client.histogram import HistogramEncoder
-from client.registry import load_registry
-from client.sealed import PublicKeySet
-from client.sealing import seal_report
-from client.transport import ShufflerClient
+from crowdmix.client.histogram import HistogramEncoder
+from crowdmix.client.registry import load_registry
+from crowdmix.client.sealed import PublicKeySet
+from crowdmix.client.sealing import seal_report
+from crowdmix.client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
 from tests.client.bitsources import SeededBits
 from tests.daemons import local_cluster, stored_counts
 

@@ -25,15 +25,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from aggregator.sealing.keys import KeySet, save_keyset
-from client.histogram import HistogramEncoder
-from client.registry import load_registry, parse_registry
-from client.report import Report
-from client.sealed import PublicKeyConfig
-from client.sealing import seal_many
+from crowdmix.aggregator.sealing.keys import KeySet, save_keyset
+from crowdmix.client.histogram import HistogramEncoder
+from crowdmix.client.registry import load_registry, parse_registry
+from crowdmix.client.report import Report
+from crowdmix.client.sealed import PublicKeyConfig
+from crowdmix.client.sealing import seal_many
 from crowdmix.cluster import DaemonProcess, RedisServer, free_port
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
 from tests.client.bitsources import SeededBits
 
 METRIC = "h"

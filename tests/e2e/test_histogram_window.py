@@ -36,21 +36,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-import client
-from aggregator.daemon.server import AggregatorServer, start_aggregator
-from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
-from aggregator.store import load_batch_sizes, load_counts, open_store
-from aggregator.store.base import CountStore
-from client.errors import ParamsError
-from client.histogram import HistogramEncoder
-from client.params import RapporParams
-from client.randomness import shared_secure_bits
-from client.rappor import RapporEncoder
-from client.registry import Registry, parse_registry
-from client.transport import ShufflerClient
-from shuffler.config import ShufflerSettings
-from shuffler.redis_store import RedisStore
-from shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix import client
+from crowdmix.aggregator.daemon.server import AggregatorServer, start_aggregator
+from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
+from crowdmix.aggregator.store.base import CountStore
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.histogram import HistogramEncoder
+from crowdmix.client.params import RapporParams
+from crowdmix.client.randomness import shared_secure_bits
+from crowdmix.client.rappor import RapporEncoder
+from crowdmix.client.registry import Registry, parse_registry
+from crowdmix.client.transport import ShufflerClient
+from crowdmix.shuffler.config import ShufflerSettings
+from crowdmix.shuffler.redis_store import RedisStore
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.daemons import kill_at
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
@@ -287,8 +287,8 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    import client
-    from client import reporter as reporter_mod
+    from crowdmix import client
+    from crowdmix.client import reporter as reporter_mod
 
     app_dir, target, token, point = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 

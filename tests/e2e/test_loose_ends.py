@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.counting.files import load_counts as load_counts_file
-from aggregator.store import load_counts, open_store
+from crowdmix.aggregator.counting.files import load_counts as load_counts_file
+from crowdmix.aggregator.store import load_counts, open_store
 from crowdmix.cluster import LocalCluster
 from crowdmix.demo import METRIC, demo_redis_urls
 
@@ -92,9 +92,9 @@ def test_simulate_unary_stops_on_ctrl_c(tmp_path: Path) -> None:
     import signal
     import time
 
-    from shuffler.config import ShufflerSettings
-    from shuffler.memory_store import MemoryStore
-    from shuffler.server import start_shuffler
+    from crowdmix.shuffler.config import ShufflerSettings
+    from crowdmix.shuffler.memory_store import MemoryStore
+    from crowdmix.shuffler.server import start_shuffler
     from tests.service.helpers import write_registry
 
     config, registry = write_registry(tmp_path)
@@ -109,7 +109,7 @@ def test_simulate_unary_stops_on_ctrl_c(tmp_path: Path) -> None:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + 60  # encoding the clients comes first
-        while sum(shuffler.store.pending("pages").values()) == 0:
+        while sum(crowdmix.shuffler.store.pending("pages").values()) == 0:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-import client
-from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
-from client.outbox import Outbox
-from client.params import RapporParams
+from crowdmix import client
+from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+from crowdmix.client.outbox import Outbox
+from crowdmix.client.params import RapporParams
 from crowdmix.cluster import free_port
-from protos import crowdmix_pb2 as pb
-from shuffler.config import ShufflerSettings
-from shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.shuffler.config import ShufflerSettings
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import client
-from shuffler.memory_store import MemoryStore
-from shuffler.server import start_shuffler
+from crowdmix import client
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import start_shuffler
 from tests.e2e.test_reporter_review import TOKEN
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry
 
@@ -42,10 +42,10 @@ def test_a_histogram_sent_without_local_randomization_needs_the_apps_opt_in(
 ) -> None:
     """A served shuffled histogram without k-RR (ε_L = ∞) sends the value itself,
     hidden only by the seal and the shuffle: the app must have said it accepts that."""
-    from client.device_config import DeviceConfig, to_proto
-    from client.histogram import HistogramParams
-    from client.registry import MetricConfig
-    from client.sealed import PublicKeySet
+    from crowdmix.client.device_config import DeviceConfig, to_proto
+    from crowdmix.client.histogram import HistogramParams
+    from crowdmix.client.registry import MetricConfig
+    from crowdmix.client.sealed import PublicKeySet
     from tests.e2e.test_reporter_review import _serve
 
     hist = MetricConfig(

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from aggregator.store.redis import RedisCountStore
+from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import LocalCluster, free_port
 from tests.daemons import kill_at
 
@@ -59,8 +59,8 @@ CHILD = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    import client
-    from client import outbox as outbox_mod, reporter as reporter_mod
+    from crowdmix import client
+    from crowdmix.client import outbox as outbox_mod, reporter as reporter_mod
 
     app_dir, target, token, point = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 

@@ -1,4 +1,4 @@
-"""An outside review of the send gate (``client.skew``): attacks that broke it.
+"""An outside review of the send gate (``crowdmix.client.skew``): attacks that broke it.
 
 Real shuffler, real SQLite outbox, real second connections to it (what a second
 process on the same app dir holds).
@@ -18,13 +18,13 @@ from typing import Any
 import grpc
 import pytest
 
-import client
-from client.skew import SendMarks
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.memory_store import MemoryStore
-from shuffler.server import ShufflerHandle, start_shuffler
-from shuffler.store import PendingWrite
+from crowdmix import client
+from crowdmix.client.skew import SendMarks
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix.shuffler.store import PendingWrite
 from tests.e2e.test_reporter_review import DAY, TOKEN, B, Clocks, D, _server_windows
 from tests.e2e.test_reporter_skew import OlderShuffler
 from tests.shuffler.helpers import OUE, make_registry

@@ -22,16 +22,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-import client
-from client.device_config import DeviceConfig, to_proto
-from client.link import LinkError
-from client.sealed import PublicKeySet
-from client.skew import GUARD_SECONDS
+from crowdmix import client
+from crowdmix.client.device_config import DeviceConfig, to_proto
+from crowdmix.client.link import LinkError
+from crowdmix.client.sealed import PublicKeySet
+from crowdmix.client.skew import GUARD_SECONDS
 from crowdmix.cluster import free_port
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.memory_store import MemoryStore
-from shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import OUE, make_registry
 
 pytestmark = pytest.mark.slow  # real servers, seconds each
@@ -264,7 +264,7 @@ def test_a_new_window_length_from_the_server_neither_stalls_nor_drops_reports(
         clocks.t += 4000  # past the cached config's hour
     with shuffler(after) as s, reporter(s) as r:
         if after > before:
-            # "a" lies in the server's day now: "b" waits for the next one (client.skew)
+            # "a" lies in the server's day now: "b" waits for the next one (crowdmix.client.skew)
             assert r.flush(timeout=10) == 1
             assert r.counters().get("expired", 0) == 0
             clocks.t += after
@@ -312,7 +312,7 @@ def test_a_dropped_report_that_may_have_arrived_uses_up_its_window(tmp_path: Pat
 CLAIMER = """
 import sys, time
 from pathlib import Path
-import client
+from crowdmix import client
 app, target, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 r = client.Reporter(app, target, token="app-token-123", tls=False, sealing="off",
                     background=False)
@@ -361,8 +361,8 @@ def test_a_shuffler_cannot_serve_params_that_send_the_value_in_the_clear(
     """RAPPOR with f = 0, p = 0, q = 1 is the value's Bloom filter itself (ε = ∞). The
     client trusts nobody: a served config must not be able to switch its privacy off,
     as a shuffler without keys cannot switch sealing off."""
-    from client.params import RapporParams
-    from client.registry import MetricConfig
+    from crowdmix.client.params import RapporParams
+    from crowdmix.client.registry import MetricConfig
     from tests.shuffler.helpers import RAPPOR
 
     answer = _good_answer()

@@ -2,7 +2,7 @@
 
 A real shuffler whose clock runs ten minutes ahead of the device's files reports
 under the windows of its own clock; the test reads them back from its store. The
-device learns the server's time from ``GetConfig`` (``client.skew``); an older
+device learns the server's time from ``GetConfig`` (``crowdmix.client.skew``); an older
 shuffler that does not send it is played by a real gRPC proxy in front of the real
 shuffler that clears the field. The guarantee survives a SIGKILL: the marks of
 what was sent live in the outbox.
@@ -24,12 +24,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-import client
-from client.skew import GUARD_SECONDS
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.memory_store import MemoryStore
-from shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix import client
+from crowdmix.client.skew import GUARD_SECONDS
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.e2e.test_reporter_review import SKEW, TOKEN, B, Clocks, D, _server_windows
 from tests.shuffler.helpers import OUE, make_registry
 
@@ -120,8 +120,7 @@ DEVICE = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    import client
-
+    from crowdmix import client
     app, target, t, marker = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), Path(sys.argv[4])
     r = client.Reporter(app, target, token="app-token-123", tls=False, sealing="off",
                         background=False, clock=lambda: t)

@@ -25,15 +25,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from aggregator.sealing.keys import load_keyset
-from client.registry import load_registry
-from client.report import Report
-from client.sealed import PublicKeySet
-from client.sealing import seal_report
-from client.transport import ShufflerClient
+from crowdmix.aggregator.sealing.keys import load_keyset
+from crowdmix.client.registry import load_registry
+from crowdmix.client.report import Report
+from crowdmix.client.sealed import PublicKeySet
+from crowdmix.client.sealing import seal_report
+from crowdmix.client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster, free_port
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
 from tests.daemons import local_cluster, stored_counts
 
 A, B = "sealed_a", "sealed_b"

@@ -3,7 +3,7 @@ a fresh virtual environment, run from outside the checkout.
 
 An editable install maps the import names onto the source tree, so a wheel that
 lacks a subpackage passes every other test (the first wave shipped one without
-``aggregator.accounting`` and ``aggregator.decode``). Here:
+``crowdmix.aggregator.accounting`` and ``crowdmix.aggregator.decode``). Here:
 
 1. the wheel is built from a clean copy of the checkout the way ``pip install .``
    builds it;
@@ -125,7 +125,7 @@ def test_the_installed_wheel_imports_itself_not_the_checkout(
     code = (
         "import json, aggregator.accounting, aggregator.decode, client, crowdmix, protos, shuffler;"
         "print(json.dumps({m.__name__: m.__file__ for m in "
-        "(aggregator.accounting, aggregator.decode, client, crowdmix, protos, shuffler)}))"
+        "(crowdmix.aggregator.accounting, aggregator.decode, client, crowdmix, protos, shuffler)}))"
     )
     out = subprocess.run(
         [str(installed / "bin" / "python"), "-c", code],

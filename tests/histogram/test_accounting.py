@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from aggregator.accounting.histogram import (
+from crowdmix.aggregator.accounting.histogram import (
     central_epsilon,
     fake_delta,
     format_up,
@@ -20,7 +20,7 @@ from aggregator.accounting.histogram import (
     honest_others,
     shift_delta,
 )
-from client.histogram import HistogramParams
+from crowdmix.client.histogram import HistogramParams
 
 
 def brute_shift_delta(eps: float, t: int) -> float:
@@ -155,7 +155,7 @@ def test_monte_carlo_privacy_audit_through_the_real_encoder() -> None:
     Seeded (Mersenne Twister bits: statistics only). 12 threshold sets, Clopper–Pearson
     bounds at 1e-9 per side: false-failure probability <= 2·12·1e-9 < 3e-8.
     """
-    from client.histogram import HistogramEncoder
+    from crowdmix.client.histogram import HistogramEncoder
     from tests.client.bitsources import SeededBits
 
     d, m, q, n = 3, 3, 1.0, 16

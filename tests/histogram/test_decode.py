@@ -1,4 +1,4 @@
-"""aggregator.decode.histogram: exact formulas, seeded unbiasedness/variance/coverage;
+"""crowdmix.aggregator.decode.histogram: exact formulas, seeded unbiasedness/variance/coverage;
 the planner and its command."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from aggregator.accounting.histogram import central_epsilon, histogram_delta
-from aggregator.accounting.histogram_plan import plan_histogram
-from aggregator.accounting.planner import PlanError
-from aggregator.decode.errors import NoReportsError, ParamsMismatchError
-from aggregator.decode.histogram import count_variance, decode_histogram, histogram_counts
-from client.histogram import HistogramEncoder, HistogramParams
+from crowdmix.aggregator.accounting.histogram import central_epsilon, histogram_delta
+from crowdmix.aggregator.accounting.histogram_plan import plan_histogram
+from crowdmix.aggregator.accounting.planner import PlanError
+from crowdmix.aggregator.decode.errors import NoReportsError, ParamsMismatchError
+from crowdmix.aggregator.decode.histogram import count_variance, decode_histogram, histogram_counts
 from crowdmix.cli import main
+from crowdmix.client.histogram import HistogramEncoder, HistogramParams
 from tests.client.bitsources import SeededBits
 
 

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from client.errors import ParamsError
-from client.histogram import HistogramEncoder, HistogramParams
-from client.randomness import SecureBits, shared_secure_bits
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.histogram import HistogramEncoder, HistogramParams
+from crowdmix.client.randomness import SecureBits, shared_secure_bits
 from tests.client.bitsources import SeededBits, scripted_fields
 from tests.client.stats import binomial_ok
 

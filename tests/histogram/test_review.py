@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.accounting.histogram import fake_delta, histogram_delta, shift_delta
-from aggregator.accounting.histogram_release import histogram_release
-from client.histogram import HistogramParams
+from crowdmix.aggregator.accounting.histogram import fake_delta, histogram_delta, shift_delta
+from crowdmix.aggregator.accounting.histogram_release import histogram_release
+from crowdmix.client.histogram import HistogramParams
 
 Hist = tuple[int, ...]
 
@@ -129,7 +129,7 @@ def test_fake_delta_is_not_below_the_high_precision_mixture_at_1e8_slots() -> No
 
 
 def test_printed_delta_is_never_rounded_down() -> None:
-    from aggregator.accounting.histogram import format_g_up
+    from crowdmix.aggregator.accounting.histogram import format_g_up
 
     assert format_g_up(1.24e-6) == "1.3e-06"  # "%.2g" gives 1.2e-06
     assert format_g_up(1e-6) == "1e-06"
@@ -195,7 +195,7 @@ def test_simulate_refuses_one_report_per_call_for_a_histogram() -> None:
     """--mode unary sent a device's reports from different threads, one per call, so they
     lay scattered among other devices' in the store: not the one call per device the
     crowd bound assumes. Refused before anything is encoded or sent."""
-    from client.registry import parse_registry
+    from crowdmix.client.registry import parse_registry
     from crowdmix.simulate import simulate
 
     table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
@@ -261,9 +261,9 @@ def test_report_job_withholds_the_central_figure_unless_the_count_is_zero() -> N
     """The report job passes the store's count; unknown (None, the default) is not 0.
     Other encodings: the count is informational and changes no figure (a repeated
     single-message report is a copy of one counted report, linked to nothing)."""
-    from aggregator.report.job import privacy_figures
-    from client.params import RapporParams
-    from client.registry import MetricConfig, ShufflePolicy, parse_registry
+    from crowdmix.aggregator.report.job import privacy_figures
+    from crowdmix.client.params import RapporParams
+    from crowdmix.client.registry import MetricConfig, ShufflePolicy, parse_registry
 
     table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
     metric = parse_registry({"metrics": {"h": table | {"fake_probability": 0.5}}})["h"]
@@ -289,7 +289,7 @@ def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_fig
 ) -> None:
     """A counts file records the count (exported from the store); one without it (older
     files, or -1) is unknown: the statement refuses the central figure, conservatively."""
-    from aggregator.counting.files import load_counts
+    from crowdmix.aggregator.counting.files import load_counts
     from crowdmix.cli import main
     from tests.histogram.test_wiring import _counts_file
 

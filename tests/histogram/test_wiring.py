@@ -12,28 +12,33 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.accounting.histogram import central_epsilon
-from aggregator.accounting.histogram_release import (
+from crowdmix.aggregator.accounting.histogram import central_epsilon
+from crowdmix.aggregator.accounting.histogram_release import (
     devices_lower_bound,
     edge_devices,
     histogram_release,
 )
-from aggregator.counting import accumulator_for
-from aggregator.counting.basic import IndexCounts
-from aggregator.daemon.ingest import Ingestor
-from aggregator.errors import ConfigError as AggregatorConfigError
-from aggregator.errors import InvalidBatch
-from aggregator.report.job import PrivacyStatementError, ReportJob, privacy_figures, run_report
-from aggregator.store.memory import MemoryCountStore
-from client.device_config import DeviceConfig, from_proto, to_proto
-from client.histogram import HistogramEncoder, HistogramParams
-from client.registry import RegistryError, parse_registry
-from client.report import Report
-from client.sealed import PublicKeySet
-from client.transport import within_message_caps
-from shuffler.errors import ConfigError, InvalidRequest
-from shuffler.intake import Intake
-from shuffler.validation import RowsIn, check_message_cap, validate
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.basic import IndexCounts
+from crowdmix.aggregator.daemon.ingest import Ingestor
+from crowdmix.aggregator.errors import ConfigError as AggregatorConfigError
+from crowdmix.aggregator.errors import InvalidBatch
+from crowdmix.aggregator.report.job import (
+    PrivacyStatementError,
+    ReportJob,
+    privacy_figures,
+    run_report,
+)
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.client.device_config import DeviceConfig, from_proto, to_proto
+from crowdmix.client.histogram import HistogramEncoder, HistogramParams
+from crowdmix.client.registry import RegistryError, parse_registry
+from crowdmix.client.report import Report
+from crowdmix.client.sealed import PublicKeySet
+from crowdmix.client.transport import within_message_caps
+from crowdmix.shuffler.errors import ConfigError, InvalidRequest
+from crowdmix.shuffler.intake import Intake
+from crowdmix.shuffler.validation import RowsIn, check_message_cap, validate
 
 TABLE = {
     "encoding": "shuffled-histogram",
@@ -120,8 +125,8 @@ def test_the_aggregator_refuses_without_keys_and_clear_batches(tmp_path: Path) -
     reg = _registry()
     with pytest.raises(AggregatorConfigError, match="needs sealed reports"):
         Ingestor(reg, MemoryCountStore())  # type: ignore[arg-type]
-    from aggregator.daemon.ingest import IngestBatch
-    from aggregator.sealing.ingest import KeyFile
+    from crowdmix.aggregator.daemon.ingest import IngestBatch
+    from crowdmix.aggregator.sealing.ingest import KeyFile
     from crowdmix.demo_support import demo_keys as _demo_keys
 
     keys = _demo_keys()
@@ -235,7 +240,7 @@ min_batch = 100
 def _counts_file(
     tmp_path: Path, window: int | None, duplicate_reports: int | None = 0
 ) -> tuple[Path, Path]:
-    from aggregator.counting.files import save_counts
+    from crowdmix.aggregator.counting.files import save_counts
 
     reg_path = tmp_path / "metrics.toml"
     reg_path.write_text(REGISTRY_TOML)
@@ -281,7 +286,7 @@ def test_report_from_a_counts_file_one_window_only_and_no_ledger(
 def test_readme_figures_one_batch_per_window_against_batches_of_100k() -> None:
     """README: at n = 1e6, d = 1000 the plan (m = 1, q ≈ 0.043) states ε ≤ 0.999 from one
     batch, and only the local ε_L from batches of 100,000 reports."""
-    from aggregator.accounting.histogram_plan import plan_histogram
+    from crowdmix.aggregator.accounting.histogram_plan import plan_histogram
 
     plan = plan_histogram(1.0, 0.9e-6, 1_000_000, 1000, max_messages=8, local_epsilon="auto")
     p = plan.params
@@ -298,7 +303,7 @@ def test_readme_figures_one_batch_per_window_against_batches_of_100k() -> None:
 def test_privacy_metric_states_both_figures_and_the_generic_statement_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from aggregator.accounting import privacy_statement
+    from crowdmix.aggregator.accounting import privacy_statement
     from crowdmix.cli import main
 
     reg = tmp_path / "metrics.toml"
@@ -314,7 +319,7 @@ def test_privacy_metric_states_both_figures_and_the_generic_statement_refuses(
 def test_the_stored_registry_entry_keeps_the_honest_fraction() -> None:
     """A report made from the aggregator's stored entry alone (no --config) must not
     assume more honest devices than the registry did."""
-    from aggregator.store.codec import describe_metric, metric_from_description
+    from crowdmix.aggregator.store.codec import describe_metric, metric_from_description
 
     metric = parse_registry({"metrics": {"h": TABLE | {"honest_fraction": 0.8}}})["h"]
     back = metric_from_description("h", describe_metric(metric))
@@ -323,7 +328,7 @@ def test_the_stored_registry_entry_keeps_the_honest_fraction() -> None:
 
 @pytest.mark.slow
 def test_plan_release_meets_the_target_as_stated() -> None:
-    from aggregator.accounting.histogram_release import plan_release
+    from crowdmix.aggregator.accounting.histogram_release import plan_release
 
     plan, stated = plan_release(1.0, 1e-6, 20_000, 120, max_messages=8, local_epsilon="auto")
     assert stated.epsilon <= 1.0 and stated.delta == 1e-6

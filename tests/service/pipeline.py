@@ -22,14 +22,14 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.errors import StoreUnavailable
-from aggregator.store.base import StoredCounts
-from aggregator.store.redis import RedisCountStore
-from client.registry import MetricConfig, Registry, load_registry
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.errors import StoreUnavailable
+from crowdmix.aggregator.store.base import StoredCounts
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.registry import MetricConfig, Registry, load_registry
 from crowdmix.cluster import DaemonProcess, free_port
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
 
 METRIC = "e2e"
 K, M = 64, 32  # 8-byte reports: lean for a million of them, still many cohorts and bits

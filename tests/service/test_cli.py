@@ -13,10 +13,10 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.daemon.service import batch_to_proto
+from crowdmix.aggregator.daemon.service import batch_to_proto
 from crowdmix.cluster import DaemonProcess, free_port
 from crowdmix.health import check_health
-from protos import crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2_grpc
 from tests.service.helpers import REGISTRY_TOML, now_window, random_batch, write_registry
 
 ROOT = Path(__file__).resolve().parents[2]

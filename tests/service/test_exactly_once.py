@@ -26,12 +26,12 @@ import numpy as np
 import pytest
 import redis
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.store.base import StoredCounts
-from client.transport import RETRYABLE
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.redis_store import _TAKE
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.store.base import StoredCounts
+from crowdmix.client.transport import RETRYABLE
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.redis_store import _TAKE
 from tests.redis_server import RedisServer, free_port
 from tests.service.pipeline import METRIC, K, M, Pipeline, explain
 

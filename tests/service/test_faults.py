@@ -21,9 +21,9 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.daemon.ingest import IngestBatch
-from aggregator.daemon.service import batch_to_proto
-from protos import crowdmix_pb2_grpc
+from crowdmix.aggregator.daemon.ingest import IngestBatch
+from crowdmix.aggregator.daemon.service import batch_to_proto
+from crowdmix.protos import crowdmix_pb2_grpc
 from tests.redis_server import RedisServer
 from tests.service.pipeline import METRIC, Load, Pipeline, explain, matching_subset
 

@@ -14,15 +14,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from aggregator.daemon.ingest import IngestBatch
-from aggregator.daemon.server import AggregatorServer, start_aggregator
-from aggregator.daemon.service import batch_to_proto
-from aggregator.store import load_counts
-from aggregator.store.base import ApplyOutcome, StoredCounts
-from aggregator.store.memory import MemoryCountStore
-from client.registry import Registry
+from crowdmix.aggregator.daemon.ingest import IngestBatch
+from crowdmix.aggregator.daemon.server import AggregatorServer, start_aggregator
+from crowdmix.aggregator.daemon.service import batch_to_proto
+from crowdmix.aggregator.store import load_counts
+from crowdmix.aggregator.store.base import ApplyOutcome, StoredCounts
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.client.registry import Registry
 from crowdmix.health import check_health
-from protos import crowdmix_pb2, crowdmix_pb2_grpc
+from crowdmix.protos import crowdmix_pb2, crowdmix_pb2_grpc
 from tests.service.helpers import direct_count, now_window, random_batch, write_registry
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import redis
 
-from aggregator.daemon.ingest import IngestBatch, Ingestor
-from aggregator.errors import StoreUnavailable
-from aggregator.store.redis import RedisCountStore
-from client.registry import Registry
+from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
+from crowdmix.aggregator.errors import StoreUnavailable
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.registry import Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 from tests.service.test_store_contract import rows, same, with_ids
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.daemon.ingest import IngestBatch, Ingestor
-from aggregator.store.redis import RedisCountStore
-from client.hashing import bloom_int
-from client.registry import MetricConfig
+from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.hashing import bloom_int
+from crowdmix.client.registry import MetricConfig
 from tests.service.helpers import write_registry
 
 REGISTRY = """

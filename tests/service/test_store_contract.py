@@ -13,22 +13,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.counting import accumulator_for
-from aggregator.counting.basic import IndexCounts
-from aggregator.counting.counts import CohortCounts
-from aggregator.daemon.ingest import IngestBatch, Ingestor
-from aggregator.errors import InvalidBatch, ParamsConflict, WindowDisposed
-from aggregator.store import load_batch_sizes, load_counts, stored_metric
-from aggregator.store.base import NO_REPORT_IDS, CountStore, StoredCounts
-from aggregator.store.codec import (
+from crowdmix.aggregator.counting import accumulator_for
+from crowdmix.aggregator.counting.basic import IndexCounts
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
+from crowdmix.aggregator.errors import InvalidBatch, ParamsConflict, WindowDisposed
+from crowdmix.aggregator.store import load_batch_sizes, load_counts, stored_metric
+from crowdmix.aggregator.store.base import NO_REPORT_IDS, CountStore, StoredCounts
+from crowdmix.aggregator.store.codec import (
     decode_counts,
     describe_metric,
     encode_counts,
     metric_from_description,
 )
-from aggregator.store.memory import MemoryCountStore
-from aggregator.store.redis import RedisCountStore
-from client.registry import MetricConfig, Registry
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 
 
@@ -419,7 +419,7 @@ def test_overlapping_batches_applied_concurrently_count_each_report_id_once(
 def test_report_id_index_finds_exactly_the_ids_it_holds() -> None:
     """The numpy hash index: exact membership over growth, ids sharing their first 8 bytes
     kept apart, the all-zero id never stored."""
-    from aggregator.store.report_ids import ReportIdIndex
+    from crowdmix.aggregator.store.report_ids import ReportIdIndex
 
     rng = np.random.default_rng(25)
     index = ReportIdIndex(capacity=16)

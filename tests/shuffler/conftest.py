@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shuffler.memory_store import MemoryStore
-from shuffler.store import AsyncAppender, PendingWrite, ShufflerStore, async_appender
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.store import AsyncAppender, PendingWrite, ShufflerStore, async_appender
 from tests.shuffler.helpers import RecordingAggregator
 
 
@@ -17,7 +17,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[ShufflerStore]:
     if request.param == "memory":
         yield MemoryStore()
         return
-    from shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.redis_store import RedisStore
 
     url = request.getfixturevalue("redis_url")
     s = RedisStore(url)
@@ -27,7 +27,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[ShufflerStore]:
 
 class LoopAppended:
     """A store whose ``append`` goes through its event-loop appender: the path the
-    server's group commit takes (``shuffler.commit``). Everything else is the store's."""
+    server's group commit takes (``crowdmix.shuffler.commit``). Everything else is the store's."""
 
     def __init__(self, store: ShufflerStore) -> None:
         appender = async_appender(store)
@@ -75,7 +75,7 @@ def every_store(request: pytest.FixtureRequest) -> Iterator[Any]:
     if backend == "memory":
         store = MemoryStore()
     else:
-        from shuffler.redis_store import RedisStore
+        from crowdmix.shuffler.redis_store import RedisStore
 
         store = RedisStore(request.getfixturevalue(STORE_URLS[backend]))
     s: Any = LoopAppended(store) if loop else store

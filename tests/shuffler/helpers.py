@@ -11,12 +11,12 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from client.registry import Registry, parse_registry
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.columns import Chunk
-from shuffler.serde import batch_from_proto
-from shuffler.store import InFlightBatch
+from crowdmix.client.registry import Registry, parse_registry
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.columns import Chunk
+from crowdmix.shuffler.serde import batch_from_proto
+from crowdmix.shuffler.store import InFlightBatch
 
 RAPPOR = "home_page"  # k=16 (2 bytes), m=8 cohorts
 OUE = "browser"  # oue over 5 values: 1 byte, bits 5..7 are padding

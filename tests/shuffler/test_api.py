@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import shuffler
+from crowdmix import shuffler
 
 
 def test_exported_members() -> None:

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.config import ShufflerSettings, load_config, load_tokens
-from shuffler.errors import ConfigError
-from shuffler.intake import RateLimiter
-from shuffler.memory_store import MemoryStore
-from shuffler.server import start_shuffler
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.config import ShufflerSettings, load_config, load_tokens
+from crowdmix.shuffler.errors import ConfigError
+from crowdmix.shuffler.intake import RateLimiter
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import start_shuffler
 from tests.shuffler.helpers import RAPPOR, REGISTRY_TOML, RecordingAggregator, make_registry
 from tests.shuffler.test_pipeline import columns_request
 
@@ -72,8 +72,8 @@ def test_bad_config_names_the_field(tmp_path: Path, extra: str, field: str) -> N
 def test_a_batch_is_re_offered_only_after_its_forward_deadline() -> None:
     """A batch still inside its forward deadline must not be sent twice: the default
     re-offer age is twice the forward timeout, and a shorter one is refused."""
-    from shuffler.aggregator_client import AggregatorSender
-    from shuffler.forwarding import Releaser
+    from crowdmix.shuffler.aggregator_client import AggregatorSender
+    from crowdmix.shuffler.forwarding import Releaser
 
     settings = ShufflerSettings()
     assert settings.inflight_retry_seconds == 2 * settings.forward_timeout_seconds == 60
@@ -210,8 +210,8 @@ def test_a_streams_stored_count_is_a_prefix_when_a_later_commit_succeeds(
     (Found by an outside review: the old answer said "6 reports of 2 messages".)"""
     import asyncio
 
-    from shuffler.commit import GroupCommitter
-    from shuffler.errors import StoreUnavailable
+    from crowdmix.shuffler.commit import GroupCommitter
+    from crowdmix.shuffler.errors import StoreUnavailable
 
     real_write = GroupCommitter._write
     rounds = [0]

@@ -11,13 +11,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.columns import Chunk
-from shuffler.config import ShufflerSettings
-from shuffler.memory_store import MemoryStore
-from shuffler.server import start_shuffler
-from shuffler.store import PendingWrite, QueueKey, ShufflerStore
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.columns import Chunk
+from crowdmix.shuffler.config import ShufflerSettings
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import start_shuffler
+from crowdmix.shuffler.store import PendingWrite, QueueKey, ShufflerStore
 from tests.shuffler.helpers import RAPPOR, RecordingAggregator, make_registry
 
 FAST = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
@@ -261,8 +261,8 @@ def test_writes_run_on_the_event_loop_and_coalesce_within_the_window(
     """The server's own write path (inline memory append; the asyncio Redis connection
     over redis://, rediss:// and unix://): 100 requests sent at once, a 300 ms gather
     window, so they share a few writes, and every acknowledged report is stored."""
-    from shuffler.redis_store import RedisStore
-    from shuffler.store import async_appender
+    from crowdmix.shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.store import async_appender
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
@@ -298,7 +298,7 @@ def test_commit_window_default_is_one_millisecond() -> None:
 def test_store_down_is_unavailable_and_nothing_is_acknowledged(
     private_redis: Any,
 ) -> None:
-    from shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.redis_store import RedisStore
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
@@ -329,7 +329,7 @@ class UnconfirmedStore(MemoryStore):
         self.attempts: list[PendingWrite] = []
 
     def append(self, writes: Sequence[PendingWrite]) -> None:
-        from shuffler.errors import StoreOutcomeUnknown
+        from crowdmix.shuffler.errors import StoreOutcomeUnknown
 
         self.attempts.extend(writes)
         raise StoreOutcomeUnknown("redis: TimeoutError: timed out")
@@ -350,7 +350,7 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
     """A write that may have run (no reply, or a store bug mid-write) is
     DEADLINE_EXCEEDED, not UNAVAILABLE; the SDK retries it with the same report id
     (the aggregator drops a repeated id, so the retry cannot count the report twice)."""
-    from shuffler.columns import decode_chunks
+    from crowdmix.shuffler.columns import decode_chunks
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
@@ -362,9 +362,9 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
             with pytest.raises(grpc.RpcError) as err:
                 stub.Submit(columns_request(np.arange(10), fp), timeout=10)
         # the SDK's transport retries it (same report id each time), then keeps it queued
-        from client.errors import TransportError
-        from client.report import Report
-        from client.transport import ShufflerClient
+        from crowdmix.client.errors import TransportError
+        from crowdmix.client.report import Report
+        from crowdmix.client.transport import ShufflerClient
 
         sdk = ShufflerClient(
             f"127.0.0.1:{handle.port}", background=False, max_attempts=3, backoff_base=0.01
@@ -387,7 +387,7 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
 
 
 def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggregator) -> None:
-    from protos import crowdmix_pb2 as pb
+    from crowdmix.protos import crowdmix_pb2 as pb
     from tests.shuffler.helpers import OUE
 
     registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
@@ -419,7 +419,7 @@ def test_a_refused_batch_is_offered_again_after_parked_retry_seconds(
 ) -> None:
     """Once the aggregator takes it (an operator fixed its registry), the parked batch
     is delivered without a restart, and the gauge goes back to 0."""
-    from protos import crowdmix_pb2 as pb
+    from crowdmix.protos import crowdmix_pb2 as pb
     from tests.shuffler.helpers import OUE
 
     registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
@@ -448,10 +448,10 @@ def test_a_refused_batch_is_offered_again_after_parked_retry_seconds(
 
 
 def test_a_store_error_while_retrying_parked_batches_keeps_them_parked() -> None:
-    from shuffler.errors import ForwardError, StoreUnavailable
-    from shuffler.forwarding import Releaser
-    from shuffler.metrics import ShufflerMetrics
-    from shuffler.store import InFlightBatch
+    from crowdmix.shuffler.errors import ForwardError, StoreUnavailable
+    from crowdmix.shuffler.forwarding import Releaser
+    from crowdmix.shuffler.metrics import ShufflerMetrics
+    from crowdmix.shuffler.store import InFlightBatch
 
     class FlakyStore(MemoryStore):
         fail = False

@@ -14,8 +14,8 @@ import grpc
 import numpy as np
 import pytest
 
-from protos import crowdmix_pb2_grpc
-from shuffler.redis_store import RedisStore
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.redis_store import RedisStore
 from tests.shuffler.helpers import RAPPOR, REGISTRY_TOML, RecordingAggregator, make_registry
 from tests.shuffler.test_pipeline import columns_request, ids_of, wait_for
 

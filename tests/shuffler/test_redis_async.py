@@ -1,4 +1,4 @@
-"""shuffler.redis_async against a real redis-server: the event loop's connection
+"""crowdmix.shuffler.redis_async against a real redis-server: the event loop's connection
 (redis.asyncio) for the group commit's one command, through a synchronous facade.
 
 The connection's streams belong to the event loop that opened them, so each client
@@ -26,8 +26,8 @@ from urllib.parse import quote, urlsplit
 import pytest
 import redis
 
-from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
-from shuffler.redis_async import AsyncScriptConnection
+from crowdmix.shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
+from crowdmix.shuffler.redis_async import AsyncScriptConnection
 from tests.redis_server import RedisServer, free_port
 
 T = TypeVar("T")

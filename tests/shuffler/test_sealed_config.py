@@ -9,16 +9,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from aggregator.sealing.keys import KeySet, save_keyset, write_public_config
-from client.errors import TransportError
-from client.report import Report
-from client.transport import ShufflerClient
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.config import ShufflerSettings
-from shuffler.config_service import ConfigService
-from shuffler.errors import ConfigError
-from shuffler.server import start_shuffler
+from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+from crowdmix.client.errors import TransportError
+from crowdmix.client.report import Report
+from crowdmix.client.transport import ShufflerClient
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.config import ShufflerSettings
+from crowdmix.shuffler.config_service import ConfigService
+from crowdmix.shuffler.errors import ConfigError
+from crowdmix.shuffler.server import start_shuffler
 from tests.shuffler.helpers import RAPPOR, make_registry
 
 

@@ -10,11 +10,11 @@ from collections import Counter
 import numpy as np
 from scipy import stats
 
-from shuffler.commit import GroupCommitter
-from shuffler.forwarding import Releaser
-from shuffler.memory_store import MemoryStore
-from shuffler.shuffle import keep_mask, secure_permutation
-from shuffler.store import InFlightBatch, PendingWrite, QueueKey
+from crowdmix.shuffler.commit import GroupCommitter
+from crowdmix.shuffler.forwarding import Releaser
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.shuffle import keep_mask, secure_permutation
+from crowdmix.shuffler.store import InFlightBatch, PendingWrite, QueueKey
 from tests.shuffler.helpers import RAPPOR, make_registry, report_ids, unique_chunk
 
 

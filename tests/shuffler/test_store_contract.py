@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shuffler.columns import Chunk
-from shuffler.store import PendingWrite, QueueKey, ShufflerStore
+from crowdmix.shuffler.columns import Chunk
+from crowdmix.shuffler.store import PendingWrite, QueueKey, ShufflerStore
 from tests.shuffler.helpers import OUE, RAPPOR, as_multiset, report_ids, unique_chunk
 
 
@@ -138,7 +138,7 @@ def test_redis_keys_are_hash_tagged_by_metric(redis_url: str) -> None:
     """Every key of a metric carries {metric}: one Redis Cluster slot, so the Lua move works."""
     import redis
 
-    from shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.redis_store import RedisStore
 
     s = RedisStore(redis_url)
     s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(20))])
@@ -150,7 +150,7 @@ def test_redis_keys_are_hash_tagged_by_metric(redis_url: str) -> None:
 
 
 def test_merge_blob_equals_merge_then_to_blob() -> None:
-    from shuffler.columns import Rows, merge, merge_blob
+    from crowdmix.shuffler.columns import Rows, merge, merge_blob
 
     parts = [
         Rows(2, [3], b"\x01\x02"),
@@ -168,8 +168,8 @@ def test_redis_loop_append_reloads_a_flushed_script_and_reconnects(private_redis
     and the connection comes back by itself."""
     import redis
 
-    from shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
-    from shuffler.redis_store import RedisStore
+    from crowdmix.shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
+    from crowdmix.shuffler.redis_store import RedisStore
     from tests.shuffler.conftest import LoopAppended
 
     s: Any = LoopAppended(RedisStore(private_redis.url, timeout=2.0))
@@ -230,7 +230,7 @@ GRACE = 120.0
 
 
 def _window_registry() -> Any:
-    from client.registry import parse_registry
+    from crowdmix.client.registry import parse_registry
 
     return parse_registry(
         {
@@ -256,8 +256,8 @@ def _window_registry() -> Any:
 def test_a_window_metric_is_released_whole_once_its_window_and_grace_are_over(
     store: ShufflerStore,
 ) -> None:
-    from shuffler.forwarding import Releaser
-    from shuffler.store import InFlightBatch
+    from crowdmix.shuffler.forwarding import Releaser
+    from crowdmix.shuffler.store import InFlightBatch
 
     registry = _window_registry()
     assert registry[HIST].shuffle.release == "window"
@@ -309,9 +309,9 @@ def test_a_window_above_one_aggregator_batch_is_split_in_equal_parts(
 ) -> None:
     """Only a window that one aggregator batch cannot carry is split (never at
     max_batch), into equal parts so that the smallest crowd is as large as it can be."""
-    import shuffler.forwarding as forwarding
-    from shuffler.forwarding import Releaser
-    from shuffler.store import InFlightBatch
+    import crowdmix.shuffler.forwarding as forwarding
+    from crowdmix.shuffler.forwarding import Releaser
+    from crowdmix.shuffler.store import InFlightBatch
 
     registry = _window_registry()
     monkeypatch.setattr(forwarding, "window_batch_limit", lambda report_bytes: 100)

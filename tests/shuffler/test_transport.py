@@ -13,13 +13,13 @@ from typing import Any
 import grpc
 import pytest
 
-from client.errors import TransportError
-from client.report import Report
-from client.transport import ShufflerClient
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.memory_store import MemoryStore
-from shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix.client.errors import TransportError
+from crowdmix.client.report import Report
+from crowdmix.client.transport import ShufflerClient
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import RAPPOR, make_registry
 
 REGISTRY = make_registry()

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protos import crowdmix_pb2 as pb
-from protos import crowdmix_pb2_grpc
-from shuffler.config import ShufflerSettings
-from shuffler.memory_store import MemoryStore
-from shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.config import ShufflerSettings
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry
 
 TOKEN = "test-token-0123456789abcdef"

@@ -1,4 +1,4 @@
-"""Shuffler → the real aggregator service (aggregator.daemon.server), both in-process on
+"""Shuffler → the real aggregator service (crowdmix.aggregator.daemon.server), both in-process on
 loopback with memory stores, the way `crowdmix demo` runs them."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from aggregator.counting.counts import CohortCounts
-from aggregator.daemon.server import start_aggregator
-from aggregator.store.memory import MemoryCountStore
-from protos import crowdmix_pb2_grpc
-from shuffler.aggregator_client import AggregatorSender
-from shuffler.config import ShufflerSettings
-from shuffler.memory_store import MemoryStore
-from shuffler.server import start_shuffler
-from shuffler.store import PendingWrite, QueueKey
+from crowdmix.aggregator.counting.counts import CohortCounts
+from crowdmix.aggregator.daemon.server import start_aggregator
+from crowdmix.aggregator.store.memory import MemoryCountStore
+from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.aggregator_client import AggregatorSender
+from crowdmix.shuffler.config import ShufflerSettings
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import start_shuffler
+from crowdmix.shuffler.store import PendingWrite, QueueKey
 from tests.shuffler.helpers import RAPPOR, make_registry
 from tests.shuffler.test_pipeline import columns_request, ids_chunk, wait_for
 
@@ -75,7 +75,7 @@ def test_reports_are_counted_exactly_once_by_the_aggregator() -> None:
 
 def test_mtls_to_the_aggregator(tmp_path: Path) -> None:
     """Shuffler → aggregator over mutual TLS, with deploy/tls/make-certs.sh's material."""
-    from aggregator.daemon.server import TlsFiles
+    from crowdmix.aggregator.daemon.server import TlsFiles
 
     script = Path(__file__).resolve().parents[2] / "deploy" / "tls" / "make-certs.sh"
     subprocess.run(["bash", str(script), str(tmp_path)], check=True, capture_output=True)
