@@ -20,6 +20,7 @@ decoded by the real decoders; "decode s" is the slowest round's decode.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import math
 import statistics
@@ -113,16 +114,17 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     cuts = np.floor(np.cumsum((0.0, *plan.weights)) * args.n).astype(np.int64)
     groups = [holders[order[cuts[i] : cuts[i + 1]]] for i in range(plan.rounds)]
     state = DiscoveryState()
-    costs, decode_s = [], []
+    costs, decode_s, decode_cpu = [], [], []
     for r in range(len(spans)):
         n_r = groups[r].size
         eps0 = plan_epsilon0(n_r, args.epsilon, args.delta)
         rnd = plan.prefix_round(r, eps0)
         c = simulate_prefix_counts(rnd, sym_of, groups[r], rng)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         est = decode_prefix_round(rnd, state.parent_array(), c, correct_heaviest=args.correct)
         state = advance(plan, state, est)
         decode_s.append(time.perf_counter() - t0)
+        decode_cpu.append(time.process_time() - c0)
         costs.append(RoundCost(round=r, group=r, n_reports=n_r, epsilon0=eps0))
     n_f = groups[-1].size
     eps0 = plan_epsilon0(n_f, args.epsilon, args.delta)
@@ -150,8 +152,54 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "epsilon0": [round(c.epsilon0, 3) for c in costs],
         "decode_s": max(decode_s),
         "decode_each_s": [round(x, 2) for x in decode_s],
+        "decode_cpu_s": max(decode_cpu),
+        "load_average": os.getloadavg()[0],
         "report_bytes": max(plan.prefix_round(0, costs[0].epsilon0).report_bytes, vr.report_bytes),
     }
+
+
+def baselines(args: argparse.Namespace) -> None:
+    """pure-ldp's PEM, TreeHist and SFP at local ε = 1 and at this system's ε0, on
+    ``--baseline-n`` devices (seed 0), beside this system at the same n."""
+    import os
+    import subprocess
+    import tempfile
+
+    from heavy_hitters_baselines import VENV_PINS
+
+    venv = Path(os.environ.get("CROWDMIX_PURELDP_VENV", "/tmp/crowdmix-pureldp"))
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *VENV_PINS], check=True)
+    harness = Path(__file__).with_name("heavy_hitters_baselines.py")
+    names = ("zipf", "words") if args.data == "both" else (args.data,)
+    for name in names:
+        data = zipf_data(0) if name == "zipf" else words_data()
+        ours = run_once(data, argparse.Namespace(**{**vars(args), "n": args.baseline_n}), 0)
+        print(json.dumps({"data": name, "method": "crowdmix", "n": args.baseline_n, **ours}))
+        alphabet = ALPHABETS[name]
+        clean = ["".join(c if c in alphabet else "'" for c in v)[:16] for v in data.values]
+        rng = np.random.default_rng(0)
+        holders = sample(data, args.baseline_n, rng)
+        counts = np.bincount(holders, minlength=len(clean))
+        truth = [clean[i] for i in np.argsort(-counts, kind="stable")[: args.top]]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"values": [clean[i] for i in holders], "truth": truth,
+                       "alphabet": alphabet}, f)
+        for eps in (1.0, round(min(ours["epsilon0"]), 3)):
+            for method in ("PEM", "TreeHist", "SFP"):
+                try:
+                    out = subprocess.run(
+                        [str(py), str(harness), f.name, method, str(eps)],
+                        capture_output=True, text=True, timeout=args.baseline_timeout,
+                    )
+                    line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+                    res = json.loads(line) if line.startswith("{") else {"error": out.stderr[-300:]}
+                except subprocess.TimeoutExpired:
+                    res = {"method": method, "epsilon": eps, "error": "timeout"}
+                print(json.dumps({"data": name, **res}), flush=True)
+        os.unlink(f.name)
 
 
 def main() -> None:
@@ -164,12 +212,19 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=100)
     ap.add_argument("--spans", default="3,6,9,12,15,17")
     ap.add_argument("--weights", default="")
-    ap.add_argument("--keep", type=int, default=400)
-    ap.add_argument("--candidates", type=int, default=400)
+    ap.add_argument("--keep", type=int, default=300)
+    ap.add_argument("--candidates", type=int, default=300)
     ap.add_argument("--seeds-per-round", type=int, default=1024)
-    ap.add_argument("--correct", type=int, default=32)
+    ap.add_argument("--correct", type=int, default=16)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--baselines", action="store_true")
+    ap.add_argument("--baseline-n", type=int, default=100_000)
+    ap.add_argument("--baseline-timeout", type=float, default=3600.0)
     args = ap.parse_args()
+    if args.baselines:
+        sys.path.insert(0, str(Path(__file__).parent))
+        baselines(args)
+        return
     names = ("zipf", "words") if args.data == "both" else (args.data,)
     summary = {}
     for name in names:
@@ -179,10 +234,12 @@ def main() -> None:
             res = run_once(data, args, seed)
             runs.append(res)
             print(json.dumps({"data": name, **res}), flush=True)
-        med = {k: statistics.median(r[k] for r in runs) for k in ("recall", "f1", "decode_s")}
+        keys = ("recall", "f1", "decode_s", "decode_cpu_s")
+        med = {k: statistics.median(r[k] for r in runs) for k in keys}
         summary[name] = med
         print(f"{name}: median of {len(runs)} seeds: recall {med['recall']:.3f}, "
-              f"F1 {med['f1']:.3f}, slowest round decode {med['decode_s']:.1f} s", flush=True)
+              f"F1 {med['f1']:.3f}, slowest round decode {med['decode_s']:.1f} s "
+              f"({med['decode_cpu_s']:.1f} CPU s over its threads)", flush=True)
     if args.json:
         print(json.dumps(summary))
 
