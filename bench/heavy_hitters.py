@@ -20,6 +20,7 @@ decoded by the real decoders; "decode s" is the slowest round's decode.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import json
 import math
@@ -84,6 +85,11 @@ def sample(data: Data, n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.choice(len(data.values), size=n, p=data.prob)
 
 
+@functools.lru_cache(maxsize=64)
+def epsilon0_for(n: int, epsilon: float, delta: float) -> float:
+    return plan_epsilon0(n, epsilon, delta)
+
+
 def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     sm = SymbolMap(alphabet=ALPHABETS[data.name], max_length=16)
@@ -117,7 +123,7 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     costs, decode_s, decode_cpu = [], [], []
     for r in range(len(spans)):
         n_r = groups[r].size
-        eps0 = plan_epsilon0(n_r, args.epsilon, args.delta)
+        eps0 = epsilon0_for(n_r, args.epsilon, args.delta)
         rnd = plan.prefix_round(r, eps0)
         c = simulate_prefix_counts(rnd, sym_of, groups[r], rng)
         t0, c0 = time.perf_counter(), time.process_time()
@@ -127,7 +133,7 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         decode_cpu.append(time.process_time() - c0)
         costs.append(RoundCost(round=r, group=r, n_reports=n_r, epsilon0=eps0))
     n_f = groups[-1].size
-    eps0 = plan_epsilon0(n_f, args.epsilon, args.delta)
+    eps0 = epsilon0_for(n_f, args.epsilon, args.delta)
     vr = plan.value_round(eps0, state.final_candidates(plan))
     c = simulate_value_counts(vr, sym_of, groups[-1], rng)
     t0 = time.perf_counter()

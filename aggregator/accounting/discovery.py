@@ -25,10 +25,20 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crowdmix.aggregator.accounting.amplification import amplify
 
-__all__ = ["DiscoveryGuarantee", "RoundCost", "discovery_guarantee", "plan_epsilon0"]
+if TYPE_CHECKING:
+    from crowdmix.aggregator.accounting.history import Segment
+
+__all__ = [
+    "DiscoveryGuarantee",
+    "RoundCost",
+    "discovery_guarantee",
+    "plan_epsilon0",
+    "round_segment",
+]
 
 # Bisection steps: ε0 to ~1e-6 over [0, 30].
 _STEPS = 45
@@ -85,51 +95,46 @@ class DiscoveryGuarantee:
         }
 
 
-def discovery_guarantee(rounds: Sequence[RoundCost], delta: float) -> DiscoveryGuarantee:
-    """Parallel across groups, sequential within one (module docstring)."""
-    from crowdmix.aggregator.accounting.history import Segment, compose_segments
+def round_segment(cost: RoundCost, delta: float, discovery: str) -> Segment:
+    """The ledger segment of one round: one shuffle of its reports, in its group of
+    the discovery's partition (so the ledger composes groups in parallel)."""
+    from crowdmix.aggregator.accounting.history import Segment
+
+    return Segment(
+        rounds=1,
+        n_amplify=cost.n_reports,
+        delta=delta,
+        epsilon0=cost.epsilon0,
+        beta=math.tanh(cost.epsilon0 / 2.0),  # any ε0-LDP randomizer's total variation
+        partition=discovery,
+        group=cost.group,
+    )
+
+
+def discovery_guarantee(
+    rounds: Sequence[RoundCost], delta: float, *, discovery: str = "discovery"
+) -> DiscoveryGuarantee:
+    """Parallel across groups, sequential within one (module docstring): the same
+    figure the ledger computes from ``round_segment`` of each round."""
+    from crowdmix.aggregator.accounting.history import compose_segments
 
     if not rounds:
         raise ValueError("a discovery has at least one round")
+    live = [c for c in rounds if c.n_reports > 0]
     per_round = tuple(
         (c.round, amplify(c.epsilon0, c.n_reports, delta).epsilon if c.n_reports else 0.0)
         for c in rounds
     )
-    groups: dict[int, list[RoundCost]] = defaultdict(list)
+    local: dict[int, float] = defaultdict(float)
     for c in rounds:
-        groups[c.group].append(c)
-    worst_eps, worst_delta, local = 0.0, 0.0, 0.0
-    sequential = False
-    for members in groups.values():
-        local = max(local, math.fsum(c.epsilon0 for c in members))
-        live = [c for c in members if c.n_reports > 0]
-        if not live:
-            continue
-        if len(live) == 1:
-            c = live[0]
-            eps, dl = amplify(c.epsilon0, c.n_reports, delta).epsilon, delta
-        else:
-            sequential = True
-            segs = [
-                Segment(
-                    rounds=1,
-                    n_amplify=c.n_reports,
-                    delta=delta,
-                    epsilon0=c.epsilon0,
-                    beta=math.tanh(c.epsilon0 / 2.0),
-                )
-                for c in live
-            ]
-            total = compose_segments(segs)
-            eps, dl = total.epsilon, total.delta
-        worst_eps, worst_delta = max(worst_eps, eps), max(worst_delta, dl)
-    argument = "parallel over disjoint groups" + (
-        ", sequential within each" if sequential else ""
-    )
+        local[c.group] += c.epsilon0
+    total = compose_segments([round_segment(c, delta, discovery) for c in live])
+    sequential = len({c.group for c in live}) < len(live)
+    argument = "parallel over disjoint groups" + (", sequential within each" if sequential else "")
     return DiscoveryGuarantee(
-        epsilon=worst_eps,
-        delta=worst_delta,
-        local_epsilon=local,
+        epsilon=total.epsilon,
+        delta=total.delta,
+        local_epsilon=max(local.values()),
         per_round=per_round,
         argument=argument,
     )
