@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import json
-import math
+import os
 import statistics
 import string
 import sys
@@ -103,8 +102,8 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     truth = {by_id[i] for i in np.argsort(-counts, kind="stable")[: args.top]}
 
     spans = tuple(int(x) for x in args.spans.split(","))
-    weights = [float(x) for x in args.weights.split(",")] if args.weights else [1.0] * (
-        len(spans) + 1
+    weights = (
+        [float(x) for x in args.weights.split(",")] if args.weights else [1.0] * (len(spans) + 1)
     )
     total = sum(weights)
     plan = DiscoveryPlan(
@@ -191,14 +190,17 @@ def baselines(args: argparse.Namespace) -> None:
         counts = np.bincount(holders, minlength=len(clean))
         truth = [clean[i] for i in np.argsort(-counts, kind="stable")[: args.top]]
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"values": [clean[i] for i in holders], "truth": truth,
-                       "alphabet": alphabet}, f)
+            json.dump(
+                {"values": [clean[i] for i in holders], "truth": truth, "alphabet": alphabet}, f
+            )
         for eps in (1.0, round(min(ours["epsilon0"]), 3)):
             for method in ("PEM", "TreeHist", "SFP"):
                 try:
                     out = subprocess.run(
                         [str(py), str(harness), f.name, method, str(eps)],
-                        capture_output=True, text=True, timeout=args.baseline_timeout,
+                        capture_output=True,
+                        text=True,
+                        timeout=args.baseline_timeout,
                     )
                     line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
                     res = json.loads(line) if line.startswith("{") else {"error": out.stderr[-300:]}
@@ -243,9 +245,12 @@ def main() -> None:
         keys = ("recall", "f1", "decode_s", "decode_cpu_s")
         med = {k: statistics.median(r[k] for r in runs) for k in keys}
         summary[name] = med
-        print(f"{name}: median of {len(runs)} seeds: recall {med['recall']:.3f}, "
-              f"F1 {med['f1']:.3f}, slowest round decode {med['decode_s']:.1f} s "
-              f"({med['decode_cpu_s']:.1f} CPU s over its threads)", flush=True)
+        print(
+            f"{name}: median of {len(runs)} seeds: recall {med['recall']:.3f}, "
+            f"F1 {med['f1']:.3f}, slowest round decode {med['decode_s']:.1f} s "
+            f"({med['decode_cpu_s']:.1f} CPU s over its threads)",
+            flush=True,
+        )
     if args.json:
         print(json.dumps(summary))
 

@@ -156,7 +156,7 @@ class SymbolMap:
         """(characters up to END, complete?): OTHER reads as U+FFFD, and as "…" in
         the last position (a value longer than ``max_length``, truncated: complete);
         ``complete`` is False for a prefix that has neither yet."""
-        out = []
+        out: list[str] = []
         for i, s in enumerate(symbols):
             if s == self.end:
                 return "".join(out), True

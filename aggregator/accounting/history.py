@@ -347,9 +347,7 @@ def _compose_group(segments: Sequence[Segment]) -> Composed:
     if len(segments) == 1 and segments[0].rounds == 1 and segments[0].fresh:
         s = segments[0]
         eps = _best_amplify(s.epsilon0, s.n_amplify, s.delta)
-        return Composed(
-            epsilon=eps, delta=min(1.0, s.delta + s.crowd_failure), argument="generic"
-        )
+        return Composed(epsilon=eps, delta=min(1.0, s.delta + s.crowd_failure), argument="generic")
     return _compose_sequence(segments)
 
 

@@ -24,6 +24,7 @@ mass N − Σ n̂_x (a heavy child keeps its own peak).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -84,7 +85,8 @@ def valid_children(r: PrefixRound, closed: npt.NDArray[np.bool_]) -> npt.NDArray
         col = d[:, last - r.start]
         ok &= (col == sm.end) | (col == sm.other)
     all_end = np.all(end, axis=1)
-    return np.where(closed[:, None], all_end[None, :], ok[None, :])
+    valid: npt.NDArray[np.bool_] = np.where(closed[:, None], all_end[None, :], ok[None, :])
+    return valid
 
 
 def child_symbols(r: PrefixRound, parents: npt.NDArray[np.uint8], k: int, e: int) -> bytes:
@@ -148,7 +150,7 @@ def _supports(
             )
         out[p0:p1] += got[:size].reshape(p1 - p0, ext)
 
-    pairs = list(zip(bounds[:-1], bounds[1:], strict=True))
+    pairs = list(itertools.pairwise(bounds))
     if len(pairs) == 1:
         tile(*pairs[0])
     else:

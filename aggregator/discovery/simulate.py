@@ -20,7 +20,9 @@ __all__ = ["simulate_prefix_counts", "simulate_value_counts"]
 I64 = npt.NDArray[np.int64]
 
 
-def _randomize(true: npt.NDArray[np.int64], n_out: int, keep: float, rng: np.random.Generator) -> I64:
+def _randomize(
+    true: npt.NDArray[np.int64], n_out: int, keep: float, rng: np.random.Generator
+) -> I64:
     """k-RR over [0, n_out): keep w.p. ``keep``, else a uniform other output."""
     other = rng.integers(0, n_out - 1, size=true.size)
     other += other >= true

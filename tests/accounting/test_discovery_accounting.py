@@ -60,9 +60,16 @@ def test_the_ledger_total_is_the_discovery_guarantee() -> None:
         seg = segment_to_dict(round_segment(c, 1e-6, "words-1"))
         ledger.record(
             "words",
-            Release(release_id=f"r{c.round}", window=c.round, n_reports=c.n_reports,
-                    mechanism="heavy-hitters", epsilon=eps_r, delta=1e-6,
-                    fresh_randomness=True, segment=seg),
+            Release(
+                release_id=f"r{c.round}",
+                window=c.round,
+                n_reports=c.n_reports,
+                mechanism="heavy-hitters",
+                epsilon=eps_r,
+                delta=1e-6,
+                fresh_randomness=True,
+                segment=seg,
+            ),
         )
     total = ledger.spent("words")
     assert total[0] == pytest.approx(discovery_guarantee(rounds, 1e-6, discovery="words-1").epsilon)
@@ -71,9 +78,16 @@ def test_the_ledger_total_is_the_discovery_guarantee() -> None:
     c = RoundCost(round=0, group=0, n_reports=40_000, epsilon0=6.0)
     ledger.record(
         "words",
-        Release(release_id="again", window=9, n_reports=40_000, mechanism="heavy-hitters",
-                epsilon=amplify(6.0, 40_000, 1e-6).epsilon, delta=1e-6, fresh_randomness=True,
-                segment=segment_to_dict(round_segment(c, 1e-6, "words-2"))),
+        Release(
+            release_id="again",
+            window=9,
+            n_reports=40_000,
+            mechanism="heavy-hitters",
+            epsilon=amplify(6.0, 40_000, 1e-6).epsilon,
+            delta=1e-6,
+            fresh_randomness=True,
+            segment=segment_to_dict(round_segment(c, 1e-6, "words-2")),
+        ),
     )
     assert ledger.spent("words")[0] == pytest.approx(2 * total[0], rel=1e-9)
 
@@ -100,8 +114,12 @@ def test_parallel_groups_by_exact_enumeration() -> None:
     b = _shuffled_krr(g0_other, eps0, d)
     c = _shuffled_krr(g1, eps0, d)
     claimed = discovery_guarantee(
-        [RoundCost(round=0, group=0, n_reports=3, epsilon0=eps0),
-         RoundCost(round=1, group=1, n_reports=2, epsilon0=eps0)], delta)
+        [
+            RoundCost(round=0, group=0, n_reports=3, epsilon0=eps0),
+            RoundCost(round=1, group=1, n_reports=2, epsilon0=eps0),
+        ],
+        delta,
+    )
     e = math.exp(claimed.epsilon)
     for x, y in ((a, b), (b, a)):
         exact = sum(

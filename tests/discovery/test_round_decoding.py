@@ -65,9 +65,7 @@ def test_supports_equal_a_brute_force_count() -> None:
             sym = child_symbols(r, parents, k, e)
             prefix, hi, lo = r.split(sym + bytes(5 - len(sym)))
             key = prefix_key(1, 3, hi, prefix)
-            brute = sum(
-                int(counts[s * g + prefix_bucket(s, key, lo, g)]) for s in range(r.seeds)
-            )
+            brute = sum(int(counts[s * g + prefix_bucket(s, key, lo, g)]) for s in range(r.seeds))
             assert support[k, e] == pytest.approx(brute, abs=1e-6)
 
 
@@ -140,8 +138,14 @@ def test_a_small_discovery_finds_the_top_values() -> None:
     rng = np.random.default_rng(21)
     holders = rng.choice(len(values), size=60_000, p=w / w.sum())
     symbols = [SM.symbols(v) for v in values]
-    plan = DiscoveryPlan(symbols=SM, spans=(2, 4, 5), keep=20, candidates=12, seeds=256,
-                         weights=(0.25, 0.25, 0.25, 0.25))
+    plan = DiscoveryPlan(
+        symbols=SM,
+        spans=(2, 4, 5),
+        keep=20,
+        candidates=12,
+        seeds=256,
+        weights=(0.25, 0.25, 0.25, 0.25),
+    )
     groups = np.array_split(rng.permutation(holders), 4)
     state = DiscoveryState()
     for i in range(3):
@@ -150,8 +154,9 @@ def test_a_small_discovery_finds_the_top_values() -> None:
         state = advance(plan, state, decode_prefix_round(rnd, state.parent_array(), counts))
         state = DiscoveryState.from_dict(state.to_dict())  # what the report job stores
     vr = plan.value_round(4.0, state.final_candidates(plan))
-    table = discovered(plan, state, decode_value_round(vr, simulate_value_counts(
-        vr, symbols, groups[3], rng)))
+    table = discovered(
+        plan, state, decode_value_round(vr, simulate_value_counts(vr, symbols, groups[3], rng))
+    )
     truth = [values[i] for i in np.argsort(-np.bincount(holders))[:5]]
     assert set(truth) <= set(table.top(8))
     assert np.all(table.ci_low <= table.share) and np.all(table.share <= table.ci_high)
