@@ -48,6 +48,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.simulate",
     "crowdmix.privacy",
     "crowdmix.report",
+    "crowdmix.discover",
     "crowdmix.counts",
     "crowdmix.keys",
     "crowdmix.cluster",
@@ -179,6 +180,7 @@ EXTRA_FOR = {
     "matplotlib": "aggregator",
     "dp_accounting": "aggregator",
     "threadpoolctl": "aggregator",
+    "wordfreq": "words",
 }
 
 

@@ -76,12 +76,14 @@ class DiscoveryPlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DiscoveryState:
-    """Between rounds: the next round's index and parents, and the harvest
-    (symbols → [(round, share, variance of share)])."""
+    """Between rounds: the next round's index and parents, the harvest
+    (symbols → [(round, share, variance of share)]) and each finished round's
+    (round, group, reports, ε0) for the privacy statement."""
 
     next_round: int = 0
     parents: tuple[bytes, ...] = (b"",)
     harvest: dict[bytes, tuple[tuple[int, float, float], ...]] = field(default_factory=dict)
+    costs: tuple[tuple[int, int, int, float], ...] = ()
 
     def parent_array(self) -> npt.NDArray[np.uint8]:
         width = len(self.parents[0]) if self.parents else 0
@@ -108,6 +110,7 @@ class DiscoveryState:
             "next_round": self.next_round,
             "parents": [p.hex() for p in self.parents],
             "harvest": {v.hex(): [list(o) for o in obs] for v, obs in self.harvest.items()},
+            "costs": [list(c) for c in self.costs],
         }
 
     @classmethod
@@ -118,7 +121,16 @@ class DiscoveryState:
                 bytes.fromhex(v): tuple((int(r), float(s), float(var)) for r, s, var in obs)
                 for v, obs in data["harvest"].items()  # type: ignore[attr-defined]
             }
-            return cls(next_round=int(data["next_round"]), parents=parents, harvest=harvest)  # type: ignore[call-overload]
+            costs = tuple(
+                (int(r), int(g), int(n), float(e))
+                for r, g, n, e in data.get("costs", [])  # type: ignore[attr-defined]
+            )
+            return cls(
+                next_round=int(data["next_round"]),  # type: ignore[call-overload]
+                parents=parents,
+                harvest=harvest,
+                costs=costs,
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a discovery state: {exc}") from None
 
@@ -142,7 +154,9 @@ def advance(plan: DiscoveryPlan, state: DiscoveryState, est: PrefixEstimates) ->
             share = float(est.count[k, e]) / n
             var = float(est.std_error[k, e]) ** 2 / n**2
             harvest[full] = (*harvest.get(full, ()), (state.next_round, share, var))
-    return DiscoveryState(next_round=state.next_round + 1, parents=tuple(parents), harvest=harvest)
+    return DiscoveryState(
+        next_round=state.next_round + 1, parents=tuple(parents), harvest=harvest, costs=state.costs
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
