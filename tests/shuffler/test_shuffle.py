@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 import inspect
 import itertools
 import os
 from collections import Counter
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from crowdmix.shuffler.commit import GroupCommitter
