@@ -8,8 +8,7 @@
 The gRPC server is grpc.aio on an event-loop thread of its own (``AioFront``):
 requests await their group commit, whose Redis write also runs on the loop.
 The releaser (``crowdmix.shuffler.forwarding``) runs in a thread. (A threaded
-``grpc.server`` front existed until issue 14; it did half the device-style
-calls per second, BENCHMARKS.md.)
+``grpc.server`` front did half the device-style calls per second, BENCHMARKS.md.)
 """
 
 from __future__ import annotations
