@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
         choices=("rappor", "shuffled-histogram"),
         default="rappor",
         help="rappor (default), or shuffled-histogram: each device sends its value plus fake "
-        "reports, sealed, one call per device (issue 18)",
+        "reports, sealed, one call per device",
     )
     p.add_argument(
         "--clients",

@@ -1,5 +1,5 @@
 """``crowdmix demo --encoding shuffled-histogram``: shuffled histograms with fake
-reports (issue 18) through the real daemons, in one process.
+reports through the real daemons, in one process.
 
 1. A simulated population (``--clients`` devices, ``--values`` values plus
    ``--decoys`` that nobody holds: the known domain).

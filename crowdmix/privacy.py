@@ -110,7 +110,7 @@ def register(sub: Any) -> None:
 
     from crowdmix.histogram_cmd import register_privacy as register_histogram
 
-    register_histogram(psub)  # issue 18: shuffled histograms with fake reports
+    register_histogram(psub)  # shuffled histograms with fake reports
 
     plan = sub.add_parser("plan", help="RAPPOR parameters for a target central (ε, δ)")
     plan.add_argument("--epsilon", type=float, required=True, help="target central ε")

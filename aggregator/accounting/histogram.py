@@ -1,4 +1,4 @@
-"""Central (ε, δ) of a shuffled histogram with fake reports (issue 18). Pure math.
+"""Central (ε, δ) of a shuffled histogram with fake reports. Pure math.
 
 The mechanism (``crowdmix.client.histogram``): each of n devices sends its value x
 (optionally k-RR with local ε_L) plus m slots, each filled independently

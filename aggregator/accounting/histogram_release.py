@@ -1,4 +1,4 @@
-"""The privacy statement of one shuffled-histogram release (issue 18). Pure math.
+"""The privacy statement of one shuffled-histogram release. Pure math.
 
 ``crowdmix.aggregator.accounting.histogram`` gives (ε, δ) for n devices. The
 aggregator does not know n: it sees T, the number of reports (real and fake
