@@ -12,7 +12,8 @@
 
 An app embeds ``client.Reporter`` (``crowdmix.client.reporter``): it fetches each metric's
 params from the shuffler, claims one report per metric per collection window,
-keeps it in a durable outbox until the shuffler acknowledged it, and seals it.
+keeps it in a durable outbox until the shuffler acknowledged it, and seals it;
+``report`` returns a ``client.ReportResult`` and never raises.
 
 The core loads neither grpc, numpy nor redis. ``crowdmix.client.transport`` and
 ``crowdmix.client.link`` (grpc) and ``crowdmix.client.batch`` (numpy) are imported only when used.
@@ -43,7 +44,7 @@ from crowdmix.client.report import Report
 
 if TYPE_CHECKING:
     from crowdmix.client.outbox import OutboxError
-    from crowdmix.client.reporter import Reporter
+    from crowdmix.client.reporter import Reporter, ReportResult, ReportStatus
 
 __all__ = [
     "BasicEncoder",
@@ -59,6 +60,8 @@ __all__ = [
     "RapporParams",
     "Report",
     "ReportBudget",
+    "ReportResult",
+    "ReportStatus",
     "Reporter",
     "SecureBits",
     "TransportError",
@@ -71,7 +74,12 @@ __all__ = [
 
 # The app layer (SQLite, threads, logging) loads on first use: an app that only
 # encodes, and ``import client`` itself, do not pay for it.
-_LAZY = {"OutboxError": "crowdmix.client.outbox", "Reporter": "crowdmix.client.reporter"}
+_LAZY = {
+    "OutboxError": "crowdmix.client.outbox",
+    "Reporter": "crowdmix.client.reporter",
+    "ReportResult": "crowdmix.client.reporter",
+    "ReportStatus": "crowdmix.client.reporter",
+}
 
 
 def __getattr__(name: str) -> object:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Action", "Answer", "classify"]
+__all__ = ["RETRY_CODES", "Action", "Answer", "classify"]
 
 
 class Action(enum.Enum):
@@ -49,10 +49,12 @@ class Answer:
     reason: str
     message: str
     #: for REFETCH: what the same answer means once the config was fetched again
+    #: (RETRY: keep the reports; DROP: drop them as ``refused``; FATAL)
     after_refetch: Action = Action.RETRY
 
 
-_RETRY = frozenset(
+#: Status codes after which the same request may succeed later.
+RETRY_CODES = frozenset(
     {
         "UNAVAILABLE",
         "RESOURCE_EXHAUSTED",
@@ -99,4 +101,6 @@ def classify(code: str, details: str) -> Answer:
             f"the TLS handshake failed: does the port speak plaintext (tls=False), or are "
             f"root_certificates missing? ({message})",
         )
-    return Answer(Action.RETRY, code.lower() if code in _RETRY else "unexpected_status", message)
+    return Answer(
+        Action.RETRY, code.lower() if code in RETRY_CODES else "unexpected_status", message
+    )

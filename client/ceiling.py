@@ -48,9 +48,7 @@ class Ceiling:
             from crowdmix.client.privacy import epsilon_inf, epsilon_one
 
             figures.append(("ε_1", epsilon_one(mc.rappor), "max_epsilon", self.max_epsilon))
-            figures.append(
-                ("ε_∞", epsilon_inf(mc.rappor), "max_epsilon_inf", self.max_epsilon_inf)
-            )
+            figures.append(("ε_∞", epsilon_inf(mc.rappor), "max_epsilon_inf", self.max_epsilon_inf))
         elif mc.basic is not None:
             figures.append(("ε", mc.basic.epsilon, "max_epsilon", self.max_epsilon))
         elif mc.histogram is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from crowdmix.client.answers import Action, Answer
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from crowdmix.client.sealed import PublicKeyConfig
 
 __all__ = [
+    "SERVER_TIME_RANGE",
     "TOLERANCE_WINDOWS",
     "CachedConfig",
     "Decision",
@@ -45,13 +46,29 @@ __all__ = [
     "Send",
     "SendState",
     "Wait",
+    "clock_offset",
     "decide",
 ]
 
 #: A report's window is closed once the current window is this many windows later.
 TOLERANCE_WINDOWS = 1
+#: The server times a device believes (Unix seconds, 2020-01-01 to 2100-01-01): taken
+#: for the server's clock, an absurd one would put the claimed windows far away.
+SERVER_TIME_RANGE = (1_577_836_800.0, 4_102_444_800.0)
 #: Shortest wait for a config that publishes no key to be fetched again (seconds).
 MIN_KEY_WAIT = 60.0
+
+
+def clock_offset(server_time: float, received: float) -> float:
+    """server − device seconds from a ``GetConfig`` answer's ``server_time`` and the
+    device time it arrived; ``ValueError`` for a time no server clock shows."""
+    lo, hi = SERVER_TIME_RANGE
+    if not lo <= server_time <= hi:  # NaN and ±inf too
+        raise ValueError(
+            f"server_time {server_time!r} is not a plausible time "
+            f"(Unix seconds {lo:.0f} to {hi:.0f})"
+        )
+    return server_time - received
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +94,7 @@ class SendState:
     """What the sender knows besides the rows and the config."""
 
     sealing: Literal["required", "off"] = "required"
-    ceiling: Ceiling = Ceiling()
+    ceiling: Ceiling = field(default_factory=Ceiling)
     backoff: float = 0.0  # seconds left of the sender's backoff (0: may try now)
     refetched: bool = False  # the config was fetched (or tried) in this pass
     fetch_failure: Answer | None = None  # why that fetch failed

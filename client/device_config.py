@@ -184,7 +184,7 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
     """The answer as a ``DeviceConfig``; ``ParamsError`` when it is inconsistent."""
     if message.protocol != PROTOCOL_VERSION:
         raise ParamsError(f"unsupported sealing protocol version {message.protocol}")
-    if message.window_seconds and message.window_seconds < MIN_WINDOW_SECONDS:
+    if message.window_seconds < MIN_WINDOW_SECONDS:
         # the device claims one report per metric per window: a server must not be able
         # to draw one every second (each basic report composes; see client.privacy)
         raise ParamsError(
@@ -208,8 +208,7 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
         metrics=metrics,
         keys=keys,
         cache_seconds=message.cache_seconds,
-        # an older shuffler does not say: the registry's default window
-        window_seconds=message.window_seconds or DEFAULT_WINDOW_SECONDS,
+        window_seconds=message.window_seconds,
         disposal_seconds={
             m.name: m.disposal_seconds for m in message.metrics if m.disposal_seconds
         },

@@ -2,7 +2,7 @@
 
 CrowdmixClientError
 ├── ParamsError (also ValueError)      invalid RapporParams / mechanism / registry entry
-├── OutboxError (client.outbox)        the app's outbox file cannot be opened, read or written
+├── OutboxError (client.outbox)        the outbox file cannot be used, or has another schema
 └── TransportError                     the shuffler could not take the reports
     └── QueueFullError                 the bounded in-memory queue dropped reports
 """

@@ -33,6 +33,7 @@ Importing this module loads neither grpc nor protobuf.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib.util
 import logging
@@ -49,7 +50,16 @@ from typing import TYPE_CHECKING, Literal
 
 from crowdmix.client.answers import Action, Answer, classify
 from crowdmix.client.ceiling import MAX_EPSILON, MAX_EPSILON_INF, Ceiling
-from crowdmix.client.delivery import CachedConfig, Drop, Offline, Send, SendState, Wait, decide
+from crowdmix.client.delivery import (
+    CachedConfig,
+    Drop,
+    Offline,
+    Send,
+    SendState,
+    Wait,
+    clock_offset,
+    decide,
+)
 from crowdmix.client.errors import CrowdmixClientError
 from crowdmix.client.outbox import Claim, Outbox, OutboxError
 from crowdmix.client.target import check_target
@@ -67,13 +77,9 @@ __all__ = ["ReportResult", "ReportStatus", "Reporter"]
 log = logging.getLogger("crowdmix.client")
 
 Sealing = Literal["required", "off"]
-Encoder = "RapporEncoder | BasicEncoder | HistogramEncoder"
 SECRET_BYTES = 32
 #: How long the background sender waits for a connection before it backs off.
 BACKGROUND_CONNECT_WAIT = 1.0
-#: The server times a device believes (Unix seconds, 2020-01-01 to 2100-01-01): taken
-#: for the server's clock, an absurd one would put the claimed windows far away.
-SERVER_TIME_RANGE = (1_577_836_800.0, 4_102_444_800.0)
 
 
 class ReportStatus(enum.Enum):
@@ -143,17 +149,6 @@ def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) ->
     """Exponential backoff with full jitter: uniform in [0, min(cap, base·2^failures)]
     (never quite 0, so a busy loop is impossible)."""
     return max(rng.uniform(0.0, min(cap, base * 2 ** min(failures, 30))), 0.001)
-
-
-def clock_offset(server_time: float, received: float) -> float:
-    """server − device seconds from a ``GetConfig`` answer's ``server_time`` and the
-    device time it arrived; ``ValueError`` for a time no server clock shows."""
-    lo, hi = SERVER_TIME_RANGE
-    if not lo <= server_time <= hi:  # NaN and ±inf too
-        raise ValueError(
-            f"server_time {server_time!r} is not a plausible time (Unix seconds {lo:.0f} to {hi:.0f})"
-        )
-    return server_time - received
 
 
 def _check_extra(sealing: Sealing) -> None:
@@ -406,12 +401,15 @@ class Reporter:
         if problem is not None:
             return self._refused(ReportStatus.INVALID_VALUE, problem)
         claim = self._outbox.claim(
-            metric, in_use.window(now), lambda: encoder.encode(value)  # type: ignore[arg-type]
+            metric,
+            in_use.window(now),
+            lambda: encoder.encode(value),  # type: ignore[arg-type]
         )
         if claim is Claim.USED:
             return _ALREADY
         if claim is Claim.FULL:  # counted by the outbox
-            detail = f"the outbox holds {self._outbox.max_reports} reports or {self._outbox.max_bytes} bytes"
+            box = self._outbox
+            detail = f"the outbox holds {box.max_reports} reports or {box.max_bytes} bytes"
             log.warning("report of %r refused: %s", metric, detail)
             return ReportResult(ReportStatus.OUTBOX_FULL, detail)
         self._poke()
@@ -419,10 +417,8 @@ class Reporter:
 
     def _refused(self, status: ReportStatus, detail: str) -> ReportResult:
         log.info("no report made (%s): %s", status.value, detail)
-        try:
+        with contextlib.suppress(OutboxError):  # the result says it; the count is best effort
             self._outbox.count(status.value)
-        except OutboxError:
-            pass  # the refusal is in the result; the counter is best effort
         return ReportResult(status, detail)
 
     # -- sending --------------------------------------------------------------
@@ -466,7 +462,12 @@ class Reporter:
                     refused[group] = answer
             elif isinstance(action, Drop):
                 if action.message:
-                    log.warning("%d reports dropped (%s): %s", len(action.report_ids), action.reason, action.message)
+                    log.warning(
+                        "%d reports dropped (%s): %s",
+                        len(action.report_ids),
+                        action.reason,
+                        action.message,
+                    )
                 self._outbox.drop(action.report_ids, action.reason)
             elif isinstance(action, Wait | Offline):
                 return action
@@ -499,7 +500,9 @@ class Reporter:
         """One Submit (a separate method: the crash tests stop the process around it)."""
         return self._get_link().submit(request, timeout)  # type: ignore[arg-type]
 
-    def _try_send(self, timeout: float, connect_wait: float, backoff: float = 0.0) -> Wait | Offline:
+    def _try_send(
+        self, timeout: float, connect_wait: float, backoff: float = 0.0
+    ) -> Wait | Offline:
         """One pass of the sender, and what the app should hear of it."""
         if not self._send_lock.acquire(timeout=max(timeout, 0.0)):
             return Wait(BACKGROUND_CONNECT_WAIT)  # the other sender is at it
@@ -596,7 +599,9 @@ class Reporter:
             try:
                 result = self._try_send(self._timeout * 3, BACKGROUND_CONNECT_WAIT, backoff)
             except Exception as exc:  # a dead sender would end sending silently
-                log.warning("the sender failed (%s: %s); it tries again later", type(exc).__name__, exc)
+                log.warning(
+                    "the sender failed (%s: %s); it tries again later", type(exc).__name__, exc
+                )
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 result = Offline(self.last_error)
             if isinstance(result, Offline):

@@ -16,7 +16,9 @@ _GRPC_SCHEMES = ("dns:///", "dns:", "ipv4:", "ipv6:")
 def check_target(target: object) -> str:
     """``target`` if it is a gRPC target with a port; ``ValueError`` naming what is wrong."""
     if not isinstance(target, str) or not target.strip():
-        raise ValueError(f"target must be 'host:port', e.g. 'shuffler.example:7400', got {target!r}")
+        raise ValueError(
+            f"target must be 'host:port', e.g. 'shuffler.example:7400', got {target!r}"
+        )
     if target.startswith("unix:"):
         return target
     if "://" in target and not target.startswith("dns:///"):

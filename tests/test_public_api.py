@@ -27,6 +27,8 @@ CLIENT_API = [
     "RapporParams",
     "Report",
     "ReportBudget",
+    "ReportResult",
+    "ReportStatus",
     "Reporter",
     "SecureBits",
     "TransportError",
