@@ -159,6 +159,9 @@ def decide(
         return Wait(None)
     metric, window = rows[0].report.metric, rows[0].window
     ids = tuple(r.report.report_id for r in rows)
+    if rows[0].window_seconds != config.config.window_seconds:
+        # the server's windows changed length: an index of the old length names no window
+        return Drop(ids, "window_changed")
     if window < config.window(now) - TOLERANCE_WINDOWS:
         return Drop(ids, "window_closed")
     answer = state.answer

@@ -4,7 +4,7 @@ One SQLite file (``sqlite3``, the standard library) in the app's directory holds
 
 - ``claims``: per metric, the last collection window a report was claimed in;
 - ``outbox``: every claimed report not yet acknowledged — report id, metric, its
-  window, cohort, params fingerprint and the encoded bits;
+  window (and the window's length), cohort, params fingerprint and the encoded bits;
 - ``config``: the last ``GetConfig`` answer, when it arrived and the clock offset it gave;
 - ``counters``: reports delivered, and those that left without delivery, by reason.
 
@@ -50,13 +50,15 @@ SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE claims (
     metric TEXT PRIMARY KEY,
-    window INTEGER NOT NULL
+    window INTEGER NOT NULL,
+    window_seconds INTEGER NOT NULL
 );
 CREATE TABLE outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     report_id BLOB NOT NULL UNIQUE,
     metric TEXT NOT NULL,
     window INTEGER NOT NULL,
+    window_seconds INTEGER NOT NULL,
     cohort INTEGER NOT NULL,
     fingerprint INTEGER NOT NULL,
     bits BLOB NOT NULL
@@ -76,7 +78,7 @@ CREATE TABLE counters (
 #: Bytes a row costs beyond its bits (report id, window, cohort, ... ; for the bound only).
 ROW_OVERHEAD = 64
 _U64 = 1 << 64
-_SELECT = "SELECT report_id, metric, window, cohort, fingerprint, bits FROM outbox"
+_SELECT = "SELECT report_id, metric, window, window_seconds, cohort, fingerprint, bits FROM outbox"
 
 
 class OutboxError(CrowdmixClientError):
@@ -93,10 +95,12 @@ class Claim(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PendingReport:
-    """One row of the outbox: a report and the window it was claimed in."""
+    """One row of the outbox: a report, the window it was claimed in and that
+    window's length (a window index means nothing without it)."""
 
     report: Report
     window: int
+    window_seconds: int
 
 
 def _signed(fp: int) -> int:
@@ -187,17 +191,26 @@ class Outbox:
     # -- claiming -------------------------------------------------------------
 
     def claim(
-        self, metric: str, window: int, make: Callable[[], Report | Sequence[Report]]
+        self,
+        metric: str,
+        window: int,
+        window_seconds: int,
+        make: Callable[[], Report | Sequence[Report]],
     ) -> Claim:
-        """If ``metric`` has no report in ``window`` or later: call ``make()`` (encode)
-        and store its report — or its group: a shuffled histogram's real report and its
-        fakes — with the claim, in one transaction. ``make`` raising stores nothing.
-        The bounds count every row of a group; a group that does not fit is refused
-        whole (and counted as ``outbox_full``)."""
+        """If ``metric`` has no report in ``window`` (of ``window_seconds``) or in a
+        window ending after it begins: call ``make()`` (encode) and store its report —
+        or its group: a shuffled histogram's real report and its fakes — with the claim,
+        in one transaction. ``make`` raising stores nothing. The bounds count every row
+        of a group; a group that does not fit is refused whole (``outbox_full``).
+
+        Windows compare by the time they cover, so a new window length neither
+        reopens the time of a claimed window nor blocks the metric for good."""
 
         def body(db: sqlite3.Connection) -> Claim:
-            row = db.execute("SELECT window FROM claims WHERE metric = ?", (metric,)).fetchone()
-            if row is not None and row[0] >= window:
+            row = db.execute(
+                "SELECT window, window_seconds FROM claims WHERE metric = ?", (metric,)
+            ).fetchone()
+            if row is not None and window * window_seconds < (row[0] + 1) * row[1]:
                 return Claim.USED
             n, size = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(LENGTH(bits) + LENGTH(metric)), 0) FROM outbox"
@@ -214,17 +227,19 @@ class Outbox:
                 self._add(db, "outbox_full", 1)
                 return Claim.FULL
             db.executemany(
-                "INSERT INTO outbox(report_id, metric, window, cohort, fingerprint, bits)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO outbox(report_id, metric, window, window_seconds, cohort,"
+                " fingerprint, bits) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (r.report_id, metric, window, r.cohort, _signed(r.params_fingerprint), r.bits)
+                    (r.report_id, metric, window, window_seconds, r.cohort,
+                     _signed(r.params_fingerprint), r.bits)
                     for r in reports
                 ],
-            )
+            )  # fmt: skip
             db.execute(
-                "INSERT INTO claims(metric, window) VALUES (?, ?) "
-                "ON CONFLICT(metric) DO UPDATE SET window = excluded.window",
-                (metric, window),
+                "INSERT INTO claims(metric, window, window_seconds) VALUES (?, ?, ?) "
+                "ON CONFLICT(metric) DO UPDATE SET window = excluded.window,"
+                " window_seconds = excluded.window_seconds",
+                (metric, window, window_seconds),
             )
             return Claim.MADE
 
@@ -232,16 +247,17 @@ class Outbox:
         assert isinstance(result, Claim)
         return result
 
-    def last_window(self, metric: str) -> int | None:
-        rows = self._read("SELECT window FROM claims WHERE metric = ?", (metric,))
-        return None if not rows else int(rows[0][0])
+    def last_window(self, metric: str) -> tuple[int, int] | None:
+        """The window last claimed for ``metric`` and its length, or None."""
+        rows = self._read("SELECT window, window_seconds FROM claims WHERE metric = ?", (metric,))
+        return None if not rows else (int(rows[0][0]), int(rows[0][1]))
 
     # -- sending --------------------------------------------------------------
 
     def _rows(self, where: str, args: Sequence[Any]) -> list[PendingReport]:
         return [
-            PendingReport(make_report(metric, cohort, bits, fp % _U64, rid), w)
-            for rid, metric, w, cohort, fp, bits in self._read(f"{_SELECT} {where}", args)
+            PendingReport(make_report(metric, cohort, bits, fp % _U64, rid), w, ws)
+            for rid, metric, w, ws, cohort, fp, bits in self._read(f"{_SELECT} {where}", args)
         ]
 
     def pending(self) -> list[PendingReport]:

@@ -176,7 +176,7 @@ def _value_problem(encoder: object, value: object) -> str | None:
         try:
             encoder.index_of(value)
         except ValueError as exc:
-            return str(exc)
+            return f"metric {encoder.metric!r}: {exc}"
     elif not isinstance(value, str | bytes):
         return f"a value of a RAPPOR metric is a str or bytes, got {value!r}"
     return None
@@ -403,6 +403,7 @@ class Reporter:
         claim = self._outbox.claim(
             metric,
             in_use.window(now),
+            in_use.config.window_seconds,
             lambda: encoder.encode(value),  # type: ignore[arg-type]
         )
         if claim is Claim.USED:

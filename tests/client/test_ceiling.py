@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from crowdmix.client.basic import BasicParams
+from crowdmix.client.ceiling import MAX_EPSILON, MAX_EPSILON_INF, Ceiling
 from crowdmix.client.errors import ParamsError
 from crowdmix.client.histogram import HistogramParams
 from crowdmix.client.params import RapporParams
 from crowdmix.client.privacy import epsilon_inf, epsilon_one
 from crowdmix.client.registry import MetricConfig, parse_registry
-from crowdmix.client.ceiling import MAX_EPSILON, MAX_EPSILON_INF, Ceiling
 from crowdmix.client.reporter import Reporter
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,6 @@ from crowdmix.client.delivery import (
     CachedConfig,
     Decision,
     Drop,
-    Offline,
     Refetch,
     Send,
     SendState,
@@ -76,6 +75,7 @@ def rows(
             make_report(metric, 0, bytes(mc.report_bytes), mc.fingerprint if fp is None else fp,
                         bytes([i + 1]) * 16),
             window,
+            WS,
         )
         for i in range(n)
     ]  # fmt: skip
@@ -114,6 +114,8 @@ def summary(action: Decision) -> tuple[object, ...]:
 REFETCHED = replace(STATE, refetched=True)
 UNAUTHENTICATED = classify("UNAUTHENTICATED", "bad_token: the bearer token is not valid")
 UNREACHABLE = classify("UNAVAILABLE", "failed to connect to all addresses")
+PARAMS_REFUSED = classify("INVALID_ARGUMENT", "fingerprint_mismatch: x")
+CLEAR = replace(STATE, sealing="off")
 
 TABLE: dict[str, tuple[Case, tuple[object, ...]]] = {
     # the config
@@ -141,6 +143,9 @@ TABLE: dict[str, tuple[Case, tuple[object, ...]]] = {
     "this window: send": (Case(), ("send", D, 7, 1)),
     "the window before: still taken (tolerance one window)": (
         Case(rows=rows(window=D - 1)), ("send", D - 1, 7, 1)),
+    "a window of another length (the server changed it): dropped": (
+        Case(rows=[replace(r, window_seconds=3600) for r in rows()]),
+        ("drop", "window_changed", 1)),
     "two windows back: closed, dropped without asking": (
         Case(rows=rows(window=D - 2)), ("drop", "window_closed", 1)),
     "a window ahead of ours (a clock set back): the shuffler decides": (
@@ -165,14 +170,13 @@ TABLE: dict[str, tuple[Case, tuple[object, ...]]] = {
         Case(state=replace(STATE, answer=classify("FAILED_PRECONDITION", "stale_key: 9"))),
         ("refetch",)),
     "params refused: refetch once": (
-        Case(state=replace(STATE, answer=classify("INVALID_ARGUMENT", "fingerprint_mismatch: x"))),
-        ("refetch",)),
+        Case(state=replace(STATE, answer=PARAMS_REFUSED)), ("refetch",)),
     "params refused after the refetch: dropped as refused": (
-        Case(state=replace(REFETCHED, answer=classify("INVALID_ARGUMENT", "fingerprint_mismatch: x"))),
-        ("drop", "refused", 1)),
+        Case(state=replace(REFETCHED, answer=PARAMS_REFUSED)), ("drop", "refused", 1)),
     "token refused: keep it, the app hears of it": (
         Case(state=replace(STATE, answer=UNAUTHENTICATED)), ("offline", True)),
-    "unreachable: keep it, back off": (Case(state=replace(STATE, answer=UNREACHABLE)), ("offline", False)),
+    "unreachable: keep it, back off": (
+        Case(state=replace(STATE, answer=UNREACHABLE)), ("offline", False)),
     "another protocol: keep it, the app hears of it": (
         Case(state=replace(STATE, answer=classify("INVALID_ARGUMENT", "protocol_unsupported: 3"))),
         ("offline", True)),
@@ -187,12 +191,12 @@ TABLE: dict[str, tuple[Case, tuple[object, ...]]] = {
         Case(rows=rows(fp=12345), state=REFETCHED), ("drop", "params_changed", 1)),
     "a histogram's group goes whole": (Case(rows=rows("screen", n=3)), ("send", D, 7, 3)),
     "a histogram is never sent clear": (
-        Case(rows=rows("screen", n=2), state=replace(STATE, sealing="off")), ("drop", "refused", 2)),
+        Case(rows=rows("screen", n=2), state=CLEAR), ("drop", "refused", 2)),
     "above the ceiling (a report made under a looser one): dropped": (
         Case(state=replace(STATE, ceiling=Ceiling(max_epsilon=0.5))),
         ("drop", "refused_by_ceiling", 1)),
     # keys
-    "sealing off: clear": (Case(config=config(), state=replace(STATE, sealing="off")), ("send", D, None, 1)),
+    "sealing off: clear": (Case(config=config(), state=CLEAR), ("send", D, None, 1)),
     "no key: refetch once": (Case(config=config()), ("refetch",)),
     "no key after the refetch: wait, and the app hears why (never clear)": (
         Case(config=config(), state=REFETCHED), ("wait", 3540.0, True)),

@@ -19,7 +19,7 @@ TABLE = [
     ("DEADLINE_EXCEEDED", "store_outcome_unknown: x", Action.RETRY, "deadline_exceeded", None),
     ("RESOURCE_EXHAUSTED", "rate_limited: x", Action.RETRY, "resource_exhausted", None),
     ("ABORTED", "", Action.RETRY, "aborted", None),
-    ("FAILED_PRECONDITION", "window_closed: window 3 is closed", Action.DROP, "window_closed", None),
+    ("FAILED_PRECONDITION", "window_closed: window 3", Action.DROP, "window_closed", None),
     ("FAILED_PRECONDITION", "window_ahead: window 9 lies ahead", Action.REFETCH, "window_ahead",
      Action.RETRY),
     ("FAILED_PRECONDITION", "stale_key: key 5 is not accepted", Action.REFETCH, "stale_key",
