@@ -50,6 +50,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.report",
     "crowdmix.counts",
     "crowdmix.keys",
+    "crowdmix.config_cmd",
     "crowdmix.cluster",
 )
 

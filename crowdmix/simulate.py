@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
     from crowdmix.cli import CliError
     from crowdmix.client.errors import TransportError
     from crowdmix.client.registry import RegistryError, load_registry
-    from crowdmix.options import read_input
+    from crowdmix.options import read_input, read_token_file
 
     try:
         registry = load_registry(args.config)
@@ -281,15 +281,7 @@ def run(args: argparse.Namespace) -> int:
     metric = registry.get(args.metric)
     if metric is None:
         raise CliError(f"metric {args.metric!r} is not in {args.config}")
-    token = args.token
-    if args.token_file:
-        text = read_input(args.token_file, "--token-file").decode(errors="replace")
-        lines = [
-            ln.split()[-1] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")
-        ]
-        if not lines:
-            raise CliError(f"{args.token_file} holds no token")
-        token = lines[-1]
+    token = read_token_file(args.token_file) if args.token_file else args.token
     ca = read_input(args.tls_ca, "--tls-ca") if args.tls_ca else None
     for name in ("clients", "values", "batch_size", "concurrency"):
         if getattr(args, name) < 1:
