@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -303,26 +304,28 @@ def test_a_params_refusal_refetches_the_config_and_drops_what_cannot_be_counted(
         assert config is not None and config.metrics[RAPPOR].rappor.f == 0.5  # type: ignore[union-attr]
 
 
-def test_an_expired_config_makes_the_report_and_the_sender_renews_it(
-    plain_shuffler: ShufflerHandle, tmp_path: Path
-) -> None:
+def test_an_expired_config_makes_the_report_and_the_sender_renews_it(tmp_path: Path) -> None:
     """``report`` never waits for the network: with an expired cached config it
     encodes under that config and wakes the sender, which fetches the new one; a
     report the new params no longer take is dropped and counted, and the next
     window's report is made under the new params."""
-    target, app = f"127.0.0.1:{plain_shuffler.port}", tmp_path / "app"
-    with _online(_reporter(app, target, background=False, sealing="off")):
-        pass
-    _tamper_cached_config(app, _older_params, fetched=time.time() - 3601)  # past its hour
-    now = time.time()
-    with _reporter(app, target, background=False, sealing="off", clock=lambda: now) as r:
-        assert r.report(RAPPOR, "b")
-        assert r._link is None  # made without touching the network
-        assert r.flush(timeout=10) == 0
-        assert r.counters() == {"params_changed": 1}
-        now += 86400  # the next window: the renewed config's params
-        assert r.report(RAPPOR, "c") and r.flush(timeout=10) == 0
-        assert r.counters() == {"params_changed": 1, "delivered": 1}
+    now = [time.time()]  # one fake time for the device and the shuffler
+    registry = make_registry(min_batch=1)
+    app = tmp_path / "app"
+    with start_shuffler(registry, tokens=frozenset({TOKEN}), clock=lambda: now[0]) as s:
+        target = f"127.0.0.1:{s.port}"
+        kw: dict[str, Any] = {"background": False, "sealing": "off", "clock": lambda: now[0]}
+        with _online(_reporter(app, target, **kw)):
+            pass
+        _tamper_cached_config(app, _older_params, fetched=now[0] - 3601)  # past its hour
+        with _reporter(app, target, **kw) as r:
+            assert r.report(RAPPOR, "b")
+            assert r._link is None  # made without touching the network
+            assert r.flush(timeout=10) == 0
+            assert r.counters() == {"params_changed": 1}
+            now[0] += 86400  # the next window: the renewed config's params
+            assert r.report(RAPPOR, "c") and r.flush(timeout=10) == 0
+            assert r.counters() == {"params_changed": 1, "delivered": 1}
 
 
 def test_a_report_whose_window_closed_is_dropped_and_counted_not_sent(tmp_path: Path) -> None:
