@@ -296,8 +296,8 @@ class ShufflerClient:
                     Answer(
                         Action.REFETCH,
                         "no_key",
-                        f"shuffler {self.target} publishes no aggregator key usable now "
-                        "and sealing='required' never sends clear reports",
+                        "the shuffler publishes no aggregator key usable now and "
+                        "sealing='required' never sends clear reports",
                         after_refetch=Action.FATAL,
                     )
                 ) from None

@@ -743,6 +743,7 @@ def _run(args: argparse.Namespace) -> int:
         "Try: crowdmix simulate --target "
         f"{cluster.shuffler_targets[0]} --config {cluster.registry_path} "
         f"--metric {DEMO_METRIC} --token-file {cluster.tokens_path} --clients 100000"
+        + ("" if cluster.sealed else " --plaintext")
     )
     print("Stop with Ctrl-C or SIGTERM.", flush=True)
     while not stop.wait(1.0):

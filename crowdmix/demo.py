@@ -289,6 +289,7 @@ def run_demo(
             batch.reports(),
             token=token,
             batch_size=1000,
+            sealing="required" if sealed else "off",
             # a bar redrawn with \r only on a terminal; in a log it would be noise
             progress=None if quiet or not sys.stdout.isatty() else ("submitting", sys.stdout),
         )

@@ -55,10 +55,12 @@ def test_a_histogram_sent_without_local_randomization_needs_the_apps_opt_in(
         histogram=HistogramParams(domain_size=4, fake_slots=1, fake_probability=0.5),
     )
     answer = to_proto(DeviceConfig(metrics={"screen": hist}, keys=PublicKeySet(())))
-    with serve_config(answer) as target:
-        with client.Reporter(tmp_path / "app", target, tls=False, background=False) as r:
-            assert r.flush(timeout=5) == 0  # the config
-            result = r.report("screen", 1)
-            assert result.status is client.ReportStatus.REFUSED_BY_CEILING
-            assert re.search(r"'screen'.*ε_L = inf.*allow_unrandomized_histograms", result.detail)
-            assert r.queued == 0
+    with (
+        serve_config(answer) as target,
+        client.Reporter(tmp_path / "app", target, tls=False, background=False) as r,
+    ):
+        assert r.flush(timeout=5) == 0  # the config
+        result = r.report("screen", 1)
+        assert result.status is client.ReportStatus.REFUSED_BY_CEILING
+        assert re.search(r"'screen'.*ε_L = inf.*allow_unrandomized_histograms", result.detail)
+        assert r.queued == 0

@@ -77,7 +77,7 @@ def test_a_bundled_config_makes_the_first_report_offline_encoded(
 def test_programmer_errors_raise_at_construction_naming_them(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="without a scheme"):
         client.Reporter(tmp_path / "a", "http://shuffler.example:7400")
-    with pytest.raises(ValueError, match="'shuffler.example' has no port"):
+    with pytest.raises(ValueError, match=r"'shuffler\.example' has no port"):
         client.Reporter(tmp_path / "a", "shuffler.example")
     with pytest.raises(ValueError, match=r"bundled_config '.*nope\.pb'"):
         client.Reporter(tmp_path / "a", "127.0.0.1:1", bundled_config=tmp_path / "nope.pb")

@@ -83,5 +83,5 @@ def test_a_report_both_processes_send_is_delivered_once(tmp_path: Path) -> None:
             assert a.flush(timeout=10) == 0 and a.report(OUE, "a")
             assert b.flush(timeout=10) == 0
             assert a.counters() == b.counters() == {"delivered": 1}
-    ((key, copies),) = store.pending(OUE).items()
+    ((_, copies),) = store.pending(OUE).items()
     assert copies == 2  # the same report twice, in one window

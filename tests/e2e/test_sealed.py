@@ -216,7 +216,9 @@ def test_sealed_end_to_end_exact_per_sender_and_no_plaintext_at_the_shuffler(
 def test_the_scan_finds_plaintext_when_sealing_is_off(tmp_path: Path) -> None:
     """The known-plaintext check above can fail: with --plaintext the pattern is there."""
     with local_cluster(tmp_path, REGISTRY, shufflers=1, sealed=False) as c:
-        with ShufflerClient(c.shuffler_targets[0], c.token, background=False) as client:
+        with ShufflerClient(
+            c.shuffler_targets[0], c.token, background=False, sealing="off"
+        ) as client:
             client.submit_many(_reports(c, A, 0, 30))
             client.flush()
             assert client.sealed == 0
