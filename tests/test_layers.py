@@ -196,8 +196,9 @@ def test_privacy_and_plan_commands_load_no_daemon() -> None:
         "    assert main(['privacy', 'amplify', '--epsilon0', '2', '--n', '10000',"
         " '--delta', '1e-6']) == 0\n"
         "    assert main(['plan', '--epsilon', '1', '--n', '1000000', '--candidates', '50']) == 0\n"
-        "bad = sorted(m for m in sys.modules if m.startswith(('crowdmix.aggregator.daemon',"
-        " 'crowdmix.aggregator.store', 'crowdmix.shuffler', 'grpc', 'redis')))\n"
+        "bad = sorted(m for m in sys.modules if (m + '.').startswith(("
+        "'crowdmix.aggregator.daemon.', 'crowdmix.aggregator.store.', 'crowdmix.shuffler.',"
+        " 'grpc.', 'redis.')))\n"
         "print(bad)\n"
     )
     out = subprocess.run(
