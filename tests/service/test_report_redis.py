@@ -56,6 +56,7 @@ def rappor_batch(
         report_bytes=params.report_bytes,
         cohorts=cohort.astype(np.int64),
         bits=np.packbits(report, axis=1, bitorder="little").tobytes(),
+        report_ids=rng.bytes(16 * n),
     )
 
 
