@@ -151,7 +151,7 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
         target = f"127.0.0.1:{shuffler.port}"
         bundled = tmp_path / "crowdmix-config.pb"  # what `crowdmix config export` writes
         export_config(target, bundled, token=token, tls=False)
-        code = snippet.replace('"crowdmix.shuffler.example:7400"', f'"{target}"')
+        code = snippet.replace('"shuffler.example:7400"', f'"{target}"')
         code = code.replace("tls=True", "tls=False")
         namespace: dict[str, object] = {
             "APP_TOKEN": token,
