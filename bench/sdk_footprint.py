@@ -104,11 +104,11 @@ def _install_sizes() -> dict[str, float]:
 def _per_report(n: int) -> dict[str, float]:
     from crowdmix import client
     from crowdmix.aggregator.sealing.keys import KeySet
-    from crowdmix.client.device_config import DeviceConfig, to_proto
     from crowdmix.client.outbox import Outbox
-    from crowdmix.client.registry import parse_registry
     from crowdmix.client.request import submit_request
-    from crowdmix.client.sealed import choose_key
+    from crowdmix.core.device_config import DeviceConfig, to_proto
+    from crowdmix.core.registry import parse_registry
+    from crowdmix.core.sealed import choose_key
 
     metrics = {}
     for i in range(n):

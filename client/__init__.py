@@ -19,19 +19,17 @@ The core loads neither grpc, numpy nor redis. ``crowdmix.client.transport`` and
 ``crowdmix.client.link`` (grpc) and ``crowdmix.client.batch`` (numpy) are imported only when used.
 
 This namespace is the SDK an app uses. What the daemons and analysts share with
-it lives in modules they import by name: ``crowdmix.client.registry`` (the metric
-registry), ``crowdmix.client.privacy`` (p*, q*) and ``crowdmix.client.hashing`` (Bloom bits).
+it lives in modules they import by name: ``crowdmix.core.registry`` (the metric
+registry), ``crowdmix.core.privacy`` (p*, q*) and ``crowdmix.core.hashing`` (Bloom bits).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from crowdmix.client.basic import BasicEncoder, BasicParams
+from crowdmix.client.basic import BasicEncoder
 from crowdmix.client.budget import ReportBudget
 from crowdmix.client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_inf, epsilon_one
 from crowdmix.client.randomness import BitSource, SecureBits
 from crowdmix.client.rappor import (
     InstantaneousResponse,
@@ -41,6 +39,9 @@ from crowdmix.client.rappor import (
     new_secret,
 )
 from crowdmix.client.report import Report
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one
 
 if TYPE_CHECKING:
     from crowdmix.client.outbox import OutboxError

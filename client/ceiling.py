@@ -4,7 +4,7 @@ The server chooses each metric's params; the app bounds them, so a server cannot
 switch the local randomization off:
 
 - ``max_epsilon`` bounds one report's ε (RAPPOR's ε_1, a basic mechanism's ε, a
-  shuffled histogram's ε_L; see ``crowdmix.client.privacy``);
+  shuffled histogram's ε_L; see ``crowdmix.core.privacy``);
 - ``max_epsilon_inf`` bounds RAPPOR's ε_∞ (any number of reports of one value);
 - a shuffled histogram without local randomization (ε_L = ∞: the value hidden only
   by the seal and the shuffle) needs ``allow_unrandomized_histograms``.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["MAX_EPSILON", "MAX_EPSILON_INF", "Ceiling"]
 
@@ -45,7 +45,7 @@ class Ceiling:
         and the knob), or None when it is within."""
         figures: list[tuple[str, float, str, float]] = []
         if mc.rappor is not None:
-            from crowdmix.client.privacy import epsilon_inf, epsilon_one
+            from crowdmix.core.privacy import epsilon_inf, epsilon_one
 
             figures.append(("ε_1", epsilon_one(mc.rappor), "max_epsilon", self.max_epsilon))
             figures.append(("ε_∞", epsilon_inf(mc.rappor), "max_epsilon_inf", self.max_epsilon_inf))

@@ -31,9 +31,9 @@ from crowdmix.client.answers import Action, Answer
 from crowdmix.client.ceiling import Ceiling
 
 if TYPE_CHECKING:
-    from crowdmix.client.device_config import DeviceConfig
     from crowdmix.client.outbox import PendingReport
-    from crowdmix.client.sealed import PublicKeyConfig
+    from crowdmix.core.device_config import DeviceConfig
+    from crowdmix.core.sealed import PublicKeyConfig
 
 __all__ = [
     "SERVER_TIME_RANGE",
@@ -202,7 +202,7 @@ def decide(
 
 def _usable_key(config: CachedConfig, now: float) -> PublicKeyConfig | None:
     """The newest key usable at the server's time now, or None."""
-    from crowdmix.client.sealed import SealingError, choose_key
+    from crowdmix.core.sealed import SealingError, choose_key
 
     try:
         return choose_key(config.config.keys.keys, now + config.offset)

@@ -66,11 +66,11 @@ from crowdmix.client.target import check_target
 
 if TYPE_CHECKING:
     from crowdmix.client.basic import BasicEncoder
-    from crowdmix.client.device_config import DeviceConfig
     from crowdmix.client.histogram import HistogramEncoder
     from crowdmix.client.link import Link
     from crowdmix.client.rappor import RapporEncoder
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.device_config import DeviceConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["ReportResult", "ReportStatus", "Reporter"]
 

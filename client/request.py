@@ -3,7 +3,7 @@
 Each report travels with its collection window (``Report.window``; one window per
 ``ReportColumns``) and the request with the protocol version. Sealed (``key``
 given): every report is sealed to ``key`` — a fresh HPKE encapsulation each, the
-window bound into ``info`` (``crowdmix.client.sealed``) — so a retry is a new
+window bound into ``info`` (``crowdmix.core.sealed``) — so a retry is a new
 ciphertext of the same report, same window and report id. Clear (``key`` None):
 the bits, cohort, fingerprint and report id as they are (``sealing="off"``).
 Requests of ``columnar_threshold`` reports or more go as columns (cheaper for the
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from crowdmix.client.report import Report
-from crowdmix.client.sealed import PROTOCOL_VERSION, PublicKeyConfig
+from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeyConfig
 from crowdmix.protos import crowdmix_pb2 as pb
 
 __all__ = ["COLUMNAR_THRESHOLD", "submit_request"]

@@ -50,7 +50,7 @@ from crowdmix.client.report import REPORT_ID_BYTES, Report
 from crowdmix.client.target import check_target
 
 if TYPE_CHECKING:
-    from crowdmix.client.device_config import DeviceConfig
+    from crowdmix.core.device_config import DeviceConfig
 
 try:
     import grpc
@@ -286,7 +286,7 @@ class ShufflerClient:
                 self._requeue(rest)
         key = None
         if self.sealing == "required":
-            from crowdmix.client.sealed import SealingError, choose_key
+            from crowdmix.core.sealed import SealingError, choose_key
 
             assert config is not None and self._cached is not None
             try:

@@ -446,7 +446,7 @@ class LocalCluster:
         # overwrite the first one's token and registry.
         self._lock = _lock_directory(self.workdir)
         if registry_path is not None:
-            from crowdmix.client.registry import load_registry
+            from crowdmix.core.registry import load_registry
 
             try:
                 load_registry(registry_path)  # a bad registry is found before anything starts

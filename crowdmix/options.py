@@ -111,7 +111,7 @@ def add_rappor_options(
 def rappor_params(args: argparse.Namespace) -> Any:
     """The ``client.RapporParams`` of ``add_rappor_options``' flags; CliError if invalid."""
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.params import RapporParams
 
     extra = {"m": args.cohorts} if hasattr(args, "cohorts") else {}
     try:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
     from crowdmix.client.report import Report
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "SimulationResult",
@@ -282,7 +282,7 @@ def progress_bar(
 def run(args: argparse.Namespace) -> int:
     from crowdmix.cli import CliError
     from crowdmix.client.errors import TransportError
-    from crowdmix.client.registry import RegistryError, load_registry
+    from crowdmix.core.registry import RegistryError, load_registry
     from crowdmix.options import read_input, read_token_file
 
     try:

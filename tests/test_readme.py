@@ -110,9 +110,9 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     import time
 
     from crowdmix.aggregator.sealing.keys import KeySet, write_public_config
-    from crowdmix.client.basic import BasicParams
-    from crowdmix.client.registry import MetricConfig, Registry, ShufflePolicy
     from crowdmix.config_cmd import export_config
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.registry import MetricConfig, Registry, ShufflePolicy
     from crowdmix.shuffler.config import ShufflerSettings
     from crowdmix.shuffler.config_service import is_sealed_queue
     from crowdmix.shuffler.server import start_shuffler

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from crowdmix.client.basic import BasicParams
 from crowdmix.client.ceiling import MAX_EPSILON, MAX_EPSILON_INF, Ceiling
 from crowdmix.client.errors import ParamsError
-from crowdmix.client.histogram import HistogramParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_inf, epsilon_one
-from crowdmix.client.registry import MetricConfig, parse_registry
 from crowdmix.client.reporter import Reporter
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one
+from crowdmix.core.registry import MetricConfig, parse_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

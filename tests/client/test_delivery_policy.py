@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from crowdmix.client.answers import classify
-from crowdmix.client.basic import BasicParams
 from crowdmix.client.ceiling import Ceiling
 from crowdmix.client.delivery import (
     MIN_KEY_WAIT,
@@ -26,12 +25,13 @@ from crowdmix.client.delivery import (
     clock_offset,
     decide,
 )
-from crowdmix.client.device_config import DeviceConfig
-from crowdmix.client.histogram import HistogramParams
 from crowdmix.client.outbox import PendingReport
-from crowdmix.client.registry import MetricConfig
 from crowdmix.client.report import make_report
-from crowdmix.client.sealed import X25519_SUITE, PublicKeyConfig, PublicKeySet
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.device_config import DeviceConfig
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.registry import MetricConfig
+from crowdmix.core.sealed import X25519_SUITE, PublicKeyConfig, PublicKeySet
 
 WS = 86400
 D = 20000  # a window (day) index

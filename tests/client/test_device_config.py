@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from crowdmix.client.device_config import DeviceConfig, from_proto, to_proto
+from crowdmix.client.device_config import from_proto
 from crowdmix.client.errors import ParamsError
-from crowdmix.client.registry import parse_registry
-from crowdmix.client.sealed import PublicKeySet
+from crowdmix.core.device_config import DeviceConfig, to_proto
+from crowdmix.core.registry import parse_registry
+from crowdmix.core.sealed import PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 
 

@@ -14,8 +14,8 @@ from concurrent import futures
 
 import grpc
 
-from crowdmix.client.device_config import DeviceConfig, to_proto
-from crowdmix.client.sealed import PublicKeySet
+from crowdmix.core.device_config import DeviceConfig, to_proto
+from crowdmix.core.sealed import PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.shuffler.helpers import make_registry

@@ -42,11 +42,11 @@ from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_c
 from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
 from crowdmix.aggregator.store.base import CountStore
 from crowdmix.client.histogram import HistogramEncoder
-from crowdmix.client.params import RapporParams
 from crowdmix.client.randomness import shared_secure_bits
 from crowdmix.client.rappor import RapporEncoder
-from crowdmix.client.registry import Registry, parse_registry
 from crowdmix.client.transport import ShufflerClient
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import Registry, parse_registry
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler

@@ -22,9 +22,9 @@ import pytest
 from crowdmix import client
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.client.outbox import Outbox
-from crowdmix.client.params import RapporParams
 from crowdmix.client.reporter import ReportStatus
 from crowdmix.cluster import free_port
+from crowdmix.core.params import RapporParams
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore

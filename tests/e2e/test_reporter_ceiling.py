@@ -45,10 +45,10 @@ def test_a_histogram_sent_without_local_randomization_needs_the_apps_opt_in(
 ) -> None:
     """A served shuffled histogram without k-RR (ε_L = ∞) sends the value itself,
     hidden only by the seal and the shuffle: the app must have said it accepts that."""
-    from crowdmix.client.device_config import DeviceConfig, to_proto
-    from crowdmix.client.histogram import HistogramParams
-    from crowdmix.client.registry import MetricConfig
-    from crowdmix.client.sealed import PublicKeySet
+    from crowdmix.core.device_config import DeviceConfig, to_proto
+    from crowdmix.core.histogram import HistogramParams
+    from crowdmix.core.registry import MetricConfig
+    from crowdmix.core.sealed import PublicKeySet
 
     hist = MetricConfig(
         name="screen",

@@ -26,12 +26,12 @@ import grpc
 import pytest
 
 from crowdmix.aggregator.sealing.keys import load_keyset
-from crowdmix.client.registry import load_registry
 from crowdmix.client.report import Report
-from crowdmix.client.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.client.sealing import seal_report
 from crowdmix.client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster, free_port
+from crowdmix.core.registry import load_registry
+from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.daemons import local_cluster, stored_counts

@@ -48,7 +48,10 @@ def stored(handle: ShufflerHandle) -> int:
 
 
 def test_import_client_loads_no_grpc() -> None:
-    code = "import sys, client; assert 'grpc' not in sys.modules and 'numpy' not in sys.modules"
+    code = (
+        "import sys, crowdmix.client; "
+        "assert 'grpc' not in sys.modules and 'numpy' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
