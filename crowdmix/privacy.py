@@ -166,7 +166,7 @@ def _amplify(args: argparse.Namespace) -> int:
     )
     from crowdmix.aggregator.accounting.local import epsilon_one
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.params import RapporParams
 
     try:
         if args.bound == "rappor" or args.beta is not None:
@@ -273,7 +273,7 @@ def _rounds(args: argparse.Namespace) -> int:
 def _metric(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.accounting.statement import privacy_statement
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     try:
         batches = None

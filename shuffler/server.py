@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.shuffler.aggregator_client import AggregatorSender
 from crowdmix.shuffler.commit import GroupCommitter
 from crowdmix.shuffler.config import ShufflerSettings, load_tokens

@@ -32,7 +32,7 @@ from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts
 from crowdmix.aggregator.counting.counts import CohortCounts, Counts, CountsError
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["FORMAT", "CountsFileError", "SavedCounts", "load_counts", "save_counts"]
 

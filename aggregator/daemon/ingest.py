@@ -59,8 +59,8 @@ from crowdmix.aggregator.errors import ConfigError, InvalidBatch
 from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch, screen
 from crowdmix.aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
 from crowdmix.aggregator.store.codec import describe_metric
-from crowdmix.client.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
-from crowdmix.client.registry import MetricConfig, Registry
+from crowdmix.core.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
+from crowdmix.core.registry import MetricConfig, Registry
 
 __all__ = [
     "BATCH_ID_BYTES",

@@ -98,7 +98,7 @@ from crowdmix.aggregator.store.base import (
 )
 from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
-from crowdmix.client.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import is_cluster_url, parse_cluster_url
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 

@@ -28,7 +28,7 @@ from crowdmix.aggregator.store.codec import (
 )
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import MetricConfig, Registry
+from crowdmix.core.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 
 
