@@ -114,7 +114,9 @@ def test_compose_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_metric_statement_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "metrics.toml"
-    config.write_text("[metrics.pages]\nk = 16\nh = 2\nm = 4\n")
+    config.write_text(
+        '[metrics.pages]\nencoding = "rappor"\nk = 16\nh = 2\nm = 4\nf = 0.5\np = 0.5\nq = 0.75\n'
+    )
     code, out, _ = run(
         capsys,
         "privacy",
