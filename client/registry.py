@@ -70,6 +70,7 @@ __all__ = [
     "RegistryError",
     "ShufflePolicy",
     "load_registry",
+    "read_registry_file",
     "window_batch_limit",
 ]
 
@@ -338,7 +339,7 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
         raise RegistryError(f"{where}: must be a table")
     if "encoding" not in table:
         raise RegistryError(
-            f"{where}: encoding is required (\"rappor\", {HISTOGRAM!r} or one of "
+            f'{where}: encoding is required ("rappor", {HISTOGRAM!r} or one of '
             f"{', '.join(MECHANISMS)})"
         )
     encoding = table["encoding"]
@@ -459,12 +460,13 @@ def parse_registry(data: dict[str, Any]) -> Registry:
     return Registry(metrics=metrics, window_seconds=window)
 
 
-def load_registry(path: str | Path) -> Registry:
-    """Read and validate a registry file; ``RegistryError`` names what is wrong."""
+def read_registry_file(path: str | Path) -> dict[str, Any]:
+    """The TOML tables of a registry file, not yet validated (the daemons take their
+    own tables out first); ``RegistryError`` names the file when it cannot be read."""
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise RegistryError(f"metric registry {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
@@ -473,6 +475,11 @@ def load_registry(path: str | Path) -> Registry:
         raise RegistryError(f"metric registry {path} is not UTF-8 text (TOML)") from None
     except OSError as exc:
         raise RegistryError(f"cannot read metric registry {path}: {exc.strerror or exc}") from None
+
+
+def load_registry(path: str | Path) -> Registry:
+    """Read and validate a registry file; ``RegistryError`` names what is wrong."""
+    data = read_registry_file(path)
     try:
         return parse_registry(data)
     except RegistryError as exc:

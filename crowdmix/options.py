@@ -25,6 +25,7 @@ from typing import Any
 from crowdmix.cli import CliError
 
 __all__ = [
+    "JsonLogFormatter",
     "ServerTls",
     "add_daemon_options",
     "add_rappor_options",
@@ -142,7 +143,8 @@ def server_tls(args: argparse.Namespace) -> ServerTls | None:
 
 
 def add_daemon_options(parser: argparse.ArgumentParser | Any) -> None:
-    """``--metrics-port --metrics-host --port-file --log-level`` (None: not given)."""
+    """``--metrics-port --metrics-host --port-file --log-level --log-format`` (None: not
+    given)."""
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics"
     )
@@ -157,13 +159,51 @@ def add_daemon_options(parser: argparse.ArgumentParser | Any) -> None:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
-
-
-def configure_logging(component: str, level: str = "INFO") -> logging.Logger:
-    """One log format for every daemon: time, component, level, message."""
-    logging.basicConfig(
-        level=level, format=f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s"
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text (default) or json: one JSON object a line, for a log collector",
     )
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record: ``time`` (UTC, ISO 8601), ``component``, ``level``,
+    ``logger``, ``message`` and, for an exception, ``exception``."""
+
+    def __init__(self, component: str) -> None:
+        super().__init__()
+        self._component = component
+
+    def format(self, record: logging.LogRecord) -> str:
+        import datetime
+        import json
+
+        out = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "component": self._component,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(component: str, level: str = "INFO", fmt: str = "text") -> logging.Logger:
+    """One log format for every daemon: time, component, level, message (``fmt``
+    "text"), or the same fields as one JSON object a line (``fmt`` "json")."""
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        handler.setFormatter(JsonLogFormatter(component))
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s")
+        )
+    logging.basicConfig(level=level, handlers=[handler])
     return logging.getLogger(f"crowdmix.{component}")
 
 

@@ -118,7 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
     from crowdmix.shuffler.server import start_shuffler
     from crowdmix.shuffler.store import ShufflerStore
 
-    log = configure_logging("shuffler", args.log_level)
+    log = configure_logging("shuffler", args.log_level, args.log_format)
     registry, settings = load_config(
         args.config, {name: getattr(args, name) for name in _OVERRIDES}
     )
@@ -179,4 +179,8 @@ def _sibling_args(args: argparse.Namespace, listen: str, port: int) -> list[str]
         if value is not None:
             out += [flag, str(value)]
     out += [flag for dest, flag in _SWITCHES.items() if getattr(args, dest)]
-    return [*out, "--listen", f"{host}:{port}", "--reuse-port", "--log-level", args.log_level]
+    return [
+        *out,
+        *("--listen", f"{host}:{port}", "--reuse-port"),
+        *("--log-level", args.log_level, "--log-format", args.log_format),
+    ]

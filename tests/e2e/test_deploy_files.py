@@ -81,6 +81,12 @@ def test_example_registry_and_tokens_load() -> None:
 
     registry = load_registry(DEPLOY / "metrics.example.toml")
     assert registry.metrics
+    # each daemon reads its own table of it, and both are checked field by field
+    from crowdmix.aggregator.daemon.settings import load_config as aggregator_config
+    from crowdmix.shuffler.config import load_config as shuffler_config
+
+    assert aggregator_config(DEPLOY / "metrics.example.toml")[1].listen == "127.0.0.1:7500"
+    assert shuffler_config(DEPLOY / "metrics.example.toml")[1].listen == "127.0.0.1:7400"
     # its placeholder token is public: refused unless unauthenticated serving is allowed
     with pytest.raises(ConfigError, match="placeholder"):
         load_tokens(DEPLOY / "tokens.example.txt")
