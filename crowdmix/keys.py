@@ -3,7 +3,7 @@
     crowdmix keys new    --file KEYS [--suite S] [--grace D] [--public OUT] [--if-missing]
     crowdmix keys list   --file KEYS [--json]
     crowdmix keys rotate --file KEYS [--suite S] [--pending D] [--grace D] [--public OUT]
-    crowdmix keys retire --file KEYS --id N [--now] [--public OUT]
+    crowdmix keys retire --file KEYS --id N [--now] [--force] [--public OUT]
     crowdmix keys export --file KEYS --public OUT
 
 Durations are seconds or a number with s/m/h/d. ``--public OUT`` (re)writes the
@@ -82,6 +82,12 @@ def register(sub: Any) -> None:
     ret.add_argument("--id", type=_key_id, required=True, help="key id")
     ret.add_argument(
         "--now", action="store_true", help="expire at once, no grace (a compromised key)"
+    )
+    ret.add_argument(
+        "--force",
+        action="store_true",
+        help="retire the only active key although no other key replaces it (devices then "
+        "have no key and wait; shufflers do not start on the public config)",
     )
     ret.set_defaults(func=_retire)
 
@@ -183,7 +189,7 @@ def _rotate(args: argparse.Namespace, keys: Any, now: int) -> int:
 
 @_guard
 def _retire(args: argparse.Namespace, keys: Any, now: int) -> int:
-    ks = keys.load_keyset(args.file).retire(args.id, now, immediately=args.now)
+    ks = keys.load_keyset(args.file).retire(args.id, now, immediately=args.now, force=args.force)
     keys.save_keyset(args.file, ks, now=now)
     key = ks.get(args.id)
     print(f"retired key {args.id}: {key.state(now)}")
