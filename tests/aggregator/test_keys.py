@@ -76,9 +76,7 @@ def test_retire_rules() -> None:
     assert killed.get(3).state(T0 + 40) == "expired"  # type: ignore[union-attr]
 
 
-def test_the_only_active_key_with_a_pending_replacement_is_kept_until_that_one_is_active() -> (
-    None
-):
+def test_the_only_active_key_with_a_pending_replacement_is_kept_until_that_one_is_active() -> None:
     ks, _ = KeySet().with_new_key(T0)
     ks, _ = ks.rotate(T0 + 10, pending_seconds=100)  # key 2 pending until T0+110
     with pytest.raises(KeySetError, match="key 2 is pending until"):
