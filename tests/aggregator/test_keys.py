@@ -70,7 +70,7 @@ def test_retire_rules() -> None:
     killed = ks.retire(1, T0 + 40, immediately=True)
     k1 = killed.get(1)
     assert k1 is not None and k1.private_key is None and k1.state(T0 + 40) == "expired"
-    with pytest.raises(KeySetError, match="key 3 is the only active key.*--force"):
+    with pytest.raises(KeySetError, match=r"key 3 is the only active key.*--force"):
         ks.retire(3, T0 + 40, immediately=True)  # at once or not, devices would have no key
     killed = ks.retire(3, T0 + 40, immediately=True, force=True)  # a compromised last key
     assert killed.get(3).state(T0 + 40) == "expired"  # type: ignore[union-attr]
