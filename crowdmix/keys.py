@@ -19,6 +19,8 @@ import re
 import time
 from typing import Any
 
+from crowdmix.options import plural
+
 __all__ = ["register"]
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -124,7 +126,8 @@ def _guard(run: Any) -> Any:
 def _publish(args: argparse.Namespace, keys: Any, ks: Any, now: int) -> None:
     if getattr(args, "public", None):
         config = keys.write_public_config(args.public, ks, now=now)
-        print(f"wrote {args.public} ({len(config.keys)} public key(s), version {config.version})")
+        keys_ = plural(len(config.keys), "public key")
+        print(f"wrote {args.public} ({keys_}, version {config.version})")
 
 
 @_guard
@@ -133,7 +136,7 @@ def _new(args: argparse.Namespace, keys: Any, now: int) -> int:
 
     if getattr(args, "if_missing", False) and os.path.exists(args.file):
         ks = keys.load_keyset(args.file)  # refuses a file others may read, as always
-        print(f"kept {args.file} ({len(ks.keys)} key(s))")
+        print(f"kept {args.file} ({plural(len(ks.keys), 'key')})")
         _publish(args, keys, ks, now)
         return 0
     grace = keys.DEFAULT_GRACE_SECONDS if args.grace is None else args.grace

@@ -20,7 +20,7 @@ import json
 import math
 from typing import Any
 
-from crowdmix.options import add_rappor_options, positive_count
+from crowdmix.options import add_rappor_options, plural, positive_count
 
 __all__ = ["register"]
 
@@ -385,7 +385,7 @@ def _ledger(args: argparse.Namespace) -> int:
         lines.append(f"{path}: no metric has a release yet")
     for name in names:
         rows = shown[name]
-        lines.append(f"{name}: {len(rows)} release(s)")
+        lines.append(f"{name}: {plural(len(rows), 'release')}")
         width = max([7, *(len(r.release_id) for r, _ in rows)])
         if rows:
             lines.append(

@@ -88,7 +88,10 @@ class ReportJob:
     candidates: tuple[str, ...] | None = None
     design: Any = None  # scipy.sparse matrix (m·k × C) or None
     source: str = ""
+    #: the one collection window of a one-window release (None: several, or not known)
     window: int | None = None
+    #: every collection window the counts cover (None: not known)
+    windows: tuple[int, ...] | None = None
     # For the privacy statement: the shuffled batches the counts came from (None:
     # unknown, the metric's min_batch is assumed), whether they were shuffled at
     # all (google/rappor files were not), and how many windows (releases) merge.
@@ -346,6 +349,7 @@ def run_report(
         "params": params,
         "source": job.source,
         "window": job.window,
+        "windows": None if job.windows is None else list(job.windows),
         "reports": result.num_reports,
         "cohorts": {"with_reports": result.num_cohorts, "total": metric.num_cohorts},
         "candidates": len(result.values),

@@ -48,8 +48,10 @@ def plot_estimates(
     ax.set_xlim(left=0)
     detected = int(result.significant.sum())
     # two short lines: one long line was cut off at the figure's edge
+    n = result.num_reports
     subtitle = (
-        f"{result.num_reports:,} reports · {detected} of {len(result.values)} candidates "
+        f"{n:,} {'report' if n == 1 else 'reports'} · {detected} of {len(result.values)} "
+        f"{'candidate' if len(result.values) == 1 else 'candidates'} "
         f"detected · allocated {result.allocated_mass:.1%}\n"
         "grey: not significant · dashed: detection threshold"
     )
