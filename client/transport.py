@@ -277,9 +277,7 @@ class ShufflerClient:
         if config.sealed:
             return config
         if self.sealing == "required":
-            raise TransportError(
-                f"shuffler {self.target} publishes no aggregator key and sealing='required'"
-            )
+            raise TransportError(f"{config.why_unsealed(self.target)} (sealing='required')")
         return None
 
     # -- sending --------------------------------------------------------------

@@ -72,6 +72,13 @@ def register(subparsers: Any) -> None:
     serve.set_defaults(func=_serve)
 
 
+#: a shuffler without the aggregator's public keys: said at every start, in a WARNING
+PLAINTEXT_WARNING = (
+    "no --public-keys: this shuffler takes clear reports only (it sees what each device "
+    "reported) and says so in GetConfig; SDKs that require sealing (the default) send it "
+    "nothing. Give --public-keys FILE (crowdmix keys export) unless plaintext is intended"
+)
+
 # dest -> flag, to start sibling processes with the same settings
 _FLAGS = {
     "redis": "--redis", "min_replicas_ack": "--min-replicas-ack",
@@ -129,6 +136,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if settings.tokens_file is None:
         log.warning("--allow-unauthenticated: no bearer token is asked of senders")
+    if settings.public_keys is None:
+        log.warning(PLAINTEXT_WARNING)
     if args.processes < 1:
         raise CliError(f"--processes must be at least 1, got {args.processes}")
     if args.processes > 1:

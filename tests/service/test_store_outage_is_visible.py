@@ -78,6 +78,8 @@ def test_health_is_not_serving_while_the_store_is_down_and_serving_after(
         # starts, one when it ends; none per attempt
         assert 1 <= len(failing) <= 3 and len(recovered) == len(failing), log
         assert all("WARNING" in line for line in failing)
+        if kind == "shuffler":  # started without public keys: it says so, loudly
+            assert any("WARNING" in ln and "no --public-keys" in ln for ln in log.splitlines())
     finally:
         d.kill()
 

@@ -74,8 +74,10 @@ def test_sealing_required_refuses_a_plaintext_shuffler(tmp_path: Path) -> None:
     with start_shuffler(registry) as shuffler:
         target = f"127.0.0.1:{shuffler.port}"
         strict = ShufflerClient(target, sealing="required", background=False)
+        # GetConfig says why there is no key: this shuffler takes clear reports only
+        assert strict.config().plaintext is True and strict.config().keys.keys == ()
         strict.submit(report)
-        with pytest.raises(TransportError, match="publishes no aggregator key"):
+        with pytest.raises(TransportError, match="takes clear reports only"):
             strict.flush()
         assert (strict.sent, strict.failed) == (0, 1)
         strict.close(flush=False)
@@ -86,6 +88,7 @@ def test_sealing_required_refuses_a_plaintext_shuffler(tmp_path: Path) -> None:
     _, _, public = _keys(tmp_path)
     with start_shuffler(registry, settings=ShufflerSettings(public_keys=str(public))) as shuffler:
         sealed = ShufflerClient(f"127.0.0.1:{shuffler.port}", background=False)
+        assert sealed.config().plaintext is False and sealed.config().keys.keys
         sealed.submit(report)
         assert sealed.flush() == 1 and sealed.sealed == 1
         sealed.close()
