@@ -282,9 +282,18 @@ def start_shuffler(
     metrics_server: Any = None
     metrics_port: int | None = None
     if settings.metrics_port is not None:
-        metrics_server, metrics_port = metrics.serve_http(
-            settings.metrics_port, settings.metrics_host
-        )
+        try:
+            metrics_server, metrics_port = metrics.serve_http(
+                settings.metrics_port, settings.metrics_host
+            )
+        except OSError as exc:  # a busy port: "cannot bind", as for the gRPC port
+            front.stop(0)
+            if closer is not None:
+                closer()
+            raise BindError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc.strerror or exc}"
+            ) from None
 
     front.start()
     watch = StoreWatch(store, front.set_serving)

@@ -183,7 +183,9 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
             fields = {name: data[name] for name in data.files}
     except FileNotFoundError:
         raise CountsFileError(f"counts file {path} does not exist") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+    except OSError as exc:
+        raise CountsFileError(f"cannot read counts file {path}: {exc.strerror or exc}") from None
+    except (ValueError, zipfile.BadZipFile, EOFError):
         # numpy's own message suggests allow_pickle for any file it cannot parse (a CSV,
         # say): advice that is wrong here, so it is not repeated
         raise not_ours from None

@@ -238,8 +238,8 @@ def test_keys_cli_without_cryptography_names_the_extra(tmp_path: Path) -> None:
     )
     assert r.returncode == 3
     assert r.stderr.strip().splitlines() == [
-        "crowdmix: error: this command needs the 'cryptography' package: "
-        "pip install 'crowdmix[transport]'"
+        "crowdmix: error: crowdmix keys needs crowdmix[transport] (the 'cryptography' "
+        "package is missing): pip install 'crowdmix[transport]'"
     ]
 
 
