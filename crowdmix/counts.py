@@ -53,10 +53,11 @@ def _open(url: str) -> Any:
 
 def _list(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.errors import StoreError
+    from crowdmix.aggregator.report.windows import window_date, window_span
     from crowdmix.aggregator.store import stored_metric
     from crowdmix.cli import CliError
     from crowdmix.client.registry import load_registry
-    from crowdmix.options import plural, window_date, window_span
+    from crowdmix.options import plural
 
     registry = load_registry(args.config) if args.config else None
     store = _open(args.redis)
@@ -105,11 +106,12 @@ def _export(args: argparse.Namespace) -> int:
 
     from crowdmix.aggregator.counting.files import save_counts
     from crowdmix.aggregator.errors import StoreError
+    from crowdmix.aggregator.report.windows import window_span
     from crowdmix.aggregator.store import load_batch_sizes, load_counts, stored_metric
     from crowdmix.aggregator.store.base import parse_windows
     from crowdmix.aggregator.store.codec import describe_metric
     from crowdmix.cli import CliError
-    from crowdmix.options import plural, window_span
+    from crowdmix.options import plural
 
     try:
         windows = parse_windows(args.windows) if args.windows else None

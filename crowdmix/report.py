@@ -69,6 +69,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-plot", action="store_true", help="skip plot.png")
     p.add_argument(
+        "--plot-scale",
+        choices=("auto", "linear", "log"),
+        default="auto",
+        help="plot.png's x axis: auto (default: log for a long tail, the largest share shown "
+        "100 times the smallest), linear or log",
+    )
+    p.add_argument(
         "--no-privacy-statement",
         action="store_true",
         help="publish without the privacy statement (the summary says it was left out); "
@@ -169,6 +176,7 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
         source=str(args.counts),
         window=saved.window,
         windows=saved.windows,
+        window_seconds=_registry_window(args.config),
         rounds=rounds,
         # each None in a file from before the field: unknown, so the statement assumes the
         # conservative case (re-export it from the store to get the recorded figures)
@@ -258,6 +266,9 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         smallest_crowd = store.smallest_crowd(args.metric, covered)
         duplicate_reports = store.duplicate_reports(args.metric, covered)
         sealed = store.sealing(args.metric, covered)
+        window_seconds = (
+            _registry_window(args.config) if args.config else store.window_seconds(args.metric)
+        )
     except (LookupError, StoreError) as exc:
         raise CliError(str(exc).strip("'\"")) from None
     finally:
@@ -273,6 +284,7 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         source=f"redis ({args.metric})",
         window=covered[0] if len(covered) == 1 else None,
         windows=tuple(covered),
+        window_seconds=window_seconds,
         batch_sizes=batch_sizes or None,
         rounds=max(1, len(covered)),
         smallest_crowd=smallest_crowd,
@@ -296,6 +308,12 @@ _SOURCES: tuple[Callable[[argparse.Namespace], ReportJob | None], ...] = (
     _from_rappor_files,
     _from_redis,
 )
+
+
+def _registry_window(config: str) -> int:
+    from crowdmix.client.registry import load_registry
+
+    return load_registry(config).window_seconds
 
 
 def _metric(config: str, name: str) -> Any:
@@ -525,7 +543,9 @@ def _report(args: argparse.Namespace) -> int:
             raise CliError(
                 f"{exc}; nothing was written (--no-privacy-statement publishes without one)"
             ) from None
-    paths = write_outputs(outcome, args.out, plot=not args.no_plot, top=args.top)
+    paths = write_outputs(
+        outcome, args.out, plot=not args.no_plot, top=args.top, scale=args.plot_scale
+    )
     if args.format == "rappor":
         paths.update(_rappor_outputs(jobs[0], outcome, args.out))
     result, summary = outcome.result, outcome.summary
