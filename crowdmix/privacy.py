@@ -330,7 +330,7 @@ def _metric(args: argparse.Namespace) -> int:
     if assumed:
         out["assumed_batch_sizes"] = batches
         text += (
-            f"\n(assumed: all {args.n:,} reports were shuffled in one batch; "
+            f"\n(assumed: all {plural(args.n, 'report')} were shuffled in one batch; "
             "give --batch-sizes if they were not)"
         )
     _print(args, out, text)
