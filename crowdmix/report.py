@@ -422,6 +422,8 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
             shuffled=job.shuffled,
             rounds=job.rounds,
             smallest_crowd=job.smallest_crowd,
+            sealed=job.sealed,
+            duplicate_reports=job.duplicate_reports,
         )
         n = int(totals.sum())
         sizes = job.batch_sizes if job.batch_sizes and sum(job.batch_sizes) == n else None

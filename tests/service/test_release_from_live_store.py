@@ -77,6 +77,7 @@ def test_the_same_release_is_recorded_once_however_its_windows_are_given(
     code, _, err = _run(*base, "--new-ledger", "--out", str(tmp_path / "a"))
     assert code == 0, err
     first = _summary(tmp_path / "a")["privacy"]["ledger"]
+    assert _summary(tmp_path / "a")["privacy"]["statement"]["sealed"] is False
     assert first["recorded"] is True and first["releases"] == 1
     assert first["release_id"].startswith(f"browser/{WINDOW}/")
     # the same window named explicitly, then under a label of the analyst's: free
@@ -90,6 +91,8 @@ def test_the_same_release_is_recorded_once_however_its_windows_are_given(
             first["total_epsilon"],
             first["total_delta"],
         )
+        # not recorded again, and still stated the same way (these batches were clear)
+        assert _summary(tmp_path / "b")["privacy"]["statement"]["sealed"] is False
     # new reports in the window: new data, a new release
     _ingestor(registry, redis_url).ingest(
         random_batch(np.random.default_rng(8), registry["browser"], 700, WINDOW)
