@@ -135,6 +135,12 @@ class PrivacyStatement:
             "aggregator": f"{central} of this release",
             "together": f"{e1} per report (the local guarantee)",
         }
+        if not self.shuffled:  # no shuffler in the path: the aggregator sees each report
+            return {
+                "shuffler": "nothing: the reports did not pass through a shuffler",
+                "aggregator": f"{e1} per report (the reports were not shuffled)",
+                "together": f"{e1} per report (the local guarantee)",
+            }
         if self.sealed is None:
             return {
                 k: f"if the reports were sealed (the default), {sealed[k]}; "
