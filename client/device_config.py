@@ -95,4 +95,5 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
         disposal_seconds={
             m.name: m.disposal_seconds for m in message.metrics if m.disposal_seconds
         },
+        plaintext=message.plaintext,
     )

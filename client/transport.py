@@ -296,8 +296,8 @@ class ShufflerClient:
                     Answer(
                         Action.REFETCH,
                         "no_key",
-                        "the shuffler publishes no aggregator key usable now and "
-                        "sealing='required' never sends clear reports",
+                        f"{config.why_unsealed(self.target)} "
+                        "(sealing='required' never sends clear reports)",
                         after_refetch=Action.FATAL,
                     )
                 ) from None

@@ -40,15 +40,29 @@ class DeviceConfig:
     window_seconds: int = DEFAULT_WINDOW_SECONDS
     #: per metric, the age past which the server disposes of a window's reports
     disposal_seconds: dict[str, int] = field(default_factory=dict)
+    #: the shuffler says it takes clear reports only (started without public keys): an
+    #: SDK that requires sealing can name the cause instead of waiting for a key
+    plaintext: bool = False
 
     @property
     def sealed(self) -> bool:
         return bool(self.keys.keys)
 
+    def why_unsealed(self, target: str) -> str:
+        """Why a device that requires sealing cannot send to ``target`` now (no key)."""
+        if self.plaintext:
+            return (
+                f"shuffler {target} takes clear reports only (it was started without the "
+                "aggregator's public keys): reports that must be sealed are not sent to it"
+            )
+        return f"shuffler {target} publishes no aggregator key usable now"
+
     @property
     def version(self) -> str:
         h = hashlib.sha256(self.keys.version.encode())
         h.update(f"|window:{self.window_seconds}".encode())
+        if self.plaintext:
+            h.update(b"|plaintext")
         for name in sorted(self.metrics):
             fp, age = self.metrics[name].fingerprint, self.disposal_seconds.get(name, 0)
             h.update(f"|{name}:{fp:016x}:{age}".encode())
@@ -56,9 +70,15 @@ class DeviceConfig:
 
     @classmethod
     def of(
-        cls, registry: Registry, keys: PublicKeySet, cache_seconds: int = DEFAULT_CACHE_SECONDS
+        cls,
+        registry: Registry,
+        keys: PublicKeySet,
+        cache_seconds: int = DEFAULT_CACHE_SECONDS,
+        *,
+        plaintext: bool = False,
     ) -> DeviceConfig:
         return cls(
+            plaintext=plaintext,
             metrics=dict(registry.metrics),
             keys=keys,
             cache_seconds=cache_seconds,
@@ -127,4 +147,5 @@ def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigR
         ],
         protocol=PROTOCOL_VERSION,
         window_seconds=config.window_seconds,
+        plaintext=config.plaintext,
     )

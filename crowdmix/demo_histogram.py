@@ -280,7 +280,10 @@ def run_histogram_demo(
             )
         counts = load_counts(aggregator_store, metric)
         batch_sizes = tuple(load_batch_sizes(aggregator_store, METRIC))
-        _say(f"  the aggregator counted {counted:,} reports in {len(batch_sizes)} batch(es)", quiet)
+        from crowdmix.options import plural
+
+        batches = plural(len(batch_sizes), "batch", "batches")
+        _say(f"  the aggregator counted {plural(counted, 'report')} in {batches}", quiet)
         outcome = run_report(
             ReportJob(
                 metric=metric,

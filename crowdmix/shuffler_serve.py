@@ -77,6 +77,13 @@ def register(subparsers: Any) -> None:
     serve.set_defaults(func=_serve)
 
 
+#: a shuffler without the aggregator's public keys: said at every start, in a WARNING
+PLAINTEXT_WARNING = (
+    "no --public-keys: this shuffler takes clear reports only (it sees what each device "
+    "reported) and says so in GetConfig; SDKs that require sealing (the default) send it "
+    "nothing. Give --public-keys FILE (crowdmix keys export) unless plaintext is intended"
+)
+
 # dest -> flag, to start sibling processes with the same settings
 _FLAGS = {
     "redis": "--redis", "min_replicas_ack": "--min-replicas-ack",
@@ -125,7 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
     from crowdmix.shuffler.server import start_shuffler
     from crowdmix.shuffler.store import ShufflerStore
 
-    log = configure_logging("shuffler", args.log_level)
+    log = configure_logging("shuffler", args.log_level, args.log_format)
     registry, settings = load_config(
         args.config, {name: getattr(args, name) for name in _OVERRIDES}
     )
@@ -136,6 +143,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if settings.tokens_file is None:
         log.warning("--allow-unauthenticated: no bearer token is asked of senders")
+    if settings.public_keys is None:
+        log.warning(PLAINTEXT_WARNING)
     if args.processes < 1:
         raise CliError(f"--processes must be at least 1, got {args.processes}")
     if args.processes > 1:
@@ -186,4 +195,8 @@ def _sibling_args(args: argparse.Namespace, listen: str, port: int) -> list[str]
         if value is not None:
             out += [flag, str(value)]
     out += [flag for dest, flag in _SWITCHES.items() if getattr(args, dest)]
-    return [*out, "--listen", f"{host}:{port}", "--reuse-port", "--log-level", args.log_level]
+    return [
+        *out,
+        *("--listen", f"{host}:{port}", "--reuse-port"),
+        *("--log-level", args.log_level, "--log-format", args.log_format),
+    ]

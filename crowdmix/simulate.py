@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     from crowdmix.cli import CliError
     from crowdmix.client.errors import TransportError
     from crowdmix.core.registry import RegistryError, load_registry
-    from crowdmix.options import read_input, read_token_file
+    from crowdmix.options import plural, read_input, read_token_file
 
     try:
         registry = load_registry(args.config)
@@ -321,7 +321,8 @@ def run(args: argparse.Namespace) -> int:
         print("crowdmix: interrupted", file=sys.stderr)
         return 130
     print(
-        f"simulated {result.clients} clients of {metric.name!r} ({result.reports} reports): "
+        f"simulated {plural(result.clients, 'client')} of {metric.name!r} "
+        f"({plural(result.reports, 'report')}): "
         f"{result.acknowledged} acknowledged, {result.failed} failed, {result.dropped} dropped "
         f"in {result.seconds:.2f}s ({result.rate:,.0f} reports/s)"
     )

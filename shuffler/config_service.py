@@ -159,7 +159,8 @@ class ConfigService:
 
     def config(self) -> DeviceConfig:
         keys = self.keys.keys if self.keys is not None else PublicKeySet(())
-        return DeviceConfig.of(self.registry, keys, self.cache_seconds)
+        # no key file: clear reports only, and the answer says so (SDKs can name it)
+        return DeviceConfig.of(self.registry, keys, self.cache_seconds, plaintext=self.keys is None)
 
     def answer(self, raw: bytes) -> pb.ConfigResponse:
         try:

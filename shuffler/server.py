@@ -39,6 +39,7 @@ from crowdmix.shuffler.metrics import ShufflerMetrics
 from crowdmix.shuffler.servicer import SERVICE_NAME, ShufflerServicer
 from crowdmix.shuffler.shuffle import RandomBytes
 from crowdmix.shuffler.store import ShufflerStore
+from crowdmix.shuffler.store_health import StoreWatch
 
 __all__ = ["AioFront", "ShufflerHandle", "start_shuffler"]
 
@@ -117,6 +118,20 @@ class AioFront:
                 await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
         self._run(start())
+
+    def set_serving(self, serving: bool) -> None:
+        """SERVING or NOT_SERVING (the store is unreachable); ignored once shutting down."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+
+        async def set_all() -> None:
+            for name in ("", SERVICE_NAME):
+                await self._health.set(name, status)
+
+        self._run(set_all())
 
     def enter_shutdown(self) -> None:
         """Health checks answer NOT_SERVING (load balancers move devices elsewhere)."""
@@ -268,17 +283,29 @@ def start_shuffler(
     metrics_server: Any = None
     metrics_port: int | None = None
     if settings.metrics_port is not None:
-        metrics_server, metrics_port = metrics.serve_http(
-            settings.metrics_port, settings.metrics_host
-        )
+        try:
+            metrics_server, metrics_port = metrics.serve_http(
+                settings.metrics_port, settings.metrics_host
+            )
+        except OSError as exc:  # a busy port: "cannot bind", as for the gRPC port
+            front.stop(0)
+            if closer is not None:
+                closer()
+            raise BindError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc.strerror or exc}"
+            ) from None
 
     front.start()
+    watch = StoreWatch(store, front.set_serving)
+    watch.start()
     if releaser_thread is not None:
         releaser_thread.start()
     log.info("shuffler listening on %s (port %d)", listen.rpartition(":")[0], port)
 
     def stop(grace: float | None) -> None:
         g = settings.shutdown_grace_seconds if grace is None else grace
+        watch.stop()  # before NOT_SERVING: it must not set SERVING again
         # First refuse new commits and let queued writes finish, then stop the server:
         # gRPC answers calls it cancels at the end of the grace period UNAVAILABLE
         # ("nothing stored, retry"), so none may still be waiting on a write.

@@ -171,3 +171,57 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
             0,
         )
         assert sum(shuffler.store.pending("theme").values()) == 1  # nothing more sent
+
+
+@pytest.mark.slow  # a local cluster: two redis-servers, two shufflers, an aggregator
+def test_the_sdk_walkthrough_runs_against_crowdmix_cluster_as_written(tmp_path: Path) -> None:
+    """The README's two commands, parsed out of it and run as written (only the
+    directories moved under the test's own, and PORT replaced by what the cluster
+    prints): the cluster registers ``theme``, serves without TLS, and its
+    ``app-token.txt`` is the file the example reads."""
+    import signal
+
+    (block,) = [b for b in _code_blocks() if "examples/daily_setting.py" in b and "cluster" in b]
+    lines = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line]
+    (cluster_argv,) = [w for w in lines if w[:2] == ["crowdmix", "cluster"]]
+    (app_argv,) = [w for w in lines if w[:2] == ["python", "examples/daily_setting.py"]]
+    moved = {
+        "/tmp/crowdmix-cluster": str(tmp_path / "cluster"),
+        "/tmp/crowdmix-app": str(tmp_path / "app"),
+    }
+
+    def here(words: list[str]) -> list[str]:
+        out = []
+        for w in words:
+            for old, new in moved.items():
+                w = w.replace(old, new)
+            out.append(w)
+        return out
+
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "crowdmix", *here(cluster_argv)[1:]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert cluster.stdout is not None
+        printed = []
+        while not printed or not printed[-1].startswith("Stop with"):
+            line = cluster.stdout.readline()
+            assert line, "".join(printed) + (cluster.stderr.read() if cluster.stderr else "")
+            printed.append(line)
+        target = next(ln.split()[1] for ln in printed if ln.strip().startswith("shuffler-1"))
+        assert any("--insecure" in ln and "app-token.txt" in ln for ln in printed)
+        argv = [w.replace("127.0.0.1:PORT", target) for w in here(app_argv)]
+        run = subprocess.run(
+            [sys.executable, *argv[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+        assert run.returncode == 0, run.stderr
+        assert "reported theme for this window" in run.stdout, run.stdout + run.stderr
+        assert "0 report(s) waiting" in run.stdout
+        cluster.send_signal(signal.SIGTERM)
+        out, _ = cluster.communicate(timeout=90)
+        assert cluster.returncode == 0, out
+    finally:
+        if cluster.poll() is None:
+            cluster.kill()
+            cluster.wait(timeout=30)

@@ -10,7 +10,11 @@ from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import Counts
 from crowdmix.aggregator.errors import ParamsConflict
 from crowdmix.aggregator.store.base import CountStore
-from crowdmix.aggregator.store.codec import metric_from_description
+from crowdmix.aggregator.store.codec import (
+    describe_metric,
+    metric_from_description,
+    params_difference,
+)
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
@@ -85,8 +89,8 @@ def load_counts(
     if not isinstance(metric, str):
         if config is not None and config.fingerprint != metric.fingerprint:
             raise ParamsConflict(
-                f"metric {name!r}: the counts were stored under other params "
-                f"(fingerprint {config.fingerprint:#018x}, given {metric.fingerprint:#018x})"
+                f"metric {name!r}: the counts were stored under other params: "
+                f"{params_difference(describe_metric(config), metric)}"
             )
         config = metric
     if config is None:

@@ -81,8 +81,10 @@ def test_counts_merging_seven_windows_are_recorded_as_seven_rounds(
     # `crowdmix privacy ledger FILE`: per release window, rounds, crowd, ε and the total.
     code, out, _ = run(capsys, "privacy", "ledger", str(ledger))
     assert code == 0
-    assert "browser: 1 release(s)" in out
-    row = next(line for line in out.splitlines() if line.strip().startswith("browser/all"))
+    assert "browser: 1 release\n" in out
+    row = next(
+        line for line in out.splitlines() if line.strip().startswith("browser/windows-unknown/")
+    )
     assert row.split()[1:4] == ["0", "7", "1,000"]  # window, rounds, crowd (min_batch assumed)
     printed = float(out.split("total: (ε = ")[1].split(",")[0])
     assert seven <= printed <= seven * (1 + 1e-5)  # never printed smaller than it is

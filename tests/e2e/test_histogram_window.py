@@ -229,10 +229,10 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     assert _wait(lambda: system.counted(HIST) == total)
     assert load_batch_sizes(system.counts, HIST) == [total]  # ONE batch: the window
     assert system.hist_counts() == sent.tolist()  # real + fake, exactly
-    # the batch is deleted once the aggregator's acknowledgement is back, just after
-    # the count appears: wait for it rather than race it
-    assert _wait(lambda: system.store.inflight_ids(HIST) == [])
     assert system.store.pending(HIST) == {}
+    # the aggregator counts the batch before the shuffler deletes it (on the reply): wait
+    # for the delete instead of racing it
+    assert _wait(lambda: system.store.inflight_ids(HIST) == [])
 
 
 def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_whole(

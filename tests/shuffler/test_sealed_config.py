@@ -77,8 +77,10 @@ def test_no_sender_sends_clear_reports_unless_told_to(tmp_path: Path) -> None:
             ShufflerClient(target, background=False),  # sealed by default: no downgrade
             ShufflerClient(target, sealing="required", background=False),
         ):
+            # GetConfig says why there is no key: this shuffler takes clear reports only
+            assert strict.config().plaintext is True and strict.config().keys.keys == ()
             strict.submit(report)
-            with pytest.raises(TransportError, match="publishes no aggregator key"):
+            with pytest.raises(TransportError, match="takes clear reports only"):
                 strict.flush()
             assert (strict.sent, strict.failed, strict.refetches) == (0, 1, 1)
             strict.close(flush=False)
@@ -89,6 +91,7 @@ def test_no_sender_sends_clear_reports_unless_told_to(tmp_path: Path) -> None:
     _, _, public = _keys(tmp_path)
     with start_shuffler(registry, settings=ShufflerSettings(public_keys=str(public))) as shuffler:
         sealed = ShufflerClient(f"127.0.0.1:{shuffler.port}", background=False)
+        assert sealed.config().plaintext is False and sealed.config().keys.keys
         sealed.submit(report)
         assert sealed.flush() == 1 and sealed.sealed == 1
         sealed.close()
