@@ -43,7 +43,7 @@ from crowdmix.aggregator.discovery import (
     discovered,
 )
 from crowdmix.aggregator.discovery.simulate import simulate_prefix_counts, simulate_value_counts
-from crowdmix.client.discovery import SymbolMap
+from crowdmix.core.discovery import SymbolMap
 
 ALPHABETS = {"zipf": string.ascii_lowercase, "words": string.ascii_lowercase + "'"}
 

@@ -79,8 +79,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.discovery.job import DiscoverySettings, simulate
     from crowdmix.aggregator.discovery.plan import DiscoveryPlan
     from crowdmix.cli import CliError
-    from crowdmix.client.discovery import SymbolMap
     from crowdmix.client.errors import ParamsError
+    from crowdmix.core.discovery import SymbolMap
 
     try:
         sm = SymbolMap(alphabet=args.alphabet, max_length=args.max_length)
@@ -130,8 +130,7 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"{'value':<18} {'share':>9}   95% interval")
     for row in rows:
         print(
-            f"{row['value']:<18} {row['share']:>9.5f}   "
-            f"[{row['ci_low']:.5f}, {row['ci_high']:.5f}]"
+            f"{row['value']:<18} {row['share']:>9.5f}   [{row['ci_low']:.5f}, {row['ci_high']:.5f}]"
         )
     print(
         f"\nprivacy: central (ε={guarantee.epsilon:.4f}, δ={guarantee.delta:.1e}) over "

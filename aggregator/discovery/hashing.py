@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from crowdmix.client.discovery import _SEED_SALTS
+from crowdmix.core.discovery import SEED_SALTS
 
 __all__ = ["bucket_base", "inverse_mod", "mix64", "seed_constants"]
 
@@ -32,9 +32,9 @@ def seed_constants(seeds: npt.ArrayLike, buckets: int) -> tuple[U64, U64, U64]:
     """(a_s, b_s, m_s) for each seed (``crowdmix.client.discovery.seed_constants``)."""
     s = np.asarray(seeds, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        a = mix64(s ^ np.uint64(_SEED_SALTS[0])) | np.uint64(1)
-        b = mix64(s ^ np.uint64(_SEED_SALTS[1]))
-        m = np.uint64(1) + mix64(s ^ np.uint64(_SEED_SALTS[2])) % np.uint64(buckets - 1)
+        a = mix64(s ^ np.uint64(SEED_SALTS[0])) | np.uint64(1)
+        b = mix64(s ^ np.uint64(SEED_SALTS[1]))
+        m = np.uint64(1) + mix64(s ^ np.uint64(SEED_SALTS[2])) % np.uint64(buckets - 1)
     return a, b, m
 
 

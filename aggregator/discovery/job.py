@@ -34,7 +34,7 @@ from crowdmix.aggregator.discovery.plan import (
 )
 from crowdmix.aggregator.discovery.prefixes import decode_prefix_round
 from crowdmix.aggregator.discovery.values import decode_value_round
-from crowdmix.client.discovery import PrefixRound, ValueRound
+from crowdmix.core.discovery import PrefixRound, ValueRound
 
 __all__ = ["DiscoverySettings", "RoundOutcome", "absorb", "round_params", "simulate"]
 
@@ -107,8 +107,9 @@ def absorb(
     params = round_params(settings, state)
     c = np.asarray(counts)
     n = int(c.sum()) if c.size else 0
-    cost = RoundCost(round=state.next_round, group=state.next_round, n_reports=n,
-                     epsilon0=params.epsilon)
+    cost = RoundCost(
+        round=state.next_round, group=state.next_round, n_reports=n, epsilon0=params.epsilon
+    )
     costs = (*state.costs, (cost.round, cost.group, cost.n_reports, cost.epsilon0))
     if isinstance(params, PrefixRound):
         est = decode_prefix_round(params, state.parent_array(), c)

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from crowdmix.aggregator.discovery.prefixes import PrefixEstimates, child_symbols
 from crowdmix.aggregator.discovery.values import ValueEstimates
-from crowdmix.client.discovery import PrefixRound, SymbolMap, ValueRound
+from crowdmix.core.discovery import PrefixRound, SymbolMap, ValueRound
 
 __all__ = ["DiscoveredValues", "DiscoveryPlan", "DiscoveryState", "advance", "discovered"]
 

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from crowdmix.aggregator.discovery.hashing import bucket_base, inverse_mod, seed_constants
-from crowdmix.client.discovery import PrefixRound, prefix_key
+from crowdmix.core.discovery import PrefixRound, prefix_key
 
 __all__ = ["PrefixEstimates", "child_symbols", "decode_prefix_round", "valid_children"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from crowdmix.aggregator.discovery.hashing import bucket_base, seed_constants
-from crowdmix.client.discovery import PrefixRound, ValueRound, prefix_key
+from crowdmix.core.discovery import PrefixRound, ValueRound, prefix_key
 
 __all__ = ["simulate_prefix_counts", "simulate_value_counts"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from crowdmix.client.discovery import ValueRound
+from crowdmix.core.discovery import ValueRound
 
 __all__ = ["ValueEstimates", "decode_value_round"]
 

@@ -6,18 +6,17 @@ import numpy as np
 import pytest
 
 from crowdmix.aggregator.discovery.hashing import bucket_base, inverse_mod, seed_constants
-from crowdmix.client.discovery import (
-    PrefixEncoder,
+from crowdmix.client.discovery import PrefixEncoder, ValueEncoder
+from crowdmix.client.errors import ParamsError
+from crowdmix.client.randomness import SecureBits
+from crowdmix.core.discovery import (
     PrefixRound,
     SymbolMap,
-    ValueEncoder,
     ValueRound,
     next_prime,
     prefix_bucket,
     prefix_key,
 )
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.randomness import SecureBits
 from tests.client.bitsources import scripted_fields
 
 SM = SymbolMap(alphabet="abc", max_length=4)

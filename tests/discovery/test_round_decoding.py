@@ -17,7 +17,7 @@ from crowdmix.aggregator.discovery import (
 )
 from crowdmix.aggregator.discovery.prefixes import child_symbols, valid_children
 from crowdmix.aggregator.discovery.simulate import simulate_prefix_counts, simulate_value_counts
-from crowdmix.client.discovery import (
+from crowdmix.core.discovery import (
     PrefixRound,
     SymbolMap,
     ValueRound,
