@@ -201,6 +201,7 @@ COMMAND_EXTRAS = {
     "privacy": "aggregator",
     "plan": "aggregator",
     "report": "aggregator",
+    "discover": "aggregator",
     "counts": "aggregator",
     "keys": "transport",
     "cluster": "shuffler,aggregator",

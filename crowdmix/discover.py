@@ -50,7 +50,12 @@ def _population(args: argparse.Namespace) -> tuple[list[str], list[float]]:
     from crowdmix.options import read_input
 
     if args.words is not None:
-        import wordfreq
+        try:
+            import wordfreq
+        except ImportError:
+            raise CliError(
+                "--words needs the wordfreq package: pip install 'crowdmix[words]'"
+            ) from None
 
         values = list(wordfreq.top_n_list("en", args.words))
         return values, [wordfreq.word_frequency(v, "en") for v in values]
