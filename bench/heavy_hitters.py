@@ -214,6 +214,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", choices=("zipf", "words", "both"), default="both")
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--delta", type=float, default=1e-6)
@@ -237,7 +238,7 @@ def main() -> None:
     summary = {}
     for name in names:
         runs = []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             data = zipf_data(seed) if name == "zipf" else words_data()
             res = run_once(data, args, seed)
             runs.append(res)
