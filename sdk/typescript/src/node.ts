@@ -1,0 +1,127 @@
+/**
+ * The Node entry point: the outbox is a file, `appDir/outbox.json`, replaced atomically
+ * (written to a temporary file, fsynced, renamed, directory fsynced) on every change, and
+ * the device secret is `appDir/secret` (32 CSPRNG bytes, 0600, made once). One process
+ * per app directory.
+ */
+import { constants } from "node:fs";
+import { link, mkdir, open, readFile, rename, unlink } from "node:fs/promises";
+import { join } from "node:path";
+import { CrowdmixError } from "./errors.js";
+import { type Backend, type OutboxState, Outbox, emptyState } from "./outbox.js";
+import { Reporter, type ReporterOptions } from "./reporter.js";
+
+export * from "./common.js";
+
+const SECRET_BYTES = 32;
+
+async function fsyncDir(dir: string): Promise<void> {
+  const fh = await open(dir, constants.O_RDONLY);
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+async function writeDurably(path: string, data: Uint8Array | string, mode = 0o600): Promise<string> {
+  const tmp = `${path}.${process.pid}.tmp`;
+  const fh = await open(tmp, "w", mode);
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  return tmp;
+}
+
+/** The outbox document in one file. */
+export class FileBackend implements Backend {
+  private state: OutboxState = emptyState();
+  private text = "";
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    readonly path: string,
+    private readonly dir: string,
+  ) {}
+
+  async read(): Promise<OutboxState> {
+    let text: string;
+    try {
+      text = await readFile(this.path, "utf8");
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new CrowdmixError(`cannot read the outbox ${this.path}: ${(e as Error).message}`);
+      return structuredClone(this.state);
+    }
+    try {
+      const s = JSON.parse(text) as OutboxState;
+      if (!Array.isArray(s.rows) || typeof s.claims !== "object") throw new Error("not an outbox");
+      this.state = { ...emptyState(), ...s };
+      this.text = text;
+    } catch (e) {
+      // refuse rather than start afresh: afresh could make a second report in a window
+      throw new CrowdmixError(`${this.path} is not a crowdmix outbox: ${(e as Error).message}`);
+    }
+    return structuredClone(this.state);
+  }
+
+  update<T>(fn: (s: OutboxState) => T): Promise<T> {
+    const run = async (): Promise<T> => {
+      const s = structuredClone(this.state);
+      const out = fn(s);
+      const text = JSON.stringify(s);
+      if (text !== this.text) {
+        const tmp = await writeDurably(this.path, text);
+        await rename(tmp, this.path);
+        await fsyncDir(this.dir);
+        this.text = text;
+        this.state = s;
+      }
+      return out;
+    };
+    const p = this.chain.then(run, run);
+    this.chain = p.catch(() => undefined);
+    return p;
+  }
+
+  async close(): Promise<void> {
+    await this.chain;
+  }
+}
+
+async function deviceSecret(path: string, dir: string): Promise<Uint8Array> {
+  try {
+    await readFile(path);
+  } catch {
+    const tmp = await writeDurably(path, crypto.getRandomValues(new Uint8Array(SECRET_BYTES)));
+    try {
+      await link(tmp, path); // fails if another process made it first: use theirs
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    } finally {
+      await unlink(tmp);
+    }
+    await fsyncDir(dir);
+  }
+  const secret = new Uint8Array(await readFile(path));
+  if (secret.length !== SECRET_BYTES) throw new CrowdmixError(`${path} is not a device secret (${secret.length} bytes, expected ${SECRET_BYTES})`);
+  return secret;
+}
+
+/** Open (or create) the app directory's outbox and secret; throws CrowdmixError if unusable. */
+export async function openReporter(appDir: string, options: ReporterOptions): Promise<Reporter> {
+  let secret: Uint8Array;
+  let outbox: Outbox;
+  try {
+    await mkdir(appDir, { recursive: true, mode: 0o700 });
+    secret = await deviceSecret(join(appDir, "secret"), appDir);
+    outbox = new Outbox(new FileBackend(join(appDir, "outbox.json"), appDir), options.maxReports ?? 1000, options.maxBytes ?? 1 << 20);
+    await outbox.load();
+  } catch (e) {
+    if (e instanceof CrowdmixError) throw e;
+    throw new CrowdmixError(`cannot use the app directory ${appDir}: ${(e as Error).message}`);
+  }
+  return new Reporter(outbox, secret, options);
+}

@@ -1,0 +1,428 @@
+/**
+ * `Reporter`: what an app embeds. A report claimed is a report delivered.
+ *
+ *     const reporter = await openReporter({ url: "https://shuffler.example:7443", token });
+ *     await reporter.report("theme", "dark");   // true: this window's report is made and queued
+ *     await reporter.flush(2000);               // the number still queued
+ *     await reporter.close();
+ *
+ * - Config from the shuffler (`GetConfig`): params, window length, keys and the server's
+ *   time; cached in the outbox with its lifetime. The device's clock is corrected once
+ *   per answer (offset = server_time - local receive time) and picks each report's window.
+ * - One report per (metric, window), durable (`Outbox`); it keeps its window and report
+ *   id through every retry, across restarts; the shuffler files it under that window or
+ *   refuses it (`window_closed`: dropped and counted; `window_ahead`: the server time is
+ *   re-learnt once and the report waits).
+ * - Sealing required by default: sealed when sent (HPKE to the aggregator's newest
+ *   usable key); a shuffler publishing no key gets nothing. `sealing: "off"` opts out.
+ * - Privacy ceiling: served params less private than `maxEpsilon` per report (RAPPOR's
+ *   ε_1, a basic mechanism's ε, a histogram's ε_L) or `maxEpsilonInf` (RAPPOR's ε_∞)
+ *   make no report; a histogram without local randomization needs
+ *   `allowUnrandomizedHistograms`.
+ * - Never throws into the app after construction: `report` resolves to false, `flush`
+ *   to the number still queued, and `lastError` says why.
+ */
+import { BasicEncoder } from "./basic.js";
+import { type DeviceConfig, type MetricConfig, parseConfig } from "./config.js";
+import { call } from "./connect.js";
+import { HistogramEncoder } from "./histogram.js";
+import { type Outbox, type StoredRow } from "./outbox.js";
+import { type PolicyView, decide, outcome, windowAt } from "./policy.js";
+import { epsilonInf, epsilonOne } from "./privacy.js";
+import { type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
+import { type RandomBytes, secureRandomBytes } from "./random.js";
+import { RapporEncoder } from "./rappor.js";
+import { type Report, fromHex, toHex } from "./report.js";
+import { PROTOCOL_VERSION, chooseKey, sealReport } from "./sealed.js";
+
+export interface ReporterOptions {
+  /** The shuffler's HTTP port, e.g. "https://shuffler.example:7443". */
+  url: string;
+  /** The app's bearer token. */
+  token?: string;
+  sealing?: "required" | "off";
+  maxEpsilon?: number;
+  maxEpsilonInf?: number;
+  allowUnrandomizedHistograms?: boolean;
+  maxReports?: number;
+  maxBytes?: number;
+  /** One request's timeout (ms). */
+  timeoutMs?: number;
+  backoffBaseMs?: number;
+  backoffCapMs?: number;
+  /** Send from a background timer (default true); false: only `flush` sends. */
+  background?: boolean;
+  /** Unix seconds (tests). */
+  clock?: () => number;
+  /** The encoders' randomness (tests); default crypto.getRandomValues. */
+  randomBytes?: RandomBytes;
+  fetch?: typeof fetch;
+}
+
+export const MAX_EPSILON = 10;
+export const MAX_EPSILON_INF = 20;
+const CONFIG_WAIT_MS = 2000;
+const EARLIEST = 1577836800; // 2020-01-01: a server time before it is not plausible
+const LATEST = 4102444800; // 2100-01-01
+const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
+
+type Encoder = RapporEncoder | BasicEncoder | HistogramEncoder;
+interface ConfigState {
+  config: DeviceConfig;
+  fetchedAt: number;
+  offset: number;
+}
+
+/** Why `mc`'s served params are above the ceiling, or null. */
+export function ceilingProblem(
+  metric: string,
+  mc: MetricConfig,
+  o: { maxEpsilon: number; maxEpsilonInf: number; allowUnrandomizedHistograms: boolean },
+): string | null {
+  const figures: [string, number, string, number][] = [];
+  if (mc.rappor) {
+    figures.push(["ε_1", epsilonOne(mc.rappor), "maxEpsilon", o.maxEpsilon]);
+    figures.push(["ε_∞", epsilonInf(mc.rappor), "maxEpsilonInf", o.maxEpsilonInf]);
+  } else if (mc.basic) figures.push(["ε", mc.basic.epsilon, "maxEpsilon", o.maxEpsilon]);
+  else if (mc.histogram) {
+    const eps = mc.histogram.localEpsilon;
+    if (eps !== null) figures.push(["ε_L", eps, "maxEpsilon", o.maxEpsilon]);
+    else if (!o.allowUnrandomizedHistograms)
+      return `metric ${metric}: the served histogram sends the value without local randomization (ε_L = inf); allowed only with allowUnrandomizedHistograms`;
+  }
+  for (const [name, value, knob, ceiling] of figures)
+    if (!(value <= ceiling)) return `metric ${metric}: the served params give ${name} = ${value.toPrecision(6)}, above this device's ceiling ${knob} = ${ceiling}`;
+  return null;
+}
+
+function rowOf(r: Report, window: number): StoredRow {
+  return { id: toHex(r.reportId), metric: r.metric, window, cohort: r.cohort, bits: toHex(r.bits), fp: r.fingerprint.toString() };
+}
+
+function reportOf(r: StoredRow): Report {
+  return { metric: r.metric, cohort: r.cohort, bits: fromHex(r.bits), fingerprint: BigInt(r.fp), reportId: fromHex(r.id) };
+}
+
+export class Reporter {
+  /** Why the last report or send did not go through (null after a success). */
+  lastError: string | null = null;
+  private cfg: ConfigState | null = null;
+  private encoders = new Map<string, { fp: bigint; enc: Encoder }>();
+  private closed = false;
+  private round: Promise<boolean> | null = null;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private failures = 0;
+  private prepared: { ids: string[]; body: Uint8Array }[] = [];
+  private readonly o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes">> & Pick<ReporterOptions, "token" | "fetch">;
+  private readonly rand: RandomBytes;
+
+  constructor(
+    private readonly outbox: Outbox,
+    private readonly secret: Uint8Array,
+    options: ReporterOptions,
+  ) {
+    if (!options.url) throw new RangeError("url must name the shuffler's HTTP port");
+    const sealing = options.sealing ?? "required";
+    if (sealing !== "required" && sealing !== "off") throw new RangeError(`sealing must be 'required' or 'off', got ${String(sealing)}`);
+    for (const k of ["maxEpsilon", "maxEpsilonInf"] as const) {
+      const v = options[k];
+      if (v !== undefined && !(typeof v === "number" && v > 0)) throw new RangeError(`${k} must be a positive number (Infinity: no ceiling)`);
+    }
+    this.o = {
+      url: options.url,
+      token: options.token,
+      sealing,
+      maxEpsilon: options.maxEpsilon ?? MAX_EPSILON,
+      maxEpsilonInf: options.maxEpsilonInf ?? MAX_EPSILON_INF,
+      allowUnrandomizedHistograms: options.allowUnrandomizedHistograms ?? false,
+      maxReports: options.maxReports ?? 1000,
+      maxBytes: options.maxBytes ?? 1 << 20,
+      timeoutMs: options.timeoutMs ?? 10000,
+      backoffBaseMs: options.backoffBaseMs ?? 1000,
+      backoffCapMs: options.backoffCapMs ?? 300000,
+      background: options.background ?? true,
+      clock: options.clock ?? (() => Date.now() / 1000),
+      fetch: options.fetch,
+    };
+    this.rand = options.randomBytes ?? secureRandomBytes;
+    const cached = outbox.snapshot.config;
+    if (cached) {
+      try {
+        this.cfg = { config: parseConfig(fromHex(cached.answer)), fetchedAt: cached.fetchedAt, offset: cached.offset };
+      } catch {
+        this.cfg = null; // a cached answer this SDK cannot read: fetch a new one
+      }
+    }
+    if (this.o.background && outbox.snapshot.rows.length) this.schedule(0);
+  }
+
+  /** Reports claimed and not yet acknowledged. */
+  get queued(): number {
+    return this.outbox.snapshot.rows.length;
+  }
+
+  /** Reports delivered, and those that left without delivery, by reason. */
+  counters(): Record<string, number> {
+    return { delivered: 0, window_closed: 0, expired: 0, refused: 0, params_changed: 0, ...this.outbox.snapshot.counters };
+  }
+
+  /** The current collection window of `metric`'s config, or null without a config. */
+  window(): number | null {
+    return this.cfg ? windowAt(this.o.clock(), this.cfg.offset, this.cfg.config.windowSeconds) : null;
+  }
+
+  /**
+   * Make, store and queue this window's report of `value` for `metric`. Resolves to true
+   * when claimed, false when not (already reported in this window, unknown metric, bad
+   * value, above the ceiling, outbox full, no config yet; `lastError` says which).
+   */
+  async report(metric: string, value: string | number | Uint8Array): Promise<boolean> {
+    try {
+      if (this.closed) return this.fail("the reporter is closed");
+      const now = this.o.clock();
+      if (!this.cfg || now - this.cfg.fetchedAt >= this.cfg.config.cacheSeconds) await this.fetchConfig(CONFIG_WAIT_MS);
+      const cfg = this.cfg;
+      if (!cfg) return this.fail(this.lastError ?? "no config from the shuffler yet");
+      const mc = cfg.config.metrics.get(metric);
+      if (!mc) return this.fail(`metric ${metric} is not served by the shuffler`);
+      if (mc.histogram && this.o.sealing !== "required") return this.fail(`metric ${metric}: a shuffled histogram is never sent in the clear`);
+      const problem = ceilingProblem(metric, mc, this.o);
+      if (problem) return this.fail(`${problem}; no report made`);
+      const window = windowAt(this.o.clock(), cfg.offset, cfg.config.windowSeconds);
+      const last = this.outbox.snapshot.claims[metric];
+      if (last !== undefined && last >= window) return this.fail(`metric ${metric}: this window's report is made`);
+      const enc = this.encoder(metric, mc);
+      let reports: Report[];
+      if (enc instanceof RapporEncoder) {
+        if (typeof value === "number") return this.fail(`metric ${metric}: a value is a string or bytes`);
+        reports = [enc.encode(value)];
+      } else {
+        if (typeof value !== "string" && typeof value !== "number") return this.fail(`metric ${metric}: a value is a string or an index`);
+        reports = enc instanceof HistogramEncoder ? enc.encode(value) : [enc.encode(value)];
+      }
+      const result = await this.outbox.claim(metric, window, reports.map((r) => rowOf(r, window)));
+      if (result !== "claimed") return this.fail(result === "full" ? "the outbox is full" : `metric ${metric}: this window's report is made`);
+      this.lastError = null;
+      if (this.o.background) this.schedule(0);
+      return true;
+    } catch (e) {
+      return this.fail(`report(${metric}): ${(e as Error).message}`);
+    }
+  }
+
+  /** Send what waits for up to `timeoutMs`; resolves to the number still queued. */
+  async flush(timeoutMs = 5000): Promise<number> {
+    try {
+      if (!this.closed) await this.runRound(Date.now() + timeoutMs);
+    } catch (e) {
+      this.lastError = (e as Error).message;
+    }
+    return this.queued;
+  }
+
+  /** The platform says the network is back: send now, backoff reset. */
+  networkAvailable(): void {
+    this.failures = 0;
+    if (this.o.background && !this.closed && this.queued) this.schedule(0);
+  }
+
+  /** Stop sending and close the outbox (what waits stays stored; flush first to send it). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    try {
+      await this.round;
+    } catch {
+      // already recorded in lastError
+    }
+    await this.outbox.close().catch(() => undefined);
+  }
+
+  /**
+   * The page is going away (pagehide, or hidden): send what waits with `fetch` keepalive,
+   * synchronously, from bodies sealed in advance. Acknowledged rows are deleted if the
+   * page lives long enough to hear it; otherwise they are sent again later with the same
+   * ids (the aggregator counts an id once).
+   */
+  sendBeforeUnload(): void {
+    if (this.closed) return;
+    for (const p of this.prepared) {
+      void call(this.o.url, "Submit", p.body, { token: this.o.token, timeoutMs: this.o.timeoutMs, keepalive: true, fetch: this.o.fetch })
+        .then(async (r) => {
+          if (r.ok) await this.outbox.remove(p.ids, "delivered");
+        })
+        .catch(() => undefined);
+    }
+  }
+
+  // -- internals -------------------------------------------------------------
+
+  private fail(why: string): false {
+    this.lastError = why;
+    return false;
+  }
+
+  private encoder(metric: string, mc: MetricConfig): Encoder {
+    const have = this.encoders.get(metric);
+    if (have && have.fp === mc.fingerprint) return have.enc;
+    const opts = { randomBytes: this.rand, domain: mc.domain };
+    const enc = mc.rappor
+      ? new RapporEncoder(mc.rappor, metric, this.secret, { randomBytes: this.rand })
+      : mc.basic
+        ? new BasicEncoder(mc.basic, metric, opts)
+        : new HistogramEncoder(mc.histogram!, metric, opts);
+    this.encoders.set(metric, { fp: mc.fingerprint, enc });
+    return enc;
+  }
+
+  private async fetchConfig(timeoutMs: number): Promise<boolean> {
+    const r = await call(this.o.url, "GetConfig", new Uint8Array(0), { token: this.o.token, timeoutMs, fetch: this.o.fetch });
+    if (!r.ok) {
+      this.lastError = `GetConfig: ${r.code}: ${r.message}`;
+      return false;
+    }
+    const receivedAt = this.o.clock();
+    let config: DeviceConfig;
+    try {
+      config = parseConfig(r.body);
+    } catch (e) {
+      this.lastError = `GetConfig: ${(e as Error).message}`;
+      return false;
+    }
+    if (!(config.serverTime >= EARLIEST && config.serverTime <= LATEST)) {
+      this.lastError = `GetConfig: the server time ${config.serverTime} is not a plausible time`;
+      return false;
+    }
+    const offset = config.serverTime - receivedAt;
+    await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: receivedAt, offset });
+    this.cfg = { config, fetchedAt: receivedAt, offset };
+    return true;
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.closed) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.runRound(Date.now() + this.o.timeoutMs * 3).then((done) => {
+        if (done) this.failures = 0;
+        else {
+          this.failures++;
+          const cap = Math.min(this.o.backoffCapMs, this.o.backoffBaseMs * 2 ** Math.min(this.failures, 30));
+          this.schedule(Math.max(1, Math.random() * cap)); // full jitter
+        }
+      });
+    }, delayMs);
+    (this.timer as { unref?: () => void }).unref?.(); // never keeps a Node app alive
+  }
+
+  /** One sending round at a time; resolves true when nothing failed. */
+  private runRound(deadline: number): Promise<boolean> {
+    const prev = this.round ?? Promise.resolve(true);
+    const next = prev
+      .catch(() => true)
+      .then(() => this.sendAll(deadline))
+      .catch((e: Error) => this.fail(`the sender failed: ${e.message}`));
+    this.round = next;
+    return next;
+  }
+
+  private async sendAll(deadline: number): Promise<boolean> {
+    let refetched = false;
+    for (let step = 0; step < MAX_STEPS; step++) {
+      if (this.closed && step > 0) return false;
+      const left = deadline - Date.now();
+      if (left <= 0) return this.fail("out of time");
+      const now = this.o.clock();
+      const view: PolicyView = {
+        config: this.cfg?.config ?? null,
+        fetchedAt: this.cfg?.fetchedAt ?? 0,
+        offset: this.cfg?.offset ?? 0,
+        refetched,
+        sealing: this.o.sealing,
+        ceiling: (m, mc) => ceilingProblem(m, mc, this.o),
+      };
+      const d = decide((await this.outbox.load()).rows, view, now);
+      if (d.kind === "wait") {
+        this.lastError = null;
+        this.prepared = [];
+        return true;
+      }
+      if (d.kind === "offline") return this.fail(d.why);
+      if (d.kind === "refetch") {
+        refetched = true;
+        if (!(await this.fetchConfig(Math.min(this.o.timeoutMs, left)))) return false;
+        continue;
+      }
+      if (d.kind === "drop") {
+        await this.outbox.remove(d.rows.map((r) => r.id), d.reason);
+        continue;
+      }
+      const body = await this.request(d.rows, now);
+      const r = await call(this.o.url, "Submit", body, { token: this.o.token, timeoutMs: Math.min(this.o.timeoutMs, left), fetch: this.o.fetch });
+      const ids = d.rows.map((x) => x.id);
+      if (r.ok) {
+        decodeSubmitResponse(r.body);
+        await this.outbox.remove(ids, "delivered");
+        continue;
+      }
+      const o = outcome(r.code, r.message, refetched);
+      if (o.kind === "drop") await this.outbox.remove(ids, o.reason);
+      else if (o.kind === "refetch") {
+        refetched = true;
+        if (!(await this.fetchConfig(Math.min(this.o.timeoutMs, left)))) return false;
+      } else {
+        await this.prepare();
+        return this.fail(`Submit: ${r.code}: ${r.message}`);
+      }
+    }
+    return this.fail("too many steps in one sending round");
+  }
+
+  /** One Submit body for one group of rows: sealed (default) or clear. */
+  private async request(rows: readonly StoredRow[], now: number): Promise<Uint8Array> {
+    const wire: WireReport[] = [];
+    if (this.o.sealing === "off") {
+      for (const row of rows) {
+        const r = reportOf(row);
+        wire.push({ metric: r.metric, window: row.window, cohort: r.cohort, bits: r.bits, fingerprint: r.fingerprint, reportId: r.reportId });
+      }
+    } else {
+      const key = chooseKey(this.cfg!.config.keys, now + this.cfg!.offset);
+      if (!key) throw new Error("no usable aggregator key");
+      for (const row of rows)
+        wire.push({ metric: row.metric, window: row.window, keyId: key.keyId, sealed: await sealReport(key, row.window, reportOf(row)) });
+    }
+    return encodeSubmitRequest(wire, PROTOCOL_VERSION);
+  }
+
+  /** Seal what waits now, so that a page going away can send it synchronously. */
+  private async prepare(): Promise<void> {
+    const cfg = this.cfg;
+    if (!cfg) return;
+    const groups = new Map<string, StoredRow[]>();
+    for (const r of this.outbox.snapshot.rows) {
+      const k = `${r.metric}\0${r.window}`;
+      groups.set(k, [...(groups.get(k) ?? []), r]);
+    }
+    const out: { ids: string[]; body: Uint8Array }[] = [];
+    for (const rows of groups.values()) {
+      try {
+        out.push({ ids: rows.map((r) => r.id), body: await this.request(rows, this.o.clock()) });
+      } catch {
+        // no key now: nothing to send on the way out
+      }
+    }
+    this.prepared = out;
+  }
+
+  /** Seal the queued reports in advance (the browser entry calls it after each claim). */
+  async prepareForUnload(): Promise<void> {
+    try {
+      await this.prepare();
+    } catch {
+      // best effort
+    }
+  }
+}
