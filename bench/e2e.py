@@ -163,7 +163,7 @@ def client_process(
         target = targets[j % len(targets)]
         with grpc.insecure_channel(target) as channel:
             submit = channel.unary_unary(
-                "/crowdmix.v1.Shuffler/Submit",
+                "/crowdmix.v2.Shuffler/Submit",
                 request_serializer=None,
                 response_deserializer=pb.SubmitResponse.FromString,
             )

@@ -116,7 +116,7 @@ def drive(target: str, maker: BatchMaker, senders: int, seconds: float) -> float
             target, options=[("grpc.max_send_message_length", -1)]
         ) as channel:
             ingest = channel.unary_unary(
-                "/crowdmix.v1.Aggregator/Ingest",
+                "/crowdmix.v2.Aggregator/Ingest",
                 request_serializer=None,
                 response_deserializer=pb.IngestResponse.FromString,
             )

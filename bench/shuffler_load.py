@@ -105,7 +105,7 @@ def echo_main(port_file: str) -> None:
         server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
-                    "crowdmix.v1.Shuffler", {"Submit": grpc.unary_unary_rpc_method_handler(submit)}
+                    "crowdmix.v2.Shuffler", {"Submit": grpc.unary_unary_rpc_method_handler(submit)}
                 ),
             )
         )

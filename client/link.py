@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from crowdmix.client.errors import TransportError
 from crowdmix.client.outbox import PendingReport
+from crowdmix.client.sealed import PROTOCOL_VERSION
 
 try:
     import grpc
@@ -149,6 +150,7 @@ class Link:
 def clear_request(rows: Sequence[PendingReport]) -> pb.SubmitRequest:
     """Rows as clear reports (``sealing="off"``)."""
     return pb.SubmitRequest(
+        protocol=PROTOCOL_VERSION,
         reports=[
             pb.Report(
                 metric=r.report.metric,
@@ -156,9 +158,10 @@ def clear_request(rows: Sequence[PendingReport]) -> pb.SubmitRequest:
                 bits=r.report.bits,
                 params_fingerprint=r.report.params_fingerprint,
                 report_id=r.report.report_id,
+                window=r.window,
             )
             for r in rows
-        ]
+        ],
     )
 
 
@@ -180,11 +183,14 @@ def sealed_request(
         value = seal_report(
             key,
             metric=rep.metric,
+            window=r.window,
             bits=rep.bits,
             cohort=rep.cohort,
             fingerprint=rep.params_fingerprint,
             report_id=rep.report_id,
             report_bytes=report_bytes[rep.metric],
         )
-        out.append(pb.Report(metric=rep.metric, key_id=key.key_id, sealed=value.sealed))
-    return pb.SubmitRequest(reports=out)
+        out.append(
+            pb.Report(metric=rep.metric, key_id=key.key_id, sealed=value.sealed, window=r.window)
+        )
+    return pb.SubmitRequest(protocol=PROTOCOL_VERSION, reports=out)

@@ -69,6 +69,7 @@ def seal_report(
     key: PublicKeyConfig,
     *,
     metric: str,
+    window: int,
     bits: bytes,
     cohort: int,
     fingerprint: int,
@@ -85,19 +86,20 @@ def seal_report(
         raise ParamsError(f"metric {metric!r}: bits must be {report_bytes} bytes, got {len(bits)}")
     plaintext = pack_plaintext(bits, cohort, fingerprint, report_id)
     sealed = _SUITE_OBJECTS[key.suite].encrypt(
-        plaintext, public_key_object(key), info=report_info(metric, key.key_id)
+        plaintext, public_key_object(key), info=report_info(metric, key.key_id, window)
     )
-    return SealedReport(metric=metric, key_id=key.key_id, sealed=sealed)
+    return SealedReport(metric=metric, key_id=key.key_id, window=window, sealed=sealed)
 
 
 def seal_many(
     key: PublicKeyConfig,
     metric: str,
+    window: int,
     rows: Sequence[tuple[bytes, int, int, bytes]],
 ) -> list[bytes]:
-    """Sealed values of many (bits, cohort, fingerprint, report id) rows: one
-    ``info`` for all; used by simulators and benchmarks."""
-    info = report_info(metric, key.key_id)
+    """Sealed values of many (bits, cohort, fingerprint, report id) rows of one
+    collection window: one ``info`` for all; used by simulators and benchmarks."""
+    info = report_info(metric, key.key_id, window)
     encrypt = _SUITE_OBJECTS[key.suite].encrypt
     pub = public_key_object(key)
     return [encrypt(pack_plaintext(b, c, f, r), pub, info=info) for b, c, f, r in rows]

@@ -46,6 +46,7 @@ the ``cryptography`` package (in the ``transport`` extra), imported only then.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -55,8 +56,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
+from crowdmix.client.device_config import DEFAULT_WINDOW_SECONDS
 from crowdmix.client.errors import CrowdmixClientError, TransportError
 from crowdmix.client.report import Report
+from crowdmix.client.sealed import PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from crowdmix.client.device_config import DeviceConfig
@@ -140,6 +143,7 @@ class ShufflerClient:
         timeout: float = 10.0,
         background: bool = True,
         sealing: Sealing = "auto",
+        window_seconds: int | None = None,
     ) -> None:
         for name, v in (("max_queue", max_queue), ("batch_size", batch_size)):
             if v < 1:
@@ -151,8 +155,11 @@ class ShufflerClient:
         if sealing not in ("auto", "required", "off"):
             raise ValueError(f"sealing must be 'auto', 'required' or 'off', got {sealing!r}")
         self.sealing: Sealing = sealing
+        # the collection window's length; None: the shuffler's (GetConfig)
+        self._window_seconds = window_seconds
         self._config: DeviceConfig | None = None
         self._config_until = 0.0
+        self._clock_offset = 0.0  # the shuffler's clock minus ours, from GetConfig
         self.target = target
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._channel = make_channel(
@@ -257,6 +264,7 @@ class ShufflerClient:
                     pb.GetConfigRequest(), metadata=self._metadata, timeout=self._timeout
                 )
                 config = from_proto(answer)
+                self._clock_offset = answer.server_time - time.time()
             except CrowdmixClientError as exc:
                 raise TransportError(f"shuffler {self.target}: bad config: {exc}") from None
             self._config, self._config_until = config, now + config.cache_seconds
@@ -282,6 +290,18 @@ class ShufflerClient:
             )
         return None
 
+    def _window(self) -> int:
+        """The collection window the reports of a request name: the shuffler's clock and
+        window length from GetConfig when it answers, else this clock and the default."""
+        if self._window_seconds is None and self._config is None:
+            with contextlib.suppress(grpc.RpcError, TransportError):
+                self.config()
+        if self._window_seconds is not None:
+            return int(time.time() // self._window_seconds)
+        if self._config is None:
+            return int(time.time() // DEFAULT_WINDOW_SECONDS)
+        return int((time.time() + self._clock_offset) // self._config.window_seconds)
+
     # -- sending --------------------------------------------------------------
 
     def _send_one_batch(self, *, raise_errors: bool) -> int:
@@ -304,10 +324,11 @@ class ShufflerClient:
                             batch, rest = within_message_caps(batch, config)
                             if rest:  # the next call takes them (see within_message_caps)
                                 self._requeue(rest)
+                        window = self._window()
                         request = (
-                            self._request(batch)
+                            self._request(batch, window)
                             if config is None
-                            else self._sealed_request(batch, config)
+                            else self._sealed_request(batch, config, window)
                         )
                     resp = self._stub.Submit(
                         request, metadata=self._metadata, timeout=self._timeout
@@ -348,7 +369,9 @@ class ShufflerClient:
                 log.warning("could not send %d reports: %s", len(batch), message)
                 return 0
 
-    def _sealed_request(self, batch: list[Report], config: DeviceConfig) -> pb.SubmitRequest:
+    def _sealed_request(
+        self, batch: list[Report], config: DeviceConfig, window: int
+    ) -> pb.SubmitRequest:
         """Every report sealed to the newest usable key (a fresh HPKE encapsulation each)."""
         from crowdmix.client.errors import ParamsError
         from crowdmix.client.sealed import SealingError, choose_key
@@ -369,6 +392,7 @@ class ShufflerClient:
                 value = seal_report(
                     key,
                     metric=r.metric,
+                    window=window,
                     bits=r.bits,
                     cohort=r.cohort,
                     fingerprint=r.params_fingerprint,
@@ -380,12 +404,17 @@ class ShufflerClient:
             sealed.append((r.metric, value.sealed))
         if len(batch) < self._columnar_threshold:
             return pb.SubmitRequest(
-                reports=[pb.Report(metric=m, key_id=key.key_id, sealed=v) for m, v in sealed]
+                protocol=PROTOCOL_VERSION,
+                reports=[
+                    pb.Report(metric=m, key_id=key.key_id, sealed=v, window=window)
+                    for m, v in sealed
+                ],
             )
         groups: dict[tuple[str, int], list[bytes]] = {}
         for m, v in sealed:
             groups.setdefault((m, len(v)), []).append(v)
         return pb.SubmitRequest(
+            protocol=PROTOCOL_VERSION,
             columns=[
                 pb.ReportColumns(
                     metric=m,
@@ -393,18 +422,20 @@ class ShufflerClient:
                     key_ids=[key.key_id] * len(values),
                     sealed=b"".join(values),
                     sealed_bytes=n,
+                    window=window,
                 )
                 for (m, n), values in groups.items()
-            ]
+            ],
         )
 
     def _closing(self) -> bool:
         """The background sender stops retrying once close() began; close() flushes."""
         return self._closed and threading.current_thread() is self._thread
 
-    def _request(self, batch: list[Report]) -> pb.SubmitRequest:
+    def _request(self, batch: list[Report], window: int) -> pb.SubmitRequest:
         if len(batch) < self._columnar_threshold:
             return pb.SubmitRequest(
+                protocol=PROTOCOL_VERSION,
                 reports=[
                     pb.Report(
                         metric=r.metric,
@@ -412,9 +443,10 @@ class ShufflerClient:
                         bits=r.bits,
                         params_fingerprint=r.params_fingerprint,
                         report_id=r.report_id,
+                        window=window,
                     )
                     for r in batch
-                ]
+                ],
             )
         groups: dict[tuple[str, int, int], tuple[list[int], list[bytes], list[bytes]]] = {}
         for r in batch:
@@ -425,6 +457,7 @@ class ShufflerClient:
             bits.append(r.bits)
             ids.append(r.report_id)  # 16 bytes: submit_many checked
         return pb.SubmitRequest(
+            protocol=PROTOCOL_VERSION,
             columns=[
                 pb.ReportColumns(
                     metric=metric,
@@ -434,9 +467,10 @@ class ShufflerClient:
                     cohorts=cohorts,
                     bits=b"".join(bits),
                     report_ids=b"".join(ids),
+                    window=window,
                 )
                 for (metric, fp, nb), (cohorts, bits, ids) in groups.items()
-            ]
+            ],
         )
 
     def _run(self) -> None:

@@ -48,7 +48,7 @@ __all__ = [
     "stream_rejection",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Shuffler"
+SERVICE_NAME = "crowdmix.v2.Shuffler"
 
 log = logging.getLogger("crowdmix.shuffler")
 

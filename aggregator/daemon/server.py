@@ -11,7 +11,7 @@ The server is grpc's synchronous server on a thread pool: the shuffler issue
 measured it twice as fast as ``grpc.aio`` on this box, and Ingest's work
 (numpy counting, one Redis script) releases the GIL for most of its time.
 Alongside it run the standard gRPC health service (``""`` and
-``crowdmix.v1.Aggregator``), an optional Prometheus endpoint, and a thread
+``crowdmix.v2.Aggregator``), an optional Prometheus endpoint, and a thread
 that calls ``store.maintain()`` every second (Redis: fold per-batch deltas).
 
 Failures raise :mod:`crowdmix.aggregator.errors` (``BindError``, ``StoreUnavailable``);
@@ -47,7 +47,7 @@ __all__ = [
     "start_aggregator",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Aggregator"
+SERVICE_NAME = "crowdmix.v2.Aggregator"
 log = logging.getLogger("crowdmix.aggregator")
 
 

@@ -35,7 +35,7 @@ __all__ = [
     "status_for",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Aggregator"
+SERVICE_NAME = "crowdmix.v2.Aggregator"
 
 log = logging.getLogger("crowdmix.aggregator")
 

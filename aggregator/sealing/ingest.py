@@ -11,7 +11,8 @@ unknown_key         no key with the report's key id
 expired_key         the key is past its grace period (its private key is erased)
 bad_length          not the metric's fixed sealed length for the key's suite
 not_authentic       HPKE open failed: tampered, or sealed under another metric,
-                    key id or protocol version (``info`` binds them)
+                    key id, window or protocol version (``info`` binds them): a
+                    report re-filed under another window than it names is one
 fingerprint         opened, but encoded under other params than the registry's
 cohort_range        opened, but its cohort is ≥ the metric's cohorts
 padding_bits        opened, but a bit past the metric's last bit is set
@@ -185,6 +186,7 @@ class KeyFile:
         self.refresh()
         kwargs = {
             "metric": config.name,
+            "window": batch.window,
             "report_bytes": config.report_bytes,
             "fingerprint": config.fingerprint,
             "key_ids": batch.key_ids,

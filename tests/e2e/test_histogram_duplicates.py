@@ -92,7 +92,7 @@ def aggregator(tmp_path: Path) -> Iterator[Aggregator]:
 def _batch(agg: Aggregator, window: int, reports: list[Report]) -> pb.Batch:
     """One sealed batch, as the shuffler forwards it (sealed afresh: new ciphertexts)."""
     rows = [(r.bits, r.cohort, r.params_fingerprint, r.report_id) for r in reports]
-    sealed = seal_many(agg.key, METRIC, rows)
+    sealed = seal_many(agg.key, METRIC, window, rows)
     return pb.Batch(
         batch_id=os.urandom(16),
         window=window,

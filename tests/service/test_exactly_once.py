@@ -366,7 +366,7 @@ def test_an_undecodable_ingest_body_is_invalid_argument_with_one_log_line(
         ]
         with grpc.insecure_channel(f"127.0.0.1:{p.aggregator_port}") as channel:
             ingest = channel.unary_unary(
-                "/crowdmix.v1.Aggregator/Ingest",
+                "/crowdmix.v2.Aggregator/Ingest",
                 request_serializer=None,
                 response_deserializer=pb.IngestResponse.FromString,
             )

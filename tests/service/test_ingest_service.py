@@ -153,12 +153,12 @@ def test_undecodable_bytes_are_rejected_and_the_server_keeps_serving(
 ) -> None:
     with grpc.insecure_channel(server.target) as channel:
         raw = channel.unary_unary(
-            "/crowdmix.v1.Aggregator/Ingest", request_serializer=None, response_deserializer=None
+            "/crowdmix.v2.Aggregator/Ingest", request_serializer=None, response_deserializer=None
         )
         with pytest.raises(grpc.RpcError) as info:
             raw(b"\xff\xff\xff\xff garbage")
         assert info.value.code() != grpc.StatusCode.OK
-    assert check_health(server.target, service="crowdmix.v1.Aggregator") == "SERVING"
+    assert check_health(server.target, service="crowdmix.v2.Aggregator") == "SERVING"
 
 
 @st.composite

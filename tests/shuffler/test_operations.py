@@ -264,7 +264,7 @@ def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator) -> None
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             health = health_pb2_grpc.HealthStub(ch)
-            for service in ("", "crowdmix.v1.Shuffler"):
+            for service in ("", "crowdmix.v2.Shuffler"):
                 resp = health.Check(health_pb2.HealthCheckRequest(service=service))
                 assert resp.status == health_pb2.HealthCheckResponse.SERVING
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)

@@ -126,7 +126,7 @@ def test_invalid_requests_are_refused_and_store_nothing(
 def test_not_a_protobuf_is_invalid_argument(
     shuffler: ShufflerHandle, channel: grpc.Channel
 ) -> None:
-    raw = channel.unary_unary("/crowdmix.v1.Shuffler/Submit")
+    raw = channel.unary_unary("/crowdmix.v2.Shuffler/Submit")
     with pytest.raises(grpc.RpcError) as err:
         raw(b"\xff\xff\xff\xff\x0f", metadata=AUTH, timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -252,7 +252,7 @@ def test_garbage_bytes_never_store_or_kill(
     raw: bytes, shuffler: ShufflerHandle, channel: grpc.Channel
 ) -> None:
     before = pending(shuffler)
-    call = channel.unary_unary("/crowdmix.v1.Shuffler/Submit")
+    call = channel.unary_unary("/crowdmix.v2.Shuffler/Submit")
     try:
         call(raw, metadata=AUTH, timeout=10)
     except grpc.RpcError as err:
