@@ -38,9 +38,11 @@ TEST_KEY_ID = 7
 
 
 def _secret(i: int, n: int) -> bytes:
-    return hashlib.blake2b(f"secret {i}".encode(), digest_size=64).digest()[:n] if n <= 64 else (
-        hashlib.sha512(f"long secret {i}".encode()).digest() * 2
-    )[:n]
+    return (
+        hashlib.blake2b(f"secret {i}".encode(), digest_size=64).digest()[:n]
+        if n <= 64
+        else (hashlib.sha512(f"long secret {i}".encode()).digest() * 2)[:n]
+    )
 
 
 RAPPOR_PARAMS = [
@@ -53,7 +55,15 @@ RAPPOR_PARAMS = [
     dict(k=256, h=4, m=2**32, f=0.875, p=0.2, q=0.8),
     dict(k=1000, h=3, m=100, f=0.1, p=0.05, q=0.95),
 ]
-VALUES: list[str | bytes] = ["", "a", "example.com", "dark", "héllo wörld ✓", "x" * 40, b"\x00\xff\x10"]
+VALUES: list[str | bytes] = [
+    "",
+    "a",
+    "example.com",
+    "dark",
+    "héllo wörld ✓",
+    "x" * 40,
+    b"\x00\xff\x10",
+]
 SECRET_LENGTHS = [16, 32, 64, 65, 100]
 
 
@@ -130,7 +140,12 @@ def basic_cases() -> list[dict[str, Any]]:
 
 def histogram_cases() -> list[dict[str, Any]]:
     out = []
-    for d, m, q, le in [(10, 3, 0.5, None), (300, 0, 0.0, 1.5), (70000, 12, 0.125, 4.0), (2, 1, 1.0, None)]:
+    for d, m, q, le in [
+        (10, 3, 0.5, None),
+        (300, 0, 0.0, 1.5),
+        (70000, 12, 0.125, 4.0),
+        (2, 1, 1.0, None),
+    ]:
         p = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q, local_epsilon=le)
         out.append(
             {
@@ -145,7 +160,22 @@ def histogram_cases() -> list[dict[str, Any]]:
     return out
 
 
-FLOATS = [0.5, 1.0, 0.1, 1 / 3, 1e-05, 0.0001, 1e16, 1e15, 123456789.125, 2.5e-300, 0.3, 7.0, 1e22, 5e-324]
+FLOATS = [
+    0.5,
+    1.0,
+    0.1,
+    1 / 3,
+    1e-05,
+    0.0001,
+    1e16,
+    1e15,
+    123456789.125,
+    2.5e-300,
+    0.3,
+    7.0,
+    1e22,
+    5e-324,
+]
 
 
 def sealed_section() -> dict[str, Any]:
@@ -154,13 +184,15 @@ def sealed_section() -> dict[str, Any]:
     priv = x25519.X25519PrivateKey.from_private_bytes(TEST_PRIVATE_KEY)
     from cryptography.hazmat.primitives import serialization
 
-    pub = priv.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
+    pub = priv.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     key = PublicKeyConfig(key_id=TEST_KEY_ID, suite=X25519_SUITE.name, public_key=pub, not_before=0)
     cases = []
     for i, (metric, window, bits) in enumerate(
-        [("home_page", 20000, bytes([0x5A, 0x01])), ("theme", 0, b"\x02"), ("métrique", 2**32 - 1, bytes(range(125)))]
+        [
+            ("home_page", 20000, bytes([0x5A, 0x01])),
+            ("theme", 0, b"\x02"),
+            ("métrique", 2**32 - 1, bytes(range(125))),
+        ]
     ):
         rid = hashlib.sha256(f"report id {i}".encode()).digest()[:16]
         cohort, fp = (i * 1000003) % 2**32, (0x0123456789ABCDEF * (i + 1)) % 2**64
@@ -224,7 +256,9 @@ def main(argv: list[str]) -> int:
             print(f"{PATH} differs from what the Python SDK computes", file=sys.stderr)
             return 1
         return 0
-    PATH.write_text(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    PATH.write_text(
+        json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
+    )
     return 0
 
 
