@@ -10,8 +10,8 @@
  *
  * - `claim`: the claim of (metric, window) *and* its report rows are written together
  *   (a shuffled histogram's real report and its fakes: all, or none). A metric gets a
- *   report in a window only if no later-or-equal window was claimed for it: at most one
- *   report per (metric, window), even when the clock goes back.
+ *   report in a window only if no time of that window was claimed for it already: at
+ *   most one report per (metric, window), even when the clock goes back.
  * - `remove` deletes rows only after the shuffler acknowledged them (or the policy
  *   dropped them), counting each row actually removed once.
  * - Bounded: a claim that would pass `maxReports` rows or `maxBytes` of payload is
@@ -22,6 +22,7 @@ export interface StoredRow {
   id: string; // report id, hex
   metric: string;
   window: number;
+  windowSeconds: number; // the window's length when claimed
   cohort: number;
   bits: string; // hex
   fp: string; // params fingerprint, decimal
@@ -35,6 +36,7 @@ export interface CachedConfig {
 
 export interface OutboxState {
   rows: StoredRow[];
+  /** per metric, the end (unix s, server clock) of the last window claimed */
   claims: Record<string, number>;
   counters: Record<string, number>;
   config: CachedConfig | null;
@@ -74,13 +76,18 @@ export class Outbox {
     });
   }
 
-  claim(metric: string, window: number, rows: StoredRow[]): Promise<ClaimResult> {
+  /**
+   * Claim `metric`'s report of `window` (of `windowSeconds`) with its rows. Windows
+   * compare by the time they cover, so a change of window length cannot reopen time
+   * already claimed.
+   */
+  claim(metric: string, window: number, windowSeconds: number, rows: StoredRow[]): Promise<ClaimResult> {
     return this.update((s) => {
-      const last = s.claims[metric];
-      if (last !== undefined && last >= window) return "taken";
+      const claimedUntil = s.claims[metric];
+      if (claimedUntil !== undefined && window * windowSeconds < claimedUntil) return "taken";
       const bytes = s.rows.reduce((n, r) => n + r.bits.length / 2, 0) + rows.reduce((n, r) => n + r.bits.length / 2, 0);
       if (s.rows.length + rows.length > this.maxReports || bytes > this.maxBytes) return "full";
-      s.claims[metric] = window;
+      s.claims[metric] = (window + 1) * windowSeconds;
       s.rows.push(...rows);
       return "claimed";
     });

@@ -27,13 +27,14 @@ import { type DeviceConfig, type MetricConfig, parseConfig } from "./config.js";
 import { call } from "./connect.js";
 import { HistogramEncoder } from "./histogram.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
-import { type PolicyView, decide, outcome, windowAt } from "./policy.js";
+import { type Answer, type CachedConfig, type SendState, classify, decide, nextGroup, windowAt } from "./policy.js";
 import { epsilonInf, epsilonOne } from "./privacy.js";
 import { type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
 import { type RandomBytes, secureRandomBytes } from "./random.js";
 import { RapporEncoder } from "./rappor.js";
 import { type Report, fromHex, toHex } from "./report.js";
 import { PROTOCOL_VERSION, chooseKey, sealReport } from "./sealed.js";
+import type { WireKey } from "./proto.js";
 
 export interface ReporterOptions {
   /** The shuffler's HTTP port, e.g. "https://shuffler.example:7443". */
@@ -67,11 +68,6 @@ const LATEST = 4102444800; // 2100-01-01
 const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
 
 type Encoder = RapporEncoder | BasicEncoder | HistogramEncoder;
-interface ConfigState {
-  config: DeviceConfig;
-  fetchedAt: number;
-  offset: number;
-}
 
 /** Why `mc`'s served params are above the ceiling, or null. */
 export function ceilingProblem(
@@ -95,8 +91,8 @@ export function ceilingProblem(
   return null;
 }
 
-function rowOf(r: Report, window: number): StoredRow {
-  return { id: toHex(r.reportId), metric: r.metric, window, cohort: r.cohort, bits: toHex(r.bits), fp: r.fingerprint.toString() };
+function rowOf(r: Report, window: number, windowSeconds: number): StoredRow {
+  return { id: toHex(r.reportId), metric: r.metric, window, windowSeconds, cohort: r.cohort, bits: toHex(r.bits), fp: r.fingerprint.toString() };
 }
 
 function reportOf(r: StoredRow): Report {
@@ -106,7 +102,7 @@ function reportOf(r: StoredRow): Report {
 export class Reporter {
   /** Why the last report or send did not go through (null after a success). */
   lastError: string | null = null;
-  private cfg: ConfigState | null = null;
+  private cfg: CachedConfig | null = null;
   private encoders = new Map<string, { fp: bigint; enc: Encoder }>();
   private closed = false;
   private round: Promise<boolean> | null = null;
@@ -163,10 +159,18 @@ export class Reporter {
 
   /** Reports delivered, and those that left without delivery, by reason. */
   counters(): Record<string, number> {
-    return { delivered: 0, window_closed: 0, expired: 0, refused: 0, params_changed: 0, ...this.outbox.snapshot.counters };
+    return {
+      delivered: 0,
+      window_closed: 0,
+      window_changed: 0,
+      refused: 0,
+      refused_by_ceiling: 0,
+      params_changed: 0,
+      ...this.outbox.snapshot.counters,
+    };
   }
 
-  /** The current collection window of `metric`'s config, or null without a config. */
+  /** The current collection window (server-corrected clock), or null without a config. */
   window(): number | null {
     return this.cfg ? windowAt(this.o.clock(), this.cfg.offset, this.cfg.config.windowSeconds) : null;
   }
@@ -189,8 +193,9 @@ export class Reporter {
       const problem = ceilingProblem(metric, mc, this.o);
       if (problem) return this.fail(`${problem}; no report made`);
       const window = windowAt(this.o.clock(), cfg.offset, cfg.config.windowSeconds);
-      const last = this.outbox.snapshot.claims[metric];
-      if (last !== undefined && last >= window) return this.fail(`metric ${metric}: this window's report is made`);
+      const ws = cfg.config.windowSeconds;
+      const claimedUntil = this.outbox.snapshot.claims[metric];
+      if (claimedUntil !== undefined && window * ws < claimedUntil) return this.fail(`metric ${metric}: this window's report is made`);
       const enc = this.encoder(metric, mc);
       let reports: Report[];
       if (enc instanceof RapporEncoder) {
@@ -200,7 +205,7 @@ export class Reporter {
         if (typeof value !== "string" && typeof value !== "number") return this.fail(`metric ${metric}: a value is a string or an index`);
         reports = enc instanceof HistogramEncoder ? enc.encode(value) : [enc.encode(value)];
       }
-      const result = await this.outbox.claim(metric, window, reports.map((r) => rowOf(r, window)));
+      const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
       if (result !== "claimed") return this.fail(result === "full" ? "the outbox is full" : `metric ${metric}: this window's report is made`);
       this.lastError = null;
       if (this.o.background) this.schedule(0);
@@ -328,71 +333,59 @@ export class Reporter {
     return next;
   }
 
+  /** Act on `decide` until it says to wait or to stop (see policy.ts); true unless offline. */
   private async sendAll(deadline: number): Promise<boolean> {
-    let refetched = false;
+    let state: SendState = {
+      sealing: this.o.sealing,
+      ceiling: (m, mc) => ceilingProblem(m, mc, this.o),
+      refetched: false,
+      fetchFailure: null,
+      answer: null,
+    };
+    const refused = new Map<string, Answer>(); // this pass's refusals, per group
     for (let step = 0; step < MAX_STEPS; step++) {
       if (this.closed && step > 0) return false;
       const left = deadline - Date.now();
       if (left <= 0) return this.fail("out of time");
-      const now = this.o.clock();
-      const view: PolicyView = {
-        config: this.cfg?.config ?? null,
-        fetchedAt: this.cfg?.fetchedAt ?? 0,
-        offset: this.cfg?.offset ?? 0,
-        refetched,
-        sealing: this.o.sealing,
-        ceiling: (m, mc) => ceilingProblem(m, mc, this.o),
-      };
-      const d = decide((await this.outbox.load()).rows, view, now);
-      if (d.kind === "wait") {
-        this.lastError = null;
-        this.prepared = [];
-        return true;
-      }
-      if (d.kind === "offline") return this.fail(d.why);
-      if (d.kind === "refetch") {
-        refetched = true;
-        if (!(await this.fetchConfig(Math.min(this.o.timeoutMs, left)))) return false;
-        continue;
-      }
-      if (d.kind === "drop") {
-        await this.outbox.remove(d.rows.map((r) => r.id), d.reason);
-        continue;
-      }
-      const body = await this.request(d.rows, now);
-      const r = await call(this.o.url, "Submit", body, { token: this.o.token, timeoutMs: Math.min(this.o.timeoutMs, left), fetch: this.o.fetch });
-      const ids = d.rows.map((x) => x.id);
-      if (r.ok) {
-        decodeSubmitResponse(r.body);
-        await this.outbox.remove(ids, "delivered");
-        continue;
-      }
-      const o = outcome(r.code, r.message, refetched);
-      if (o.kind === "drop") await this.outbox.remove(ids, o.reason);
-      else if (o.kind === "refetch") {
-        refetched = true;
-        if (!(await this.fetchConfig(Math.min(this.o.timeoutMs, left)))) return false;
-      } else {
+      const rows = nextGroup((await this.outbox.load()).rows);
+      const group = rows.length ? `${rows[0]!.metric}\0${rows[0]!.window}` : "";
+      const d = decide(rows, this.cfg, this.o.clock(), { ...state, answer: refused.get(group) ?? null });
+      if (d.kind === "send") {
+        const body = await this.request(d.rows, d.window, d.key);
+        const r = await call(this.o.url, "Submit", body, { token: this.o.token, timeoutMs: Math.min(this.o.timeoutMs, left), fetch: this.o.fetch });
+        if (r.ok) {
+          decodeSubmitResponse(r.body);
+          await this.outbox.remove(d.rows.map((x) => x.id), "delivered");
+        } else refused.set(group, classify(r.code, r.message));
+      } else if (d.kind === "drop") {
+        await this.outbox.remove(d.ids, d.reason);
+      } else if (d.kind === "wait") {
+        this.lastError = d.problem ?? null;
+        if (!d.problem) this.prepared = [];
+        return d.problem === undefined;
+      } else if (d.kind === "offline") {
         await this.prepare();
-        return this.fail(`Submit: ${r.code}: ${r.message}`);
+        return this.fail(d.reason);
+      } else {
+        // refetch: at most once a pass, then send again what was refused
+        const failure = await this.fetchConfig(Math.min(this.o.timeoutMs, left)) ? null : this.lastError;
+        state = { ...state, refetched: true, fetchFailure: failure };
+        refused.clear();
       }
     }
-    return this.fail("too many steps in one sending round");
+    return this.fail("too many steps in one sending pass");
   }
 
-  /** One Submit body for one group of rows: sealed (default) or clear. */
-  private async request(rows: readonly StoredRow[], now: number): Promise<Uint8Array> {
+  /** One Submit body for one group of rows: sealed to `key`, or clear (key null). */
+  private async request(rows: readonly StoredRow[], window: number, key: WireKey | null): Promise<Uint8Array> {
     const wire: WireReport[] = [];
-    if (this.o.sealing === "off") {
-      for (const row of rows) {
-        const r = reportOf(row);
-        wire.push({ metric: r.metric, window: row.window, cohort: r.cohort, bits: r.bits, fingerprint: r.fingerprint, reportId: r.reportId });
-      }
-    } else {
-      const key = chooseKey(this.cfg!.config.keys, now + this.cfg!.offset);
-      if (!key) throw new Error("no usable aggregator key");
-      for (const row of rows)
-        wire.push({ metric: row.metric, window: row.window, keyId: key.keyId, sealed: await sealReport(key, row.window, reportOf(row)) });
+    for (const row of rows) {
+      const r = reportOf(row);
+      wire.push(
+        key
+          ? { metric: r.metric, window, keyId: key.keyId, sealed: await sealReport(key, window, r) }
+          : { metric: r.metric, window, cohort: r.cohort, bits: r.bits, fingerprint: r.fingerprint, reportId: r.reportId },
+      );
     }
     return encodeSubmitRequest(wire, PROTOCOL_VERSION);
   }
@@ -407,13 +400,10 @@ export class Reporter {
       groups.set(k, [...(groups.get(k) ?? []), r]);
     }
     const out: { ids: string[]; body: Uint8Array }[] = [];
-    for (const rows of groups.values()) {
-      try {
-        out.push({ ids: rows.map((r) => r.id), body: await this.request(rows, this.o.clock()) });
-      } catch {
-        // no key now: nothing to send on the way out
-      }
-    }
+    const key = chooseKey(cfg.config.keys, this.o.clock() + cfg.offset);
+    if (this.o.sealing === "required" && !key) return; // nothing is sent clear
+    for (const rows of groups.values())
+      out.push({ ids: rows.map((r) => r.id), body: await this.request(rows, rows[0]!.window, this.o.sealing === "off" ? null : key) });
     this.prepared = out;
   }
 
