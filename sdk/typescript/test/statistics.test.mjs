@@ -18,7 +18,7 @@ for (const [name, pd] of [
     // 1, p* if 0 (PRR and IRR together), independently across clients and bits
     const params = new sdk.RapporParams(pd);
     const rand = seededBytes(`rappor ${name}`);
-    const N = 20000;
+    const N = 6000;
     const reports = [];
     let bloom;
     for (let c = 0; c < N; c++) {
@@ -40,7 +40,7 @@ test("IRR over one memoised PRR: bit i reads 1 w.p. q where the PRR is 1, p wher
   const rand = seededBytes("irr");
   const enc = new sdk.RapporEncoder(params, "m", rand(32), { cohort: 1, randomBytes: rand });
   const prr = enc.permanentResponse(enc.bloom("v"));
-  const N = 20000;
+  const N = 10000;
   const reports = Array.from({ length: N }, () => enc.encode("v").bits);
   for (const r of reports.slice(0, 5)) assert.ok(r.length === 2);
   const pi = Array.from({ length: 16 }, (_, i) => ((prr[i >> 3] >> (i & 7)) & 1 ? params.q : params.p));
