@@ -1,16 +1,16 @@
 /**
  * The browser entry point: the outbox and the device secret live in IndexedDB (one
- * database per app; every change one readwrite transaction with strict durability, so
- * tabs of one app share one outbox and claim atomically), and the reporter sends what
- * waits with `fetch` keepalive when the page is hidden or goes away.
+ * database per app, `IdbBackend`), and the reporter sends what waits with `fetch`
+ * keepalive when the page is hidden or goes away.
  */
 import { CrowdmixError } from "./errors.js";
-import { type Backend, type OutboxState, Outbox, emptyState } from "./outbox.js";
+import { type Backend, type CachedConfig, type ClaimResult, type Op, type OutboxState, Outbox, type StoredRow, emptyState } from "./outbox.js";
 import { Reporter, type ReporterOptions } from "./reporter.js";
 
 export * from "./common.js";
 
-const STORE = "outbox";
+const ROWS = "rows"; // one record per report, keyed by report id, `seq` = claim order
+const META = "meta"; // "claim:<metric>", "counters", "config", "bytes", "seq", "secret"
 
 function promised<T>(req: IDBRequest<T>): Promise<T> {
   return new Promise((resolve, reject) => {
@@ -19,48 +19,98 @@ function promised<T>(req: IDBRequest<T>): Promise<T> {
   });
 }
 
-/** The outbox document as one IndexedDB record. */
+type Row = StoredRow & { seq: number };
+
+/**
+ * The outbox in IndexedDB, a record per report and per claim, so a claim writes what it
+ * adds and nothing else. Every change is one readwrite transaction over both stores with
+ * strict durability (committed to disk before it resolves); tabs of one app share it.
+ */
 export class IdbBackend implements Backend {
   constructor(private readonly db: IDBDatabase) {}
 
   static async open(name: string): Promise<IdbBackend> {
     const req = indexedDB.open(name, 1);
-    req.onupgradeneeded = () => req.result.createObjectStore(STORE);
+    req.onupgradeneeded = () => {
+      req.result.createObjectStore(ROWS, { keyPath: "id" });
+      req.result.createObjectStore(META);
+    };
     return new IdbBackend(await promised(req));
   }
 
-  private tx<T>(mode: IDBTransactionMode, fn: (s: IDBObjectStore) => Promise<T>): Promise<T> {
-    const t = this.db.transaction(STORE, mode, { durability: "strict" });
+  private tx<T>(mode: IDBTransactionMode, fn: (rows: IDBObjectStore, meta: IDBObjectStore) => Promise<T>): Promise<T> {
+    const t = this.db.transaction([ROWS, META], mode, { durability: "strict" });
     const done = new Promise<void>((resolve, reject) => {
       t.oncomplete = () => resolve();
       t.onabort = t.onerror = () => reject(t.error ?? new Error("IndexedDB transaction aborted"));
     });
-    return fn(t.objectStore(STORE)).then(async (out) => {
+    return fn(t.objectStore(ROWS), t.objectStore(META)).then(async (out) => {
       await done;
       return out;
     });
   }
 
-  async read(): Promise<OutboxState> {
-    return this.tx("readonly", async (s) => ({ ...emptyState(), ...((await promised(s.get("state"))) as OutboxState | undefined) }));
+  read(): Promise<OutboxState> {
+    return this.tx("readonly", async (rows, meta) => {
+      const s = emptyState();
+      s.rows = ((await promised(rows.getAll())) as Row[]).sort((a, b) => a.seq - b.seq);
+      const keys = (await promised(meta.getAllKeys())) as string[];
+      const values = await promised(meta.getAll());
+      keys.forEach((k, i) => {
+        if (k.startsWith("claim:")) s.claims[k.slice(6)] = values[i] as number;
+        else if (k === "counters") s.counters = values[i] as Record<string, number>;
+        else if (k === "config") s.config = values[i] as CachedConfig;
+      });
+      return s;
+    });
   }
 
-  update<T>(fn: (s: OutboxState) => T): Promise<T> {
-    return this.tx("readwrite", async (store) => {
-      const s: OutboxState = { ...emptyState(), ...((await promised(store.get("state"))) as OutboxState | undefined) };
-      const out = fn(s);
-      store.put(s, "state");
-      return out;
+  apply(op: Op): Promise<ClaimResult | number> {
+    return this.tx("readwrite", async (rows, meta) => {
+      const get = async <T>(k: string, d: T): Promise<T> => ((await promised(meta.get(k))) as T | undefined) ?? d;
+      const bytes = await get("bytes", 0);
+      if (op.kind === "claim") {
+        const claimedUntil = await get<number | undefined>(`claim:${op.metric}`, undefined);
+        if (claimedUntil !== undefined && op.window * op.windowSeconds < claimedUntil) return "taken";
+        const adding = op.rows.reduce((n, r) => n + r.bits.length / 2, 0);
+        if ((await promised(rows.count())) + op.rows.length > op.maxReports || bytes + adding > op.maxBytes) return "full";
+        let seq = await get("seq", 0);
+        for (const r of op.rows) rows.put({ ...r, seq: seq++ });
+        meta.put(seq, "seq");
+        meta.put(bytes + adding, "bytes");
+        meta.put((op.window + 1) * op.windowSeconds, `claim:${op.metric}`);
+        return "claimed";
+      }
+      if (op.kind === "remove") {
+        let n = 0;
+        let freed = 0;
+        for (const id of op.ids) {
+          const r = (await promised(rows.get(id))) as Row | undefined;
+          if (!r) continue;
+          rows.delete(id);
+          n++;
+          freed += r.bits.length / 2;
+        }
+        if (n) {
+          const counters = await get<Record<string, number>>("counters", {});
+          counters[op.outcome] = (counters[op.outcome] ?? 0) + n;
+          meta.put(counters, "counters");
+          meta.put(bytes - freed, "bytes");
+        }
+        return n;
+      }
+      meta.put(op.config, "config");
+      return 0;
     });
   }
 
   /** The device secret: made once (32 CSPRNG bytes) in the same database. */
   secret(): Promise<Uint8Array> {
-    return this.tx("readwrite", async (store) => {
-      let secret = (await promised(store.get("secret"))) as Uint8Array | undefined;
+    return this.tx("readwrite", async (_rows, meta) => {
+      let secret = (await promised(meta.get("secret"))) as Uint8Array | undefined;
       if (!(secret instanceof Uint8Array) || secret.length !== 32) {
         secret = crypto.getRandomValues(new Uint8Array(32));
-        store.put(secret, "secret");
+        meta.put(secret, "secret");
       }
       return secret;
     });

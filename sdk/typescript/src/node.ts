@@ -8,7 +8,7 @@ import { constants } from "node:fs";
 import { link, mkdir, open, readFile, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { CrowdmixError } from "./errors.js";
-import { type Backend, type OutboxState, Outbox, emptyState } from "./outbox.js";
+import { type Backend, type ClaimResult, type Op, type OutboxState, Outbox, applyOp, emptyState } from "./outbox.js";
 import { Reporter, type ReporterOptions } from "./reporter.js";
 
 export * from "./common.js";
@@ -67,10 +67,10 @@ export class FileBackend implements Backend {
     return structuredClone(this.state);
   }
 
-  update<T>(fn: (s: OutboxState) => T): Promise<T> {
-    const run = async (): Promise<T> => {
+  apply(op: Op): Promise<ClaimResult | number> {
+    const run = async (): Promise<ClaimResult | number> => {
       const s = structuredClone(this.state);
-      const out = fn(s);
+      const out = applyOp(s, op);
       const text = JSON.stringify(s);
       if (text !== this.text) {
         const tmp = await writeDurably(this.path, text);

@@ -44,17 +44,46 @@ export interface OutboxState {
 
 export const emptyState = (): OutboxState => ({ rows: [], claims: {}, counters: {}, config: null });
 
-/** Where the document lives. `update` is atomic and durable before it resolves. */
-export interface Backend {
-  read(): Promise<OutboxState>;
-  update<T>(fn: (s: OutboxState) => T): Promise<T>;
-  close(): Promise<void>;
-}
+/** One change of the outbox; `applyOp` is what it does to the document. */
+export type Op =
+  | { kind: "claim"; metric: string; window: number; windowSeconds: number; rows: StoredRow[]; maxReports: number; maxBytes: number }
+  | { kind: "remove"; ids: readonly string[]; outcome: string }
+  | { kind: "config"; config: CachedConfig };
 
 export type ClaimResult = "claimed" | "taken" | "full";
 
+/** `op` applied to the document `s` (in place): the claim's result, or the rows removed. */
+export function applyOp(s: OutboxState, op: Op): ClaimResult | number {
+  if (op.kind === "claim") {
+    const claimedUntil = s.claims[op.metric];
+    if (claimedUntil !== undefined && op.window * op.windowSeconds < claimedUntil) return "taken";
+    const bytes = [...s.rows, ...op.rows].reduce((n, r) => n + r.bits.length / 2, 0);
+    if (s.rows.length + op.rows.length > op.maxReports || bytes > op.maxBytes) return "full";
+    s.claims[op.metric] = (op.window + 1) * op.windowSeconds;
+    s.rows.push(...op.rows);
+    return "claimed";
+  }
+  if (op.kind === "remove") {
+    const gone = new Set(op.ids);
+    const before = s.rows.length;
+    s.rows = s.rows.filter((r) => !gone.has(r.id));
+    const n = before - s.rows.length;
+    if (n) s.counters[op.outcome] = (s.counters[op.outcome] ?? 0) + n;
+    return n;
+  }
+  s.config = op.config;
+  return 0;
+}
+
+/** Where the outbox lives. `apply` is atomic and durable before it resolves. */
+export interface Backend {
+  read(): Promise<OutboxState>;
+  apply(op: Op): Promise<ClaimResult | number>;
+  close(): Promise<void>;
+}
+
 export class Outbox {
-  /** The state as last read or written by this process (counters(), queued). */
+  /** The state as last read or changed by this process (counters(), queued). */
   snapshot: OutboxState = emptyState();
 
   constructor(
@@ -68,47 +97,33 @@ export class Outbox {
     return this.snapshot;
   }
 
-  private async update<T>(fn: (s: OutboxState) => T): Promise<T> {
-    return this.backend.update((s) => {
-      const out = fn(s);
-      this.snapshot = s;
-      return out;
-    });
-  }
-
   /**
    * Claim `metric`'s report of `window` (of `windowSeconds`) with its rows. Windows
    * compare by the time they cover, so a change of window length cannot reopen time
    * already claimed.
    */
-  claim(metric: string, window: number, windowSeconds: number, rows: StoredRow[]): Promise<ClaimResult> {
-    return this.update((s) => {
-      const claimedUntil = s.claims[metric];
-      if (claimedUntil !== undefined && window * windowSeconds < claimedUntil) return "taken";
-      const bytes = s.rows.reduce((n, r) => n + r.bits.length / 2, 0) + rows.reduce((n, r) => n + r.bits.length / 2, 0);
-      if (s.rows.length + rows.length > this.maxReports || bytes > this.maxBytes) return "full";
-      s.claims[metric] = (window + 1) * windowSeconds;
-      s.rows.push(...rows);
-      return "claimed";
-    });
+  async claim(metric: string, window: number, windowSeconds: number, rows: StoredRow[]): Promise<ClaimResult> {
+    const op: Op = { kind: "claim", metric, window, windowSeconds, rows, maxReports: this.maxReports, maxBytes: this.maxBytes };
+    const result = (await this.backend.apply(op)) as ClaimResult;
+    if (result === "claimed") {
+      this.snapshot.claims[metric] = (window + 1) * windowSeconds;
+      this.snapshot.rows.push(...rows);
+    }
+    return result;
   }
 
   /** Delete the rows with these ids; count each row removed under `outcome`. */
-  remove(ids: readonly string[], outcome: string): Promise<number> {
+  async remove(ids: readonly string[], outcome: string): Promise<number> {
+    const n = (await this.backend.apply({ kind: "remove", ids, outcome })) as number;
     const gone = new Set(ids);
-    return this.update((s) => {
-      const before = s.rows.length;
-      s.rows = s.rows.filter((r) => !gone.has(r.id));
-      const n = before - s.rows.length;
-      if (n) s.counters[outcome] = (s.counters[outcome] ?? 0) + n;
-      return n;
-    });
+    this.snapshot.rows = this.snapshot.rows.filter((r) => !gone.has(r.id));
+    if (n) this.snapshot.counters[outcome] = (this.snapshot.counters[outcome] ?? 0) + n;
+    return n;
   }
 
-  setConfig(config: CachedConfig): Promise<void> {
-    return this.update((s) => {
-      s.config = config;
-    });
+  async setConfig(config: CachedConfig): Promise<void> {
+    await this.backend.apply({ kind: "config", config });
+    this.snapshot.config = config;
   }
 
   close(): Promise<void> {
@@ -124,11 +139,8 @@ export class MemoryBackend implements Backend {
     return structuredClone(this.state);
   }
 
-  async update<T>(fn: (s: OutboxState) => T): Promise<T> {
-    const s = structuredClone(this.state);
-    const out = fn(s);
-    this.state = s;
-    return out;
+  async apply(op: Op): Promise<ClaimResult | number> {
+    return applyOp(this.state, structuredClone(op));
   }
 
   async close(): Promise<void> {}

@@ -390,20 +390,26 @@ export class Reporter {
     return encodeSubmitRequest(wire, PROTOCOL_VERSION);
   }
 
-  /** Seal what waits now, so that a page going away can send it synchronously. */
+  /**
+   * Seal what waits now, so that a page going away can send it synchronously. Only the
+   * groups not sealed yet are sealed (to the key usable now); acknowledged ones are gone.
+   */
   private async prepare(): Promise<void> {
     const cfg = this.cfg;
     if (!cfg) return;
+    const key = chooseKey(cfg.config.keys, this.o.clock() + cfg.offset);
+    if (this.o.sealing === "required" && !key) return; // nothing is sent clear
     const groups = new Map<string, StoredRow[]>();
     for (const r of this.outbox.snapshot.rows) {
       const k = `${r.metric}\0${r.window}`;
       groups.set(k, [...(groups.get(k) ?? []), r]);
     }
+    const have = new Map(this.prepared.map((p) => [p.ids.join(","), p]));
     const out: { ids: string[]; body: Uint8Array }[] = [];
-    const key = chooseKey(cfg.config.keys, this.o.clock() + cfg.offset);
-    if (this.o.sealing === "required" && !key) return; // nothing is sent clear
-    for (const rows of groups.values())
-      out.push({ ids: rows.map((r) => r.id), body: await this.request(rows, rows[0]!.window, this.o.sealing === "off" ? null : key) });
+    for (const rows of groups.values()) {
+      const ids = rows.map((r) => r.id);
+      out.push(have.get(ids.join(",")) ?? { ids, body: await this.request(rows, rows[0]!.window, this.o.sealing === "off" ? null : key) });
+    }
     this.prepared = out;
   }
 
