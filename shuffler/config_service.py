@@ -179,7 +179,8 @@ class ConfigService:
                 cached = self._cached = (version, to_proto(config))
             answer = pb.ConfigResponse()
             answer.CopyFrom(cached[1])
-        # read last, as close to the reply as possible: the device bounds its clock's
-        # offset by the interval from its request to this reply
-        answer.server_time = self._clock()
+        # read last, as close to the reply as possible: the device corrects its clock by it
+        now = self._clock()
+        answer.server_time = now
+        answer.window = self.registry.window_of(now)
         return answer

@@ -192,13 +192,14 @@ def start_shuffler(
         max_buffered_reports=settings.max_buffered_reports,
         keys=None if settings.public_keys is None else PublishedKeys(settings.public_keys),
         config_cache_seconds=settings.config_cache_seconds,
+        window_tolerance=settings.window_tolerance,
+        max_clock_skew_seconds=settings.max_clock_skew_seconds,
         clock=clock,
     )
     committer = GroupCommitter(
         store,
         registry,
         max_delay=settings.commit_delay_seconds,
-        clock=clock,
         random_bytes=random_bytes,
         metrics=metrics,
         on_commit=intake.add_buffered,
@@ -254,6 +255,7 @@ def start_shuffler(
             store,
             sender,
             clock=clock,
+            windows=intake.windows,
             random_bytes=random_bytes,
             metrics=metrics,
             on_pending=intake.set_buffered,

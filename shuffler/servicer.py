@@ -31,6 +31,7 @@ from crowdmix.shuffler.errors import (
     StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
+    WindowRefused,
 )
 from crowdmix.shuffler.intake import Intake
 from crowdmix.shuffler.metrics import ShufflerMetrics
@@ -55,6 +56,7 @@ log = logging.getLogger("crowdmix.shuffler")
 _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
+    (WindowRefused, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # StoreNotReplicated is a StoreOutcomeUnknown: the write ran on the master, so it is
