@@ -89,6 +89,7 @@ class RedisServer:
         self.dir = Path(directory) if directory else Path(_mkdtemp("crowdmix-redis-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
+        self._started = False
         self.proc: subprocess.Popen[bytes] | None = None
         # a cluster node: its bus port is given (port + 10000 may be past 65535)
         self.cluster_bus_port = cluster_bus_port
@@ -125,8 +126,16 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                if not self._started and "Address already in use" in log:
+                    # another process took the free port between free_port() and the
+                    # bind (parallel test workers, a client's ephemeral port): a first
+                    # start may move; a restart keeps its port, which clients know
+                    self.port = free_port()
+                    self.start(timeout)
+                    return
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {log}")
             if self.ping():
+                self._started = True
                 return
             time.sleep(0.05)
         self.kill()

@@ -64,6 +64,7 @@ def random_batch(rng: np.random.Generator, n: int, m: int, k: int) -> tuple[np.n
     seed=st.integers(0, 2**32 - 1),
     presorted=st.booleans(),
 )
+@pytest.mark.slow  # statistical: the full check runs it
 def test_counts_equal_naive_count(
     m: int, k: int, sizes: list[int], seed: int, presorted: bool
 ) -> None:

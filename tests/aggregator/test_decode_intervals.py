@@ -106,6 +106,7 @@ options_st = st.builds(
     shares=st.lists(st.floats(0.0, 1.0), min_size=len(CANDIDATES), max_size=len(CANDIDATES)),
     options=options_st,
 )
+@pytest.mark.slow  # statistical: the full check runs it
 def test_rappor_report_intervals_contain_estimates(
     tmp_path: Path, seed: int, n: int, shares: list[float], options: DecodeOptions
 ) -> None:
