@@ -3,6 +3,7 @@ lockfile (``npm ci`` when its node_modules is missing, then ``npm run build``)."
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import shutil
 import subprocess
@@ -22,11 +23,14 @@ def node() -> str:
 
 @functools.cache
 def built_sdk() -> Path:
-    """The SDK's directory, with dist/ freshly built."""
+    """The SDK's directory, with dist/ freshly built (once per test process; parallel
+    workers take turns through a lock file, so none reads a half-written bundle)."""
     npm = shutil.which("npm")
     if npm is None:
         raise AssertionError("these tests need npm (apt-get install npm)")
-    if not (SDK_DIR / "node_modules" / "@hpke" / "core").exists():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=SDK_DIR, check=True)
-    subprocess.run([node(), "scripts/build.mjs"], cwd=SDK_DIR, check=True)
+    with open(SDK_DIR / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (SDK_DIR / "node_modules" / "@hpke" / "core").exists():
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=SDK_DIR, check=True)
+        subprocess.run([node(), "scripts/build.mjs"], cwd=SDK_DIR, check=True)
     return SDK_DIR
