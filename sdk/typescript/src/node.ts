@@ -5,8 +5,8 @@
  * per app directory.
  */
 import { constants } from "node:fs";
-import { link, mkdir, open, readFile, rename, unlink } from "node:fs/promises";
-import { join } from "node:path";
+import { link, mkdir, open, readFile, readdir, rename, unlink } from "node:fs/promises";
+import { basename, join } from "node:path";
 import { CrowdmixError } from "./errors.js";
 import { type Backend, type ClaimResult, type Op, type OutboxState, Outbox, applyOp, emptyState } from "./outbox.js";
 import { Reporter, type ReporterOptions } from "./reporter.js";
@@ -48,6 +48,9 @@ export class FileBackend implements Backend {
   ) {}
 
   async read(): Promise<OutboxState> {
+    // a process killed while writing leaves its temporary file: never read, removed here
+    for (const name of await readdir(this.dir).catch(() => [] as string[]))
+      if (name.startsWith(`${basename(this.path)}.`) && name.endsWith(".tmp")) await unlink(join(this.dir, name)).catch(() => undefined);
     let text: string;
     try {
       text = await readFile(this.path, "utf8");
