@@ -260,3 +260,27 @@ def test_bad_http_settings_name_the_field() -> None:
         ShufflerSettings(http_port=70000)
     with pytest.raises(ConfigError, match="http_allow_origins"):
         ShufflerSettings(http_allow_origins="https://a.example")  # type: ignore[arg-type]
+
+
+def test_the_rate_limit_is_per_http_connection() -> None:
+    settings = ShufflerSettings(http_port=0, rate_limit_reports=5.0)
+    handle = start_shuffler(REGISTRY, MemoryStore(), None, settings=settings)
+    try:
+        assert handle.http_port is not None
+        first = http.client.HTTPConnection("127.0.0.1", handle.http_port, timeout=10)
+        headers = {"content-type": "application/proto"}
+        answers = []
+        for start in (0, 10):  # one keep-alive connection: its bucket holds 5 reports/s
+            first.request("POST", PATH + "Submit", body=_request(5, start=start), headers=headers)
+            resp = first.getresponse()
+            answers.append((resp.status, resp.read()))
+        first.close()
+        assert answers[0][0] == 200
+        assert answers[1][0] == 429 and error(answers[1][1]) == (
+            "resource_exhausted",
+            "rate_limited: this connection is over its report rate",
+        )
+        assert post(handle, "Submit", _request(5, start=20), token=None)[0] == 200  # a new one
+        assert pending(handle) == 10
+    finally:
+        handle.stop(1.0)
