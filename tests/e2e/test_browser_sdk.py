@@ -54,7 +54,7 @@ class _Site:
         results = self.results
 
         class Handler(SimpleHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 results.put(json.loads(body))
                 self.send_response(204)
