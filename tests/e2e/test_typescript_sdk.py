@@ -64,9 +64,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def _job(cluster: LocalCluster, base: Path, devices: int, reports: list[list[str]]) -> Path:
+def _job(
+    cluster: LocalCluster,
+    base: Path,
+    devices: int,
+    reports: list[list[str]],
+    *,
+    hang_after_ack: bool = False,
+    name: str = "job.json",
+) -> Path:
     base.mkdir(parents=True, exist_ok=True)
-    path = base / "job.json"
+    path = base / name
     path.write_text(
         json.dumps(
             {
@@ -75,6 +83,7 @@ def _job(cluster: LocalCluster, base: Path, devices: int, reports: list[list[str
                 "base": str(base),
                 "devices": devices,
                 "reports": reports,
+                "hangAfterAck": hang_after_ack,
             }
         )
     )
@@ -151,6 +160,39 @@ def test_kill_9_of_the_node_app_loses_none_and_counts_none_twice(
     _eventually(lambda: {m: _total(cluster, m) for m in claimed} == claimed)
     time.sleep(1.0)
     assert {m: _total(cluster, m) for m in claimed} == claimed
+
+
+def test_a_kill_after_the_shuffler_acknowledged_sends_again_and_counts_once(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Killed between the shuffler's acknowledgement and the outbox's delete: the
+    restarted app sends the report again (same id, same window), the aggregator counts it
+    once."""
+    base = tmp_path / "acked"
+    reports = [["home_page", "acked.example"], ["theme", "sepia"]]
+    before = {m: _total(cluster, m) for m, _ in reports}
+    proc = _devices(_job(cluster, base, 1, reports, hang_after_ack=True))
+    kill_at_line(proc, base / "progress", "acked")
+    outbox = json.loads((base / "device-0" / "outbox.json").read_text())
+    assert len(outbox["rows"]) == 2  # both still there: the first was acknowledged, not deleted
+    proc = _devices(_job(cluster, base, 1, reports))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"claimed": {}, "queued": 0, "delivered": 2, "errors": []}
+    expected = {m: before[m] + 1 for m in before}
+    _eventually(lambda: {m: _total(cluster, m) for m in expected} == expected)
+    time.sleep(1.0)
+    assert {m: _total(cluster, m) for m in expected} == expected
+
+
+def kill_at_line(proc: subprocess.Popen[str], path: Path, line: str) -> None:
+    deadline = time.monotonic() + 60
+    while not (path.exists() and line in path.read_text().splitlines()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"never reached {line!r}"
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate(timeout=30)
 
 
 def test_the_node_example_reports(cluster: LocalCluster, tmp_path: Path) -> None:

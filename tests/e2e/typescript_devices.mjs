@@ -8,6 +8,19 @@ import { join } from "node:path";
 import { openReporter } from "../../sdk/typescript/dist/node.js";
 
 const job = JSON.parse(readFileSync(process.argv[2], "utf8"));
+if (job.hangAfterAck) {
+  // stop dead once the shuffler acknowledged a Submit, before the outbox hears of it:
+  // the test kills the process here (the request itself is real)
+  const real = globalThis.fetch;
+  globalThis.fetch = async (url, init) => {
+    const resp = await real(url, init);
+    if (String(url).endsWith("/Submit") && resp.status === 200) {
+      appendFileSync(join(job.base, "progress"), "acked\n");
+      await new Promise(() => {});
+    }
+    return resp;
+  };
+}
 const summary = { claimed: {}, queued: 0, delivered: 0, errors: [] };
 for (let i = 0; i < job.devices; i++) {
   const reporter = await openReporter(join(job.base, `device-${i}`), {

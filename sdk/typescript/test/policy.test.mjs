@@ -88,3 +88,20 @@ test("nextGroup: the oldest row's metric and window, all of its rows", () => {
   const rows = [row({ id: "a", metric: "h" }), row({ id: "b" }), row({ id: "c", metric: "h" }), row({ id: "d", metric: "h", window: CUR - 1 })];
   assert.deepEqual(sdk.nextGroup(rows).map((r) => r.id), ["a", "c"]);
 });
+
+test("the privacy ceiling: ε_1, ε_∞, a basic ε, a histogram's ε_L or its absence", () => {
+  const o = { maxEpsilon: 10, maxEpsilonInf: 20, allowUnrandomizedHistograms: false };
+  const of = (params, kind) => ({ ...metric("x", params), [kind]: params });
+  assert.equal(sdk.ceilingProblem("x", of(rappor, "rappor"), o), null);
+  const clear = new sdk.RapporParams({ k: 16, h: 2, m: 4, f: 0, p: 0, q: 1 }); // the Bloom filter in the clear
+  assert.match(sdk.ceilingProblem("x", of(clear, "rappor"), o), /ε_1 = Infinity/);
+  const loose = new sdk.RapporParams({ k: 16, h: 4, m: 4, f: 0.01, p: 0.5, q: 0.75 });
+  assert.match(sdk.ceilingProblem("x", of(loose, "rappor"), o), /ε_∞ .* maxEpsilonInf = 20/);
+  const basic = new sdk.BasicParams({ mechanism: "krr", epsilon: 12, domainSize: 4 });
+  assert.match(sdk.ceilingProblem("x", of(basic, "basic"), o), /ε = 12.*maxEpsilon = 10/);
+  assert.equal(sdk.ceilingProblem("x", of(basic, "basic"), { ...o, maxEpsilon: Infinity }), null);
+  const bare = new sdk.HistogramParams({ domainSize: 4, fakeSlots: 1, fakeProbability: 0.5 });
+  assert.match(sdk.ceilingProblem("x", of(bare, "histogram"), o), /without local randomization/);
+  assert.equal(sdk.ceilingProblem("x", of(bare, "histogram"), { ...o, allowUnrandomizedHistograms: true }), null);
+  assert.equal(sdk.ceilingProblem("x", of(hist, "histogram"), o), null);
+});
