@@ -6,8 +6,10 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -282,5 +284,48 @@ def test_the_rate_limit_is_per_http_connection() -> None:
         )
         assert post(handle, "Submit", _request(5, start=20), token=None)[0] == 200  # a new one
         assert pending(handle) == 10
+    finally:
+        handle.stop(1.0)
+
+
+def test_with_tls_the_http_port_speaks_https_and_offers_h2(tmp_path: Path) -> None:
+    from tests.shuffler.test_operations import _certs
+
+    crt, key = _certs(tmp_path)
+    settings = ShufflerSettings(http_port=0, tls_cert=str(crt), tls_key=str(key))
+    handle = start_shuffler(
+        REGISTRY, MemoryStore(), None, settings=settings, tokens=frozenset({TOKEN})
+    )
+    try:
+        assert handle.http_port is not None
+        context = ssl.create_default_context(cafile=str(crt))
+        context.set_alpn_protocols(["h2", "http/1.1"])
+        with (
+            socket.create_connection(("127.0.0.1", handle.http_port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            assert tls.selected_alpn_protocol() == "h2"
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1",
+            handle.http_port,
+            timeout=10,
+            context=ssl.create_default_context(cafile=str(crt)),
+        )
+        conn.request(
+            "POST",
+            PATH + "Submit",
+            body=_request(2),
+            headers={"content-type": "application/proto", "authorization": f"Bearer {TOKEN}"},
+        )
+        resp = conn.getresponse()
+        assert resp.status == 200 and pb.SubmitResponse.FromString(resp.read()).accepted == 2
+        conn.close()
+        with (
+            pytest.raises(ConnectionError),
+            socket.create_connection(("127.0.0.1", handle.http_port), timeout=10) as plain,
+        ):  # plaintext is not served
+            plain.sendall(b"POST " + PATH.encode() + b"Submit HTTP/1.1\r\nhost: x\r\n\r\n")
+            if not plain.recv(100):
+                raise ConnectionResetError
     finally:
         handle.stop(1.0)
