@@ -58,6 +58,11 @@ export interface ReporterOptions {
   /** The encoders' randomness (tests); default crypto.getRandomValues. */
   randomBytes?: RandomBytes;
   fetch?: typeof fetch;
+  /**
+   * A GetConfig answer shipped with the app (`crowdmix config export`): the first report
+   * is made with it even offline; a fresh one is fetched as soon as the shuffler answers.
+   */
+  bundledConfig?: Uint8Array;
 }
 
 export const MAX_EPSILON = 10;
@@ -109,7 +114,7 @@ export class Reporter {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private failures = 0;
   private prepared: { ids: string[]; body: Uint8Array }[] = [];
-  private readonly o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes">> & Pick<ReporterOptions, "token" | "fetch">;
+  private readonly o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes" | "bundledConfig">> & Pick<ReporterOptions, "token" | "fetch">;
   private readonly rand: RandomBytes;
 
   constructor(
@@ -148,6 +153,11 @@ export class Reporter {
       } catch {
         this.cfg = null; // a cached answer this SDK cannot read: fetch a new one
       }
+    }
+    if (!this.cfg && options.bundledConfig) {
+      // made before this device's clock was ever compared with the server's: offset 0,
+      // and already expired, so the first chance to fetch a fresh one is taken
+      this.cfg = { config: parseConfig(options.bundledConfig), fetchedAt: -Infinity, offset: 0 };
     }
     if (this.o.background && outbox.snapshot.rows.length) this.schedule(0);
   }

@@ -74,3 +74,14 @@ test("constructor errors name the problem", async () => {
   await assert.rejects(sdk.openReporter(dir(), { url: "http://x", sealing: "maybe" }), /sealing/);
   await assert.rejects(sdk.openReporter(dir(), { url: "http://x", maxEpsilon: -1 }), /maxEpsilon/);
 });
+
+test("a bundled config makes the first report offline; a bad one is refused at construction", async () => {
+  const { encodeConfigForTest } = await import("./config-bytes.mjs");
+  const d = dir();
+  const r = await sdk.openReporter(d, { url: "http://127.0.0.1:9", background: false, timeoutMs: 300, bundledConfig: encodeConfigForTest() });
+  assert.equal(await r.report("theme", "dark"), true, r.lastError);
+  assert.equal(await r.report("theme", "dark"), false); // this window's report is made
+  assert.equal(r.queued, 1);
+  await r.close();
+  await assert.rejects(sdk.openReporter(dir(), { url: "http://x", bundledConfig: new Uint8Array([0xff]) }), /ConfigResponse|protocol/);
+});
