@@ -40,6 +40,7 @@ async function writeDurably(path: string, data: Uint8Array | string, mode = 0o60
 export class FileBackend implements Backend {
   private state: OutboxState = emptyState();
   private text = "";
+  private loaded = false;
   private chain: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -47,7 +48,15 @@ export class FileBackend implements Backend {
     private readonly dir: string,
   ) {}
 
-  async read(): Promise<OutboxState> {
+  /** The document: read from the file once, then this process's copy (the file's only writer). */
+  read(): Promise<OutboxState> {
+    return this.queue(async () => {
+      if (!this.loaded) await this.load();
+      return structuredClone(this.state);
+    });
+  }
+
+  private async load(): Promise<void> {
     // a process killed while writing leaves its temporary file: never read, removed here
     for (const name of await readdir(this.dir).catch(() => [] as string[]))
       if (name.startsWith(`${basename(this.path)}.`) && name.endsWith(".tmp")) await unlink(join(this.dir, name)).catch(() => undefined);
@@ -56,7 +65,8 @@ export class FileBackend implements Backend {
       text = await readFile(this.path, "utf8");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new CrowdmixError(`cannot read the outbox ${this.path}: ${(e as Error).message}`);
-      return structuredClone(this.state);
+      this.loaded = true;
+      return;
     }
     try {
       const s = JSON.parse(text) as OutboxState;
@@ -67,11 +77,19 @@ export class FileBackend implements Backend {
       // refuse rather than start afresh: afresh could make a second report in a window
       throw new CrowdmixError(`${this.path} is not a crowdmix outbox: ${(e as Error).message}`);
     }
-    return structuredClone(this.state);
+    this.loaded = true;
+  }
+
+  /** Run `fn` after every earlier read and change of this outbox. */
+  private queue<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.chain.then(fn, fn);
+    this.chain = p.catch(() => undefined);
+    return p;
   }
 
   apply(op: Op): Promise<ClaimResult | number> {
-    const run = async (): Promise<ClaimResult | number> => {
+    return this.queue(async () => {
+      if (!this.loaded) await this.load();
       const s = structuredClone(this.state);
       const out = applyOp(s, op);
       const text = JSON.stringify(s);
@@ -83,10 +101,7 @@ export class FileBackend implements Backend {
         this.state = s;
       }
       return out;
-    };
-    const p = this.chain.then(run, run);
-    this.chain = p.catch(() => undefined);
-    return p;
+    });
   }
 
   async close(): Promise<void> {

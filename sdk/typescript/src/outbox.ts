@@ -106,8 +106,10 @@ export class Outbox {
     const op: Op = { kind: "claim", metric, window, windowSeconds, rows, maxReports: this.maxReports, maxBytes: this.maxBytes };
     const result = (await this.backend.apply(op)) as ClaimResult;
     if (result === "claimed") {
-      this.snapshot.claims[metric] = (window + 1) * windowSeconds;
-      this.snapshot.rows.push(...rows);
+      // a load() that finished meanwhile may hold them already
+      const have = new Set(this.snapshot.rows.map((r) => r.id));
+      this.snapshot.claims[metric] = Math.max(this.snapshot.claims[metric] ?? 0, (window + 1) * windowSeconds);
+      this.snapshot.rows.push(...rows.filter((r) => !have.has(r.id)));
     }
     return result;
   }
