@@ -117,9 +117,12 @@ export class Outbox {
   /** Delete the rows with these ids; count each row removed under `outcome`. */
   async remove(ids: readonly string[], outcome: string): Promise<number> {
     const n = (await this.backend.apply({ kind: "remove", ids, outcome })) as number;
+    // mirrored by what leaves the snapshot: a load() that finished meanwhile counted them
     const gone = new Set(ids);
+    const before = this.snapshot.rows.length;
     this.snapshot.rows = this.snapshot.rows.filter((r) => !gone.has(r.id));
-    if (n) this.snapshot.counters[outcome] = (this.snapshot.counters[outcome] ?? 0) + n;
+    const left = before - this.snapshot.rows.length;
+    if (left) this.snapshot.counters[outcome] = (this.snapshot.counters[outcome] ?? 0) + Math.min(left, n);
     return n;
   }
 
