@@ -77,7 +77,7 @@ def load_config_registry(path: str) -> Any:
     for symmetry) may sit in the same file; they are daemon settings, not metrics.
     ``RegistryError`` names the file and field (the command line prints it).
     """
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     return load_registry(path)
 

@@ -447,7 +447,7 @@ class LocalCluster:
         # overwrite the first one's token and registry.
         self._lock = _lock_directory(self.workdir)
         if registry_path is not None:
-            from crowdmix.client.registry import load_registry
+            from crowdmix.core.registry import load_registry
 
             try:
                 load_registry(registry_path)  # a bad registry is found before anything starts
@@ -766,6 +766,7 @@ def _run(args: argparse.Namespace) -> int:
         "Try: crowdmix simulate --target "
         f"{cluster.shuffler_targets[0]} --config {cluster.registry_path} "
         f"--metric {DEMO_METRIC} --token-file {cluster.tokens_path} --clients 100000"
+        + ("" if cluster.sealed else " --plaintext")
     )
     print("Stop with Ctrl-C or SIGTERM.", flush=True)
     while not stop.wait(1.0):

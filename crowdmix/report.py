@@ -193,8 +193,8 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
         read_map_csv,
         read_params_csv,
     )
-    from crowdmix.client.params import Hashing
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.params import Hashing
+    from crowdmix.core.registry import MetricConfig
 
     params = read_params_csv(args.rappor_params)
     totals, ones = read_counts_csv(args.rappor_counts, params)
@@ -278,7 +278,7 @@ _SOURCES: tuple[Callable[[argparse.Namespace], ReportJob | None], ...] = (
 
 def _metric(config: str, name: str) -> Any:
     from crowdmix.cli import CliError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     registry = load_registry(config)
     metric = registry.get(name)

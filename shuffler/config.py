@@ -1,6 +1,6 @@
 """Daemon settings and the metric registry they point at.
 
-The registry (metrics, encodings, shuffle policies) is ``crowdmix.client.registry``'s
+The registry (metrics, encodings, shuffle policies) is ``crowdmix.core.registry``'s
 TOML, shared with the aggregator. The daemon's own settings come from, in
 increasing precedence: the defaults below, an optional ``[shuffler]`` table in
 the same file (removed before the registry is parsed, as is an ``[aggregator]``
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crowdmix.client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
-from crowdmix.client.registry import Registry, RegistryError, parse_registry
+from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.registry import Registry, RegistryError, parse_registry
 from crowdmix.shuffler.errors import ConfigError
 
 #: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.

@@ -17,7 +17,7 @@ everything pending in it goes in ONE batch (at least ``min_batch``), never cut a
 ``max_batch``. Reports are filed under the window they name
 (``crowdmix.shuffler.windows``); a write landing after its window's release waits in
 that queue and leaves as a later batch once it reaches ``min_batch``. Only a window
-larger than one aggregator batch carries (``crowdmix.client.registry.window_batch_limit``)
+larger than one aggregator batch carries (``crowdmix.core.registry.window_batch_limit``)
 is split, into equal parts, with an error in the log.
 
 Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
@@ -53,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from crowdmix.client.registry import Registry, window_batch_limit
+from crowdmix.core.registry import Registry, window_batch_limit
 from crowdmix.shuffler.config import INFLIGHT_RETRY_SECONDS
 from crowdmix.shuffler.errors import ForwardError, ShufflerError
 from crowdmix.shuffler.metrics import ShufflerMetrics

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.shuffler.columns import Pending
 from crowdmix.shuffler.config_service import ConfigService, PublishedKeys
 from crowdmix.shuffler.errors import Overloaded, Unauthenticated

@@ -8,8 +8,7 @@
 The gRPC server is grpc.aio on an event-loop thread of its own (``AioFront``):
 requests await their group commit, whose Redis write also runs on the loop.
 The releaser (``crowdmix.shuffler.forwarding``) runs in a thread. (A threaded
-``grpc.server`` front existed until issue 14; it did half the device-style
-calls per second, BENCHMARKS.md.)
+``grpc.server`` front did half the device-style calls per second, BENCHMARKS.md.)
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.shuffler.aggregator_client import AggregatorSender
 from crowdmix.shuffler.commit import GroupCommitter
 from crowdmix.shuffler.config import ShufflerSettings, load_tokens

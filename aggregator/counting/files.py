@@ -10,7 +10,7 @@ A ``.npz`` archive (numpy's zip of arrays, read with ``allow_pickle=False``)::
     window      collection window (-1: unknown / all windows merged)
     buckets     OLH buckets g (0 for other kinds)
     duplicate_reports  report ids the aggregator saw twice in these windows (-1: not
-                recorded; absent in older files: read as not recorded)
+                recorded)
     totals      int64[m]
     ones        int64[m, nbits]
 
@@ -32,7 +32,7 @@ from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts
 from crowdmix.aggregator.counting.counts import CohortCounts, Counts, CountsError
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["FORMAT", "CountsFileError", "SavedCounts", "load_counts", "save_counts"]
 
@@ -131,9 +131,8 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
         raise CountsFileError(f"{path} is not a crowdmix counts file: {exc}") from None
     if str(fields.get("format", "")) != FORMAT:
         raise CountsFileError(f"{path} is not a {FORMAT} file")
-    missing = {"metric", "encoding", "kind", "fingerprint", "window", "totals", "ones"} - set(
-        fields
-    )
+    required = {"metric", "encoding", "kind", "fingerprint", "window", "totals", "ones"}
+    missing = (required | {"duplicate_reports"}) - set(fields)
     if missing:
         raise CountsFileError(f"{path} lacks field(s) {sorted(missing)}")
     kind = str(fields["kind"])
@@ -161,7 +160,7 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
         raise CountsFileError(f"{path}: a bit count exceeds its cohort's report total")
     window = int(fields["window"])
     try:
-        duplicates = int(fields.get("duplicate_reports", -1))
+        duplicates = int(fields["duplicate_reports"])
     except (TypeError, ValueError):
         raise CountsFileError(f"{path}: duplicate_reports must be an integer") from None
     return SavedCounts(

@@ -38,7 +38,7 @@ from crowdmix.aggregator.errors import BindError, StoreError
 from crowdmix.aggregator.sealing.ingest import KeyFile
 from crowdmix.aggregator.store.base import CountStore
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.registry import MAX_BATCH_BYTES, Registry
+from crowdmix.core.registry import MAX_BATCH_BYTES, Registry
 
 __all__ = [
     "SERVICE_NAME",

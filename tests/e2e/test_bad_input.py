@@ -235,7 +235,7 @@ def _files(tmp: Path) -> dict[str, str]:
 
     from crowdmix.aggregator.counting import accumulator_for
     from crowdmix.aggregator.counting.files import save_counts
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     (tmp / "metrics.toml").write_text(REGISTRY_TOML)
     (tmp / "sync.toml").write_text(REGISTRY_TOML + '\n[shuffler]\nserver = "sync"\n')

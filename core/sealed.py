@@ -1,7 +1,8 @@
 """Sealed reports, the format: what device, shuffler and aggregator agree on byte for byte.
 
 No cryptography here (the shuffler imports this module to check key ids and
-lengths, and never loads ``cryptography``); sealing is ``crowdmix.client.sealing``,
+lengths, and never loads ``cryptography``); sealing is ``crowdmix.client.sealing``
+(with the suites of ``crowdmix.core.hpke``),
 opening ``crowdmix.aggregator.sealing.opening``. RFC 9180 HPKE to the aggregator's public key.
 
 Plaintext (fixed length per metric, so every ciphertext of a metric under one
@@ -35,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from crowdmix.client.errors import CrowdmixClientError, ParamsError
+from crowdmix.core.errors import CrowdmixError, ParamsError
 
 __all__ = [
     "DEFAULT_SUITE",
@@ -73,7 +74,7 @@ MAX_KEY_ID: Final = 0xFFFFFFFF
 MAX_WINDOW: Final = 0xFFFFFFFF
 
 
-class SealingError(CrowdmixClientError):
+class SealingError(CrowdmixError):
     """A report cannot be sealed (no usable key, bad public key, bad field)."""
 
 
@@ -120,7 +121,8 @@ def sealed_length(report_bytes: int, suite: str = DEFAULT_SUITE) -> int:
 
 
 def sealed_length_for(metric: Any, suite: str = DEFAULT_SUITE) -> int:
-    """``sealed_length`` of a ``client.registry.MetricConfig`` (anything with ``report_bytes``)."""
+    """``sealed_length`` of a ``crowdmix.core.registry.MetricConfig`` (anything with
+    ``report_bytes``)."""
     return sealed_length(int(metric.report_bytes), suite)
 
 
