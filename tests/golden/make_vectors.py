@@ -21,14 +21,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.hashing import bloom_int
-from crowdmix.client.histogram import HistogramParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_inf, epsilon_one
 from crowdmix.client.rappor import RapporEncoder, cohort_for_secret
-from crowdmix.client.sealed import X25519_SUITE, PublicKeyConfig, pack_plaintext, report_info
 from crowdmix.client.sealing import seal_report
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.hashing import bloom_int
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one
+from crowdmix.core.sealed import X25519_SUITE, PublicKeyConfig, pack_plaintext, report_info
 
 PATH = Path(__file__).with_name("vectors.json")
 
