@@ -10,7 +10,7 @@ export { PROTOCOL_VERSION, chooseKey, packPlaintext, reportInfo, sealReport } fr
 export { type DeviceConfig, type MetricConfig, parseConfig } from "./config.js";
 export { TOLERANCE_WINDOWS, classify, decide, nextGroup, windowAt, type Answer, type CachedConfig, type Decision, type SendState } from "./policy.js";
 export { MemoryBackend, Outbox, applyOp, type Backend, type Op, type OutboxState, type StoredRow } from "./outbox.js";
-export { Reporter, ceilingProblem, type ReporterOptions } from "./reporter.js";
+export { Reporter, ceilingProblem, type ReportStatus, type ReporterOptions } from "./reporter.js";
 export { type RandomBytes, secureRandomBytes } from "./random.js";
 export { blake2b } from "./blake2b.js";
 export { mmh3Words } from "./mmh3.js";

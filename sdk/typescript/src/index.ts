@@ -105,6 +105,12 @@ export class IdbBackend implements Backend {
         }
         return n;
       }
+      if (op.kind === "count") {
+        const counters = await get<Record<string, number>>("counters", {});
+        counters[op.name] = (counters[op.name] ?? 0) + 1;
+        meta.put(counters, "counters");
+        return 1;
+      }
       meta.put(op.config, "config");
       return 0;
     });

@@ -48,7 +48,8 @@ export const emptyState = (): OutboxState => ({ rows: [], claims: {}, counters: 
 export type Op =
   | { kind: "claim"; metric: string; window: number; windowSeconds: number; rows: StoredRow[]; maxReports: number; maxBytes: number }
   | { kind: "remove"; ids: readonly string[]; outcome: string }
-  | { kind: "config"; config: CachedConfig };
+  | { kind: "config"; config: CachedConfig }
+  | { kind: "count"; name: string };
 
 export type ClaimResult = "claimed" | "taken" | "full";
 
@@ -70,6 +71,10 @@ export function applyOp(s: OutboxState, op: Op): ClaimResult | number {
     const n = before - s.rows.length;
     if (n) s.counters[op.outcome] = (s.counters[op.outcome] ?? 0) + n;
     return n;
+  }
+  if (op.kind === "count") {
+    s.counters[op.name] = (s.counters[op.name] ?? 0) + 1;
+    return 1;
   }
   s.config = op.config;
   return 0;
@@ -124,6 +129,12 @@ export class Outbox {
     const left = before - this.snapshot.rows.length;
     if (left) this.snapshot.counters[outcome] = (this.snapshot.counters[outcome] ?? 0) + Math.min(left, n);
     return n;
+  }
+
+  /** Count one `report` call that made no report, under its status. */
+  async count(name: string): Promise<void> {
+    await this.backend.apply({ kind: "count", name });
+    this.snapshot.counters[name] = (this.snapshot.counters[name] ?? 0) + 1;
   }
 
   async setConfig(config: CachedConfig): Promise<void> {

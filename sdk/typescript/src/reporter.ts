@@ -65,6 +65,19 @@ export interface ReporterOptions {
   bundledConfig?: Uint8Array;
 }
 
+/** What `report` did (the Python SDK's `ReportStatus` values). */
+export type ReportStatus =
+  | "claimed"
+  | "already_reported_this_window"
+  | "no_config"
+  | "unknown_metric"
+  | "invalid_value"
+  | "refused_by_ceiling"
+  | "refused_unsealed"
+  | "outbox_full"
+  | "internal_error"
+  | "closed";
+
 export const MAX_EPSILON = 10;
 export const MAX_EPSILON_INF = 20;
 const CONFIG_WAIT_MS = 2000;
@@ -107,6 +120,8 @@ function reportOf(r: StoredRow): Report {
 export class Reporter {
   /** Why the last report or send did not go through (null after a success). */
   lastError: string | null = null;
+  /** What the last `report` call did. */
+  lastStatus: ReportStatus | null = null;
   private cfg: CachedConfig | null = null;
   private encoders = new Map<string, { fp: bigint; enc: Encoder }>();
   private closed = false;
@@ -187,42 +202,58 @@ export class Reporter {
 
   /**
    * Make, store and queue this window's report of `value` for `metric`. Resolves to true
-   * when claimed, false when not (already reported in this window, unknown metric, bad
-   * value, above the ceiling, outbox full, no config yet; `lastError` says which).
+   * when claimed, false when not; `lastStatus` says why (the Python SDK's ReportStatus
+   * values) and `lastError` in words. Every refusal but "already reported" is counted in
+   * `counters()` under its status.
    */
   async report(metric: string, value: string | number | Uint8Array): Promise<boolean> {
     try {
-      if (this.closed) return this.fail("the reporter is closed");
+      if (this.closed) return this.refuse("closed", "the reporter is closed");
       const now = this.o.clock();
       if (!this.cfg || now - this.cfg.fetchedAt >= this.cfg.config.cacheSeconds) await this.fetchConfig(CONFIG_WAIT_MS);
       const cfg = this.cfg;
-      if (!cfg) return this.fail(this.lastError ?? "no config from the shuffler yet");
+      if (!cfg) return this.refuse("no_config", `the shuffler was never reached and no bundledConfig was given (${this.lastError})`);
       const mc = cfg.config.metrics.get(metric);
-      if (!mc) return this.fail(`metric ${metric} is not served by the shuffler`);
-      if (mc.histogram && this.o.sealing !== "required") return this.fail(`metric ${metric}: a shuffled histogram is never sent in the clear`);
+      if (!mc) return this.refuse("unknown_metric", `metric ${String(metric)} is not in the shuffler's config`);
+      if (mc.histogram && this.o.sealing !== "required")
+        return this.refuse("refused_unsealed", `metric ${metric}: a shuffled histogram is sent sealed or not at all`);
       const problem = ceilingProblem(metric, mc, this.o);
-      if (problem) return this.fail(`${problem}; no report made`);
-      const window = windowAt(this.o.clock(), cfg.offset, cfg.config.windowSeconds);
+      if (problem) return this.refuse("refused_by_ceiling", `${problem}; no report made`);
       const ws = cfg.config.windowSeconds;
-      const claimedUntil = this.outbox.snapshot.claims[metric];
-      if (claimedUntil !== undefined && window * ws < claimedUntil) return this.fail(`metric ${metric}: this window's report is made`);
+      const window = windowAt(this.o.clock(), cfg.offset, ws);
       const enc = this.encoder(metric, mc);
       let reports: Report[];
-      if (enc instanceof RapporEncoder) {
-        if (typeof value === "number") return this.fail(`metric ${metric}: a value is a string or bytes`);
-        reports = [enc.encode(value)];
-      } else {
-        if (typeof value !== "string" && typeof value !== "number") return this.fail(`metric ${metric}: a value is a string or an index`);
-        reports = enc instanceof HistogramEncoder ? enc.encode(value) : [enc.encode(value)];
+      try {
+        if (enc instanceof RapporEncoder) {
+          if (typeof value === "number") throw new RangeError("a value is a string or bytes");
+          reports = [enc.encode(value)];
+        } else {
+          if (typeof value !== "string" && typeof value !== "number") throw new RangeError("a value is a string or an index");
+          reports = enc instanceof HistogramEncoder ? enc.encode(value) : [enc.encode(value)];
+        }
+      } catch (e) {
+        return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
       }
+      const claimedUntil = this.outbox.snapshot.claims[metric];
+      if (claimedUntil !== undefined && window * ws < claimedUntil) return this.refuse("already_reported_this_window", "");
       const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
-      if (result !== "claimed") return this.fail(result === "full" ? "the outbox is full" : `metric ${metric}: this window's report is made`);
+      if (result === "full") return this.refuse("outbox_full", `the outbox holds ${this.o.maxReports} reports or ${this.o.maxBytes} bytes`);
+      if (result === "taken") return this.refuse("already_reported_this_window", "");
+      this.lastStatus = "claimed";
       this.lastError = null;
       if (this.o.background) this.schedule(0);
       return true;
     } catch (e) {
-      return this.fail(`report(${metric}): ${(e as Error).message}`);
+      return this.refuse("internal_error", `report(${String(metric)}): ${(e as Error).message}`);
     }
+  }
+
+  private refuse(status: ReportStatus, detail: string): false {
+    this.lastStatus = status;
+    this.lastError = detail || null;
+    if (status !== "already_reported_this_window" && status !== "closed")
+      void this.outbox.count(status).catch(() => undefined); // the result says it; the count is best effort
+    return false;
   }
 
   /** Send what waits for up to `timeoutMs`; resolves to the number still queued. */

@@ -59,6 +59,7 @@ test("the reporter never throws into the app: no shuffler, bad metric, bad value
   const d = dir();
   const r = await sdk.openReporter(d, { url: "http://127.0.0.1:9", background: false, timeoutMs: 500 });
   assert.equal(await r.report("m", "v"), false);
+  assert.equal(r.lastStatus, "no_config");
   assert.match(r.lastError, /GetConfig: (unavailable|deadline_exceeded)/);
   assert.equal(await r.report(undefined, {}), false);
   assert.equal(await r.flush(300), 0);
@@ -81,7 +82,16 @@ test("a bundled config makes the first report offline; a bad one is refused at c
   const r = await sdk.openReporter(d, { url: "http://127.0.0.1:9", background: false, timeoutMs: 300, bundledConfig: encodeConfigForTest() });
   assert.equal(await r.report("theme", "dark"), true, r.lastError);
   assert.equal(await r.report("theme", "dark"), false); // this window's report is made
+  assert.equal(r.lastStatus, "already_reported_this_window");
   assert.equal(r.queued, 1);
+  assert.equal(await r.report("nope", "dark"), false);
+  assert.equal(r.lastStatus, "unknown_metric");
+  assert.equal(await r.report("theme", "purple"), false);
+  assert.equal(r.lastStatus, "invalid_value");
+  assert.match(r.lastError, /not in the metric's domain/);
+  await r.flush(10);
+  assert.equal(r.counters().unknown_metric, 1);
+  assert.equal(r.counters().invalid_value, 1);
   await r.close();
   await assert.rejects(sdk.openReporter(dir(), { url: "http://x", bundledConfig: new Uint8Array([0xff]) }), /ConfigResponse|protocol/);
 });
