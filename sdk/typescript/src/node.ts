@@ -2,9 +2,11 @@
  * The Node entry point: the outbox is a file, `appDir/outbox.json`, replaced atomically
  * (written to a temporary file, fsynced, renamed, directory fsynced) on every change, and
  * the device secret is `appDir/secret` (32 CSPRNG bytes, 0600, made once). One process
- * per app directory.
+ * per app directory, enforced: `appDir/outbox.lock` names the process holding it, and a
+ * second live process is refused at `openReporter` (two writers of one file could each
+ * claim a window and so make two reports in it); a dead holder's lock is taken over.
  */
-import { constants } from "node:fs";
+import { constants, readFileSync, unlinkSync } from "node:fs";
 import { link, mkdir, open, readFile, readdir, rename, unlink } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { CrowdmixError } from "./errors.js";
@@ -106,6 +108,8 @@ export class FileBackend implements Backend {
 
   async close(): Promise<void> {
     await this.chain;
+    const lock = join(this.dir, "outbox.lock");
+    if ((await readFile(lock, "utf8").catch(() => "")) === String(process.pid)) await unlink(lock).catch(() => undefined);
   }
 }
 
@@ -128,12 +132,50 @@ async function deviceSecret(path: string, dir: string): Promise<Uint8Array> {
   return secret;
 }
 
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Take `appDir/outbox.lock` for this process, or throw naming the live holder. */
+async function lockAppDir(appDir: string): Promise<void> {
+  const path = join(appDir, "outbox.lock");
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const fh = await open(path, "wx", 0o600);
+      await fh.writeFile(String(process.pid));
+      await fh.close();
+      const release = (): void => {
+        try {
+          if (readFileSync(path, "utf8") === String(process.pid)) unlinkSync(path);
+        } catch {
+          // gone already
+        }
+      };
+      process.once("exit", release);
+      return;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    }
+    const holder = Number((await readFile(path, "utf8").catch(() => "")).trim());
+    if (holder === process.pid) throw new CrowdmixError(`${appDir} is already open in this process (close its reporter first)`);
+    if (holder > 0 && alive(holder)) throw new CrowdmixError(`${appDir} is in use by process ${holder}: one process per app directory`);
+    await unlink(path).catch(() => undefined); // its holder died (kill -9): take it over
+  }
+  throw new CrowdmixError(`cannot take ${path}`);
+}
+
 /** Open (or create) the app directory's outbox and secret; throws CrowdmixError if unusable. */
 export async function openReporter(appDir: string, options: ReporterOptions): Promise<Reporter> {
   let secret: Uint8Array;
   let outbox: Outbox;
   try {
     await mkdir(appDir, { recursive: true, mode: 0o700 });
+    await lockAppDir(appDir);
     secret = await deviceSecret(join(appDir, "secret"), appDir);
     outbox = new Outbox(new FileBackend(join(appDir, "outbox.json"), appDir), options.maxReports ?? 1000, options.maxBytes ?? 1 << 20);
     await outbox.load();

@@ -95,3 +95,17 @@ test("a bundled config makes the first report offline; a bad one is refused at c
   await r.close();
   await assert.rejects(sdk.openReporter(dir(), { url: "http://x", bundledConfig: new Uint8Array([0xff]) }), /ConfigResponse|protocol/);
 });
+
+test("one process per app directory: a live holder is refused, a dead one's lock taken over", async () => {
+  const d = dir();
+  const a = await sdk.openReporter(d, { url: "http://127.0.0.1:9", background: false });
+  await assert.rejects(sdk.openReporter(d, { url: "http://127.0.0.1:9" }), /already open in this process/);
+  await a.close();
+  const b = await sdk.openReporter(d, { url: "http://127.0.0.1:9", background: false }); // released
+  await b.close();
+  writeFileSync(join(d, "outbox.lock"), "1"); // pid 1 lives (init): another process
+  await assert.rejects(sdk.openReporter(d, { url: "http://127.0.0.1:9" }), /in use by process 1/);
+  writeFileSync(join(d, "outbox.lock"), "999999999"); // no such process: a killed holder
+  const c = await sdk.openReporter(d, { url: "http://127.0.0.1:9", background: false });
+  await c.close();
+});
