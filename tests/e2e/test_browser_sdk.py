@@ -1,7 +1,8 @@
 """A real browser: headless Chromium loads examples/browser/index.html, which embeds the
 built bundle, and reports through the HTTP port of a real shuffler (a cross-origin page:
 CORS preflight, bearer token, sealed report); the aggregator counts it. Leaving the page
-without a flush sends the report on pagehide with fetch keepalive."""
+without a flush sends the report on pagehide with fetch keepalive. Two browsing contexts
+of one app claim a window once."""
 
 from __future__ import annotations
 
@@ -145,3 +146,13 @@ def test_leaving_the_page_sends_the_report_with_keepalive(
     result = open_page(site, cluster, tmp_path / "profile", leave="sepia", background="0")
     assert result == {"made": True, "queued": 1}
     _eventually(lambda: sum(_theme(cluster)) == before + 1)
+
+
+def test_two_tabs_of_one_app_claim_a_window_once(
+    site: _Site, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The page and a frame of it share one IndexedDB outbox and report the same metric at
+    the same moment: the claim is one transaction, so exactly one of them makes it."""
+    result = open_page(site, cluster, tmp_path / "profile", race="light", background="0")
+    made = sorted((r["made"], r["status"]) for r in result["results"])
+    assert made == [(False, "already_reported_this_window"), (True, "claimed")]
