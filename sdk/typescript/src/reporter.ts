@@ -248,18 +248,26 @@ export class Reporter {
     }
   }
 
-  private refuse(status: ReportStatus, detail: string): false {
+  private async refuse(status: ReportStatus, detail: string): Promise<false> {
     this.lastStatus = status;
     this.lastError = detail || null;
     if (status !== "already_reported_this_window" && status !== "closed")
-      void this.outbox.count(status).catch(() => undefined); // the result says it; the count is best effort
+      await this.outbox.count(status).catch(() => undefined); // the result says it; the count is best effort
     return false;
   }
 
   /** Send what waits for up to `timeoutMs`; resolves to the number still queued. */
   async flush(timeoutMs = 5000): Promise<number> {
     try {
-      if (!this.closed) await this.runRound(Date.now() + timeoutMs);
+      if (!this.closed) {
+        // a background pass in progress goes first; the caller waits timeoutMs at most
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const timeout = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        });
+        await Promise.race([this.runRound(Date.now() + timeoutMs), timeout]);
+        clearTimeout(timer);
+      }
     } catch (e) {
       this.lastError = (e as Error).message;
     }
