@@ -180,6 +180,7 @@ EXTRA_FOR = {
     "hiredis": "shuffler",
     "prometheus_client": "shuffler",
     "grpc_health": "shuffler",
+    "hypercorn": "shuffler",
     "scipy": "aggregator",
     "sklearn": "aggregator",
     "matplotlib": "aggregator",

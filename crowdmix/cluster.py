@@ -458,6 +458,7 @@ class LocalCluster:
         aggregators: int = 1,
         redis_cluster: bool = False,
         min_replicas_ack: int | None = None,
+        http_allow_origins: list[str] | None = None,
     ) -> None:
         if shufflers < 1:
             raise ValueError(f"shufflers must be at least 1, got {shufflers}")
@@ -527,6 +528,10 @@ class LocalCluster:
         self.shufflers: list[DaemonProcess] = []
         self._extra_shuffler_args = extra_shuffler_args or []
         self._extra_aggregator_args = extra_aggregator_args or []
+        # Every shuffler also serves its HTTP port (Connect protocol): the URLs are
+        # ``http_urls``; these web origins may call it from a page (CORS).
+        self._http_allow_origins = list(http_allow_origins or [])
+        self._http_ports: dict[str, int] = {}
 
     @property
     def shuffler_redis_url(self) -> str:
@@ -551,6 +556,11 @@ class LocalCluster:
     @property
     def shuffler_targets(self) -> list[str]:
         return [s.target for s in self.shufflers]
+
+    @property
+    def http_urls(self) -> list[str]:
+        """Each shuffler's HTTP port (Submit and GetConfig for browsers and the TS SDK)."""
+        return [f"http://127.0.0.1:{self._http_ports[s.name]}" for s in self.shufflers]
 
     def _make_keys(self) -> None:
         """A key set for a new cluster directory (kept across restarts in the same one);
@@ -590,6 +600,8 @@ class LocalCluster:
 
     def _shuffler(self, i: int, aggregator_target: str) -> DaemonProcess:
         port = free_port()
+        http_port = self._http_ports.setdefault(f"shuffler-{i}", free_port())
+        origins = [a for o in self._http_allow_origins for a in ("--http-allow-origin", o)]
         args = [
             "shuffler", "serve",
             "--config", str(self.registry_path),
@@ -599,6 +611,8 @@ class LocalCluster:
             *self._wait_args(),
             "--tokens", str(self.tokens_path),
             *(["--public-keys", str(self.public_keys_path)] if self.sealed else []),
+            "--http-port", str(http_port),
+            *origins,
             *self._extra_shuffler_args,
         ]  # fmt: skip
         return DaemonProcess(f"shuffler-{i}", args, port, self.workdir / f"shuffler-{i}.log")
