@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import load_registry
 from crowdmix.cluster import DaemonProcess, RedisServer, free_port
+from crowdmix.core.registry import load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 
 M, K = 64, 128
@@ -116,7 +116,7 @@ def drive(target: str, maker: BatchMaker, senders: int, seconds: float) -> float
             target, options=[("grpc.max_send_message_length", -1)]
         ) as channel:
             ingest = channel.unary_unary(
-                "/crowdmix.v1.Aggregator/Ingest",
+                "/crowdmix.v2.Aggregator/Ingest",
                 request_serializer=None,
                 response_deserializer=pb.IngestResponse.FromString,
             )

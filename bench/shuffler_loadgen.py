@@ -116,7 +116,7 @@ def _worker(
         grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
         for _ in range(connections)
     ]
-    calls = [ch.unary_unary("/crowdmix.v1.Shuffler/Submit") for ch in channels]
+    calls = [ch.unary_unary("/crowdmix.v2.Shuffler/Submit") for ch in channels]
     metadata = (("authorization", f"Bearer {token}"),) if token else None
     lock = threading.Lock()
     lat: list[float] = []
@@ -260,7 +260,7 @@ def _h2load_one(
             "-d", str(body),
             "-H", "content-type: application/grpc", "-H", "te: trailers",
             "--log-file", str(log),
-            f"http://{target}/crowdmix.v1.Shuffler/Submit",
+            f"http://{target}/crowdmix.v2.Shuffler/Submit",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

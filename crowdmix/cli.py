@@ -50,6 +50,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.report",
     "crowdmix.counts",
     "crowdmix.keys",
+    "crowdmix.config_cmd",
     "crowdmix.cluster",
 )
 
@@ -76,7 +77,7 @@ def _failures() -> list[tuple[tuple[type[BaseException], ...], ExitCode]]:
     when an error happens: ``shuffler`` loads numpy, which ``crowdmix info`` and
     ``--help`` must not need."""
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.registry import RegistryError
+    from crowdmix.core.registry import RegistryError
 
     table: list[tuple[tuple[type[BaseException], ...], ExitCode]] = [
         ((CliError, ParamsError, RegistryError), ExitCode.FAILURE)
@@ -201,6 +202,7 @@ COMMAND_EXTRAS = {
     "counts": "aggregator",
     "keys": "transport",
     "cluster": "shuffler,aggregator",
+    "config": "transport",
 }
 
 

@@ -90,6 +90,7 @@ class RedisServer:
         self.dir = Path(directory) if directory else Path(_mkdtemp("crowdmix-redis-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
+        self._started = False
         self.proc: subprocess.Popen[bytes] | None = None
         # a cluster node: its bus port is given (port + 10000 may be past 65535)
         self.cluster_bus_port = cluster_bus_port
@@ -133,8 +134,16 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                if not self._started and "Address already in use" in log:
+                    # another process took the free port between free_port() and the
+                    # bind (parallel test workers, a client's ephemeral port): a first
+                    # start may move; a restart keeps its port, which clients know
+                    self.port = free_port()
+                    self.start(timeout)
+                    return
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {log}")
             if self.ping():
+                self._started = True
                 return
             time.sleep(0.05)
         self.kill()
@@ -464,7 +473,7 @@ class LocalCluster:
         # overwrite the first one's token and registry.
         self._lock = _lock_directory(self.workdir)
         if registry_path is not None:
-            from crowdmix.client.registry import load_registry
+            from crowdmix.core.registry import load_registry
 
             try:
                 load_registry(registry_path)  # a bad registry is found before anything starts
@@ -795,6 +804,7 @@ def _run(args: argparse.Namespace) -> int:
         "Try: crowdmix simulate --target "
         f"{cluster.shuffler_targets[0]} --config {cluster.registry_path} "
         f"--metric {DEMO_METRIC} --token-file {cluster.tokens_path} --clients 100000"
+        + ("" if cluster.sealed else " --plaintext")
     )
     # the README's SDK walkthrough; the cluster serves gRPC without TLS: --insecure
     print(

@@ -56,7 +56,7 @@ def _list(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.report.windows import window_date, window_span
     from crowdmix.aggregator.store import stored_metric
     from crowdmix.cli import CliError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
     from crowdmix.options import plural
 
     registry = load_registry(args.config) if args.config else None

@@ -37,6 +37,7 @@ __all__ = [
     "positive_count",
     "rappor_params",
     "read_input",
+    "read_token_file",
     "server_tls",
     "wait_for_stop_signal",
     "write_port_file",
@@ -66,6 +67,16 @@ def read_input(path: str, what: str) -> bytes:
             return fh.read()
     except OSError as exc:
         raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def read_token_file(path: str) -> str:
+    """The last token in a tokens file (``NAME TOKEN`` lines, ``#`` comments, or a bare
+    token), as ``crowdmix shuffler serve --tokens`` reads it; CliError when it has none."""
+    text = read_input(path, "--token-file").decode(errors="replace")
+    lines = [ln.split()[-1] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if not lines:
+        raise CliError(f"{path} holds no token")
+    return lines[-1]
 
 
 def out_dir(path: str) -> Path:
@@ -107,7 +118,7 @@ def add_rappor_options(
 def rappor_params(args: argparse.Namespace) -> Any:
     """The ``client.RapporParams`` of ``add_rappor_options``' flags; CliError if invalid."""
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.params import RapporParams
 
     extra = {"m": args.cohorts} if hasattr(args, "cohorts") else {}
     try:

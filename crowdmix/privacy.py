@@ -111,7 +111,7 @@ def register(sub: Any) -> None:
 
     from crowdmix.histogram_cmd import register_privacy as register_histogram
 
-    register_histogram(psub)  # issue 18: shuffled histograms with fake reports
+    register_histogram(psub)  # shuffled histograms with fake reports
 
     plan = sub.add_parser("plan", help="RAPPOR parameters for a target central (ε, δ)")
     plan.add_argument("--epsilon", type=float, required=True, help="target central ε")
@@ -173,7 +173,7 @@ def _amplify(args: argparse.Namespace) -> int:
     )
     from crowdmix.aggregator.accounting.local import epsilon_one
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.params import RapporParams
 
     try:
         if args.bound == "rappor" or args.beta is not None:
@@ -280,7 +280,7 @@ def _rounds(args: argparse.Namespace) -> int:
 def _metric(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.accounting.statement import privacy_statement
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     try:
         batches = None
@@ -429,7 +429,7 @@ def _plan(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise _fail(exc) from None
-    from crowdmix.client.registry import RegistryError, parse_registry
+    from crowdmix.core.registry import RegistryError, parse_registry
 
     p = result.params
     block = registry_block(args.metric, p)

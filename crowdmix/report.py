@@ -218,8 +218,8 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
         read_map_csv,
         read_params_csv,
     )
-    from crowdmix.client.params import Hashing
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.params import Hashing
+    from crowdmix.core.registry import MetricConfig
 
     params = read_params_csv(args.rappor_params)
     totals, ones = read_counts_csv(args.rappor_counts, params)
@@ -311,14 +311,14 @@ _SOURCES: tuple[Callable[[argparse.Namespace], ReportJob | None], ...] = (
 
 
 def _registry_window(config: str) -> int:
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     return load_registry(config).window_seconds
 
 
 def _metric(config: str, name: str) -> Any:
     from crowdmix.cli import CliError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     registry = load_registry(config)
     metric = registry.get(name)

@@ -64,6 +64,11 @@ def register(subparsers: Any) -> None:
       help="calls served at once; more are refused RESOURCE_EXHAUSTED (default 4096)")  # fmt: skip
     a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS",
       help="how long a store write waits for more requests (default 1)")  # fmt: skip
+    a("--window-tolerance", type=int, metavar="N",
+      help="take reports of the current window and the N before it (default 1)")  # fmt: skip
+    a("--max-clock-skew", dest="max_clock_skew_seconds", type=float, metavar="SECONDS",
+      help="take reports of the window of now + SECONDS: how far ahead a device's "
+      "clock may run (default 60; less than the collection window)")  # fmt: skip
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--processes", type=int, default=1, metavar="N",
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
@@ -92,6 +97,7 @@ _FLAGS = {
     "max_concurrent_rpcs": "--max-concurrent-rpcs",
     "commit_max_delay_ms": "--commit-delay-ms",
     "shutdown_grace_seconds": "--grace", "public_keys": "--public-keys",
+    "window_tolerance": "--window-tolerance", "max_clock_skew_seconds": "--max-clock-skew",
 }  # fmt: skip
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
 
@@ -103,6 +109,7 @@ _OVERRIDES = (
     "max_concurrent_rpcs",
     "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
     "metrics_host", "allow_unauthenticated", "public_keys",
+    "window_tolerance", "max_clock_skew_seconds",
 )  # fmt: skip
 
 

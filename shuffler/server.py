@@ -8,8 +8,7 @@
 The gRPC server is grpc.aio on an event-loop thread of its own (``AioFront``):
 requests await their group commit, whose Redis write also runs on the loop.
 The releaser (``crowdmix.shuffler.forwarding``) runs in a thread. (A threaded
-``grpc.server`` front existed until issue 14; it did half the device-style
-calls per second, BENCHMARKS.md.)
+``grpc.server`` front did half the device-style calls per second, BENCHMARKS.md.)
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.shuffler.aggregator_client import AggregatorSender
 from crowdmix.shuffler.commit import GroupCommitter
 from crowdmix.shuffler.config import ShufflerSettings, load_tokens
@@ -201,13 +200,14 @@ def start_shuffler(
         max_buffered_reports=settings.max_buffered_reports,
         keys=None if settings.public_keys is None else PublishedKeys(settings.public_keys),
         config_cache_seconds=settings.config_cache_seconds,
+        window_tolerance=settings.window_tolerance,
+        max_clock_skew_seconds=settings.max_clock_skew_seconds,
         clock=clock,
     )
     committer = GroupCommitter(
         store,
         registry,
         max_delay=settings.commit_delay_seconds,
-        clock=clock,
         random_bytes=random_bytes,
         metrics=metrics,
         on_commit=intake.add_buffered,
@@ -263,6 +263,7 @@ def start_shuffler(
             store,
             sender,
             clock=clock,
+            windows=intake.windows,
             random_bytes=random_bytes,
             metrics=metrics,
             on_pending=intake.set_buffered,

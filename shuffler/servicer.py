@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from crowdmix.client.log_limit import RepeatedFailure
+from crowdmix.core.log_limit import RepeatedFailure
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.commit import GroupCommitter, Parts
 from crowdmix.shuffler.errors import (
@@ -32,6 +32,7 @@ from crowdmix.shuffler.errors import (
     StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
+    WindowRefused,
 )
 from crowdmix.shuffler.intake import Intake
 from crowdmix.shuffler.metrics import ShufflerMetrics
@@ -49,7 +50,7 @@ __all__ = [
     "stream_rejection",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Shuffler"
+SERVICE_NAME = "crowdmix.v2.Shuffler"
 
 log = logging.getLogger("crowdmix.shuffler")
 #: requests refused by the store (not by their content): an outage refuses thousands a
@@ -59,6 +60,7 @@ SUBMIT_FAILURES = RepeatedFailure(log, "submit (store)")
 _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
+    (WindowRefused, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # StoreNotReplicated is a StoreOutcomeUnknown: the write ran on the master, so it is

@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from crowdmix.client.log_limit import RepeatedFailure
+from crowdmix.core.log_limit import RepeatedFailure
 from crowdmix.shuffler.store import ShufflerStore
 
 __all__ = ["StoreWatch"]

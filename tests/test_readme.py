@@ -110,8 +110,9 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     import time
 
     from crowdmix.aggregator.sealing.keys import KeySet, write_public_config
-    from crowdmix.client.basic import BasicParams
-    from crowdmix.client.registry import MetricConfig, Registry, ShufflePolicy
+    from crowdmix.config_cmd import export_config
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.registry import MetricConfig, Registry, ShufflePolicy
     from crowdmix.shuffler.config import ShufflerSettings
     from crowdmix.shuffler.config_service import is_sealed_queue
     from crowdmix.shuffler.server import start_shuffler
@@ -119,9 +120,16 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     snippet = _code_blocks("python")[0]
     example = (ROOT / "examples" / "daily_setting.py").read_text()
     example_lines = {line.strip() for line in example.splitlines()}
+    in_constructor = False
     for line in snippet.splitlines():
-        if line.startswith(("import", "reporter =")) or not line.strip():
-            continue  # the example spells the constructor over several lines
+        if line.startswith("reporter ="):
+            in_constructor = not line.rstrip().endswith(")")
+            continue  # the example spells the constructor with its command line's values
+        if in_constructor:
+            in_constructor = line.strip() != ")"
+            continue
+        if line.startswith("import") or not line.strip():
+            continue
         assert line.strip() in example_lines, line
     assert "client.Reporter(" in example
 
@@ -140,21 +148,28 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     write_public_config(tmp_path / "public.json", keys, now=time.time())
     settings = ShufflerSettings(public_keys=str(tmp_path / "public.json"))
     with start_shuffler(registry, tokens=frozenset({token}), settings=settings) as shuffler:
-        code = snippet.replace('"crowdmix.shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
+        target = f"127.0.0.1:{shuffler.port}"
+        bundled = tmp_path / "crowdmix-config.pb"  # what `crowdmix config export` writes
+        export_config(target, bundled, token=token, tls=False)
+        code = snippet.replace('"shuffler.example:7400"', f'"{target}"')
         code = code.replace("tls=True", "tls=False")
         namespace: dict[str, object] = {
             "APP_TOKEN": token,
             "APP_DIR": tmp_path / "app",
+            "BUNDLED_CONFIG": bundled,
             "theme": "dark",
         }
         exec(compile(code, "README.md", "exec"), namespace)
-        assert (namespace["made"], namespace["left"]) == (True, 0)
+        assert (bool(namespace["result"]), namespace["left"]) == (True, 0)
         assert sum(shuffler.store.pending("theme").values()) == 1
         # "sealed": the one stored report sits in a sealed queue (an opaque row)
         assert all(is_sealed_queue(q.fingerprint) for q in shuffler.store.pending("theme"))
         again = dict(namespace)
         exec(compile(code, "README.md", "exec"), again)  # the app starts again today
-        assert (again["made"], again["left"]) == (False, 0)
+        assert (again["result"].status.value, again["left"]) == (  # type: ignore[attr-defined]
+            "already_reported_this_window",
+            0,
+        )
         assert sum(shuffler.store.pending("theme").values()) == 1  # nothing more sent
 
 

@@ -42,7 +42,7 @@ from crowdmix.aggregator.accounting.guarantees import (
     smallest_cohort_share,
 )
 from crowdmix.aggregator.accounting.history import segment_to_dict
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.history import Segment

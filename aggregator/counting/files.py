@@ -10,7 +10,7 @@ A ``.npz`` archive (numpy's zip of arrays, read with ``allow_pickle=False``)::
     window      collection window (-1: unknown / all windows merged)
     buckets     OLH buckets g (0 for other kinds)
     duplicate_reports  report ids the aggregator saw twice in these windows (-1: not
-                recorded; absent in older files: read as not recorded)
+                recorded)
     windows     int64[]: the collection windows merged (absent: not recorded)
     batch_sizes int64[]: the size of every shuffled batch counted (absent: not recorded)
     smallest_crowd  the fewest same-cohort reports in any batch, measured at ingest (-1:
@@ -25,7 +25,7 @@ The fingerprint ties counts to the exact params they were encoded under, so a
 report job run with another metric config is refused instead of mis-decoding.
 What the privacy statement needs beyond the counts (windows, batch sizes, the measured
 crowd, sealing) travels with them, so a report from the file states what one from the
-live store states. A field absent from an older file is unknown, never assumed.
+live store states. A field absent from the file is unknown, never assumed.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts
 from crowdmix.aggregator.counting.counts import CohortCounts, Counts, CountsError
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["FORMAT", "CountsFileError", "SavedCounts", "load_counts", "save_counts"]
 
@@ -191,9 +191,8 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
         raise not_ours from None
     if str(fields.get("format", "")) != FORMAT:
         raise CountsFileError(f"{path} is not a {FORMAT} file")
-    missing = {"metric", "encoding", "kind", "fingerprint", "window", "totals", "ones"} - set(
-        fields
-    )
+    required = {"metric", "encoding", "kind", "fingerprint", "window", "totals", "ones"}
+    missing = (required | {"duplicate_reports"}) - set(fields)
     if missing:
         raise CountsFileError(f"{path} lacks field(s) {sorted(missing)}")
     kind = str(fields["kind"])
@@ -221,7 +220,7 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
         raise CountsFileError(f"{path}: a bit count exceeds its cohort's report total")
     window = int(fields["window"])
     try:
-        duplicates = int(fields.get("duplicate_reports", -1))
+        duplicates = int(fields["duplicate_reports"])
         crowd = int(fields.get("smallest_crowd", -1))
         sealed = int(fields.get("sealed", -1))
         windows = _int_tuple(fields.get("windows"))

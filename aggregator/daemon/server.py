@@ -11,7 +11,7 @@ The server is grpc's synchronous server on a thread pool: the shuffler issue
 measured it twice as fast as ``grpc.aio`` on this box, and Ingest's work
 (numpy counting, one Redis script) releases the GIL for most of its time.
 Alongside it run the standard gRPC health service (``""`` and
-``crowdmix.v1.Aggregator``), an optional Prometheus endpoint, and a thread
+``crowdmix.v2.Aggregator``), an optional Prometheus endpoint, and a thread
 that calls ``store.maintain()`` every second (Redis: fold per-batch deltas).
 
 Failures raise :mod:`crowdmix.aggregator.errors` (``BindError``, ``StoreUnavailable``);
@@ -38,8 +38,8 @@ from crowdmix.aggregator.errors import BindError, StoreError, StoreUnavailable
 from crowdmix.aggregator.sealing.ingest import KeyFile
 from crowdmix.aggregator.store.base import CountStore
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.log_limit import RepeatedFailure
-from crowdmix.client.registry import MAX_BATCH_BYTES, Registry
+from crowdmix.core.log_limit import RepeatedFailure
+from crowdmix.core.registry import MAX_BATCH_BYTES, Registry
 
 __all__ = [
     "SERVICE_NAME",
@@ -48,7 +48,7 @@ __all__ = [
     "start_aggregator",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Aggregator"
+SERVICE_NAME = "crowdmix.v2.Aggregator"
 log = logging.getLogger("crowdmix.aggregator")
 
 

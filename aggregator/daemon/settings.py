@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from crowdmix.aggregator.errors import ConfigError
-from crowdmix.client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
-from crowdmix.client.registry import Registry, RegistryError, parse_registry, read_registry_file
+from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.registry import Registry, RegistryError, parse_registry, read_registry_file
 
 __all__ = ["AggregatorSettings", "load_config"]
 

@@ -32,7 +32,7 @@ import numpy.typing as npt
 from crowdmix.aggregator.decode.errors import IllPosedError, ParamsMismatchError
 from crowdmix.aggregator.decode.rappor import DecodeOptions
 from crowdmix.aggregator.decode.result import DecodeResult
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "ANSWERS",
@@ -162,7 +162,7 @@ def privacy_figures(
     copy of one report it has already counted once, linked to nothing else, and their
     figures do not change.
     """
-    from crowdmix.client.privacy import epsilon_inf, epsilon_one
+    from crowdmix.core.privacy import epsilon_inf, epsilon_one
 
     out: dict[str, Any] = {}
     if metric.rappor is not None:

@@ -8,7 +8,7 @@ changes state (times are unix seconds)::
      sealed to)              to it)           to it; it still opens)    are dropped; its private
                                                                         key is erased on save)
 
-The public config (``PublicKeySet``, defined once in ``crowdmix.client.sealing``) lists
+The public config (``PublicKeySet``, defined once in ``crowdmix.core.sealed``) lists
 pending and active keys only, with their not-before/not-after, so caches carry a
 new key before it is used and stop using an old one on time. The grace period
 must cover the longest a report can wait at the shuffler (``max_delay`` plus
@@ -38,8 +38,8 @@ from typing import Any, Final, Literal
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.sealed import (
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.sealed import (
     DEFAULT_SUITE,
     MAX_KEY_ID,
     PublicKeyConfig,

@@ -17,8 +17,8 @@ from crowdmix.aggregator.store.codec import (
 )
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.registry import MetricConfig
 
 __all__ = ["load_batch_sizes", "load_counts", "open_store", "stored_metric"]
 
@@ -70,7 +70,7 @@ def load_counts(
     For the report job. The counts come back as the metric's accumulator
     (``crowdmix.aggregator.counting.counts.accumulator_for``: CohortCounts for RAPPOR, OUE and
     binary RR, index or OLH support counts for k-RR and OLH), for the given
-    :class:`~client.registry.MetricConfig` or, given a name, for the config
+    :class:`~crowdmix.core.registry.MetricConfig` or, given a name, for the config
     stored with the counts (raising ParamsConflict when a given config's
     fingerprint is not the stored one). Raises LookupError when nothing is
     stored for that selection.

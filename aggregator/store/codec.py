@@ -21,7 +21,7 @@ from crowdmix.aggregator.errors import ParamsConflict, StoreError
 from crowdmix.aggregator.store.base import CountsLike, Int64Array, StoredCounts
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "decode_counts",
@@ -177,7 +177,7 @@ def _shown(value: object) -> str:
 
 def metric_from_description(name: str, description: str) -> MetricConfig:
     """The MetricConfig a :func:`describe_metric` text stands for (validated like a registry)."""
-    from crowdmix.client.registry import RegistryError, parse_registry
+    from crowdmix.core.registry import RegistryError, parse_registry
 
     try:
         table = json.loads(description)

@@ -77,17 +77,12 @@ class MemoryCountStore(CountStore):
             if batch_id in ids:
                 return ApplyOutcome(applied=False, counted=0, duplicates=0)
             duplicates = 0
-            found: dict[int, int] = {}  # window -> ids of this batch found counted there
-            # copies of a report are filed in one window or two adjacent ones, and may
-            # arrive in either order (CountStore.apply_reports): check W, W-1 and W+1
-            for w in (window, window - 1, window + 1):
-                seen = self._report_ids.get((metric, w))
-                if seen is not None and report_ids.ids:
-                    positions = seen.present(report_ids.ids)
-                    if positions.size:  # rare: counted before; recount the batch without them
-                        duplicates += int(positions.size)
-                        found[w] = int(positions.size)
-                        report_ids, delta = report_ids.without(positions)
+            seen = self._report_ids.get((metric, window))
+            if seen is not None and report_ids.ids:
+                positions = seen.present(report_ids.ids)
+                if positions.size:  # rare: counted before; recount the batch without them
+                    duplicates = int(positions.size)
+                    report_ids, delta = report_ids.without(positions)
             add = StoredCounts.of(delta)
             counted = add.num_reports
             if counted:
@@ -102,12 +97,8 @@ class MemoryCountStore(CountStore):
                 if crowd < self._crowds.get((metric, window), crowd + 1):
                     self._crowds[(metric, window)] = crowd
             ids.add(batch_id)
-            # every window that holds a copy counts the repeat (CountStore.apply_reports)
             key = (metric, window)
             self._duplicates[key] = self._duplicates.get(key, 0) + duplicates + repeated
-            for w, n in found.items():
-                if w != window:
-                    self._duplicates[(metric, w)] = self._duplicates.get((metric, w), 0) + n
             self._window_batches.setdefault((metric, window), set()).add(batch_id)
             if report_ids.ids:
                 self._report_ids.setdefault((metric, window), ReportIdIndex()).add(report_ids.ids)

@@ -188,8 +188,8 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_plan_prints_a_registry_block_that_loads_with_the_exact_params(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from crowdmix.client.params import RapporParams
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import load_registry
 
     argv = ("plan", "--epsilon", "1", "--n", "1000000", "--candidates", "100")
     code, out, _ = run(capsys, *argv, "--metric", "home_page")

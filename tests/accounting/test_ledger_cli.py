@@ -14,7 +14,7 @@ import pytest
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.files import save_counts
 from crowdmix.cli import main
-from crowdmix.client.registry import load_registry
+from crowdmix.core.registry import load_registry
 
 CONFIG = """
 [metrics.browser]
@@ -119,8 +119,8 @@ def test_running_totals_never_decrease_in_the_listing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from crowdmix.aggregator.accounting import JsonFileLedgerStore, PrivacyLedger, record_release
-    from crowdmix.client.basic import BasicParams
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.registry import MetricConfig
 
     metric = MetricConfig(
         name="pages", basic=BasicParams(mechanism="krr", epsilon=2.0, domain_size=5)

@@ -8,8 +8,8 @@ import numpy as np
 
 from crowdmix.aggregator.accounting import privacy_statement
 from crowdmix.aggregator.report.job import privacy_figures
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig, ShufflePolicy
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
 METRIC = MetricConfig(
     name="m",

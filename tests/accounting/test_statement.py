@@ -14,9 +14,9 @@ from crowdmix.aggregator.accounting.local import (
     epsilon_one,
     total_variation,
 )
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig, ShufflePolicy
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
 DELTA = 1e-6
 # A policy whose batches are never split below 1e8 reports: these tests then see

@@ -20,7 +20,7 @@ from crowdmix.aggregator.sealing.keys import (
     save_keyset,
     write_public_config,
 )
-from crowdmix.client.sealed import MLKEM768_X25519_SUITE, PublicKeySet
+from crowdmix.core.sealed import MLKEM768_X25519_SUITE, PublicKeySet
 
 T0 = 1_800_000_000
 

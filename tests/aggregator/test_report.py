@@ -24,10 +24,10 @@ from crowdmix.aggregator.report.rappor_files import (
     write_params_csv,
 )
 from crowdmix.cli import main
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_one
-from crowdmix.client.registry import load_registry
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_one
+from crowdmix.core.registry import load_registry
 
 PARAMS = RapporParams(k=16, h=2, m=8, p=0.25, q=0.75, f=0.5)
 TRUE = [f"page-{i}" for i in range(6)]
@@ -283,7 +283,7 @@ def test_read_candidates(tmp_path: Path) -> None:
 
 def test_basic_params_in_summary(tmp_path: Path) -> None:
     params = BasicParams(mechanism="oue", epsilon=1.0, domain_size=3)
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
     metric = MetricConfig(name="o", basic=params, domain=("x", "y", "z"))
     job = ReportJob(metric=metric, totals=np.array([1000]), ones=np.array([[700, 300, 200]]))

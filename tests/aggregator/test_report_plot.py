@@ -100,7 +100,7 @@ def test_report_draws_the_plot_on_the_scale_asked(tmp_path: Path) -> None:
     from crowdmix.aggregator.counting import accumulator_for
     from crowdmix.aggregator.counting.files import save_counts
     from crowdmix.cli import main
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     config = tmp_path / "metrics.toml"
     config.write_text(

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from crowdmix.cli import build_parser
-from crowdmix.client.registry import load_registry
+from crowdmix.core.registry import load_registry
 from crowdmix.shuffler.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -332,7 +332,7 @@ def test_compose_cluster_variant_runs_every_daemon_on_the_cluster_with_wait() ->
     """deploy/compose.cluster.yaml: six cluster nodes (AOF always) joined once by
     ``redis-cli --cluster create --cluster-replicas 1``; two shufflers and two aggregators
     whose ``--redis`` is a cluster URL naming those nodes, with ``--min-replicas-ack=1``."""
-    from crowdmix.client.redis_url import parse_cluster_url
+    from crowdmix.core.redis_url import parse_cluster_url
 
     data = yaml.safe_load((DEPLOY / "compose.cluster.yaml").read_text())
     services = data["services"]
@@ -364,8 +364,8 @@ def test_the_example_ledger_states_what_the_current_bounds_give() -> None:
     today for its crowd and rounds (the removed variation-ratio figure understated it)."""
     from crowdmix.aggregator.accounting import JsonFileLedgerStore, PrivacyLedger
     from crowdmix.aggregator.accounting.statement import privacy_statement
-    from crowdmix.client.basic import BasicParams
-    from crowdmix.client.registry import MetricConfig, ShufflePolicy
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
     ledger = PrivacyLedger(JsonFileLedgerStore(DEPLOY / "ledger.example.json", create=False))
     releases = ledger.releases("browser")

@@ -16,7 +16,7 @@ import pytest
 
 from crowdmix.aggregator.accounting.histogram import fake_delta, histogram_delta, shift_delta
 from crowdmix.aggregator.accounting.histogram_release import histogram_release
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 Hist = tuple[int, ...]
 
@@ -195,7 +195,7 @@ def test_simulate_refuses_one_report_per_call_for_a_histogram() -> None:
     """--mode unary sent a device's reports from different threads, one per call, so they
     lay scattered among other devices' in the store: not the one call per device the
     crowd bound assumes. Refused before anything is encoded or sent."""
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
     from crowdmix.simulate import simulate
 
     table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
@@ -262,8 +262,8 @@ def test_report_job_withholds_the_central_figure_unless_the_count_is_zero() -> N
     Other encodings: the count is informational and changes no figure (a repeated
     single-message report is a copy of one counted report, linked to nothing)."""
     from crowdmix.aggregator.report.job import privacy_figures
-    from crowdmix.client.params import RapporParams
-    from crowdmix.client.registry import MetricConfig, ShufflePolicy, parse_registry
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import MetricConfig, ShufflePolicy, parse_registry
 
     table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
     metric = parse_registry({"metrics": {"h": table | {"fake_probability": 0.5}}})["h"]

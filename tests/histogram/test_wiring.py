@@ -30,12 +30,14 @@ from crowdmix.aggregator.report.job import (
     run_report,
 )
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.device_config import DeviceConfig, from_proto, to_proto
-from crowdmix.client.histogram import HistogramEncoder, HistogramParams
-from crowdmix.client.registry import RegistryError, parse_registry
+from crowdmix.client.device_config import from_proto
+from crowdmix.client.histogram import HistogramEncoder
 from crowdmix.client.report import Report
-from crowdmix.client.sealed import PublicKeySet
 from crowdmix.client.transport import within_message_caps
+from crowdmix.core.device_config import DeviceConfig, to_proto
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.registry import RegistryError, parse_registry
+from crowdmix.core.sealed import PublicKeySet
 from crowdmix.shuffler.errors import ConfigError, InvalidRequest
 from crowdmix.shuffler.intake import Intake
 from crowdmix.shuffler.validation import RowsIn, check_message_cap, validate

@@ -30,8 +30,8 @@ from crowdmix.aggregator.sealing.keys import KeySet, save_keyset
 from crowdmix.aggregator.store.base import NO_REPORT_IDS
 from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.cli import main
-from crowdmix.client.registry import Registry
 from crowdmix.client.sealing import seal_many
+from crowdmix.core.registry import Registry
 from tests.service.helpers import random_batch, write_registry
 
 WINDOW = 20_400  # 2025-11-08, daily windows
@@ -156,7 +156,7 @@ def test_an_aggregator_that_opened_every_report_states_them_sealed(
                 (bytes([int(v)]), 0, metric.fingerprint, os.urandom(16))
                 for v in rng.integers(0, 5, size=n)
             ]
-            sealed = seal_many(key.public(), "browser", rows)
+            sealed = seal_many(key.public(), "browser", WINDOW, rows)
             batch = SealedBatch(
                 batch_id=os.urandom(16),
                 window=WINDOW,

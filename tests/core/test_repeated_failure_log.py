@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from crowdmix.client.log_limit import RepeatedFailure
+from crowdmix.core.log_limit import RepeatedFailure
 
 
 def test_an_outage_is_three_lines_however_many_attempts_fail(

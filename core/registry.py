@@ -56,11 +56,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crowdmix.client.basic import MECHANISMS, BasicParams, index_bytes
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.histogram import ENCODING as HISTOGRAM
-from crowdmix.client.histogram import HistogramParams
-from crowdmix.client.params import HASHINGS, Hashing, RapporParams
+from crowdmix.core.basic import MECHANISMS, BasicParams, index_bytes
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.histogram import ENCODING as HISTOGRAM
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.params import HASHINGS, Hashing, RapporParams
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -98,7 +98,7 @@ def window_batch_limit(report_bytes: int) -> int:
     """The most sealed reports of ``report_bytes`` bytes one aggregator batch carries:
     ``MAX_BATCH_REPORTS``, or fewer when their sealed values would pass
     ``MAX_BATCH_BYTES`` (the ceiling of a window released in one batch)."""
-    from crowdmix.client.sealed import sealed_length
+    from crowdmix.core.sealed import sealed_length
 
     per_report = sealed_length(report_bytes) + _SEALED_ROW_OVERHEAD
     return min(MAX_BATCH_REPORTS, MAX_BATCH_BYTES // per_report)

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-import crowdmix.client.registry
-from crowdmix.client import BasicParams, RapporParams
-from crowdmix.client.registry import RegistryError, ShufflePolicy, load_registry, parse_registry
+import crowdmix.core.registry
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import RegistryError, ShufflePolicy, load_registry, parse_registry
 
 
 def _example_toml() -> str:
-    doc = crowdmix.client.registry.__doc__ or ""
+    doc = crowdmix.core.registry.__doc__ or ""
     return doc.split("\n\n", 1)[1].split("\nNothing that sets", 1)[0]
 
 
@@ -161,8 +162,8 @@ def _histogram(**shuffle: Any) -> dict[str, Any]:
 
 
 def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling() -> None:
-    from crowdmix.client.registry import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, window_batch_limit
-    from crowdmix.client.sealed import sealed_length
+    from crowdmix.core.registry import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, window_batch_limit
+    from crowdmix.core.sealed import sealed_length
 
     limit = window_batch_limit(2)  # d = 1000: 2-byte reports
     assert limit == min(MAX_BATCH_REPORTS, MAX_BATCH_BYTES // (sealed_length(2) + 8))
