@@ -69,7 +69,7 @@ def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
             (bits[i, j].tobytes(), int(cohorts[i, j]), fingerprint, bytes(16))
             for j in range(PER_REQUEST)
         ]
-        sealed = seal_many(key, METRIC, rows)
+        sealed = seal_many(key, METRIC, int(time.time() // 86400), rows)
         out.append(
             pb.SubmitRequest(
                 columns=[
@@ -95,8 +95,9 @@ def raw_open_rate(keys_path: Path, fingerprint: int, n: int = 2000) -> float:
 
     key = load_keyset(keys_path).keys[-1]
     rows = [(bytes(16), 0, fingerprint, bytes(16))] * n
-    sealed = seal_many(key.public(), METRIC, rows)
-    suite, sk, info = hpke_suite(key.suite), key.hpke_private_key(), report_info(METRIC, key.key_id)
+    sealed = seal_many(key.public(), METRIC, 0, rows)
+    suite, sk = hpke_suite(key.suite), key.hpke_private_key()
+    info = report_info(METRIC, key.key_id, 0)
     best = 0.0
     for _ in range(3):
         t0 = time.process_time()

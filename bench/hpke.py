@@ -66,13 +66,13 @@ def _suite_figures(suite: str, n: int, repeats: int, pool_n: int) -> None:
     sk = key.hpke_private_key()
     hs = hpke_suite(suite)
     pub_obj = public_key_object(pub)
-    info = report_info("bench", key.key_id)
+    info = report_info("bench", key.key_id, 0)
     rows = [(os.urandom(RB), i % 64, FP, os.urandom(16)) for i in range(n)]
     plains = [pack_plaintext(*r) for r in rows]
 
     def seal_ours() -> object:
         return [
-            seal_report(pub, metric="bench", bits=b, cohort=c, fingerprint=f, report_id=r)
+            seal_report(pub, metric="bench", window=0, bits=b, cohort=c, fingerprint=f, report_id=r)
             for b, c, f, r in rows
         ]
 

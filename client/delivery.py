@@ -194,8 +194,13 @@ def decide(
         # never downgraded to clear reports: they wait for a config with a key
         return Wait(
             max(config.fetched + config.config.cache_seconds - now, MIN_KEY_WAIT),
-            f"{config.config.why_unsealed()}: reports wait "
-            "(sealing='required' never sends them clear)",
+            (
+                "the shuffler takes clear reports only (it was started without the "
+                "aggregator's public keys)"
+                if config.config.plaintext
+                else "the shuffler publishes no aggregator key usable now"
+            )
+            + ": reports wait (sealing='required' never sends them clear)",
         )
     return Send(tuple(rows), window, key, mc.report_bytes)
 

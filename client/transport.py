@@ -296,8 +296,8 @@ class ShufflerClient:
                     Answer(
                         Action.REFETCH,
                         "no_key",
-                        f"{config.why_unsealed(self.target)}, and sealing='required' "
-                        "never sends clear reports",
+                        f"{config.why_unsealed(self.target)} "
+                        "(sealing='required' never sends clear reports)",
                         after_refetch=Action.FATAL,
                     )
                 ) from None

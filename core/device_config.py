@@ -48,16 +48,14 @@ class DeviceConfig:
     def sealed(self) -> bool:
         return bool(self.keys.keys)
 
-    def why_unsealed(self, target: str | None = None) -> str:
-        """Why a device that requires sealing cannot send to the shuffler (``target``)
-        now: it takes clear reports only, or none of its keys is usable."""
-        who = "the shuffler" if target is None else f"shuffler {target}"
+    def why_unsealed(self, target: str) -> str:
+        """Why a device that requires sealing cannot send to ``target`` now (no key)."""
         if self.plaintext:
             return (
-                f"{who} takes clear reports only (it was started without the aggregator's "
-                "public keys): reports that must be sealed are not sent to it"
+                f"shuffler {target} takes clear reports only (it was started without the "
+                "aggregator's public keys): reports that must be sealed are not sent to it"
             )
-        return f"{who} publishes no aggregator key usable now"
+        return f"shuffler {target} publishes no aggregator key usable now"
 
     @property
     def version(self) -> str:

@@ -71,7 +71,7 @@ def _settle(
 
 def _partly_stored(cause: StoreUnavailable) -> StoreUnavailable:
     """The error of a request whose other metrics' reports were stored: never "nothing was
-    stored" (UNAVAILABLE), which a sender without report ids may retry into a double count."""
+    stored" (UNAVAILABLE), which would misstate what happened."""
     if isinstance(cause, StoreOutcomeUnknown):
         return cause
     return StoreOutcomeUnknown(f"part of the request was stored, the rest refused: {cause}")

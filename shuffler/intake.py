@@ -138,11 +138,9 @@ class Intake:
     ) -> tuple[dict[tuple[str, int, int], Pending], int]:
         """Check the windows, validate and apply the limits; returns what to commit
         (per metric, fingerprint and window) and its report count."""
-        windows = {p.window for p in parts}
-        if windows:
-            now = self._clock()
-            for w in windows:
-                self.windows.check(w, now)
+        now = self._clock()
+        for part in parts:
+            self.windows.check(part.window, now)
         chunks = validate(self.registry, parts, max_reports=self._max_reports, keys=self.keys)
         n = sum(c.count for c in chunks.values())
         if self._limiter is not None and not self._limiter.admit(connection, n):

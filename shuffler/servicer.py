@@ -108,9 +108,8 @@ def stream_rejection(
     trailing metadata carries the same two numbers for programs. The messages
     counted are always a prefix of the stream: ``later`` reports of messages after
     the failed one may have been stored too (their commits overlapped), and the
-    details say so. Resending the whole stream is safe for reports with ids (the
-    aggregator drops repeated ids); a sender without report ids resends only the
-    messages after ``messages`` and accepts that ``later`` reports may count twice.
+    details say so. Resending the whole stream is safe: every report carries its id and
+    window, and the aggregator drops a repeated id in its window.
     """
     code, details = rejection(exc, metrics)
     summary = f"stored {reports} report(s) of {messages} message(s) before this failure"

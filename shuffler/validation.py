@@ -269,9 +269,10 @@ def _check_one(registry: Registry, part: ColumnsIn) -> MetricConfig:
             f"{where}: report_ids has {len(part.ids)} bytes, expected "
             f"{ID_BYTES}*count = {ID_BYTES * part.count}",
         )
-    if part.count:
-        words = np.frombuffer(part.ids, dtype="<u8").reshape(part.count, 2)
-        if not bool(((words[:, 0] != 0) | (words[:, 1] != 0)).all()):
+    words = np.frombuffer(part.ids, dtype="<u8")
+    if np.count_nonzero(words) != words.size:  # a zero word (rare): is a whole id zero?
+        pairs = words.reshape(part.count, 2)
+        if not bool((pairs[:, 0] | pairs[:, 1]).all()):
             raise InvalidRequest("report_id", f"{where}: a report id is all zero")
     if part.count and int(part.cohorts.min()) < 0:
         raise InvalidRequest("cohort_range", f"{where}: negative cohort")

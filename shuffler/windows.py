@@ -56,6 +56,9 @@ class WindowRule:
 
     def check(self, window: int, now: float) -> None:
         """Nothing when ``window`` is accepted at ``now``, else ``WindowRefused``."""
+        ws = self.window_seconds
+        if now // ws - self.tolerance <= window <= (now + self.max_skew_seconds) // ws:
+            return
         first, last = self.accepted(now)
         if window < first:
             raise WindowRefused(
@@ -63,12 +66,11 @@ class WindowRule:
                 f"window {window} is closed: this shuffler takes windows {first} to {last}; "
                 "drop the report",
             )
-        if window > last:
-            raise WindowRefused(
-                "window_ahead",
-                f"window {window} has not begun: this shuffler takes windows {first} to "
-                f"{last}; fetch the server time (GetConfig) again and retry later",
-            )
+        raise WindowRefused(
+            "window_ahead",
+            f"window {window} has not begun: this shuffler takes windows {first} to "
+            f"{last}; fetch the server time (GetConfig) again and retry later",
+        )
 
     def closed_at(self, window: int) -> float:
         """The first moment at which ``window`` is refused as closed (unix seconds)."""

@@ -199,9 +199,11 @@ class Ingestor:
                 f"{REPORT_ID_BYTES}*count = {REPORT_ID_BYTES * batch.count}",
                 reason="length",
             )
-        words = np.frombuffer(batch.report_ids, dtype="<u8").reshape(batch.count, 2)
-        if not bool(((words[:, 0] != 0) | (words[:, 1] != 0)).all()):
-            raise InvalidBatch("a report id is all zero", reason="report_id")
+        words = np.frombuffer(batch.report_ids, dtype="<u8")
+        if np.count_nonzero(words) != words.size:  # a zero word (rare): is a whole id zero?
+            pairs = words.reshape(batch.count, 2)
+            if not bool((pairs[:, 0] | pairs[:, 1]).all()):
+                raise InvalidBatch("a report id is all zero", reason="report_id")
         return config
 
     def count(self, batch: IngestBatch, config: MetricConfig) -> Counts:

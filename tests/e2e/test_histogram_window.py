@@ -9,8 +9,9 @@ that this test SIGKILLs.
 
 - A device's real report and its fakes are claimed in one outbox transaction,
   sent sealed in ONE Submit call, deleted together on the acknowledgement.
-- The shuffler releases nothing of the histogram while its window runs, then the
-  whole window in one batch once the window and its grace period are over; a
+- The shuffler releases nothing of the histogram while its window can still receive
+  reports, then the whole window in one batch once it is closed and its grace period
+  is over; a
   RAPPOR metric on the same shuffler still goes out in batches of ``max_batch``.
 - A shuffler shut down mid-window releases nothing of it; the next one started on
   the same Redis releases the window whole once it is over.
@@ -100,8 +101,8 @@ class System:
         return f"127.0.0.1:{self.shuffler.port}"
 
     def end_window(self) -> None:
-        """Move the shuffler's clock past the moment its window closes (the window after
-        it ends too: one window of tolerance) and the grace period."""
+        """Move the shuffler's clock past the moment its window closes (the end of the
+        next window: it takes the window before the current one too) and the grace."""
         window = self.registry.window_of(self.now[0])
         self.now[0] = (window + 2) * HOUR + GRACE + 1.0
 
@@ -228,10 +229,10 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     assert _wait(lambda: system.counted(HIST) == total)
     assert load_batch_sizes(system.counts, HIST) == [total]  # ONE batch: the window
     assert system.hist_counts() == sent.tolist()  # real + fake, exactly
-    # the batch is deleted once the aggregator's acknowledgement is back, just after
-    # the count appears: wait for it rather than race it
-    assert _wait(lambda: system.store.inflight_ids(HIST) == [])
     assert system.store.pending(HIST) == {}
+    # the aggregator counts the batch before the shuffler deletes it (on the reply): wait
+    # for the delete instead of racing it
+    assert _wait(lambda: system.store.inflight_ids(HIST) == [])
 
 
 def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_whole(

@@ -74,6 +74,19 @@ def test_a_bundled_config_makes_the_first_report_offline_encoded(
     assert sum(sealed_shuffler.store.pending(RAPPOR).values()) == 1
 
 
+def test_config_export_says_what_is_wrong_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "c.pb")
+    assert main(["config", "export", "--shuffler", "localhost", "--out", out]) == 1
+    assert "'localhost' has no port" in capsys.readouterr().err
+    dead = f"127.0.0.1:{free_port()}"
+    assert main(["config", "export", "--shuffler", dead, "--out", out, "--insecure"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot fetch the config" in err and "Traceback" not in err
+    assert not (tmp_path / "c.pb").exists()
+
+
 def test_programmer_errors_raise_at_construction_naming_them(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="without a scheme"):
         client.Reporter(tmp_path / "a", "http://shuffler.example:7400")

@@ -284,12 +284,13 @@ def test_report_job_withholds_the_central_figure_unless_the_count_is_zero() -> N
     assert [f["duplicate_reports"] for f in figures] == [0, 40, None]
 
 
-def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_figure(
+def test_counts_file_carries_the_count_and_a_file_without_it_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A counts file records the count (exported from the store); one without it (older
-    files, or -1) is unknown: the statement refuses the central figure, conservatively."""
-    from crowdmix.aggregator.counting.files import load_counts
+    """A counts file records the count (exported from the store); -1 is unknown: the
+    statement refuses the central figure, conservatively. A file without the field is
+    not a counts file of this version and is refused, naming the field."""
+    from crowdmix.aggregator.counting.files import CountsFileError, load_counts
     from crowdmix.cli import main
     from tests.histogram.test_wiring import _counts_file
 
@@ -305,4 +306,5 @@ def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_fig
         fields = {k: data[k] for k in data.files if k != "duplicate_reports"}
     old = tmp_path / "old.npz"
     np.savez_compressed(old, **fields)
-    assert load_counts(old).duplicate_reports is None
+    with pytest.raises(CountsFileError, match="duplicate_reports"):
+        load_counts(old)
