@@ -203,6 +203,7 @@ COMMAND_EXTRAS = {
     "counts": "aggregator",
     "keys": "transport",
     "cluster": "shuffler,aggregator",
+    "config": "transport",
 }
 
 

@@ -821,10 +821,14 @@ def _run(args: argparse.Namespace) -> int:
         + ("" if cluster.sealed else " --plaintext")
     )
     # the README's SDK walkthrough; the cluster serves gRPC without TLS: --insecure
+    target, app_token = cluster.shuffler_targets[0], cluster.app_token_path
     print(
-        "SDK (README): python examples/daily_setting.py --app-dir DIR --shuffler "
-        f"{cluster.shuffler_targets[0]} --token-file {cluster.app_token_path} --insecure "
-        "--theme dark"
+        f"SDK (README): crowdmix config export --shuffler {target} --token-file {app_token} "
+        "--insecure --out crowdmix-config.pb"
+    )
+    print(
+        f"              python examples/daily_setting.py --app-dir DIR --shuffler {target} "
+        f"--token-file {app_token} --insecure --config crowdmix-config.pb --theme dark"
     )
     print("Stop with Ctrl-C or SIGTERM.", flush=True)
     while not stop.wait(1.0):

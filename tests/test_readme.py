@@ -184,10 +184,12 @@ def test_the_sdk_walkthrough_runs_against_crowdmix_cluster_as_written(tmp_path: 
     (block,) = [b for b in _code_blocks() if "examples/daily_setting.py" in b and "cluster" in b]
     lines = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line]
     (cluster_argv,) = [w for w in lines if w[:2] == ["crowdmix", "cluster"]]
+    (export_argv,) = [w for w in lines if w[:3] == ["crowdmix", "config", "export"]]
     (app_argv,) = [w for w in lines if w[:2] == ["python", "examples/daily_setting.py"]]
     moved = {
         "/tmp/crowdmix-cluster": str(tmp_path / "cluster"),
         "/tmp/crowdmix-app": str(tmp_path / "app"),
+        "/tmp/crowdmix-config.pb": str(tmp_path / "config.pb"),
     }
 
     def here(words: list[str]) -> list[str]:
@@ -211,6 +213,11 @@ def test_the_sdk_walkthrough_runs_against_crowdmix_cluster_as_written(tmp_path: 
             printed.append(line)
         target = next(ln.split()[1] for ln in printed if ln.strip().startswith("shuffler-1"))
         assert any("--insecure" in ln and "app-token.txt" in ln for ln in printed)
+        argv = [w.replace("127.0.0.1:PORT", target) for w in here(export_argv)]
+        export = subprocess.run(
+            [sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+        assert export.returncode == 0, export.stderr
         argv = [w.replace("127.0.0.1:PORT", target) for w in here(app_argv)]
         run = subprocess.run(
             [sys.executable, *argv[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120

@@ -25,7 +25,7 @@ The fingerprint ties counts to the exact params they were encoded under, so a
 report job run with another metric config is refused instead of mis-decoding.
 What the privacy statement needs beyond the counts (windows, batch sizes, the measured
 crowd, sealing) travels with them, so a report from the file states what one from the
-live store states. A field absent from an older file is unknown, never assumed.
+live store states. A field absent from the file is unknown, never assumed.
 """
 
 from __future__ import annotations
