@@ -38,7 +38,7 @@ TOKEN = "bench-token-0123456789abcdef"
 
 
 def _registry() -> object:
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
 
     return parse_registry(
         {
