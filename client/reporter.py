@@ -1,7 +1,7 @@
 """The SDK an app embeds: ``Reporter`` — a report claimed is a report delivered.
 
     from crowdmix import client
-    reporter = client.Reporter(app_dir, "crowdmix.shuffler.example:7400", token=APP_TOKEN)
+    reporter = client.Reporter(app_dir, "shuffler.example:7400", token=APP_TOKEN)
     reporter.report("theme", "dark")     # True: this window's report is made and queued
     ...
     reporter.flush(timeout=2.0)          # at exit: the number still queued (sent next start)

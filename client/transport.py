@@ -1,7 +1,7 @@
 """Send reports to a shuffler over gRPC: ``ShufflerClient``.
 
     from crowdmix.client.transport import ShufflerClient
-    with ShufflerClient("crowdmix.shuffler.example:7400", token=TOKEN, tls=True) as sender:
+    with ShufflerClient("shuffler.example:7400", token=TOKEN, tls=True) as sender:
         sender.submit(encoder.encode("example.com"))
         ...                      # sent in the background in batches
     # leaving the block flushes what is queued and closes the channel

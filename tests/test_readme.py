@@ -140,7 +140,7 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     write_public_config(tmp_path / "public.json", keys, now=time.time())
     settings = ShufflerSettings(public_keys=str(tmp_path / "public.json"))
     with start_shuffler(registry, tokens=frozenset({token}), settings=settings) as shuffler:
-        code = snippet.replace('"crowdmix.shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
+        code = snippet.replace('"shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
         code = code.replace("tls=True", "tls=False")
         namespace: dict[str, object] = {
             "APP_TOKEN": token,
