@@ -34,9 +34,9 @@ from crowdmix.aggregator.accounting.local import (
 )
 from crowdmix.aggregator.accounting.pairs import ClonePair
 from crowdmix.aggregator.accounting.pld import pld_lower_epsilon, shuffle_pld
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 DELTA = 1e-6
 

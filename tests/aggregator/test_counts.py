@@ -18,10 +18,11 @@ from crowdmix.aggregator.counting.counts import (
     columns_to_arrays,
 )
 from crowdmix.aggregator.counting.files import CountsFileError, load_counts, save_counts
-from crowdmix.client.basic import BasicEncoder, BasicParams, olh_hash
-from crowdmix.client.params import RapporParams
+from crowdmix.client.basic import BasicEncoder
 from crowdmix.client.randomness import SecureBits
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.basic import BasicParams, olh_hash
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 
 def naive_counts(

@@ -86,6 +86,9 @@ def _cases() -> list[Case]:
           "{busy}"),
         c("aggregator-bad-listen", ("aggregator", "serve", *cfg, "--listen", "nowhere"),
           "nowhere"),
+        c("aggregator-metrics-port-in-use",
+          ("aggregator", "serve", *cfg, "--listen", "127.0.0.1:0", "--metrics-port", "{busy}"),
+          "{busy}"),
         c("aggregator-dead-redis",
           ("aggregator", "serve", *cfg, "--listen", "127.0.0.1:0", "--redis",
            "redis://127.0.0.1:{dead}"), "127.0.0.1:{dead}"),
@@ -106,6 +109,8 @@ def _cases() -> list[Case]:
         c("shuffler-garbage-config", (*serve_s, "--config", "{garbage}"), "{garbage}"),
         c("shuffler-port-in-use", (*serve_s, *cfg, "--listen", "127.0.0.1:{busy}"), "{busy}"),
         c("shuffler-bad-listen", (*serve_s, *cfg, "--listen", "nowhere"), "nowhere"),
+        c("shuffler-metrics-port-in-use",
+          (*serve_s, *cfg, "--listen", "127.0.0.1:0", "--metrics-port", "{busy}"), "{busy}"),
         c("shuffler-dead-redis",
           (*serve_s, *cfg, "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:{dead}"),
           "127.0.0.1:{dead}"),
@@ -131,7 +136,7 @@ def _cases() -> list[Case]:
         c("shuffler-processes-zero", (*serve_s, *cfg, "--processes", "0"), "--processes"),
         c("shuffler-rate-wrong-type", (*serve_s, *cfg, "--rate-limit", "fast"), "--rate-limit"),
         # the threaded server is gone (issue 14): its setting is refused by name
-        c("shuffler-server-sync", (*serve_s, "--config", "{syncconfig}"), "server = 'sync'"),
+        c("shuffler-unknown-setting", (*serve_s, "--config", "{syncconfig}"), "['server']"),
         c("shuffler-server-flag-gone", (*serve_s, *cfg, "--server", "sync"), "--server"),
         # simulate
         c("simulate-dead-target",
@@ -235,7 +240,7 @@ def _files(tmp: Path) -> dict[str, str]:
 
     from crowdmix.aggregator.counting import accumulator_for
     from crowdmix.aggregator.counting.files import save_counts
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     (tmp / "metrics.toml").write_text(REGISTRY_TOML)
     (tmp / "sync.toml").write_text(REGISTRY_TOML + '\n[shuffler]\nserver = "sync"\n')
@@ -371,3 +376,14 @@ def test_bad_input_gives_one_clear_line_and_a_failing_exit(
     assert re.match(r"^crowdmix( [a-z-]+)*: error: ", last), shown
     assert case.names.format(**files) in last, shown
     assert sum("error:" in ln for ln in lines) == 1, shown
+
+
+@pytest.mark.parametrize("daemon", ["shuffler", "aggregator"])
+def test_a_busy_port_exits_4_cannot_bind_for_both_daemons(
+    outcomes: dict[str, tuple[Case, subprocess.CompletedProcess[str], dict[str, str]]],
+    daemon: str,
+) -> None:
+    """The README's exit code 4, "cannot bind", for the gRPC port and the metrics port."""
+    for port in ("port", "metrics-port"):
+        _, proc, _ = outcomes[f"{daemon}-{port}-in-use"]
+        assert proc.returncode == 4, (daemon, port, proc.stderr)
