@@ -60,7 +60,7 @@ EVERY_ENCODING = [
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     built_sdk()
-    with local_cluster(tmp_path_factory.mktemp("tssdk"), REGISTRY, shufflers=1) as c:
+    with local_cluster(tmp_path_factory.mktemp("typescript"), REGISTRY, shufflers=1) as c:
         yield c
 
 

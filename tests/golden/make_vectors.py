@@ -5,7 +5,9 @@
 
 Per case: value, secret, cohort and params -> Bloom bits, PRR bits, the cohort the
 secret picks, the params fingerprint and ε_1 / ε_∞; the fingerprints of basic and
-histogram params; Python's float repr (which fingerprints embed); and sealed reports
+histogram params; Python's float repr (which fingerprints embed); the per-bit counts of
+seeded Python clients' reports (the TypeScript suite compares its own with a χ² test);
+and sealed reports
 under a fixed test key pair (its private key is public: it seals nothing real), each
 with its HPKE info and plaintext, sealed by Python. The TypeScript suite
 (sdk/typescript/test/golden.test.mjs) checks every field and writes reports it sealed
@@ -227,6 +229,41 @@ def sealed_section() -> dict[str, Any]:
     }
 
 
+#: Python's per-bit frequencies for the TypeScript suite's two-sample χ² test: N clients
+#: (seeded secrets and IRR bits) report one value in one cohort.
+FREQUENCY_CASES = [
+    dict(k=16, h=2, m=8, f=0.5, p=0.5, q=0.75),
+    dict(k=13, h=3, m=8, f=0.3, p=0.1, q=0.7),
+]
+FREQUENCY_CLIENTS = 6000
+
+
+def frequency_cases() -> list[dict[str, Any]]:
+    from tests.client.bitsources import SeededBits
+
+    out = []
+    for i, pd in enumerate(FREQUENCY_CASES):
+        params = RapporParams(**pd)  # type: ignore[arg-type]
+        rand = SeededBits(1000 + i)
+        ones = [0] * params.k
+        for c in range(FREQUENCY_CLIENTS):
+            secret = hashlib.sha256(f"frequency client {i} {c}".encode()).digest()
+            enc = RapporEncoder(params, secret=secret, metric="m", cohort=3, rand=rand)
+            bits = int.from_bytes(enc.encode("example.com").bits, "little")
+            for b in range(params.k):
+                ones[b] += (bits >> b) & 1
+        out.append(
+            {
+                "params": pd,
+                "value": "example.com",
+                "cohort": 3,
+                "clients": FREQUENCY_CLIENTS,
+                "ones": ones,
+            }
+        )
+    return out
+
+
 def vectors(*, sealed: bool = True) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "format": "crowdmix-golden-vectors",
@@ -234,6 +271,7 @@ def vectors(*, sealed: bool = True) -> dict[str, Any]:
         "basic": basic_cases(),
         "histogram": histogram_cases(),
         "float_repr": [[x, repr(x)] for x in FLOATS],
+        "frequencies": frequency_cases(),
     }
     if sealed:
         doc["sealed"] = sealed_section()

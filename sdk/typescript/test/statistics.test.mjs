@@ -1,11 +1,16 @@
-// Seeded statistical tests of the randomized responses. Each test's statistic is χ²
-// with df degrees of freedom under the null; its threshold is the 1 - 1e-7 quantile
-// (scipy.stats.chi2.isf(1e-7, df)), so over random seeds each test fails falsely with
-// probability 1e-7 and this file's five with at most 5e-7 (≤ 1e-6). Seeded: no flakes.
+// Seeded statistical tests of the randomized responses. Each statistic is χ² with df
+// degrees of freedom under the null; its threshold is the 1 - 1e-7 quantile
+// (scipy.stats.chi2.isf(1e-7, df)), so over random seeds each check fails falsely with
+// probability 1e-7 and this file's seven with at most 7e-7 (≤ 1e-6). Seeded: no flakes.
+// The RAPPOR checks compare the per-bit frequencies with p* and q*, and with the Python
+// SDK's own (tests/golden/vectors.json "frequencies": seeded Python clients, same setup).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import * as sdk from "../dist/node.js";
+import { readFileSync } from "node:fs";
 import { bitCounts, chiSquare, seededBytes } from "./seeded.mjs";
+
+const PYTHON = JSON.parse(readFileSync(new URL("../../../tests/golden/vectors.json", import.meta.url), "utf8")).frequencies;
 
 const Q = { 1: 28.373987361779154, 2: 32.236191301916634, 13: 58.432423188319135, 16: 64.22741251580294, 17: 66.10240351392044 };
 
@@ -30,8 +35,18 @@ for (const [name, pd] of [
     const ps = (f * (p + q)) / 2 + (1 - f) * p;
     const qs = (f * (p + q)) / 2 + (1 - f) * q;
     const pi = Array.from({ length: params.k }, (_, i) => ((bloom[i >> 3] >> (i & 7)) & 1 ? qs : ps));
-    const x2 = chiSquare(bitCounts(reports, params.k), N, pi);
+    const counts = bitCounts(reports, params.k);
+    const x2 = chiSquare(counts, N, pi);
     assert.ok(x2 < Q[params.k], `χ² = ${x2} (df ${params.k})`);
+    // two samples, one law: per bit (a - b)² / (2N p̂(1 - p̂)) with p̂ pooled, summed: χ²(k)
+    const py = PYTHON.find((c) => JSON.stringify(c.params) === JSON.stringify(pd));
+    assert.ok(py && py.clients === N && py.value === "example.com" && py.cohort === 3);
+    let two = 0;
+    for (let i = 0; i < params.k; i++) {
+      const pooled = (counts[i] + py.ones[i]) / (2 * N);
+      two += (counts[i] - py.ones[i]) ** 2 / (2 * N * pooled * (1 - pooled));
+    }
+    assert.ok(two < Q[params.k], `two-sample χ² against the Python SDK = ${two} (df ${params.k})`);
   });
 }
 
