@@ -264,14 +264,23 @@ class Outbox:
         """Every waiting report, oldest first."""
         return self._rows("ORDER BY seq", ())
 
-    def next_group(self) -> list[PendingReport]:
+    def next_group(self, skip: Iterable[tuple[str, int]] = ()) -> list[PendingReport]:
         """The oldest report's group: every waiting row of its metric and window, in the
         order made (one report, or a shuffled histogram's real report and fakes: sent in
-        one request, never split). Empty when nothing waits."""
+        one request, never split), leaving out the (metric, window) groups in ``skip``.
+        Empty when nothing (else) waits."""
+        skipped = list(skip)
+        unless = ""
+        if skipped:
+            unless = (
+                " WHERE (metric, window) NOT IN (VALUES "
+                + ",".join(["(?, ?)"] * len(skipped))
+                + ")"
+            )
         return self._rows(
-            "WHERE (metric, window) = (SELECT metric, window FROM outbox ORDER BY seq LIMIT 1)"
-            " ORDER BY seq",
-            (),
+            "WHERE (metric, window) = (SELECT metric, window FROM outbox"
+            f"{unless} ORDER BY seq LIMIT 1) ORDER BY seq",
+            [v for group in skipped for v in group],
         )
 
     def __len__(self) -> int:

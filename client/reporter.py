@@ -446,11 +446,14 @@ class Reporter:
         """Act on ``decide`` until it says to wait or to stop (see crowdmix.client.delivery)."""
         state = SendState(sealing=self.sealing, ceiling=self._ceiling, backoff=backoff)
         refused: dict[tuple[str, int], Answer] = {}  # this pass's refusals, per group
+        # groups whose window has not begun on the server even after a refetch (a clock
+        # that was set forward): they wait, and the groups behind them go on
+        ahead: dict[tuple[str, int], Offline] = {}
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or (self._closed and threading.current_thread() is self._thread):
                 return Offline("out of time" if left <= 0 else "closing")
-            rows = self._outbox.next_group()
+            rows = self._outbox.next_group(skip=ahead)
             group = (rows[0].report.metric, rows[0].window) if rows else ("", 0)
             action = decide(
                 rows, self._in_use(), self._clock(), replace(state, answer=refused.get(group))
@@ -470,7 +473,16 @@ class Reporter:
                         action.message,
                     )
                 self._outbox.drop(action.report_ids, action.reason)
+            elif (
+                isinstance(action, Offline)
+                and not action.fatal
+                and group in refused
+                and refused[group].reason == "window_ahead"
+            ):
+                ahead[group] = action
             elif isinstance(action, Wait | Offline):
+                if not rows and ahead:  # only early reports wait: retry them later
+                    return next(iter(ahead.values()))
                 return action
             else:  # Refetch: at most once a pass, then send again what was refused
                 failure = self._fetch(min(self._timeout, left))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 
 import grpc
-import pytest
 
 from crowdmix.aggregator.daemon.server import start_aggregator
 from crowdmix.aggregator.store.memory import MemoryCountStore
@@ -67,22 +66,10 @@ def _counted_or_refused(disposal_days: float, tolerance: int, window: int) -> No
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no check ties window_tolerance to disposal_days: the shuffler accepts and "
-    "acknowledges window cur - 3 while its releaser discards every window that ended a "
-    "day ago (and the aggregator refuses it as window_disposed)",
-)
 def test_a_tolerance_reaching_past_the_disposal_age_never_acknowledges_what_it_discards() -> None:
     _counted_or_refused(disposal_days=1.0, tolerance=3, window=current_window() - 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with the default tolerance (1 window) a disposal_days shorter than the window "
-    "passes the registry's checks: a report of the previous window taken late in the "
-    "current one is acknowledged and then discarded unforwarded",
-)
 def test_a_disposal_age_shorter_than_the_window_never_acknowledges_what_it_discards() -> None:
     into_day = time.time() % DAY
     if into_day < 20:  # just after the window turned: wait until some of it has passed
