@@ -235,14 +235,20 @@ def run_histogram_demo(
     # the shuffler's clock: real time until every device has sent, then moved past
     # the window's end and its grace period, so the window is released now
     shift = [0.0]
-    window_end = (registry.window_of(time.time()) + 1) * registry.window_seconds
+    settings = ShufflerSettings(public_keys=str(Path(key_dir.name) / "public.json"))
+    # the window can receive no more reports once the shuffler's tolerance for late
+    # reports has passed too (a report names its window; the shuffler takes the
+    # current window and window_tolerance before it)
+    closed = (
+        registry.window_of(time.time()) + 1 + settings.window_tolerance
+    ) * registry.window_seconds
     try:
         shuffler = start_shuffler(
             registry,
             shuffler_store,
             f"127.0.0.1:{aggregator.port}",
             listen="127.0.0.1:0",
-            settings=ShufflerSettings(public_keys=str(Path(key_dir.name) / "public.json")),
+            settings=settings,
             tokens=frozenset({token}),
             clock=lambda: time.time() + shift[0],
         )
@@ -266,9 +272,9 @@ def run_histogram_demo(
             f"per device) in {time.perf_counter() - t0:.1f}s",
             quiet,
         )
-        # the window closes (the demo's clock jumps to its end and grace): it is released
-        # whole, in one batch, if it holds at least the threshold
-        shift[0] = window_end + GRACE_SECONDS - time.time()
+        # the window closes (the demo's clock jumps past the tolerance and the grace): it
+        # is released whole, in one batch, if it holds at least the threshold
+        shift[0] = closed + GRACE_SECONDS - time.time()
         shuffler.stop()
         pending = sum(shuffler_store.pending(METRIC).values())
         if pending:

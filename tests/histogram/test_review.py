@@ -250,7 +250,7 @@ def test_repeated_report_ids_withdraw_the_central_figure_and_leave_only_local() 
     assert "ε_L = 2.000-LDP" in text and "ε = " not in text
     with pytest.raises(ValueError, match="duplicate_reports"):
         histogram_release("h", params, 28_000, duplicate_reports=-1)
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).parents[2] / "docs" / "privacy.md").read_text().split())
     assert (
         "`N report ids were seen twice in this window: the aggregator may have linked a "
         "device's reports; no central guarantee`" in readme
