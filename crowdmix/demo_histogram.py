@@ -5,7 +5,9 @@ reports through the real daemons, in one process.
    ``--decoys`` that nobody holds: the known domain).
 2. The parameters: ``--fake-slots``/``--fake-probability``/``--local-epsilon``,
    or, by default, planned for ``--target-epsilon`` (δ = 1e-6) within
-   ``--max-messages`` reports per device (``crowdmix.aggregator.accounting.histogram_plan``).
+   ``--max-messages`` reports per device so that the *stated* ε meets the target for
+   every report total above its 10⁻⁹ quantile: all but one run in 10⁹
+   (``crowdmix.aggregator.accounting.histogram_release.plan_release``).
 3. Each device encodes with ``client.HistogramEncoder`` (its value, k-RR if
    asked, and Binomial(m, q) uniform fakes, each report with its own id) and
    sends its 1 + Binomial(m, q) reports sealed (HPKE) in one call through
@@ -104,7 +106,7 @@ def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
             local_epsilon=args.local_epsilon,
         )
     else:
-        plan, _ = plan_release(  # stated at the device bound the report job will use
+        plan, _ = plan_release(  # stated ε ≤ target unless the total is below its 1e-9 quantile
             args.target_epsilon,
             DELTA,
             args.clients,
