@@ -19,6 +19,7 @@ smallest m, and ``FLOAT_SLACK`` covers float rounding.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_BINS",
     "BitLaw",
     "Profile",
+    "bins",
     "bit_vector_given",
     "krr_given",
     "mixture",
@@ -117,14 +119,29 @@ def mixture(
     draw, a post-processing. So each bin [m_i, m_{i+1}) may use δ_{m_i}; m above
     ``max_m`` uses δ_{max_m}; the mass of m under the first bin is charged whole.
     """
-    from scipy import stats
-
-    max_bins = MAX_BINS if max_bins is None else max_bins
     if others == 0 or gamma >= 1.0:
         m = others if max_m is None else min(others, max_m)
         return _Mixed(weights=(1.0,), parts=(given(m),), below=0.0, scale=scale)
     if gamma <= 0.0:
         return _Mixed(weights=(1.0,), parts=(given(0),), below=0.0, scale=scale)
+    edges, weights, below = bins(
+        others, gamma, delta, MAX_BINS if max_bins is None else max_bins, max_m
+    )
+    return _Mixed(
+        weights=tuple(weights),
+        parts=tuple(given(e) for e in edges),
+        below=below,
+        scale=scale,
+    )
+
+
+def bins(
+    others: int, gamma: float, delta: float, max_bins: int, max_m: int | None = None
+) -> tuple[list[int], list[float], float]:
+    """The bins of ``mixture``: their smallest m, P(m in the bin) (the last bin runs
+    to ``others``), and P(m below the first bin)."""
+    from scipy import stats
+
     lo, hi = binom_window(others, gamma, TAIL_FRACTION * delta)
     below = float(stats.binom.cdf(lo - 1, others, gamma)) if lo > 0 else 0.0
     if max_m is not None:
@@ -135,19 +152,10 @@ def mixture(
         # δ_m falls with m, so the bins above the mean + 3 sd carry little: one bin.
         top = min(hi, int(others * gamma + 3.0 * math.sqrt(others * gamma * (1.0 - gamma))))
         edges = sorted({round(x) for x in _linspace(lo, max(lo, top), max_bins)})
-    weights = []
-    for i, e in enumerate(edges):
-        start = float(stats.binom.cdf(e - 1, others, gamma)) if e > 0 else 0.0
-        if i + 1 < len(edges):
-            weights.append(float(stats.binom.cdf(edges[i + 1] - 1, others, gamma)) - start)
-        else:
-            weights.append(float(stats.binom.sf(e - 1, others, gamma)) if e > 0 else 1.0)
-    return _Mixed(
-        weights=tuple(weights),
-        parts=tuple(given(e) for e in edges),
-        below=below,
-        scale=scale,
-    )
+    cdf = [float(stats.binom.cdf(e - 1, others, gamma)) if e > 0 else 0.0 for e in edges]
+    weights = [max(0.0, b - a) for a, b in itertools.pairwise(cdf)]
+    weights.append(float(stats.binom.sf(edges[-1] - 1, others, gamma)) if edges[-1] > 0 else 1.0)
+    return edges, weights, below
 
 
 def _linspace(lo: float, hi: float, k: int) -> list[float]:

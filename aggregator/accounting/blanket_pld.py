@@ -1,11 +1,11 @@
 """Privacy-loss distributions of the blanket bounds, for composing fresh rounds.
 
-``blanket.mixture`` reveals m, the other users' blanket draws; for a PLD one
-pair is needed, so m is cut at m_τ, the lower τ-quantile of its binomial: the
-pair is (1 − τ′)·(P_{m_τ}, Q_{m_τ}) plus, with the mass τ′ = P(m < m_τ), a pair
-of disjoint points (infinite loss). It dominates the round: every m ≥ m_τ is
-a post-processing of m_τ (one more blanket draw), every m < m_τ one of the
-disjoint points, and revealing which case holds is allowed. Given m the pair
+``blanket.mixture`` reveals m, the other users' blanket draws, and bins it
+(``blanket.bins``): the pair is Σ_i w_i·(P_{m_i}, Q_{m_i}) with the bin revealed,
+plus, with the mass of m under the first bin, a pair of disjoint points
+(infinite loss). It dominates the round: every m in bin i is a post-processing
+of m_i (more blanket draws), every m below the bins one of the disjoint points,
+and revealing which case holds is allowed. Given m the pair
 is exact: k-ary RR's (N0, N1) (``pairs.ClonePair``, via ``pld.pair_loss_counts``),
 OLH's κ-mixture (``randomizers.LocalHashing.profile``) and a one-bit vector's
 product (column counts N0 ~ A, N1 ~ B under P, swapped under Q). Losses are
@@ -15,23 +15,40 @@ rounded up to the grid and mass left out is charged as infinite loss.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
+from crowdmix.aggregator.accounting.blanket import TAIL_FRACTION, bins
 from crowdmix.aggregator.accounting.pairs import ClonePair, binom_window
 from crowdmix.aggregator.accounting.pld import GRID, MAX_PLD_N, pair_loss_counts
 from crowdmix.aggregator.accounting.randomizers import BitVector, KaryRR, LocalHashing, Randomizer
 
 __all__ = ["blanket_pld"]
 
+# Bins of m (each a whole pair's PMF): many where crowds are small and cheap.
+_SMALL = 20_000
+_PLD_BINS_SMALL = 16
+_PLD_BINS_LARGE = 4
 
-def _cut(others: int, gamma: float, tail: float) -> tuple[int, float]:
-    """m_τ and τ′ = P(Bin(others, γ) < m_τ)."""
-    from scipy import stats
 
+def _binned_counts(
+    others: int, gamma: float, tail: float, given: Callable[[int], tuple[dict[int, float], float]]
+) -> tuple[dict[int, float], float, float]:
+    """Σ_i w_i·(loss PMF given m_i) over ``blanket.bins``, the mass they hold, and
+    the mass of m under the first bin (charged as infinite loss)."""
     if others == 0 or gamma >= 1.0:
-        return others, 0.0
-    lo, _ = binom_window(others, gamma, tail)
-    return lo, (float(stats.binom.cdf(lo - 1, others, gamma)) if lo > 0 else 0.0)
+        counts, kept = given(others)
+        return counts, kept, 0.0
+    max_bins = _PLD_BINS_SMALL if others <= _SMALL else _PLD_BINS_LARGE
+    edges, weights, below = bins(others, gamma, tail / TAIL_FRACTION, max_bins)
+    total: dict[int, float] = {}
+    kept = 0.0
+    for m, w in zip(edges, weights, strict=True):
+        counts, k = given(m)
+        for key, v in counts.items():
+            total[key] = total.get(key, 0.0) + w * v
+        kept += w * k
+    return total, kept, below
 
 
 def _bit_counts(p: float, q: float, m: int, tail: float) -> tuple[dict[int, float], float]:
@@ -84,20 +101,22 @@ def blanket_pld(randomizer: Randomizer, n: int, *, tail: float = 1e-12) -> Any |
 
             kappa = olh_collision(randomizer.buckets, randomizer.prime)
             scale, zero, gamma = 1.0 - kappa, kappa, gamma * (1.0 - kappa)
-        m, below = _cut(n - 1, gamma, tail)
         e = math.exp(randomizer.epsilon0)
         pair = ClonePair(p=e, alpha=1.0 / (e + d - 1.0), r=1.0 / d)
-        counts, kept = pair_loss_counts(pair, m + 1, tail=tail)
+        counts, kept, below = _binned_counts(
+            n - 1, gamma, tail, lambda m: pair_loss_counts(pair, m + 1, tail=tail)
+        )
     elif isinstance(randomizer, BitVector) and randomizer.bits == 1:
-        m, below = _cut(n - 1, randomizer.blanket_mass, tail)
-        counts, kept = _bit_counts(randomizer.p, randomizer.q, m, tail)
+        rand = randomizer
+        counts, kept, below = _binned_counts(
+            n - 1, rand.blanket_mass, tail, lambda m: _bit_counts(rand.p, rand.q, m, tail)
+        )
     else:
         return None
-    weight = scale * (1.0 - below)
-    scaled = {key: weight * v for key, v in counts.items()}
+    scaled = {key: scale * v for key, v in counts.items()}
     if zero > 0.0:
         scaled[0] = scaled.get(0, 0.0) + zero
-    infinity = scale * below + weight * max(0.0, 1.0 - kept) + 1e-14
+    infinity = scale * (below + max(0.0, 1.0 - below - kept)) + 1e-14
     return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
         scaled, min(1.0, infinity), GRID, pessimistic_estimate=True, symmetric=True
     )

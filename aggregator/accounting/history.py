@@ -193,6 +193,11 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         return math.inf, "no-bound"
     if all(s.epsilon0 == 0.0 for s in segs):
         return 0.0, "pld-composition"
+    if total_rounds == 1:  # nothing to compose: the round's own (tighter) figure
+        (one,) = segs
+        return _best_amplify(one.epsilon0, one.n_amplify, delta, _report_randomizer(one)), (
+            "single-release"
+        )
     by_pair: dict[tuple[float, int, Any], int] = defaultdict(int)
     by_round: dict[tuple[float, int, Any], int] = defaultdict(int)
     for s in segs:
@@ -258,7 +263,9 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
     if same:
         eps_k = local.epsilon_k(first, k_total)
         if not math.isinf(eps_k):
-            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta)
+            # One round is one report (ε_1 = ε_k): its own randomizer's bound applies.
+            single = _report_randomizer(segs[0]) if k_total == 1 else None
+            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta, single)
     if not cands:
         return math.inf, "no-bound", cands
     name = min(cands, key=lambda key: cands[key])

@@ -195,7 +195,9 @@ class BitVector:
 
     def profile(self, n: int, delta: float) -> Profile | None:
         """Worst over the victim's set sizes (|B0|, |B1|) ∈ {1..h}² of the blanket
-        mixture of ``blanket.bit_vector_given``; None for h > 2 (not implemented)."""
+        mixture of ``blanket.bit_vector_given``; None for h > 2 (not implemented)
+        and for h = 2 crowds whose two-bit laws are too large to enumerate (past
+        about 10⁴ blanket draws; a cap at m would still be valid but loose)."""
         _check_profile_args(n, delta)
         if self.bits > 2:
             return None
@@ -204,6 +206,8 @@ class BitVector:
             cap = n - 1
             while cap > 0 and two_bit_points(cap + 1, self.p, delta) > _MAX_LAW_POINTS:
                 cap = int(cap * 0.8)
+            if cap < 0.5 * (n - 1) * self.blanket_mass:
+                return None  # capped at under half its cover: not worth its cost
         sizes = [(a, b) for a in range(1, self.bits + 1) for b in range(1, self.bits + 1)]
         cache: dict[Any, BitLaw] = {}
 
