@@ -69,7 +69,7 @@ _NO_CLONES = 50.0
 # Relative precision of the root search; the answer is rounded up, never down.
 _XTOL = 1e-9
 # The blanket's root search stops here (each step costs a whole mixture); rounded up.
-_XTOL_PROFILE = 1e-7
+_XTOL_PROFILE = 1e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,36 +150,58 @@ def _lower_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) 
 
 
 def epsilon_from_profile(profile: Profile, delta: float, upper: float) -> float:
-    """Smallest ε ≤ ``upper`` with profile.delta(ε) ≤ δ, rounded up (``upper`` if none).
+    """Smallest ε ≤ ``upper`` with profile.delta(ε) ≤ δ, to relative 1e-6 and
+    rounded up (``upper`` if none): the returned ε is always checked on the profile.
 
-    A profile with a ``surrogate`` (one bin of a blanket mixture, cheap) brackets
-    the root first; the answer is always checked on the profile itself."""
-    from scipy.optimize import brentq
-
+    A profile with a ``surrogate`` (one bin of a blanket mixture, cheap) gives the
+    starting guess; the Illinois method then brackets the root in a few steps
+    (each costs a whole mixture)."""
+    if profile.delta(upper) > delta:
+        return upper
     surrogate = getattr(profile, "surrogate", None)
-    if surrogate is None or profile.delta(upper) > delta:
-        return _safe_root(profile, delta, upper)
-    guess = _safe_root(surrogate(), delta, upper)
-    lo, hi = guess * 0.97, min(upper, guess * 1.03)
-    while profile.delta(hi) > delta:
-        lo, hi = hi, min(upper, hi * 1.25)
-        if hi >= upper:
-            return _safe_root(profile, delta, upper)
-    while lo > 1e-12 and profile.delta(lo) <= delta:
-        hi, lo = lo, lo * 0.8
-    if lo <= 1e-12:
-        return hi
+    guess = upper / 4.0 if surrogate is None else _illinois(surrogate(), delta, upper, upper / 4)
+    return _illinois(profile, delta, upper, guess)
+
+
+def _illinois(profile: Profile, delta: float, upper: float, guess: float) -> float:
+    """The root search of ``epsilon_from_profile`` from ``guess`` (δ(upper) ≤ δ)."""
     log_target = math.log(delta)
 
     def gap(eps: float) -> float:
         return math.log(max(profile.delta(eps), 1e-300)) - log_target
 
-    root = float(brentq(gap, lo, hi, xtol=1e-15, rtol=_XTOL_PROFILE))
-    step = max(root * _XTOL_PROFILE, 1e-15)
-    while root < hi and profile.delta(root) > delta:
-        root = min(hi, root + step)
-        step *= 2.0
-    return root
+    if gap(upper) > 0.0:
+        return upper
+    guess = min(max(guess, 1e-12), upper)
+    b, fb = min(upper, guess * 1.01), 0.0
+    fb = gap(b)
+    while fb > 0.0:  # b must satisfy δ(b) ≤ δ
+        b = min(upper, b * 1.25)
+        fb = gap(b)
+    a = min(guess * 0.99, b * 0.99)
+    fa = gap(a)
+    while fa <= 0.0:  # a must not
+        b, fb = a, fa
+        a *= 0.8
+        if a < 1e-12 * max(upper, 1.0):
+            return b  # δ(b) ≤ δ already: any ε this small is as good as 0
+        fa = gap(a)
+    side = 0
+    while b - a > _XTOL_PROFILE * b:
+        c = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
+        c = min(max(c, a + 1e-3 * (b - a)), b - 1e-3 * (b - a))
+        fc = gap(c)
+        if fc > 0.0:
+            a, fa = c, fc
+            if side == -1:
+                fb *= 0.5
+            side = -1
+        else:
+            b, fb = c, fc
+            if side == 1:
+                fa *= 0.5
+            side = 1
+    return b
 
 
 def amplify_randomizer(randomizer: Randomizer, n: int, delta: float) -> AmplificationResult:

@@ -44,7 +44,7 @@ TAIL_FRACTION = 1e-6
 # Bins of the mixture over m: each uses δ at its smallest m (δ_m falls with m).
 MAX_BINS = 32
 # Up to this many values of m in the window, every m is its own bin (exact).
-_EXACT_BINS = 64
+_EXACT_BINS = 160
 # Relative slack added to every δ for float rounding in sums and cut-offs.
 FLOAT_SLACK = 1e-9
 # Absolute slack for masses computed as 1 − (a sum close to 1).
