@@ -1,5 +1,5 @@
 """``crowdmix demo --encoding shuffled-histogram``: shuffled histograms with fake
-reports (issue 18) through the real daemons, in one process.
+reports through the real daemons, in one process.
 
 1. A simulated population (``--clients`` devices, ``--values`` values plus
    ``--decoys`` that nobody holds: the known domain).
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from crowdmix.aggregator.report.job import ReportOutcome
     from crowdmix.client.randomness import BitSource
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["HistogramDemoResult", "add_histogram_options", "run_histogram_demo"]
 
@@ -90,8 +90,8 @@ class HistogramDemoResult:
 
 def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
     from crowdmix.aggregator.accounting.histogram_release import plan_release
-    from crowdmix.client.histogram import HistogramParams
-    from crowdmix.client.registry import MetricConfig, ShufflePolicy
+    from crowdmix.core.histogram import HistogramParams
+    from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
     given = (args.fake_slots, args.fake_probability)
     if (given[0] is None) != (given[1] is None):
@@ -172,7 +172,7 @@ def run_histogram_demo(
     from crowdmix.aggregator.report.job import ReportJob, run_report, write_outputs
     from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
     from crowdmix.client.histogram import HistogramEncoder
-    from crowdmix.client.registry import Registry
+    from crowdmix.core.registry import Registry
     from crowdmix.demo_support import demo_keys as _demo_keys
     from crowdmix.demo_support import demo_summary as _demo_summary
     from crowdmix.demo_support import say as _say
@@ -280,7 +280,10 @@ def run_histogram_demo(
             )
         counts = load_counts(aggregator_store, metric)
         batch_sizes = tuple(load_batch_sizes(aggregator_store, METRIC))
-        _say(f"  the aggregator counted {counted:,} reports in {len(batch_sizes)} batch(es)", quiet)
+        from crowdmix.options import plural
+
+        batches = plural(len(batch_sizes), "batch", "batches")
+        _say(f"  the aggregator counted {plural(counted, 'report')} in {batches}", quiet)
         outcome = run_report(
             ReportJob(
                 metric=metric,

@@ -64,6 +64,11 @@ def register(subparsers: Any) -> None:
       help="calls served at once; more are refused RESOURCE_EXHAUSTED (default 4096)")  # fmt: skip
     a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS",
       help="how long a store write waits for more requests (default 1)")  # fmt: skip
+    a("--window-tolerance", type=int, metavar="N",
+      help="take reports of the current window and the N before it (default 1)")  # fmt: skip
+    a("--max-clock-skew", dest="max_clock_skew_seconds", type=float, metavar="SECONDS",
+      help="take reports of the window of now + SECONDS: how far ahead a device's "
+      "clock may run (default 60; less than the collection window)")  # fmt: skip
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--processes", type=int, default=1, metavar="N",
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
@@ -71,6 +76,13 @@ def register(subparsers: Any) -> None:
     a("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
 
+
+#: a shuffler without the aggregator's public keys: said at every start, in a WARNING
+PLAINTEXT_WARNING = (
+    "no --public-keys: this shuffler takes clear reports only (it sees what each device "
+    "reported) and says so in GetConfig; SDKs that require sealing (the default) send it "
+    "nothing. Give --public-keys FILE (crowdmix keys export) unless plaintext is intended"
+)
 
 # dest -> flag, to start sibling processes with the same settings
 _FLAGS = {
@@ -85,6 +97,7 @@ _FLAGS = {
     "max_concurrent_rpcs": "--max-concurrent-rpcs",
     "commit_max_delay_ms": "--commit-delay-ms",
     "shutdown_grace_seconds": "--grace", "public_keys": "--public-keys",
+    "window_tolerance": "--window-tolerance", "max_clock_skew_seconds": "--max-clock-skew",
 }  # fmt: skip
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
 
@@ -96,6 +109,7 @@ _OVERRIDES = (
     "max_concurrent_rpcs",
     "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
     "metrics_host", "allow_unauthenticated", "public_keys",
+    "window_tolerance", "max_clock_skew_seconds",
 )  # fmt: skip
 
 
@@ -118,7 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
     from crowdmix.shuffler.server import start_shuffler
     from crowdmix.shuffler.store import ShufflerStore
 
-    log = configure_logging("shuffler", args.log_level)
+    log = configure_logging("shuffler", args.log_level, args.log_format)
     registry, settings = load_config(
         args.config, {name: getattr(args, name) for name in _OVERRIDES}
     )
@@ -129,6 +143,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if settings.tokens_file is None:
         log.warning("--allow-unauthenticated: no bearer token is asked of senders")
+    if settings.public_keys is None:
+        log.warning(PLAINTEXT_WARNING)
     if args.processes < 1:
         raise CliError(f"--processes must be at least 1, got {args.processes}")
     if args.processes > 1:
@@ -179,4 +195,8 @@ def _sibling_args(args: argparse.Namespace, listen: str, port: int) -> list[str]
         if value is not None:
             out += [flag, str(value)]
     out += [flag for dest, flag in _SWITCHES.items() if getattr(args, dest)]
-    return [*out, "--listen", f"{host}:{port}", "--reuse-port", "--log-level", args.log_level]
+    return [
+        *out,
+        *("--listen", f"{host}:{port}", "--reuse-port"),
+        *("--log-level", args.log_level, "--log-format", args.log_format),
+    ]

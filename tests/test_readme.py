@@ -110,8 +110,9 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     import time
 
     from crowdmix.aggregator.sealing.keys import KeySet, write_public_config
-    from crowdmix.client.basic import BasicParams
-    from crowdmix.client.registry import MetricConfig, Registry, ShufflePolicy
+    from crowdmix.config_cmd import export_config
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.registry import MetricConfig, Registry, ShufflePolicy
     from crowdmix.shuffler.config import ShufflerSettings
     from crowdmix.shuffler.config_service import is_sealed_queue
     from crowdmix.shuffler.server import start_shuffler
@@ -119,9 +120,16 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     snippet = _code_blocks("python")[0]
     example = (ROOT / "examples" / "daily_setting.py").read_text()
     example_lines = {line.strip() for line in example.splitlines()}
+    in_constructor = False
     for line in snippet.splitlines():
-        if line.startswith(("import", "reporter =")) or not line.strip():
-            continue  # the example spells the constructor over several lines
+        if line.startswith("reporter ="):
+            in_constructor = not line.rstrip().endswith(")")
+            continue  # the example spells the constructor with its command line's values
+        if in_constructor:
+            in_constructor = line.strip() != ")"
+            continue
+        if line.startswith("import") or not line.strip():
+            continue
         assert line.strip() in example_lines, line
     assert "client.Reporter(" in example
 
@@ -140,19 +148,80 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
     write_public_config(tmp_path / "public.json", keys, now=time.time())
     settings = ShufflerSettings(public_keys=str(tmp_path / "public.json"))
     with start_shuffler(registry, tokens=frozenset({token}), settings=settings) as shuffler:
-        code = snippet.replace('"crowdmix.shuffler.example:7400"', f'"127.0.0.1:{shuffler.port}"')
+        target = f"127.0.0.1:{shuffler.port}"
+        bundled = tmp_path / "crowdmix-config.pb"  # what `crowdmix config export` writes
+        export_config(target, bundled, token=token, tls=False)
+        code = snippet.replace('"shuffler.example:7400"', f'"{target}"')
         code = code.replace("tls=True", "tls=False")
         namespace: dict[str, object] = {
             "APP_TOKEN": token,
             "APP_DIR": tmp_path / "app",
+            "BUNDLED_CONFIG": bundled,
             "theme": "dark",
         }
         exec(compile(code, "README.md", "exec"), namespace)
-        assert (namespace["made"], namespace["left"]) == (True, 0)
+        assert (bool(namespace["result"]), namespace["left"]) == (True, 0)
         assert sum(shuffler.store.pending("theme").values()) == 1
         # "sealed": the one stored report sits in a sealed queue (an opaque row)
         assert all(is_sealed_queue(q.fingerprint) for q in shuffler.store.pending("theme"))
         again = dict(namespace)
         exec(compile(code, "README.md", "exec"), again)  # the app starts again today
-        assert (again["made"], again["left"]) == (False, 0)
+        assert (again["result"].status.value, again["left"]) == (  # type: ignore[attr-defined]
+            "already_reported_this_window",
+            0,
+        )
         assert sum(shuffler.store.pending("theme").values()) == 1  # nothing more sent
+
+
+@pytest.mark.slow  # a local cluster: two redis-servers, two shufflers, an aggregator
+def test_the_sdk_walkthrough_runs_against_crowdmix_cluster_as_written(tmp_path: Path) -> None:
+    """The README's two commands, parsed out of it and run as written (only the
+    directories moved under the test's own, and PORT replaced by what the cluster
+    prints): the cluster registers ``theme``, serves without TLS, and its
+    ``app-token.txt`` is the file the example reads."""
+    import signal
+
+    (block,) = [b for b in _code_blocks() if "examples/daily_setting.py" in b and "cluster" in b]
+    lines = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line]
+    (cluster_argv,) = [w for w in lines if w[:2] == ["crowdmix", "cluster"]]
+    (app_argv,) = [w for w in lines if w[:2] == ["python", "examples/daily_setting.py"]]
+    moved = {
+        "/tmp/crowdmix-cluster": str(tmp_path / "cluster"),
+        "/tmp/crowdmix-app": str(tmp_path / "app"),
+    }
+
+    def here(words: list[str]) -> list[str]:
+        out = []
+        for w in words:
+            for old, new in moved.items():
+                w = w.replace(old, new)
+            out.append(w)
+        return out
+
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "crowdmix", *here(cluster_argv)[1:]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert cluster.stdout is not None
+        printed = []
+        while not printed or not printed[-1].startswith("Stop with"):
+            line = cluster.stdout.readline()
+            assert line, "".join(printed) + (cluster.stderr.read() if cluster.stderr else "")
+            printed.append(line)
+        target = next(ln.split()[1] for ln in printed if ln.strip().startswith("shuffler-1"))
+        assert any("--insecure" in ln and "app-token.txt" in ln for ln in printed)
+        argv = [w.replace("127.0.0.1:PORT", target) for w in here(app_argv)]
+        run = subprocess.run(
+            [sys.executable, *argv[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+        assert run.returncode == 0, run.stderr
+        assert "reported theme for this window" in run.stdout, run.stdout + run.stderr
+        assert "0 report(s) waiting" in run.stdout
+        cluster.send_signal(signal.SIGTERM)
+        out, _ = cluster.communicate(timeout=90)
+        assert cluster.returncode == 0, out
+    finally:
+        if cluster.poll() is None:
+            cluster.kill()
+            cluster.wait(timeout=30)

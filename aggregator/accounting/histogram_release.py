@@ -1,4 +1,4 @@
-"""The privacy statement of one shuffled-histogram release (issue 18). Pure math.
+"""The privacy statement of one shuffled-histogram release. Pure math.
 
 ``crowdmix.aggregator.accounting.histogram`` gives (ε, δ) for n devices. The
 aggregator does not know n: it sees T, the number of reports (real and fake
@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from crowdmix.aggregator.accounting.histogram import format_g_up, format_up, histogram_guarantee
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.histogram_plan import HistogramPlan

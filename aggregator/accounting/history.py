@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.randomizers import Randomizer
@@ -436,7 +436,7 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
 
 def segment_from_dict(data: Any) -> Segment:
     """Inverse of ``segment_to_dict``; ValueError/KeyError/TypeError on bad data."""
-    from crowdmix.client.errors import ParamsError
+    from crowdmix.core.errors import ParamsError
 
     r = data["rappor"]
     eps0 = data["epsilon0"]

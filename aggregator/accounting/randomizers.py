@@ -29,11 +29,11 @@ from crowdmix.aggregator.accounting.blanket import (
     mixture,
     two_bit_points,
 )
-from crowdmix.client.basic import OLH_PRIME
+from crowdmix.core.basic import OLH_PRIME
 
 if TYPE_CHECKING:
-    from crowdmix.client.basic import BasicParams
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.params import RapporParams
 
 __all__ = [
     "BitVector",
@@ -238,7 +238,7 @@ def randomizer_of(
             return BitVector(p=basic.oue_q, q=0.5, bits=1, label="OUE")
         return None
     if rappor is not None:
-        from crowdmix.client.privacy import p_star, q_star
+        from crowdmix.core.privacy import p_star, q_star
 
         if prr_only:
             if rappor.f <= 0.0:

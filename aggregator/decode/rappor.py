@@ -56,7 +56,7 @@ too ill-conditioned, and the refit after selection on the detected values is
 used instead (the other candidates get 0); those values are there because
 they passed the test, so their prior is fitted with the likelihood truncated
 at the test's cutoff (the winner's curse; ``crowdmix.aggregator.decode.shrink``).
-bench/accuracy.py measured these choices (BENCHMARKS.md, issue 19).
+bench/accuracy.py measured these choices (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ from crowdmix.aggregator.decode.wls import (
     inverse_diagonal,
     lasso_screen,
 )
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = [
     "DecodeOptions",
@@ -124,7 +124,7 @@ class DecodeOptions:
     The default test is Benjamini–Hochberg at a false discovery rate of 0.2:
     on google/rappor's "small" grid it detects 6.6 points more true values
     than google/rappor's decoder at half its false-positive rate, where
-    Bonferroni at 0.05 misses 72% of them (BENCHMARKS.md, issue 19).
+    Bonferroni at 0.05 misses 72% of them (BENCHMARKS.md).
     """
 
     alpha: float = 0.2

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from crowdmix.client.errors import ParamsError
+from crowdmix.core.errors import ParamsError
 
 __all__ = ["HASHINGS", "Hashing", "RapporParams"]
 

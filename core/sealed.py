@@ -1,7 +1,8 @@
 """Sealed reports, the format: what device, shuffler and aggregator agree on byte for byte.
 
 No cryptography here (the shuffler imports this module to check key ids and
-lengths, and never loads ``cryptography``); sealing is ``crowdmix.client.sealing``,
+lengths, and never loads ``cryptography``); sealing is ``crowdmix.client.sealing``
+(with the suites of ``crowdmix.core.hpke``),
 opening ``crowdmix.aggregator.sealing.opening``. RFC 9180 HPKE to the aggregator's public key.
 
 Plaintext (fixed length per metric, so every ciphertext of a metric under one
@@ -13,9 +14,10 @@ Context bound through HPKE ``info`` (RFC 9180 §5.1, §8.1: the single-shot API'
 place for authenticated context)::
 
     b"crowdmix/sealed-report" ‖ 0x00 ‖ protocol version (u8) ‖ key id (u32 LE)
-      ‖ len(metric) (u16 LE) ‖ metric (UTF-8)
+      ‖ window (u32 LE) ‖ len(metric) (u16 LE) ‖ metric (UTF-8)
 
-so a ciphertext replayed under another metric or key id does not open.
+so a ciphertext replayed under another metric, key id or collection window does
+not open (a shuffler cannot re-file a sealed report under another window).
 
 Sealed value: ``enc ‖ ct ‖ tag`` exactly as ``cryptography``'s ``Suite.encrypt``
 returns it, ``enc`` being the KEM's encapsulated key (32 B for X25519, 1120 B for
@@ -34,11 +36,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from crowdmix.client.errors import CrowdmixClientError, ParamsError
+from crowdmix.core.errors import CrowdmixError, ParamsError
 
 __all__ = [
     "DEFAULT_SUITE",
     "MAX_KEY_ID",
+    "MAX_WINDOW",
     "MLKEM768_X25519_SUITE",
     "PROTOCOL_VERSION",
     "REPORT_ID_BYTES",
@@ -49,6 +52,8 @@ __all__ = [
     "SealedReport",
     "SealingError",
     "SealingSuite",
+    "check_report_id",
+    "check_window",
     "choose_key",
     "new_report_id",
     "pack_plaintext",
@@ -60,15 +65,16 @@ __all__ = [
     "unpack_plaintext",
 ]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 REPORT_ID_BYTES: Final = 16
 _INFO_LABEL: Final = b"crowdmix/sealed-report\x00"
 _TAG_BYTES: Final = 16  # AES-128-GCM
 _TAIL: Final = struct.Struct("<IQ")  # cohort, params fingerprint
 MAX_KEY_ID: Final = 0xFFFFFFFF
+MAX_WINDOW: Final = 0xFFFFFFFF
 
 
-class SealingError(CrowdmixClientError):
+class SealingError(CrowdmixError):
     """A report cannot be sealed (no usable key, bad public key, bad field)."""
 
 
@@ -115,18 +121,28 @@ def sealed_length(report_bytes: int, suite: str = DEFAULT_SUITE) -> int:
 
 
 def sealed_length_for(metric: Any, suite: str = DEFAULT_SUITE) -> int:
-    """``sealed_length`` of a ``client.registry.MetricConfig`` (anything with ``report_bytes``)."""
+    """``sealed_length`` of a ``crowdmix.core.registry.MetricConfig`` (anything with
+    ``report_bytes``)."""
     return sealed_length(int(metric.report_bytes), suite)
 
 
-def report_info(metric: str, key_id: int) -> bytes:
-    """The HPKE ``info`` binding protocol version, key id and metric name."""
+def report_info(metric: str, key_id: int, window: int) -> bytes:
+    """The HPKE ``info`` binding protocol version, key id, collection window and metric."""
     name = metric.encode()
     if not name or len(name) > 0xFFFF:
         raise ParamsError(f"metric name must be 1..65535 UTF-8 bytes, got {metric!r}")
     if isinstance(key_id, bool) or not isinstance(key_id, int) or not 0 <= key_id <= MAX_KEY_ID:
         raise ParamsError(f"key id must be an integer in [0, 2^32), got {key_id!r}")
-    return _INFO_LABEL + struct.pack("<BIH", PROTOCOL_VERSION, key_id, len(name)) + name
+    check_window(window)
+    return _INFO_LABEL + struct.pack("<BIIH", PROTOCOL_VERSION, key_id, window, len(name)) + name
+
+
+def check_window(window: int) -> int:
+    """``window`` if it is a collection window index (an integer in [0, 2^32)), else
+    ``ParamsError`` naming it."""
+    if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window <= MAX_WINDOW:
+        raise ParamsError(f"window must be an integer in [0, 2^32), got {window!r}")
+    return window
 
 
 def new_report_id() -> bytes:
@@ -134,13 +150,21 @@ def new_report_id() -> bytes:
     return os.urandom(REPORT_ID_BYTES)
 
 
+def check_report_id(report_id: bytes) -> bytes:
+    """``report_id`` if it is 16 bytes and not all zero, else ``ParamsError``."""
+    if len(report_id) != REPORT_ID_BYTES:
+        raise ParamsError(f"report id must be {REPORT_ID_BYTES} bytes, got {len(report_id)}")
+    if not any(report_id):
+        raise ParamsError("report id must not be all zero (draw it with new_report_id)")
+    return report_id
+
+
 def pack_plaintext(bits: bytes, cohort: int, fingerprint: int, report_id: bytes) -> bytes:
     if not 0 <= cohort <= 0xFFFFFFFF:
         raise ParamsError(f"cohort must fit in 32 bits, got {cohort!r}")
     if not 0 <= fingerprint < 1 << 64:
         raise ParamsError(f"params fingerprint must fit in 64 bits, got {fingerprint!r}")
-    if len(report_id) != REPORT_ID_BYTES:
-        raise ParamsError(f"report id must be {REPORT_ID_BYTES} bytes, got {len(report_id)}")
+    check_report_id(report_id)
     return bytes(bits) + _TAIL.pack(cohort, fingerprint) + bytes(report_id)
 
 
@@ -156,40 +180,42 @@ def unpack_plaintext(plaintext: bytes, report_bytes: int) -> tuple[bytes, int, i
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SealedReport:
-    """What leaves the device when sealing is on: the metric and key id in the clear.
+    """What leaves the device when sealing is on: metric, key id and window in the clear.
 
     Byte layout of ``to_bytes`` (for files and a single ``bytes`` field; the
     columnar wire form keeps key ids and sealed values in separate columns)::
 
-        len(metric) (u16 LE) ‖ metric (UTF-8) ‖ key id (u32 LE) ‖ sealed (rest)
+        len(metric) (u16 LE) ‖ metric (UTF-8) ‖ key id (u32 LE) ‖ window (u32 LE) ‖ sealed (rest)
     """
 
     metric: str
     key_id: int
+    window: int
     sealed: bytes  # enc ‖ ciphertext ‖ tag
 
     def __post_init__(self) -> None:
-        report_info(self.metric, self.key_id)  # validates both
+        report_info(self.metric, self.key_id, self.window)  # validates all three
         if not isinstance(self.sealed, bytes) or not self.sealed:
             raise ParamsError("sealed must be non-empty bytes")
 
     def to_bytes(self) -> bytes:
         name = self.metric.encode()
-        return struct.pack("<H", len(name)) + name + struct.pack("<I", self.key_id) + self.sealed
+        head = struct.pack("<H", len(name)) + name
+        return head + struct.pack("<II", self.key_id, self.window) + self.sealed
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SealedReport:
         if len(data) < 2:
             raise ParamsError("sealed report is truncated")
         (n,) = struct.unpack_from("<H", data)
-        if len(data) < 2 + n + 4 + 1:
+        if len(data) < 2 + n + 8 + 1:
             raise ParamsError("sealed report is truncated")
         try:
             metric = data[2 : 2 + n].decode()
         except UnicodeDecodeError:
             raise ParamsError("sealed report's metric name is not UTF-8") from None
-        (key_id,) = struct.unpack_from("<I", data, 2 + n)
-        return cls(metric=metric, key_id=key_id, sealed=bytes(data[2 + n + 4 :]))
+        key_id, window = struct.unpack_from("<II", data, 2 + n)
+        return cls(metric=metric, key_id=key_id, window=window, sealed=bytes(data[2 + n + 8 :]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,7 +234,7 @@ class PublicKeyConfig:
     not_after: int | None = None
 
     def __post_init__(self) -> None:
-        report_info("m", self.key_id)
+        report_info("m", self.key_id, 0)
         s = suite_named(self.suite)
         if len(self.public_key) != s.public_key_bytes:
             raise ParamsError(
@@ -255,7 +281,7 @@ class PublicKeyConfig:
 class PublicKeySet:
     """The published key config: what a shuffler serves and a device caches.
 
-    JSON: ``{"format": "crowdmix-public-keys", "protocol": 1, "version": "<hash>",
+    JSON: ``{"format": "crowdmix-public-keys", "protocol": 2, "version": "<hash>",
     "keys": [{"id", "suite", "public_key" (base64), "not_before", "not_after"}]}``.
     ``version`` changes whenever the key list does (a cache can compare it).
     """

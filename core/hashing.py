@@ -13,7 +13,7 @@ import hashlib
 
 import mmh3
 
-from crowdmix.client.params import Hashing, RapporParams
+from crowdmix.core.params import Hashing, RapporParams
 
 __all__ = ["bloom_bits", "bloom_int", "value_bytes"]
 

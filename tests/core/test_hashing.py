@@ -5,8 +5,8 @@ from __future__ import annotations
 import mmh3
 import pytest
 
-from crowdmix.client import RapporParams
-from crowdmix.client.hashing import bloom_bits, bloom_int
+from crowdmix.core.hashing import bloom_bits, bloom_int
+from crowdmix.core.params import RapporParams
 
 # Produced by google/rappor's Python client (issue 2): (value, cohort, h, k) -> set bits.
 RAPPOR_MD5_VECTORS = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crowdmix.client.redis_url import ClusterUrl, is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.redis_url import ClusterUrl, is_cluster_url, is_redis_url, parse_cluster_url
 
 
 def test_seeds_and_credentials() -> None:

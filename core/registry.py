@@ -41,7 +41,10 @@
 
     [shuffler]                     # optional daemon settings (crowdmix.shuffler.config)
 
-A bad entry raises ``RegistryError`` naming the metric and the field.
+Nothing that sets a privacy figure is filled in: ``encoding``, RAPPOR's ``k``, ``h``,
+``m``, ``f``, ``p``, ``q`` and a basic mechanism's or histogram's ``domain`` (or
+``domain_size``; binary RR's is 2) are required. A bad or missing entry raises
+``RegistryError`` naming the metric and the field.
 """
 
 from __future__ import annotations
@@ -53,11 +56,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crowdmix.client.basic import MECHANISMS, BasicParams, index_bytes
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.histogram import ENCODING as HISTOGRAM
-from crowdmix.client.histogram import HistogramParams
-from crowdmix.client.params import HASHINGS, Hashing, RapporParams
+from crowdmix.core.basic import MECHANISMS, BasicParams, index_bytes
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.histogram import ENCODING as HISTOGRAM
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.params import HASHINGS, Hashing, RapporParams
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -67,6 +70,7 @@ __all__ = [
     "RegistryError",
     "ShufflePolicy",
     "load_registry",
+    "read_registry_file",
     "window_batch_limit",
 ]
 
@@ -94,7 +98,7 @@ def window_batch_limit(report_bytes: int) -> int:
     """The most sealed reports of ``report_bytes`` bytes one aggregator batch carries:
     ``MAX_BATCH_REPORTS``, or fewer when their sealed values would pass
     ``MAX_BATCH_BYTES`` (the ceiling of a window released in one batch)."""
-    from crowdmix.client.sealed import sealed_length
+    from crowdmix.core.sealed import sealed_length
 
     per_report = sealed_length(report_bytes) + _SEALED_ROW_OVERHEAD
     return min(MAX_BATCH_REPORTS, MAX_BATCH_BYTES // per_report)
@@ -255,7 +259,8 @@ class Registry:
         return int(unix_seconds // self.window_seconds)
 
 
-_RAPPOR_KEYS = {"encoding", "hashing", "k", "h", "m", "f", "p", "q", "shuffle"}
+_RAPPOR_PARAMS = ("k", "h", "m", "f", "p", "q")
+_RAPPOR_KEYS = {"encoding", "hashing", *_RAPPOR_PARAMS, "shuffle"}
 _BASIC_KEYS = {"encoding", "epsilon", "domain", "domain_size", "shuffle"}
 _HISTOGRAM_KEYS = {
     "encoding",
@@ -269,7 +274,12 @@ _HISTOGRAM_KEYS = {
 }
 
 
-def _domain_of(where: str, table: dict[str, Any]) -> tuple[tuple[str, ...] | None, Any]:
+def _domain_of(
+    where: str, table: dict[str, Any], encoding: str
+) -> tuple[tuple[str, ...] | None, Any]:
+    """The metric's domain values (if named) and size. Nothing is filled in: a domain
+    of other than binary randomized response's two values must be named (``domain``) or
+    counted (``domain_size``), since its size sets the mechanism's noise."""
     domain = table.get("domain")
     if domain is not None:
         if not isinstance(domain, list) or not all(isinstance(v, str) for v in domain):
@@ -282,7 +292,11 @@ def _domain_of(where: str, table: dict[str, Any]) -> tuple[tuple[str, ...] | Non
                 f"{len(domain)} values of domain"
             )
         return tuple(domain), len(domain)
-    return None, table.get("domain_size", 2)
+    if "domain_size" not in table:
+        if encoding == "binary-rr":
+            return None, 2
+        raise RegistryError(f"{where}: domain (or domain_size) is required for {encoding}")
+    return None, table["domain_size"]
 
 
 _SHUFFLE_KEYS = set(ShufflePolicy.__dataclass_fields__)
@@ -323,7 +337,12 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
     where = f"metric {name!r}"
     if not isinstance(table, dict):
         raise RegistryError(f"{where}: must be a table")
-    encoding = table.get("encoding", "rappor")
+    if "encoding" not in table:
+        raise RegistryError(
+            f'{where}: encoding is required ("rappor", {HISTOGRAM!r} or one of '
+            f"{', '.join(MECHANISMS)})"
+        )
+    encoding = table["encoding"]
     try:
         shuffle_t = table.get("shuffle", {})
         if not isinstance(shuffle_t, dict):
@@ -345,7 +364,13 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
             hashing = table.get("hashing", "mmh3")
             if hashing not in HASHINGS:
                 raise RegistryError(f"{where}: hashing must be one of {HASHINGS}, got {hashing!r}")
-            kwargs = {key: table[key] for key in ("k", "h", "m", "f", "p", "q") if key in table}
+            missing = [key for key in _RAPPOR_PARAMS if key not in table]
+            if missing:  # RapporParams' defaults are google/rappor's demo values: never used
+                raise RegistryError(
+                    f"{where}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                    f"required for rappor (every privacy parameter is stated, none defaulted)"
+                )
+            kwargs = {key: table[key] for key in _RAPPOR_PARAMS}
             return MetricConfig(
                 name=name, rappor=RapporParams(**kwargs), hashing=hashing, shuffle=shuffle
             )
@@ -355,7 +380,7 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
                 raise RegistryError(f"{where}: unknown field(s) {sorted(unknown)}")
             if "epsilon" not in table:
                 raise RegistryError(f"{where}: epsilon is required for {encoding}")
-            domain, size = _domain_of(where, table)
+            domain, size = _domain_of(where, table, encoding)
             basic = BasicParams(mechanism=encoding, epsilon=table["epsilon"], domain_size=size)
             return MetricConfig(name=name, basic=basic, domain=domain, shuffle=shuffle)
         if encoding == HISTOGRAM:
@@ -367,7 +392,7 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
                     raise RegistryError(f"{where}: {key} is required for {HISTOGRAM}")
             if "domain" not in table and "domain_size" not in table:
                 raise RegistryError(f"{where}: domain or domain_size is required for {HISTOGRAM}")
-            domain, size = _domain_of(where, table)
+            domain, size = _domain_of(where, table, encoding)
             histogram = HistogramParams(
                 domain_size=size,
                 fake_slots=table["fake_slots"],
@@ -435,12 +460,13 @@ def parse_registry(data: dict[str, Any]) -> Registry:
     return Registry(metrics=metrics, window_seconds=window)
 
 
-def load_registry(path: str | Path) -> Registry:
-    """Read and validate a registry file; ``RegistryError`` names what is wrong."""
+def read_registry_file(path: str | Path) -> dict[str, Any]:
+    """The TOML tables of a registry file, not yet validated (the daemons take their
+    own tables out first); ``RegistryError`` names the file when it cannot be read."""
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         raise RegistryError(f"metric registry {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
@@ -449,6 +475,11 @@ def load_registry(path: str | Path) -> Registry:
         raise RegistryError(f"metric registry {path} is not UTF-8 text (TOML)") from None
     except OSError as exc:
         raise RegistryError(f"cannot read metric registry {path}: {exc.strerror or exc}") from None
+
+
+def load_registry(path: str | Path) -> Registry:
+    """Read and validate a registry file; ``RegistryError`` names what is wrong."""
+    data = read_registry_file(path)
     try:
         return parse_registry(data)
     except RegistryError as exc:

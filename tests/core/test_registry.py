@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-import crowdmix.client.registry
-from crowdmix.client import BasicParams, RapporParams
-from crowdmix.client.registry import RegistryError, ShufflePolicy, load_registry, parse_registry
+import crowdmix.core.registry
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import RegistryError, ShufflePolicy, load_registry, parse_registry
 
 
 def _example_toml() -> str:
-    doc = crowdmix.client.registry.__doc__ or ""
-    return doc.split("\n\n", 1)[1].split("\nA bad entry", 1)[0]
+    doc = crowdmix.core.registry.__doc__ or ""
+    return doc.split("\n\n", 1)[1].split("\nNothing that sets", 1)[0]
 
 
 def _example() -> dict[str, Any]:
@@ -80,6 +81,14 @@ BAD: list[tuple[tuple[str, ...], Any, str]] = [
     (("metrics", "browser", "domain"), ["a", "a"], "'browser': domain values must be distinct"),
     (("metrics", "browser", "domain"), "chrome", "'browser': domain must be a list"),
     (("metrics", "browser", "k"), 8, "'browser': unknown field"),
+    # nothing that sets a privacy figure is filled in
+    *(
+        (("metrics", "home_page", key), _DELETE, f"'home_page': {key} is required for rappor")
+        for key in ("k", "h", "m", "f", "p", "q")
+    ),
+    (("metrics", "home_page", "encoding"), _DELETE, "'home_page': encoding is required"),
+    (("metrics", "browser", "domain"), _DELETE, "'browser': domain .*is required for oue"),
+    (("metrics", "app_screen", "domain_size"), _DELETE, "'app_screen': domain or domain_size"),
     (("collection", "window_seconds"), 60, "window_seconds"),
     (("collection", "window_second"), 86400, "unknown collection field"),
     (("collection",), 5, "collection must be a table"),
@@ -90,6 +99,21 @@ BAD: list[tuple[tuple[str, ...], Any, str]] = [
 def test_bad_field_names_metric_and_field(path: tuple[str, ...], value: Any, message: str) -> None:
     with pytest.raises(RegistryError, match=r"metric " + message if "'" in message else message):
         parse_registry(_with(path, value))
+
+
+def test_a_krr_metric_without_a_domain_is_refused_and_binary_rr_needs_none() -> None:
+    krr = {"metrics": {"b": {"encoding": "krr", "epsilon": 1.0}}}
+    with pytest.raises(RegistryError, match=r"metric 'b': domain \(or domain_size\) is required"):
+        parse_registry(krr)
+    binary = parse_registry({"metrics": {"b": {"encoding": "binary-rr", "epsilon": 1.0}}})
+    assert binary["b"].domain_size == 2
+
+
+def test_every_missing_rappor_parameter_is_named_at_once() -> None:
+    with pytest.raises(RegistryError, match=r"metric 'x': f, q are required for rappor"):
+        parse_registry(
+            {"metrics": {"x": {"encoding": "rappor", "k": 16, "h": 2, "m": 4, "p": 0.25}}}
+        )
 
 
 def test_bad_files_and_tables(tmp_path: Path) -> None:
@@ -138,8 +162,8 @@ def _histogram(**shuffle: Any) -> dict[str, Any]:
 
 
 def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling() -> None:
-    from crowdmix.client.registry import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, window_batch_limit
-    from crowdmix.client.sealed import sealed_length
+    from crowdmix.core.registry import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, window_batch_limit
+    from crowdmix.core.sealed import sealed_length
 
     limit = window_batch_limit(2)  # d = 1000: 2-byte reports
     assert limit == min(MAX_BATCH_REPORTS, MAX_BATCH_BYTES // (sealed_length(2) + 8))
@@ -174,7 +198,12 @@ def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling(
         (
             {
                 "metrics": {
-                    "b": {"encoding": "krr", "epsilon": 1.0, "shuffle": {"release": "window"}}
+                    "b": {
+                        "encoding": "krr",
+                        "epsilon": 1.0,
+                        "domain_size": 3,
+                        "shuffle": {"release": "window"},
+                    }
                 }
             },
             "release = 'window' is for shuffled histograms only",
@@ -185,6 +214,7 @@ def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling(
                     "b": {
                         "encoding": "krr",
                         "epsilon": 1.0,
+                        "domain_size": 3,
                         "shuffle": {"release_grace_seconds": 1},
                     }
                 }

@@ -1,4 +1,4 @@
-"""Per-report privacy figures of RAPPOR (crowdmix.client.privacy) against exact computations."""
+"""Per-report privacy figures of RAPPOR (crowdmix.core.privacy) against exact computations."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from crowdmix.client import RapporParams, epsilon_inf, epsilon_one
-from crowdmix.client.privacy import p_star, q_star
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one, p_star, q_star
 
 
 def test_known_values() -> None:
