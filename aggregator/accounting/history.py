@@ -56,9 +56,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from crowdmix.core.basic import BasicParams
 from crowdmix.core.params import RapporParams
+
+if TYPE_CHECKING:
+    from crowdmix.aggregator.accounting.randomizers import Randomizer
 
 __all__ = [
     "Composed",
@@ -85,6 +89,9 @@ class Segment:
     epsilon0: float
     beta: float
     rappor: RapporParams | None = None
+    # The basic mechanism's params (None for RAPPOR, or a ledger entry written before
+    # they were kept): with them the mechanism's blanket bound is used.
+    basic: BasicParams | None = None
     hashing: str = "mmh3"
     cohort_per_report: bool = False
     # Per round: probability that an estimated crowd was smaller than n_amplify
@@ -130,14 +137,25 @@ def round_pair(epsilon0: float) -> Any:
     return ClonePair.stronger_clone(epsilon0)
 
 
-def _best_amplify(epsilon0: float, n: int, delta: float) -> float:
-    """One-round shuffle bound: the generic stronger clone, valid for every
-    ε0-LDP randomizer (the (p, β, q) pair is not a dominating pair, pairs.py)."""
-    from crowdmix.aggregator.accounting.amplification import amplify
+def _best_amplify(
+    epsilon0: float, n: int, delta: float, randomizer: Randomizer | None = None
+) -> float:
+    """One-round shuffle bound: ``amplification.best_amplification`` (the generic
+    stronger clone, and the randomizer's blanket bound when it is known)."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
 
     if math.isinf(epsilon0):
         return math.inf
-    return amplify(epsilon0, n, delta).epsilon
+    return best_amplification(epsilon0, n, delta, randomizer).result.epsilon
+
+
+def _report_randomizer(s: Segment) -> Randomizer | None:
+    """The randomizer of one report of ``s`` (fresh randomness), for its blanket bound."""
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+    if s.rappor is not None and s.cohort_per_report and s.rappor.m > 1:
+        return None
+    return randomizer_of(basic=s.basic, rappor=s.rappor)
 
 
 @lru_cache(maxsize=32)
@@ -145,6 +163,24 @@ def _pair_pld(epsilon0: float, n: int, tail: float) -> Any:
     from crowdmix.aggregator.accounting.pld import shuffle_pld
 
     return shuffle_pld(round_pair(epsilon0), n, tail=tail)
+
+
+@lru_cache(maxsize=32)
+def _round_pld(epsilon0: float, n: int, tail: float, randomizer: Randomizer | None, k: int) -> Any:
+    """The PLD of one round: the randomizer's blanket pair (``blanket_pld``) where it
+    gives the smaller ε over the ``k`` rounds' share of δ, else the generic pair.
+    Both dominate the round, so either choice is an upper bound."""
+    generic = _pair_pld(epsilon0, n, tail)
+    if randomizer is None:
+        return generic
+    from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
+
+    blanket = blanket_pld(randomizer, n, tail=tail)
+    if blanket is None:
+        return generic
+    probe = 1e-6 / max(1, k)
+    better = blanket.get_epsilon_for_delta(probe) < generic.get_epsilon_for_delta(probe)
+    return blanket if better else generic
 
 
 def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
@@ -157,10 +193,15 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         return math.inf, "no-bound"
     if all(s.epsilon0 == 0.0 for s in segs):
         return 0.0, "pld-composition"
-    by_pair: dict[tuple[float, int], int] = defaultdict(int)
-    by_round: dict[tuple[float, int], int] = defaultdict(int)
+    if total_rounds == 1:  # nothing to compose: the round's own (tighter) figure
+        (one,) = segs
+        return _best_amplify(one.epsilon0, one.n_amplify, delta, _report_randomizer(one)), (
+            "single-release"
+        )
+    by_pair: dict[tuple[float, int, Any], int] = defaultdict(int)
+    by_round: dict[tuple[float, int, Any], int] = defaultdict(int)
     for s in segs:
-        key = (s.epsilon0, s.n_amplify)
+        key = (s.epsilon0, s.n_amplify, _report_randomizer(s))
         if 2 <= s.n_amplify <= MAX_PLD_N and 0.0 < s.epsilon0 <= 50.0:
             by_pair[key] += s.rounds
         elif s.epsilon0 > 0.0:
@@ -169,8 +210,8 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     per_round = delta / (2.0 * max(1, fallback_rounds))
     if not by_pair and len(by_round) == 1:
         # All alike and past the PLD's reach: KOV's exact optimal composition.
-        ((eps0, n), k) = next(iter(by_round.items()))
-        eps_r = _best_amplify(eps0, n, per_round)
+        ((eps0, n, rand), k) = next(iter(by_round.items()))
+        eps_r = _best_amplify(eps0, n, per_round, rand)
         if k * per_round < delta:
             return compose_optimal(eps_r, per_round, k, delta), "optimal-composition"
         return k * eps_r, "basic-composition"
@@ -179,12 +220,12 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
 
     tail = min(1e-12, delta * 1e-4 / total_rounds)
     composed: Any = None
-    for (eps0, n), k in sorted(by_pair.items()):
-        one = _pair_pld(eps0, n, tail)
+    for (eps0, n, rand), k in sorted(by_pair.items(), key=lambda kv: kv[0][:2]):
+        one = _round_pld(eps0, n, tail, rand, k)
         part = one.self_compose(k) if k > 1 else one
         composed = part if composed is None else composed.compose(part)
-    for (eps0, n), k in sorted(by_round.items()):
-        eps_r = _best_amplify(eps0, n, per_round)
+    for (eps0, n, rand), k in sorted(by_round.items(), key=lambda kv: kv[0][:2]):
+        eps_r = _best_amplify(eps0, n, per_round, rand)
         one = pld_mod.from_privacy_parameters(
             common.DifferentialPrivacyParameters(eps_r, per_round),
             value_discretization_interval=GRID,
@@ -214,11 +255,17 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
         cands["cohort-irr"] = _best_amplify(eps_irr, n, delta)
         return cands["cohort-irr"], "cohort-irr", cands
     if not math.isinf(eps_inf):
-        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta)
+        from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+        # One group shares k, h, m and f (``_check_shared_coins``): one PRR.
+        prr = randomizer_of(rappor=first, prr_only=True)
+        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta, prr)
     if same:
         eps_k = local.epsilon_k(first, k_total)
         if not math.isinf(eps_k):
-            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta)
+            # One round is one report (ε_1 = ε_k): its own randomizer's bound applies.
+            single = _report_randomizer(segs[0]) if k_total == 1 else None
+            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta, single)
     if not cands:
         return math.inf, "no-bound", cands
     name = min(cands, key=lambda key: cands[key])
@@ -374,6 +421,13 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
         "rappor": None
         if r is None
         else {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q},
+        "basic": None
+        if seg.basic is None
+        else {
+            "mechanism": seg.basic.mechanism,
+            "epsilon": seg.basic.epsilon,
+            "domain_size": seg.basic.domain_size,
+        },
         "hashing": seg.hashing,
         "cohort_per_report": seg.cohort_per_report,
         "crowd_failure": seg.crowd_failure,
@@ -386,8 +440,16 @@ def segment_from_dict(data: Any) -> Segment:
 
     r = data["rappor"]
     eps0 = data["epsilon0"]
+    b = data.get("basic")
     try:
         rappor = None if r is None else RapporParams(**{k: r[k] for k in "khmfpq"})
+        basic = (
+            None
+            if b is None
+            else BasicParams(
+                mechanism=b["mechanism"], epsilon=b["epsilon"], domain_size=b["domain_size"]
+            )
+        )
     except ParamsError as exc:
         raise ValueError(str(exc)) from None
     return Segment(
@@ -397,6 +459,7 @@ def segment_from_dict(data: Any) -> Segment:
         epsilon0=math.inf if eps0 is None else float(eps0),
         beta=float(data["beta"]),
         rappor=rappor,
+        basic=basic,
         hashing=str(data["hashing"]),
         cohort_per_report=bool(data["cohort_per_report"]),
         crowd_failure=float(data.get("crowd_failure", 0.0)),

@@ -38,6 +38,7 @@ from crowdmix.aggregator.accounting.guarantees import (
     central_guarantee,
     estimated_crowd,
     longitudinal_guarantee,
+    randomizer_for,
     segment_of,
     smallest_cohort_share,
 )
@@ -58,6 +59,8 @@ __all__ = [
 
 _BOUND_NAMES = {
     "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
+    "blanket": "mechanism-specific privacy-blanket bound (Balle-Bell-Gascon-Nissim 2019; "
+    "Su-Cheng-Wang 2025), evaluated exactly",
     "none": "no amplification",
 }
 
@@ -66,8 +69,8 @@ _ARGUMENTS = {
     "memoised-prr-k": "memoised PRR: the R reports of one client are one ε_R-LDP "
     "randomizer, amplified",
     "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
-    "ε_∞-LDP PRR, amplified by the generic stronger-clone bound (holds for any number "
-    "of rounds)",
+    "ε_∞-LDP PRR, amplified by the best of the generic stronger-clone bound and the "
+    "PRR's privacy-blanket bound (holds for any number of rounds)",
     "cohort-irr": "cohort drawn per report: cohorts whose Bloom filters of a value coincide "
     "share PRR coins, so neither one ε_∞ nor min(R, m)·ε_∞ bounds a client's reports; "
     "each report's IRR over all k bits bounds it whatever the PRRs, R·k·ε_bit, amplified",
@@ -469,7 +472,8 @@ def privacy_statement(
             epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
         )
     else:
-        central = central_guarantee(eps1, n_amp, amp_delta)
+        randomizer = randomizer_for(metric, cohort_per_report)
+        central = central_guarantee(eps1, n_amp, amp_delta, randomizer)
         central = dataclasses.replace(central, delta=delta)  # + crowd_failure
 
     segment = segment_of(
