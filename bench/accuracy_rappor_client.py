@@ -222,8 +222,20 @@ def main() -> None:
     ap.add_argument("--correction", default=d.correction, choices=("bonferroni", "bh", "none"))
     ap.add_argument("--alpha", type=float, default=d.alpha)
     ap.add_argument("--interval", default=d.interval, choices=("selective", "wald"))
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="other DecodeOptions"
+    )
     args = ap.parse_args()
-    options = DecodeOptions(alpha=args.alpha, correction=args.correction, interval=args.interval)
+    extra: dict[str, object] = {}
+    for item in args.set:
+        key, _, text = item.partition("=")
+        current = getattr(d, key)
+        extra[key] = (
+            text == "true" if isinstance(current, bool) else type(current)(text)  # type: ignore[call-arg]
+        )
+    options = DecodeOptions(
+        alpha=args.alpha, correction=args.correction, interval=args.interval, **extra
+    )
     print(f"decoder options: {options}")
     splits = ("dev", "held-out") if args.split == "all" else (args.split,)
     for split in splits:

@@ -99,9 +99,12 @@ from crowdmix.aggregator.decode.stats import (
 )
 from crowdmix.aggregator.decode.wls import (
     Fit,
+    centred_gram,
     fit_nnls,
     inverse_diagonal,
     lasso_screen,
+    spd_inverse,
+    symmetric_product,
 )
 from crowdmix.client.params import RapporParams
 
@@ -423,19 +426,21 @@ def _unbiased_fit(
     """
     if support.size == 0:
         return support, np.zeros(0), np.zeros(0)
-    a = xw[:, support].toarray() - offset[:, None]
-    gram = a.T @ a
-    var = inverse_diagonal(gram)
-    ok = np.isfinite(var)
-    if not ok.all():
-        support, a = support[ok], a[:, ok]
-        gram = a.T @ a
-        var = var[ok]
-    try:
-        beta = np.linalg.solve(gram, a.T @ target)
-    except np.linalg.LinAlgError:
-        return support[:0], np.zeros(0), np.zeros(0)
-    resid = target - a @ beta
+    xs = xw[:, support]
+    gram = centred_gram(xs, offset)
+    corr = np.asarray(xs.T @ target).ravel() - float(offset @ target)
+    inv = spd_inverse(gram)
+    if inv is not None:
+        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
+    else:  # collinear: leave out what the fit cannot resolve
+        ok = np.isfinite(inverse_diagonal(gram))
+        support, xs, corr = support[ok], xs[:, ok], corr[ok]
+        gram = gram[np.ix_(ok, ok)]
+        inv = spd_inverse(gram) if ok.any() else None
+        if inv is None:
+            return support[:0], np.zeros(0), np.zeros(0)
+        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
+    resid = target - np.asarray(xs @ beta).ravel() + offset * float(beta.sum())
     dispersion = max(1.0, float(resid @ resid) / max(1, n_rows - support.size))
     return support, beta, np.sqrt(dispersion * var)
 
