@@ -518,8 +518,13 @@ def _report(args: argparse.Namespace) -> int:
     print(
         f"{volume}; "
         f"{result.detected} of {len(result.values)} candidates detected "
-        f"({result.correction}, α={result.alpha}); allocated mass {result.allocated_mass:.1%}; "
-        f"detection threshold {result.detection_threshold:.2%}"
+        f"({result.correction}, α={result.alpha}); allocated mass {result.allocated_mass:.1%}"
+        + (
+            ""
+            if result.distribution_mass is None
+            else f" (the distribution column: {result.distribution_mass:.1%})"
+        )
+        + f"; detection threshold {result.detection_threshold:.2%}"
     )
     text = summary.get("privacy", {}).get("text")
     if text:
