@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import sys
 import time
@@ -67,9 +68,9 @@ def score_case(case_dir: Path, options: DecodeOptions) -> tuple[Score, Score]:
     n = sum(true.values())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecodeWarning)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = decode_rappor(totals, ones, params, design, values, options)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     detected = {v for v, s in zip(res.values, res.significant, strict=True) if s}
     listed = {
         v: float(x)
@@ -102,6 +103,7 @@ def score_case(case_dir: Path, options: DecodeOptions) -> tuple[Score, Score]:
         "dcov_hits": dcov_hits,
         "dcov_total": dcov_total,
         "seconds": seconds,
+        "cpu": cpu,
     }
     ref: Score = {}
     if (case_dir / "r_results.csv").exists():
@@ -191,6 +193,8 @@ def summarise(label: str, rows: list[tuple[str, Score, Score]]) -> dict[str, obj
         f"  dist cover {100 * dcov_h / max(1, dcov_t):.2f}%"
         f"  decode mean {np.mean([x['seconds'] for x in all_ours]):.3f} s"
         f" max {max(x['seconds'] for x in all_ours):.3f} s"
+        f" (CPU mean {np.mean([x['cpu'] for x in all_ours]):.3f} s"
+        f" max {max(x['cpu'] for x in all_ours):.3f} s)"
     )
     if all_ref:
         rtv = float(np.mean([x["tv_list"] for x in all_ref]))
@@ -237,6 +241,9 @@ def main() -> None:
         alpha=args.alpha, correction=args.correction, interval=args.interval, **extra
     )
     print(f"decoder options: {options}")
+    print(
+        f"load average at start: {os.getloadavg()[0]:.1f} (2 cores; decode times are wall and CPU)"
+    )
     splits = ("dev", "held-out") if args.split == "all" else (args.split,)
     for split in splits:
         rows = []
@@ -261,6 +268,7 @@ def main() -> None:
                 )
         if rows:
             summarise(split, rows)
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -249,7 +249,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--split", choices=("dev", "held-out", "all"), default="all")
     ap.add_argument("--reps", type=int, default=2, help="seeds per case type (2)")
-    ap.add_argument("--grid-reps", type=int, default=1, help="seeds per grid case (1)")
+    ap.add_argument(
+        "--grid-reps",
+        type=int,
+        help="seeds per grid case (default: 1 for dev, 0 for held-out, whose cases are the types)",
+    )
     ap.add_argument("--only", help="regex: only cases whose name matches")
     ap.add_argument("--no-r", action="store_true", help="skip google/rappor's R decoder")
     ap.add_argument("--force", action="store_true", help="regenerate cases already written")
@@ -260,7 +264,8 @@ def main() -> None:
         rappor = load_client(root)
         todo: list[Path] = []
         for split in splits:
-            for name, case, seed in cases_of(split, args.reps, args.grid_reps):
+            grid_reps = args.grid_reps if args.grid_reps is not None else int(split == "dev")
+            for name, case, seed in cases_of(split, args.reps, grid_reps):
                 if args.only and not re.search(args.only, name):
                     continue
                 out = args.out / split / f"{name}-s{seed}"

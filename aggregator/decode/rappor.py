@@ -175,6 +175,8 @@ class DecodeOptions:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
         if self.interval not in INTERVALS:
             raise ValueError(f"interval must be wald or selective, got {self.interval!r}")
+        if self.summary not in ("mean", "median"):
+            raise ValueError(f"summary must be mean or median, got {self.summary!r}")
         if self.screen_z < 0 or self.screen_above <= 0 or not 0 < self.max_support <= 1:
             raise ValueError("screen_z >= 0, screen_above > 0 and 0 < max_support <= 1 required")
 

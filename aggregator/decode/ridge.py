@@ -79,7 +79,7 @@ def random_effects_fit(
     mu = float(coef[-1])
     resid = target - basis @ coef
     qf = np.linalg.qr(a_f)[0] if fixed.size else np.zeros((rows, 0))
-    proj = np.column_stack([a_r_t(q[:, j]) for j in range(q.shape[1])])  # C_R × p
+    proj = np.asarray(xr.T @ q) - (offset @ q)[None, :]  # A_R' Q, C_R × p
     trace = float(np.sum(norms[others] ** 2) - np.sum(proj**2))
     p = basis.shape[1]
     tau2 = max(0.0, (float(resid @ resid) - dispersion * (rows - p)) / max(trace, 1e-300))
