@@ -207,10 +207,10 @@ def _check_inputs(
 def _duplicate_columns(x: sp.csc_matrix, values: Sequence[str]) -> list[list[str]]:
     """Groups of candidates whose Bloom bits agree in every used cohort."""
     seen: dict[bytes, list[int]] = {}
+    x = x.sorted_indices() if not x.has_sorted_indices else x
     indptr, indices = x.indptr, x.indices
     for v in range(x.shape[1]):
-        key = np.sort(indices[indptr[v] : indptr[v + 1]]).tobytes()
-        seen.setdefault(key, []).append(v)
+        seen.setdefault(indices[indptr[v] : indptr[v + 1]].tobytes(), []).append(v)
     return [[values[i] for i in group] for group in seen.values() if len(group) > 1]
 
 
