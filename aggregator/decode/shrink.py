@@ -50,9 +50,10 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, slots=True)
 class Posterior:
-    """Posterior mean and equal-tailed interval of every β_v under the fitted prior Ĝ."""
+    """Posterior mean, median and equal-tailed interval of every β_v under the fitted prior Ĝ."""
 
     mean: FloatArray
+    median: FloatArray
     low: FloatArray
     high: FloatArray
     prior_grid: FloatArray
@@ -100,8 +101,9 @@ def npmle_posterior(
     mean = post @ grid
     cdf = np.cumsum(post, axis=1)
     tail = (1.0 - level) / 2.0
+    median = grid[np.argmax(cdf >= 0.5, axis=1)]
     low_idx = np.argmax(cdf >= tail, axis=1)
     high_idx = np.argmax(cdf >= 1.0 - tail, axis=1)
     low = np.minimum(grid[low_idx], mean)
     high = np.maximum(grid[high_idx], mean)
-    return Posterior(mean, low, high, grid, w)
+    return Posterior(mean, median, low, high, grid, w)

@@ -28,7 +28,12 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from crowdmix.core.errors import ParamsError
+from crowdmix.aggregator.report.rappor_hashing import (
+    CLIENT_HASHINGS,
+    ClientHashing,
+    check_client_hashing,
+    client_bloom_bits,
+)
 from crowdmix.core.hashing import bloom_bits
 from crowdmix.core.params import Hashing, RapporParams
 
@@ -210,19 +215,30 @@ def write_map_csv(
     path: str | os.PathLike[str],
     candidates: Sequence[str],
     params: RapporParams,
-    hashing: Hashing = "rappor-md5",
+    hashing: Hashing | ClientHashing = "rappor-md5",
 ) -> None:
-    """A map file from ``crowdmix.core.hashing``; a cohort with < h distinct bits repeats one."""
+    """A map file as ``bin/hash_candidates.py`` writes it: h entries per cohort.
+
+    ``rappor-md5``/``rappor-java``: as google/rappor's Python/Java client hashes
+    (``crowdmix.aggregator.report.rappor_hashing``; repeats kept, as the client sets
+    them); ``mmh3``: as crowdmix's SDK hashes (a cohort with < h distinct bits repeats one).
+    """
     try:
-        params.check_hashing(hashing)
-    except ParamsError as exc:
+        if hashing in CLIENT_HASHINGS:
+            check_client_hashing(params, hashing)
+        else:
+            params.check_hashing(hashing)
+    except ValueError as exc:  # ParamsError is one
         raise RapporFileError(str(exc)) from None
     with Path(path).open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         for value in candidates:
             row: list[object] = [value]
             for cohort in range(params.m):
-                bits = bloom_bits(value, cohort, params, hashing)
-                bits += [bits[-1]] * (params.h - len(bits))
+                if hashing == "rappor-md5" or hashing == "rappor-java":
+                    bits = client_bloom_bits(value, cohort, params, hashing)
+                else:
+                    bits = bloom_bits(value, cohort, params, hashing)
+                    bits += [bits[-1]] * (params.h - len(bits))
                 row.extend(cohort * params.k + b + 1 for b in bits)
             w.writerow(row)
