@@ -48,6 +48,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.simulate",
     "crowdmix.privacy",
     "crowdmix.report",
+    "crowdmix.discover",
     "crowdmix.counts",
     "crowdmix.keys",
     "crowdmix.config_cmd",
@@ -186,6 +187,7 @@ EXTRA_FOR = {
     "matplotlib": "aggregator",
     "dp_accounting": "aggregator",
     "threadpoolctl": "aggregator",
+    "wordfreq": "words",
 }
 
 
@@ -200,6 +202,7 @@ COMMAND_EXTRAS = {
     "privacy": "aggregator",
     "plan": "aggregator",
     "report": "aggregator",
+    "discover": "aggregator",
     "counts": "aggregator",
     "keys": "transport",
     "cluster": "shuffler,aggregator",

@@ -46,6 +46,13 @@ and is refused (``_check_shared_coins``). Independent groups and the
 fresh-randomness part compose by basic
 composition (Dwork, Roth 2014, Thm 3.16): ε and δ add across them.
 
+Disjoint device groups (a discovery's rounds: ``partition`` names the
+discovery, ``group`` the devices' group) compose in parallel: each group's
+segments are composed as above, and the partition costs the largest of its groups'
+(ε, δ) (McSherry, SIGMOD 2009, Thm 4; adaptive, since each group's guarantee
+holds for every fixed output of the others). A partition then adds to the rest by
+basic composition.
+
 Nothing here rounds down: every figure is an upper bound or ∞.
 """
 
@@ -97,6 +104,10 @@ class Segment:
     # Per round: probability that an estimated crowd was smaller than n_amplify
     # (charged to δ once per round, on top of ``delta``).
     crowd_failure: float = 0.0
+    # Disjoint device groups: segments of one partition with different groups
+    # never share a device ("" = every device may be in every segment).
+    partition: str = ""
+    group: int = 0
 
     def __post_init__(self) -> None:
         for name in ("rounds", "n_amplify"):
@@ -111,6 +122,11 @@ class Segment:
             raise ValueError(f"beta must be in [0, 1], got {self.beta!r}")
         if not 0.0 <= self.crowd_failure < 1.0:
             raise ValueError(f"crowd_failure must be in [0, 1), got {self.crowd_failure!r}")
+        if not isinstance(self.partition, str) or len(self.partition) > 256:
+            raise ValueError(f"partition must be a string of at most 256, got {self.partition!r}")
+        g = self.group
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            raise ValueError(f"group must be a non-negative integer, got {g!r}")
 
     @property
     def fresh(self) -> bool:
@@ -343,8 +359,48 @@ def _check_shared_coins(segments: Sequence[Segment]) -> None:
 
 
 def compose_segments(segments: Sequence[Segment]) -> Composed:
-    """(ε, δ) of all ``segments`` together (module docstring); δ adds across the
-    independent parts, each part uses the largest δ of its segments.
+    """(ε, δ) of all ``segments`` together (module docstring): segments of a
+    partition in parallel across its groups, everything else as one sequence,
+    and the parts added (basic composition)."""
+    import dataclasses
+
+    plain = [s for s in segments if not s.partition]
+    parts_by: dict[str, dict[int, list[Segment]]] = defaultdict(lambda: defaultdict(list))
+    for s in segments:
+        if s.partition:
+            parts_by[s.partition][s.group].append(dataclasses.replace(s, partition="", group=0))
+    if not parts_by:
+        return _compose_sequence(plain)
+    base = _compose_sequence(plain)
+    eps, delta = base.epsilon, base.delta
+    parts = list(base.parts)
+    for name, groups in sorted(parts_by.items()):
+        worst = [_compose_group(g) for _, g in sorted(groups.items())]
+        g_eps, g_delta = max(c.epsilon for c in worst), max(c.delta for c in worst)
+        parts.append((f"parallel-groups:{name}", g_eps, g_delta))
+        eps, delta = eps + g_eps, delta + g_delta
+    argument = parts[0][0] if len(parts) == 1 else "basic-composition"
+    return Composed(
+        epsilon=eps,
+        delta=min(1.0, delta),
+        argument=argument,
+        parts=tuple(parts),
+        candidates=dict(base.candidates),
+    )
+
+
+def _compose_group(segments: Sequence[Segment]) -> Composed:
+    """One group's rounds: a single fresh round is its own shuffle bound, more compose."""
+    if len(segments) == 1 and segments[0].rounds == 1 and segments[0].fresh:
+        s = segments[0]
+        eps = _best_amplify(s.epsilon0, s.n_amplify, s.delta)
+        return Composed(epsilon=eps, delta=min(1.0, s.delta + s.crowd_failure), argument="generic")
+    return _compose_sequence(segments)
+
+
+def _compose_sequence(segments: Sequence[Segment]) -> Composed:
+    """(ε, δ) of ``segments`` that may all touch every device (module docstring);
+    δ adds across the independent parts, each part uses the largest δ of its segments.
 
     RAPPOR f = 0 groups may go either way (into the PLD, or bounded alone by the
     memoised-k argument); both strategies are evaluated for all such groups at
@@ -431,6 +487,7 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
         "hashing": seg.hashing,
         "cohort_per_report": seg.cohort_per_report,
         "crowd_failure": seg.crowd_failure,
+        **({"partition": seg.partition, "group": seg.group} if seg.partition else {}),
     }
 
 
@@ -463,4 +520,6 @@ def segment_from_dict(data: Any) -> Segment:
         hashing=str(data["hashing"]),
         cohort_per_report=bool(data["cohort_per_report"]),
         crowd_failure=float(data.get("crowd_failure", 0.0)),
+        partition=str(data.get("partition", "")),
+        group=int(data.get("group", 0)),
     )
