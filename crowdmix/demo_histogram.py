@@ -11,11 +11,12 @@ reports through the real daemons, in one process.
    sends its 1 + Binomial(m, q) reports sealed (HPKE) in one call through
    ``crowdmix.client.transport.ShufflerClient``; the shuffler refuses a call with more
    than 1 + m. Sealing is required: ``--plaintext`` is refused.
-4. The shuffler holds the window's reports until the window ends and then
-   forwards the whole window in one batch (``release = "window"``, as a registry
-   file gives every shuffled histogram): the larger the batch, the more fakes hide
+4. The shuffler holds the window's reports until the window closes (it takes the
+   window before the current one too) and then forwards the whole window in one
+   batch (``release = "window"``, as a registry file gives every shuffled
+   histogram): the larger the batch, the more fakes hide
    each real report. The demo does not wait a day: once every device has sent, it
-   moves the shuffler's clock past the window's end and its grace period.
+   moves the shuffler's clock past the moment the window closes and its grace period.
 5. The aggregator opens and counts each batch (one ``np.bincount``) exactly
    once; the report job decodes the unbiased histogram and states both figures.
 
@@ -232,10 +233,10 @@ def run_histogram_demo(
         listen="127.0.0.1:0",
         keys_file=str(Path(key_dir.name) / "keys.json"),
     )
-    # the shuffler's clock: real time until every device has sent, then moved past
-    # the window's end and its grace period, so the window is released now
+    # the shuffler's clock: real time until every device has sent, then moved past the
+    # moment the window closes and its grace period, so the window is released now
     shift = [0.0]
-    window_end = (registry.window_of(time.time()) + 1) * registry.window_seconds
+    window = registry.window_of(time.time())
     try:
         shuffler = start_shuffler(
             registry,
@@ -266,9 +267,10 @@ def run_histogram_demo(
             f"per device) in {time.perf_counter() - t0:.1f}s",
             quiet,
         )
-        # the window closes (the demo's clock jumps to its end and grace): it is released
-        # whole, in one batch, if it holds at least the threshold
-        shift[0] = window_end + GRACE_SECONDS - time.time()
+        # the window closes (the demo's clock jumps past that and the grace): it is
+        # released whole, in one batch, if it holds at least the threshold
+        closes = shuffler.intake.windows.closed_at(window)
+        shift[0] = closes + GRACE_SECONDS - time.time()
         shuffler.stop()
         pending = sum(shuffler_store.pending(METRIC).values())
         if pending:

@@ -126,7 +126,7 @@ def _cases() -> list[Case]:
         c("shuffler-processes-zero", (*serve_s, *cfg, "--processes", "0"), "--processes"),
         c("shuffler-rate-wrong-type", (*serve_s, *cfg, "--rate-limit", "fast"), "--rate-limit"),
         # the threaded server is gone (issue 14): its setting is refused by name
-        c("shuffler-server-sync", (*serve_s, "--config", "{syncconfig}"), "server = 'sync'"),
+        c("shuffler-server-sync", (*serve_s, "--config", "{syncconfig}"), "['server']"),
         c("shuffler-server-flag-gone", (*serve_s, *cfg, "--server", "sync"), "--server"),
         # simulate
         c("simulate-dead-target",

@@ -287,9 +287,10 @@ def test_report_job_withholds_the_central_figure_unless_the_count_is_zero() -> N
 def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_figure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A counts file records the count (exported from the store); one without it (older
-    files, or -1) is unknown: the statement refuses the central figure, conservatively."""
-    from crowdmix.aggregator.counting.files import load_counts
+    """A counts file records the count (exported from the store); -1 is unknown: the
+    statement refuses the central figure, conservatively. A file without the field is
+    not a counts file."""
+    from crowdmix.aggregator.counting.files import CountsFileError, load_counts
     from crowdmix.cli import main
     from tests.histogram.test_wiring import _counts_file
 
@@ -300,9 +301,10 @@ def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_fig
         assert main([*args, "--no-plot", "--out", str(tmp_path / f"o{given}")]) in (0, 1)
         out = capsys.readouterr().out
         assert ("no central (ε, δ)" in out) is linked and ("δ = " in out) is not linked
-    # a file written before the field existed: no such entry at all
+    # a file without the field at all is refused, naming it
     with np.load(path, allow_pickle=False) as data:
         fields = {k: data[k] for k in data.files if k != "duplicate_reports"}
-    old = tmp_path / "old.npz"
-    np.savez_compressed(old, **fields)
-    assert load_counts(old).duplicate_reports is None
+    lacking = tmp_path / "lacking.npz"
+    np.savez_compressed(lacking, **fields)
+    with pytest.raises(CountsFileError, match="duplicate_reports"):
+        load_counts(lacking)

@@ -92,7 +92,7 @@ def test_getconfig_serves_the_params_the_sdk_encodes_with() -> None:
 def test_the_shuffler_refuses_clear_reports_and_unsealed_startup() -> None:
     reg = _registry()
     metric = reg["h"]  # type: ignore[index]
-    rows = RowsIn("h", metric.fingerprint, 1, [0], b"\x01", b"\x00" * 16)
+    rows = RowsIn("h", metric.fingerprint, 1, [0], b"\x01", b"\x01" * 16, 20_000)
     with pytest.raises(InvalidRequest) as info:
         validate(reg, [rows], max_reports=100)  # type: ignore[arg-type]
     assert info.value.reason == "histogram_unsealed"
@@ -143,6 +143,7 @@ def test_the_aggregator_refuses_without_keys_and_clear_batches(tmp_path: Path) -
             count=1,
             cohorts=np.zeros(1, dtype=np.int64),
             bits=b"\x01",
+            report_ids=b"\x01" * 16,
         )
         with pytest.raises(InvalidBatch) as info:
             ingestor.check_header(batch)
