@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import load_registry
 from crowdmix.cluster import LocalCluster
+from crowdmix.core.registry import load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 
 M, K, PER_REQUEST, POOL = 64, 128, 1000, 64
@@ -58,8 +58,8 @@ METRIC = "e2e"
 
 def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
     """``n`` pooled requests as sealed columns (zero report ids: re-sends count again)."""
-    from crowdmix.client.sealed import PublicKeySet
     from crowdmix.client.sealing import seal_many
+    from crowdmix.core.sealed import PublicKeySet
 
     key = PublicKeySet.from_json(public_keys.read_text()).keys[-1]
     cohorts, bits = pool_arrays()
@@ -89,8 +89,9 @@ def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
 def raw_open_rate(keys_path: Path, fingerprint: int, n: int = 2000) -> float:
     """Reports/s of a bare ``Suite.decrypt`` loop on one core (CPU time), the ceiling."""
     from crowdmix.aggregator.sealing.keys import load_keyset
-    from crowdmix.client.sealed import report_info
-    from crowdmix.client.sealing import hpke_suite, seal_many
+    from crowdmix.client.sealing import seal_many
+    from crowdmix.core.hpke import hpke_suite
+    from crowdmix.core.sealed import report_info
 
     key = load_keyset(keys_path).keys[-1]
     rows = [(bytes(16), 0, fingerprint, bytes(16))] * n

@@ -27,8 +27,9 @@ from collections.abc import Callable
 
 from crowdmix.aggregator.sealing.keys import KeySet
 from crowdmix.aggregator.sealing.opening import Opener, open_batch
-from crowdmix.client.sealed import MLKEM768_X25519_SUITE, X25519_SUITE, pack_plaintext, report_info
-from crowdmix.client.sealing import hpke_suite, public_key_object, seal_report
+from crowdmix.client.sealing import public_key_object, seal_report
+from crowdmix.core.hpke import hpke_suite
+from crowdmix.core.sealed import MLKEM768_X25519_SUITE, X25519_SUITE, pack_plaintext, report_info
 
 RB = 16  # k = 128
 FP = 0x0123_4567_89AB_CDEF

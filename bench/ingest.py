@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import load_registry
 from crowdmix.cluster import DaemonProcess, RedisServer, free_port
+from crowdmix.core.registry import load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 
 M, K = 64, 128

@@ -35,7 +35,7 @@ def measure(tree: Path, seconds: float) -> dict[str, float]:
     from shuffler_load import METRIC, REGISTRY  # type: ignore[import-not-found]
     from shuffler_loadgen import build_payload  # type: ignore[import-not-found]
 
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
     from crowdmix.protos import crowdmix_pb2 as pb
     from crowdmix.shuffler.commit import GroupCommitter
     from crowdmix.shuffler.intake import Intake

@@ -121,8 +121,8 @@ def sealed_bulk_payload(public_keys: Path, per_request: int) -> bytes:
     """One request of ``per_request`` sealed reports (random bits, cohorts and ids inside)."""
     import numpy as np
 
-    from crowdmix.client.sealed import PublicKeySet
     from crowdmix.client.sealing import seal_many
+    from crowdmix.core.sealed import PublicKeySet
     from crowdmix.protos import crowdmix_pb2 as pb
 
     fp, rb = fingerprint()
@@ -349,7 +349,7 @@ class Cluster:
 def fingerprint() -> tuple[int, int]:
     import tomllib
 
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
 
     m = parse_registry(tomllib.loads(REGISTRY))[METRIC]
     return m.fingerprint, m.report_bytes

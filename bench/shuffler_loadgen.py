@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from crowdmix.client.sealed import PROTOCOL_VERSION
+from crowdmix.core.sealed import PROTOCOL_VERSION
 from crowdmix.protos import crowdmix_pb2 as pb
 
 __all__ = ["LoadResult", "build_payload", "ensure_h2load", "run_h2load", "run_load"]

@@ -11,12 +11,11 @@ reports through the real daemons, in one process.
    sends its 1 + Binomial(m, q) reports sealed (HPKE) in one call through
    ``crowdmix.client.transport.ShufflerClient``; the shuffler refuses a call with more
    than 1 + m. Sealing is required: ``--plaintext`` is refused.
-4. The shuffler holds the window's reports until the window closes (it takes the
-   window before the current one too) and then forwards the whole window in one
-   batch (``release = "window"``, as a registry file gives every shuffled
-   histogram): the larger the batch, the more fakes hide
+4. The shuffler holds the window's reports until the window ends and then
+   forwards the whole window in one batch (``release = "window"``, as a registry
+   file gives every shuffled histogram): the larger the batch, the more fakes hide
    each real report. The demo does not wait a day: once every device has sent, it
-   moves the shuffler's clock past the moment the window closes and its grace period.
+   moves the shuffler's clock past the window's end and its grace period.
 5. The aggregator opens and counts each batch (one ``np.bincount``) exactly
    once; the report job decodes the unbiased histogram and states both figures.
 
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 
     from crowdmix.aggregator.report.job import ReportOutcome
     from crowdmix.client.randomness import BitSource
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["HistogramDemoResult", "add_histogram_options", "run_histogram_demo"]
 
@@ -91,8 +90,8 @@ class HistogramDemoResult:
 
 def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
     from crowdmix.aggregator.accounting.histogram_release import plan_release
-    from crowdmix.client.histogram import HistogramParams
-    from crowdmix.client.registry import MetricConfig, ShufflePolicy
+    from crowdmix.core.histogram import HistogramParams
+    from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
     given = (args.fake_slots, args.fake_probability)
     if (given[0] is None) != (given[1] is None):
@@ -173,7 +172,7 @@ def run_histogram_demo(
     from crowdmix.aggregator.report.job import ReportJob, run_report, write_outputs
     from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
     from crowdmix.client.histogram import HistogramEncoder
-    from crowdmix.client.registry import Registry
+    from crowdmix.core.registry import Registry
     from crowdmix.demo_support import demo_keys as _demo_keys
     from crowdmix.demo_support import demo_summary as _demo_summary
     from crowdmix.demo_support import say as _say
@@ -233,17 +232,23 @@ def run_histogram_demo(
         listen="127.0.0.1:0",
         keys_file=str(Path(key_dir.name) / "keys.json"),
     )
-    # the shuffler's clock: real time until every device has sent, then moved past the
-    # moment the window closes and its grace period, so the window is released now
+    # the shuffler's clock: real time until every device has sent, then moved past
+    # the window's end and its grace period, so the window is released now
     shift = [0.0]
-    window = registry.window_of(time.time())
+    settings = ShufflerSettings(public_keys=str(Path(key_dir.name) / "public.json"))
+    # the window can receive no more reports once the shuffler's tolerance for late
+    # reports has passed too (a report names its window; the shuffler takes the
+    # current window and window_tolerance before it)
+    closed = (
+        registry.window_of(time.time()) + 1 + settings.window_tolerance
+    ) * registry.window_seconds
     try:
         shuffler = start_shuffler(
             registry,
             shuffler_store,
             f"127.0.0.1:{aggregator.port}",
             listen="127.0.0.1:0",
-            settings=ShufflerSettings(public_keys=str(Path(key_dir.name) / "public.json")),
+            settings=settings,
             tokens=frozenset({token}),
             clock=lambda: time.time() + shift[0],
         )
@@ -267,10 +272,9 @@ def run_histogram_demo(
             f"per device) in {time.perf_counter() - t0:.1f}s",
             quiet,
         )
-        # the window closes (the demo's clock jumps past that and the grace): it is
-        # released whole, in one batch, if it holds at least the threshold
-        closes = shuffler.intake.windows.closed_at(window)
-        shift[0] = closes + GRACE_SECONDS - time.time()
+        # the window closes (the demo's clock jumps past the tolerance and the grace): it
+        # is released whole, in one batch, if it holds at least the threshold
+        shift[0] = closed + GRACE_SECONDS - time.time()
         shuffler.stop()
         pending = sum(shuffler_store.pending(METRIC).values())
         if pending:
@@ -282,7 +286,10 @@ def run_histogram_demo(
             )
         counts = load_counts(aggregator_store, metric)
         batch_sizes = tuple(load_batch_sizes(aggregator_store, METRIC))
-        _say(f"  the aggregator counted {counted:,} reports in {len(batch_sizes)} batch(es)", quiet)
+        from crowdmix.options import plural
+
+        batches = plural(len(batch_sizes), "batch", "batches")
+        _say(f"  the aggregator counted {plural(counted, 'report')} in {batches}", quiet)
         outcome = run_report(
             ReportJob(
                 metric=metric,

@@ -80,7 +80,7 @@ def _histogram(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from crowdmix.aggregator.accounting.histogram import histogram_guarantee
     from crowdmix.aggregator.decode.histogram import count_variance
-    from crowdmix.client.histogram import HistogramParams
+    from crowdmix.core.histogram import HistogramParams
 
     if args.fake_slots is None or args.fake_probability is None:
         raise ValueError("checking a configuration needs both --fake-slots and --fake-probability")

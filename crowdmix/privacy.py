@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tomllib
 from typing import Any
 
-from crowdmix.options import add_rappor_options, positive_count
+from crowdmix.options import add_rappor_options, plural, positive_count
 
 __all__ = ["register"]
 
@@ -123,6 +124,12 @@ def register(sub: Any) -> None:
     plan.add_argument("--cohorts", type=int, default=4)
     plan.add_argument("--max-local-epsilon", type=float, help="cap on ε_1 of one report")
     plan.add_argument("--max-epsilon-inf", type=float, help="cap on ε_∞ (PRR bound)")
+    plan.add_argument(
+        "--metric",
+        default="my_metric",
+        metavar="NAME",
+        help="the metric's name in the registry block it prints (default my_metric)",
+    )
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(func=_plan)
 
@@ -166,7 +173,7 @@ def _amplify(args: argparse.Namespace) -> int:
     )
     from crowdmix.aggregator.accounting.local import epsilon_one
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.params import RapporParams
 
     try:
         if args.bound == "rappor" or args.beta is not None:
@@ -273,7 +280,7 @@ def _rounds(args: argparse.Namespace) -> int:
 def _metric(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.accounting.statement import privacy_statement
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     try:
         batches = None
@@ -323,7 +330,7 @@ def _metric(args: argparse.Namespace) -> int:
     if assumed:
         out["assumed_batch_sizes"] = batches
         text += (
-            f"\n(assumed: all {args.n:,} reports were shuffled in one batch; "
+            f"\n(assumed: all {plural(args.n, 'report')} were shuffled in one batch; "
             "give --batch-sizes if they were not)"
         )
     _print(args, out, text)
@@ -385,7 +392,7 @@ def _ledger(args: argparse.Namespace) -> int:
         lines.append(f"{path}: no metric has a release yet")
     for name in names:
         rows = shown[name]
-        lines.append(f"{name}: {len(rows)} release(s)")
+        lines.append(f"{name}: {plural(len(rows), 'release')}")
         width = max([7, *(len(r.release_id) for r, _ in rows)])
         if rows:
             lines.append(
@@ -422,12 +429,21 @@ def _plan(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise _fail(exc) from None
+    from crowdmix.core.registry import RegistryError, parse_registry
+
     p = result.params
+    block = registry_block(args.metric, p)
+    try:  # the block must load as it is printed (a name the registry refuses, say)
+        parse_registry(tomllib.loads(block))
+    except (RegistryError, tomllib.TOMLDecodeError) as exc:
+        raise _fail(ValueError(f"--metric {args.metric!r}: {exc}")) from None
     out = result.to_dict()
+    out["registry"] = block
     if not math.isfinite(result.epsilon_inf):
         out["epsilon_inf"] = None
     text = (
-        f"For central ε ≤ {args.epsilon} (δ = {args.delta}) over {args.rounds} release(s) of "
+        f"For central ε ≤ {args.epsilon} (δ = {args.delta}) over "
+        f"{plural(args.rounds, 'release')} of "
         f"~{args.n:,} reports and {args.candidates} candidates:\n"
         f"  k={p.k} h={p.h} m={p.m} f={p.f} p={p.p:.4f} q={p.q:.4f}\n"
         f"  local ε_1 = {result.epsilon_1:.4g}, ε_∞ = {result.epsilon_inf:.4g}\n"
@@ -435,7 +451,24 @@ def _plan(args: argparse.Namespace) -> int:
         f"{result.longitudinal_epsilon:.4g} over all ({result.longitudinal_argument})\n"
         f"  std error of a frequency ≈ {result.std_error:.3g}; smallest detectable "
         f"frequency ≈ {result.detectable_frequency:.3g} "
-        f"(α={result.alpha}, power {result.power}, Bonferroni over candidates)"
+        f"(α={result.alpha}, power {result.power}, Bonferroni over candidates)\n"
+        "\nThe metric's entry for the registry (metrics.toml), exact values:\n\n" + block
     )
-    _print(args, out, text)
+    _print(args, out, text.rstrip("\n"))
     return 0
+
+
+def registry_block(name: str, params: Any) -> str:
+    """A ``[metrics.NAME]`` table for the registry with exactly these RAPPOR params
+    (floats written in full: a rounded p or q would be another mechanism)."""
+    return (
+        f"[metrics.{name}]\n"
+        'encoding = "rappor"\n'
+        'hashing = "mmh3"\n'
+        f"k = {params.k}\n"
+        f"h = {params.h}\n"
+        f"m = {params.m}\n"
+        f"f = {params.f!r}\n"
+        f"p = {params.p!r}\n"
+        f"q = {params.q!r}\n"
+    )

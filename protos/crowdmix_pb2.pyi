@@ -171,7 +171,7 @@ class PublicKey(_message.Message):
     def __init__(self, key_id: _Optional[int] = ..., suite: _Optional[str] = ..., public_key: _Optional[bytes] = ..., not_before: _Optional[int] = ..., not_after: _Optional[int] = ...) -> None: ...
 
 class ConfigResponse(_message.Message):
-    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time", "window")
+    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time", "window", "plaintext")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CACHE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,7 @@ class ConfigResponse(_message.Message):
     WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    PLAINTEXT_FIELD_NUMBER: _ClassVar[int]
     version: str
     cache_seconds: int
     metrics: _containers.RepeatedCompositeFieldContainer[MetricInfo]
@@ -188,4 +189,5 @@ class ConfigResponse(_message.Message):
     window_seconds: int
     server_time: float
     window: int
-    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ..., window: _Optional[int] = ...) -> None: ...
+    plaintext: bool
+    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ..., window: _Optional[int] = ..., plaintext: _Optional[bool] = ...) -> None: ...

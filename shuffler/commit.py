@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.shuffler.columns import Pending, merge, merge_blob
 from crowdmix.shuffler.errors import (
     PartialWrite,

@@ -1,6 +1,6 @@
 """Daemon settings and the metric registry they point at.
 
-The registry (metrics, encodings, shuffle policies) is ``crowdmix.client.registry``'s
+The registry (metrics, encodings, shuffle policies) is ``crowdmix.core.registry``'s
 TOML, shared with the aggregator. The daemon's own settings come from, in
 increasing precedence: the defaults below, an optional ``[shuffler]`` table in
 the same file (removed before the registry is parsed, as is an ``[aggregator]``
@@ -26,6 +26,10 @@ table), and command-line flags::
     forward_timeout_seconds = 30             # deadline of one Ingest call to the aggregator
     inflight_retry_seconds = 60              # re-offer a batch found in flight this long
                                              # (must exceed forward_timeout_seconds)
+    http_port = 7480                         # Submit/GetConfig over HTTP POST (Connect
+                                             # protocol, for browsers) on listen's host;
+                                             # omit for none; TLS as the gRPC port
+    http_allow_origins = ["https://app.example"]  # CORS: web origins allowed to call it
     metrics_port = 9400                      # Prometheus; omit for none
     metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
     allow_unauthenticated = false            # true: serve without tokens_file (no auth)
@@ -49,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crowdmix.client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
-from crowdmix.client.registry import Registry, RegistryError, parse_registry
+from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.registry import Registry, RegistryError, parse_registry
 from crowdmix.shuffler.errors import ConfigError
 
 #: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.
@@ -91,6 +95,11 @@ class ShufflerSettings:
     # took unary calls from 3.9 k to 6.7 k per second here (BENCHMARKS.md).
     commit_max_delay_ms: float = 1.0
     reuse_port: bool = False  # SO_REUSEPORT: several processes serve one port (--processes)
+    # The HTTP port (crowdmix.shuffler.connect): the same Submit and GetConfig in the
+    # Connect protocol's unary format, on listen's host; 0 = any free port.
+    http_port: int | None = None
+    # CORS: the web origins (scheme://host[:port]) whose pages may call the HTTP port; "*" any.
+    http_allow_origins: tuple[str, ...] = ()
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     # Serving without tokens (or with the public placeholder token) lets anyone who
@@ -180,6 +189,17 @@ class ShufflerSettings:
                 f"forward_timeout_seconds ({self.forward_timeout_seconds}): else a batch "
                 "still being forwarded is re-offered and sent twice (default: twice the timeout)"
             )
+        hp = self.http_port
+        if hp is not None and (
+            isinstance(hp, bool) or not isinstance(hp, int) or not 0 <= hp < 65536
+        ):
+            raise ConfigError(f"http_port must be a port number, got {hp!r}")
+        origins = self.http_allow_origins
+        if isinstance(origins, str) or not all(isinstance(o, str) and o for o in origins):
+            raise ConfigError(
+                f'http_allow_origins must be a list of origins (or "*"), got {origins!r}'
+            )
+        object.__setattr__(self, "http_allow_origins", tuple(origins))
         mp = self.metrics_port
         if mp is not None and (
             isinstance(mp, bool) or not isinstance(mp, int) or not 0 <= mp < 65536

@@ -17,7 +17,7 @@ everything pending in it goes in ONE batch (at least ``min_batch``), never cut a
 ``max_batch``. Reports are filed under the window they name
 (``crowdmix.shuffler.windows``); a write landing after its window's release waits in
 that queue and leaves as a later batch once it reaches ``min_batch``. Only a window
-larger than one aggregator batch carries (``crowdmix.client.registry.window_batch_limit``)
+larger than one aggregator batch carries (``crowdmix.core.registry.window_batch_limit``)
 is split, into equal parts, with an error in the log.
 
 Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
@@ -53,7 +53,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from crowdmix.client.registry import Registry, window_batch_limit
+from crowdmix.core.log_limit import RepeatedFailure
+from crowdmix.core.registry import Registry, window_batch_limit
 from crowdmix.shuffler.config import INFLIGHT_RETRY_SECONDS
 from crowdmix.shuffler.errors import ForwardError, ShufflerError
 from crowdmix.shuffler.metrics import ShufflerMetrics
@@ -379,6 +380,9 @@ class Releaser:
             self.recover(give_up)
         except ShufflerError as exc:  # the sweeps below find them again
             log.warning("start-up recovery failed: %s", exc)
+        # a store outage fails every pass (20 a second): logged when it starts, once a
+        # minute while it lasts, and when it ends
+        passes = RepeatedFailure(log, "release pass")
         while not stop.is_set():
             try:
                 self.run_once(give_up)
@@ -387,7 +391,9 @@ class Releaser:
                 if self._monotonic() - self._last_sweep >= self._inflight_retry / 2:
                     self.sweep_inflight(give_up, min_age=self._inflight_retry)
             except ShufflerError as exc:
-                log.warning("release pass failed: %s", exc)
+                passes.failed(exc)
+            else:
+                passes.succeeded()
             stop.wait(tick)
         # the final pass: release what may be released, then every batch still in flight
         final_steps: tuple[Callable[[], int], ...] = (

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crowdmix.client.sealed import PROTOCOL_VERSION
+from crowdmix.core.sealed import PROTOCOL_VERSION
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.columns import ID_BYTES, Chunk
 from crowdmix.shuffler.config_service import is_sealed_queue

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from crowdmix.core.log_limit import RepeatedFailure
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.commit import GroupCommitter, Parts
 from crowdmix.shuffler.errors import (
@@ -52,6 +53,9 @@ __all__ = [
 SERVICE_NAME = "crowdmix.v2.Shuffler"
 
 log = logging.getLogger("crowdmix.shuffler")
+#: requests refused by the store (not by their content): an outage refuses thousands a
+#: second, logged when it starts, once a minute, and when a commit succeeds again
+SUBMIT_FAILURES = RepeatedFailure(log, "submit (store)")
 
 _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
@@ -84,8 +88,8 @@ def rejection(exc: ShufflerError, metrics: ShufflerMetrics) -> tuple[grpc.Status
     """Status code and details for a domain error; counts it by reason."""
     reason = exc.reason
     metrics.rejected_requests.labels(reason).inc()
-    if not isinstance(exc, RequestRejected):
-        log.warning("submit failed: %s", exc)
+    if not isinstance(exc, RequestRejected):  # the store: one line per outage, not per call
+        SUBMIT_FAILURES.failed(exc)
     return status_for(exc), f"{reason}: {exc}"
 
 
@@ -188,6 +192,7 @@ class ShufflerServicer:
 
     async def _commit(self, chunks: Parts, n: int, start: float) -> int:
         await self._committer.commit(chunks)
+        SUBMIT_FAILURES.succeeded()
         self._metrics.accepted_reports.inc(n)
         self._metrics.accepted_requests.inc()
         self._metrics.request_latency.observe(time.perf_counter() - start)

@@ -37,7 +37,7 @@ too_many_messages      INVALID_ARGUMENT    more than 1 + m reports of a shuffled
                                            metric in one call (one device's real + fakes)
 =====================  ==================  ===========================================
 
-Shuffled histograms (``crowdmix.client.histogram``). Their real and fake reports look
+Shuffled histograms (``crowdmix.core.histogram``). Their real and fake reports look
 alike only when sealed: a clear one would show the shuffler a device's true
 value beside its sender, so it is refused whatever the shuffler's mode. A
 device sends its 1 + Binomial(m, q) reports of a window in one call, so a call
@@ -60,8 +60,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from crowdmix.client.registry import MetricConfig, Registry
-from crowdmix.client.sealed import sealed_length
+from crowdmix.core.registry import MetricConfig, Registry
+from crowdmix.core.sealed import sealed_length
 from crowdmix.shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
 from crowdmix.shuffler.config_service import SEALED_QUEUE, PublishedKeys
 from crowdmix.shuffler.errors import ConfigError, InvalidRequest, Overloaded, StaleKey

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.history import Segment

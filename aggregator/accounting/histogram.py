@@ -1,6 +1,6 @@
 """Central (ε, δ) of a shuffled histogram with fake reports. Pure math.
 
-The mechanism (``crowdmix.client.histogram``): each of n devices sends its value x
+The mechanism (``crowdmix.core.histogram``): each of n devices sends its value x
 (optionally k-RR with local ε_L) plus m slots, each filled independently
 w.p. q with a value uniform over d buckets. The analyst sees the histogram H
 of all reports (shuffled: no sender, no order).
@@ -88,7 +88,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 __all__ = [
     "HistogramGuarantee",

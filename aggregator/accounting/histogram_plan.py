@@ -30,7 +30,7 @@ from typing import Literal
 
 from crowdmix.aggregator.accounting.histogram import central_epsilon, histogram_delta, honest_others
 from crowdmix.aggregator.accounting.planner import PlanError
-from crowdmix.client.histogram import MAX_FAKE_SLOTS, HistogramParams
+from crowdmix.core.histogram import MAX_FAKE_SLOTS, HistogramParams
 
 __all__ = ["HistogramPlan", "plan_histogram"]
 

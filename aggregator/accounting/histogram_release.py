@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from crowdmix.aggregator.accounting.histogram import format_g_up, format_up, histogram_guarantee
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.histogram_plan import HistogramPlan

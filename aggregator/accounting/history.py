@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = [
     "Composed",
@@ -382,7 +382,7 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
 
 def segment_from_dict(data: Any) -> Segment:
     """Inverse of ``segment_to_dict``; ValueError/KeyError/TypeError on bad data."""
-    from crowdmix.client.errors import ParamsError
+    from crowdmix.core.errors import ParamsError
 
     r = data["rappor"]
     eps0 = data["epsilon0"]

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = ["Plan", "PlanError", "plan"]
 
@@ -156,7 +156,7 @@ def _best_q(h: int, f: float, k: int, m: int, rounds: int, eps_max: float) -> Ra
 
 def std_error(params: RapporParams, n: int) -> float:
     """Idealised standard error of one candidate's frequency (see module docstring)."""
-    from crowdmix.client.privacy import p_star, q_star
+    from crowdmix.core.privacy import p_star, q_star
 
     signal = q_star(params) - p_star(params)
     return 1.0 / (2.0 * signal * math.sqrt(params.h * n))
@@ -186,7 +186,7 @@ def plan(
 
     from crowdmix.aggregator.accounting.guarantees import CROWD_FAILURE, estimated_crowd
     from crowdmix.aggregator.accounting.statement import privacy_statement
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon < 20:
         raise ValueError(f"epsilon must be in (0, 20), got {epsilon!r}")

@@ -55,12 +55,12 @@ import numpy.typing as npt
 
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
-from crowdmix.aggregator.errors import ConfigError, InvalidBatch
+from crowdmix.aggregator.errors import ConfigError, InvalidBatch, ParamsConflict
 from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch, screen
 from crowdmix.aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
-from crowdmix.aggregator.store.codec import describe_metric
-from crowdmix.client.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
-from crowdmix.client.registry import MetricConfig, Registry
+from crowdmix.aggregator.store.codec import describe_metric, params_difference
+from crowdmix.core.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
+from crowdmix.core.registry import MetricConfig, Registry
 
 __all__ = [
     "BATCH_ID_BYTES",
@@ -276,6 +276,11 @@ class Ingestor:
         )
         return config, clear, counts, screened.dropped
 
+    def _note(self, metric: str, window: int, sealed: bool) -> None:
+        self.store.note_batch(
+            metric, window, sealed=sealed, window_seconds=self.registry.window_seconds
+        )
+
     def ingest(self, batch: IngestBatch | SealedBatch) -> IngestResult:
         """Validate (open), count, and apply once. Store errors propagate (StoreError).
 
@@ -285,8 +290,11 @@ class Ingestor:
         header = (
             self._check_batch(batch) if isinstance(batch, SealedBatch) else self.check_header(batch)
         )
+        sealed = isinstance(batch, SealedBatch)
         if self.store.is_applied(batch.metric, batch.batch_id):
-            return IngestResult(applied=0, duplicate=True)  # re-sent: not counted again
+            # re-sent: not counted again; its kind noted again (a crash may have lost it)
+            self._note(batch.metric, batch.window, sealed)
+            return IngestResult(applied=0, duplicate=True)
         if isinstance(batch, SealedBatch):
             config, batch, counts, dropped = self.open_sealed(batch)
         else:
@@ -295,16 +303,27 @@ class Ingestor:
         if description is None:
             description = self._descriptions[config.name] = describe_metric(config)
         report_ids, counts, in_batch = _report_ids(batch, counts, self._accumulator, config)
-        outcome = self.store.apply_reports(
-            batch.metric,
-            batch.window,
-            batch.batch_id,
-            config.fingerprint,
-            counts,
-            report_ids,
-            description=description,
-            repeated=in_batch,  # recorded with the counts: a histogram's statement needs it
-        )
+        try:
+            outcome = self.store.apply_reports(
+                batch.metric,
+                batch.window,
+                batch.batch_id,
+                config.fingerprint,
+                counts,
+                report_ids,
+                description=description,
+                repeated=in_batch,  # recorded with the counts: a histogram's statement needs it
+            )
+        except ParamsConflict as exc:  # the registry changed: say which field, not two hashes
+            stored = self.store.description(batch.metric)
+            if stored is None:
+                raise
+            raise ParamsConflict(
+                f"metric {batch.metric!r} has counts stored under other params than the "
+                f"registry's: {params_difference(stored, config)}"
+            ) from exc
+        # who could read these reports before they were counted: the statement says it
+        self._note(batch.metric, batch.window, sealed)
         if not outcome.applied:
             return IngestResult(applied=0, duplicate=True)
         return IngestResult(

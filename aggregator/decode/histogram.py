@@ -46,7 +46,7 @@ from crowdmix.aggregator.decode.stats import (
     Correction,
     IntervalMethod,
 )
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 __all__ = ["count_variance", "decode_histogram", "histogram_counts"]
 

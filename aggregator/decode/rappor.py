@@ -103,7 +103,7 @@ from crowdmix.aggregator.decode.wls import (
     inverse_diagonal,
     lasso_screen,
 )
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = [
     "DecodeOptions",

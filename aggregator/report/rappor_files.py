@@ -28,9 +28,9 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.hashing import bloom_bits
-from crowdmix.client.params import Hashing, RapporParams
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.hashing import bloom_bits
+from crowdmix.core.params import Hashing, RapporParams
 
 __all__ = [
     "RapporFileError",
@@ -212,7 +212,7 @@ def write_map_csv(
     params: RapporParams,
     hashing: Hashing = "rappor-md5",
 ) -> None:
-    """A map file from ``crowdmix.client.hashing``; a cohort with < h distinct bits repeats one."""
+    """A map file from ``crowdmix.core.hashing``; a cohort with < h distinct bits repeats one."""
     try:
         params.check_hashing(hashing)
     except ParamsError as exc:

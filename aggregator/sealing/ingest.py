@@ -44,7 +44,7 @@ import numpy.typing as npt
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
 from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
 from crowdmix.aggregator.sealing.opening import DROP_REASONS, OpenedBatch, Opener
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "SCREEN_REASONS",

@@ -34,14 +34,14 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from crowdmix.aggregator.sealing.keys import KeySet
-from crowdmix.client.sealed import (
+from crowdmix.core.hpke import hpke_suite
+from crowdmix.core.sealed import (
     REPORT_ID_BYTES,
     SUITES,
     plaintext_length,
     report_info,
     sealed_length,
 )
-from crowdmix.client.sealing import hpke_suite
 
 __all__ = ["DROP_REASONS", "OpenedBatch", "Opener", "open_batch"]
 

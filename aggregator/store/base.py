@@ -54,6 +54,7 @@ __all__ = [
     "StoredCounts",
     "batch_crowd",
     "parse_windows",
+    "sealing_of",
 ]
 
 
@@ -282,6 +283,25 @@ class CountStore(Protocol):
         """Periodic housekeeping (Redis: fold per-batch deltas); returns the work done."""
         ...
 
+    def note_batch(self, metric: str, window: int, *, sealed: bool, window_seconds: int) -> None:
+        """Note that a batch of (metric, window) was applied from sealed reports (opened
+        here) or from clear ones, and the length of the registry's collection window.
+        Idempotent; called after the batch is applied (and again for a re-sent one, so a
+        crash in between loses nothing for long)."""
+        ...
+
+    def window_seconds(self, metric: str) -> int | None:
+        """The collection window's length noted with ``metric``'s newest window (None:
+        not noted): with it a window index reads as a date."""
+        ...
+
+    def sealing(self, metric: str, windows: Iterable[int] | None = None) -> bool | None:
+        """Whether the reports of ``windows`` (all stored when None) reached the shuffler
+        sealed: True if every batch was sealed, False if any came in the clear (the
+        shuffler then saw those reports), None if a window has no note (counted by an
+        aggregator that kept none): unknown, never assumed sealed."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -304,3 +324,13 @@ def batch_crowd(totals: npt.NDArray[np.integer]) -> int:
     """A batch's smallest non-empty cohort count (its whole size with one cohort)."""
     present = totals[totals > 0]
     return int(present.min()) if present.size else 0
+
+
+def sealing_of(notes: list[set[bool] | None]) -> bool | None:
+    """Every window's note together: any clear batch → False; a window without a note
+    (or none at all) → None; else True."""
+    if any(n is not None and False in n for n in notes):
+        return False
+    if not notes or any(not n for n in notes):
+        return None
+    return True

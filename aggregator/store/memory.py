@@ -17,6 +17,7 @@ from crowdmix.aggregator.store.base import (
     ReportIds,
     StoredCounts,
     batch_crowd,
+    sealing_of,
 )
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
 
@@ -38,6 +39,8 @@ class MemoryCountStore(CountStore):
         self._sizes: dict[tuple[str, int], Counter[int]] = {}
         self._crowds: dict[tuple[str, int], int] = {}
         self._duplicates: dict[tuple[str, int], int] = {}
+        self._sealing: dict[tuple[str, int], set[bool]] = {}  # (metric, window) -> kinds seen
+        self._window_seconds: dict[str, int] = {}
 
     def is_applied(self, metric: str, batch_id: bytes) -> bool:
         with self._lock:
@@ -170,6 +173,22 @@ class MemoryCountStore(CountStore):
 
     def maintain(self) -> int:
         return 0
+
+    def note_batch(self, metric: str, window: int, *, sealed: bool, window_seconds: int) -> None:
+        with self._lock:
+            self._sealing.setdefault((metric, window), set()).add(sealed)
+            self._window_seconds[metric] = window_seconds
+
+    def window_seconds(self, metric: str) -> int | None:
+        with self._lock:
+            return self._window_seconds.get(metric)
+
+    def sealing(self, metric: str, windows: Iterable[int] | None = None) -> bool | None:
+        with self._lock:
+            wanted = self._windows_locked(metric) if windows is None else sorted(set(windows))
+            stored = set(self._windows_locked(metric))
+            notes = [self._sealing.get((metric, w)) for w in wanted if w in stored]
+        return sealing_of(notes)
 
     def close(self) -> None:
         pass

@@ -61,6 +61,8 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
     {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
     {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
+    {prefix}:{metric}:w:{W}:notes    hash: "sealed" / "clear" -> 1 (the kinds of batch applied),
+                                     "seconds" -> the collection window's length
     {prefix}:{metric}:w:{W}:dupids   report ids seen twice in W (kept by retention:
                                      a shuffled histogram's statement needs it)
 
@@ -95,10 +97,11 @@ from crowdmix.aggregator.store.base import (
     ReportIds,
     StoredCounts,
     batch_crowd,
+    sealing_of,
 )
 from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
-from crowdmix.client.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import is_cluster_url, parse_cluster_url
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
@@ -630,6 +633,36 @@ class RedisCountStore(CountStore):
             for size, n in histogram.items():
                 out[int(size)] = out.get(int(size), 0) + int(n)
         return out
+
+    def note_batch(self, metric: str, window: int, *, sealed: bool, window_seconds: int) -> None:
+        key = self._k(metric, f"w:{window}:notes")
+        kind = "sealed" if sealed else "clear"
+        self._call(lambda: self._r.hset(key, mapping={kind: 1, "seconds": window_seconds}))
+
+    def window_seconds(self, metric: str) -> int | None:
+        stored = self.windows(metric)
+        if not stored:
+            return None
+        value = self._call(
+            lambda: self._r.hget(self._k(metric, f"w:{stored[-1]}:notes"), "seconds")
+        )
+        return None if value is None else int(value)
+
+    def sealing(self, metric: str, windows: Iterable[int] | None = None) -> bool | None:
+        stored = self.windows(metric)
+        wanted = [w for w in (stored if windows is None else sorted(set(windows))) if w in stored]
+
+        def read() -> list[Any]:
+            pipe = self._r.pipeline(transaction=False)
+            for w in wanted:
+                pipe.hkeys(self._k(metric, f"w:{w}:notes"))
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        notes = [
+            {k in (b"sealed", "sealed") for k in keys if k not in (b"seconds", "seconds")} or None
+            for keys in (self._call(read) if wanted else [])
+        ]
+        return sealing_of(notes)
 
     def smallest_crowd(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
         wanted = self.windows(metric) if windows is None else sorted(set(windows))

@@ -14,9 +14,9 @@ from crowdmix.aggregator.accounting.local import (
     epsilon_one,
     total_variation,
 )
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig, ShufflePolicy
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
 DELTA = 1e-6
 # A policy whose batches are never split below 1e8 reports: these tests then see
@@ -242,3 +242,16 @@ def test_a_measured_crowd_replaces_the_estimate() -> None:
     assert measured.to_dict()["batch"]["smallest_crowd_measured"] is True
     with pytest.raises(ValueError, match="smallest_crowd"):
         privacy_statement(metric, 10**5, delta=DELTA, batch_sizes=[10**5], smallest_crowd=0)
+
+
+def test_one_report_is_one_report_not_one_reports() -> None:
+    metric = MetricConfig(
+        name="b",
+        basic=BasicParams(mechanism="krr", epsilon=1.0, domain_size=3),
+        shuffle=ShufflePolicy(min_batch=1),
+    )
+    text = privacy_statement(metric, 1, batch_sizes=[1]).render()
+    assert "Shuffling 1 report is too few" in text and "held 1 report." in text
+    assert "1 reports" not in text
+    assumed = privacy_statement(metric, 1).render()
+    assert "(1 report)" in assumed and "1 reports" not in assumed

@@ -9,8 +9,8 @@ import pytest
 
 from crowdmix.aggregator.sealing.keys import KeySet
 from crowdmix.aggregator.sealing.opening import OpenedBatch, Opener, open_batch
-from crowdmix.client.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
 from crowdmix.client.sealing import seal_report
+from crowdmix.core.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
 
 T0 = 1_800_000_000
 RB = 3  # report bytes of the test metric

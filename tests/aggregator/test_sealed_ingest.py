@@ -11,9 +11,9 @@ import numpy as np
 
 from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig
 from crowdmix.client.sealing import seal_many
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 
 def test_a_killed_worker_does_not_lose_the_batch(tmp_path: Path) -> None:

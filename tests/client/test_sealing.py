@@ -17,9 +17,10 @@ from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
 from crowdmix import client
-from crowdmix.client import sealed
-from crowdmix.client.registry import MetricConfig
-from crowdmix.client.sealed import (
+from crowdmix.client.sealing import seal_report
+from crowdmix.core import sealed
+from crowdmix.core.registry import MetricConfig
+from crowdmix.core.sealed import (
     MLKEM768_X25519_SUITE,
     PublicKeyConfig,
     PublicKeySet,
@@ -31,7 +32,6 @@ from crowdmix.client.sealed import (
     sealed_length_for,
     unpack_plaintext,
 )
-from crowdmix.client.sealing import seal_report
 
 WINDOW = 20_000
 X25519 = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_128_GCM)
@@ -215,24 +215,26 @@ def test_public_key_config_json_round_trip_and_key_choice() -> None:
 
 
 def test_import_client_and_the_format_load_no_cryptography_and_sealing_no_server_module() -> None:
-    # client.sealed is what a shuffler imports: it must not load cryptography at all
+    # the format is what a shuffler imports: it must not load cryptography at all
     code = (
-        "import sys, json\nimport client, client.sealed\nbefore = sorted(sys.modules)\n"
-        "import client.sealing\nprint(json.dumps([before, sorted(sys.modules)]))"
+        "import sys, json\nimport crowdmix.client, crowdmix.core.sealed\n"
+        "before = sorted(sys.modules)\n"
+        "import crowdmix.client.sealing\nprint(json.dumps([before, sorted(sys.modules)]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = json.loads(out.stdout)
     assert not any(m.startswith("cryptography") for m in before)
     assert "cryptography.hazmat.primitives.hpke" in after
-    heavy = ("grpc", "numpy", "redis", "shuffler", "aggregator", "protos")
-    assert [m for m in after if m.split(".")[0] in heavy or m.startswith("google.protobuf")] == []
+    heavy = ("grpc", "numpy", "redis", "crowdmix.shuffler", "crowdmix.aggregator")
+    heavy += ("crowdmix.protos", "google.protobuf")
+    assert [m for m in after if (m + ".").startswith(tuple(h + "." for h in heavy))] == []
 
 
 def test_without_cryptography_sealing_names_the_extra_and_the_format_still_imports() -> None:
     code = (
         "import sys\nsys.modules['cryptography'] = None  # as if not installed\n"
-        "import client.sealed\n"
-        "try:\n    import client.sealing\nexcept ModuleNotFoundError as exc:\n"
+        "import crowdmix.core.sealed\n"
+        "try:\n    import crowdmix.client.sealing\nexcept ModuleNotFoundError as exc:\n"
         "    print(exc.name, exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

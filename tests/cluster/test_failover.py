@@ -25,9 +25,9 @@ import pytest
 
 from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import load_registry
 from crowdmix.client.transport import RETRYABLE
 from crowdmix.cluster import LocalCluster
+from crowdmix.core.registry import load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.redis_cluster import key_slot

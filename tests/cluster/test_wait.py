@@ -14,7 +14,7 @@ import redis
 from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.errors import StoreUnavailable as AggregatorStoreUnavailable
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.redis_url import parse_cluster_url
+from crowdmix.core.redis_url import parse_cluster_url
 from crowdmix.shuffler.commit import GroupCommitter
 from crowdmix.shuffler.errors import StoreNotReplicated, StoreUnavailable
 from crowdmix.shuffler.redis_cluster import key_slot

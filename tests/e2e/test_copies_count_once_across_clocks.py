@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import load_registry
-from crowdmix.client.sealed import PublicKeySet
 from crowdmix.client.sealing import seal_report
 from crowdmix.cluster import DaemonProcess, LocalCluster
+from crowdmix.core.registry import load_registry
+from crowdmix.core.sealed import PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.daemons import local_cluster

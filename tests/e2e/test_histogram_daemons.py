@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 
 from crowdmix.client.histogram import HistogramEncoder
-from crowdmix.client.registry import load_registry
-from crowdmix.client.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.client.sealing import seal_report
 from crowdmix.client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster
+from crowdmix.core.registry import load_registry
+from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.client.bitsources import SeededBits

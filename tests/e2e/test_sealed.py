@@ -26,12 +26,12 @@ import grpc
 import pytest
 
 from crowdmix.aggregator.sealing.keys import load_keyset
-from crowdmix.client.registry import load_registry
 from crowdmix.client.report import Report
-from crowdmix.client.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.client.sealing import seal_report
 from crowdmix.client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster, free_port
+from crowdmix.core.registry import load_registry
+from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.daemons import local_cluster, stored_counts
@@ -218,7 +218,9 @@ def test_sealed_end_to_end_exact_per_sender_and_no_plaintext_at_the_shuffler(
 def test_the_scan_finds_plaintext_when_sealing_is_off(tmp_path: Path) -> None:
     """The known-plaintext check above can fail: with --plaintext the pattern is there."""
     with local_cluster(tmp_path, REGISTRY, shufflers=1, sealed=False) as c:
-        with ShufflerClient(c.shuffler_targets[0], c.token, background=False) as client:
+        with ShufflerClient(
+            c.shuffler_targets[0], c.token, background=False, sealing="off"
+        ) as client:
             client.submit_many(_reports(c, A, 0, 30))
             client.flush()
             assert client.sealed == 0

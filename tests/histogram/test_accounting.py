@@ -20,7 +20,7 @@ from crowdmix.aggregator.accounting.histogram import (
     honest_others,
     shift_delta,
 )
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 
 def brute_shift_delta(eps: float, t: int) -> float:

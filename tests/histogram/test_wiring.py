@@ -30,12 +30,14 @@ from crowdmix.aggregator.report.job import (
     run_report,
 )
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.device_config import DeviceConfig, from_proto, to_proto
-from crowdmix.client.histogram import HistogramEncoder, HistogramParams
-from crowdmix.client.registry import RegistryError, parse_registry
+from crowdmix.client.device_config import from_proto
+from crowdmix.client.histogram import HistogramEncoder
 from crowdmix.client.report import Report
-from crowdmix.client.sealed import PublicKeySet
 from crowdmix.client.transport import within_message_caps
+from crowdmix.core.device_config import DeviceConfig, to_proto
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.registry import RegistryError, parse_registry
+from crowdmix.core.sealed import PublicKeySet
 from crowdmix.shuffler.errors import ConfigError, InvalidRequest
 from crowdmix.shuffler.intake import Intake
 from crowdmix.shuffler.validation import RowsIn, check_message_cap, validate
@@ -92,7 +94,7 @@ def test_getconfig_serves_the_params_the_sdk_encodes_with() -> None:
 def test_the_shuffler_refuses_clear_reports_and_unsealed_startup() -> None:
     reg = _registry()
     metric = reg["h"]  # type: ignore[index]
-    rows = RowsIn("h", metric.fingerprint, 1, [0], b"\x01", b"\x01" * 16, 20_000)
+    rows = RowsIn("h", metric.fingerprint, 1, [0], b"\x01", b"\x01" * 16, window=20000)
     with pytest.raises(InvalidRequest) as info:
         validate(reg, [rows], max_reports=100)  # type: ignore[arg-type]
     assert info.value.reason == "histogram_unsealed"

@@ -11,7 +11,7 @@ import numpy as np
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import Counts
 from crowdmix.aggregator.daemon.ingest import IngestBatch
-from crowdmix.client.registry import MetricConfig, Registry, load_registry
+from crowdmix.core.registry import MetricConfig, Registry, load_registry
 
 # k=20 is not a multiple of 8, so padding bits exist and must be checked.
 REGISTRY_TOML = """

@@ -26,8 +26,8 @@ from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.errors import StoreUnavailable
 from crowdmix.aggregator.store.base import StoredCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import MetricConfig, Registry, load_registry
 from crowdmix.cluster import DaemonProcess, free_port
+from crowdmix.core.registry import MetricConfig, Registry, load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.shuffler.helpers import current_window, submit_request

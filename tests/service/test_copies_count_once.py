@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from crowdmix.aggregator.daemon.server import AggregatorServer, start_aggregator
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.registry import Registry, parse_registry
+from crowdmix.core.registry import Registry, parse_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.config import ShufflerSettings

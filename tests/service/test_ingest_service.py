@@ -20,7 +20,7 @@ from crowdmix.aggregator.daemon.service import batch_to_proto
 from crowdmix.aggregator.store import load_counts
 from crowdmix.aggregator.store.base import ApplyOutcome, StoredCounts
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.health import check_health
 from crowdmix.protos import crowdmix_pb2, crowdmix_pb2_grpc
 from tests.service.helpers import direct_count, now_window, random_batch, write_registry

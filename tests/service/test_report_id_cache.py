@@ -18,7 +18,7 @@ from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
 from crowdmix.aggregator.errors import StoreUnavailable
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 from tests.service.test_store_contract import rows, same, with_ids
 

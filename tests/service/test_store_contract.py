@@ -28,7 +28,7 @@ from crowdmix.aggregator.store.codec import (
 )
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import MetricConfig, Registry
+from crowdmix.core.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 
 
@@ -654,3 +654,22 @@ def test_a_window_whose_repeat_count_was_lost_is_unknown(redis_url: str) -> None
     assert store.duplicate_reports("h") is None
     assert store.duplicate_reports("h", [9]) == 0
     store.close()
+
+
+def test_sealing_and_the_window_length_are_noted_per_window(
+    store: CountStore, registry: Registry
+) -> None:
+    rng = np.random.default_rng(21)
+    fp = registry["pages"].fingerprint
+    assert store.sealing("pages") is None and store.window_seconds("pages") is None
+    for window in (5, 6):
+        store.apply("pages", window, os.urandom(16), fp, counts_of(registry, "pages", rng, 50))
+    store.note_batch("pages", 5, sealed=True, window_seconds=3600)
+    # window 6 counted by an aggregator that noted nothing: unknown, never "sealed"
+    assert store.sealing("pages", [5]) is True and store.sealing("pages") is None
+    store.note_batch("pages", 6, sealed=True, window_seconds=3600)
+    store.note_batch("pages", 6, sealed=True, window_seconds=3600)  # idempotent
+    assert store.sealing("pages") is True and store.window_seconds("pages") == 3600
+    store.note_batch("pages", 6, sealed=False, window_seconds=3600)  # one clear batch
+    assert store.sealing("pages") is False and store.sealing("pages", [5]) is True
+    assert store.sealing("pages", [7]) is None  # nothing stored there

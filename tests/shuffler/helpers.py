@@ -14,8 +14,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from crowdmix.client.registry import Registry, parse_registry
-from crowdmix.client.sealed import PROTOCOL_VERSION
+from crowdmix.core.registry import Registry, parse_registry
+from crowdmix.core.sealed import PROTOCOL_VERSION
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.columns import Chunk

@@ -72,7 +72,11 @@ def test_window_rule_settings_from_the_table_and_flags(tmp_path: Path) -> None:
         ('\n[shuffler]\ntls_cert = "a.pem"\n', "tls_cert"),
         ("\n[shuffler]\nbogus = 1\n", "bogus"),
         ('\n[shuffler]\nredis = "http://x"\n', "redis"),
-        ("\n[metrics.x]\nk = 0\n", "k"),
+        (
+            '\n[metrics.x]\nencoding = "rappor"\nk = 0\nh = 2\nm = 4\nf = 0.5\np = 0.5\nq = 0.75\n',
+            "'x': k",
+        ),
+        ("\n[metrics.x]\nk = 16\n", "'x': encoding is required"),
         ("\n[shuffler]\ninflight_retry_seconds = 30\n", "inflight_retry_seconds"),
         ("\n[shuffler]\nforward_timeout_seconds = 0\n", "forward_timeout_seconds"),
     ],

@@ -370,7 +370,11 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
         from crowdmix.client.transport import ShufflerClient
 
         sdk = ShufflerClient(
-            f"127.0.0.1:{handle.port}", background=False, max_attempts=3, backoff_base=0.01
+            f"127.0.0.1:{handle.port}",
+            background=False,
+            max_attempts=3,
+            backoff_base=0.01,
+            sealing="off",  # a plaintext shuffler
         )
         nb = registry[RAPPOR].report_bytes
         report = Report(metric=RAPPOR, cohort=0, bits=bytes(nb), params_fingerprint=fp)

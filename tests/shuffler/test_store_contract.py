@@ -230,7 +230,7 @@ GRACE = 120.0
 
 
 def _window_registry() -> Any:
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
 
     return parse_registry(
         {
