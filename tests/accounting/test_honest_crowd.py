@@ -44,9 +44,7 @@ def _random_window(n: int, honest_fraction: float, seed: int) -> tuple[np.ndarra
     return _window(honest, rng), honest
 
 
-@pytest.mark.parametrize(
-    ("honest_fraction", "devices"), [(0.5, 33_000), (0.9, 6_600_000)]
-)
+@pytest.mark.parametrize(("honest_fraction", "devices"), [(0.5, 33_000), (0.9, 6_600_000)])
 def test_statement_never_counts_more_honest_cover_than_a_batch_holds_at_random(
     honest_fraction: float, devices: int
 ) -> None:
