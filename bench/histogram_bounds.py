@@ -100,7 +100,8 @@ def projection_cover(p: HistogramParams, n_honest: int) -> np.ndarray:
     reals, _ = _trinomial(n_honest, p.other_probability)
     # both windows start at their own offsets: (H_x, H_x') is only shifted, which changes
     # no likelihood ratio (the target's report is placed relative to the same cell)
-    return np.maximum(signal.fftconvolve(fakes, reals), 0.0)
+    out: np.ndarray = np.maximum(signal.fftconvolve(fakes, reals), 0.0)
+    return out
 
 
 CONFIGS = [  # label, d, m, q, ε_L
@@ -133,9 +134,10 @@ def large_rows(quick: bool) -> None:
                         eps_l,
                     )
                     low_text, ratio_text = f"{low:.4g}", f"{new / low:.4f}"
+                took = time.perf_counter() - t0
                 print(
                     f"| {label} | {n_h:,} | {delta:g} | {old:.4g} | {new:.4g} | "
-                    f"{old / new:.3f} | {low_text} | {ratio_text} |  <!-- {time.perf_counter() - t0:.0f}s -->",
+                    f"{old / new:.3f} | {low_text} | {ratio_text} |  <!-- {took:.0f}s -->",
                     flush=True,
                 )
 
@@ -168,16 +170,21 @@ def tiny_rows() -> None:
         )
 
 
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read()[:14]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="n_h up to 1e5 and δ = 1e-6 only")
     args = ap.parse_args()
     started = time.time()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S')}, load {open('/proc/loadavg').read()[:14]}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S')}, load {_load()}")
     tiny_rows()
     print()
     large_rows(args.quick)
-    print(f"# took {time.time() - started:.0f}s, load {open('/proc/loadavg').read()[:14]}")
+    print(f"# took {time.time() - started:.0f}s, load {_load()}")
 
 
 if __name__ == "__main__":

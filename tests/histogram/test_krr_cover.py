@@ -122,7 +122,7 @@ _GRID = [(d, n, m, q, eps_l) for d in (3, 4, 5) for n in range(3, 8) for m, q, e
 
 
 def _cells(c: tuple[int, int, int, float, float]) -> int:
-    return (c[1] * (1 + c[2]) + 1) ** c[0]  # the dense histogram's size
+    return int((c[1] * (1 + c[2]) + 1) ** c[0])  # the dense histogram's size
 
 
 # (d, n, m, q, ε_L), every d = 3–5 and n = 3–7; the larger histograms in the slow run only,
@@ -252,7 +252,6 @@ def test_figure_is_above_a_lower_bound_and_close_to_it(
 def test_blanket_figure_is_never_above_the_older_one(
     d: int, m: int, q: float, eps_l: float
 ) -> None:
-    params = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q, local_epsilon=eps_l)
     gamma = d / (math.exp(eps_l) + d - 1)
     for n_honest in (0, 5, 300, 20_000):
         for eps in (0.05, 0.3, 1.0):
@@ -280,6 +279,6 @@ def test_figure_is_monotone_in_the_crowd() -> None:
         )
         for n in range(2000, 2040)
     ]
-    assert all(b <= a * (1 + 1e-12) for a, b in zip(values, values[1:], strict=False))
+    assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(values))
     figures = [central_epsilon(params, 1e-6, n_honest=n) for n in (2000, 2001, 2002, 2010, 2100)]
     assert figures == sorted(figures, reverse=True)

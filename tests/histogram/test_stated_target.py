@@ -4,6 +4,8 @@ its mean, since the statement counts the devices a report total guarantees."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from crowdmix.aggregator.accounting.histogram_crowd import honest_crowd
@@ -36,7 +38,7 @@ def _worst_run_is_the_smallest_total(params: HistogramParams, totals: np.ndarray
         ).n_honest
         for t in order
     ]
-    assert all(a <= b for a, b in zip(crowds, crowds[1:], strict=False))
+    assert all(a <= b for a, b in itertools.pairwise(crowds))
     return int(order[0])
 
 
