@@ -30,6 +30,8 @@ __all__ = [
     "krr_lower",
 ]
 
+# Binary RR's lower bound sums every count up to here, a window of counts beyond.
+_BINARY_ALL_N = 1_000_000
 # Left-out mass of every window here (dropped: only lowers the figure).
 _TAIL = 1e-18
 # (c): label counts holding all but this much mass are summed (the rest dropped),
@@ -74,10 +76,35 @@ def krr_lower(epsilon0: float, domain: int, n: int, delta: float) -> float:
     from crowdmix.aggregator.accounting.amplification import _lower_root, shuffled_rr_lower_bound
 
     if domain == 2:
-        return shuffled_rr_lower_bound(epsilon0, n, delta, domain=2)
+        return (
+            _binary(epsilon0, n, delta)
+            if n > _BINARY_ALL_N
+            else (shuffled_rr_lower_bound(epsilon0, n, delta, domain=2))
+        )
     e = math.exp(epsilon0)
     pair = ClonePair(p=e, alpha=1.0 / (e + domain - 1.0), r=1.0 / (e + domain - 1.0))
     return _lower_root(pair.evaluate(n, delta, tail=_TAIL), delta, epsilon0)
+
+
+def _binary(epsilon0: float, n: int, delta: float) -> float:
+    """Binary RR, everyone else 0: the count of ones, summed over a window of
+    counts only (the terms left out are ≥ 0)."""
+    import numpy as np
+    from scipy import stats
+
+    flip = 1.0 / (math.exp(epsilon0) + 1.0)
+    lo, hi = binom_window(n - 1, flip, 1e-30)
+    k = np.arange(lo, hi + 2, dtype=np.float64)
+    base = np.exp(stats.binom.logpmf(k, n - 1, flip))
+    shifted = np.exp(stats.binom.logpmf(k - 1.0, n - 1, flip))
+    p = (1.0 - flip) * base + flip * shifted  # victim holds 0
+    q = flip * base + (1.0 - flip) * shifted  # victim holds 1
+
+    def at(eps: float) -> float:
+        e = math.exp(eps)
+        return float(max(np.maximum(p - e * q, 0.0).sum(), np.maximum(q - e * p, 0.0).sum()))
+
+    return _root_down(_Kept(at), delta, epsilon0)
 
 
 def _columns(p: float, q: float, bits: int, n: int, delta: float, upper: float) -> float:

@@ -143,8 +143,9 @@ class ClonePair:
 
     @property
     def gamma(self) -> float:
-        """P(victim lands in neither bucket)."""
-        return max(0.0, 1.0 - self.alpha * (1.0 + self.p))
+        """P(victim lands in neither bucket); 0 within float rounding of α(1+p) = 1."""
+        g = 1.0 - self.alpha * (1.0 + self.p)
+        return g if g > 1e-12 else 0.0
 
     def evaluate(self, n: int, delta: float, *, tail: float | None = None) -> EvaluatedPair:
         """Prepare the exact δ(ε) of n shuffled reports; C's window leaves out at
