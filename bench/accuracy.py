@@ -21,7 +21,7 @@ clients shuffled, client i in cohort i mod m; k=8, h=2, m=128 and
     over_x2   as typical         +200 extra
     over_x10  as typical         +1000 extra
 
-Bloom filters use the mmh3 hashing (crowdmix.client.hashing); counts are simulated
+Bloom filters use the mmh3 hashing (crowdmix.core.hashing); counts are simulated
 from their exact distribution (crowdmix.aggregator.decode.simulate). Scores as the
 reference: FP rate = false positives / extra candidates, FN rate = false
 negatives / true values (values that occur), TV = ½·L1 over the union of
@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crowdmix.aggregator.decode import DecodeOptions, DecodeWarning, decode_rappor, design_matrix
 from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
 from crowdmix.aggregator.decode.stats import confidence_interval
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 DISTRIBUTIONS = ("unif", "exp", "gauss", "zipf1", "zipf1.5")
 CONFIGS = {
@@ -442,7 +442,7 @@ def main() -> None:
             f"{big['rss_before_decode_mb']:.0f} MB before decode) -> <= 300 MB"
         )
         print(
-            "  design matrix build (crowdmix.client.hashing, 640 k Bloom filters) "
+            "  design matrix build (crowdmix.core.hashing, 640 k Bloom filters) "
             f"{big['design_seconds']:.2f} s"
         )
         print(

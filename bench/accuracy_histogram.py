@@ -55,8 +55,8 @@ from crowdmix.aggregator.decode import decode_basic, decode_rappor, design_matri
 from crowdmix.aggregator.decode.histogram import decode_histogram
 from crowdmix.aggregator.decode.rappor import DecodeOptions
 from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.histogram import HistogramParams
 
 
 def zipf_counts(n: int, d: int, rng: np.random.Generator) -> np.ndarray:

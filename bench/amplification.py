@@ -32,8 +32,8 @@ def main() -> int:
     from crowdmix.aggregator.accounting.local import epsilon_one
     from crowdmix.aggregator.accounting.pairs import ClonePair
     from crowdmix.aggregator.accounting.pld import pld_epsilon
-    from crowdmix.client.params import RapporParams
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import MetricConfig
 
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min)")
     amplify(1.0, 1000, args.delta)  # warm imports (scipy)

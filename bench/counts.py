@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import CohortCounts
-from crowdmix.client.basic import OLH_PRIME, BasicParams
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.basic import OLH_PRIME, BasicParams
+from crowdmix.core.registry import MetricConfig
 
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
 

@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import load_registry
 from crowdmix.cluster import LocalCluster
+from crowdmix.core.registry import load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 
 M, K, PER_REQUEST, POOL = 64, 128, 1000, 64
@@ -58,8 +58,8 @@ METRIC = "e2e"
 
 def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
     """``n`` pooled requests as sealed columns (zero report ids: re-sends count again)."""
-    from crowdmix.client.sealed import PublicKeySet
     from crowdmix.client.sealing import seal_many
+    from crowdmix.core.sealed import PublicKeySet
 
     key = PublicKeySet.from_json(public_keys.read_text()).keys[-1]
     cohorts, bits = pool_arrays()
@@ -69,7 +69,7 @@ def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
             (bits[i, j].tobytes(), int(cohorts[i, j]), fingerprint, bytes(16))
             for j in range(PER_REQUEST)
         ]
-        sealed = seal_many(key, METRIC, rows)
+        sealed = seal_many(key, METRIC, int(time.time() // 86400), rows)
         out.append(
             pb.SubmitRequest(
                 columns=[
@@ -89,13 +89,15 @@ def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
 def raw_open_rate(keys_path: Path, fingerprint: int, n: int = 2000) -> float:
     """Reports/s of a bare ``Suite.decrypt`` loop on one core (CPU time), the ceiling."""
     from crowdmix.aggregator.sealing.keys import load_keyset
-    from crowdmix.client.sealed import report_info
-    from crowdmix.client.sealing import hpke_suite, seal_many
+    from crowdmix.client.sealing import seal_many
+    from crowdmix.core.hpke import hpke_suite
+    from crowdmix.core.sealed import report_info
 
     key = load_keyset(keys_path).keys[-1]
     rows = [(bytes(16), 0, fingerprint, bytes(16))] * n
-    sealed = seal_many(key.public(), METRIC, rows)
-    suite, sk, info = hpke_suite(key.suite), key.hpke_private_key(), report_info(METRIC, key.key_id)
+    sealed = seal_many(key.public(), METRIC, 0, rows)
+    suite, sk = hpke_suite(key.suite), key.hpke_private_key()
+    info = report_info(METRIC, key.key_id, 0)
     best = 0.0
     for _ in range(3):
         t0 = time.process_time()
@@ -163,7 +165,7 @@ def client_process(
         target = targets[j % len(targets)]
         with grpc.insecure_channel(target) as channel:
             submit = channel.unary_unary(
-                "/crowdmix.v1.Shuffler/Submit",
+                "/crowdmix.v2.Shuffler/Submit",
                 request_serializer=None,
                 response_deserializer=pb.SubmitResponse.FromString,
             )

@@ -27,8 +27,9 @@ from collections.abc import Callable
 
 from crowdmix.aggregator.sealing.keys import KeySet
 from crowdmix.aggregator.sealing.opening import Opener, open_batch
-from crowdmix.client.sealed import MLKEM768_X25519_SUITE, X25519_SUITE, pack_plaintext, report_info
-from crowdmix.client.sealing import hpke_suite, public_key_object, seal_report
+from crowdmix.client.sealing import public_key_object, seal_report
+from crowdmix.core.hpke import hpke_suite
+from crowdmix.core.sealed import MLKEM768_X25519_SUITE, X25519_SUITE, pack_plaintext, report_info
 
 RB = 16  # k = 128
 FP = 0x0123_4567_89AB_CDEF
@@ -65,13 +66,13 @@ def _suite_figures(suite: str, n: int, repeats: int, pool_n: int) -> None:
     sk = key.hpke_private_key()
     hs = hpke_suite(suite)
     pub_obj = public_key_object(pub)
-    info = report_info("bench", key.key_id)
+    info = report_info("bench", key.key_id, 0)
     rows = [(os.urandom(RB), i % 64, FP, os.urandom(16)) for i in range(n)]
     plains = [pack_plaintext(*r) for r in rows]
 
     def seal_ours() -> object:
         return [
-            seal_report(pub, metric="bench", bits=b, cohort=c, fingerprint=f, report_id=r)
+            seal_report(pub, metric="bench", window=0, bits=b, cohort=c, fingerprint=f, report_id=r)
             for b, c, f, r in rows
         ]
 

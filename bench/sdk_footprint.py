@@ -12,7 +12,7 @@
 3. Per report, in this process, RAPPOR k=128 and a k-RR metric: ``Reporter.report``
    (encode + claim + store, one SQLite transaction with ``synchronous=FULL``: one
    fsync per report, so the disk sets it), and the seal each report gets when sent
-   (HPKE X25519, ``crowdmix.client.link.sealed_request``); each figure the median of N reports.
+   (HPKE X25519, ``crowdmix.client.request.submit_request``); each figure the median of N reports.
 4. Outbox bytes per report: the SQLite file after N reports (WAL checkpointed) minus
    the empty file, divided by N.
 
@@ -104,10 +104,11 @@ def _install_sizes() -> dict[str, float]:
 def _per_report(n: int) -> dict[str, float]:
     from crowdmix import client
     from crowdmix.aggregator.sealing.keys import KeySet
-    from crowdmix.client.device_config import DeviceConfig, to_proto
-    from crowdmix.client.link import sealed_request
     from crowdmix.client.outbox import Outbox
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.client.request import submit_request
+    from crowdmix.core.device_config import DeviceConfig, to_proto
+    from crowdmix.core.registry import parse_registry
+    from crowdmix.core.sealed import choose_key
 
     metrics = {}
     for i in range(n):
@@ -127,7 +128,7 @@ def _per_report(n: int) -> dict[str, float]:
             app = Path(d) / kind
             app.mkdir()
             box = Outbox(app / "outbox.sqlite3")
-            box.store_config(to_proto(config).SerializeToString(), time.time())
+            box.store_config(to_proto(config).SerializeToString(), time.time(), 0.0)
             box.close()
             rep = client.Reporter(app, "127.0.0.1:1", background=False)
             db = app / "outbox.sqlite3"
@@ -142,13 +143,15 @@ def _per_report(n: int) -> dict[str, float]:
             seal = []
             for row in rows:
                 t0 = time.perf_counter()
-                sealed_request(
-                    [row], config.keys.keys, {row.report.metric: 16 if kind == "r" else 1}
+                submit_request(
+                    [(row.report, row.window)],
+                    key=choose_key(config.keys.keys, time.time()),
+                    report_bytes={row.report.metric: 16 if kind == "r" else 1},
                 )
                 seal.append(time.perf_counter() - t0)
             rep._outbox._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             full = db.stat().st_size
-            enc = rep._encoder(f"{kind}0", config)
+            enc = rep._encoder(f"{kind}0", config.metrics[f"{kind}0"])
             t0 = time.perf_counter()
             for _ in range(n):
                 enc.encode(value)
@@ -158,7 +161,7 @@ def _per_report(n: int) -> dict[str, float]:
             nosync = Path(d) / f"{kind}-nosync"
             shutil.copytree(app, nosync, ignore=shutil.ignore_patterns("outbox.sqlite3*"))
             box = Outbox(nosync / "outbox.sqlite3")
-            box.store_config(to_proto(config).SerializeToString(), time.time())
+            box.store_config(to_proto(config).SerializeToString(), time.time(), 0.0)
             box.close()
             rep = client.Reporter(nosync, "127.0.0.1:1", background=False)
             rep._outbox._db.execute("PRAGMA synchronous=OFF")

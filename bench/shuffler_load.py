@@ -14,14 +14,14 @@ of CPU per call from the same two cores). With h2load, every counted call is che
 against the shuffler's own Prometheus counters: the run is refused unless the
 shufflers acknowledged at least that many requests and rejected none.
 
-``--scenario sealed`` (issue 15): the bulk load with sealed columns (1000 X25519
+``--scenario sealed``: the bulk load with sealed columns (1000 X25519
 sealed reports of 92 bytes per request, the shuffler started with ``--public-keys``)
 beside, in the same run and interleaved, the same load with clear columns (16-byte
 bits + 16-byte ids) and its ceiling: a bare ``grpc.aio`` server answering every Submit
 without parsing it (same payload bytes as the sealed run, same h2load). ``--repeats``
 rounds of (echo, sealed, clear), ``uptime`` printed before each round.
 
-Targets (issue 4 §8):
+Targets:
 - device-style, one report per unary call, ≥ 64 concurrent callers:
   ≥ 4 000 acknowledged calls/s with p99 ≤ 50 ms;
 - bulk, 1000-report columnar requests: ≥ 1 000 000 acknowledged reports/s.
@@ -105,7 +105,7 @@ def echo_main(port_file: str) -> None:
         server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
-                    "crowdmix.v1.Shuffler", {"Submit": grpc.unary_unary_rpc_method_handler(submit)}
+                    "crowdmix.v2.Shuffler", {"Submit": grpc.unary_unary_rpc_method_handler(submit)}
                 ),
             )
         )
@@ -121,16 +121,18 @@ def sealed_bulk_payload(public_keys: Path, per_request: int) -> bytes:
     """One request of ``per_request`` sealed reports (random bits, cohorts and ids inside)."""
     import numpy as np
 
-    from crowdmix.client.sealed import PublicKeySet
     from crowdmix.client.sealing import seal_many
+    from crowdmix.core.sealed import PublicKeySet
     from crowdmix.protos import crowdmix_pb2 as pb
 
     fp, rb = fingerprint()
     key = PublicKeySet.from_json(public_keys.read_text()).keys[-1]
     rng = np.random.default_rng(3)
     rows = [(rng.bytes(rb), int(rng.integers(64)), fp, rng.bytes(16)) for _ in range(per_request)]
-    sealed = seal_many(key, METRIC, rows)
+    window = int(time.time() // 86400)
+    sealed = seal_many(key, METRIC, window, rows)
     return pb.SubmitRequest(
+        protocol=2,
         columns=[
             pb.ReportColumns(
                 metric=METRIC,
@@ -138,8 +140,9 @@ def sealed_bulk_payload(public_keys: Path, per_request: int) -> bytes:
                 key_ids=[key.key_id] * per_request,
                 sealed=b"".join(sealed),
                 sealed_bytes=len(sealed[0]),
+                window=window,
             )
-        ]
+        ],
     ).SerializeToString()
 
 
@@ -346,7 +349,7 @@ class Cluster:
 def fingerprint() -> tuple[int, int]:
     import tomllib
 
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
 
     m = parse_registry(tomllib.loads(REGISTRY))[METRIC]
     return m.fingerprint, m.report_bytes

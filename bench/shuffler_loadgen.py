@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from crowdmix.core.sealed import PROTOCOL_VERSION
 from crowdmix.protos import crowdmix_pb2 as pb
 
 __all__ = ["LoadResult", "build_payload", "ensure_h2load", "run_h2load", "run_load"]
@@ -66,9 +67,12 @@ class LoadResult:
 def build_payload(
     metric: str, fp: int, report_bytes: int, cohorts: int, per_request: int, seed: int
 ) -> bytes:
+    """One serialised SubmitRequest, naming the current window of a day-long window."""
     rng = np.random.default_rng(seed)
+    window = int(time.time() // 86400)
     if per_request == 1:
         req = pb.SubmitRequest(
+            protocol=PROTOCOL_VERSION,
             reports=[
                 pb.Report(
                     metric=metric,
@@ -76,11 +80,13 @@ def build_payload(
                     bits=rng.bytes(report_bytes),
                     params_fingerprint=fp,
                     report_id=rng.bytes(16),
+                    window=window,
                 )
-            ]
+            ],
         )
     else:
         req = pb.SubmitRequest(
+            protocol=PROTOCOL_VERSION,
             columns=[
                 pb.ReportColumns(
                     metric=metric,
@@ -90,8 +96,9 @@ def build_payload(
                     cohorts=rng.integers(cohorts, size=per_request).tolist(),
                     bits=rng.bytes(report_bytes * per_request),
                     report_ids=rng.bytes(16 * per_request),
+                    window=window,
                 )
-            ]
+            ],
         )
     return req.SerializeToString()
 
@@ -116,7 +123,7 @@ def _worker(
         grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
         for _ in range(connections)
     ]
-    calls = [ch.unary_unary("/crowdmix.v1.Shuffler/Submit") for ch in channels]
+    calls = [ch.unary_unary("/crowdmix.v2.Shuffler/Submit") for ch in channels]
     metadata = (("authorization", f"Bearer {token}"),) if token else None
     lock = threading.Lock()
     lat: list[float] = []
@@ -260,7 +267,7 @@ def _h2load_one(
             "-d", str(body),
             "-H", "content-type: application/grpc", "-H", "te: trailers",
             "--log-file", str(log),
-            f"http://{target}/crowdmix.v1.Shuffler/Submit",
+            f"http://{target}/crowdmix.v2.Shuffler/Submit",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -28,9 +28,9 @@ from crowdmix.aggregator.accounting.local import basic_total_variation, epsilon_
 from crowdmix.aggregator.accounting.pairs import ClonePair
 from crowdmix.aggregator.accounting.pld import shuffle_pld
 from crowdmix.aggregator.accounting.statement import privacy_statement
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 DELTA = 1e-6
 

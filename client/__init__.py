@@ -12,25 +12,24 @@
 
 An app embeds ``client.Reporter`` (``crowdmix.client.reporter``): it fetches each metric's
 params from the shuffler, claims one report per metric per collection window,
-keeps it in a durable outbox until the shuffler acknowledged it, and seals it.
+keeps it in a durable outbox until the shuffler acknowledged it, and seals it;
+``report`` returns a ``client.ReportResult`` and never raises.
 
 The core loads neither grpc, numpy nor redis. ``crowdmix.client.transport`` and
 ``crowdmix.client.link`` (grpc) and ``crowdmix.client.batch`` (numpy) are imported only when used.
 
 This namespace is the SDK an app uses. What the daemons and analysts share with
-it lives in modules they import by name: ``crowdmix.client.registry`` (the metric
-registry), ``crowdmix.client.privacy`` (p*, q*) and ``crowdmix.client.hashing`` (Bloom bits).
+it lives in modules they import by name: ``crowdmix.core.registry`` (the metric
+registry), ``crowdmix.core.privacy`` (p*, q*) and ``crowdmix.core.hashing`` (Bloom bits).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from crowdmix.client.basic import BasicEncoder, BasicParams
+from crowdmix.client.basic import BasicEncoder
 from crowdmix.client.budget import ReportBudget
 from crowdmix.client.errors import CrowdmixClientError, ParamsError, QueueFullError, TransportError
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_inf, epsilon_one
 from crowdmix.client.randomness import BitSource, SecureBits
 from crowdmix.client.rappor import (
     InstantaneousResponse,
@@ -40,10 +39,13 @@ from crowdmix.client.rappor import (
     new_secret,
 )
 from crowdmix.client.report import Report
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one
 
 if TYPE_CHECKING:
     from crowdmix.client.outbox import OutboxError
-    from crowdmix.client.reporter import Reporter
+    from crowdmix.client.reporter import Reporter, ReportResult, ReportStatus
 
 __all__ = [
     "BasicEncoder",
@@ -59,6 +61,8 @@ __all__ = [
     "RapporParams",
     "Report",
     "ReportBudget",
+    "ReportResult",
+    "ReportStatus",
     "Reporter",
     "SecureBits",
     "TransportError",
@@ -71,7 +75,12 @@ __all__ = [
 
 # The app layer (SQLite, threads, logging) loads on first use: an app that only
 # encodes, and ``import client`` itself, do not pay for it.
-_LAZY = {"OutboxError": "crowdmix.client.outbox", "Reporter": "crowdmix.client.reporter"}
+_LAZY = {
+    "OutboxError": "crowdmix.client.outbox",
+    "Reporter": "crowdmix.client.reporter",
+    "ReportResult": "crowdmix.client.reporter",
+    "ReportStatus": "crowdmix.client.reporter",
+}
 
 
 def __getattr__(name: str) -> object:

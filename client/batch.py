@@ -11,7 +11,7 @@
 
 What is equal to what (per-report encoder = ``client.RapporEncoder``):
 
-- Bloom bits: identical, byte for byte, to ``crowdmix.client.hashing.bloom_int`` for
+- Bloom bits: identical, byte for byte, to ``crowdmix.core.hashing.bloom_int`` for
   every (value, cohort), both hashing modes (they are computed by it).
 - PRR, memoised (``encode_clients``, ``permanent_responses``): for client i
   with secret s_i and cohort c_i, identical bit for bit to
@@ -52,11 +52,11 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "client.batch needs numpy: install the simulation extra, pip install 'crowdmix[sim]'"
     ) from exc
 
-from crowdmix.client.hashing import bloom_int
-from crowdmix.client.params import Hashing, RapporParams
 from crowdmix.client.randomness import MAX_FIXED_DIGITS, probability_digits
 from crowdmix.client.rappor import PrrRule, _secret_bytes, cohort_for_secret
 from crowdmix.client.report import Report, make_report
+from crowdmix.core.hashing import bloom_int
+from crowdmix.core.params import Hashing, RapporParams
 
 __all__ = [
     "AesCtrKeystream",

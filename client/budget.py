@@ -6,7 +6,7 @@ check it (it must not know who sent what), so the device has to::
 
     budget = client.ReportBudget(app_data / "crowdmix-budget.json", registry.window_seconds)
     if budget.claim("home_page"):
-        sender.submit(encoder.encode(value))
+        sender.submit(encoder.encode(value), window=budget.window())
 
 ``claim`` records the metric's window and writes the file (atomically: a crash
 leaves the old or the new state, never half of one) *before* it returns True, so a
@@ -16,7 +16,8 @@ second freshly randomized report of the same value reveals more than the
 statement says. A clock that goes back cannot reopen a window already used.
 
 The windows are the registry's (``Registry.window_of``: Unix time divided by
-``window_seconds``), the same ones the shuffler files reports under.
+``window_seconds``); a report names the window it was claimed in (``window=``), and
+the shuffler files it there. ``client.Reporter`` does all of this for an app.
 """
 
 from __future__ import annotations

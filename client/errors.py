@@ -1,23 +1,21 @@
 """Exceptions raised by the client SDK.
 
-CrowdmixClientError
-├── ParamsError (also ValueError)      invalid RapporParams / mechanism / registry entry
-├── OutboxError (client.outbox)        the app's outbox file cannot be opened, read or written
+CrowdmixClientError (crowdmix.core.errors.CrowdmixError)
+├── ParamsError (also ValueError)      invalid params / mechanism / registry entry (core)
+├── OutboxError (client.outbox)        the outbox file cannot be used, or has another schema
 └── TransportError                     the shuffler could not take the reports
     └── QueueFullError                 the bounded in-memory queue dropped reports
 """
 
 from __future__ import annotations
 
+from crowdmix.core.errors import CrowdmixError, ParamsError
+
 __all__ = ["CrowdmixClientError", "ParamsError", "QueueFullError", "TransportError"]
 
-
-class CrowdmixClientError(Exception):
-    """Base class of every error the client SDK raises on purpose."""
-
-
-class ParamsError(CrowdmixClientError, ValueError):
-    """A parameter is out of range; the message names the field and the value."""
+#: The SDK's name for the base of every error crowdmix raises on purpose: catching it
+#: catches the core's ``ParamsError`` too.
+CrowdmixClientError = CrowdmixError
 
 
 class TransportError(CrowdmixClientError):

@@ -1,10 +1,10 @@
 """The reporter's connection to a shuffler: ``GetConfig`` and ``Submit`` over gRPC.
 
 ``crowdmix.client.reporter`` imports this module only when it has something to send or a
-config to fetch, so ``import client`` and an app that only claims reports while
-offline never load grpc. Errors come back as ``LinkError`` with the status code's
-name and the details, so the reporter's policy (what to retry, refetch or drop)
-reads without grpc types.
+config to fetch, so ``import crowdmix.client`` and an app that only claims
+reports never load grpc. Errors come back as ``LinkError`` with the status code's
+name and the details, so the policy (``crowdmix.client.answers``) reads without
+grpc types.
 """
 
 from __future__ import annotations
@@ -12,9 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from crowdmix.client.errors import TransportError
-from crowdmix.client.outbox import PendingReport
 
 try:
     import grpc
@@ -38,6 +35,8 @@ _CHANNEL_OPTIONS = (
 
 
 _POLL_SECONDS = 0.25
+#: How long the call that asks why a channel does not connect may take.
+_PROBE_SECONDS = 0.2
 
 
 def make_channel(
@@ -94,19 +93,26 @@ class Link:
         self._stub = crowdmix_pb2_grpc.ShufflerStub(self._channel)
         self._probed = -_POLL_SECONDS
 
-    def ready(self, timeout: float) -> bool:
-        """Whether the channel connects within ``timeout`` seconds. A request is sent
-        (and counted as an attempt) only on a ready channel: an offline device makes
-        no attempt whose outcome it would not know."""
+    def unreachable(self, timeout: float) -> LinkError | None:
+        """None when the channel connects within ``timeout`` seconds; else why not: the
+        status of a fail-fast call, whose details carry gRPC's last connection error (a
+        refused connection, or a TLS handshake against a plaintext port). The sender
+        waits for a connection no longer than this, so ``close`` never waits long
+        behind it on a network that drops packets."""
         ready = grpc.channel_ready_future(self._channel)
         self._probed = time.monotonic()
         try:
             ready.result(timeout=max(timeout, 0.0))
+            return None
         except grpc.FutureTimeoutError:
-            return False
+            pass
         finally:
             ready.cancel()  # stops its polling thread before the channel may close
-        return True
+        try:
+            self.get_config(_PROBE_SECONDS)
+        except LinkError as exc:
+            return exc
+        return None
 
     def _call_error(self, exc: grpc.RpcError) -> LinkError:
         if isinstance(exc, grpc.Call):
@@ -144,47 +150,3 @@ class Link:
         if wait > 0:
             time.sleep(wait)
         self._channel.close()
-
-
-def clear_request(rows: Sequence[PendingReport]) -> pb.SubmitRequest:
-    """Rows as clear reports (``sealing="off"``)."""
-    return pb.SubmitRequest(
-        reports=[
-            pb.Report(
-                metric=r.report.metric,
-                cohort=r.report.cohort,
-                bits=r.report.bits,
-                params_fingerprint=r.report.params_fingerprint,
-                report_id=r.report.report_id,
-            )
-            for r in rows
-        ]
-    )
-
-
-def sealed_request(
-    rows: Sequence[PendingReport], keys: Sequence[object], report_bytes: dict[str, int]
-) -> pb.SubmitRequest:
-    """Rows sealed to the newest key usable now (a fresh HPKE encapsulation per report,
-    the report id inside the seal: a retry is a new ciphertext of the same report)."""
-    from crowdmix.client.sealed import PublicKeyConfig, SealingError, choose_key
-    from crowdmix.client.sealing import seal_report
-
-    try:
-        key = choose_key([k for k in keys if isinstance(k, PublicKeyConfig)], time.time())
-    except SealingError as exc:
-        raise TransportError(str(exc)) from None
-    out = []
-    for r in rows:
-        rep = r.report
-        value = seal_report(
-            key,
-            metric=rep.metric,
-            bits=rep.bits,
-            cohort=rep.cohort,
-            fingerprint=rep.params_fingerprint,
-            report_id=rep.report_id,
-            report_bytes=report_bytes[rep.metric],
-        )
-        out.append(pb.Report(metric=rep.metric, key_id=key.key_id, sealed=value.sealed))
-    return pb.SubmitRequest(reports=out)

@@ -4,7 +4,7 @@
   of (client secret, metric, Bloom bits) through a keyed PRF, so it is
   memoised without storing anything: a client that reports the same value
   again sends the same PRR, and averaging its reports reveals no more than
-  ε_∞ (crowdmix.client.privacy).
+  ε_∞ (crowdmix.core.privacy).
   * ``mmh3`` mode: keyed BLAKE2b streams the PRF's bits. With K = the secret
     (BLAKE2b of it if longer than 64 bytes), personalisation
     ``crowdmix.prr.v1`` and M = len(metric) (u32 LE) ‖ metric ‖ Bloom
@@ -41,8 +41,6 @@ from os import urandom as _urandom
 
 import mmh3
 
-from crowdmix.client.hashing import bloom_int, value_bytes
-from crowdmix.client.params import Hashing, RapporParams
 from crowdmix.client.randomness import (
     MAX_FIXED_DIGITS,
     BitSource,
@@ -52,6 +50,8 @@ from crowdmix.client.randomness import (
     word_sampler,
 )
 from crowdmix.client.report import Report, make_report
+from crowdmix.core.hashing import bloom_int, value_bytes
+from crowdmix.core.params import Hashing, RapporParams
 
 __all__ = [
     "InstantaneousResponse",
@@ -353,7 +353,7 @@ class RapporEncoder:
         return InstantaneousResponse(self._irr(prr.bits))
 
     def encode(self, value: str | bytes) -> Report:
-        """One report of ``value``: ε_1-LDP on its own (crowdmix.client.privacy)."""
+        """One report of ``value``: ε_1-LDP on its own (crowdmix.core.privacy)."""
         return self._encode(value)
 
     # -- the three stages as closures over precomputed constants ---------------

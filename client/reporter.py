@@ -1,159 +1,117 @@
 """The SDK an app embeds: ``Reporter`` — a report claimed is a report delivered.
 
     from crowdmix import client
-    reporter = client.Reporter(app_dir, "crowdmix.shuffler.example:7400", token=APP_TOKEN)
-    reporter.report("theme", "dark")     # True: this window's report is made and queued
+    reporter = client.Reporter(app_dir, "shuffler.example:7400", token=APP_TOKEN,
+                               bundled_config="crowdmix-config.pb")
+    result = reporter.report("theme", "dark")   # result.status: CLAIMED, NO_CONFIG, ...
     ...
-    reporter.flush(timeout=2.0)          # at exit: the number still queued (sent next start)
+    reporter.flush(timeout=2.0)                 # at exit: the number still queued
     reporter.close()
 
-The app names the metric and the value, nothing else:
+- **Config from the server** (``GetConfig``): each metric's params, the collection
+  window, the server's time and the aggregator's public keys, cached in the outbox
+  for ``cache_seconds``. A config bundled with the app (``crowdmix config export``)
+  makes the first report possible before the shuffler was ever reached.
+- **One report per metric per window**: the window is the device's clock corrected
+  once by the config's server time; claiming it and storing the encoded report are
+  one transaction in ``app_dir/outbox.sqlite3`` (``crowdmix.client.outbox``). The
+  report keeps its window and report id through every retry and restart.
+- **Never raises, never blocks**: after construction ``report`` returns a
+  ``ReportResult`` saying what it did (and counts every refusal in ``counters()``);
+  a background thread does all network I/O — fetching, sealing at send time
+  (``sealing="required"``, the default, never sends clear reports), sending with
+  exponential backoff and full jitter. ``flush(timeout)`` sends in the caller's
+  thread, for at most ``timeout``. What to send, drop, refetch or wait for is
+  ``crowdmix.client.delivery.decide``; this module does its I/O.
+- **Privacy ceiling** (``crowdmix.client.ceiling``): served params less private than
+  the app allows make no report, and a stored report above it is not sent.
+- Programmer errors (a target without a port, a bad ceiling, an unreadable bundled
+  config, an outbox of another schema) raise at construction.
 
-- **Config from the server.** Each metric's encoding and params, the collection
-  window and the aggregator's public keys come from the shuffler (``GetConfig``).
-  The answer is cached in the outbox with its lifetime (``cache_seconds``), so an
-  app that starts offline uses the last one; once it expires, the sender fetches a
-  new one before sending. An answer that says the config is outdated — a
-  ``stale_key`` refusal, or an ``INVALID_ARGUMENT`` such as a params mismatch —
-  makes the sender refetch it once and retry.
-- **One report per metric per window, durable** (``crowdmix.client.outbox``): claiming the
-  window and storing the encoded report are one SQLite transaction, in
-  ``app_dir/outbox.sqlite3``; a report leaves it only when the shuffler
-  acknowledged it, and keeps its report id through every retry, across restarts.
-  A process killed at any moment loses no claimed report and never makes a second
-  one for a window.
-- **Shuffled histograms** (``crowdmix.client.histogram``): the real report and its
-  Binomial(m, q) fakes (coins from the CSPRNG) are one claim — made, stored,
-  sent in ONE Submit call (the shuffler's per-call cap of 1 + m and the device
-  bound assume one call per device), and deleted on its acknowledgement
-  together, each with its own report id through every retry. A metric never has
-  two claims waiting, so its rows in the outbox are its group. Such a metric
-  must be sealed: with ``sealing="off"`` ``report`` raises ``ParamsError``.
-- **The device secret** (which keys the permanent randomized response and picks
-  the cohort) is made once, in ``app_dir/secret`` (0600).
-- **A background sender** tries when a report is made, then with exponential
-  backoff and full jitter (uniform in [0, min(cap, base·2^n)]) while the shuffler
-  cannot be reached; ``network_available()`` (call it from the platform's
-  connectivity callback) resets the backoff and tries now. ``flush(timeout)``
-  sends in the caller's thread and returns the number of reports still queued —
-  it never raises for the network; they go out at the next start.
-
-Sealing. ``sealing="required"`` (the default) seals every report to the
-aggregator's public key (``crowdmix.client.sealing``, RFC 9180 HPKE) when it is *sent*,
-with the newest key usable then; a shuffler that publishes no key gets nothing
-(the reports wait), so a server cannot downgrade the SDK to clear reports.
-``sealing="off"`` is the explicit opt-out (plaintext setups). Sealing at send
-time, not at enqueue, means a key that expires or rotates while the device is
-offline never strands a report (a sealed blob cannot be resealed without its
-plaintext). The price: the outbox holds the *encoded* report in the clear on the
-device. Those bits are already randomized on the device (ε₁-LDP for one report,
-see ``crowdmix.client.privacy``), never the value; and whoever can read the app's storage
-can read ``app_dir/secret`` and the app's own data (the setting itself) anyway.
-Rows are deleted with SQLite's ``secure_delete`` once acknowledged.
-
-Not sent again: a report whose first send attempt lies in an earlier collection
-window, or whose repeat would reach the server after that window ends (the
-aggregator recognises a repeated id only within its window and the adjacent ones,
-on the server's clock, so copies must not be filed two windows apart: copies sent
-within one window of the device's clock land in at most two adjacent server windows,
-whatever the clocks' offset), and a
-report of a window older than the metric's disposal age; both are dropped and
-counted (``counters()``: ``unconfirmed``, ``expired``).
-Refused for good (an ``INVALID_ARGUMENT`` that a fresh config does not cure):
-dropped and counted as ``refused``. Encoded under params the server no longer
-has: ``params_changed``.
-
-Held, not sent yet (``crowdmix.client.skew``): the shuffler files a report under the window
-of *its* clock when the report arrives, so a metric's new report leaves only when
-the server's clock is surely past every window a copy of the metric's previous
-report may have arrived in. ``GetConfig`` answers with the server's time; the
-device bounds its clock's offset from the request's send and receive times and
-renews the estimate before it sends when it is an hour old, made by an earlier
-process, or the wall clock was set since (no report leaves without one). What was
-sent is marked in the outbox before the request leaves, so a restart keeps the
-rule. An older shuffler that sends no time gets the gap rule: a new report leaves
-one window (device clock) after the previous one's last deadline. A held report
-is queued (``flush`` counts it); the background sender wakes when it may go.
-
-Privacy ceiling: the device refuses a served config less private than
-``max_epsilon`` per report (RAPPOR's ε_1, a basic mechanism's ε, a shuffled
-histogram's ε_L) or, for RAPPOR, ``max_epsilon_inf`` (ε_∞, any number of reports
-of one value): ``report`` raises ``ParamsError`` naming the metric, the figure and
-the ceiling, and claims nothing; a stored report whose params exceed it (made
-under a looser ceiling, by an earlier run) is not sent: dropped, counted as
-``refused``. A histogram without local randomization (ε_L =
-∞, the value hidden only by the seal and the shuffle) is refused unless the app
-passes ``allow_unrandomized_histograms=True``.
-
-Importing this module loads neither grpc nor protobuf; the config (protobuf) is
-read on the first ``report``, grpc (``crowdmix.client.link``) only to fetch or to send.
+Importing this module loads neither grpc nor protobuf.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import importlib.util
 import logging
+import math
 import os
 import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from crowdmix.client.errors import CrowdmixClientError, ParamsError, TransportError
-from crowdmix.client.outbox import Claim, Outbox
-from crowdmix.client.report import Report
-from crowdmix.client.skew import (
-    SERVER_TIME_RANGE,
-    ClockEstimate,
-    hold_seconds,
-    last_arrival_window,
-    plausible_server_time,
+from crowdmix.client.answers import Action, Answer, classify
+from crowdmix.client.ceiling import MAX_EPSILON, MAX_EPSILON_INF, Ceiling
+from crowdmix.client.delivery import (
+    CachedConfig,
+    Drop,
+    Offline,
+    Send,
+    SendState,
+    Wait,
+    clock_offset,
+    decide,
 )
+from crowdmix.client.errors import CrowdmixClientError
+from crowdmix.client.outbox import Claim, Outbox, OutboxError
+from crowdmix.client.target import check_target
 
 if TYPE_CHECKING:
     from crowdmix.client.basic import BasicEncoder
-    from crowdmix.client.device_config import DeviceConfig
     from crowdmix.client.histogram import HistogramEncoder
     from crowdmix.client.link import Link
     from crowdmix.client.rappor import RapporEncoder
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.device_config import DeviceConfig
+    from crowdmix.core.registry import MetricConfig
 
-__all__ = ["Reporter"]
+__all__ = ["ReportResult", "ReportStatus", "Reporter"]
 
 log = logging.getLogger("crowdmix.client")
 
 Sealing = Literal["required", "off"]
 SECRET_BYTES = 32
-#: How long ``report`` waits for a config when it has none or its own expired.
-CONFIG_WAIT = 2.0
 #: How long the background sender waits for a connection before it backs off.
 BACKGROUND_CONNECT_WAIT = 1.0
-#: The default privacy ceiling: a served metric whose one report is less private than
-#: this (RAPPOR ε_1, a basic mechanism's ε, a histogram's ε_L) makes no report.
-MAX_EPSILON = 10.0
-#: The default ceiling on RAPPOR's ε_∞ (any number of reports of one value).
-MAX_EPSILON_INF = 20.0
-#: The background sender looks again at reports held for the server's next window at
-#: least this often (seconds): the device clock it computed the wait on may move.
-HOLD_RECHECK = 300.0
-#: Status codes after which the request may succeed later: keep the reports, back off.
-_TRY_LATER = frozenset(
-    {
-        "UNAVAILABLE",
-        "RESOURCE_EXHAUSTED",
-        "DEADLINE_EXCEEDED",
-        "ABORTED",
-        "UNKNOWN",
-        "INTERNAL",
-        "CANCELLED",
-        "UNAUTHENTICATED",  # a token the app may still renew: keep the reports
-        "PERMISSION_DENIED",
-        "UNIMPLEMENTED",  # an older shuffler without GetConfig
-    }
-)
+
+
+class ReportStatus(enum.Enum):
+    """What ``Reporter.report`` did; every status but the first two is counted in
+    ``counters()`` under its value."""
+
+    CLAIMED = "claimed"  # made and queued: it leaves with the background sender
+    ALREADY_REPORTED_THIS_WINDOW = "already_reported_this_window"
+    NO_CONFIG = "no_config"  # never reached the shuffler, and no bundled config
+    UNKNOWN_METRIC = "unknown_metric"  # not in the (cached or bundled) config
+    INVALID_VALUE = "invalid_value"  # not a value of the metric's domain or type
+    REFUSED_BY_CEILING = "refused_by_ceiling"  # served params above the privacy ceiling
+    REFUSED_UNSEALED = "refused_unsealed"  # a shuffled histogram with sealing="off"
+    OUTBOX_FULL = "outbox_full"  # max_reports or max_bytes reached
+    OUTBOX_UNUSABLE = "outbox_unusable"  # the outbox file cannot be written
+    CLOSED = "closed"  # report() after close()
+    INTERNAL_ERROR = "internal_error"  # a bug of this SDK: logged, never raised
+
+
+@dataclass(frozen=True, slots=True)
+class ReportResult:
+    """The outcome of one ``report`` call; true only when a report was claimed."""
+
+    status: ReportStatus
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return self.status is ReportStatus.CLAIMED
+
+
+_CLAIMED = ReportResult(ReportStatus.CLAIMED)
+_ALREADY = ReportResult(ReportStatus.ALREADY_REPORTED_THIS_WINDOW)
 
 
 def _device_secret(path: Path) -> bytes:
@@ -193,44 +151,6 @@ def backoff_delay(failures: int, base: float, cap: float, rng: random.Random) ->
     return max(rng.uniform(0.0, min(cap, base * 2 ** min(failures, 30))), 0.001)
 
 
-def _check_ceiling(
-    metric: str,
-    mc: MetricConfig,
-    *,
-    max_epsilon: float,
-    max_epsilon_inf: float,
-    allow_unrandomized_histograms: bool,
-) -> None:
-    """``ParamsError`` when the served config of ``metric`` is less private than this
-    device allows: the server cannot switch the local randomization off."""
-    figures: list[tuple[str, float, str, float]] = []
-    if mc.rappor is not None:
-        from crowdmix.client.privacy import epsilon_inf, epsilon_one
-
-        figures.append(("ε_1", epsilon_one(mc.rappor), "max_epsilon", max_epsilon))
-        figures.append(("ε_∞", epsilon_inf(mc.rappor), "max_epsilon_inf", max_epsilon_inf))
-    elif mc.basic is not None:
-        figures.append(("ε", mc.basic.epsilon, "max_epsilon", max_epsilon))
-    elif mc.histogram is not None:
-        eps = mc.histogram.local_epsilon
-        if eps is not None:
-            figures.append(("ε_L", eps, "max_epsilon", max_epsilon))
-        elif not allow_unrandomized_histograms:
-            # the real value leaves the device, hidden only by the seal (a histogram is
-            # sealed or not sent at all) and the shuffle
-            raise ParamsError(
-                f"metric {metric!r}: the served histogram sends the value without local "
-                "randomization (ε_L = inf); this device allows that only with "
-                "allow_unrandomized_histograms=True; no report made"
-            )
-    for name, value, knob, ceiling in figures:
-        if not value <= ceiling:  # inf and nan too
-            raise ParamsError(
-                f"metric {metric!r}: the served params give {name} = {value:.6g}, above this "
-                f"device's ceiling {knob} = {ceiling:g}; no report made"
-            )
-
-
 def _check_extra(sealing: Sealing) -> None:
     """Fail at construction, naming the extra, rather than at the first send."""
     needed = ["google.protobuf", "grpc"] + (["cryptography"] if sealing == "required" else [])
@@ -245,33 +165,53 @@ def _check_extra(sealing: Sealing) -> None:
             )
 
 
-def _check_value(encoder: RapporEncoder | BasicEncoder | HistogramEncoder, value: object) -> None:
+def _value_problem(encoder: object, value: object) -> str | None:
+    """Why ``value`` cannot be encoded by ``encoder``, or None."""
     from crowdmix.client.basic import BasicEncoder
     from crowdmix.client.histogram import HistogramEncoder
 
     if isinstance(encoder, BasicEncoder | HistogramEncoder):
         if isinstance(value, bool) or not isinstance(value, str | int):
-            raise ValueError(
-                f"metric {encoder.metric!r}: a value is a str or an int, got {value!r}"
-            )
-        encoder.index_of(value)  # ValueError outside the domain
+            return f"metric {encoder.metric!r}: a value is a str or an int, got {value!r}"
+        try:
+            encoder.index_of(value)
+        except ValueError as exc:
+            return f"metric {encoder.metric!r}: {exc}"
     elif not isinstance(value, str | bytes):
-        raise ValueError(f"metric {encoder.metric!r}: a value is a str or bytes, got {value!r}")
+        return f"a value of a RAPPOR metric is a str or bytes, got {value!r}"
+    return None
 
 
-class _Offline(Exception):
-    """Nothing more can be sent now: back off and try later."""
+def _load_bundled(path: str | os.PathLike[str]) -> CachedConfig:
+    """A config bundled with the app (``crowdmix config export``); ``ValueError`` naming
+    the file when it is not one."""
+    from crowdmix.client.device_config import from_proto
+    from crowdmix.protos import crowdmix_pb2 as pb
+
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"bundled_config {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        config = from_proto(pb.ConfigResponse.FromString(raw))
+    except Exception as exc:  # DecodeError or ParamsError: not a config this SDK reads
+        raise ValueError(
+            f"bundled_config {str(path)!r} is not a config this SDK reads "
+            f"(write one with `crowdmix config export`): {exc}"
+        ) from None
+    # never fetched: the sender fetches a fresh one at once; its time is the export's
+    return CachedConfig(config, fetched=-math.inf, offset=0.0)
 
 
 class Reporter:
     """Claims, encodes, stores and delivers an app's reports (see the module docstring).
 
-    ``app_dir`` holds the outbox and the device secret (created 0700). ``target`` and
-    ``token`` name the shuffler; ``tls`` (default) uses the system roots unless
-    ``root_certificates`` are given. ``max_reports`` and ``max_bytes`` bound the
-    outbox: a report that would pass either is refused (``report`` returns False).
-    ``max_epsilon``, ``max_epsilon_inf`` and ``allow_unrandomized_histograms`` set
-    the privacy ceiling (see the module docstring; ``math.inf``: none).
+    ``app_dir`` holds the outbox and the device secret (created 0700). ``target``
+    (``host:port``) and ``token`` name the shuffler; ``tls`` (default) uses the system
+    roots unless ``root_certificates`` are given. ``bundled_config`` is a file written
+    by ``crowdmix config export``, used until the shuffler is reached. ``max_reports``
+    and ``max_bytes`` bound the outbox. ``max_epsilon``, ``max_epsilon_inf`` and
+    ``allow_unrandomized_histograms`` set the privacy ceiling (``math.inf``: none).
     """
 
     def __init__(
@@ -283,6 +223,7 @@ class Reporter:
         tls: bool = True,
         root_certificates: bytes | None = None,
         sealing: Sealing = "required",
+        bundled_config: str | os.PathLike[str] | None = None,
         max_reports: int = 1000,
         max_bytes: int = 1 << 20,
         timeout: float = 10.0,
@@ -297,10 +238,14 @@ class Reporter:
     ) -> None:
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
-        for knob, v in (("max_epsilon", max_epsilon), ("max_epsilon_inf", max_epsilon_inf)):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                raise ValueError(f"{knob} must be a positive number (inf: no ceiling), got {v!r}")
+        self.target = check_target(target)
+        self._ceiling = Ceiling(
+            max_epsilon=max_epsilon,
+            max_epsilon_inf=max_epsilon_inf,
+            allow_unrandomized_histograms=allow_unrandomized_histograms,
+        )
         _check_extra(sealing)
+        self._bundled = None if bundled_config is None else _load_bundled(bundled_config)
         self.app_dir = Path(app_dir)
         try:
             self.app_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -310,12 +255,8 @@ class Reporter:
                 f"cannot use the app directory {self.app_dir}: {exc.strerror or exc}"
             ) from None
         self._outbox = Outbox(
-            self.app_dir / "outbox.sqlite3",
-            max_reports=max_reports,
-            max_bytes=max_bytes,
-            clock=clock,
+            self.app_dir / "outbox.sqlite3", max_reports=max_reports, max_bytes=max_bytes
         )
-        self.target = target
         self._token = token
         self._tls = tls
         self._roots = root_certificates
@@ -325,8 +266,7 @@ class Reporter:
         self._clock = clock
         # timing jitter only (no privacy depends on it); injectable for tests
         self._jitter = jitter if jitter is not None else random.Random()
-        self._config: DeviceConfig | None = None
-        self._config_fetched = 0.0
+        self._cached: CachedConfig | None = None
         self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder | HistogramEncoder] = {}
         self._link: Link | None = None
         self._reset_link = False
@@ -336,12 +276,10 @@ class Reporter:
         self._wake = False
         self._closed = False
         self._failures = 0
+        self._retry_at = 0.0  # time.monotonic() before which the sender backs off
+        self._told: set[str] = set()  # problems logged at WARNING (once each)
+        self._at_close: tuple[int, dict[str, int]] | None = None
         self.last_error: str | None = None
-        # the server's clock as of the last GetConfig in this process (crowdmix.client.skew)
-        self._estimate: ClockEstimate | None = None
-        self._hold: float | None = None  # seconds until a held report may go
-        self._ceiling = (float(max_epsilon), float(max_epsilon_inf), allow_unrandomized_histograms)
-        self._within_ceiling: set[tuple[str, int]] = set()
         self._background = background
         self._thread: threading.Thread | None = None
         if background and len(self._outbox):
@@ -349,83 +287,54 @@ class Reporter:
 
     # -- config ---------------------------------------------------------------
 
-    def _load_cached(self) -> DeviceConfig | None:
-        cached = self._outbox.cached_config()
-        if cached is None:
-            return None
+    def _in_use(self) -> CachedConfig | None:
+        """The config in use: the last fetched (this process's, else the outbox's
+        cache), else the bundled one; None when there is none."""
+        if self._cached is None:
+            cached = self._outbox.cached_config()
+            if cached is not None:
+                from crowdmix.client.device_config import from_proto
+                from crowdmix.protos import crowdmix_pb2 as pb
+
+                raw, fetched, offset = cached
+                try:
+                    self._cached = CachedConfig(
+                        from_proto(pb.ConfigResponse.FromString(raw)), fetched, offset
+                    )
+                except Exception as exc:  # a damaged cache is refetched, never trusted
+                    log.warning("ignoring the cached config: %s", exc)
+        return self._cached if self._cached is not None else self._bundled
+
+    def _fetch(self, timeout: float) -> Answer | None:
+        """Fetch, check and cache the shuffler's config; None when done, else why not."""
         from crowdmix.client.device_config import from_proto
-        from crowdmix.protos import crowdmix_pb2 as pb
-
-        try:
-            config = from_proto(pb.ConfigResponse.FromString(cached[0]))
-        except Exception as exc:  # a damaged cache is refetched, never trusted
-            log.warning("ignoring the cached config: %s", exc)
-            return None
-        self._config, self._config_fetched = config, cached[1]
-        return config
-
-    def _fetch_config(self, timeout: float | None = None) -> DeviceConfig:
-        """Fetch, check and cache the shuffler's config; ``_Offline`` when it cannot."""
-        from crowdmix.client.device_config import DEFAULT_WINDOW_SECONDS, from_proto
         from crowdmix.client.link import LinkError
         from crowdmix.protos import crowdmix_pb2 as pb
 
-        link = self._get_link()
         try:
-            mono_send, t_send = time.monotonic(), self._clock()
-            raw = link.get_config(timeout)
-            t_recv, mono_recv = self._clock(), time.monotonic()
-            served = pb.ConfigResponse.FromString(raw)
-            config = from_proto(served)
+            raw = self._get_link().get_config(timeout)
         except LinkError as exc:
-            raise _Offline(f"GetConfig: {exc}") from None
-        except CrowdmixClientError as exc:  # an answer this SDK cannot use
-            raise _Offline(f"GetConfig: bad answer: {exc}") from None
-        if not plausible_server_time(served.server_time):  # a broken server clock
-            raise _Offline(
-                f"GetConfig: bad answer: server_time {served.server_time!r} is not a "
-                f"plausible time (Unix seconds {SERVER_TIME_RANGE[0]:.0f} to "
-                f"{SERVER_TIME_RANGE[1]:.0f}, or 0 for none)"
-            )
-        now = self._clock()
-        cached = self._outbox.cached_config()
-        previous = None
-        if cached is not None:  # an outbox from before the window length was recorded
-            try:
-                answer = pb.ConfigResponse.FromString(cached[0])
-                previous = answer.window_seconds or DEFAULT_WINDOW_SECONDS
-            except Exception:  # a damaged cache tells nothing
-                previous = None
-        self._outbox.store_config(
-            raw, now, window_seconds=config.window_seconds, previous_window_seconds=previous
-        )
-        self._config, self._config_fetched = config, now
-        self._estimate = ClockEstimate.of(served.server_time, t_send, t_recv, mono_send, mono_recv)
-        self._encoders.clear()
-        return config
+            return classify(exc.code, exc.details)
+        received = self._clock()
+        try:
+            answer = pb.ConfigResponse.FromString(raw)
+            config, offset = from_proto(answer), clock_offset(answer.server_time, received)
+        except Exception as exc:  # DecodeError, ParamsError, ValueError: unusable here
+            return Answer(Action.FATAL, "bad_config", f"GetConfig: bad answer: {exc}")
+        self._outbox.store_config(raw, received, offset)
+        self._cached = CachedConfig(config, received, offset)
+        return None
 
     def config(self) -> DeviceConfig | None:
-        """The config in use (cached; None before the shuffler was ever reached)."""
-        return self._config if self._config is not None else self._load_cached()
-
-    def _config_expired(self) -> bool:
-        c = self._config
-        return c is None or self._clock() >= self._config_fetched + c.cache_seconds
+        """The config in use (fetched, cached or bundled; None when there is none)."""
+        in_use = self._in_use()
+        return None if in_use is None else in_use.config
 
     # -- making reports -------------------------------------------------------
 
     def _encoder(
-        self, metric: str, config: DeviceConfig
+        self, metric: str, mc: MetricConfig
     ) -> RapporEncoder | BasicEncoder | HistogramEncoder:
-        mc = config.metrics.get(metric)
-        if mc is None:
-            raise ParamsError(f"metric {metric!r} is not in the shuffler's config")
-        if mc.histogram is not None and self.sealing != "required":
-            raise ParamsError(
-                f"metric {metric!r} is a shuffled histogram: its reports must be sealed "
-                f"(in the clear the shuffler would see the real value beside its sender), "
-                f"and this reporter has sealing='off'"
-            )
         enc = self._encoders.get((metric, mc.fingerprint))
         if enc is None:
             if mc.rappor is not None:
@@ -442,97 +351,76 @@ class Reporter:
             else:
                 from crowdmix.client.basic import BasicEncoder
 
-                assert mc.basic is not None  # MetricConfig holds one of the two
+                assert mc.basic is not None  # MetricConfig holds one of the three
                 enc = BasicEncoder(mc.basic, metric=metric, domain=mc.domain)
             self._encoders[(metric, mc.fingerprint)] = enc
         return enc
 
-    def _check_ceiling(self, metric: str, config: DeviceConfig) -> None:
-        mc = config.metrics.get(metric)
-        if mc is None or (metric, mc.fingerprint) in self._within_ceiling:
-            return  # an unknown metric is refused by _encoder
-        max_eps, max_inf, unrandomized = self._ceiling
-        _check_ceiling(
-            metric,
-            mc,
-            max_epsilon=max_eps,
-            max_epsilon_inf=max_inf,
-            allow_unrandomized_histograms=unrandomized,
-        )
-        self._within_ceiling.add((metric, mc.fingerprint))
+    def report(self, metric: str, value: str | bytes | int) -> ReportResult:
+        """Make this window's report of ``metric`` from ``value``: claim the window,
+        encode, store — one transaction — and wake the sender. Never raises and never
+        waits for the network: the result says what happened (true when a report was
+        claimed); a refusal is counted in ``counters()`` and its ``detail`` says why."""
+        try:
+            return self._report(metric, value)
+        except OutboxError as exc:
+            return self._refused(ReportStatus.OUTBOX_UNUSABLE, str(exc))
+        except Exception as exc:  # never into the host app
+            log.warning("report(%r) failed: %s: %s", metric, type(exc).__name__, exc)
+            return self._refused(ReportStatus.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
-    def report(self, metric: str, value: str | bytes | int) -> bool:
-        """Make this window's report of ``metric``: claim the window, encode ``value``,
-        store the report — one transaction — and wake the sender. True when made;
-        False when nothing was made: this window's report was made already, an earlier
-        one is still waiting to be sent, the outbox is full, or the shuffler was never
-        reached (no config yet; call again later). ``ParamsError`` for a metric the
-        server does not know, ``ValueError`` for a value its encoding refuses,
-        ``OutboxError`` when the outbox cannot be written (a full disk, a damaged
-        file): then nothing was claimed. ``ParamsError`` too when the served config
-        of ``metric`` exceeds this device's privacy ceiling (nothing claimed).
-
-        It uses the cached config; only when there is none, or it has outlived its
-        ``cache_seconds``, does it ask the shuffler first (for up to ``CONFIG_WAIT``
-        seconds; offline, the expired cache is used)."""
-        self._check_open()
-        config = self.config()
-        if config is None or self._config_expired():
-            # first use, or the cached answer outlived its cache_seconds: ask the server
-            # (an outdated config would encode under params it no longer has)
-            try:
-                config = self._fetch_config(min(self._timeout, CONFIG_WAIT))
-            except _Offline as exc:
-                self.last_error = str(exc)
-                if config is None:
-                    log.info("no config yet, no report made: %s", exc)
-                    return False
-        self._check_ceiling(metric, config)
-        encoder = self._encoder(metric, config)
-        _check_value(encoder, value)  # a bad value is an error in every window
-        self._drop_old(config)
-        window = int(self._clock() // config.window_seconds)
-
-        def make() -> Report | list[Report]:
-            # a shuffled histogram: the real report and its fakes, claimed as one group
-            return encoder.encode(value)  # type: ignore[arg-type]
-
-        outcome = self._outbox.claim(metric, window, make)
-        if outcome is Claim.FULL:
-            log.warning(
-                "outbox full (%d reports or %d bytes): report refused",
-                self._outbox.max_reports,
-                self._outbox.max_bytes,
-            )
-        if outcome is not Claim.MADE:
-            return False
-        if self._background:
-            self._start_sender()
-            self._poke()
-        return True
-
-    def _window(self, config: DeviceConfig) -> int:
-        return int(self._clock() // config.window_seconds)
-
-    def _drop_old(self, config: DeviceConfig) -> None:
-        """Drop rows that must not be sent any more (see the module docstring)."""
+    def _report(self, metric: str, value: str | bytes | int) -> ReportResult:
+        if self._closed:
+            return ReportResult(ReportStatus.CLOSED, "the reporter is closed")
+        in_use = self._in_use()
         now = self._clock()
-        ws = config.window_seconds
-        current = int(now // ws)
-        youngest_age = min(config.disposal_seconds.values(), default=0)
-        # every row that can have expired was claimed in this window or before
-        bound = int((now - youngest_age) // ws) if youngest_age else -1
-        expired, unconfirmed = [], []
-        for row in self._outbox.older(bound, current):
-            age = config.disposal_seconds.get(row.report.metric)
-            if age and (row.window + 1) * ws + age <= now:
-                expired.append(row.report.report_id)
-            elif row.first_attempt_window is not None and row.first_attempt_window != current:
-                # tried in another (device) window: a copy may have reached the server
-                # in a window the aggregator no longer checks against (see client.outbox)
-                unconfirmed.append(row.report.report_id)
-        self._outbox.drop(expired, "expired", current)
-        self._outbox.drop(unconfirmed, "unconfirmed", current)
+        if in_use is None or in_use.expired(now):
+            self._poke()  # the sender fetches one; this report uses what is in hand
+        if in_use is None:
+            return self._refused(
+                ReportStatus.NO_CONFIG,
+                "the shuffler was never reached and no bundled_config was given"
+                + (f" ({self.last_error})" if self.last_error else ""),
+            )
+        mc = in_use.config.metrics.get(metric)
+        if mc is None:
+            return self._refused(
+                ReportStatus.UNKNOWN_METRIC, f"metric {metric!r} is not in the shuffler's config"
+            )
+        if mc.histogram is not None and self.sealing != "required":
+            return self._refused(
+                ReportStatus.REFUSED_UNSEALED,
+                f"metric {metric!r} is a shuffled histogram: its reports are sent sealed or "
+                "not at all, and this reporter has sealing='off'",
+            )
+        refusal = self._ceiling.refusal(metric, mc)
+        if refusal is not None:
+            return self._refused(ReportStatus.REFUSED_BY_CEILING, refusal)
+        encoder = self._encoder(metric, mc)
+        problem = _value_problem(encoder, value)
+        if problem is not None:
+            return self._refused(ReportStatus.INVALID_VALUE, problem)
+        claim = self._outbox.claim(
+            metric,
+            in_use.window(now),
+            in_use.config.window_seconds,
+            lambda: encoder.encode(value),  # type: ignore[arg-type]
+        )
+        if claim is Claim.USED:
+            return _ALREADY
+        if claim is Claim.FULL:  # counted by the outbox
+            box = self._outbox
+            detail = f"the outbox holds {box.max_reports} reports or {box.max_bytes} bytes"
+            log.warning("report of %r refused: %s", metric, detail)
+            return ReportResult(ReportStatus.OUTBOX_FULL, detail)
+        self._poke()
+        return _CLAIMED
+
+    def _refused(self, status: ReportStatus, detail: str) -> ReportResult:
+        log.info("no report made (%s): %s", status.value, detail)
+        with contextlib.suppress(OutboxError):  # the result says it; the count is best effort
+            self._outbox.count(status.value)
+        return ReportResult(status, detail)
 
     # -- sending --------------------------------------------------------------
 
@@ -554,214 +442,144 @@ class Reporter:
                 )
             return self._link
 
-    def _send_all(self, deadline: float, connect_wait: float) -> float | None:
-        """Send every waiting report; ``_Offline`` when the rest must wait. A connection
-        is waited for up to ``connect_wait`` seconds (the background sender waits
-        briefly and backs off instead, so ``flush`` and ``close`` never wait behind it).
-        Returns the device seconds until the first report held for a later server
-        window may go (``crowdmix.client.skew``), or None when none is held."""
-        from crowdmix.client.link import LinkError, clear_request, sealed_request
-
-        refetched = False
-        held: dict[str, float] = {}  # metric -> seconds until its new report may go
+    def _send_pass(self, deadline: float, connect_wait: float, backoff: float) -> Wait | Offline:
+        """Act on ``decide`` until it says to wait or to stop (see crowdmix.client.delivery)."""
+        state = SendState(sealing=self.sealing, ceiling=self._ceiling, backoff=backoff)
+        refused: dict[tuple[str, int], Answer] = {}  # this pass's refusals, per group
+        # groups whose window has not begun on the server even after a refetch (a clock
+        # that was set forward): they wait, and the groups behind them go on
+        ahead: dict[tuple[str, int], Offline] = {}
         while True:
-            if self._closed and threading.current_thread() is self._thread:
-                raise _Offline("closing")  # close() does not wait for a long backlog
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Offline("out of time")
-            if self._config_expired() or self._config is None:
-                try:
-                    self._fetch_config(min(self._timeout, remaining))
-                    refetched = True
-                except _Offline:
-                    if self.config() is None:
-                        raise
-            config = self._config
-            assert config is not None
-            self._drop_old(config)
-            first = self._outbox.pending(1, exclude=held)
-            if not first:
-                return min(held.values(), default=None)
-            metric = first[0].report.metric
-            # one metric per request, and all of its rows: its one claim's report, or a
-            # shuffled histogram's group (real report and fakes), never split across calls
-            rows = self._outbox.rows_of(metric)
-            mc = config.metrics.get(metric)
-            if mc is not None and mc.histogram is not None and self.sealing != "required":
-                log.warning(
-                    "%d reports of the shuffled histogram %r are never sent in the clear "
-                    "(sealing='off'): dropped",
-                    len(rows),
-                    metric,
-                )
-                self._outbox.drop([r.report.report_id for r in rows], "refused")
-                continue
-            stale = [r for r in rows if mc is None or r.report.params_fingerprint != mc.fingerprint]
-            if stale:
-                if not refetched:  # maybe our config is the outdated one
-                    self._fetch_config(min(self._timeout, remaining))
-                    refetched = True
-                    continue
-                self._outbox.drop(
-                    [r.report.report_id for r in stale], "params_changed", self._window(config)
-                )
-                continue
-            assert mc is not None  # no stale row: the metric is served
-            try:  # reports made under a looser ceiling (an earlier run) do not leave either
-                self._check_ceiling(metric, config)
-            except ParamsError as exc:
-                log.warning("%d stored reports not sent: %s", len(rows), exc)
-                self._outbox.drop(
-                    [r.report.report_id for r in rows], "refused", self._window(config)
-                )
-                continue
-            if self.sealing == "required" and not config.sealed:
-                raise _Offline(f"shuffler {self.target} publishes no aggregator key")
-            if not self._get_link().ready(min(connect_wait, remaining)):
-                raise _Offline(f"shuffler {self.target} cannot be reached")
-            estimate = self._estimate
-            if estimate is None or not estimate.fresh(self._clock(), time.monotonic()):
-                # none made in this process, an hour old, or the wall clock was set: no
-                # report leaves before the server's clock is known again (crowdmix.client.skew)
-                self._fetch_config(min(self._timeout, remaining))  # _Offline: they wait
-                continue
-            new = [r.window for r in rows if r.first_attempt_window is None]
-            if new:
-                marks = self._outbox.marks(metric, min(new))
-                wait = hold_seconds(self._clock(), config.window_seconds, estimate, marks)
-                if wait > 0:  # an earlier report may be in the server's current window
-                    held[metric] = wait
-                    continue
-            try:
-                request = (
-                    clear_request(rows)
-                    if self.sealing == "off"
-                    else sealed_request(rows, config.keys.keys, {metric: mc.report_bytes})  # type: ignore[union-attr]
-                )
-            except TransportError as exc:  # no key usable now: a fresh config may have one
-                if not refetched:
-                    self._fetch_config(min(self._timeout, remaining))
-                    refetched = True
-                    continue
-                raise _Offline(str(exc)) from None
-            ids = [r.report.report_id for r in rows]
-            submit_timeout = min(self._timeout, max(deadline - time.monotonic(), 0.1))
-            now = self._clock()
-            window = int(now // config.window_seconds)
-            # a repeat goes out only if it reaches the server within the window of its
-            # first attempt, deadline included (the wait for a connection came after
-            # _drop_old's look): every copy of a report then lies less than one window
-            # apart, where the aggregator dedupes it whatever the clocks' offset
-            late = [
-                r.report.report_id
-                for r in rows
-                if r.first_attempt_window is not None
-                and not (
-                    r.first_attempt_window
-                    == window
-                    == int((now + submit_timeout) // config.window_seconds)
-                )
-            ]
-            if late:
-                self._outbox.drop(late, "unconfirmed", window)
-                continue
-            end, mono_end = now + submit_timeout, time.monotonic() + submit_timeout
-            if not self._outbox.begin_send(
-                ids,
-                window,
-                deadline=end,
-                server_window=None
-                if estimate.high is None
-                else last_arrival_window(end, estimate.high, config.window_seconds),
-                window_seconds=config.window_seconds,
+            left = deadline - time.monotonic()
+            if left <= 0 or (self._closed and threading.current_thread() is self._thread):
+                return Offline("out of time" if left <= 0 else "closing")
+            rows = self._outbox.next_group(skip=ahead)
+            group = (rows[0].report.metric, rows[0].window) if rows else ("", 0)
+            action = decide(
+                rows, self._in_use(), self._clock(), replace(state, answer=refused.get(group))
+            )
+            if isinstance(action, Send):
+                answer = self._deliver(action, deadline, connect_wait)
+                if answer is None:
+                    self._outbox.acknowledged([r.report.report_id for r in action.rows])
+                else:
+                    refused[group] = answer
+            elif isinstance(action, Drop):
+                if action.message:
+                    log.warning(
+                        "%d reports dropped (%s): %s",
+                        len(action.report_ids),
+                        action.reason,
+                        action.message,
+                    )
+                self._outbox.drop(action.report_ids, action.reason)
+            elif (
+                isinstance(action, Offline)
+                and not action.fatal
+                and group in refused
+                and refused[group].reason == "window_ahead"
             ):
-                # another process on the app dir delivered or dropped them, or another
-                # fetch brought a new window length: the config in use is the cached one
-                self._load_cached()
-                continue
-            # the request must end by the deadline its mark records: begin_send may have
-            # waited (another process's write lock, a slow fsync), so what is left of it
-            # is the request's timeout; nothing left, nothing sent (the attempt's mark
-            # covers a copy that never left)
-            left = mono_end - time.monotonic()
-            if left <= 0:
-                raise _Offline("the outbox was busy past the request's deadline")
-            try:
-                self._submit(request, left)
-            except LinkError as exc:
-                outdated = exc.code == "FAILED_PRECONDITION" or exc.code == "INVALID_ARGUMENT"
-                if outdated and not refetched:
-                    self._fetch_config(min(self._timeout, remaining))  # stale key or params
-                    refetched = True
-                    continue
-                if exc.code in _TRY_LATER or exc.code == "FAILED_PRECONDITION":
-                    raise _Offline(f"shuffler {self.target}: {exc}") from None
-                log.warning(
-                    "shuffler %s refused %d reports for good: %s", self.target, len(rows), exc
-                )
-                self._outbox.drop(ids, "refused", self._window(config))
-                continue
-            self._outbox.acknowledged(ids, int(self._clock() // config.window_seconds))
+                ahead[group] = action
+            elif isinstance(action, Wait | Offline):
+                if not rows and ahead:  # only early reports wait: retry them later
+                    return next(iter(ahead.values()))
+                return action
+            else:  # Refetch: at most once a pass, then send again what was refused
+                failure = self._fetch(min(self._timeout, left))
+                state = replace(state, refetched=True, fetch_failure=failure)
+                refused.clear()
+
+    def _deliver(self, send: Send, deadline: float, connect_wait: float) -> Answer | None:
+        """Submit one group; None when acknowledged, else the classified refusal."""
+        from crowdmix.client.link import LinkError
+        from crowdmix.client.request import submit_request
+
+        link = self._get_link()
+        why = link.unreachable(min(connect_wait, max(deadline - time.monotonic(), 0.0)))
+        if why is not None:
+            return classify(why.code, why.details)
+        request = submit_request(
+            [(r.report, r.window) for r in send.rows],
+            key=send.key,
+            report_bytes={send.rows[0].report.metric: send.report_bytes},
+        )
+        try:
+            self._submit(request, min(self._timeout, max(deadline - time.monotonic(), 0.1)))
+        except LinkError as exc:
+            return classify(exc.code, exc.details)
+        return None
 
     def _submit(self, request: object, timeout: float) -> int:
         """One Submit (a separate method: the crash tests stop the process around it)."""
         return self._get_link().submit(request, timeout)  # type: ignore[arg-type]
 
-    def _try_send(self, timeout: float, connect_wait: float) -> bool:
-        """Send what waits; True when nothing failed: the outbox is empty, or holds only
-        reports held for a later server window (``self._hold`` seconds)."""
+    def _try_send(
+        self, timeout: float, connect_wait: float, backoff: float = 0.0
+    ) -> Wait | Offline:
+        """One pass of the sender, and what the app should hear of it."""
         if not self._send_lock.acquire(timeout=max(timeout, 0.0)):
-            return False  # the other sender holds it (at most one request's timeout)
+            return Wait(BACKGROUND_CONNECT_WAIT)  # the other sender is at it
         try:
-            if not len(self._outbox):
-                self._hold = None
-                return True
-            try:
-                self._hold = self._send_all(time.monotonic() + timeout, connect_wait)
-            except _Offline as exc:
-                self.last_error = str(exc)
-                log.info("%d reports wait: %s", len(self._outbox), exc)
-                return False
-            self.last_error = None
-            if self._hold is not None:
-                log.info("reports held for %.0f s: the server's window is not over", self._hold)
-            return True
+            result = self._send_pass(time.monotonic() + timeout, connect_wait, backoff)
         finally:
             self._send_lock.release()
+        problem = result.reason if isinstance(result, Offline) else result.problem
+        if isinstance(result, Offline) and not result.fatal:
+            log.info("reports wait: %s", problem)
+        elif problem is not None and problem not in self._told:
+            self._told.add(problem)  # a setup error retrying cannot fix: said once
+            log.warning("crowdmix reports cannot be delivered: %s", problem)
+        if problem is not None or backoff == 0.0:
+            self.last_error = problem
+        return result
 
     def flush(self, timeout: float = 5.0) -> int:
         """Send what waits, for up to ``timeout`` seconds, in this thread; the number of
-        reports still queued (0: all acknowledged; a report held for the server's next
-        window is queued). Never raises for the network: what is left is sent by the
-        sender or at the next start."""
-        self._check_open()
-        self._try_send(timeout, connect_wait=timeout)
-        return len(self._outbox)
+        reports still queued (0: all acknowledged). Never raises: what is left is sent
+        by the background sender or at the next start."""
+        if self._closed:
+            return self.queued
+        try:
+            self._try_send(timeout, connect_wait=timeout)
+        except Exception as exc:  # an unusable outbox, or a bug: never into the host app
+            log.warning("flush failed: %s: %s", type(exc).__name__, exc)
+            self.last_error = f"{type(exc).__name__}: {exc}"
+        return self.queued
 
     @property
     def queued(self) -> int:
-        """Reports claimed and not yet acknowledged."""
-        return len(self._outbox)
+        """Reports claimed and not yet acknowledged (-1 when the outbox cannot be read)."""
+        if self._at_close is not None:
+            return self._at_close[0]
+        try:
+            return len(self._outbox)
+        except OutboxError:
+            return -1
 
     @property
     def failed_attempts(self) -> int:
-        """The background sender's failed attempts in a row (0 after a success or
+        """The background sender's failed passes in a row (0 after a success or
         ``network_available``): its backoff grows with this."""
         return self._failures
 
     def counters(self) -> dict[str, int]:
-        """Reports delivered, and those that left without delivery, by reason."""
-        return self._outbox.counters()
+        """Reports delivered, those that left without delivery and the ``report`` calls
+        that made none, by reason (``ReportStatus`` values, ``window_closed``,
+        ``params_changed``, ``refused``, ``refused_by_ceiling``)."""
+        if self._at_close is not None:
+            return dict(self._at_close[1])
+        try:
+            return self._outbox.counters()
+        except OutboxError:
+            return {}
 
     def network_available(self) -> None:
         """The platform says the network is back: reconnect and send now, backoff reset."""
         with self._cond:
             self._failures = 0
+            self._retry_at = 0.0
             self._reset_link = True
-        if self._background and len(self._outbox):
-            self._start_sender()
-            self._poke()
+        self._poke()
 
     # -- the background sender ------------------------------------------------
 
@@ -774,6 +592,9 @@ class Reporter:
                 self._thread.start()
 
     def _poke(self) -> None:
+        if not self._background:
+            return
+        self._start_sender()
         with self._cond:
             self._wake = True
             self._cond.notify_all()
@@ -787,30 +608,25 @@ class Reporter:
                 self._wake = False
                 if self._closed:
                     return
+            backoff = max(self._retry_at - time.monotonic(), 0.0)
             try:
-                done = self._try_send(self._timeout * 3, connect_wait=BACKGROUND_CONNECT_WAIT)
-            except CrowdmixClientError as exc:  # the outbox cannot be written: keep trying
-                log.warning("the sender could not use the outbox: %s", exc)
-                self.last_error, done = str(exc), False
+                result = self._try_send(self._timeout * 3, BACKGROUND_CONNECT_WAIT, backoff)
             except Exception as exc:  # a dead sender would end sending silently
                 log.warning(
                     "the sender failed (%s: %s); it tries again later", type(exc).__name__, exc
                 )
-                self.last_error, done = f"{type(exc).__name__}: {exc}", False
-            if done:
-                self._failures = 0
-                hold = self._hold
-                # idle until a report is made or the network returns, or a held one may go
-                delay = None if hold is None else min(hold + 1.0, HOLD_RECHECK)
-            else:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                result = Offline(self.last_error)
+            if isinstance(result, Offline):
                 self._failures += 1
                 delay = backoff_delay(self._failures, *self._backoff, self._jitter)
+                self._retry_at = time.monotonic() + delay
+            else:
+                if backoff == 0.0:
+                    self._failures = 0
+                delay = result.seconds  # None: idle until a report is made or poked
 
     # -- lifecycle ------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise CrowdmixClientError("the reporter is closed")
 
     def close(self) -> None:
         """Stop the sender and close the connection and the outbox (what waits stays
@@ -825,6 +641,7 @@ class Reporter:
         with self._send_lock:
             if self._link is not None:
                 self._link.close()
+            self._at_close = (self.queued, self.counters())
             self._outbox.close()
 
     def __enter__(self) -> Reporter:

@@ -1,7 +1,7 @@
 """Sealing on the device: HPKE (RFC 9180) encryption of a report to the aggregator.
 
-The format (plaintext layout, ``info``, lengths, key configs) is ``crowdmix.client.sealed``;
-this module adds the one thing that needs ``cryptography``: the encryption.
+The format (plaintext layout, ``info``, lengths, key configs) is ``crowdmix.core.sealed``,
+the suites ``crowdmix.core.hpke``; this module adds the device's part: the encryption.
 
 ``cryptography`` (>= 47, the first version with ``hazmat.primitives.hpke``) is an
 optional extra; this module is the one place on the device side that imports it,
@@ -15,12 +15,12 @@ import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.sealed import (
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.hpke import hpke_suite
+from crowdmix.core.sealed import (
     SUITES,
     PublicKeyConfig,
     SealedReport,
-    SealingSuite,
     pack_plaintext,
     report_info,
     suite_named,
@@ -36,14 +36,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
         name="cryptography",
     ) from exc
 
-__all__ = ["hpke_suite", "public_key_object", "seal_many", "seal_report"]
-
-
-def hpke_suite(suite: str | SealingSuite) -> Any:
-    """``cryptography``'s ``hpke.Suite`` for one of ``crowdmix.client.sealed.SUITES``."""
-    s = suite_named(suite) if isinstance(suite, str) else suite
-    kem = _hpke.KEM.MLKEM768_X25519 if s.post_quantum else _hpke.KEM.X25519
-    return _hpke.Suite(kem, _hpke.KDF.HKDF_SHA256, _hpke.AEAD.AES_128_GCM)
+__all__ = ["public_key_object", "seal_many", "seal_report"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -69,6 +62,7 @@ def seal_report(
     key: PublicKeyConfig,
     *,
     metric: str,
+    window: int,
     bits: bytes,
     cohort: int,
     fingerprint: int,
@@ -85,19 +79,20 @@ def seal_report(
         raise ParamsError(f"metric {metric!r}: bits must be {report_bytes} bytes, got {len(bits)}")
     plaintext = pack_plaintext(bits, cohort, fingerprint, report_id)
     sealed = _SUITE_OBJECTS[key.suite].encrypt(
-        plaintext, public_key_object(key), info=report_info(metric, key.key_id)
+        plaintext, public_key_object(key), info=report_info(metric, key.key_id, window)
     )
-    return SealedReport(metric=metric, key_id=key.key_id, sealed=sealed)
+    return SealedReport(metric=metric, key_id=key.key_id, window=window, sealed=sealed)
 
 
 def seal_many(
     key: PublicKeyConfig,
     metric: str,
+    window: int,
     rows: Sequence[tuple[bytes, int, int, bytes]],
 ) -> list[bytes]:
-    """Sealed values of many (bits, cohort, fingerprint, report id) rows: one
-    ``info`` for all; used by simulators and benchmarks."""
-    info = report_info(metric, key.key_id)
+    """Sealed values of many (bits, cohort, fingerprint, report id) rows of one
+    collection window: one ``info`` for all; used by simulators and benchmarks."""
+    info = report_info(metric, key.key_id, window)
     encrypt = _SUITE_OBJECTS[key.suite].encrypt
     pub = public_key_object(key)
     return [encrypt(pack_plaintext(b, c, f, r), pub, info=info) for b, c, f, r in rows]

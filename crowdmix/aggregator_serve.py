@@ -5,9 +5,11 @@
         [--metrics-port N] [--port-file FILE] [--workers N]
         [--keys PRIVATE-KEYS [--open-workers N]]
 
-Without ``--redis`` counts live in memory (lost at exit). ``--port-file``
-receives the bound port once the server listens (useful with ``--listen
-127.0.0.1:0``). Exit codes: ``crowdmix.cli.ExitCode``.
+Settings: flags > the ``[aggregator]`` table of ``--config`` > defaults
+(``crowdmix.aggregator.daemon.settings``; an unknown field stops it, naming the
+field). Without ``redis`` counts live in memory, lost at exit, and the daemon
+says so in a WARNING. ``--port-file`` receives the bound port once the server
+listens (useful with ``--listen 127.0.0.1:0``). Exit codes: ``crowdmix.cli.ExitCode``.
 """
 
 from __future__ import annotations
@@ -17,14 +19,24 @@ from typing import Any
 
 from crowdmix.options import add_daemon_options, add_tls_server_options
 
-__all__ = ["load_config_registry", "register"]
+__all__ = ["register"]
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("aggregator", help="the aggregator daemon (ingest shuffled batches)")
     asub = p.add_subparsers(dest="aggregator_command", metavar="COMMAND", required=True)
-    s = asub.add_parser("serve", help="serve Aggregator.Ingest until SIGTERM")
-    s.add_argument("--config", required=True, metavar="FILE", help="metric registry (TOML)")
+    s = asub.add_parser(
+        "serve",
+        help="serve Aggregator.Ingest until SIGTERM",
+        description="Count shuffled batches exactly once. Settings: flags > [aggregator] "
+        "table of --config > defaults.",
+    )
+    s.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="metric registry TOML (+ optional [aggregator])",
+    )
     s.add_argument(
         "--redis",
         metavar="URL",
@@ -34,19 +46,14 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--min-replicas-ack",
         type=int,
-        default=0,
         metavar="N",
         help="acknowledge a batch only once N replicas have its counts (Redis WAIT; "
         "default 0: off)",
     )
-    s.add_argument(
-        "--listen", default="127.0.0.1:7500", metavar="HOST:PORT", help="(default %(default)s)"
-    )
+    s.add_argument("--listen", metavar="HOST:PORT", help="(default 127.0.0.1:7500)")
     add_tls_server_options(s)
     add_daemon_options(s)
-    s.add_argument(
-        "--workers", type=int, default=8, metavar="N", help="Ingest threads (default %(default)s)"
-    )
+    s.add_argument("--workers", type=int, metavar="N", help="Ingest threads (default 8)")
     s.add_argument(
         "--keys",
         metavar="FILE",
@@ -56,96 +63,93 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--open-workers",
         type=int,
-        default=0,
         metavar="N",
-        help="processes opening sealed reports (0: in the Ingest threads; default %(default)s)",
+        help="processes opening sealed reports (0: in the Ingest threads; default 0)",
     )
     s.add_argument(
         "--grace",
+        dest="shutdown_grace_seconds",
         type=float,
-        default=10.0,
         metavar="SECONDS",
-        help="seconds to drain on SIGTERM (%(default)s)",
+        help="seconds to drain on SIGTERM (default 10)",
     )
     s.set_defaults(func=serve)
 
 
-def load_config_registry(path: str) -> Any:
-    """The metric registry of a config file shared with the shuffler.
-
-    The shuffler's own ``[shuffler]`` table (and an ``[aggregator]`` table, kept
-    for symmetry) may sit in the same file; they are daemon settings, not metrics.
-    ``RegistryError`` names the file and field (the command line prints it).
-    """
-    from crowdmix.client.registry import load_registry
-
-    return load_registry(path)
+#: the in-memory store in a daemon: said at every start, in a WARNING
+MEMORY_STORE_WARNING = (
+    "in-memory store: counts are lost when this process exits, and the shufflers delete "
+    "every batch once it is acknowledged, so nothing can recount them; give --redis URL "
+    "(or redis in [aggregator]) for anything but a trial"
+)
 
 
 def serve(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.daemon.server import AggregatorServer, TlsFiles
+    from crowdmix.aggregator.daemon.settings import FLAGS, load_config
     from crowdmix.aggregator.store import open_store
     from crowdmix.cli import CliError
     from crowdmix.options import (
         configure_logging,
         grpc_bind_noise_hidden,
-        server_tls,
+        read_input,
         wait_for_stop_signal,
         write_port_file,
     )
 
-    log = configure_logging("aggregator", args.log_level)
-    registry = load_config_registry(args.config)
-    if args.workers < 1:
-        raise CliError(f"--workers must be positive, got {args.workers}")
-    if args.open_workers < 0:
-        raise CliError(f"--open-workers must be >= 0, got {args.open_workers}")
-    if args.keys is not None:
+    log = configure_logging("aggregator", args.log_level, args.log_format)
+    registry, settings = load_config(args.config, {name: getattr(args, name) for name in FLAGS})
+    if settings.keys is not None:
         from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
 
         try:
-            load_keyset(args.keys)  # fail now with one line, not at the first batch
+            load_keyset(settings.keys)  # fail now with one line, not at the first batch
         except KeySetError as exc:
             raise CliError(str(exc)) from None
-    files = server_tls(args)
-    tls = (
-        None
-        if files is None
-        else TlsFiles(cert=files.cert, key=files.key, client_ca=files.client_ca)
-    )
-    if args.min_replicas_ack < 0:
-        raise CliError(f"--min-replicas-ack must be >= 0, got {args.min_replicas_ack}")
+    tls = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        tls = TlsFiles(
+            cert=read_input(settings.tls_cert, "TLS certificate"),
+            key=read_input(settings.tls_key, "TLS key"),
+            client_ca=None
+            if settings.tls_client_ca is None
+            else read_input(settings.tls_client_ca, "client CA"),
+        )
     try:
-        store = open_store(args.redis, min_replicas_ack=args.min_replicas_ack)
+        store = open_store(settings.redis, min_replicas_ack=settings.min_replicas_ack)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if settings.redis is None:
+        log.warning(MEMORY_STORE_WARNING)
     try:
         store.metrics()  # fail now, not at the first batch, when the store is unreachable
         with grpc_bind_noise_hidden():
             server = AggregatorServer(
                 registry,
                 store,
-                listen=args.listen,
+                listen=settings.listen,
                 tls=tls,
-                workers=args.workers,
-                metrics_port=args.metrics_port,
-                metrics_host=args.metrics_host or "127.0.0.1",
-                keys_file=args.keys,
-                open_workers=args.open_workers,
+                workers=settings.workers,
+                metrics_port=settings.metrics_port,
+                metrics_host=settings.metrics_host,
+                keys_file=settings.keys,
+                open_workers=settings.open_workers,
             ).start()
     except BaseException:
         store.close()
         raise
-    write_port_file(args.port_file, server.port)
+    write_port_file(settings.port_file, server.port)
     metrics_note = f", metrics on :{server.metrics_port}" if server.metrics_port else ""
     log.info(
-        "serving %d metric(s), store %s%s",
+        "serving %d metric(s) on %s, store %s%s%s",
         len(registry.metrics),
-        "redis" if args.redis else "memory",
+        server.target,
+        "redis" if settings.redis else "memory",
+        ", sealed reports (keys)" if settings.keys else "",
         metrics_note,
     )
     wait_for_stop_signal(log)
-    server.stop(args.grace)
+    server.stop(settings.shutdown_grace_seconds)
     store.close()
     log.info("aggregator stopped")
     return 0

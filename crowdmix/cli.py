@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from crowdmix import __version__
 
-__all__ = ["EXTRA_FOR", "CliError", "ExitCode", "main"]
+__all__ = ["COMMAND_EXTRAS", "EXTRA_FOR", "CliError", "ExitCode", "main"]
 
 
 class ExitCode(enum.IntEnum):
@@ -48,8 +48,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crowdmix.simulate",
     "crowdmix.privacy",
     "crowdmix.report",
+    "crowdmix.discover",
     "crowdmix.counts",
     "crowdmix.keys",
+    "crowdmix.config_cmd",
     "crowdmix.cluster",
 )
 
@@ -76,7 +78,7 @@ def _failures() -> list[tuple[tuple[type[BaseException], ...], ExitCode]]:
     when an error happens: ``shuffler`` loads numpy, which ``crowdmix info`` and
     ``--help`` must not need."""
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.registry import RegistryError
+    from crowdmix.core.registry import RegistryError
 
     table: list[tuple[tuple[type[BaseException], ...], ExitCode]] = [
         ((CliError, ParamsError, RegistryError), ExitCode.FAILURE)
@@ -118,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     try:
         return int(func(args))
+    except ModuleNotFoundError as exc:
+        return _failure(exc, command=args.command)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
@@ -130,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _failure(exc)
 
 
-def _failure(exc: Exception) -> ExitCode:
+def _failure(exc: Exception, *, command: str | None = None) -> ExitCode:
     """The one place that turns an error into one line on stderr and an exit code."""
     for kinds, code in _failures():
         if isinstance(exc, kinds):
@@ -139,11 +143,14 @@ def _failure(exc: Exception) -> ExitCode:
             return code
     if isinstance(exc, ModuleNotFoundError):
         package = (exc.name or "").split(".")[0]
-        extra = EXTRA_FOR.get(package)
-        if extra is not None:
+        if package in EXTRA_FOR:
+            # everything the command needs at once: naming only the package that was
+            # missing first sends the user round ([sim], then [aggregator], ...)
+            extras = COMMAND_EXTRAS.get(command or "") or EXTRA_FOR[package]
+            what = f"crowdmix {command}" if command in COMMAND_EXTRAS else "this command"
             print(
-                f"crowdmix: error: this command needs the '{package}' package: "
-                f"pip install 'crowdmix[{extra}]'",
+                f"crowdmix: error: {what} needs crowdmix[{extras}] (the '{package}' package "
+                f"is missing): pip install 'crowdmix[{extras}]'",
                 file=sys.stderr,
             )
             return ExitCode.MISSING_EXTRA
@@ -174,11 +181,32 @@ EXTRA_FOR = {
     "hiredis": "shuffler",
     "prometheus_client": "shuffler",
     "grpc_health": "shuffler",
+    "hypercorn": "shuffler",
     "scipy": "aggregator",
     "sklearn": "aggregator",
     "matplotlib": "aggregator",
     "dp_accounting": "aggregator",
     "threadpoolctl": "aggregator",
+    "wordfreq": "words",
+}
+
+
+# The extras each command needs, all of them (pyproject's optional dependencies): a
+# missing package is answered with the whole list for the command.
+COMMAND_EXTRAS = {
+    "demo": "shuffler,aggregator",
+    "health": "shuffler",
+    "aggregator": "aggregator",
+    "shuffler": "shuffler",
+    "simulate": "sim,transport",
+    "privacy": "aggregator",
+    "plan": "aggregator",
+    "report": "aggregator",
+    "discover": "aggregator",
+    "counts": "aggregator",
+    "keys": "transport",
+    "cluster": "shuffler,aggregator",
+    "config": "transport",
 }
 
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from crowdmix.aggregator.report.job import ReportOutcome
     from crowdmix.client.batch import ByteSource
-    from crowdmix.client.registry import MetricConfig, Registry
+    from crowdmix.core.registry import MetricConfig, Registry
     from crowdmix.population import Population
 
 __all__ = ["DemoResult", "demo_redis_urls", "register", "run_demo"]
@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
         choices=("rappor", "shuffled-histogram"),
         default="rappor",
         help="rappor (default), or shuffled-histogram: each device sends its value plus fake "
-        "reports, sealed, one call per device (issue 18)",
+        "reports, sealed, one call per device",
     )
     p.add_argument(
         "--clients",
@@ -117,7 +117,7 @@ class DemoResult:
 
 
 def _registry(args: argparse.Namespace) -> Registry:
-    from crowdmix.client.registry import MetricConfig, Registry, ShufflePolicy
+    from crowdmix.core.registry import MetricConfig, Registry, ShufflePolicy
 
     params = rappor_params(args)
     min_batch = args.min_batch if args.min_batch else max(1, min(10_000, args.clients // 10))
@@ -289,6 +289,7 @@ def run_demo(
             batch.reports(),
             token=token,
             batch_size=1000,
+            sealing="required" if sealed else "off",
             # a bar redrawn with \r only on a terminal; in a log it would be noise
             progress=None if quiet or not sys.stdout.isatty() else ("submitting", sys.stdout),
         )

@@ -1,11 +1,13 @@
 """``crowdmix demo --encoding shuffled-histogram``: shuffled histograms with fake
-reports (issue 18) through the real daemons, in one process.
+reports through the real daemons, in one process.
 
 1. A simulated population (``--clients`` devices, ``--values`` values plus
    ``--decoys`` that nobody holds: the known domain).
 2. The parameters: ``--fake-slots``/``--fake-probability``/``--local-epsilon``,
    or, by default, planned for ``--target-epsilon`` (δ = 1e-6) within
-   ``--max-messages`` reports per device (``crowdmix.aggregator.accounting.histogram_plan``).
+   ``--max-messages`` reports per device so that the *stated* ε meets the target for
+   every report total above its 10⁻⁹ quantile: all but one run in 10⁹
+   (``crowdmix.aggregator.accounting.histogram_release.plan_release``).
 3. Each device encodes with ``client.HistogramEncoder`` (its value, k-RR if
    asked, and Binomial(m, q) uniform fakes, each report with its own id) and
    sends its 1 + Binomial(m, q) reports sealed (HPKE) in one call through
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 
     from crowdmix.aggregator.report.job import ReportOutcome
     from crowdmix.client.randomness import BitSource
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["HistogramDemoResult", "add_histogram_options", "run_histogram_demo"]
 
@@ -90,8 +92,8 @@ class HistogramDemoResult:
 
 def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
     from crowdmix.aggregator.accounting.histogram_release import plan_release
-    from crowdmix.client.histogram import HistogramParams
-    from crowdmix.client.registry import MetricConfig, ShufflePolicy
+    from crowdmix.core.histogram import HistogramParams
+    from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
     given = (args.fake_slots, args.fake_probability)
     if (given[0] is None) != (given[1] is None):
@@ -104,7 +106,7 @@ def _metric(args: argparse.Namespace, domain: tuple[str, ...]) -> MetricConfig:
             local_epsilon=args.local_epsilon,
         )
     else:
-        plan, _ = plan_release(  # stated at the device bound the report job will use
+        plan, _ = plan_release(  # stated ε ≤ target unless the total is below its 1e-9 quantile
             args.target_epsilon,
             DELTA,
             args.clients,
@@ -172,7 +174,7 @@ def run_histogram_demo(
     from crowdmix.aggregator.report.job import ReportJob, run_report, write_outputs
     from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
     from crowdmix.client.histogram import HistogramEncoder
-    from crowdmix.client.registry import Registry
+    from crowdmix.core.registry import Registry
     from crowdmix.demo_support import demo_keys as _demo_keys
     from crowdmix.demo_support import demo_summary as _demo_summary
     from crowdmix.demo_support import say as _say
@@ -235,14 +237,20 @@ def run_histogram_demo(
     # the shuffler's clock: real time until every device has sent, then moved past
     # the window's end and its grace period, so the window is released now
     shift = [0.0]
-    window_end = (registry.window_of(time.time()) + 1) * registry.window_seconds
+    settings = ShufflerSettings(public_keys=str(Path(key_dir.name) / "public.json"))
+    # the window can receive no more reports once the shuffler's tolerance for late
+    # reports has passed too (a report names its window; the shuffler takes the
+    # current window and window_tolerance before it)
+    closed = (
+        registry.window_of(time.time()) + 1 + settings.window_tolerance
+    ) * registry.window_seconds
     try:
         shuffler = start_shuffler(
             registry,
             shuffler_store,
             f"127.0.0.1:{aggregator.port}",
             listen="127.0.0.1:0",
-            settings=ShufflerSettings(public_keys=str(Path(key_dir.name) / "public.json")),
+            settings=settings,
             tokens=frozenset({token}),
             clock=lambda: time.time() + shift[0],
         )
@@ -266,9 +274,9 @@ def run_histogram_demo(
             f"per device) in {time.perf_counter() - t0:.1f}s",
             quiet,
         )
-        # the window closes (the demo's clock jumps to its end and grace): it is released
-        # whole, in one batch, if it holds at least the threshold
-        shift[0] = window_end + GRACE_SECONDS - time.time()
+        # the window closes (the demo's clock jumps past the tolerance and the grace): it
+        # is released whole, in one batch, if it holds at least the threshold
+        shift[0] = closed + GRACE_SECONDS - time.time()
         shuffler.stop()
         pending = sum(shuffler_store.pending(METRIC).values())
         if pending:
@@ -280,7 +288,10 @@ def run_histogram_demo(
             )
         counts = load_counts(aggregator_store, metric)
         batch_sizes = tuple(load_batch_sizes(aggregator_store, METRIC))
-        _say(f"  the aggregator counted {counted:,} reports in {len(batch_sizes)} batch(es)", quiet)
+        from crowdmix.options import plural
+
+        batches = plural(len(batch_sizes), "batch", "batches")
+        _say(f"  the aggregator counted {plural(counted, 'report')} in {batches}", quiet)
         outcome = run_report(
             ReportJob(
                 metric=metric,

@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from crowdmix.client import epsilon_inf, epsilon_one
-    from crowdmix.client.privacy import p_star, q_star
+    from crowdmix.core.privacy import p_star, q_star
 
     params = rappor_params(args)
     out = {

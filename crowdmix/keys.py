@@ -3,7 +3,7 @@
     crowdmix keys new    --file KEYS [--suite S] [--grace D] [--public OUT] [--if-missing]
     crowdmix keys list   --file KEYS [--json]
     crowdmix keys rotate --file KEYS [--suite S] [--pending D] [--grace D] [--public OUT]
-    crowdmix keys retire --file KEYS --id N [--now] [--public OUT]
+    crowdmix keys retire --file KEYS --id N [--now] [--force] [--public OUT]
     crowdmix keys export --file KEYS --public OUT
 
 Durations are seconds or a number with s/m/h/d. ``--public OUT`` (re)writes the
@@ -18,6 +18,8 @@ import json
 import re
 import time
 from typing import Any
+
+from crowdmix.options import plural
 
 __all__ = ["register"]
 
@@ -83,6 +85,12 @@ def register(sub: Any) -> None:
     ret.add_argument(
         "--now", action="store_true", help="expire at once, no grace (a compromised key)"
     )
+    ret.add_argument(
+        "--force",
+        action="store_true",
+        help="retire the only active key although no other key replaces it (devices then "
+        "have no key and wait; shufflers do not start on the public config)",
+    )
     ret.set_defaults(func=_retire)
 
     exp = ksub.add_parser("export", help="write the public key config for shufflers")
@@ -118,7 +126,8 @@ def _guard(run: Any) -> Any:
 def _publish(args: argparse.Namespace, keys: Any, ks: Any, now: int) -> None:
     if getattr(args, "public", None):
         config = keys.write_public_config(args.public, ks, now=now)
-        print(f"wrote {args.public} ({len(config.keys)} public key(s), version {config.version})")
+        keys_ = plural(len(config.keys), "public key")
+        print(f"wrote {args.public} ({keys_}, version {config.version})")
 
 
 @_guard
@@ -127,7 +136,7 @@ def _new(args: argparse.Namespace, keys: Any, now: int) -> int:
 
     if getattr(args, "if_missing", False) and os.path.exists(args.file):
         ks = keys.load_keyset(args.file)  # refuses a file others may read, as always
-        print(f"kept {args.file} ({len(ks.keys)} key(s))")
+        print(f"kept {args.file} ({plural(len(ks.keys), 'key')})")
         _publish(args, keys, ks, now)
         return 0
     grace = keys.DEFAULT_GRACE_SECONDS if args.grace is None else args.grace
@@ -183,7 +192,7 @@ def _rotate(args: argparse.Namespace, keys: Any, now: int) -> int:
 
 @_guard
 def _retire(args: argparse.Namespace, keys: Any, now: int) -> int:
-    ks = keys.load_keyset(args.file).retire(args.id, now, immediately=args.now)
+    ks = keys.load_keyset(args.file).retire(args.id, now, immediately=args.now, force=args.force)
     keys.save_keyset(args.file, ks, now=now)
     key = ks.get(args.id)
     print(f"retired key {args.id}: {key.state(now)}")

@@ -25,6 +25,7 @@ from typing import Any
 from crowdmix.cli import CliError
 
 __all__ = [
+    "JsonLogFormatter",
     "ServerTls",
     "add_daemon_options",
     "add_rappor_options",
@@ -32,9 +33,11 @@ __all__ = [
     "configure_logging",
     "grpc_bind_noise_hidden",
     "out_dir",
+    "plural",
     "positive_count",
     "rappor_params",
     "read_input",
+    "read_token_file",
     "server_tls",
     "wait_for_stop_signal",
     "write_port_file",
@@ -52,6 +55,11 @@ def positive_count(text: str) -> int:
     return int(value)
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``"1 report"``, ``"2,000 reports"``: a count with its noun in the right number."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
 def read_input(path: str, what: str) -> bytes:
     """The bytes of a file the user named, or CliError naming it (missing, a directory...)."""
     try:
@@ -59,6 +67,16 @@ def read_input(path: str, what: str) -> bytes:
             return fh.read()
     except OSError as exc:
         raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def read_token_file(path: str) -> str:
+    """The last token in a tokens file (``NAME TOKEN`` lines, ``#`` comments, or a bare
+    token), as ``crowdmix shuffler serve --tokens`` reads it; CliError when it has none."""
+    text = read_input(path, "--token-file").decode(errors="replace")
+    lines = [ln.split()[-1] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if not lines:
+        raise CliError(f"{path} holds no token")
+    return lines[-1]
 
 
 def out_dir(path: str) -> Path:
@@ -100,7 +118,7 @@ def add_rappor_options(
 def rappor_params(args: argparse.Namespace) -> Any:
     """The ``client.RapporParams`` of ``add_rappor_options``' flags; CliError if invalid."""
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.params import RapporParams
 
     extra = {"m": args.cohorts} if hasattr(args, "cohorts") else {}
     try:
@@ -142,7 +160,8 @@ def server_tls(args: argparse.Namespace) -> ServerTls | None:
 
 
 def add_daemon_options(parser: argparse.ArgumentParser | Any) -> None:
-    """``--metrics-port --metrics-host --port-file --log-level`` (None: not given)."""
+    """``--metrics-port --metrics-host --port-file --log-level --log-format`` (None: not
+    given)."""
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics"
     )
@@ -157,13 +176,51 @@ def add_daemon_options(parser: argparse.ArgumentParser | Any) -> None:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
-
-
-def configure_logging(component: str, level: str = "INFO") -> logging.Logger:
-    """One log format for every daemon: time, component, level, message."""
-    logging.basicConfig(
-        level=level, format=f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s"
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text (default) or json: one JSON object a line, for a log collector",
     )
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record: ``time`` (UTC, ISO 8601), ``component``, ``level``,
+    ``logger``, ``message`` and, for an exception, ``exception``."""
+
+    def __init__(self, component: str) -> None:
+        super().__init__()
+        self._component = component
+
+    def format(self, record: logging.LogRecord) -> str:
+        import datetime
+        import json
+
+        out = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "component": self._component,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(component: str, level: str = "INFO", fmt: str = "text") -> logging.Logger:
+    """One log format for every daemon: time, component, level, message (``fmt``
+    "text"), or the same fields as one JSON object a line (``fmt`` "json")."""
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        handler.setFormatter(JsonLogFormatter(component))
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s")
+        )
+    logging.basicConfig(level=level, handlers=[handler])
     return logging.getLogger(f"crowdmix.{component}")
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tomllib
 from typing import Any
 
-from crowdmix.options import add_rappor_options, positive_count
+from crowdmix.options import add_rappor_options, plural, positive_count
 
 __all__ = ["register"]
 
@@ -49,11 +50,21 @@ def register(sub: Any) -> None:
         "refused (the (p,β,q) variation-ratio pair understates ε)",
     )
     amp.add_argument("--beta", type=float, help=argparse.SUPPRESS)  # refused, see --bound
+    amp.add_argument(
+        "--mechanism",
+        choices=("any", "krr", "binary-rr", "oue", "olh", "rappor"),
+        default="any",
+        help="the local randomizer: any ε0-LDP one (default: the generic bound only), or a "
+        "known one whose privacy-blanket bound is also tried (the smaller ε is printed); "
+        "rappor: one report of the -k.. params",
+    )
+    amp.add_argument("--domain", type=int, help="values of krr/oue/olh (default 2 for krr)")
     _rappor_args(amp)
     amp.add_argument(
         "--lower",
         action="store_true",
-        help="also print the largest known lower bound (shuffled 3-RR and binary RR)",
+        help="also print the largest known lower bound (shuffled 3-RR and binary RR, or the "
+        "mechanism's own: k-RR, OUE and RAPPOR)",
     )
     amp.add_argument("--json", action="store_true", help="print a JSON object")
     amp.set_defaults(func=_amplify)
@@ -110,7 +121,7 @@ def register(sub: Any) -> None:
 
     from crowdmix.histogram_cmd import register_privacy as register_histogram
 
-    register_histogram(psub)  # issue 18: shuffled histograms with fake reports
+    register_histogram(psub)  # shuffled histograms with fake reports
 
     plan = sub.add_parser("plan", help="RAPPOR parameters for a target central (ε, δ)")
     plan.add_argument("--epsilon", type=float, required=True, help="target central ε")
@@ -123,6 +134,12 @@ def register(sub: Any) -> None:
     plan.add_argument("--cohorts", type=int, default=4)
     plan.add_argument("--max-local-epsilon", type=float, help="cap on ε_1 of one report")
     plan.add_argument("--max-epsilon-inf", type=float, help="cap on ε_∞ (PRR bound)")
+    plan.add_argument(
+        "--metric",
+        default="my_metric",
+        metavar="NAME",
+        help="the metric's name in the registry block it prints (default my_metric)",
+    )
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(func=_plan)
 
@@ -162,43 +179,109 @@ def _amplify(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.accounting.amplification import (
         VARIATION_RATIO_REFUSAL,
         amplify,
+        best_amplification,
         shuffled_rr_lower_bound,
     )
     from crowdmix.aggregator.accounting.local import epsilon_one
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.params import RapporParams
+    from crowdmix.core.params import RapporParams
 
     try:
         if args.bound == "rappor" or args.beta is not None:
             raise ValueError(f"--bound rappor / --beta: {VARIATION_RATIO_REFUSAL}")
-        eps0 = args.epsilon0
+        randomizer = _randomizer(args)
+        eps0 = args.epsilon0 if randomizer is None else randomizer.epsilon0
         if eps0 is None:
             params = RapporParams(k=args.k, h=args.hashes, f=args.f, p=args.p, q=args.q)
             eps0 = epsilon_one(params)
-        result = amplify(eps0, args.n, args.delta, bound=args.bound)
+        candidates: dict[str, float] = {}
+        if randomizer is None:
+            result = amplify(eps0, args.n, args.delta, bound=args.bound)
+        else:
+            if args.bound != "generic":
+                raise ValueError("--bound applies to --mechanism any only")
+            best = best_amplification(eps0, args.n, args.delta, randomizer)
+            result, candidates = best.result, best.candidates
         lowers: dict[str, float] = {}
         if args.lower:
-            lowers["krr3"] = shuffled_rr_lower_bound(eps0, args.n, args.delta)
-            if args.n <= _BINARY_RR_MAX_N:  # summed over all n+1 counts
-                lowers["binary-rr"] = shuffled_rr_lower_bound(eps0, args.n, args.delta, domain=2)
+            lowers = _lower_bounds(args, randomizer, eps0)
+            if randomizer is None:
+                lowers["krr3"] = shuffled_rr_lower_bound(eps0, args.n, args.delta)
+                if args.n <= _BINARY_RR_MAX_N:  # summed over all n+1 counts
+                    lowers["binary-rr"] = shuffled_rr_lower_bound(
+                        eps0, args.n, args.delta, domain=2
+                    )
         lower = max(lowers.values()) if lowers else None
     except (ValueError, ParamsError) as exc:
         raise _fail(exc) from None
     out = result.to_dict()
+    if randomizer is not None:
+        out["mechanism"] = randomizer.name
+        out["candidates"] = candidates
     if lower is not None:
         out["rr_lower_bound"] = lower  # the largest of the known lower bounds
         out["lower_bounds"] = lowers
+    what = "randomizer" if randomizer is None else randomizer.name
     text = (
-        f"{args.n:,} shuffled reports of an ε0 = {eps0:.6g} randomizer: "
+        f"{args.n:,} shuffled reports of an ε0 = {eps0:.6g} {what}: "
         + (
             f"(ε = {result.epsilon:.6g}, δ = {result.delta:.3g}) by the {result.bound} bound"
             if result.amplified
             else f"no amplification (ε = ε0 = {eps0:.6g})"
         )
-        + (f"\n  shuffled randomized response needs at least ε = {lower:.6g}" if lower else "")
+        + (
+            f"\n  candidates: {', '.join(f'{k} {v:.6g}' for k, v in candidates.items())}"
+            if candidates
+            else ""
+        )
+        + (
+            f"\n  {'randomized response' if randomizer is None else randomizer.name} "
+            f"shuffled needs at least ε = {lower:.6g}"
+            if lower
+            else ""
+        )
     )
     _print(args, out, text)
     return 0
+
+
+def _randomizer(args: argparse.Namespace) -> Any:
+    """The ``--mechanism`` as an accounting randomizer (None for ``any``)."""
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.params import RapporParams
+
+    if args.mechanism == "any":
+        if args.domain is not None:
+            raise ValueError("--domain needs --mechanism krr, oue or olh")
+        return None
+    if args.mechanism == "rappor":
+        if args.epsilon0 is not None or args.domain is not None:
+            raise ValueError(
+                "--mechanism rappor takes -k/--hashes/-f/-p/-q, not --epsilon0/--domain"
+            )
+        params = RapporParams(k=args.k, h=args.hashes, f=args.f, p=args.p, q=args.q)
+        return randomizer_of(rappor=params)
+    if args.epsilon0 is None:
+        raise ValueError(f"--mechanism {args.mechanism} needs --epsilon0")
+    domain = args.domain if args.domain is not None else 2
+    if args.mechanism == "binary-rr" and domain != 2:
+        raise ValueError(f"binary-rr has 2 values, got --domain {domain}")
+    basic = BasicParams(mechanism=args.mechanism, epsilon=args.epsilon0, domain_size=domain)
+    return randomizer_of(basic=basic)
+
+
+def _lower_bounds(args: argparse.Namespace, randomizer: Any, eps0: float) -> dict[str, float]:
+    """Mechanism-specific lower bounds (``lower_bounds``) for ``--lower``."""
+    from crowdmix.aggregator.accounting.lower_bounds import bit_vector_lower, krr_lower
+    from crowdmix.aggregator.accounting.randomizers import BitVector, KaryRR
+
+    if isinstance(randomizer, KaryRR):
+        return {f"{randomizer.domain}-rr": krr_lower(eps0, randomizer.domain, args.n, args.delta)}
+    if isinstance(randomizer, BitVector) and randomizer.bits <= 2:
+        found = bit_vector_lower(randomizer.p, randomizer.q, randomizer.bits, args.n, args.delta)
+        return {f"bit-vector-{k}": v for k, v in found.items()}
+    return {}
 
 
 def _compose(args: argparse.Namespace) -> int:
@@ -273,7 +356,7 @@ def _rounds(args: argparse.Namespace) -> int:
 def _metric(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.accounting.statement import privacy_statement
     from crowdmix.client.errors import ParamsError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     try:
         batches = None
@@ -323,7 +406,7 @@ def _metric(args: argparse.Namespace) -> int:
     if assumed:
         out["assumed_batch_sizes"] = batches
         text += (
-            f"\n(assumed: all {args.n:,} reports were shuffled in one batch; "
+            f"\n(assumed: all {plural(args.n, 'report')} were shuffled in one batch; "
             "give --batch-sizes if they were not)"
         )
     _print(args, out, text)
@@ -385,7 +468,7 @@ def _ledger(args: argparse.Namespace) -> int:
         lines.append(f"{path}: no metric has a release yet")
     for name in names:
         rows = shown[name]
-        lines.append(f"{name}: {len(rows)} release(s)")
+        lines.append(f"{name}: {plural(len(rows), 'release')}")
         width = max([7, *(len(r.release_id) for r, _ in rows)])
         if rows:
             lines.append(
@@ -422,12 +505,21 @@ def _plan(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise _fail(exc) from None
+    from crowdmix.core.registry import RegistryError, parse_registry
+
     p = result.params
+    block = registry_block(args.metric, p)
+    try:  # the block must load as it is printed (a name the registry refuses, say)
+        parse_registry(tomllib.loads(block))
+    except (RegistryError, tomllib.TOMLDecodeError) as exc:
+        raise _fail(ValueError(f"--metric {args.metric!r}: {exc}")) from None
     out = result.to_dict()
+    out["registry"] = block
     if not math.isfinite(result.epsilon_inf):
         out["epsilon_inf"] = None
     text = (
-        f"For central ε ≤ {args.epsilon} (δ = {args.delta}) over {args.rounds} release(s) of "
+        f"For central ε ≤ {args.epsilon} (δ = {args.delta}) over "
+        f"{plural(args.rounds, 'release')} of "
         f"~{args.n:,} reports and {args.candidates} candidates:\n"
         f"  k={p.k} h={p.h} m={p.m} f={p.f} p={p.p:.4f} q={p.q:.4f}\n"
         f"  local ε_1 = {result.epsilon_1:.4g}, ε_∞ = {result.epsilon_inf:.4g}\n"
@@ -435,7 +527,24 @@ def _plan(args: argparse.Namespace) -> int:
         f"{result.longitudinal_epsilon:.4g} over all ({result.longitudinal_argument})\n"
         f"  std error of a frequency ≈ {result.std_error:.3g}; smallest detectable "
         f"frequency ≈ {result.detectable_frequency:.3g} "
-        f"(α={result.alpha}, power {result.power}, Bonferroni over candidates)"
+        f"(α={result.alpha}, power {result.power}, Bonferroni over candidates)\n"
+        "\nThe metric's entry for the registry (metrics.toml), exact values:\n\n" + block
     )
-    _print(args, out, text)
+    _print(args, out, text.rstrip("\n"))
     return 0
+
+
+def registry_block(name: str, params: Any) -> str:
+    """A ``[metrics.NAME]`` table for the registry with exactly these RAPPOR params
+    (floats written in full: a rounded p or q would be another mechanism)."""
+    return (
+        f"[metrics.{name}]\n"
+        'encoding = "rappor"\n'
+        'hashing = "mmh3"\n'
+        f"k = {params.k}\n"
+        f"h = {params.h}\n"
+        f"m = {params.m}\n"
+        f"f = {params.f!r}\n"
+        f"p = {params.p!r}\n"
+        f"q = {params.q!r}\n"
+    )

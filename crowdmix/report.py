@@ -12,8 +12,13 @@ when its own options were given, else ``None`` (see ``_SOURCES``; a live
 store source such as ``--redis URL`` adds one function and its options in
 ``_add_source_arguments``). Only argparse/stdlib at module level.
 
-Exit codes: 0 something was detected; 1 nothing could be decoded (bad input,
-or no candidate significant — the outputs are still written for inspection).
+Exit codes: 0 the report is written (also when no candidate is significant: a
+complete answer, which it says in one line; the distribution answer is still
+there); 1 nothing could be decoded (bad input, no reports).
+
+With ``--ledger`` the release is recorded under an id derived from the windows and
+the counts it covers (``--release-id`` only labels it): the same release reported
+again, with or without ``--windows``, costs nothing more.
 """
 
 from __future__ import annotations
@@ -66,6 +71,13 @@ def register(sub: Any) -> None:
         "--project", action="store_true", help="basic mechanisms: project onto the simplex"
     )
     p.add_argument("--no-plot", action="store_true", help="skip plot.png")
+    p.add_argument(
+        "--plot-scale",
+        choices=("auto", "linear", "log"),
+        default="auto",
+        help="plot.png's x axis: auto (default: log for a long tail, the largest share shown "
+        "100 times the smallest), linear or log",
+    )
     p.add_argument(
         "--no-privacy-statement",
         action="store_true",
@@ -127,6 +139,7 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
     from crowdmix.aggregator.counting.files import load_counts
     from crowdmix.aggregator.report.job import ReportJob, read_candidates
     from crowdmix.cli import CliError
+    from crowdmix.options import plural
 
     if not args.config or not args.metric:
         raise CliError("--counts needs --config FILE and --metric NAME")
@@ -134,6 +147,13 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
     saved = load_counts(args.counts)
     saved.check_metric(metric)
     rounds = args.rounds
+    if saved.windows is not None and rounds is not None and rounds != len(saved.windows):
+        raise CliError(
+            f"{args.counts} covers {plural(len(saved.windows), 'collection window')}, not --rounds "
+            f"{rounds}: leave --rounds out"
+        )
+    if rounds is None and saved.windows:
+        rounds = len(saved.windows)  # recorded by crowdmix counts export
     if metric.histogram is not None and saved.window is None and not args.no_privacy_statement:
         # --rounds 1 would state one window's figure at a device bound from the merged
         # total (each device counted once per window): refused, not composed
@@ -165,10 +185,15 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
         candidates=candidates,
         source=str(args.counts),
         window=saved.window,
+        windows=saved.windows,
+        window_seconds=_registry_window(args.config),
         rounds=rounds,
-        # None in a file from before the field: unknown, so a histogram states no central
-        # figure (conservative; re-export it from the store to get the recorded count)
+        # each None in a file from before the field: unknown, so the statement assumes the
+        # conservative case (re-export it from the store to get the recorded figures)
         duplicate_reports=saved.duplicate_reports,
+        batch_sizes=saved.batch_sizes,
+        smallest_crowd=saved.smallest_crowd,
+        sealed=saved.sealed,
     )
 
 
@@ -217,8 +242,8 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
         read_params_csv,
     )
     from crowdmix.aggregator.report.rappor_hashing import check_client_hashing, client_design
-    from crowdmix.client.params import Hashing
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.params import Hashing
+    from crowdmix.core.registry import MetricConfig
 
     params = read_params_csv(args.rappor_params)
     totals, ones = read_counts_csv(args.rappor_counts, params)
@@ -260,13 +285,19 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
     store = open_store(args.redis)
     try:  # the registry entry is stored with the counts; --config, if given, must match it
         metric = _metric(args.config, args.metric) if args.config else args.metric
-        counts = load_counts(store, metric, windows)
-        config = metric if args.config else _stored(store, args.metric)
-        batch_sizes = tuple(load_batch_sizes(store, args.metric, windows))
-        smallest_crowd = store.smallest_crowd(args.metric, windows)
-        duplicate_reports = store.duplicate_reports(args.metric, windows)
         stored_windows = store.windows(args.metric)
-        rounds = len(stored_windows if windows is None else set(windows) & set(stored_windows))
+        # the windows this release covers: the same release however --windows is spelled
+        covered = sorted(set(stored_windows) if windows is None else set(windows))
+        counts = load_counts(store, metric, covered)
+        covered = [w for w in covered if w in set(stored_windows)]
+        config = metric if args.config else _stored(store, args.metric)
+        batch_sizes = tuple(load_batch_sizes(store, args.metric, covered))
+        smallest_crowd = store.smallest_crowd(args.metric, covered)
+        duplicate_reports = store.duplicate_reports(args.metric, covered)
+        sealed = store.sealing(args.metric, covered)
+        window_seconds = (
+            _registry_window(args.config) if args.config else store.window_seconds(args.metric)
+        )
     except (LookupError, StoreError) as exc:
         raise CliError(str(exc).strip("'\"")) from None
     finally:
@@ -280,11 +311,14 @@ def _from_redis(args: argparse.Namespace) -> ReportJob | None:
         ones=counts.ones,
         candidates=candidates,
         source=f"redis ({args.metric})",
-        window=windows[0] if windows is not None and len(windows) == 1 else None,
+        window=covered[0] if len(covered) == 1 else None,
+        windows=tuple(covered),
+        window_seconds=window_seconds,
         batch_sizes=batch_sizes or None,
-        rounds=max(1, rounds),
+        rounds=max(1, len(covered)),
         smallest_crowd=smallest_crowd,
         duplicate_reports=duplicate_reports,
+        sealed=sealed,
     )
 
 
@@ -305,9 +339,15 @@ _SOURCES: tuple[Callable[[argparse.Namespace], ReportJob | None], ...] = (
 )
 
 
+def _registry_window(config: str) -> int:
+    from crowdmix.core.registry import load_registry
+
+    return load_registry(config).window_seconds
+
+
 def _metric(config: str, name: str) -> Any:
     from crowdmix.cli import CliError
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     registry = load_registry(config)
     metric = registry.get(name)
@@ -399,10 +439,9 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
     if args.new_ledger:
         store.init()  # refused if the file exists: never restart a ledger by accident
     ledger = PrivacyLedger(store, budget)
-    window = job.window if job.window is not None else 0
-    release_id = (
-        args.release_id or f"{job.metric.name}/{job.window if job.window is not None else 'all'}"
-    )
+    window = min(job.windows) if job.windows else (job.window if job.window is not None else 0)
+    derived, content = release_identity(job)
+    release_id = args.release_id or derived
 
     def figures(metric: Any, totals: Any) -> dict[str, Any]:
         out = privacy_figures(
@@ -412,6 +451,8 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
             shuffled=job.shuffled,
             rounds=job.rounds,
             smallest_crowd=job.smallest_crowd,
+            sealed=job.sealed,
+            duplicate_reports=job.duplicate_reports,
         )
         n = int(totals.sum())
         sizes = job.batch_sizes if job.batch_sizes and sum(job.batch_sizes) == n else None
@@ -427,6 +468,8 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
                 shuffled=job.shuffled,
                 smallest_crowd=job.smallest_crowd if sizes is not None else None,
                 rounds=job.rounds,  # a release merging R windows is R rounds per client
+                content=content,  # the same data under any id is recorded once
+                sealed=job.sealed,
             )
             recorded = True
         except DuplicateReleaseError:
@@ -438,6 +481,7 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
         out["ledger"] = {
             "path": str(args.ledger),
             "release_id": release_id,
+            "content": content,
             "recorded": recorded,
             "rounds": job.rounds,
             "releases": len(ledger.releases(metric.name)),
@@ -452,6 +496,34 @@ def _ledger_privacy(args: argparse.Namespace, job: ReportJob) -> Any:
     return figures
 
 
+def release_identity(job: ReportJob) -> tuple[str, str]:
+    """(release id, content digest) of the data a report releases: the metric, its
+    params, the windows covered and the counts themselves. Two runs over the same
+    counts get the same id whatever their flags; new reports in a window make a new
+    release (both were published, so both are spent)."""
+    import hashlib
+
+    import numpy as np
+
+    windows = (
+        sorted(job.windows) if job.windows else ([job.window] if job.window is not None else None)
+    )
+    h = hashlib.sha256()
+    h.update(f"{job.metric.name}|{job.metric.fingerprint:016x}|{windows}|".encode())
+    h.update(np.ascontiguousarray(job.totals, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(job.ones, dtype="<i8").tobytes())
+    content = h.hexdigest()[:32]
+    if windows is None:
+        span = "windows-unknown"
+    elif len(windows) == 1:
+        span = str(windows[0])
+    elif windows[-1] - windows[0] + 1 == len(windows):
+        span = f"{windows[0]}-{windows[-1]}"
+    else:
+        span = f"{windows[0]}..{windows[-1]}x{len(windows)}"
+    return f"{job.metric.name}/{span}/{content[:8]}", content
+
+
 def _report(args: argparse.Namespace) -> int:
     import warnings
 
@@ -464,7 +536,7 @@ def _report(args: argparse.Namespace) -> int:
         write_outputs,
     )
     from crowdmix.cli import CliError
-    from crowdmix.options import out_dir
+    from crowdmix.options import out_dir, plural
 
     out_dir(args.out)  # before decoding: a bad --out is found before the work
     if args.ledger:
@@ -502,7 +574,9 @@ def _report(args: argparse.Namespace) -> int:
             raise CliError(
                 f"{exc}; nothing was written (--no-privacy-statement publishes without one)"
             ) from None
-    paths = write_outputs(outcome, args.out, plot=not args.no_plot, top=args.top)
+    paths = write_outputs(
+        outcome, args.out, plot=not args.no_plot, top=args.top, scale=args.plot_scale
+    )
     if args.format == "rappor":
         paths.update(_rappor_outputs(jobs[0], outcome, args.out))
     result, summary = outcome.result, outcome.summary
@@ -510,11 +584,14 @@ def _report(args: argparse.Namespace) -> int:
     print()
     for note in result.warnings:
         print(f"warning: {note}", file=sys.stderr)
-    volume = f"{summary['reports']:,} reports, {summary['cohorts']['with_reports']} cohorts"
+    volume = (
+        f"{plural(summary['reports'], 'report')}, "
+        f"{plural(summary['cohorts']['with_reports'], 'cohort')}"
+    )
     if job.metric.histogram is not None:  # the decoder counts devices, estimated from reports
         volume = (
-            f"{summary['diagnostics']['total_reports']:,} reports from an estimated "
-            f"{summary['reports']:,} devices"
+            f"{plural(summary['diagnostics']['total_reports'], 'report')} from an estimated "
+            f"{plural(summary['reports'], 'device')}"
         )
     print(
         f"{volume}; "
@@ -531,17 +608,15 @@ def _report(args: argparse.Namespace) -> int:
     if text:
         print(f"privacy: {text}")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
-    if result.detected == 0:
+    if result.detected == 0:  # an answer, not a failure: a scheduled job must not page
         print(
-            "crowdmix: error: nothing could be decoded: no candidate is significant "
-            f"(detection threshold {result.detection_threshold:.2%} of reports)"
+            "nothing detected: no candidate is significant (detection threshold "
+            f"{result.detection_threshold:.2%} of reports); the distribution answer is in "
+            "results.csv"
             + (
-                f"; the distribution column still places {result.distribution_mass:.1%} "
-                "of the reports"
+                f" and places {result.distribution_mass:.1%} of the reports"
                 if result.distribution_mass
                 else ""
-            ),
-            file=sys.stderr,
+            )
         )
-        return 1
     return 0

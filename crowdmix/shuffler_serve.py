@@ -43,6 +43,12 @@ def register(subparsers: Any) -> None:
       "(Redis WAIT; default 0: off)")  # fmt: skip
     a("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:7400; port 0 = any)")
     a("--aggregator", metavar="HOST:PORT", help="aggregator to forward batches to")
+    a("--http-port", type=int, metavar="PORT",
+      help="also serve Submit and GetConfig over HTTP POST (Connect protocol, for browsers) "
+      "on --listen's host; 0 = any free port")  # fmt: skip
+    a("--http-allow-origin", dest="http_allow_origins", action="append", metavar="ORIGIN",
+      help="a web origin (https://app.example) whose pages may call the HTTP port (CORS); "
+      "repeat for several, '*' for any")  # fmt: skip
     add_tls_server_options(serve)
     a("--aggregator-ca", metavar="FILE", help="CA of the aggregator's certificate (TLS)")
     a("--aggregator-cert", metavar="FILE", help="client certificate for mTLS to the aggregator")
@@ -64,6 +70,11 @@ def register(subparsers: Any) -> None:
       help="calls served at once; more are refused RESOURCE_EXHAUSTED (default 4096)")  # fmt: skip
     a("--commit-delay-ms", dest="commit_max_delay_ms", type=float, metavar="MS",
       help="how long a store write waits for more requests (default 1)")  # fmt: skip
+    a("--window-tolerance", type=int, metavar="N",
+      help="take reports of the current window and the N before it (default 1)")  # fmt: skip
+    a("--max-clock-skew", dest="max_clock_skew_seconds", type=float, metavar="SECONDS",
+      help="take reports of the window of now + SECONDS: how far ahead a device's "
+      "clock may run (default 60; less than the collection window)")  # fmt: skip
     a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--processes", type=int, default=1, metavar="N",
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
@@ -71,6 +82,13 @@ def register(subparsers: Any) -> None:
     a("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
 
+
+#: a shuffler without the aggregator's public keys: said at every start, in a WARNING
+PLAINTEXT_WARNING = (
+    "no --public-keys: this shuffler takes clear reports only (it sees what each device "
+    "reported) and says so in GetConfig; SDKs that require sealing (the default) send it "
+    "nothing. Give --public-keys FILE (crowdmix keys export) unless plaintext is intended"
+)
 
 # dest -> flag, to start sibling processes with the same settings
 _FLAGS = {
@@ -85,6 +103,7 @@ _FLAGS = {
     "max_concurrent_rpcs": "--max-concurrent-rpcs",
     "commit_max_delay_ms": "--commit-delay-ms",
     "shutdown_grace_seconds": "--grace", "public_keys": "--public-keys",
+    "window_tolerance": "--window-tolerance", "max_clock_skew_seconds": "--max-clock-skew",
 }  # fmt: skip
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
 
@@ -95,7 +114,8 @@ _OVERRIDES = (
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
     "max_concurrent_rpcs",
     "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
-    "metrics_host", "allow_unauthenticated", "public_keys",
+    "metrics_host", "allow_unauthenticated", "public_keys", "http_port", "http_allow_origins",
+    "window_tolerance", "max_clock_skew_seconds",
 )  # fmt: skip
 
 
@@ -118,7 +138,7 @@ def _serve(args: argparse.Namespace) -> int:
     from crowdmix.shuffler.server import start_shuffler
     from crowdmix.shuffler.store import ShufflerStore
 
-    log = configure_logging("shuffler", args.log_level)
+    log = configure_logging("shuffler", args.log_level, args.log_format)
     registry, settings = load_config(
         args.config, {name: getattr(args, name) for name in _OVERRIDES}
     )
@@ -129,6 +149,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if settings.tokens_file is None:
         log.warning("--allow-unauthenticated: no bearer token is asked of senders")
+    if settings.public_keys is None:
+        log.warning(PLAINTEXT_WARNING)
     if args.processes < 1:
         raise CliError(f"--processes must be at least 1, got {args.processes}")
     if args.processes > 1:
@@ -156,6 +178,8 @@ def _serve(args: argparse.Namespace) -> int:
     ]
     write_port_file(settings.port_file, handle.port)
     print(f"shuffler listening on port {handle.port}", file=sys.stderr, flush=True)
+    if handle.http_port is not None:
+        print(f"shuffler HTTP port {handle.http_port}", file=sys.stderr, flush=True)
     if handle.metrics_port is not None:
         log.info("metrics on http://127.0.0.1:%d/metrics", handle.metrics_port)
 
@@ -179,4 +203,8 @@ def _sibling_args(args: argparse.Namespace, listen: str, port: int) -> list[str]
         if value is not None:
             out += [flag, str(value)]
     out += [flag for dest, flag in _SWITCHES.items() if getattr(args, dest)]
-    return [*out, "--listen", f"{host}:{port}", "--reuse-port", "--log-level", args.log_level]
+    return [
+        *out,
+        *("--listen", f"{host}:{port}", "--reuse-port"),
+        *("--log-level", args.log_level, "--log-format", args.log_format),
+    ]

@@ -16,11 +16,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
     from crowdmix.client.report import Report
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "SimulationResult",
@@ -45,6 +45,12 @@ def register(sub: Any) -> None:
     p.add_argument("--token", help="bearer token (or --token-file)")
     p.add_argument("--token-file", metavar="FILE", help="file whose last token is used")
     p.add_argument("--tls-ca", metavar="FILE", help="CA certificate: speak TLS to the shuffler")
+    p.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="send clear reports, to a shuffler without keys (default: sealed to the "
+        "aggregator's key, as every sender; a shuffler without keys then gets nothing)",
+    )
     p.add_argument("--clients", type=int, default=10_000, help="simulated clients (default 10000)")
     p.add_argument("--values", type=int, default=100, help="distinct values v1..vN (default 100)")
     p.add_argument(
@@ -130,6 +136,7 @@ def simulate(
     token: str | None = None,
     root_certificates: bytes | None = None,
     progress: bool = False,
+    sealing: Literal["required", "off"] = "required",
 ) -> SimulationResult:
     """Encode ``clients`` clients' values and deliver them; returns what was acknowledged."""
     from collections import Counter
@@ -159,6 +166,7 @@ def simulate(
             batch_size=batch_size,
             root_certificates=root_certificates,
             progress=("sending", sys.stderr) if progress else None,
+            sealing=sealing,
         )
     elif mode == "unary":
         lock = threading.Lock()
@@ -176,6 +184,7 @@ def simulate(
                 batch_size=1,
                 columnar_threshold=2,
                 background=False,
+                sealing=sealing,
             ) as sender:
                 for r in mine:
                     if stop.is_set():
@@ -229,6 +238,7 @@ def send_batched(
     batch_size: int = 1000,
     root_certificates: bytes | None = None,
     progress: tuple[str, TextIO] | None = None,
+    sealing: Literal["required", "off"] = "required",
 ) -> tuple[int, int, int]:
     """Deliver ``reports`` in requests of ``batch_size`` through the SDK transport.
 
@@ -246,6 +256,7 @@ def send_batched(
         max_queue=max(1, total),
         batch_size=batch_size,
         background=False,
+        sealing=sealing,
     ) as sender:
         for i in range(0, total, batch_size):
             sender.submit_many(reports[i : i + batch_size])
@@ -271,8 +282,8 @@ def progress_bar(
 def run(args: argparse.Namespace) -> int:
     from crowdmix.cli import CliError
     from crowdmix.client.errors import TransportError
-    from crowdmix.client.registry import RegistryError, load_registry
-    from crowdmix.options import read_input
+    from crowdmix.core.registry import RegistryError, load_registry
+    from crowdmix.options import plural, read_input, read_token_file
 
     try:
         registry = load_registry(args.config)
@@ -281,15 +292,7 @@ def run(args: argparse.Namespace) -> int:
     metric = registry.get(args.metric)
     if metric is None:
         raise CliError(f"metric {args.metric!r} is not in {args.config}")
-    token = args.token
-    if args.token_file:
-        text = read_input(args.token_file, "--token-file").decode(errors="replace")
-        lines = [
-            ln.split()[-1] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")
-        ]
-        if not lines:
-            raise CliError(f"{args.token_file} holds no token")
-        token = lines[-1]
+    token = read_token_file(args.token_file) if args.token_file else args.token
     ca = read_input(args.tls_ca, "--tls-ca") if args.tls_ca else None
     for name in ("clients", "values", "batch_size", "concurrency"):
         if getattr(args, name) < 1:
@@ -310,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
             token=token,
             root_certificates=ca,
             progress=sys.stderr.isatty(),
+            sealing="off" if args.plaintext else "required",
         )
     except (ValueError, TransportError) as exc:
         raise CliError(str(exc)) from None
@@ -317,7 +321,8 @@ def run(args: argparse.Namespace) -> int:
         print("crowdmix: interrupted", file=sys.stderr)
         return 130
     print(
-        f"simulated {result.clients} clients of {metric.name!r} ({result.reports} reports): "
+        f"simulated {plural(result.clients, 'client')} of {metric.name!r} "
+        f"({plural(result.reports, 'report')}): "
         f"{result.acknowledged} acknowledged, {result.failed} failed, {result.dropped} dropped "
         f"in {result.seconds:.2f}s ({result.rate:,.0f} reports/s)"
     )

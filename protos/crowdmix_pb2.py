@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x63rowdmix.proto\x12\x0b\x63rowdmix.v1\"\x85\x01\n\x06Report\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06\x63ohort\x18\x02 \x01(\r\x12\x0c\n\x04\x62its\x18\x03 \x01(\x0c\x12\x1a\n\x12params_fingerprint\x18\x04 \x01(\x06\x12\x11\n\treport_id\x18\x05 \x01(\x0c\x12\x0e\n\x06key_id\x18\x06 \x01(\r\x12\x0e\n\x06sealed\x18\x07 \x01(\x0c\"\xd2\x01\n\rReportColumns\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x02 \x01(\x06\x12\r\n\x05\x63ount\x18\x03 \x01(\r\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12\x13\n\x07\x63ohorts\x18\x05 \x03(\rB\x02\x10\x01\x12\x0c\n\x04\x62its\x18\x06 \x01(\x0c\x12\x12\n\nreport_ids\x18\x07 \x01(\x0c\x12\x13\n\x07key_ids\x18\x08 \x03(\rB\x02\x10\x01\x12\x0e\n\x06sealed\x18\t \x01(\x0c\x12\x14\n\x0csealed_bytes\x18\n \x01(\r\"b\n\rSubmitRequest\x12$\n\x07reports\x18\x01 \x03(\x0b\x32\x13.crowdmix.v1.Report\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"\"\n\x0eSubmitResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x0c\x12\x0e\n\x06window\x18\x02 \x01(\r\x12+\n\x07reports\x18\x03 \x01(\x0b\x32\x1a.crowdmix.v1.ReportColumns\"O\n\x0eIngestResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x19\n\x11\x64uplicate_reports\x18\x03 \x01(\x04\"#\n\x10GetConfigRequest\x12\x0f\n\x07metrics\x18\x01 \x03(\t\"a\n\x0cRapporConfig\x12\t\n\x01k\x18\x01 \x01(\r\x12\t\n\x01h\x18\x02 \x01(\r\x12\t\n\x01m\x18\x03 \x01(\r\x12\t\n\x01\x66\x18\x04 \x01(\x01\x12\t\n\x01p\x18\x05 \x01(\x01\x12\t\n\x01q\x18\x06 \x01(\x01\x12\x0f\n\x07hashing\x18\x07 \x01(\t\"C\n\x0b\x42\x61sicConfig\x12\x0f\n\x07\x65psilon\x18\x01 \x01(\x01\x12\x13\n\x0b\x64omain_size\x18\x02 \x01(\r\x12\x0e\n\x06\x64omain\x18\x03 \x03(\t\"{\n\x0fHistogramConfig\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\r\x12\x12\n\nfake_slots\x18\x02 \x01(\r\x12\x18\n\x10\x66\x61ke_probability\x18\x03 \x01(\x01\x12\x15\n\rlocal_epsilon\x18\x04 \x01(\x01\x12\x0e\n\x06\x64omain\x18\x05 \x03(\t\"\x8d\x02\n\nMetricInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x65ncoding\x18\x02 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x03 \x01(\x06\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12+\n\x06rappor\x18\x05 \x01(\x0b\x32\x19.crowdmix.v1.RapporConfigH\x00\x12)\n\x05\x62\x61sic\x18\x06 \x01(\x0b\x32\x18.crowdmix.v1.BasicConfigH\x00\x12\x31\n\thistogram\x18\x08 \x01(\x0b\x32\x1c.crowdmix.v1.HistogramConfigH\x00\x12\x18\n\x10\x64isposal_seconds\x18\x07 \x01(\x04\x42\x08\n\x06params\"e\n\tPublicKey\x12\x0e\n\x06key_id\x18\x01 \x01(\r\x12\r\n\x05suite\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\x12\n\nnot_before\x18\x04 \x01(\x03\x12\x11\n\tnot_after\x18\x05 \x01(\x03\"\xc7\x01\n\x0e\x43onfigResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x15\n\rcache_seconds\x18\x02 \x01(\r\x12(\n\x07metrics\x18\x03 \x03(\x0b\x32\x17.crowdmix.v1.MetricInfo\x12$\n\x04keys\x18\x04 \x03(\x0b\x32\x16.crowdmix.v1.PublicKey\x12\x10\n\x08protocol\x18\x05 \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x06 \x01(\r\x12\x13\n\x0bserver_time\x18\x07 \x01(\x01\x32\xe1\x01\n\x08Shuffler\x12\x41\n\x06Submit\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse\x12I\n\x0cSubmitStream\x12\x1a.crowdmix.v1.SubmitRequest\x1a\x1b.crowdmix.v1.SubmitResponse(\x01\x12G\n\tGetConfig\x12\x1d.crowdmix.v1.GetConfigRequest\x1a\x1b.crowdmix.v1.ConfigResponse2G\n\nAggregator\x12\x39\n\x06Ingest\x12\x12.crowdmix.v1.Batch\x1a\x1b.crowdmix.v1.IngestResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x63rowdmix.proto\x12\x0b\x63rowdmix.v2\"\x95\x01\n\x06Report\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x0e\n\x06\x63ohort\x18\x02 \x01(\r\x12\x0c\n\x04\x62its\x18\x03 \x01(\x0c\x12\x1a\n\x12params_fingerprint\x18\x04 \x01(\x06\x12\x11\n\treport_id\x18\x05 \x01(\x0c\x12\x0e\n\x06key_id\x18\x06 \x01(\r\x12\x0e\n\x06sealed\x18\x07 \x01(\x0c\x12\x0e\n\x06window\x18\x08 \x01(\r\"\xe2\x01\n\rReportColumns\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x02 \x01(\x06\x12\r\n\x05\x63ount\x18\x03 \x01(\r\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12\x13\n\x07\x63ohorts\x18\x05 \x03(\rB\x02\x10\x01\x12\x0c\n\x04\x62its\x18\x06 \x01(\x0c\x12\x12\n\nreport_ids\x18\x07 \x01(\x0c\x12\x13\n\x07key_ids\x18\x08 \x03(\rB\x02\x10\x01\x12\x0e\n\x06sealed\x18\t \x01(\x0c\x12\x14\n\x0csealed_bytes\x18\n \x01(\r\x12\x0e\n\x06window\x18\x0b \x01(\r\"t\n\rSubmitRequest\x12$\n\x07reports\x18\x01 \x03(\x0b\x32\x13.crowdmix.v2.Report\x12+\n\x07\x63olumns\x18\x02 \x03(\x0b\x32\x1a.crowdmix.v2.ReportColumns\x12\x10\n\x08protocol\x18\x03 \x01(\r\"\"\n\x0eSubmitResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\"V\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x0c\x12\x0e\n\x06window\x18\x02 \x01(\r\x12+\n\x07reports\x18\x03 \x01(\x0b\x32\x1a.crowdmix.v2.ReportColumns\"O\n\x0eIngestResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x04\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x19\n\x11\x64uplicate_reports\x18\x03 \x01(\x04\"#\n\x10GetConfigRequest\x12\x0f\n\x07metrics\x18\x01 \x03(\t\"a\n\x0cRapporConfig\x12\t\n\x01k\x18\x01 \x01(\r\x12\t\n\x01h\x18\x02 \x01(\r\x12\t\n\x01m\x18\x03 \x01(\r\x12\t\n\x01\x66\x18\x04 \x01(\x01\x12\t\n\x01p\x18\x05 \x01(\x01\x12\t\n\x01q\x18\x06 \x01(\x01\x12\x0f\n\x07hashing\x18\x07 \x01(\t\"C\n\x0b\x42\x61sicConfig\x12\x0f\n\x07\x65psilon\x18\x01 \x01(\x01\x12\x13\n\x0b\x64omain_size\x18\x02 \x01(\r\x12\x0e\n\x06\x64omain\x18\x03 \x03(\t\"{\n\x0fHistogramConfig\x12\x13\n\x0b\x64omain_size\x18\x01 \x01(\r\x12\x12\n\nfake_slots\x18\x02 \x01(\r\x12\x18\n\x10\x66\x61ke_probability\x18\x03 \x01(\x01\x12\x15\n\rlocal_epsilon\x18\x04 \x01(\x01\x12\x0e\n\x06\x64omain\x18\x05 \x03(\t\"\x8d\x02\n\nMetricInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x65ncoding\x18\x02 \x01(\t\x12\x1a\n\x12params_fingerprint\x18\x03 \x01(\x06\x12\x14\n\x0creport_bytes\x18\x04 \x01(\r\x12+\n\x06rappor\x18\x05 \x01(\x0b\x32\x19.crowdmix.v2.RapporConfigH\x00\x12)\n\x05\x62\x61sic\x18\x06 \x01(\x0b\x32\x18.crowdmix.v2.BasicConfigH\x00\x12\x31\n\thistogram\x18\x08 \x01(\x0b\x32\x1c.crowdmix.v2.HistogramConfigH\x00\x12\x18\n\x10\x64isposal_seconds\x18\x07 \x01(\x04\x42\x08\n\x06params\"e\n\tPublicKey\x12\x0e\n\x06key_id\x18\x01 \x01(\r\x12\r\n\x05suite\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\x0c\x12\x12\n\nnot_before\x18\x04 \x01(\x03\x12\x11\n\tnot_after\x18\x05 \x01(\x03\"\xea\x01\n\x0e\x43onfigResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x15\n\rcache_seconds\x18\x02 \x01(\r\x12(\n\x07metrics\x18\x03 \x03(\x0b\x32\x17.crowdmix.v2.MetricInfo\x12$\n\x04keys\x18\x04 \x03(\x0b\x32\x16.crowdmix.v2.PublicKey\x12\x10\n\x08protocol\x18\x05 \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x06 \x01(\r\x12\x13\n\x0bserver_time\x18\x07 \x01(\x01\x12\x0e\n\x06window\x18\x08 \x01(\r\x12\x11\n\tplaintext\x18\t \x01(\x08\x32\xe1\x01\n\x08Shuffler\x12\x41\n\x06Submit\x12\x1a.crowdmix.v2.SubmitRequest\x1a\x1b.crowdmix.v2.SubmitResponse\x12I\n\x0cSubmitStream\x12\x1a.crowdmix.v2.SubmitRequest\x1a\x1b.crowdmix.v2.SubmitResponse(\x01\x12G\n\tGetConfig\x12\x1d.crowdmix.v2.GetConfigRequest\x1a\x1b.crowdmix.v2.ConfigResponse2G\n\nAggregator\x12\x39\n\x06Ingest\x12\x12.crowdmix.v2.Batch\x1a\x1b.crowdmix.v2.IngestResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,33 +36,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTCOLUMNS'].fields_by_name['key_ids']._loaded_options = None
   _globals['_REPORTCOLUMNS'].fields_by_name['key_ids']._serialized_options = b'\020\001'
   _globals['_REPORT']._serialized_start=32
-  _globals['_REPORT']._serialized_end=165
-  _globals['_REPORTCOLUMNS']._serialized_start=168
-  _globals['_REPORTCOLUMNS']._serialized_end=378
-  _globals['_SUBMITREQUEST']._serialized_start=380
-  _globals['_SUBMITREQUEST']._serialized_end=478
-  _globals['_SUBMITRESPONSE']._serialized_start=480
-  _globals['_SUBMITRESPONSE']._serialized_end=514
-  _globals['_BATCH']._serialized_start=516
-  _globals['_BATCH']._serialized_end=602
-  _globals['_INGESTRESPONSE']._serialized_start=604
-  _globals['_INGESTRESPONSE']._serialized_end=683
-  _globals['_GETCONFIGREQUEST']._serialized_start=685
-  _globals['_GETCONFIGREQUEST']._serialized_end=720
-  _globals['_RAPPORCONFIG']._serialized_start=722
-  _globals['_RAPPORCONFIG']._serialized_end=819
-  _globals['_BASICCONFIG']._serialized_start=821
-  _globals['_BASICCONFIG']._serialized_end=888
-  _globals['_HISTOGRAMCONFIG']._serialized_start=890
-  _globals['_HISTOGRAMCONFIG']._serialized_end=1013
-  _globals['_METRICINFO']._serialized_start=1016
-  _globals['_METRICINFO']._serialized_end=1285
-  _globals['_PUBLICKEY']._serialized_start=1287
-  _globals['_PUBLICKEY']._serialized_end=1388
-  _globals['_CONFIGRESPONSE']._serialized_start=1391
-  _globals['_CONFIGRESPONSE']._serialized_end=1590
-  _globals['_SHUFFLER']._serialized_start=1593
-  _globals['_SHUFFLER']._serialized_end=1818
-  _globals['_AGGREGATOR']._serialized_start=1820
-  _globals['_AGGREGATOR']._serialized_end=1891
+  _globals['_REPORT']._serialized_end=181
+  _globals['_REPORTCOLUMNS']._serialized_start=184
+  _globals['_REPORTCOLUMNS']._serialized_end=410
+  _globals['_SUBMITREQUEST']._serialized_start=412
+  _globals['_SUBMITREQUEST']._serialized_end=528
+  _globals['_SUBMITRESPONSE']._serialized_start=530
+  _globals['_SUBMITRESPONSE']._serialized_end=564
+  _globals['_BATCH']._serialized_start=566
+  _globals['_BATCH']._serialized_end=652
+  _globals['_INGESTRESPONSE']._serialized_start=654
+  _globals['_INGESTRESPONSE']._serialized_end=733
+  _globals['_GETCONFIGREQUEST']._serialized_start=735
+  _globals['_GETCONFIGREQUEST']._serialized_end=770
+  _globals['_RAPPORCONFIG']._serialized_start=772
+  _globals['_RAPPORCONFIG']._serialized_end=869
+  _globals['_BASICCONFIG']._serialized_start=871
+  _globals['_BASICCONFIG']._serialized_end=938
+  _globals['_HISTOGRAMCONFIG']._serialized_start=940
+  _globals['_HISTOGRAMCONFIG']._serialized_end=1063
+  _globals['_METRICINFO']._serialized_start=1066
+  _globals['_METRICINFO']._serialized_end=1335
+  _globals['_PUBLICKEY']._serialized_start=1337
+  _globals['_PUBLICKEY']._serialized_end=1438
+  _globals['_CONFIGRESPONSE']._serialized_start=1441
+  _globals['_CONFIGRESPONSE']._serialized_end=1675
+  _globals['_SHUFFLER']._serialized_start=1678
+  _globals['_SHUFFLER']._serialized_end=1903
+  _globals['_AGGREGATOR']._serialized_start=1905
+  _globals['_AGGREGATOR']._serialized_end=1976
 # @@protoc_insertion_point(module_scope)

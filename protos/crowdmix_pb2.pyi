@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Report(_message.Message):
-    __slots__ = ("metric", "cohort", "bits", "params_fingerprint", "report_id", "key_id", "sealed")
+    __slots__ = ("metric", "cohort", "bits", "params_fingerprint", "report_id", "key_id", "sealed", "window")
     METRIC_FIELD_NUMBER: _ClassVar[int]
     COHORT_FIELD_NUMBER: _ClassVar[int]
     BITS_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class Report(_message.Message):
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
     SEALED_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
     metric: str
     cohort: int
     bits: bytes
@@ -22,10 +23,11 @@ class Report(_message.Message):
     report_id: bytes
     key_id: int
     sealed: bytes
-    def __init__(self, metric: _Optional[str] = ..., cohort: _Optional[int] = ..., bits: _Optional[bytes] = ..., params_fingerprint: _Optional[int] = ..., report_id: _Optional[bytes] = ..., key_id: _Optional[int] = ..., sealed: _Optional[bytes] = ...) -> None: ...
+    window: int
+    def __init__(self, metric: _Optional[str] = ..., cohort: _Optional[int] = ..., bits: _Optional[bytes] = ..., params_fingerprint: _Optional[int] = ..., report_id: _Optional[bytes] = ..., key_id: _Optional[int] = ..., sealed: _Optional[bytes] = ..., window: _Optional[int] = ...) -> None: ...
 
 class ReportColumns(_message.Message):
-    __slots__ = ("metric", "params_fingerprint", "count", "report_bytes", "cohorts", "bits", "report_ids", "key_ids", "sealed", "sealed_bytes")
+    __slots__ = ("metric", "params_fingerprint", "count", "report_bytes", "cohorts", "bits", "report_ids", "key_ids", "sealed", "sealed_bytes", "window")
     METRIC_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +38,7 @@ class ReportColumns(_message.Message):
     KEY_IDS_FIELD_NUMBER: _ClassVar[int]
     SEALED_FIELD_NUMBER: _ClassVar[int]
     SEALED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
     metric: str
     params_fingerprint: int
     count: int
@@ -46,15 +49,18 @@ class ReportColumns(_message.Message):
     key_ids: _containers.RepeatedScalarFieldContainer[int]
     sealed: bytes
     sealed_bytes: int
-    def __init__(self, metric: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., count: _Optional[int] = ..., report_bytes: _Optional[int] = ..., cohorts: _Optional[_Iterable[int]] = ..., bits: _Optional[bytes] = ..., report_ids: _Optional[bytes] = ..., key_ids: _Optional[_Iterable[int]] = ..., sealed: _Optional[bytes] = ..., sealed_bytes: _Optional[int] = ...) -> None: ...
+    window: int
+    def __init__(self, metric: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., count: _Optional[int] = ..., report_bytes: _Optional[int] = ..., cohorts: _Optional[_Iterable[int]] = ..., bits: _Optional[bytes] = ..., report_ids: _Optional[bytes] = ..., key_ids: _Optional[_Iterable[int]] = ..., sealed: _Optional[bytes] = ..., sealed_bytes: _Optional[int] = ..., window: _Optional[int] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("reports", "columns")
+    __slots__ = ("reports", "columns", "protocol")
     REPORTS_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     reports: _containers.RepeatedCompositeFieldContainer[Report]
     columns: _containers.RepeatedCompositeFieldContainer[ReportColumns]
-    def __init__(self, reports: _Optional[_Iterable[_Union[Report, _Mapping]]] = ..., columns: _Optional[_Iterable[_Union[ReportColumns, _Mapping]]] = ...) -> None: ...
+    protocol: int
+    def __init__(self, reports: _Optional[_Iterable[_Union[Report, _Mapping]]] = ..., columns: _Optional[_Iterable[_Union[ReportColumns, _Mapping]]] = ..., protocol: _Optional[int] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
     __slots__ = ("accepted",)
@@ -165,7 +171,7 @@ class PublicKey(_message.Message):
     def __init__(self, key_id: _Optional[int] = ..., suite: _Optional[str] = ..., public_key: _Optional[bytes] = ..., not_before: _Optional[int] = ..., not_after: _Optional[int] = ...) -> None: ...
 
 class ConfigResponse(_message.Message):
-    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time")
+    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time", "window", "plaintext")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CACHE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +179,8 @@ class ConfigResponse(_message.Message):
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    PLAINTEXT_FIELD_NUMBER: _ClassVar[int]
     version: str
     cache_seconds: int
     metrics: _containers.RepeatedCompositeFieldContainer[MetricInfo]
@@ -180,4 +188,6 @@ class ConfigResponse(_message.Message):
     protocol: int
     window_seconds: int
     server_time: float
-    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ...) -> None: ...
+    window: int
+    plaintext: bool
+    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ..., window: _Optional[int] = ..., plaintext: _Optional[bool] = ...) -> None: ...

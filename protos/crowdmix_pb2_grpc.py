@@ -35,17 +35,17 @@ class ShufflerStub:
             channel: A grpc.Channel.
         """
         self.Submit = channel.unary_unary(
-                '/crowdmix.v1.Shuffler/Submit',
+                '/crowdmix.v2.Shuffler/Submit',
                 request_serializer=crowdmix__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=crowdmix__pb2.SubmitResponse.FromString,
                 _registered_method=True)
         self.SubmitStream = channel.stream_unary(
-                '/crowdmix.v1.Shuffler/SubmitStream',
+                '/crowdmix.v2.Shuffler/SubmitStream',
                 request_serializer=crowdmix__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=crowdmix__pb2.SubmitResponse.FromString,
                 _registered_method=True)
         self.GetConfig = channel.unary_unary(
-                '/crowdmix.v1.Shuffler/GetConfig',
+                '/crowdmix.v2.Shuffler/GetConfig',
                 request_serializer=crowdmix__pb2.GetConfigRequest.SerializeToString,
                 response_deserializer=crowdmix__pb2.ConfigResponse.FromString,
                 _registered_method=True)
@@ -101,9 +101,9 @@ def add_ShufflerServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'crowdmix.v1.Shuffler', rpc_method_handlers)
+            'crowdmix.v2.Shuffler', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('crowdmix.v1.Shuffler', rpc_method_handlers)
+    server.add_registered_method_handlers('crowdmix.v2.Shuffler', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -124,7 +124,7 @@ class Shuffler:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/crowdmix.v1.Shuffler/Submit',
+            '/crowdmix.v2.Shuffler/Submit',
             crowdmix__pb2.SubmitRequest.SerializeToString,
             crowdmix__pb2.SubmitResponse.FromString,
             options,
@@ -151,7 +151,7 @@ class Shuffler:
         return grpc.experimental.stream_unary(
             request_iterator,
             target,
-            '/crowdmix.v1.Shuffler/SubmitStream',
+            '/crowdmix.v2.Shuffler/SubmitStream',
             crowdmix__pb2.SubmitRequest.SerializeToString,
             crowdmix__pb2.SubmitResponse.FromString,
             options,
@@ -178,7 +178,7 @@ class Shuffler:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/crowdmix.v1.Shuffler/GetConfig',
+            '/crowdmix.v2.Shuffler/GetConfig',
             crowdmix__pb2.GetConfigRequest.SerializeToString,
             crowdmix__pb2.ConfigResponse.FromString,
             options,
@@ -202,7 +202,7 @@ class AggregatorStub:
             channel: A grpc.Channel.
         """
         self.Ingest = channel.unary_unary(
-                '/crowdmix.v1.Aggregator/Ingest',
+                '/crowdmix.v2.Aggregator/Ingest',
                 request_serializer=crowdmix__pb2.Batch.SerializeToString,
                 response_deserializer=crowdmix__pb2.IngestResponse.FromString,
                 _registered_method=True)
@@ -227,9 +227,9 @@ def add_AggregatorServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'crowdmix.v1.Aggregator', rpc_method_handlers)
+            'crowdmix.v2.Aggregator', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('crowdmix.v1.Aggregator', rpc_method_handlers)
+    server.add_registered_method_handlers('crowdmix.v2.Aggregator', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -250,7 +250,7 @@ class Aggregator:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/crowdmix.v1.Aggregator/Ingest',
+            '/crowdmix.v2.Aggregator/Ingest',
             crowdmix__pb2.Batch.SerializeToString,
             crowdmix__pb2.IngestResponse.FromString,
             options,

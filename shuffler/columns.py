@@ -9,9 +9,9 @@ Chunks are self-delimiting, so a buffer of several chunks (an in-flight batch)
 is their plain concatenation. The format carries nothing but cohorts, bits and
 the devices' report ids (fresh random per report, so they link nothing): no
 time, no sender, no arrival order beyond position (which the batch permutation
-destroys before anything leaves the shuffler). A chunk written before report
-ids existed has no IDS_FLAG and reads back with "no id" (16 zero bytes) for
-each report. The Redis store's Lua script splits chunks in this same layout
+destroys before anything leaves the shuffler). Every clear report has an id; a
+chunk of sealed reports has none (the id is inside each seal) and no IDS_FLAG.
+The Redis store's Lua script splits chunks in this same layout
 (``crowdmix.shuffler.redis_store``).
 """
 
@@ -47,8 +47,8 @@ ID_BYTES = 16
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """``count`` reports: ``cohorts`` (count,) uint32, their bits and their report ids
-    (16 bytes each, all zero for "no id"), each concatenated; ``ids`` is b"" when no
-    report of the chunk has one."""
+    (16 bytes each), each concatenated; ``ids`` is b"" for sealed reports (their ids
+    are inside the seals)."""
 
     report_bytes: int
     cohorts: npt.NDArray[np.uint32]
@@ -60,7 +60,7 @@ class Chunk:
         return int(self.cohorts.shape[0])
 
     def report_ids(self) -> bytes:
-        """count × 16 bytes of report ids (zeros where a report has none)."""
+        """count × 16 bytes of report ids (zeros for sealed reports, whose ids are sealed)."""
         return self.ids or bytes(ID_BYTES * self.count)
 
     def bit_matrix(self) -> npt.NDArray[np.uint8]:
@@ -119,7 +119,7 @@ class Rows:
     report_bytes: int
     cohorts: list[int]
     bits: bytes
-    ids: bytes = b""  # count × 16 bytes (zeros: no id), or b"" when none has one
+    ids: bytes = b""  # count × 16 bytes, or b"" for sealed reports
 
     @property
     def count(self) -> int:

@@ -1,6 +1,6 @@
 """Daemon settings and the metric registry they point at.
 
-The registry (metrics, encodings, shuffle policies) is ``crowdmix.client.registry``'s
+The registry (metrics, encodings, shuffle policies) is ``crowdmix.core.registry``'s
 TOML, shared with the aggregator. The daemon's own settings come from, in
 increasing precedence: the defaults below, an optional ``[shuffler]`` table in
 the same file (removed before the registry is parsed, as is an ``[aggregator]``
@@ -26,6 +26,10 @@ table), and command-line flags::
     forward_timeout_seconds = 30             # deadline of one Ingest call to the aggregator
     inflight_retry_seconds = 60              # re-offer a batch found in flight this long
                                              # (must exceed forward_timeout_seconds)
+    http_port = 7480                         # Submit/GetConfig over HTTP POST (Connect
+                                             # protocol, for browsers) on listen's host;
+                                             # omit for none; TLS as the gRPC port
+    http_allow_origins = ["https://app.example"]  # CORS: web origins allowed to call it
     metrics_port = 9400                      # Prometheus; omit for none
     metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
     allow_unauthenticated = false            # true: serve without tokens_file (no auth)
@@ -33,13 +37,11 @@ table), and command-line flags::
                                              # (crowdmix keys export): sealed reports only;
                                              # omit: a plaintext shuffler
     config_cache_seconds = 3600              # GetConfig's cache lifetime for devices
+    window_tolerance = 1                     # windows before the current one still taken
+    max_clock_skew_seconds = 60              # how far ahead a device's clock may run
+                                             # (less than the collection window)
 
-A bad value raises ``ConfigError`` naming the field.
-
-Retired fields: the threaded server is gone (issue 14; grpc.aio is the only
-server), so ``server = "aio"`` and ``workers`` (its thread count, which aio
-never used) are accepted and ignored, and ``server = "sync"`` is refused with
-an error naming the setting.
+A bad value, or a field not listed here, raises ``ConfigError`` naming the field.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crowdmix.client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
-from crowdmix.client.registry import Registry, RegistryError, parse_registry
+from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.registry import Registry, RegistryError, parse_registry
 from crowdmix.shuffler.errors import ConfigError
 
 #: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.
@@ -93,6 +95,11 @@ class ShufflerSettings:
     # took unary calls from 3.9 k to 6.7 k per second here (BENCHMARKS.md).
     commit_max_delay_ms: float = 1.0
     reuse_port: bool = False  # SO_REUSEPORT: several processes serve one port (--processes)
+    # The HTTP port (crowdmix.shuffler.connect): the same Submit and GetConfig in the
+    # Connect protocol's unary format, on listen's host; 0 = any free port.
+    http_port: int | None = None
+    # CORS: the web origins (scheme://host[:port]) whose pages may call the HTTP port; "*" any.
+    http_allow_origins: tuple[str, ...] = ()
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     # Serving without tokens (or with the public placeholder token) lets anyone who
@@ -103,6 +110,11 @@ class ShufflerSettings:
     # sealed reports only and serves the keys in GetConfig; re-read when the file changes.
     public_keys: str | None = None
     config_cache_seconds: int = 3600
+    # A report names its collection window; it is taken iff
+    # cur - window_tolerance <= window <= window_of(now + max_clock_skew_seconds)
+    # (crowdmix.shuffler.windows.WindowRule), else refused window_closed / window_ahead.
+    window_tolerance: int = 1
+    max_clock_skew_seconds: float = 60.0
     tick_seconds: float = 0.05
     shutdown_grace_seconds: float = 10.0
     # A batch the aggregator refused outright is offered again this often (and at start-up).
@@ -154,7 +166,10 @@ class ShufflerSettings:
         ):
             _positive_int(name, getattr(self, name))
         _positive_int("config_cache_seconds", self.config_cache_seconds)
-        for name in ("rate_limit_reports", "commit_max_delay_ms"):
+        t = self.window_tolerance
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise ConfigError(f"window_tolerance must be an integer >= 0, got {t!r}")
+        for name in ("rate_limit_reports", "commit_max_delay_ms", "max_clock_skew_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
                 raise ConfigError(f"{name} must be a non-negative number, got {v!r}")
@@ -174,6 +189,17 @@ class ShufflerSettings:
                 f"forward_timeout_seconds ({self.forward_timeout_seconds}): else a batch "
                 "still being forwarded is re-offered and sent twice (default: twice the timeout)"
             )
+        hp = self.http_port
+        if hp is not None and (
+            isinstance(hp, bool) or not isinstance(hp, int) or not 0 <= hp < 65536
+        ):
+            raise ConfigError(f"http_port must be a port number, got {hp!r}")
+        origins = self.http_allow_origins
+        if isinstance(origins, str) or not all(isinstance(o, str) and o for o in origins):
+            raise ConfigError(
+                f'http_allow_origins must be a list of origins (or "*"), got {origins!r}'
+            )
+        object.__setattr__(self, "http_allow_origins", tuple(origins))
         mp = self.metrics_port
         if mp is not None and (
             isinstance(mp, bool) or not isinstance(mp, int) or not 0 <= mp < 65536
@@ -195,18 +221,6 @@ def _positive_int(name: str, v: object) -> None:
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ShufflerSettings)}
-
-
-def _drop_retired(table: dict[str, Any]) -> None:
-    """Remove the settings of the threaded server (issue 14) from a [shuffler] table."""
-    table.pop("workers", None)  # its request threads; grpc.aio never used it
-    if "server" in table:
-        server = table.pop("server")
-        if server != "aio":
-            raise ConfigError(
-                f"[shuffler] server = {server!r} is no longer supported: grpc.aio is the "
-                "only server since the threaded one was removed; delete the setting"
-            )
 
 
 def load_config(
@@ -232,7 +246,6 @@ def load_config(
     table = data.pop("shuffler", {})
     if not isinstance(table, dict):
         raise ConfigError("[shuffler] must be a table")
-    _drop_retired(table)
     unknown = set(table) - _FIELDS
     if unknown:
         raise ConfigError(f"[shuffler]: unknown field(s) {sorted(unknown)}")
@@ -246,6 +259,11 @@ def load_config(
         settings = ShufflerSettings(**values)
     except TypeError as exc:
         raise ConfigError(f"[shuffler]: {exc}") from None
+    if settings.max_clock_skew_seconds >= registry.window_seconds:
+        raise ConfigError(
+            f"max_clock_skew_seconds ({settings.max_clock_skew_seconds}) must be less than "
+            f"the collection window ({registry.window_seconds} s)"
+        )
     return registry, settings
 
 

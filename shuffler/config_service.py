@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from crowdmix.client.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.registry import Registry
-from crowdmix.client.sealed import SUITES, PublicKeyConfig, PublicKeySet
+from crowdmix.core.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.registry import Registry
+from crowdmix.core.sealed import SUITES, PublicKeyConfig, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.errors import ConfigError, InvalidRequest
 
@@ -159,7 +159,8 @@ class ConfigService:
 
     def config(self) -> DeviceConfig:
         keys = self.keys.keys if self.keys is not None else PublicKeySet(())
-        return DeviceConfig.of(self.registry, keys, self.cache_seconds)
+        # no key file: clear reports only, and the answer says so (SDKs can name it)
+        return DeviceConfig.of(self.registry, keys, self.cache_seconds, plaintext=self.keys is None)
 
     def answer(self, raw: bytes) -> pb.ConfigResponse:
         try:
@@ -179,7 +180,8 @@ class ConfigService:
                 cached = self._cached = (version, to_proto(config))
             answer = pb.ConfigResponse()
             answer.CopyFrom(cached[1])
-        # read last, as close to the reply as possible: the device bounds its clock's
-        # offset by the interval from its request to this reply
-        answer.server_time = self._clock()
+        # read last, as close to the reply as possible: the device corrects its clock by it
+        now = self._clock()
+        answer.server_time = now
+        answer.window = self.registry.window_of(now)
         return answer

@@ -5,10 +5,14 @@ in exactly one place (``crowdmix.shuffler.servicer._STATUS``):
     ├── BindError                           the listen address cannot be bound (exit 4)
     ├── ConfigError (a ValueError)          bad settings or registry; start-up fails naming it
     ├── RequestRejected                     a request is refused as a whole (all or nothing)
-    │   ├── InvalidRequest                  INVALID_ARGUMENT   (unknown metric, bad length, ...)
+    │   ├── InvalidRequest                  INVALID_ARGUMENT   (unknown metric, bad length,
+    │   │                                                       protocol_unsupported, ...)
     │   ├── Unauthenticated                 UNAUTHENTICATED    (missing or unknown bearer token)
     │   ├── StaleKey                        FAILED_PRECONDITION (sealed to a key not accepted
     │   │                                                       here: refetch GetConfig, reseal)
+    │   ├── WindowRefused                   FAILED_PRECONDITION (window_closed: drop the report;
+    │   │                                                       window_ahead: re-learn the
+    │   │                                                       server time, retry later)
     │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
     ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
     │   ├── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
@@ -40,6 +44,7 @@ __all__ = [
     "StoreOutcomeUnknown",
     "StoreUnavailable",
     "Unauthenticated",
+    "WindowRefused",
 ]
 
 
@@ -80,6 +85,13 @@ class StaleKey(RequestRejected):
     its end): the device's config is stale. The SDK refetches it once and reseals."""
 
 
+class WindowRefused(RequestRejected):
+    """A report names a collection window this shuffler does not take now
+    (``crowdmix.shuffler.windows.WindowRule``): reason ``window_closed`` (too old: the
+    device drops the report) or ``window_ahead`` (not begun: the device's clock is
+    ahead; it fetches the server time again and retries later)."""
+
+
 class Overloaded(RequestRejected):
     """Too large, over the connection's rate, or the buffer is full: try again later."""
 
@@ -93,8 +105,8 @@ class StoreUnavailable(ShufflerError):
 class StoreOutcomeUnknown(StoreUnavailable):
     """A write was sent but never confirmed (timeout, connection lost while waiting for
     the reply), so it may have been stored. Answered DEADLINE_EXCEEDED: the SDK retries
-    it with the same report ids, and the aggregator counts a report id once per window,
-    so a retry of a write that did happen counts nothing twice."""
+    it with the same report ids and window, and the aggregator counts a report id once
+    in its window, so a retry of a write that did happen counts nothing twice."""
 
     reason = "store_outcome_unknown"
 

@@ -10,14 +10,15 @@ fingerprint) and releases a batch when
 
 A metric with ``release = "window"`` (a shuffled histogram's default: the
 analyst's crowd is its smallest batch) is released differently: nothing of a
-window while it runs, nor at shut-down; once the window ended
-``release_grace_seconds`` ago, everything pending in it goes in ONE batch (at
-least ``min_batch``), never cut at ``max_batch``. Reports are filed under the
-window in which they were stored (``crowdmix.shuffler.commit``); a write landing after
-its window's release waits in that queue and leaves as a later batch once it
-reaches ``min_batch``. Only a window larger than one aggregator batch carries
-(``crowdmix.client.registry.window_batch_limit``) is split, into equal parts, with an
-error in the log.
+window while it can still receive reports, nor at shut-down; once it can no longer
+(``WindowRule.closed_at``: the current window minus the tolerance has passed it)
+and ``release_grace_seconds`` more have passed (for writes still in progress),
+everything pending in it goes in ONE batch (at least ``min_batch``), never cut at
+``max_batch``. Reports are filed under the window they name
+(``crowdmix.shuffler.windows``); a write landing after its window's release waits in
+that queue and leaves as a later batch once it reaches ``min_batch``. Only a window
+larger than one aggregator batch carries (``crowdmix.core.registry.window_batch_limit``)
+is split, into equal parts, with an error in the log.
 
 Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
 the threshold atomically, so concurrent shuffler processes cannot leave a
@@ -52,12 +53,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from crowdmix.client.registry import Registry, window_batch_limit
+from crowdmix.core.log_limit import RepeatedFailure
+from crowdmix.core.registry import Registry, window_batch_limit
 from crowdmix.shuffler.config import INFLIGHT_RETRY_SECONDS
 from crowdmix.shuffler.errors import ForwardError, ShufflerError
 from crowdmix.shuffler.metrics import ShufflerMetrics
 from crowdmix.shuffler.shuffle import RandomBytes, secure_permutation
 from crowdmix.shuffler.store import BATCH_ID_BYTES, InFlightBatch, QueueKey, ShufflerStore
+from crowdmix.shuffler.windows import WindowRule
 
 __all__ = ["Releaser", "Sender"]
 
@@ -78,6 +81,7 @@ class Releaser:
         send: Sender,
         *,
         clock: Callable[[], float] = time.time,
+        windows: WindowRule | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         random_bytes: RandomBytes = os.urandom,
         metrics: ShufflerMetrics | None = None,
@@ -100,6 +104,8 @@ class Releaser:
         self._store = store
         self._send = send
         self._clock = clock
+        # the intake's accept rule: a window released whole goes once it is closed
+        self._windows = windows or WindowRule(window_seconds=registry.window_seconds)
         self._monotonic = monotonic
         self._random_bytes = random_bytes
         self._metrics = metrics
@@ -227,9 +233,10 @@ class Releaser:
         return forwarded
 
     def _window_due(self, metric: str, window: int) -> bool:
-        """A window released whole is due once it ended ``release_grace_seconds`` ago."""
+        """A window released whole is due ``release_grace_seconds`` after it closed (the
+        intake refuses it from then on: ``WindowRule.closed_at``)."""
         grace = self._registry[metric].shuffle.release_grace_seconds
-        return (window + 1) * self._registry.window_seconds + grace <= self._clock()
+        return self._windows.closed_at(window) + grace <= self._clock()
 
     def _release_window(
         self, name: str, key: QueueKey, count: int, give_up: Callable[[], bool]
@@ -373,6 +380,9 @@ class Releaser:
             self.recover(give_up)
         except ShufflerError as exc:  # the sweeps below find them again
             log.warning("start-up recovery failed: %s", exc)
+        # a store outage fails every pass (20 a second): logged when it starts, once a
+        # minute while it lasts, and when it ends
+        passes = RepeatedFailure(log, "release pass")
         while not stop.is_set():
             try:
                 self.run_once(give_up)
@@ -381,7 +391,9 @@ class Releaser:
                 if self._monotonic() - self._last_sweep >= self._inflight_retry / 2:
                     self.sweep_inflight(give_up, min_age=self._inflight_retry)
             except ShufflerError as exc:
-                log.warning("release pass failed: %s", exc)
+                passes.failed(exc)
+            else:
+                passes.succeeded()
             stop.wait(tick)
         # the final pass: release what may be released, then every batch still in flight
         final_steps: tuple[Callable[[], int], ...] = (

@@ -1,4 +1,4 @@
-"""The domain side of Submit: authenticate, validate, admit.
+"""The domain side of Submit: authenticate, check the windows, validate, admit.
 
 ``Intake.admit`` is what the gRPC servicer calls after turning protobufs into
 ``ColumnsIn`` / ``RowsIn``; it raises the ``RequestRejected`` family (mapped to status codes
@@ -12,11 +12,12 @@ kept in memory only while the connection is active, never stored or logged.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.shuffler.columns import Pending
 from crowdmix.shuffler.config_service import ConfigService, PublishedKeys
 from crowdmix.shuffler.errors import Overloaded, Unauthenticated
@@ -27,6 +28,7 @@ from crowdmix.shuffler.validation import (
     refuse_unsealed_histograms,
     validate,
 )
+from crowdmix.shuffler.windows import WindowRule
 
 __all__ = ["Intake", "RateLimiter"]
 
@@ -65,7 +67,8 @@ class RateLimiter:
 
 
 class Intake:
-    """Authenticate → validate → rate limit → buffer bound (then the group commit)."""
+    """Authenticate → window rule → validate → rate limit → buffer bound (then the
+    group commit). ``clock`` is the one the windows are judged and GetConfig answered by."""
 
     def __init__(
         self,
@@ -77,11 +80,19 @@ class Intake:
         max_buffered_reports: int = 50_000_000,
         keys: PublishedKeys | None = None,
         config_cache_seconds: int = 3600,
+        window_tolerance: int = 1,
+        max_clock_skew_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if keys is None:
             refuse_unsealed_histograms(registry)
         self.registry = registry
+        self.windows = WindowRule(
+            window_seconds=registry.window_seconds,
+            tolerance=window_tolerance,
+            max_skew_seconds=max_clock_skew_seconds,
+        )
+        self._clock = clock
         # the aggregator's public keys (None: a plaintext shuffler) and GetConfig's answers
         self.keys = keys
         self.config = ConfigService(registry, keys, cache_seconds=config_cache_seconds, clock=clock)
@@ -125,8 +136,14 @@ class Intake:
 
     def admit(
         self, parts: Sequence[ColumnsIn | RowsIn | SealedIn], *, connection: str
-    ) -> tuple[dict[tuple[str, int], Pending], int]:
-        """Validate and apply the limits; returns what to commit and its report count."""
+    ) -> tuple[dict[tuple[str, int, int], Pending], int]:
+        """Check the windows, validate and apply the limits; returns what to commit
+        (per metric, fingerprint and window) and its report count."""
+        now = self._clock()
+        for part in parts:
+            metric = self.registry.metrics.get(part.metric)
+            disposal = math.inf if metric is None else metric.shuffle.disposal_days * 86400.0
+            self.windows.check(part.window, now, disposal)
         chunks = validate(self.registry, parts, max_reports=self._max_reports, keys=self.keys)
         n = sum(c.count for c in chunks.values())
         if self._limiter is not None and not self._limiter.admit(connection, n):

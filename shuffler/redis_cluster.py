@@ -31,7 +31,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
-from crowdmix.client.redis_url import ClusterUrl
+from crowdmix.core.redis_url import ClusterUrl
 from crowdmix.shuffler.errors import (
     PartialWrite,
     StoreNotReplicated,

@@ -45,7 +45,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from crowdmix.client.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import is_cluster_url, parse_cluster_url
 from crowdmix.shuffler.columns import decode_chunks
 from crowdmix.shuffler.errors import (
     PartialWrite,

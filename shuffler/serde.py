@@ -1,7 +1,11 @@
 """Protobuf ↔ domain conversion, at the edge only (the domain never sees protos).
 
-Rows (``Report`` messages) are grouped by (metric, fingerprint, bit length)
-into ``RowsIn``: grouping is the one per-report loop, unavoidable for
+The request's ``protocol`` must be ``PROTOCOL_VERSION`` (else INVALID_ARGUMENT
+"protocol_unsupported"), and every clear report carries a 16-byte report id that
+is not all zero (else "report_id").
+
+Rows (``Report`` messages) are grouped by (metric, fingerprint, bit length,
+window) into ``RowsIn``: grouping is the one per-report loop, unavoidable for
 per-report protobuf objects, and is why bulk senders should send
 ``ReportColumns`` (``ColumnsIn``, checked with numpy).
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from crowdmix.core.sealed import PROTOCOL_VERSION
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.columns import ID_BYTES, Chunk
 from crowdmix.shuffler.config_service import is_sealed_queue
@@ -24,7 +29,7 @@ from crowdmix.shuffler.validation import ColumnsIn, RowsIn, SealedIn
 __all__ = ["batch_from_proto", "batch_to_proto", "request_to_columns"]
 
 
-_NO_ID = bytes(ID_BYTES)
+_ZERO_ID = bytes(ID_BYTES)
 
 
 def _mixed(what: str) -> InvalidRequest:
@@ -36,16 +41,16 @@ def _mixed(what: str) -> InvalidRequest:
 
 
 def _sealed_rows(reports: list[pb.Report]) -> list[SealedIn]:
-    groups: dict[tuple[str, int], tuple[list[int], list[bytes]]] = {}
+    groups: dict[tuple[str, int, int], tuple[list[int], list[bytes]]] = {}
     for r in reports:
         if r.cohort or r.bits or r.params_fingerprint or r.report_id or not r.sealed:
             raise _mixed("a report")
-        key_ids, sealed = groups.setdefault((r.metric, len(r.sealed)), ([], []))
+        key_ids, sealed = groups.setdefault((r.metric, len(r.sealed), r.window), ([], []))
         key_ids.append(r.key_id)
         sealed.append(r.sealed)
     return [
-        SealedIn(metric=m, key_ids=k, sealed=b"".join(s), sealed_bytes=n)
-        for (m, n), (k, s) in groups.items()
+        SealedIn(metric=m, window=w, key_ids=k, sealed=b"".join(s), sealed_bytes=n)
+        for (m, n, w), (k, s) in groups.items()
     ]
 
 
@@ -58,6 +63,7 @@ def _sealed_columns(c: pb.ReportColumns) -> SealedIn:
         )
     return SealedIn(
         metric=c.metric,
+        window=c.window,
         key_ids=np.fromiter(c.key_ids, dtype=np.uint32, count=len(c.key_ids)),
         sealed=c.sealed,
         sealed_bytes=c.sealed_bytes,
@@ -65,8 +71,14 @@ def _sealed_columns(c: pb.ReportColumns) -> SealedIn:
 
 
 def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn | SealedIn]:
-    """The request's reports grouped for validation; a report id that is neither
-    empty nor 16 bytes makes the whole request INVALID_ARGUMENT ("report_id")."""
+    """The request's reports grouped for validation; another protocol than ours, or a
+    clear report without a valid report id, makes the whole request INVALID_ARGUMENT."""
+    if request.protocol != PROTOCOL_VERSION:
+        raise InvalidRequest(
+            "protocol_unsupported",
+            f"protocol {request.protocol} is not supported: this shuffler speaks protocol "
+            f"{PROTOCOL_VERSION} (update the SDK)",
+        )
     parts: list[ColumnsIn | RowsIn | SealedIn] = []
     reports = list(request.reports)
     sealed_rows = [r for r in reports if r.sealed or r.key_id]
@@ -74,18 +86,19 @@ def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn | S
         parts.extend(_sealed_rows(sealed_rows))
         reports = [r for r in reports if not (r.sealed or r.key_id)]
     if reports:
-        groups: dict[tuple[str, int, int], tuple[list[int], list[bytes], list[bytes]]] = {}
+        groups: dict[tuple[str, int, int, int], tuple[list[int], list[bytes], list[bytes]]] = {}
         for r in reports:
             cohorts, bits, ids = groups.setdefault(
-                (r.metric, r.params_fingerprint, len(r.bits)), ([], [], [])
+                (r.metric, r.params_fingerprint, len(r.bits), r.window), ([], [], [])
             )
             cohorts.append(r.cohort)
             bits.append(r.bits)
             ids.append(r.report_id)
-        for (metric, fp, nb), (cohorts, bits, ids) in groups.items():
+        for (metric, fp, nb, window), (cohorts, bits, ids) in groups.items():
             parts.append(
                 RowsIn(
                     metric=metric,
+                    window=window,
                     fingerprint=fp,
                     report_bytes=nb,
                     cohorts=cohorts,
@@ -100,6 +113,7 @@ def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn | S
         parts.append(
             ColumnsIn(
                 metric=c.metric,
+                window=c.window,
                 fingerprint=c.params_fingerprint,
                 count=c.count,
                 report_bytes=c.report_bytes,
@@ -112,20 +126,15 @@ def request_to_columns(request: pb.SubmitRequest) -> list[ColumnsIn | RowsIn | S
 
 
 def _row_ids(ids: list[bytes]) -> bytes:
-    """The rows' ids as one column (zeros for "no id"), b"" when no row has one."""
-    if not any(ids):
-        return b""
-    out = []
+    """The rows' ids as one column; each must be 16 bytes, not all zero."""
     for rid in ids:
-        if len(rid) == ID_BYTES:
-            out.append(rid)
-        elif not rid:
-            out.append(_NO_ID)
-        else:
+        if len(rid) != ID_BYTES or rid == _ZERO_ID:
             raise InvalidRequest(
-                "report_id", f"a report id must be {ID_BYTES} bytes or empty, got {len(rid)}"
+                "report_id",
+                f"a report id must be {ID_BYTES} bytes, not all zero, got "
+                f"{'zeros' if rid == _ZERO_ID else f'{len(rid)} bytes'}",
             )
-    return b"".join(out)
+    return b"".join(ids)
 
 
 def batch_to_proto(batch: InFlightBatch) -> pb.Batch:

@@ -8,8 +8,7 @@
 The gRPC server is grpc.aio on an event-loop thread of its own (``AioFront``):
 requests await their group commit, whose Redis write also runs on the loop.
 The releaser (``crowdmix.shuffler.forwarding``) runs in a thread. (A threaded
-``grpc.server`` front existed until issue 14; it did half the device-style
-calls per second, BENCHMARKS.md.)
+``grpc.server`` front did half the device-style calls per second, BENCHMARKS.md.)
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.shuffler.aggregator_client import AggregatorSender
 from crowdmix.shuffler.commit import GroupCommitter
 from crowdmix.shuffler.config import ShufflerSettings, load_tokens
@@ -40,6 +39,7 @@ from crowdmix.shuffler.metrics import ShufflerMetrics
 from crowdmix.shuffler.servicer import SERVICE_NAME, ShufflerServicer
 from crowdmix.shuffler.shuffle import RandomBytes
 from crowdmix.shuffler.store import ShufflerStore
+from crowdmix.shuffler.store_health import StoreWatch
 
 __all__ = ["AioFront", "ShufflerHandle", "start_shuffler"]
 
@@ -56,6 +56,8 @@ class ShufflerHandle:
     store: ShufflerStore
     intake: Intake
     _stop_fn: Callable[[float | None], None]
+    #: the HTTP port (Connect protocol, ``crowdmix.shuffler.connect``), if configured
+    http_port: int | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, grace: float | None = None) -> None:
@@ -92,7 +94,7 @@ class AioFront:
         )
         self._thread.start()
         self._committer = committer
-        servicer = ShufflerServicer(intake, committer, metrics)
+        self.servicer = servicer = ShufflerServicer(intake, committer, metrics)
 
         async def build() -> tuple[Any, Any]:
             server = grpc.aio.server(options=options, maximum_concurrent_rpcs=max_concurrent_rpcs)
@@ -102,6 +104,10 @@ class AioFront:
             return server, health_servicer
 
         self._server, self._health = self._run(build())
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -118,6 +124,20 @@ class AioFront:
                 await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
         self._run(start())
+
+    def set_serving(self, serving: bool) -> None:
+        """SERVING or NOT_SERVING (the store is unreachable); ignored once shutting down."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+
+        async def set_all() -> None:
+            for name in ("", SERVICE_NAME):
+                await self._health.set(name, status)
+
+        self._run(set_all())
 
     def enter_shutdown(self) -> None:
         """Health checks answer NOT_SERVING (load balancers move devices elsewhere)."""
@@ -186,13 +206,14 @@ def start_shuffler(
         max_buffered_reports=settings.max_buffered_reports,
         keys=None if settings.public_keys is None else PublishedKeys(settings.public_keys),
         config_cache_seconds=settings.config_cache_seconds,
+        window_tolerance=settings.window_tolerance,
+        max_clock_skew_seconds=settings.max_clock_skew_seconds,
         clock=clock,
     )
     committer = GroupCommitter(
         store,
         registry,
         max_delay=settings.commit_delay_seconds,
-        clock=clock,
         random_bytes=random_bytes,
         metrics=metrics,
         on_commit=intake.add_buffered,
@@ -248,6 +269,7 @@ def start_shuffler(
             store,
             sender,
             clock=clock,
+            windows=intake.windows,
             random_bytes=random_bytes,
             metrics=metrics,
             on_pending=intake.set_buffered,
@@ -264,20 +286,58 @@ def start_shuffler(
     else:
         log.warning("no aggregator configured: reports are stored but never released")
 
+    http: Any = None
+    if settings.http_port is not None:
+        from crowdmix.shuffler.connect import ConnectApp, HttpPort
+
+        app = ConnectApp(
+            front.servicer,
+            metrics,
+            max_request_bytes=settings.max_request_bytes,
+            max_concurrent_calls=settings.max_concurrent_rpcs,
+            allow_origins=settings.http_allow_origins,
+        )
+        try:
+            http = HttpPort(
+                app,
+                front.loop,
+                listen.rpartition(":")[0],
+                settings.http_port,
+                certfile=settings.tls_cert,
+                keyfile=settings.tls_key,
+            )
+        except BindError:
+            front.stop(0)
+            raise
+
     metrics_server: Any = None
     metrics_port: int | None = None
     if settings.metrics_port is not None:
-        metrics_server, metrics_port = metrics.serve_http(
-            settings.metrics_port, settings.metrics_host
-        )
+        try:
+            metrics_server, metrics_port = metrics.serve_http(
+                settings.metrics_port, settings.metrics_host
+            )
+        except OSError as exc:  # a busy port: "cannot bind", as for the gRPC port
+            front.stop(0)
+            if closer is not None:
+                closer()
+            raise BindError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc.strerror or exc}"
+            ) from None
 
     front.start()
+    watch = StoreWatch(store, front.set_serving)
+    watch.start()
     if releaser_thread is not None:
         releaser_thread.start()
     log.info("shuffler listening on %s (port %d)", listen.rpartition(":")[0], port)
 
     def stop(grace: float | None) -> None:
         g = settings.shutdown_grace_seconds if grace is None else grace
+        watch.stop()  # before NOT_SERVING: it must not set SERVING again
+        if http is not None:  # its calls in progress await commits: drain it first
+            http.stop(g)
         # First refuse new commits and let queued writes finish, then stop the server:
         # gRPC answers calls it cancels at the end of the grace period UNAVAILABLE
         # ("nothing stored, retry"), so none may still be waiting on a write.
@@ -311,4 +371,5 @@ def start_shuffler(
         store=store,
         intake=intake,
         _stop_fn=stop,
+        http_port=None if http is None else http.port,
     )

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from crowdmix.core.log_limit import RepeatedFailure
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.commit import GroupCommitter, Parts
 from crowdmix.shuffler.errors import (
@@ -31,6 +32,7 @@ from crowdmix.shuffler.errors import (
     StoreOutcomeUnknown,
     StoreUnavailable,
     Unauthenticated,
+    WindowRefused,
 )
 from crowdmix.shuffler.intake import Intake
 from crowdmix.shuffler.metrics import ShufflerMetrics
@@ -48,13 +50,17 @@ __all__ = [
     "stream_rejection",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Shuffler"
+SERVICE_NAME = "crowdmix.v2.Shuffler"
 
 log = logging.getLogger("crowdmix.shuffler")
+#: requests refused by the store (not by their content): an outage refuses thousands a
+#: second, logged when it starts, once a minute, and when a commit succeeds again
+SUBMIT_FAILURES = RepeatedFailure(log, "submit (store)")
 
 _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
+    (WindowRefused, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # StoreNotReplicated is a StoreOutcomeUnknown: the write ran on the master, so it is
@@ -82,8 +88,8 @@ def rejection(exc: ShufflerError, metrics: ShufflerMetrics) -> tuple[grpc.Status
     """Status code and details for a domain error; counts it by reason."""
     reason = exc.reason
     metrics.rejected_requests.labels(reason).inc()
-    if not isinstance(exc, RequestRejected):
-        log.warning("submit failed: %s", exc)
+    if not isinstance(exc, RequestRejected):  # the store: one line per outage, not per call
+        SUBMIT_FAILURES.failed(exc)
     return status_for(exc), f"{reason}: {exc}"
 
 
@@ -102,9 +108,8 @@ def stream_rejection(
     trailing metadata carries the same two numbers for programs. The messages
     counted are always a prefix of the stream: ``later`` reports of messages after
     the failed one may have been stored too (their commits overlapped), and the
-    details say so. Resending the whole stream is safe for reports with ids (the
-    aggregator drops repeated ids); a sender without report ids resends only the
-    messages after ``messages`` and accepts that ``later`` reports may count twice.
+    details say so. Resending the whole stream is safe: every report carries its id and
+    window, and the aggregator drops a repeated id in its window.
     """
     code, details = rejection(exc, metrics)
     summary = f"stored {reports} report(s) of {messages} message(s) before this failure"
@@ -187,6 +192,7 @@ class ShufflerServicer:
 
     async def _commit(self, chunks: Parts, n: int, start: float) -> int:
         await self._committer.commit(chunks)
+        SUBMIT_FAILURES.succeeded()
         self._metrics.accepted_reports.inc(n)
         self._metrics.accepted_requests.inc()
         self._metrics.request_latency.observe(time.perf_counter() - start)

@@ -1,7 +1,8 @@
 """Validate submitted reports against the metric registry, whole columns at a time.
 
 A request is a list of ``ColumnsIn`` (columnar submits) and ``RowsIn`` (rows,
-grouped by metric, fingerprint and length at the wire edge, ``crowdmix.shuffler.serde``).
+grouped by metric, fingerprint, length and window at the wire edge,
+``crowdmix.shuffler.serde``), each naming the collection window of its reports.
 ``validate`` accepts all of it or raises ``InvalidRequest`` / ``Overloaded``
 with a reason; it never mutates anything, so a rejected request leaves the
 store untouched. Columns are checked with numpy reductions (no per-report
@@ -16,7 +17,10 @@ empty                  INVALID_ARGUMENT    no report at all
 unknown_metric         INVALID_ARGUMENT    metric not in the registry
 fingerprint_mismatch   INVALID_ARGUMENT    encoded under other params than the registry's
 malformed              INVALID_ARGUMENT    count disagrees with the cohorts, bits or report ids
-report_id              INVALID_ARGUMENT    a row's report id is neither 16 bytes nor empty
+report_id              INVALID_ARGUMENT    a report id is not 16 bytes, or is all zero
+protocol_unsupported   INVALID_ARGUMENT    the request's protocol is not ours (serde)
+window_closed          FAILED_PRECONDITION the window named is closed here (windows.py)
+window_ahead           FAILED_PRECONDITION the window named has not begun here (windows.py)
 bit_length             INVALID_ARGUMENT    not ceil(bits/8) bytes per report
 padding_bits           INVALID_ARGUMENT    a bit past the metric's last bit is set
 cohort_range           INVALID_ARGUMENT    cohort ≥ m (basic mechanisms: ≠ 0)
@@ -33,7 +37,7 @@ too_many_messages      INVALID_ARGUMENT    more than 1 + m reports of a shuffled
                                            metric in one call (one device's real + fakes)
 =====================  ==================  ===========================================
 
-Shuffled histograms (``crowdmix.client.histogram``). Their real and fake reports look
+Shuffled histograms (``crowdmix.core.histogram``). Their real and fake reports look
 alike only when sealed: a clear one would show the shuffler a device's true
 value beside its sender, so it is refused whatever the shuffler's mode. A
 device sends its 1 + Binomial(m, q) reports of a window in one call, so a call
@@ -56,8 +60,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from crowdmix.client.registry import MetricConfig, Registry
-from crowdmix.client.sealed import sealed_length
+from crowdmix.core.registry import MetricConfig, Registry
+from crowdmix.core.sealed import sealed_length
 from crowdmix.shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
 from crowdmix.shuffler.config_service import SEALED_QUEUE, PublishedKeys
 from crowdmix.shuffler.errors import ConfigError, InvalidRequest, Overloaded, StaleKey
@@ -82,7 +86,8 @@ class ColumnsIn:
     report_bytes: int
     cohorts: npt.NDArray[np.int64]
     bits: bytes
-    ids: bytes = b""  # count × 16 bytes of report ids, or b"" (no ids)
+    ids: bytes  # count × 16 bytes of report ids
+    window: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +99,8 @@ class RowsIn:
     report_bytes: int
     cohorts: list[int]
     bits: bytes
-    ids: bytes = b""  # count × 16 bytes of report ids (zeros: no id), or b""
+    ids: bytes  # count × 16 bytes of report ids
+    window: int
 
     @property
     def count(self) -> int:
@@ -109,6 +115,7 @@ class SealedIn:
     key_ids: list[int] | npt.NDArray[np.uint32]  # a list for rows, numpy for a column
     sealed: bytes  # count × sealed_bytes
     sealed_bytes: int
+    window: int
 
     @property
     def count(self) -> int:
@@ -256,12 +263,17 @@ def _check_one(registry: Registry, part: ColumnsIn) -> MetricConfig:
             f"{where}: count {part.count} disagrees with {part.cohorts.size} cohorts and "
             f"{len(part.bits)} bytes of bits",
         )
-    if part.ids and len(part.ids) != ID_BYTES * part.count:
+    if len(part.ids) != ID_BYTES * part.count:
         raise InvalidRequest(
             "malformed",
-            f"{where}: report_ids has {len(part.ids)} bytes, expected 0 or "
+            f"{where}: report_ids has {len(part.ids)} bytes, expected "
             f"{ID_BYTES}*count = {ID_BYTES * part.count}",
         )
+    words = np.frombuffer(part.ids, dtype="<u8")
+    if np.count_nonzero(words) != words.size:  # a zero word (rare): is a whole id zero?
+        pairs = words.reshape(part.count, 2)
+        if not bool((pairs[:, 0] | pairs[:, 1]).all()):
+            raise InvalidRequest("report_id", f"{where}: a report id is all zero")
     if part.count and int(part.cohorts.min()) < 0:
         raise InvalidRequest("cohort_range", f"{where}: negative cohort")
     if part.count and int(part.cohorts.max()) >= metric.num_cohorts:
@@ -291,8 +303,8 @@ def validate(
     *,
     max_reports: int,
     keys: PublishedKeys | None = None,
-) -> dict[tuple[str, int], Pending]:
-    """Check every part; return the reports grouped per (metric, fingerprint).
+) -> dict[tuple[str, int, int], Pending]:
+    """Check every part; return the reports grouped per (metric, fingerprint, window).
 
     ``keys`` (the published aggregator keys) turns sealing on: then only sealed
     parts are taken, else only clear ones. Raises ``InvalidRequest``, ``StaleKey``
@@ -311,11 +323,11 @@ def validate(
         row = parts[0]
         metric = _check_rows(registry, row)
         return {
-            (metric.name, metric.fingerprint): Rows(
+            (metric.name, metric.fingerprint, row.window): Rows(
                 row.report_bytes, row.cohorts, row.bits, row.ids
             )
         }
-    grouped: dict[tuple[str, int], list[Pending]] = {}
+    grouped: dict[tuple[str, int, int], list[Pending]] = {}
     for part in parts:
         pending: Pending
         if isinstance(part, SealedIn):  # unreachable: _validate_sealed took them
@@ -333,7 +345,7 @@ def validate(
                 bits=part.bits,
                 ids=part.ids,
             )
-        grouped.setdefault((metric.name, metric.fingerprint), []).append(pending)
+        grouped.setdefault((metric.name, metric.fingerprint, part.window), []).append(pending)
     return {key: group[0] if len(group) == 1 else merge(group) for key, group in grouped.items()}
 
 
@@ -341,8 +353,8 @@ def _validate_sealed(
     registry: Registry,
     parts: Sequence[ColumnsIn | RowsIn | SealedIn],
     keys: PublishedKeys | None,
-) -> dict[tuple[str, int], Pending]:
-    grouped: dict[tuple[str, int], list[Pending]] = {}
+) -> dict[tuple[str, int, int], Pending]:
+    grouped: dict[tuple[str, int, int], list[Pending]] = {}
     per_metric: dict[str, int] = {}
     for part in parts:
         if not isinstance(part, SealedIn):
@@ -365,7 +377,7 @@ def _validate_sealed(
             pending = Chunk(report_bytes=part.sealed_bytes, cohorts=part.key_ids, bits=part.sealed)
         else:
             pending = Rows(part.sealed_bytes, part.key_ids, part.sealed)
-        grouped.setdefault((metric.name, qfp), []).append(pending)
+        grouped.setdefault((metric.name, qfp, part.window), []).append(pending)
     if not grouped:
         raise InvalidRequest("empty", "the request carries no report")
     check_message_cap(registry, per_metric)

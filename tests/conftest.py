@@ -4,8 +4,11 @@ before each test."""
 
 from __future__ import annotations
 
+import inspect
+import itertools
+import os
+import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -16,25 +19,88 @@ from tests.redis_server import ListeningRedis, RedisClusterServers, RedisServer
 # keeps Hypothesis's default of 100, or what a test sets itself).
 settings.register_profile("fast", max_examples=15, deadline=None)
 
-_INTEGRATION = {
-    "service",
-    "shuffler",
-    "e2e",
-    "cluster",
-    "test_readme.py",
-    "test_smoke.py",
-    "test_json_docs.py",
-}
+
+def _ports_of_this_worker() -> None:
+    """Parallel workers (pytest-xdist) take free ports from disjoint ranges below the
+    kernel's ephemeral range, so two workers (or a client's outgoing connection)
+    never pick the same "free" port between the probe and the server's bind."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    import socket
+
+    import crowdmix.cluster
+    import tests.redis_server
+
+    first = 20_000 + 1_000 * int(worker[2:])
+    ports = itertools.cycle(range(first, first + 1_000))
+
+    def free_port() -> int:
+        for _ in range(1_000):
+            port = next(ports)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+        raise RuntimeError(f"no free port in {first}..{first + 999} for worker {worker}")
+
+    crowdmix.cluster.free_port = free_port
+    tests.redis_server.free_port = free_port  # type: ignore[attr-defined]
+
+
+_ports_of_this_worker()
+
+# What makes a test ``integration`` (``scripts/check --fast`` leaves it to the full
+# check): it starts a process, a server or Redis — seen in its own source, in the
+# fixtures it uses and in the module's functions it calls — not the folder it is in.
+_STARTS_SOMETHING = re.compile(
+    r"subprocess|Popen|LocalCluster|local_cluster|RedisServer|RedisCluster|redis_url|"
+    r"private_redis|cluster_url|rediss_url|unix_url|start_shuffler|start_aggregator|"
+    r"grpc\.server|grpc\.aio\.server|aio\.server|serve_forever|multiprocessing|"
+    r"run_demo|ShufflerHandle|AggregatorHandle|Pipeline\(|sys\.executable"
+)
+
+
+def _sources(item: pytest.Function) -> Iterator[str]:
+    """The source of the test, of every fixture it uses, and of the module-level
+    functions and classes either calls (one level deep)."""
+    module = inspect.getmodule(item.function)
+    seen: set[str] = set()
+    todo = [item.function]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info else ():
+        todo.extend(d.func for d in defs)
+    depth = {id(f): 0 for f in todo}
+    while todo:
+        func = todo.pop()
+        try:
+            text = inspect.getsource(func)
+        except (OSError, TypeError):
+            continue
+        yield text
+        if depth[id(func)] >= 1 or module is None:
+            continue
+        for name in set(re.findall(r"\b([A-Za-z_]\w*)\(", text)) - seen:
+            seen.add(name)
+            obj = getattr(module, name, None)
+            own = getattr(obj, "__module__", None) in (module.__name__, "tests.daemons")
+            if own and (inspect.isfunction(obj) or inspect.isclass(obj)):
+                depth[id(obj)] = depth[id(func)] + 1
+                todo.append(obj)
+
+
+def _starts_something(item: pytest.Item) -> bool:
+    if not isinstance(item, pytest.Function):
+        return False
+    return any(_STARTS_SOMETHING.search(text) for text in _sources(item))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests under tests/service, tests/shuffler, tests/e2e and the README and smoke
-    tests start real servers or processes: they are ``integration``
-    (``scripts/check --fast`` skips them)."""
-    here = Path(__file__).parent
+    """Mark ``integration`` the tests that start real servers, processes or Redis."""
     for item in items:
-        path = Path(str(item.fspath))
-        if path.is_relative_to(here) and _INTEGRATION & set(path.relative_to(here).parts[:1]):
+        if item.get_closest_marker("integration") is None and _starts_something(item):
             item.add_marker(pytest.mark.integration)
 
 

@@ -50,11 +50,14 @@ def _keys(obj: dict[str, Any]) -> set[str]:
 def test_counts_list_keys_match_the_doc() -> None:
     _, keys, _ = SECTIONS["crowdmix counts list --json"]
     sample = {"store": "u", "metrics": [{"metric": "m", "encoding": "rappor", "windows": [1],
+                                         "window_seconds": 86400, "window_dates": ["x"],
                                          "reports": 1, "batches": 1}]}  # fmt: skip
     assert _keys(sample) == keys  # the real output is checked in tests/e2e/test_loose_ends.py
 
 
-@pytest.mark.parametrize("title", [t for t in SECTIONS if "URL" not in SECTIONS[t][0]])
+@pytest.mark.parametrize(
+    "title", [t for t in SECTIONS if "URL" not in SECTIONS[t][0] and "DIR" not in SECTIONS[t][0]]
+)
 def test_documented_keys_are_the_printed_keys(title: str) -> None:
     command, documented, optional = SECTIONS[title]
     argv = shlex.split(command)[1:]
@@ -66,3 +69,38 @@ def test_documented_keys_are_the_printed_keys(title: str) -> None:
     # a documented list of objects may be empty in the example (ledger releases)
     assert printed <= documented, sorted(printed - documented)
     assert documented - optional <= printed, sorted(documented - optional - printed)
+
+
+def test_summary_json_top_level_keys_match_the_doc(tmp_path: Path) -> None:
+    """A one-window krr release from a counts file: its summary.json has exactly the
+    documented top-level keys, and ``window`` names its one window."""
+    import contextlib
+    import io
+
+    import numpy as np
+
+    from crowdmix.aggregator.counting import accumulator_for
+    from crowdmix.aggregator.counting.files import save_counts
+    from crowdmix.cli import main
+    from crowdmix.core.registry import load_registry
+
+    config = tmp_path / "metrics.toml"
+    config.write_text(
+        '[metrics.b]\nencoding = "krr"\nepsilon = 2.0\ndomain = ["x", "y", "z"]\n'
+        "[metrics.b.shuffle]\nmin_batch = 100\n"
+    )
+    metric = load_registry(config)["b"]
+    counts = accumulator_for(metric, totals=np.array([600]), ones=np.array([[400, 100, 100]]))
+    path = tmp_path / "c.npz"
+    save_counts(
+        path, counts, metric="b", encoding="krr", fingerprint=metric.fingerprint, window=20400,
+        windows=[20400], batch_sizes=[600], smallest_crowd=600, sealed=True,
+    )  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):
+        argv = ["report", "--counts", str(path), "--config", str(config), "--metric", "b"]
+        assert main([*argv, "--out", str(tmp_path / "o"), "--no-plot"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    _, documented, _ = SECTIONS["summary.json of crowdmix report"]
+    assert set(summary) == documented
+    assert summary["window"] == 20400 and summary["windows"] == [20400]
+    assert summary["privacy"]["statement"]["sealed"] is True

@@ -6,9 +6,10 @@ and fails on
 
 - a cycle between modules (a package's ``__init__`` counts as a module: a
   submodule that imports a name back from its own package closes a cycle);
-- an import against the layer order ``crowdmix`` → ``aggregator``, ``shuffler``
-  → ``client`` → ``protos`` (``shuffler`` and ``aggregator`` never import each
-  other; nothing below ``crowdmix`` imports the command line);
+- an import against the layer order ``crowdmix`` → ``aggregator``, ``shuffler``,
+  ``client`` → ``core`` → ``protos`` (``shuffler`` and ``aggregator`` never import
+  each other nor the app SDK ``client``; nothing below ``crowdmix`` imports the
+  command line);
 - a third-party import inside a function whose package is not in
   ``LAZY_FOR_EXTRAS``: lazy imports exist only so that a module loads without an
   optional extra, and this is the one place that names them.
@@ -26,14 +27,16 @@ import pytest
 from crowdmix.cli import EXTRA_FOR
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP_LEVEL = ("protos", "client", "shuffler", "aggregator", "crowdmix")
-# A module may import its own layer and the layers listed for it.
+TOP_LEVEL = ("protos", "core", "client", "shuffler", "aggregator", "crowdmix")
+# A module may import its own layer and the layers listed for it. The daemons share
+# the core with the app SDK and never import the SDK itself.
 MAY_IMPORT = {
     "protos": set(),
-    "client": {"protos"},
-    "shuffler": {"client", "protos"},
-    "aggregator": {"client", "protos"},
-    "crowdmix": {"aggregator", "shuffler", "client", "protos"},
+    "core": {"protos"},
+    "client": {"core", "protos"},
+    "shuffler": {"core", "protos"},
+    "aggregator": {"core", "protos"},
+    "crowdmix": {"aggregator", "shuffler", "client", "core", "protos"},
 }
 # Third-party packages that may be imported inside a function: those of the
 # optional extras, named once, in crowdmix.cli.EXTRA_FOR (a lazy import exists
@@ -61,7 +64,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _layer(module: str) -> str:
-    """The folder a module lives in: crowdmix.client.params -> client, crowdmix.cli -> crowdmix."""
+    """The folder a module lives in: crowdmix.core.params -> client, crowdmix.cli -> crowdmix."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in TOP_LEVEL else parts[0]
 
@@ -159,6 +162,18 @@ def test_the_walker_finds_a_cycle_hidden_in_a_function() -> None:
     assert _cycles(edges) == [["a", "b", "c"]]
 
 
+def test_the_daemons_never_import_the_app_sdk() -> None:
+    """Said on its own: the rule the shared core exists for."""
+    wrong = [
+        f"{module} -> {target}"
+        for module, targets in _graph().items()
+        if _layer(module) in ("shuffler", "aggregator", "core")
+        for target in targets
+        if _layer(target) == "client"
+    ]
+    assert wrong == []
+
+
 def test_imports_follow_the_layer_order() -> None:
     wrong = []
     for module, targets in _graph().items():
@@ -196,8 +211,9 @@ def test_privacy_and_plan_commands_load_no_daemon() -> None:
         "    assert main(['privacy', 'amplify', '--epsilon0', '2', '--n', '10000',"
         " '--delta', '1e-6']) == 0\n"
         "    assert main(['plan', '--epsilon', '1', '--n', '1000000', '--candidates', '50']) == 0\n"
-        "bad = sorted(m for m in sys.modules if m.startswith(('crowdmix.aggregator.daemon',"
-        " 'crowdmix.aggregator.store', 'crowdmix.shuffler', 'grpc', 'redis')))\n"
+        "bad = sorted(m for m in sys.modules if (m + '.').startswith(("
+        "'crowdmix.aggregator.daemon.', 'crowdmix.aggregator.store.', 'crowdmix.shuffler.',"
+        " 'grpc.', 'redis.')))\n"
         "print(bad)\n"
     )
     out = subprocess.run(

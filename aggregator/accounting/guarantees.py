@@ -8,11 +8,12 @@ the longitudinal argument. Pure (no state); numpy/scipy load lazily.
   (``estimated_crowd``: the exact binomial quantile at failure probability
   CROWD_FAILURE·δ/(m·batches) — a union bound over every cohort of every batch —
   and that failure probability is charged to δ once per round).
-- Central: the generic stronger-clone bound (Wang et al., VLDB 2024, Lemma 4.4),
-  valid for every ε0-LDP randomizer. The mechanism-specific (p, β, q)
-  variation-ratio pair is not used: it is not a dominating pair for shuffled
-  k-RR (d ≥ 4), OUE or PRR (pairs.py). A figure within 0.1% of ε0 is reported
-  as "no amplification".
+- Central: the best of the generic stronger-clone bound (Wang et al., VLDB 2024,
+  Lemma 4.4), valid for every ε0-LDP randomizer, and, for k-RR, OLH, OUE and a
+  RAPPOR report, the mechanism's privacy-blanket bound (``blanket``). The
+  (p, β, q) variation-ratio pair is not used: it is not a dominating pair for
+  shuffled k-RR (d ≥ 4), OUE or PRR (pairs.py). A figure within 0.1% of ε0 is
+  reported as "no amplification".
 - Longitudinal, R rounds from the same clients (``history``, which the ledger
   also uses over many releases): with a memoised PRR the rounds share
   randomness, so per-round figures never compose; the R reports of a client are
@@ -33,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.history import Segment
+    from crowdmix.aggregator.accounting.randomizers import Randomizer
 
 __all__ = [
     "COHORT_SD",
@@ -46,6 +48,7 @@ __all__ = [
     "central_guarantee",
     "estimated_crowd",
     "longitudinal_guarantee",
+    "randomizer_for",
     "segment_of",
     "smallest_cohort_share",
 ]
@@ -124,14 +127,16 @@ def estimated_crowd(batch: int, probability: float, failure: float) -> int:
     return max(1, x)
 
 
-def central_guarantee(epsilon0: float, n: int, delta: float) -> CentralGuarantee:
-    """Shuffle bound for n reports of an ε0-LDP randomizer: the generic stronger
-    clone (module docstring)."""
-    from crowdmix.aggregator.accounting.amplification import amplify
+def central_guarantee(
+    epsilon0: float, n: int, delta: float, randomizer: Randomizer | None = None
+) -> CentralGuarantee:
+    """Shuffle bound for n reports of an ε0-LDP randomizer: the best of the generic
+    stronger clone and, for a known ``randomizer``, its blanket bound
+    (``amplification.best_amplification``, the one place that picks)."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
 
-    cands: dict[str, float] = {}
-    generic = amplify(epsilon0, n, delta, bound="generic")
-    cands["generic"] = generic.epsilon
+    best = best_amplification(epsilon0, n, delta, randomizer)
+    cands = best.candidates
     name = min(cands, key=lambda k: cands[k])
     eps = cands[name]
     amplified = eps < epsilon0 * (1.0 - 1e-3)
@@ -143,6 +148,19 @@ def central_guarantee(epsilon0: float, n: int, delta: float) -> CentralGuarantee
         n_amplify=n,
         candidates=cands,
     )
+
+
+def randomizer_for(metric: MetricConfig, cohort_per_report: bool) -> Randomizer | None:
+    """The randomizer of one report of ``metric`` for the blanket bound, or None.
+
+    None for RAPPOR with a cohort drawn per report and m > 1: each report then
+    carries a random cohort whose Bloom sets differ, which the bit-vector
+    argument does not cover (the generic bound does)."""
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+    if metric.rappor is not None and cohort_per_report and metric.rappor.m > 1:
+        return None
+    return randomizer_of(basic=metric.basic, rappor=metric.rappor)
 
 
 def segment_of(
@@ -165,6 +183,7 @@ def segment_of(
         epsilon0=eps1,
         beta=beta,
         rappor=metric.rappor,
+        basic=metric.basic,
         hashing=metric.hashing,
         cohort_per_report=cohort_per_report and metric.num_cohorts > 1,
         crowd_failure=crowd_failure,

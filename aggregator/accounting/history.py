@@ -46,6 +46,13 @@ and is refused (``_check_shared_coins``). Independent groups and the
 fresh-randomness part compose by basic
 composition (Dwork, Roth 2014, Thm 3.16): ε and δ add across them.
 
+Disjoint device groups (a discovery's rounds: ``partition`` names the
+discovery, ``group`` the devices' group) compose in parallel: each group's
+segments are composed as above, and the partition costs the largest of its groups'
+(ε, δ) (McSherry, SIGMOD 2009, Thm 4; adaptive, since each group's guarantee
+holds for every fixed output of the others). A partition then adds to the rest by
+basic composition.
+
 Nothing here rounds down: every figure is an upper bound or ∞.
 """
 
@@ -56,9 +63,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crowdmix.client.params import RapporParams
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+
+if TYPE_CHECKING:
+    from crowdmix.aggregator.accounting.randomizers import Randomizer
 
 __all__ = [
     "Composed",
@@ -85,11 +96,18 @@ class Segment:
     epsilon0: float
     beta: float
     rappor: RapporParams | None = None
+    # The basic mechanism's params (None for RAPPOR, or a ledger entry written before
+    # they were kept): with them the mechanism's blanket bound is used.
+    basic: BasicParams | None = None
     hashing: str = "mmh3"
     cohort_per_report: bool = False
     # Per round: probability that an estimated crowd was smaller than n_amplify
     # (charged to δ once per round, on top of ``delta``).
     crowd_failure: float = 0.0
+    # Disjoint device groups: segments of one partition with different groups
+    # never share a device ("" = every device may be in every segment).
+    partition: str = ""
+    group: int = 0
 
     def __post_init__(self) -> None:
         for name in ("rounds", "n_amplify"):
@@ -104,6 +122,11 @@ class Segment:
             raise ValueError(f"beta must be in [0, 1], got {self.beta!r}")
         if not 0.0 <= self.crowd_failure < 1.0:
             raise ValueError(f"crowd_failure must be in [0, 1), got {self.crowd_failure!r}")
+        if not isinstance(self.partition, str) or len(self.partition) > 256:
+            raise ValueError(f"partition must be a string of at most 256, got {self.partition!r}")
+        g = self.group
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            raise ValueError(f"group must be a non-negative integer, got {g!r}")
 
     @property
     def fresh(self) -> bool:
@@ -130,14 +153,25 @@ def round_pair(epsilon0: float) -> Any:
     return ClonePair.stronger_clone(epsilon0)
 
 
-def _best_amplify(epsilon0: float, n: int, delta: float) -> float:
-    """One-round shuffle bound: the generic stronger clone, valid for every
-    ε0-LDP randomizer (the (p, β, q) pair is not a dominating pair, pairs.py)."""
-    from crowdmix.aggregator.accounting.amplification import amplify
+def _best_amplify(
+    epsilon0: float, n: int, delta: float, randomizer: Randomizer | None = None
+) -> float:
+    """One-round shuffle bound: ``amplification.best_amplification`` (the generic
+    stronger clone, and the randomizer's blanket bound when it is known)."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
 
     if math.isinf(epsilon0):
         return math.inf
-    return amplify(epsilon0, n, delta).epsilon
+    return best_amplification(epsilon0, n, delta, randomizer).result.epsilon
+
+
+def _report_randomizer(s: Segment) -> Randomizer | None:
+    """The randomizer of one report of ``s`` (fresh randomness), for its blanket bound."""
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+    if s.rappor is not None and s.cohort_per_report and s.rappor.m > 1:
+        return None
+    return randomizer_of(basic=s.basic, rappor=s.rappor)
 
 
 @lru_cache(maxsize=32)
@@ -145,6 +179,24 @@ def _pair_pld(epsilon0: float, n: int, tail: float) -> Any:
     from crowdmix.aggregator.accounting.pld import shuffle_pld
 
     return shuffle_pld(round_pair(epsilon0), n, tail=tail)
+
+
+@lru_cache(maxsize=32)
+def _round_pld(epsilon0: float, n: int, tail: float, randomizer: Randomizer | None, k: int) -> Any:
+    """The PLD of one round: the randomizer's blanket pair (``blanket_pld``) where it
+    gives the smaller ε over the ``k`` rounds' share of δ, else the generic pair.
+    Both dominate the round, so either choice is an upper bound."""
+    generic = _pair_pld(epsilon0, n, tail)
+    if randomizer is None:
+        return generic
+    from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
+
+    blanket = blanket_pld(randomizer, n, tail=tail)
+    if blanket is None:
+        return generic
+    probe = 1e-6 / max(1, k)
+    better = blanket.get_epsilon_for_delta(probe) < generic.get_epsilon_for_delta(probe)
+    return blanket if better else generic
 
 
 def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
@@ -157,10 +209,15 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         return math.inf, "no-bound"
     if all(s.epsilon0 == 0.0 for s in segs):
         return 0.0, "pld-composition"
-    by_pair: dict[tuple[float, int], int] = defaultdict(int)
-    by_round: dict[tuple[float, int], int] = defaultdict(int)
+    if total_rounds == 1:  # nothing to compose: the round's own (tighter) figure
+        (one,) = segs
+        return _best_amplify(one.epsilon0, one.n_amplify, delta, _report_randomizer(one)), (
+            "single-release"
+        )
+    by_pair: dict[tuple[float, int, Any], int] = defaultdict(int)
+    by_round: dict[tuple[float, int, Any], int] = defaultdict(int)
     for s in segs:
-        key = (s.epsilon0, s.n_amplify)
+        key = (s.epsilon0, s.n_amplify, _report_randomizer(s))
         if 2 <= s.n_amplify <= MAX_PLD_N and 0.0 < s.epsilon0 <= 50.0:
             by_pair[key] += s.rounds
         elif s.epsilon0 > 0.0:
@@ -169,8 +226,8 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     per_round = delta / (2.0 * max(1, fallback_rounds))
     if not by_pair and len(by_round) == 1:
         # All alike and past the PLD's reach: KOV's exact optimal composition.
-        ((eps0, n), k) = next(iter(by_round.items()))
-        eps_r = _best_amplify(eps0, n, per_round)
+        ((eps0, n, rand), k) = next(iter(by_round.items()))
+        eps_r = _best_amplify(eps0, n, per_round, rand)
         if k * per_round < delta:
             return compose_optimal(eps_r, per_round, k, delta), "optimal-composition"
         return k * eps_r, "basic-composition"
@@ -179,12 +236,12 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
 
     tail = min(1e-12, delta * 1e-4 / total_rounds)
     composed: Any = None
-    for (eps0, n), k in sorted(by_pair.items()):
-        one = _pair_pld(eps0, n, tail)
+    for (eps0, n, rand), k in sorted(by_pair.items(), key=lambda kv: kv[0][:2]):
+        one = _round_pld(eps0, n, tail, rand, k)
         part = one.self_compose(k) if k > 1 else one
         composed = part if composed is None else composed.compose(part)
-    for (eps0, n), k in sorted(by_round.items()):
-        eps_r = _best_amplify(eps0, n, per_round)
+    for (eps0, n, rand), k in sorted(by_round.items(), key=lambda kv: kv[0][:2]):
+        eps_r = _best_amplify(eps0, n, per_round, rand)
         one = pld_mod.from_privacy_parameters(
             common.DifferentialPrivacyParameters(eps_r, per_round),
             value_discretization_interval=GRID,
@@ -214,11 +271,17 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
         cands["cohort-irr"] = _best_amplify(eps_irr, n, delta)
         return cands["cohort-irr"], "cohort-irr", cands
     if not math.isinf(eps_inf):
-        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta)
+        from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+        # One group shares k, h, m and f (``_check_shared_coins``): one PRR.
+        prr = randomizer_of(rappor=first, prr_only=True)
+        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta, prr)
     if same:
         eps_k = local.epsilon_k(first, k_total)
         if not math.isinf(eps_k):
-            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta)
+            # One round is one report (ε_1 = ε_k): its own randomizer's bound applies.
+            single = _report_randomizer(segs[0]) if k_total == 1 else None
+            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta, single)
     if not cands:
         return math.inf, "no-bound", cands
     name = min(cands, key=lambda key: cands[key])
@@ -296,8 +359,48 @@ def _check_shared_coins(segments: Sequence[Segment]) -> None:
 
 
 def compose_segments(segments: Sequence[Segment]) -> Composed:
-    """(ε, δ) of all ``segments`` together (module docstring); δ adds across the
-    independent parts, each part uses the largest δ of its segments.
+    """(ε, δ) of all ``segments`` together (module docstring): segments of a
+    partition in parallel across its groups, everything else as one sequence,
+    and the parts added (basic composition)."""
+    import dataclasses
+
+    plain = [s for s in segments if not s.partition]
+    parts_by: dict[str, dict[int, list[Segment]]] = defaultdict(lambda: defaultdict(list))
+    for s in segments:
+        if s.partition:
+            parts_by[s.partition][s.group].append(dataclasses.replace(s, partition="", group=0))
+    if not parts_by:
+        return _compose_sequence(plain)
+    base = _compose_sequence(plain)
+    eps, delta = base.epsilon, base.delta
+    parts = list(base.parts)
+    for name, groups in sorted(parts_by.items()):
+        worst = [_compose_group(g) for _, g in sorted(groups.items())]
+        g_eps, g_delta = max(c.epsilon for c in worst), max(c.delta for c in worst)
+        parts.append((f"parallel-groups:{name}", g_eps, g_delta))
+        eps, delta = eps + g_eps, delta + g_delta
+    argument = parts[0][0] if len(parts) == 1 else "basic-composition"
+    return Composed(
+        epsilon=eps,
+        delta=min(1.0, delta),
+        argument=argument,
+        parts=tuple(parts),
+        candidates=dict(base.candidates),
+    )
+
+
+def _compose_group(segments: Sequence[Segment]) -> Composed:
+    """One group's rounds: a single fresh round is its own shuffle bound, more compose."""
+    if len(segments) == 1 and segments[0].rounds == 1 and segments[0].fresh:
+        s = segments[0]
+        eps = _best_amplify(s.epsilon0, s.n_amplify, s.delta)
+        return Composed(epsilon=eps, delta=min(1.0, s.delta + s.crowd_failure), argument="generic")
+    return _compose_sequence(segments)
+
+
+def _compose_sequence(segments: Sequence[Segment]) -> Composed:
+    """(ε, δ) of ``segments`` that may all touch every device (module docstring);
+    δ adds across the independent parts, each part uses the largest δ of its segments.
 
     RAPPOR f = 0 groups may go either way (into the PLD, or bounded alone by the
     memoised-k argument); both strategies are evaluated for all such groups at
@@ -374,20 +477,36 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
         "rappor": None
         if r is None
         else {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q},
+        "basic": None
+        if seg.basic is None
+        else {
+            "mechanism": seg.basic.mechanism,
+            "epsilon": seg.basic.epsilon,
+            "domain_size": seg.basic.domain_size,
+        },
         "hashing": seg.hashing,
         "cohort_per_report": seg.cohort_per_report,
         "crowd_failure": seg.crowd_failure,
+        **({"partition": seg.partition, "group": seg.group} if seg.partition else {}),
     }
 
 
 def segment_from_dict(data: Any) -> Segment:
     """Inverse of ``segment_to_dict``; ValueError/KeyError/TypeError on bad data."""
-    from crowdmix.client.errors import ParamsError
+    from crowdmix.core.errors import ParamsError
 
     r = data["rappor"]
     eps0 = data["epsilon0"]
+    b = data.get("basic")
     try:
         rappor = None if r is None else RapporParams(**{k: r[k] for k in "khmfpq"})
+        basic = (
+            None
+            if b is None
+            else BasicParams(
+                mechanism=b["mechanism"], epsilon=b["epsilon"], domain_size=b["domain_size"]
+            )
+        )
     except ParamsError as exc:
         raise ValueError(str(exc)) from None
     return Segment(
@@ -397,7 +516,10 @@ def segment_from_dict(data: Any) -> Segment:
         epsilon0=math.inf if eps0 is None else float(eps0),
         beta=float(data["beta"]),
         rappor=rappor,
+        basic=basic,
         hashing=str(data["hashing"]),
         cohort_per_report=bool(data["cohort_per_report"]),
         crowd_failure=float(data.get("crowd_failure", 0.0)),
+        partition=str(data.get("partition", "")),
+        group=int(data.get("group", 0)),
     )

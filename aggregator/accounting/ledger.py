@@ -332,6 +332,13 @@ class PrivacyLedger:
             raise DuplicateReleaseError(
                 f"release {release.release_id!r} of {metric!r} is already recorded"
             )
+        content = release.extra.get("content")
+        same = [r for r in existing if content is not None and r.extra.get("content") == content]
+        if same:  # the same data again (a re-run, another id): it costs no more privacy
+            raise DuplicateReleaseError(
+                f"release {release.release_id!r} of {metric!r} releases the same data as "
+                f"{same[0].release_id!r}, already recorded"
+            )
         eps, delta = self.cumulative([*existing, release])
         budget = self.budget(metric)
         if budget is not None and (eps > budget.epsilon or delta > budget.delta):

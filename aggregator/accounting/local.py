@@ -1,6 +1,6 @@
 """Local (per-client) privacy of one client's reports: pure math, no state.
 
-RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``crowdmix.client.privacy`` holds p*, q*,
+RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``crowdmix.core.privacy`` holds p*, q*,
 ε_1 (one report) and ε_∞ (the PRR bound); this module adds
 
 - ``epsilon_k``: k reports of one value over the same memoised PRR. Per Bloom bit
@@ -13,7 +13,7 @@ RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``crowdmix.client.privacy`` hold
 
       ε_k = h·[ ln R((q/p)^k) − ln R(((1−q)/(1−p))^k) ].
 
-  ε_1 equals client.privacy.epsilon_one and ε_k → ε_∞ as k → ∞. Computed in log
+  ε_1 equals crowdmix.core.privacy.epsilon_one and ε_k → ε_∞ as k → ∞. Computed in log
   space (x = e^y, dividing through by e^max(y, 0)) so huge k never overflows.
 - ``total_variation``: β, the exact total variation distance between one report's
   distributions for the worst-case pair of values (disjoint Bloom bits). β is the
@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import math
 
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_inf, epsilon_one, p_star, q_star
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one, p_star, q_star
 
 __all__ = [
     "basic_epsilon",

@@ -62,10 +62,48 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClonePair", "EvaluatedPair"]
+__all__ = ["ClonePair", "EvaluatedPair", "binom_window"]
 
 # C's window covers all but TAIL_FRACTION·δ of its mass; that mass is added to δ.
 TAIL_FRACTION = 1e-6
+
+
+def binom_window(n: int, p: float, tail: float) -> tuple[int, int]:
+    """[lo, hi] with P(Bin(n, p) ∉ [lo, hi]) ≤ ``tail``, by the Chernoff bound
+    P(X ≥ k) ≤ exp(−n·KL(k/n ‖ p)) on each side (scipy's ppf/isf fail for tails
+    below ~1e-16 and return the whole range). Callers still measure the exact
+    mass left out, so this only sets speed."""
+    if n == 0 or p <= 0.0:
+        return 0, 0
+    if p >= 1.0:
+        return n, n
+    need = math.log(2.0 / tail)
+
+    def kl(k: int) -> float:
+        a = k / n
+        out = 0.0
+        if a > 0.0:
+            out += a * math.log(a / p)
+        if a < 1.0:
+            out += (1.0 - a) * math.log((1.0 - a) / (1.0 - p))
+        return n * out
+
+    mean = n * p
+    lo_in, lo_out = math.floor(mean), -1  # kl(lo_in) < need (or lo_in = mean)
+    while lo_in - lo_out > 1:
+        mid = (lo_in + lo_out) // 2
+        if kl(mid) >= need:
+            lo_out = mid
+        else:
+            lo_in = mid
+    hi_in, hi_out = math.ceil(mean), n + 1
+    while hi_out - hi_in > 1:
+        mid = (hi_in + hi_out) // 2
+        if kl(mid) >= need:
+            hi_out = mid
+        else:
+            hi_in = mid
+    return max(0, lo_out), min(n, hi_out)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,10 +188,8 @@ class EvaluatedPair:
             # The central interval holding all but TAIL_FRACTION·δ of C's mass; the
             # exact mass left out is measured below and charged to δ, so the
             # quantiles only set speed, never correctness.
-            tau = 0.5 * (TAIL_FRACTION * delta if tail is None else tail)
-            c_lo = max(0, int(stats.binom.ppf(tau, m, prob)) - 1)
-            c_hi = min(m, int(stats.binom.isf(tau, m, prob)) + 1)
-        low = float(stats.binom.cdf(c_lo, m, prob)) if c_lo > 0 else 0.0
+            c_lo, c_hi = binom_window(m, prob, TAIL_FRACTION * delta if tail is None else tail)
+        low = float(stats.binom.cdf(c_lo - 1, m, prob)) if c_lo > 0 else 0.0
         high = float(stats.binom.sf(c_hi, m, prob)) if c_hi < m else 0.0
         self.tail = low + high
         c = np.arange(c_lo, c_hi + 1, dtype=np.float64)

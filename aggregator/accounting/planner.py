@@ -15,8 +15,9 @@ Method (every step monotone, so the result is checked, not hoped for):
    so the local figure that must fit under ε0_max is min(ε_R, ε_∞).
 3. For h ∈ {1, 2} and f ∈ {1/8, 1/4, 1/2, 3/4}, the symmetric IRR q = 1 − p with
    the largest q that keeps the local figure ≤ ε0_max (bisection: ε_1 and ε_R
-   grow with q). The RAPPOR-specific bound is never used to loosen the choice,
-   only reported (it can only be tighter).
+   grow with q). Then q is raised while the best valid bound
+   (``amplification.best_amplification``: the generic one or the RAPPOR
+   report's and PRR's blanket bounds) still meets the target (``_refined``).
 4. The idealised standard error of one candidate's frequency: h·n noisy bits
    carry it, each with variance at most 1/4, scaled by the signal q* − p*:
 
@@ -42,13 +43,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = ["Plan", "PlanError", "plan"]
 
 _H_CHOICES = (1, 2)
 _F_CHOICES = (0.125, 0.25, 0.5, 0.75)
 _Q_MAX = 0.99
+# Resolution of the q refined with the blanket bound (each step computes one).
+_Q_STEP = 1e-3
 
 
 class PlanError(ValueError):
@@ -154,9 +157,77 @@ def _best_q(h: int, f: float, k: int, m: int, rounds: int, eps_max: float) -> Ra
     return make(lo) if lo > 0.5 else None
 
 
+def _meets(params: RapporParams, target: float, n_amp: int, delta: float, rounds: int) -> bool:
+    """Whether the best valid bounds (``amplification.best_amplification``) put one
+    release, and ``rounds`` releases by the memoised-PRR argument, within target."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
+    from crowdmix.aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+    eps1 = epsilon_one(params)
+    central = best_amplification(eps1, n_amp, delta, randomizer_of(rappor=params))
+    if central.result.epsilon > target:
+        return False
+    if rounds == 1:
+        return True
+    eps_k = epsilon_k(params, rounds)
+    if best_amplification(eps_k, n_amp, delta).result.epsilon <= target:
+        return True
+    prr = randomizer_of(rappor=params, prr_only=True)
+    return best_amplification(epsilon_inf(params), n_amp, delta, prr).result.epsilon <= target
+
+
+def _refined(
+    proposals: list[tuple[float, RapporParams]],
+    target: float,
+    n: int,
+    n_amp: int,
+    delta: float,
+    rounds: int,
+    local_cap: float | None,
+) -> list[tuple[float, RapporParams]]:
+    """Raise each proposal's q while the best valid bound still meets the target.
+
+    The proposals come from the generic bound; a mechanism's blanket bound may
+    allow a larger q (more signal). Proposals are refined in order of the error
+    they could reach at q = _Q_MAX, and refining stops once that cannot beat the
+    best refined error (each check computes a blanket bound). q is bisected to
+    _Q_STEP; the figures are checked again by ``privacy_statement`` in ``plan``."""
+    from crowdmix.aggregator.accounting.local import epsilon_one
+
+    def with_q(base: RapporParams, q: float) -> RapporParams:
+        return RapporParams(k=base.k, h=base.h, m=base.m, f=base.f, p=1.0 - q, q=q)
+
+    out = list(proposals)
+    order = sorted(proposals, key=lambda sp: std_error(with_q(sp[1], _Q_MAX), n))
+    best = min((se for se, _ in proposals), default=math.inf)
+    for _, base in order:
+        if std_error(with_q(base, _Q_MAX), n) >= best:
+            break
+        lo, hi = base.q, _Q_MAX
+        if local_cap is not None:
+            while hi - lo > _Q_STEP and epsilon_one(with_q(base, hi)) > local_cap:
+                hi = 0.5 * (lo + hi)
+        if not _meets(with_q(base, lo + _Q_STEP), target, n_amp, delta, rounds):
+            continue
+        lo += _Q_STEP
+        while hi - lo > _Q_STEP:
+            mid = 0.5 * (lo + hi)
+            ok = local_cap is None or epsilon_one(with_q(base, mid)) <= local_cap
+            if ok and _meets(with_q(base, mid), target, n_amp, delta, rounds):
+                lo = mid
+            else:
+                hi = mid
+        refined = with_q(base, lo)
+        se = std_error(refined, n)
+        out.append((se, refined))
+        best = min(best, se)
+    return out
+
+
 def std_error(params: RapporParams, n: int) -> float:
     """Idealised standard error of one candidate's frequency (see module docstring)."""
-    from crowdmix.client.privacy import p_star, q_star
+    from crowdmix.core.privacy import p_star, q_star
 
     signal = q_star(params) - p_star(params)
     return 1.0 / (2.0 * signal * math.sqrt(params.h * n))
@@ -186,7 +257,7 @@ def plan(
 
     from crowdmix.aggregator.accounting.guarantees import CROWD_FAILURE, estimated_crowd
     from crowdmix.aggregator.accounting.statement import privacy_statement
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon < 20:
         raise ValueError(f"epsilon must be in (0, 20), got {epsilon!r}")
@@ -232,16 +303,15 @@ def plan(
             if params is None:
                 continue
             proposals.append((std_error(params, n), params))
-    if not proposals:
-        raise PlanError(
-            f"no RAPPOR parameters reach ε={epsilon} with δ={delta} for n={n} "
-            f"(a report hides among only ~{n_amp} others)"
-            + (
-                ""
-                if max_local_epsilon is None and max_epsilon_inf is None
-                else " within the local caps"
-            )
-        )
+    proposals = _refined(
+        proposals,
+        float(epsilon),
+        n,
+        n_amp,
+        amp_delta,
+        rounds,
+        None if max_local_epsilon is None else float(max_local_epsilon),
+    )
     proposals.sort(key=lambda sp: sp[0])
     z = float(norm.isf(alpha / candidates)) + float(norm.ppf(power))
     if z * proposals[0][0] >= 1.0:

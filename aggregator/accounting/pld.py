@@ -29,7 +29,14 @@ from typing import Any
 
 from crowdmix.aggregator.accounting.pairs import ClonePair
 
-__all__ = ["GRID", "MAX_PLD_N", "pld_epsilon", "pld_lower_epsilon", "shuffle_pld"]
+__all__ = [
+    "GRID",
+    "MAX_PLD_N",
+    "pair_loss_counts",
+    "pld_epsilon",
+    "pld_lower_epsilon",
+    "shuffle_pld",
+]
 
 # ~2 s at 3e5 (14 s at 1e6): above it callers fall back to optimal composition.
 MAX_PLD_N = 300_000
@@ -50,8 +57,23 @@ def shuffle_pld(
     of a concrete mechanism whose exact pair this is): losses rounded down and
     the mass left out dropped, so the composed ε is at most the true one.
     """
-    import numpy as np
     from dp_accounting.pld import privacy_loss_distribution as pld_mod
+
+    counts, kept = pair_loss_counts(pair, n, tail=tail, grid=grid, pessimistic=pessimistic)
+    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite
+    # loss (pessimistic) or dropped (optimistic).
+    infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14) if pessimistic else 0.0
+    return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
+        counts, infinity_mass, grid, pessimistic_estimate=pessimistic, symmetric=True
+    )
+
+
+def pair_loss_counts(
+    pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = GRID, pessimistic: bool = True
+) -> tuple[dict[int, float], float]:
+    """The pair's privacy-loss PMF under P on the loss grid (index → mass), and the
+    mass it holds (the rest was left out)."""
+    import numpy as np
     from scipy import stats
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PLD_N:
@@ -95,12 +117,7 @@ def shuffle_pld(
             counts[key] = counts.get(key, 0.0) + float(summed[i])
         kept += math.fsum(mass)
         start = stop
-    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite
-    # loss (pessimistic) or dropped (optimistic).
-    infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14) if pessimistic else 0.0
-    return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
-        counts, infinity_mass, grid, pessimistic_estimate=pessimistic, symmetric=True
-    )
+    return counts, kept
 
 
 def pld_epsilon(pair: ClonePair, n: int, rounds: int, delta: float) -> float:

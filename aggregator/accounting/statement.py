@@ -38,11 +38,12 @@ from crowdmix.aggregator.accounting.guarantees import (
     central_guarantee,
     estimated_crowd,
     longitudinal_guarantee,
+    randomizer_for,
     segment_of,
     smallest_cohort_share,
 )
 from crowdmix.aggregator.accounting.history import segment_to_dict
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.history import Segment
@@ -58,6 +59,8 @@ __all__ = [
 
 _BOUND_NAMES = {
     "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
+    "blanket": "mechanism-specific privacy-blanket bound (Balle-Bell-Gascon-Nissim 2019; "
+    "Su-Cheng-Wang 2025), evaluated exactly",
     "none": "no amplification",
 }
 
@@ -66,8 +69,8 @@ _ARGUMENTS = {
     "memoised-prr-k": "memoised PRR: the R reports of one client are one ε_R-LDP "
     "randomizer, amplified",
     "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
-    "ε_∞-LDP PRR, amplified by the generic stronger-clone bound (holds for any number "
-    "of rounds)",
+    "ε_∞-LDP PRR, amplified by the best of the generic stronger-clone bound and the "
+    "PRR's privacy-blanket bound (holds for any number of rounds)",
     "cohort-irr": "cohort drawn per report: cohorts whose Bloom filters of a value coincide "
     "share PRR coins, so neither one ε_∞ nor min(R, m)·ε_∞ bounds a client's reports; "
     "each report's IRR over all k bits bounds it whatever the PRRs, R·k·ε_bit, amplified",
@@ -135,6 +138,12 @@ class PrivacyStatement:
             "aggregator": f"{central} of this release",
             "together": f"{e1} per report (the local guarantee)",
         }
+        if not self.shuffled:  # no shuffler in the path: the aggregator sees each report
+            return {
+                "shuffler": "nothing: the reports did not pass through a shuffler",
+                "aggregator": f"{e1} per report (the reports were not shuffled)",
+                "together": f"{e1} per report (the local guarantee)",
+            }
         if self.sealed is None:
             return {
                 k: f"if the reports were sealed (the default), {sealed[k]}; "
@@ -158,12 +167,12 @@ class PrivacyStatement:
             return (
                 f"{self.num_cohorts} persistent cohorts: a report hides only among reports of "
                 "its own cohort, so amplification uses the smallest same-cohort crowd of any "
-                f"shuffled batch, measured when the batches were counted: "
-                f"{self.central.n_amplify:,} reports"
+                "shuffled batch, measured when the batches were counted: "
+                + _count(self.central.n_amplify, "report")
             )
         how = "estimated" if self.cohort_share_estimated else "measured"
         where = (
-            f"of the smallest batch ({self.batch_size:,} reports), the exact binomial "
+            f"of the smallest batch ({_count(self.batch_size, 'report')}), the exact binomial "
             "quantile for how a cohort's count varies between batches (its failure "
             "probability is charged to δ)"
             if self.cohort_share_estimated
@@ -173,7 +182,7 @@ class PrivacyStatement:
             f"{self.num_cohorts} persistent cohorts: a report hides only among reports of "
             f"its own cohort, so amplification uses the smallest cohort's share "
             f"({self.smallest_cohort_share:.4g}, {how}) {where}: "
-            f"{self.central.n_amplify:,} reports"
+            + _count(self.central.n_amplify, "report")
         )
 
     @property
@@ -209,7 +218,7 @@ class PrivacyStatement:
         elif self.batch_assumed:
             out.append(
                 f"batch sizes unknown: the smallest batch the shuffle policy allows "
-                f"({self.batch_size} reports) was assumed"
+                f"({_count(self.batch_size, 'report')}) was assumed"
             )
         return out
 
@@ -302,7 +311,7 @@ class PrivacyStatement:
         release = (
             f"each of these {lg.rounds} releases"
             if lg.rounds > 1
-            else f"this release of {self.n_reports:,} reports"
+            else f"this release of {_count(self.n_reports, 'report')}"
         )
         if c.amplified:
             central = (
@@ -313,7 +322,7 @@ class PrivacyStatement:
             )
         else:
             central = (
-                f" Shuffling {c.n_amplify:,} reports is too few to improve on the local "
+                f" Shuffling {_count(c.n_amplify, 'report')} is too few to improve on the local "
                 f"guarantee (no amplification): the release is {c.epsilon:.4g}-differentially "
                 "private."
             )
@@ -323,11 +332,11 @@ class PrivacyStatement:
         elif self.batch_assumed:
             batch = (
                 " The batch sizes were not given, so this assumes the smallest batch the "
-                f"shuffle policy allows ({self.batch_size:,} reports); with the actual sizes "
-                "the figure is usually smaller."
+                f"shuffle policy allows ({_count(self.batch_size, 'report')}); with the actual "
+                "sizes the figure is usually smaller."
             )
         else:
-            batch = f" The smallest shuffled batch held {self.batch_size:,} reports."
+            batch = f" The smallest shuffled batch held {_count(self.batch_size, 'report')}."
         text = local + central + cohort + batch
         if lg.rounds > 1:
             text += (
@@ -341,6 +350,11 @@ class PrivacyStatement:
             f"aggregator alone gets {who['aggregator']}; the two together get {who['together']}."
         )
         return text + " This assumes that " + "; that ".join(self.assumptions) + "."
+
+
+def _count(n: int, word: str) -> str:
+    """``"1 report"``, ``"1,000 reports"``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
 def privacy_statement(
@@ -458,7 +472,8 @@ def privacy_statement(
             epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
         )
     else:
-        central = central_guarantee(eps1, n_amp, amp_delta)
+        randomizer = randomizer_for(metric, cohort_per_report)
+        central = central_guarantee(eps1, n_amp, amp_delta, randomizer)
         central = dataclasses.replace(central, delta=delta)  # + crowd_failure
 
     segment = segment_of(
@@ -506,15 +521,19 @@ def record_release(
     attempts: int = 3,
     smallest_crowd: int | None = None,
     rounds: int = 1,
+    content: str | None = None,
+    sealed: bool | None = None,
 ) -> tuple[PrivacyStatement, tuple[float, float]]:
     """Statement for the next release of ``metric`` and its ledger entry, in one step.
 
     ``rounds`` is the number of collection windows this release merges: each is
-    a round for every client in it. The statement covers this release's own
-    rounds; the ledger composes its segment with every earlier release's
-    (``history.compose_segments``) for the total. Raises BudgetExceededError
-    (nothing recorded) when the total would exceed the budget; retries when
-    another writer appended in between.
+    a round for every client in it. ``content`` identifies the data released (the
+    windows and counts): the ledger records a release of the same content once,
+    whatever its id (``DuplicateReleaseError``). ``sealed`` goes to the statement.
+    The statement covers this release's own rounds; the ledger composes its segment
+    with every earlier release's (``history.compose_segments``) for the total. Raises
+    BudgetExceededError (nothing recorded) when the total would exceed the budget;
+    retries when another writer appended in between.
     """
     from crowdmix.aggregator.accounting.ledger import ConcurrentUpdateError
 
@@ -529,7 +548,11 @@ def record_release(
         shuffled=shuffled,
         smallest_crowd=smallest_crowd,
     )
+    if sealed is not None:
+        stmt = dataclasses.replace(stmt, sealed=sealed)
     release = stmt.to_release(release_id=release_id, window=window)
+    if content is not None:
+        release = dataclasses.replace(release, extra={**release.extra, "content": content})
     for attempt in range(attempts):
         try:
             total = ledger.record(metric.name, release)

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts
 from crowdmix.aggregator.counting.counts import CohortCounts, Counts, CountsError, CountsShapeError
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 __all__ = ["accumulator_for"]
 

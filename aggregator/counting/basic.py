@@ -1,6 +1,6 @@
 """Accumulators for the basic mechanisms whose payload is not a bit vector.
 
-Payload layouts are defined once, in ``crowdmix.client.basic``. Both accumulators keep
+Payload layouts are defined once, in ``crowdmix.core.basic``. Both accumulators keep
 one cohort and store the *support* of each domain value v in ``ones[0, v]``
 (Wang et al., USENIX Security 2017, §3: a report "supports" the values it is
 consistent with), so the decoders see one shape for every mechanism:
@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
-from crowdmix.client.basic import OLH_PRIME, index_bytes
+from crowdmix.core.basic import OLH_PRIME, index_bytes
 
 __all__ = ["IndexCounts", "OlhSupportCounts", "olh_hashes"]
 
@@ -40,7 +40,7 @@ def _le_uint(bits: npt.NDArray[np.uint8], start: int, width: int) -> npt.NDArray
 def olh_hashes(
     a: npt.ArrayLike, b: npt.ArrayLike, x: npt.ArrayLike, g: int
 ) -> npt.NDArray[np.uint64]:
-    """``crowdmix.client.basic.olh_hash`` vectorised: ((a·x + b) mod P) mod g, broadcasting a, b, x.
+    """``crowdmix.core.basic.olh_hash`` vectorised: ((a·x + b) mod P) mod g, broadcasting a, b, x.
 
     With a < P = 2^31 - 1 and x < 2^24 the product stays below 2^55, so uint64
     is exact; mod P uses the Mersenne identity 2^31 ≡ 1 (mod P) instead of a

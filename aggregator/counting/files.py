@@ -10,21 +10,32 @@ A ``.npz`` archive (numpy's zip of arrays, read with ``allow_pickle=False``)::
     window      collection window (-1: unknown / all windows merged)
     buckets     OLH buckets g (0 for other kinds)
     duplicate_reports  report ids the aggregator saw twice in these windows (-1: not
-                recorded; absent in older files: read as not recorded)
+                recorded)
+    windows     int64[]: the collection windows merged (absent: not recorded)
+    batch_sizes int64[]: the size of every shuffled batch counted (absent: not recorded)
+    smallest_crowd  the fewest same-cohort reports in any batch, measured at ingest (-1:
+                not recorded)
+    sealed      1: every batch was sealed, 0: some came in the clear, -1: not recorded
+    params      the metric's registry entry (JSON, ``describe_metric``; absent: not
+                recorded): a mismatch then names the field that differs
     totals      int64[m]
     ones        int64[m, nbits]
 
 The fingerprint ties counts to the exact params they were encoded under, so a
 report job run with another metric config is refused instead of mis-decoding.
+What the privacy statement needs beyond the counts (windows, batch sizes, the measured
+crowd, sealing) travels with them, so a report from the file states what one from the
+live store states. A field absent from the file is unknown, never assumed.
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,7 +43,7 @@ from crowdmix.aggregator.counting.basic import IndexCounts, OlhSupportCounts
 from crowdmix.aggregator.counting.counts import CohortCounts, Counts, CountsError
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = ["FORMAT", "CountsFileError", "SavedCounts", "load_counts", "save_counts"]
 
@@ -54,6 +65,13 @@ class SavedCounts:
     window: int | None = None
     #: report ids seen twice in these windows; None: not recorded (unknown, not 0)
     duplicate_reports: int | None = None
+    #: the windows merged, the batches counted, the measured crowd, sealing, the params
+    #: (each None: not recorded)
+    windows: tuple[int, ...] | None = None
+    batch_sizes: tuple[int, ...] | None = None
+    smallest_crowd: int | None = None
+    sealed: bool | None = None
+    params: str | None = None
 
     def check_metric(self, metric: MetricConfig) -> None:
         """Raise CountsFileError unless these counts were made under ``metric``'s params."""
@@ -63,9 +81,18 @@ class SavedCounts:
                 f"uses {metric.encoding!r}"
             )
         if self.fingerprint != metric.fingerprint:
+            if self.params is not None:
+                from crowdmix.aggregator.store.codec import params_difference
+
+                differ = params_difference(self.params, metric, ours="the counts")
+                raise CountsFileError(
+                    f"params mismatch: metric {metric.name!r} differs from the params the "
+                    f"counts were encoded with: {differ}"
+                )
             raise CountsFileError(
                 f"params mismatch: counts were encoded with params fingerprint "
                 f"{self.fingerprint:016x}, metric {metric.name!r} has {metric.fingerprint:016x}"
+                " (the file records no params to name the field: re-export it)"
             )
         expected = (metric.num_cohorts, _nbits_of(metric))
         got = (self.counts.num_cohorts, self.counts.nbits)
@@ -91,13 +118,30 @@ def save_counts(
     fingerprint: int,
     window: int | None = None,
     duplicate_reports: int | None = None,
+    windows: Sequence[int] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    smallest_crowd: int | None = None,
+    sealed: bool | None = None,
+    params: str | None = None,
 ) -> None:
     """Write counts atomically (a temporary file renamed into place).
 
     ``duplicate_reports`` (``CountStore.duplicate_reports``; None: not known) is kept so a
-    shuffled-histogram statement made from the file can tell whether reports were linked."""
+    shuffled-histogram statement made from the file can tell whether reports were linked;
+    ``windows``, ``batch_sizes``, ``smallest_crowd`` and ``sealed`` (the store's records;
+    None: not known) so its privacy statement is the live store's; ``params``
+    (``describe_metric``) so a mismatch names the field."""
     if duplicate_reports is not None and duplicate_reports < 0:
         raise ValueError(f"duplicate_reports must be >= 0 or None, got {duplicate_reports}")
+    if smallest_crowd is not None and smallest_crowd < 0:
+        raise ValueError(f"smallest_crowd must be >= 0 or None, got {smallest_crowd}")
+    optional: dict[str, Any] = {}
+    if windows is not None:
+        optional["windows"] = np.array(sorted(windows), dtype=np.int64)
+    if batch_sizes is not None:
+        optional["batch_sizes"] = np.array(sorted(batch_sizes), dtype=np.int64)
+    if params is not None:
+        optional["params"] = np.array(params)
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as fh:
@@ -113,8 +157,13 @@ def save_counts(
             duplicate_reports=np.array(
                 -1 if duplicate_reports is None else duplicate_reports, dtype=np.int64
             ),
+            smallest_crowd=np.array(
+                -1 if smallest_crowd is None else smallest_crowd, dtype=np.int64
+            ),
+            sealed=np.array(-1 if sealed is None else int(sealed), dtype=np.int64),
             totals=counts.totals,
             ones=counts.ones,
+            **optional,
         )
     os.replace(tmp, path)
 
@@ -122,18 +171,28 @@ def save_counts(
 def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
     """Read a counts file; CountsFileError says what is wrong with it."""
     path = Path(path)
+    not_ours = CountsFileError(
+        f"{path} is not a crowdmix counts file (.npz, written by crowdmix counts export); "
+        "google/rappor's counts.csv goes to --rappor-counts"
+    )
     try:
-        with np.load(path, allow_pickle=False) as data:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):  # a bare .npy array
+            raise not_ours
+        with data:
             fields = {name: data[name] for name in data.files}
     except FileNotFoundError:
         raise CountsFileError(f"counts file {path} does not exist") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise CountsFileError(f"{path} is not a crowdmix counts file: {exc}") from None
+    except OSError as exc:
+        raise CountsFileError(f"cannot read counts file {path}: {exc.strerror or exc}") from None
+    except (ValueError, zipfile.BadZipFile, EOFError):
+        # numpy's own message suggests allow_pickle for any file it cannot parse (a CSV,
+        # say): advice that is wrong here, so it is not repeated
+        raise not_ours from None
     if str(fields.get("format", "")) != FORMAT:
         raise CountsFileError(f"{path} is not a {FORMAT} file")
-    missing = {"metric", "encoding", "kind", "fingerprint", "window", "totals", "ones"} - set(
-        fields
-    )
+    required = {"metric", "encoding", "kind", "fingerprint", "window", "totals", "ones"}
+    missing = (required | {"duplicate_reports"}) - set(fields)
     if missing:
         raise CountsFileError(f"{path} lacks field(s) {sorted(missing)}")
     kind = str(fields["kind"])
@@ -161,9 +220,18 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
         raise CountsFileError(f"{path}: a bit count exceeds its cohort's report total")
     window = int(fields["window"])
     try:
-        duplicates = int(fields.get("duplicate_reports", -1))
+        duplicates = int(fields["duplicate_reports"])
+        crowd = int(fields.get("smallest_crowd", -1))
+        sealed = int(fields.get("sealed", -1))
+        windows = _int_tuple(fields.get("windows"))
+        sizes = _int_tuple(fields.get("batch_sizes"))
     except (TypeError, ValueError):
-        raise CountsFileError(f"{path}: duplicate_reports must be an integer") from None
+        raise CountsFileError(
+            f"{path}: duplicate_reports, smallest_crowd, sealed, windows and batch_sizes "
+            "must be integers"
+        ) from None
+    if sizes is not None and (any(b < 1 for b in sizes) or sum(sizes) != counts.num_reports):
+        raise CountsFileError(f"{path}: batch_sizes do not add up to the reports counted")
     return SavedCounts(
         counts=counts,
         metric=str(fields["metric"]),
@@ -171,4 +239,15 @@ def load_counts(path: str | os.PathLike[str]) -> SavedCounts:
         fingerprint=int(fields["fingerprint"]),
         window=None if window < 0 else window,
         duplicate_reports=None if duplicates < 0 else duplicates,
+        windows=windows,
+        batch_sizes=sizes,
+        smallest_crowd=None if crowd < 0 else crowd,
+        sealed=None if sealed < 0 else bool(sealed),
+        params=str(fields["params"]) if "params" in fields else None,
     )
+
+
+def _int_tuple(array: Any) -> tuple[int, ...] | None:
+    if array is None:
+        return None
+    return tuple(int(x) for x in np.asarray(array).reshape(-1))

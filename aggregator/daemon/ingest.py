@@ -16,19 +16,16 @@ acknowledged as a duplicate and counted zero times, and a report whose id was
 counted before in its window is dropped (a device retried a request whose first
 attempt was stored after all).
 
-Report ids: a report id repeated *within* a batch is dropped here before the
-store is called (numpy: sort the ids' first 8 bytes, confirm equal neighbours
-byte for byte); then the store drops ids counted in earlier batches, and records how
-many ids were dropped either way per window, atomically with the counts
-(``CountStore.duplicate_reports``: a repeat links a shuffled histogram's report set). A report
-without an id (16 zero bytes, or a batch with no ``report_ids`` at all: older
-SDKs, imported google/rappor data never comes through here) is counted without
-de-duplication — refusing it would lose data an older device already
-acknowledged; the ``crowdmix_aggregator_reports_without_id`` metric shows how many
-remain. A batch of window W is checked against the ids of W−1, W and W+1: a retry that
-lands in the next window (a request sent just before a window boundary) is caught
-whichever copy arrives here first, assuming every copy of a report is filed in one
-window or two adjacent ones (``CountStore.apply_reports`` states why and when not).
+Report ids: every report carries one (16 bytes, not all zero; a clear batch
+without them is refused, a sealed report with a zero id is dropped). A report id
+repeated *within* a batch is dropped here before the store is called (numpy: sort
+the ids' first 8 bytes, confirm equal neighbours byte for byte); then the store
+drops ids counted in earlier batches of the same window, and records how many ids
+were dropped either way per window, atomically with the counts
+(``CountStore.duplicate_reports``: a repeat links a shuffled histogram's report
+set). De-duplication is per (metric, window, report id): a report names its window
+and a shuffler files it there (a sealed report binds it in its seal), so every copy
+of a report is in one window, whatever the clocks or the delay of a retry.
 A batch whose id was applied before is answered as a duplicate once its O(1) header
 checks pass, before its reports are opened, checked and counted (a re-sent batch costs little).
 
@@ -58,12 +55,12 @@ import numpy.typing as npt
 
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
-from crowdmix.aggregator.errors import ConfigError, InvalidBatch
+from crowdmix.aggregator.errors import ConfigError, InvalidBatch, ParamsConflict
 from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch, screen
 from crowdmix.aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
-from crowdmix.aggregator.store.codec import describe_metric
-from crowdmix.client.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
-from crowdmix.client.registry import MetricConfig, Registry
+from crowdmix.aggregator.store.codec import describe_metric, params_difference
+from crowdmix.core.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
+from crowdmix.core.registry import MetricConfig, Registry
 
 __all__ = [
     "BATCH_ID_BYTES",
@@ -91,7 +88,7 @@ class IngestBatch:
     report_bytes: int
     cohorts: npt.NDArray[Any]
     bits: bytes
-    report_ids: bytes = b""  # count × 16 bytes (zeros: no id), or b"" (no report has one)
+    report_ids: bytes  # count × 16 bytes, none all zero
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +96,6 @@ class IngestResult:
     applied: int  # reports counted by this call
     duplicate: bool  # the batch id had been applied before: counted zero times
     duplicate_reports: int = 0  # reports dropped: their id was counted before in the window
-    without_id: int = 0  # reports counted without de-duplication (no report id)
     dropped: dict[str, int] | None = None  # sealed: reports dropped, by reason
 
 
@@ -197,12 +193,17 @@ class Ingestor:
                 f"{batch.count}*{batch.report_bytes}",
                 reason="length",
             )
-        if batch.report_ids and len(batch.report_ids) != REPORT_ID_BYTES * batch.count:
+        if len(batch.report_ids) != REPORT_ID_BYTES * batch.count:
             raise InvalidBatch(
-                f"report_ids has {len(batch.report_ids)} bytes, expected 0 or "
+                f"report_ids has {len(batch.report_ids)} bytes, expected "
                 f"{REPORT_ID_BYTES}*count = {REPORT_ID_BYTES * batch.count}",
                 reason="length",
             )
+        words = np.frombuffer(batch.report_ids, dtype="<u8")
+        if np.count_nonzero(words) != words.size:  # a zero word (rare): is a whole id zero?
+            pairs = words.reshape(batch.count, 2)
+            if not bool((pairs[:, 0] | pairs[:, 1]).all()):
+                raise InvalidBatch("a report id is all zero", reason="report_id")
         return config
 
     def count(self, batch: IngestBatch, config: MetricConfig) -> Counts:
@@ -275,6 +276,11 @@ class Ingestor:
         )
         return config, clear, counts, screened.dropped
 
+    def _note(self, metric: str, window: int, sealed: bool) -> None:
+        self.store.note_batch(
+            metric, window, sealed=sealed, window_seconds=self.registry.window_seconds
+        )
+
     def ingest(self, batch: IngestBatch | SealedBatch) -> IngestResult:
         """Validate (open), count, and apply once. Store errors propagate (StoreError).
 
@@ -284,8 +290,11 @@ class Ingestor:
         header = (
             self._check_batch(batch) if isinstance(batch, SealedBatch) else self.check_header(batch)
         )
+        sealed = isinstance(batch, SealedBatch)
         if self.store.is_applied(batch.metric, batch.batch_id):
-            return IngestResult(applied=0, duplicate=True)  # re-sent: not counted again
+            # re-sent: not counted again; its kind noted again (a crash may have lost it)
+            self._note(batch.metric, batch.window, sealed)
+            return IngestResult(applied=0, duplicate=True)
         if isinstance(batch, SealedBatch):
             config, batch, counts, dropped = self.open_sealed(batch)
         else:
@@ -293,26 +302,34 @@ class Ingestor:
         description = self._descriptions.get(config.name)
         if description is None:
             description = self._descriptions[config.name] = describe_metric(config)
-        report_ids, counts, in_batch, without_id = _report_ids(
-            batch, counts, self._accumulator, config
-        )
-        outcome = self.store.apply_reports(
-            batch.metric,
-            batch.window,
-            batch.batch_id,
-            config.fingerprint,
-            counts,
-            report_ids,
-            description=description,
-            repeated=in_batch,  # recorded with the counts: a histogram's statement needs it
-        )
+        report_ids, counts, in_batch = _report_ids(batch, counts, self._accumulator, config)
+        try:
+            outcome = self.store.apply_reports(
+                batch.metric,
+                batch.window,
+                batch.batch_id,
+                config.fingerprint,
+                counts,
+                report_ids,
+                description=description,
+                repeated=in_batch,  # recorded with the counts: a histogram's statement needs it
+            )
+        except ParamsConflict as exc:  # the registry changed: say which field, not two hashes
+            stored = self.store.description(batch.metric)
+            if stored is None:
+                raise
+            raise ParamsConflict(
+                f"metric {batch.metric!r} has counts stored under other params than the "
+                f"registry's: {params_difference(stored, config)}"
+            ) from exc
+        # who could read these reports before they were counted: the statement says it
+        self._note(batch.metric, batch.window, sealed)
         if not outcome.applied:
             return IngestResult(applied=0, duplicate=True)
         return IngestResult(
             applied=outcome.counted,
             duplicate=False,
             duplicate_reports=in_batch + outcome.duplicates,
-            without_id=without_id,
             dropped=dropped,
         )
 
@@ -322,23 +339,19 @@ def _report_ids(
     counts: Counts,
     accumulator: Callable[[MetricConfig], Counts],
     config: MetricConfig,
-) -> tuple[ReportIds, Counts, int, int]:
-    """The batch's report ids for the store (distinct, no zero ids), its counts without
-    reports repeated within the batch, how many those were, and how many have no id.
+) -> tuple[ReportIds, Counts, int]:
+    """The batch's report ids for the store (distinct), its counts without reports
+    repeated within the batch, and how many those were.
 
     Numpy over the whole batch: equal ids have equal first 8 bytes, so sorting those
     finds every candidate; candidates are confirmed byte for byte (16-byte rows).
     """
-    if not batch.report_ids:
-        return ReportIds(b"", _no_recount), counts, 0, batch.count
     words = np.frombuffer(batch.report_ids, dtype="<u8").reshape(batch.count, 2)
     rows = np.frombuffer(batch.report_ids, dtype=f"V{REPORT_ID_BYTES}")
-    has_id = (words[:, 0] != 0) | (words[:, 1] != 0)
-    with_id = np.flatnonzero(has_id)  # row of each id-carrying report
-    without_id = batch.count - int(with_id.size)
+    keep_rows = np.arange(batch.count, dtype=np.intp)
     drop = np.zeros(0, dtype=np.intp)
-    if with_id.size > 1:
-        order = with_id[np.argsort(words[with_id, 0], kind="stable")]
+    if batch.count > 1:
+        order = np.argsort(words[:, 0], kind="stable")
         first = words[order, 0]
         if bool((first[1:] == first[:-1]).any()):  # candidates: confirm on all 16 bytes
             seen: set[bytes] = set()
@@ -361,14 +374,10 @@ def _report_ids(
 
     if drop.size:
         counts = recount(drop)
-        with_id = np.setdiff1d(with_id, drop, assume_unique=True)
-    ids = rows[with_id].tobytes()
+        keep_rows = np.setdiff1d(keep_rows, drop, assume_unique=True)
+    ids = rows[keep_rows].tobytes() if drop.size else batch.report_ids
 
     def counts_without(positions: npt.NDArray[np.intp]) -> Counts:
-        return recount(np.concatenate([drop, with_id[positions]]))
+        return recount(np.concatenate([drop, keep_rows[positions]]))
 
-    return ReportIds(ids, counts_without), counts, int(drop.size), without_id
-
-
-def _no_recount(_positions: npt.NDArray[np.intp]) -> Counts:
-    raise AssertionError("a batch without report ids is never recounted")
+    return ReportIds(ids, counts_without), counts, int(drop.size)

@@ -36,12 +36,6 @@ class IngestMetrics:
             ["metric"],
             registry=r,
         )
-        self.reports_without_id = Counter(
-            "crowdmix_aggregator_reports_without_id",
-            "Reports counted without de-duplication: they carry no report id (older SDKs)",
-            ["metric"],
-            registry=r,
-        )
         self.sealed_dropped = Counter(
             "crowdmix_aggregator_sealed_dropped",
             "Sealed reports dropped, by reason (crowdmix.aggregator.sealing.ingest): did not open "

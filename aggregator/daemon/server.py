@@ -11,7 +11,7 @@ The server is grpc's synchronous server on a thread pool: the shuffler issue
 measured it twice as fast as ``grpc.aio`` on this box, and Ingest's work
 (numpy counting, one Redis script) releases the GIL for most of its time.
 Alongside it run the standard gRPC health service (``""`` and
-``crowdmix.v1.Aggregator``), an optional Prometheus endpoint, and a thread
+``crowdmix.v2.Aggregator``), an optional Prometheus endpoint, and a thread
 that calls ``store.maintain()`` every second (Redis: fold per-batch deltas).
 
 Failures raise :mod:`crowdmix.aggregator.errors` (``BindError``, ``StoreUnavailable``);
@@ -34,11 +34,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from crowdmix.aggregator.daemon.ingest import Ingestor
 from crowdmix.aggregator.daemon.metrics import IngestMetrics
 from crowdmix.aggregator.daemon.service import AggregatorServicer
-from crowdmix.aggregator.errors import BindError, StoreError
+from crowdmix.aggregator.errors import BindError, StoreError, StoreUnavailable
 from crowdmix.aggregator.sealing.ingest import KeyFile
 from crowdmix.aggregator.store.base import CountStore
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.registry import MAX_BATCH_BYTES, Registry
+from crowdmix.core.log_limit import RepeatedFailure
+from crowdmix.core.registry import MAX_BATCH_BYTES, Registry
 
 __all__ = [
     "SERVICE_NAME",
@@ -47,7 +48,7 @@ __all__ = [
     "start_aggregator",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Aggregator"
+SERVICE_NAME = "crowdmix.v2.Aggregator"
 log = logging.getLogger("crowdmix.aggregator")
 
 
@@ -109,6 +110,9 @@ class AggregatorServer:
         self._retention_interval = 60.0
         self._last_retention = -math.inf
         self._stopping = threading.Event()
+        # a store outage fails every fold pass: logged once, once a minute, and at its end
+        self._store_down = RepeatedFailure(log, "store unreachable (health NOT_SERVING)")
+        self._fold_failures = RepeatedFailure(log, "folding counts (will retry)")
         self._maintainer: threading.Thread | None = None
         self._http: Any = None
         self.port = 0
@@ -168,12 +172,37 @@ class AggregatorServer:
         while not self._stopping.wait(self._maintain_interval):
             self._maintain_once()
 
+    def _set_serving(self, serving: bool) -> None:
+        """SERVING or NOT_SERVING (the store is unreachable); ignored once stopping."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, status)
+
     def _maintain_once(self) -> None:
+        """Fold (Redis), and follow the store's health: it reaches the store every pass,
+        so a store that cannot be reached makes the health service answer NOT_SERVING
+        (an aggregator that can apply nothing) until a pass reaches it again."""
         try:
             n = self.store.maintain()
-        except StoreError as exc:
-            log.warning("folding counts failed (will retry): %s", exc)
+        except StoreUnavailable as exc:
+            if not self._store_down.failing:
+                self._set_serving(False)
+                self.metrics.up.set(0)
+            self._store_down.failed(exc)
             return
+        except StoreError as exc:  # reachable, but a fold failed: it is retried
+            self._fold_failures.failed(exc)
+            return
+        self._fold_failures.succeeded()
+        if self._store_down.failing:
+            self._store_down.succeeded()
+            if not self._stopping.is_set():
+                self._set_serving(True)
+                self.metrics.up.set(1)
         if n:
             self.metrics.folded.inc(n)
         now = time.monotonic()

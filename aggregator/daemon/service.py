@@ -35,7 +35,7 @@ __all__ = [
     "status_for",
 ]
 
-SERVICE_NAME = "crowdmix.v1.Aggregator"
+SERVICE_NAME = "crowdmix.v2.Aggregator"
 
 log = logging.getLogger("crowdmix.aggregator")
 
@@ -161,8 +161,6 @@ class AggregatorServicer:
             self._metrics.reports.labels(batch.metric).inc(result.applied)
         if result.duplicate_reports:
             self._metrics.duplicate_reports.labels(batch.metric).inc(result.duplicate_reports)
-        if result.without_id:
-            self._metrics.reports_without_id.labels(batch.metric).inc(result.without_id)
         for reason, n in (result.dropped or {}).items():
             self._metrics.sealed_dropped.labels(batch.metric, reason).inc(n)
         return result

@@ -43,7 +43,7 @@ from crowdmix.aggregator.decode.stats import (
     report_intervals,
     significant,
 )
-from crowdmix.client.basic import BasicParams
+from crowdmix.core.basic import BasicParams
 
 __all__ = ["decode_basic", "project_to_simplex", "support_probabilities"]
 

@@ -1,4 +1,4 @@
-"""Estimator for shuffled histograms with fake reports (issue 18).
+"""Estimator for shuffled histograms with fake reports.
 
 The aggregator holds Y_j, the number of reports (real and fake alike) with
 value j, and T = Σ_j Y_j. With n devices, m fake slots filled w.p. q with a
@@ -46,7 +46,7 @@ from crowdmix.aggregator.decode.stats import (
     Correction,
     IntervalMethod,
 )
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 __all__ = ["count_variance", "decode_histogram", "histogram_counts"]
 

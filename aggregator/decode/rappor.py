@@ -113,7 +113,7 @@ from crowdmix.aggregator.decode.wls import (
     spd_inverse,
     symmetric_product,
 )
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = [
     "DecodeOptions",

@@ -6,7 +6,7 @@ is 1 (Erlingsson, Pihur, Korolova, CCS 2014; google/rappor ``decode.R``)::
     p11 = q(1 - f/2) + p·f/2        p01 = p(1 - f/2) + q·f/2
 
 and the design matrix X (m·k × C) holds the candidates' Bloom bits, hashed by
-``crowdmix.client.hashing`` (the one definition the encoders use).
+``crowdmix.core.hashing`` (the one definition the encoders use).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from crowdmix.aggregator.decode.stats import critical_z
-from crowdmix.client.hashing import bloom_int
-from crowdmix.client.params import Hashing, RapporParams
+from crowdmix.core.hashing import bloom_int
+from crowdmix.core.params import Hashing, RapporParams
 
 __all__ = ["bit_estimates", "design_matrix", "detection_threshold", "report_probabilities"]
 
@@ -58,7 +58,7 @@ def design_matrix(
 ) -> sp.csc_matrix:
     """X (m·k × C), X[j·k + i, v] = 1 when candidate v's Bloom filter in cohort j has bit i.
 
-    Hashing is ``crowdmix.client.hashing.bloom_int``: the one definition the encoders use.
+    Hashing is ``crowdmix.core.hashing.bloom_int``: the one definition the encoders use.
     """
     params.check_hashing(hashing)
     k, m = params.k, params.m

@@ -7,7 +7,7 @@ the aggregator would hold, from their exact distribution:
    (``cohorts="uniform"``), or, as google/rappor's regression tests do,
    clients are shuffled and client i gets cohort i mod m (``"round-robin"``);
 2. B_ji = clients in cohort j whose Bloom filter has bit i (from the design
-   matrix, i.e. ``crowdmix.client.hashing``);
+   matrix, i.e. ``crowdmix.core.hashing``);
 3. given the Bloom filters, every report bit is an independent Bernoulli —
    p11 where the Bloom bit is 1, p01 where it is 0 (PRR then IRR, one report
    per client) — so c_ji = Binomial(B_ji, p11) + Binomial(N_j − B_ji, p01).
@@ -24,7 +24,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from crowdmix.aggregator.decode.rappor_model import report_probabilities
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = ["simulate_rappor_counts"]
 

@@ -32,7 +32,7 @@ import numpy.typing as npt
 from crowdmix.aggregator.decode.errors import IllPosedError, ParamsMismatchError
 from crowdmix.aggregator.decode.rappor import DecodeOptions
 from crowdmix.aggregator.decode.result import DecodeResult
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "ANSWERS",
@@ -41,8 +41,10 @@ __all__ = [
     "ReportJob",
     "ReportOutcome",
     "format_table",
+    "plot_title",
     "privacy_figures",
     "read_candidates",
+    "report_plot_layout",
     "run_report",
     "write_outputs",
     "write_results_csv",
@@ -88,7 +90,12 @@ class ReportJob:
     candidates: tuple[str, ...] | None = None
     design: Any = None  # scipy.sparse matrix (m·k × C) or None
     source: str = ""
+    #: the one collection window of a one-window release (None: several, or not known)
     window: int | None = None
+    #: every collection window the counts cover (None: not known)
+    windows: tuple[int, ...] | None = None
+    #: the collection window's length in seconds (None: not known): windows as dates
+    window_seconds: int | None = None
     # For the privacy statement: the shuffled batches the counts came from (None:
     # unknown, the metric's min_batch is assumed), whether they were shuffled at
     # all (google/rappor files were not), and how many windows (releases) merge.
@@ -155,7 +162,7 @@ def privacy_figures(
     copy of one report it has already counted once, linked to nothing else, and their
     figures do not change.
     """
-    from crowdmix.client.privacy import epsilon_inf, epsilon_one
+    from crowdmix.core.privacy import epsilon_inf, epsilon_one
 
     out: dict[str, Any] = {}
     if metric.rappor is not None:
@@ -346,6 +353,8 @@ def run_report(
         "params": params,
         "source": job.source,
         "window": job.window,
+        "windows": None if job.windows is None else list(job.windows),
+        "window_seconds": job.window_seconds,
         "reports": result.num_reports,
         "cohorts": {"with_reports": result.num_cohorts, "total": metric.num_cohorts},
         "candidates": len(result.values),
@@ -413,9 +422,15 @@ def _distribution_cells(result: DecodeResult, i: int) -> list[str]:
 
 
 def write_outputs(
-    outcome: ReportOutcome, out_dir: str | os.PathLike[str], *, plot: bool = True, top: int = 20
+    outcome: ReportOutcome,
+    out_dir: str | os.PathLike[str],
+    *,
+    plot: bool = True,
+    top: int = 20,
+    scale: str = "auto",
 ) -> dict[str, Path]:
-    """results.csv, summary.json and (unless ``plot=False``) plot.png in ``out_dir``."""
+    """results.csv, summary.json and (unless ``plot=False``) plot.png in ``out_dir``;
+    ``scale`` is the plot's x axis (``aggregator.report.plot.SCALES``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"results": out / "results.csv", "summary": out / "summary.json"}
@@ -428,13 +443,68 @@ def write_outputs(
         from crowdmix.aggregator.report.plot import plot_estimates
 
         paths["plot"] = out / "plot.png"
-        plot_estimates(
-            outcome.result,
-            paths["plot"],
-            top=top,
-            title=f"{_plot_name(outcome.summary)}: top values with 95% intervals",
-        )
+        plot_estimates(outcome.result, paths["plot"], top=top, scale=scale, **_plot_args(outcome))
     return paths
+
+
+def report_plot_layout(outcome: ReportOutcome, *, top: int = 20, scale: str = "auto") -> Any:
+    """What :func:`write_outputs` draws in plot.png (``aggregator.report.plot.PlotLayout``)."""
+    from crowdmix.aggregator.report.plot import plot_layout
+
+    return plot_layout(outcome.result, top=top, scale=scale, **_plot_args(outcome))
+
+
+def _plot_args(outcome: ReportOutcome) -> dict[str, Any]:
+    """The title, and what the shares are of: a shuffled histogram's decoder estimates
+    devices from the reports, the other decoders count reports."""
+    summary = outcome.summary
+    histogram = summary.get("encoding") == "shuffled-histogram"
+    return {
+        "title": plot_title(summary),
+        "subject": "devices" if histogram else "reports",
+        "total_reports": summary.get("diagnostics", {}).get("total_reports"),
+    }
+
+
+def plot_title(summary: dict[str, Any]) -> str:
+    """The metric, its windows with their dates, and the release's ε, e.g.
+    ``"home_page · window 20400 (2025-11-08) · central ε = 0.964, δ = 1e-06"``."""
+    from crowdmix.aggregator.report.windows import window_span
+
+    parts = [_plot_name(summary)]
+    windows = summary.get("windows") or (
+        [summary["window"]] if summary.get("window") is not None else []
+    )
+    if windows:
+        parts.append(window_span(windows, summary.get("window_seconds")))
+    parts.append(_epsilon_label(summary.get("privacy") or {}))
+    return " · ".join(p for p in parts if p)
+
+
+def _epsilon_label(privacy: dict[str, Any]) -> str:
+    """The release's ε as the statement gives it (rounded up, never down)."""
+    from crowdmix.aggregator.accounting.histogram import format_up
+
+    stmt = privacy.get("statement")
+    local = (privacy.get("local") or {}).get("epsilon_1")
+    if not isinstance(stmt, dict):
+        return "no privacy statement" if "statement" in privacy else ""
+    if stmt.get("encoding") == "shuffled-histogram":
+        central = stmt.get("central_total") or stmt.get("central")
+        if isinstance(central, dict) and central.get("epsilon") is not None:
+            return f"central ε = {format_up(central['epsilon'])}, δ = {central['delta']:.2g}"
+        colluding = stmt.get("colluding_local_epsilon_total")
+        return "no central ε" + (f"; ε_L = {format_up(colluding)}" if colluding else "")
+    longitudinal = stmt.get("longitudinal") or {}
+    central = stmt.get("central") or {}
+    if longitudinal.get("rounds", 1) > 1 and longitudinal.get("epsilon") is not None:
+        return (
+            f"ε = {format_up(longitudinal['epsilon'])} over {longitudinal['rounds']} windows, "
+            f"δ = {longitudinal['delta']:.2g}"
+        )
+    if central.get("epsilon") is not None and (stmt.get("batch") or {}).get("shuffled", True):
+        return f"central ε = {format_up(central['epsilon'])}, δ = {central['delta']:.2g}"
+    return f"local ε_1 = {format_up(local)}" if local is not None else ""
 
 
 def _plot_name(summary: dict[str, Any]) -> str:

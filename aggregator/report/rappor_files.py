@@ -34,8 +34,8 @@ from crowdmix.aggregator.report.rappor_hashing import (
     check_client_hashing,
     client_bloom_bits,
 )
-from crowdmix.client.hashing import bloom_bits
-from crowdmix.client.params import Hashing, RapporParams
+from crowdmix.core.hashing import bloom_bits
+from crowdmix.core.params import Hashing, RapporParams
 
 __all__ = [
     "RapporFileError",

@@ -22,7 +22,7 @@ from typing import Literal, get_args
 import numpy as np
 import scipy.sparse as sp
 
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 __all__ = [
     "CLIENT_HASHINGS",

@@ -11,11 +11,13 @@ unknown_key         no key with the report's key id
 expired_key         the key is past its grace period (its private key is erased)
 bad_length          not the metric's fixed sealed length for the key's suite
 not_authentic       HPKE open failed: tampered, or sealed under another metric,
-                    key id or protocol version (``info`` binds them)
+                    key id, window or protocol version (``info`` binds them): a
+                    report re-filed under another window than it names is one
 fingerprint         opened, but encoded under other params than the registry's
 cohort_range        opened, but its cohort is ≥ the metric's cohorts
 padding_bits        opened, but a bit past the metric's last bit is set
 payload             opened, but its payload is out of range (k-RR index, OLH fields)
+report_id           opened, but its report id is all zero (no SDK draws that)
 ==================  ============================================================
 
 What is wrong with the *batch* (its id, window, metric, column lengths) is the
@@ -42,7 +44,7 @@ import numpy.typing as npt
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
 from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
 from crowdmix.aggregator.sealing.opening import DROP_REASONS, OpenedBatch, Opener
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "SCREEN_REASONS",
@@ -54,7 +56,7 @@ __all__ = [
 
 log = logging.getLogger("crowdmix.aggregator")
 
-SCREEN_REASONS = ("fingerprint", "cohort_range", "padding_bits", "payload")
+SCREEN_REASONS = ("fingerprint", "cohort_range", "padding_bits", "payload", "report_id")
 ALL_REASONS = (*DROP_REASONS, *SCREEN_REASONS)
 
 
@@ -110,6 +112,7 @@ def screen(
             keep[hit] = False
 
     drop(~opened.fingerprints_ok, "fingerprint")
+    drop(~np.asarray(opened.report_ids.any(axis=1), dtype=bool), "report_id")
     drop(cohorts >= config.num_cohorts, "cohort_range")
     extra = 8 * nb - config.payload_bits
     if extra and bits.shape[0]:
@@ -185,6 +188,7 @@ class KeyFile:
         self.refresh()
         kwargs = {
             "metric": config.name,
+            "window": batch.window,
             "report_bytes": config.report_bytes,
             "fingerprint": config.fingerprint,
             "key_ids": batch.key_ids,

@@ -8,7 +8,7 @@ changes state (times are unix seconds)::
      sealed to)              to it)           to it; it still opens)    are dropped; its private
                                                                         key is erased on save)
 
-The public config (``PublicKeySet``, defined once in ``crowdmix.client.sealing``) lists
+The public config (``PublicKeySet``, defined once in ``crowdmix.core.sealed``) lists
 pending and active keys only, with their not-before/not-after, so caches carry a
 new key before it is used and stop using an old one on time. The grace period
 must cover the longest a report can wait at the shuffler (``max_delay`` plus
@@ -30,6 +30,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -37,8 +38,8 @@ from typing import Any, Final, Literal
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
-from crowdmix.client.errors import ParamsError
-from crowdmix.client.sealed import (
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.sealed import (
     DEFAULT_SUITE,
     MAX_KEY_ID,
     PublicKeyConfig,
@@ -267,11 +268,17 @@ class KeySet:
             ended.append(k)
         return KeySet(tuple(ended)), key
 
-    def retire(self, key_id: int, now: int, *, immediately: bool = False) -> KeySet:
+    def retire(
+        self, key_id: int, now: int, *, immediately: bool = False, force: bool = False
+    ) -> KeySet:
         """End a key now. It still opens during its grace period unless ``immediately``
         (a compromised key: expired at once, its private key erased); so is a pending key.
-        Entries stay, so a key id is never reused. Refuses to retire the last active key
-        with a grace period (devices would have no key); ``immediately`` is allowed then.
+        Entries stay, so a key id is never reused.
+
+        Refuses to retire the only active key, in either way, unless ``force``: devices
+        would have no key to seal to (every report waits) and a shuffler would not start
+        on the public config. Rotate first; ``force`` is for a compromised key that must
+        stop opening before its replacement exists.
         """
         key = self.get(key_id)
         if key is None:
@@ -282,9 +289,20 @@ class KeySet:
         if state == "grace" and not immediately:
             raise KeySetError(f"key {key_id} is already retired (in its grace period)")
         only = [k.key_id for k in self.active(now)] == [key_id]
-        if state == "active" and only and not immediately:
+        if state == "active" and only and not force:
+            pending = [k for k in self.keys if k.state(now) == "pending"]
+            later = (
+                f" (key {pending[0].key_id} is pending until "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(pending[0].not_before))}: "
+                "retire this one then)"
+                if pending
+                else ""
+            )
             raise KeySetError(
-                f"key {key_id} is the only active key; rotate first so devices have a key"
+                f"key {key_id} is the only active key: without it devices have no key to seal "
+                f"to (their reports wait) and a shuffler does not start on the public config"
+                f"{later}; rotate first (crowdmix keys rotate), or give --force to retire it "
+                "with no replacement (a compromised key)"
             )
         if state == "pending":  # never used: expired at once, its id never reused
             immediately = True
@@ -374,17 +392,30 @@ def load_keyset(path: str | os.PathLike[str]) -> KeySet:
         raise KeyFileError(f"cannot read key file {p}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as f:
         mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
-        if mode & 0o077:
-            raise KeyFileError(
-                f"key file {p} has mode {mode:04o}: private keys must not be accessible "
-                f"to other users; run: chmod 600 {p}"
-            )
         data = f.read()
+    if _is_public_config(data):  # no chmod advice: a public file may be read by anyone
+        raise KeyFileError(
+            f"{p} is the public key config (what crowdmix keys export writes for shufflers), "
+            "not the private key file: give --file the key set made by crowdmix keys new"
+        )
+    if mode & 0o077:
+        raise KeyFileError(
+            f"key file {p} has mode {mode:04o}: private keys must not be accessible "
+            f"to other users; run: chmod 600 {p}"
+        )
     try:
         text = data.decode()
     except UnicodeDecodeError:
         raise KeyFileError(f"key file {p} is not UTF-8 JSON") from None
     return KeySet.from_json(text, source=f"key file {p}")
+
+
+def _is_public_config(data: bytes) -> bool:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("format") == "crowdmix-public-keys"
 
 
 def _atomic_write(path: Path, text: str, mode: int) -> None:

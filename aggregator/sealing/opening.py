@@ -7,8 +7,9 @@ the batch. Reasons, checked in this order:
 - ``expired_key``: the key is past its grace period (its private key is gone)
 - ``bad_length``: the sealed value is not the metric's fixed length for the key's suite
 - ``not_authentic``: HPKE open failed — a tampered ciphertext, or one sealed under
-  another metric, key id or protocol version (``info`` binds them; AEAD cannot
-  tell these apart, by design)
+  another metric, key id, collection window or protocol version (``info`` binds
+  them; AEAD cannot tell these apart, by design): a report that a shuffler filed
+  under another window than the one it was sealed for never opens
 
 Reports that open but carry another params fingerprint are *kept* with
 ``fingerprints_ok`` false, so ingest counts them as a params mismatch itself.
@@ -33,14 +34,14 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from crowdmix.aggregator.sealing.keys import KeySet
-from crowdmix.client.sealed import (
+from crowdmix.core.hpke import hpke_suite
+from crowdmix.core.sealed import (
     REPORT_ID_BYTES,
     SUITES,
     plaintext_length,
     report_info,
     sealed_length,
 )
-from crowdmix.client.sealing import hpke_suite
 
 __all__ = ["DROP_REASONS", "OpenedBatch", "Opener", "open_batch"]
 
@@ -82,6 +83,7 @@ class _OpenState:
     def open_chunk(
         self,
         metric: str,
+        window: int,
         report_bytes: int,
         now: float,
         key_ids: Sequence[int],
@@ -96,7 +98,7 @@ class _OpenState:
         for i, (kid, ct) in enumerate(zip(key_ids, sealed, strict=True)):
             entry = plan.get(kid)
             if entry is None:
-                entry = plan[kid] = self._plan(metric, report_bytes, now, int(kid))
+                entry = plan[kid] = self._plan(metric, window, report_bytes, now, int(kid))
             if isinstance(entry, int):
                 status[i] = entry
                 continue
@@ -115,7 +117,7 @@ class _OpenState:
             out += pt
         return bytes(out), bytes(status)
 
-    def _plan(self, metric: str, report_bytes: int, now: float, kid: int) -> Any:
+    def _plan(self, metric: str, window: int, report_bytes: int, now: float, kid: int) -> Any:
         key = self.keys.get(kid)
         if key is None:
             return _STATUS["unknown_key"]
@@ -124,7 +126,7 @@ class _OpenState:
         return (
             self.suites[key.suite].decrypt,
             self.private[kid],
-            report_info(metric, kid),
+            report_info(metric, kid, window),
             sealed_length(report_bytes, key.suite),
         )
 
@@ -149,6 +151,7 @@ def open_batch(
     keys: KeySet,
     *,
     metric: str,
+    window: int,
     report_bytes: int,
     fingerprint: int,
     key_ids: Sequence[int] | np.ndarray,
@@ -158,6 +161,7 @@ def open_batch(
     """Open every report in this process (see ``Opener`` for a pool)."""
     return Opener(keys).open(
         metric=metric,
+        window=window,
         report_bytes=report_bytes,
         fingerprint=fingerprint,
         key_ids=key_ids,
@@ -176,11 +180,16 @@ def _init_worker(keyset_json: str) -> None:
 
 
 def _worker_open(
-    metric: str, report_bytes: int, now: float, key_ids: list[int], sealed: list[bytes]
+    metric: str,
+    window: int,
+    report_bytes: int,
+    now: float,
+    key_ids: list[int],
+    sealed: list[bytes],
 ) -> tuple[bytes, bytes]:
     if _worker_state is None:
         raise RuntimeError("opening worker started without its key set")
-    return _worker_state.open_chunk(metric, report_bytes, now, key_ids, sealed)
+    return _worker_state.open_chunk(metric, window, report_bytes, now, key_ids, sealed)
 
 
 class Opener:
@@ -223,28 +232,31 @@ class Opener:
         self,
         *,
         metric: str,
+        window: int,
         report_bytes: int,
         fingerprint: int,
         key_ids: Sequence[int] | np.ndarray,
         sealed: Sequence[bytes],
         now: float | None = None,
     ) -> OpenedBatch:
-        """Open one batch of one metric; ``now`` (unix seconds) decides expiry."""
+        """Open one batch of one metric and collection window; ``now`` (unix seconds)
+        decides expiry."""
         if len(key_ids) != len(sealed):
             raise ValueError(f"{len(key_ids)} key ids for {len(sealed)} sealed reports")
-        report_info(metric, 0)  # validates the metric name before any work
+        report_info(metric, 0, window)  # validates the metric name and window before any work
         plaintext_length(report_bytes)
         when = time.time() if now is None else float(now)
         ids = [int(k) for k in key_ids]
         n = len(ids)
         if self._pool is None or n < 2 * _MIN_CHUNK:
-            pts, st = self._local.open_chunk(metric, report_bytes, when, ids, sealed)
+            pts, st = self._local.open_chunk(metric, window, report_bytes, when, ids, sealed)
             return _columns(pts, st, report_bytes, fingerprint)
         size = max(_MIN_CHUNK, -(-n // (4 * self.workers)))
         futures = [
             self._pool.submit(
                 _worker_open,
                 metric,
+                window,
                 report_bytes,
                 when,
                 ids[a : a + size],

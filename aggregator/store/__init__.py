@@ -10,11 +10,15 @@ from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import Counts
 from crowdmix.aggregator.errors import ParamsConflict
 from crowdmix.aggregator.store.base import CountStore
-from crowdmix.aggregator.store.codec import metric_from_description
+from crowdmix.aggregator.store.codec import (
+    describe_metric,
+    metric_from_description,
+    params_difference,
+)
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.registry import MetricConfig
 
 __all__ = ["load_batch_sizes", "load_counts", "open_store", "stored_metric"]
 
@@ -66,7 +70,7 @@ def load_counts(
     For the report job. The counts come back as the metric's accumulator
     (``crowdmix.aggregator.counting.counts.accumulator_for``: CohortCounts for RAPPOR, OUE and
     binary RR, index or OLH support counts for k-RR and OLH), for the given
-    :class:`~client.registry.MetricConfig` or, given a name, for the config
+    :class:`~crowdmix.core.registry.MetricConfig` or, given a name, for the config
     stored with the counts (raising ParamsConflict when a given config's
     fingerprint is not the stored one). Raises LookupError when nothing is
     stored for that selection.
@@ -85,8 +89,8 @@ def load_counts(
     if not isinstance(metric, str):
         if config is not None and config.fingerprint != metric.fingerprint:
             raise ParamsConflict(
-                f"metric {name!r}: the counts were stored under other params "
-                f"(fingerprint {config.fingerprint:#018x}, given {metric.fingerprint:#018x})"
+                f"metric {name!r}: the counts were stored under other params: "
+                f"{params_difference(describe_metric(config), metric)}"
             )
         config = metric
     if config is None:

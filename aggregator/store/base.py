@@ -5,13 +5,12 @@ collection window, the counts (:class:`StoredCounts`: an accumulator's totals an
 and the report ids counted in that window.
 :meth:`CountStore.apply_reports` adds one batch's counts, records its id and its
 reports' ids in one atomic step, dropping every report whose id was already
-counted in the window or in one of its two neighbours (the counts added are those
-of the remaining reports), so a batch re-sent by the shuffler, or a report re-sent
-by a device whose first attempt was stored after all (in the same window, the one
-before or the one after: the copies may reach the aggregator in either order), is
-acknowledged but never counted twice, and a
-crash can never leave counts without their ids (or the reverse). Reports
-without an id (16 zero bytes: older SDKs) are counted without de-duplication.
+counted in the window (the counts added are those of the remaining reports), so a
+batch re-sent by the shuffler, or a report re-sent by a device whose first attempt
+was stored after all, is acknowledged but never counted twice, and a crash can
+never leave counts without their ids (or the reverse). A report names its window
+and keeps it through every retry, and the shuffler files it there, so all copies
+of a report are in one window: the check never looks at another.
 
 Repeated report ids are counted too, per (metric, window), in the same atomic step
 (:meth:`CountStore.duplicate_reports`): a repeat is harmless for the figures of a
@@ -55,6 +54,7 @@ __all__ = [
     "StoredCounts",
     "batch_crowd",
     "parse_windows",
+    "sealing_of",
 ]
 
 
@@ -151,7 +151,7 @@ class ReportIds:
         return ReportIds(rows.tobytes(), counts_without), base(dropped)
 
 
-#: No report ids (a batch of id-less reports): nothing is de-duplicated.
+#: No report ids (``CountStore.apply``: counts that come with no reports): nothing to check.
 NO_REPORT_IDS = ReportIds(b"", lambda _positions: _no_recount())
 
 
@@ -215,35 +215,13 @@ class CountStore(Protocol):
         repeated: int = 0,
     ) -> ApplyOutcome:
         """Like :meth:`apply`, and in the same atomic step drop the reports whose id
-        was counted before in ``window``, ``window - 1`` or ``window + 1`` (counting the
-        others: ``report_ids.counts_without``) and record the ids of the reports counted
-        (in ``window``).
+        was counted before in ``window`` (counting the others:
+        ``report_ids.counts_without``) and record the ids of the reports counted.
 
         Also in that step, when the batch is applied, add to the duplicate-report count
         (:meth:`duplicate_reports`) of ``window`` the ids dropped here plus ``repeated``
-        (ids the caller dropped as repeated within the batch), and to that of ``window - 1``
-        or ``window + 1`` the ids found counted there: both windows hold a copy, so both
-        releases may be linked. A batch id applied before changes nothing (a re-sent batch
-        is not a repeated report).
-
-        Why three windows: a batch's window is the one its reports *arrived* in at the
-        shuffler, on the shuffler's clock. A retry after a lost reply may arrive just after
-        a boundary (first copy in W-1, retry in W), and the copies may reach the aggregator
-        in either order: a crashed shuffler's in-flight batch recovered later, a parked
-        batch offered again, the aggregator down across the boundary. So a batch of W
-        checks W-1 (its earlier copies) and W+1 (its later copies, counted first).
-
-        The assumption, not checked here: **all copies of one report are filed (by the
-        shufflers) in one window or in two adjacent ones.** A shuffler re-sends a batch
-        with its window and batch id unchanged, so only a device's retries make new
-        copies; the SDK's ``Reporter`` (``crowdmix.client.outbox``) re-sends a report only while
-        every copy reaches the server within less than one window of time, which puts
-        the copies in at most two adjacent windows of one server clock. Copies filed two
-        windows apart (W-1 and W+1) are each counted once: neither window's check
-        reaches the other. That takes copies spread over more than one window, e.g.
-        ``ShufflerClient`` reports re-queued and sent again more than a window later, or
-        shufflers whose clocks differ by more than the margin by which the copies'
-        spread falls short of a window.
+        (ids the caller dropped as repeated within the batch). A batch id applied before
+        changes nothing (a re-sent batch is not a repeated report).
 
         Raises WindowDisposed when ``window`` is before the cutoff of :meth:`dispose_ids`.
         The batch's size and smallest crowd are recorded for the counted reports only
@@ -252,11 +230,11 @@ class CountStore(Protocol):
         ...
 
     def duplicate_reports(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
-        """Report ids seen twice (dropped as repeats) involving ``windows`` (all when None),
+        """Report ids seen twice (dropped as repeats) in ``windows`` (all when None),
         summed; recorded atomically with the counts and kept when ids are disposed.
 
-        None when a window of the selection holding counts has no record of it (counted
-        by an aggregator from before this count was kept): unknown, not zero."""
+        None when a window of the selection holding counts has no record of it (its
+        counter was lost): unknown, not zero."""
         ...
 
     def dispose_ids(self, metric: str, before_window: int) -> int:
@@ -305,6 +283,25 @@ class CountStore(Protocol):
         """Periodic housekeeping (Redis: fold per-batch deltas); returns the work done."""
         ...
 
+    def note_batch(self, metric: str, window: int, *, sealed: bool, window_seconds: int) -> None:
+        """Note that a batch of (metric, window) was applied from sealed reports (opened
+        here) or from clear ones, and the length of the registry's collection window.
+        Idempotent; called after the batch is applied (and again for a re-sent one, so a
+        crash in between loses nothing for long)."""
+        ...
+
+    def window_seconds(self, metric: str) -> int | None:
+        """The collection window's length noted with ``metric``'s newest window (None:
+        not noted): with it a window index reads as a date."""
+        ...
+
+    def sealing(self, metric: str, windows: Iterable[int] | None = None) -> bool | None:
+        """Whether the reports of ``windows`` (all stored when None) reached the shuffler
+        sealed: True if every batch was sealed, False if any came in the clear (the
+        shuffler then saw those reports), None if a window has no note (counted by an
+        aggregator that kept none): unknown, never assumed sealed."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -327,3 +324,13 @@ def batch_crowd(totals: npt.NDArray[np.integer]) -> int:
     """A batch's smallest non-empty cohort count (its whole size with one cohort)."""
     present = totals[totals > 0]
     return int(present.min()) if present.size else 0
+
+
+def sealing_of(notes: list[set[bool] | None]) -> bool | None:
+    """Every window's note together: any clear batch → False; a window without a note
+    (or none at all) → None; else True."""
+    if any(n is not None and False in n for n in notes):
+        return False
+    if not notes or any(not n for n in notes):
+        return None
+    return True

@@ -21,13 +21,14 @@ from crowdmix.aggregator.errors import ParamsConflict, StoreError
 from crowdmix.aggregator.store.base import CountsLike, Int64Array, StoredCounts
 
 if TYPE_CHECKING:
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
 __all__ = [
     "decode_counts",
     "describe_metric",
     "encode_counts",
     "metric_from_description",
+    "params_difference",
     "sum_blobs",
 ]
 
@@ -145,9 +146,38 @@ def describe_metric(config: MetricConfig) -> str:
     return json.dumps(table, sort_keys=True)
 
 
+def params_difference(
+    recorded: str, config: MetricConfig, *, ours: str = "the stored counts"
+) -> str:
+    """The fields in which ``config`` differs from a recorded :func:`describe_metric`
+    text, e.g. ``"f: 0.25 in the registry, 0.5 in the stored counts"``: what a params
+    mismatch says instead of two fingerprints."""
+    try:
+        theirs = json.loads(recorded)
+    except json.JSONDecodeError:
+        theirs = None
+    if not isinstance(theirs, dict):
+        return f"the recorded params cannot be read ({recorded[:60]!r})"
+    mine = json.loads(describe_metric(config))
+    differ = [
+        f"{key}: {_shown(mine.get(key))} in the registry, {_shown(theirs.get(key))} in {ours}"
+        for key in sorted(set(mine) | set(theirs))
+        if mine.get(key) != theirs.get(key)
+    ]
+    return "; ".join(differ) or "the same fields (the fingerprint differs all the same)"
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, list) and len(value) > 6:
+        return f"{len(value)} values {value[:3]}..."
+    return json.dumps(value)
+
+
 def metric_from_description(name: str, description: str) -> MetricConfig:
     """The MetricConfig a :func:`describe_metric` text stands for (validated like a registry)."""
-    from crowdmix.client.registry import RegistryError, parse_registry
+    from crowdmix.core.registry import RegistryError, parse_registry
 
     try:
         table = json.loads(description)

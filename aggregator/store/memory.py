@@ -17,6 +17,7 @@ from crowdmix.aggregator.store.base import (
     ReportIds,
     StoredCounts,
     batch_crowd,
+    sealing_of,
 )
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
 
@@ -38,6 +39,8 @@ class MemoryCountStore(CountStore):
         self._sizes: dict[tuple[str, int], Counter[int]] = {}
         self._crowds: dict[tuple[str, int], int] = {}
         self._duplicates: dict[tuple[str, int], int] = {}
+        self._sealing: dict[tuple[str, int], set[bool]] = {}  # (metric, window) -> kinds seen
+        self._window_seconds: dict[str, int] = {}
 
     def is_applied(self, metric: str, batch_id: bytes) -> bool:
         with self._lock:
@@ -74,17 +77,12 @@ class MemoryCountStore(CountStore):
             if batch_id in ids:
                 return ApplyOutcome(applied=False, counted=0, duplicates=0)
             duplicates = 0
-            found: dict[int, int] = {}  # window -> ids of this batch found counted there
-            # copies of a report are filed in one window or two adjacent ones, and may
-            # arrive in either order (CountStore.apply_reports): check W, W-1 and W+1
-            for w in (window, window - 1, window + 1):
-                seen = self._report_ids.get((metric, w))
-                if seen is not None and report_ids.ids:
-                    positions = seen.present(report_ids.ids)
-                    if positions.size:  # rare: counted before; recount the batch without them
-                        duplicates += int(positions.size)
-                        found[w] = int(positions.size)
-                        report_ids, delta = report_ids.without(positions)
+            seen = self._report_ids.get((metric, window))
+            if seen is not None and report_ids.ids:
+                positions = seen.present(report_ids.ids)
+                if positions.size:  # rare: counted before; recount the batch without them
+                    duplicates = int(positions.size)
+                    report_ids, delta = report_ids.without(positions)
             add = StoredCounts.of(delta)
             counted = add.num_reports
             if counted:
@@ -99,12 +97,8 @@ class MemoryCountStore(CountStore):
                 if crowd < self._crowds.get((metric, window), crowd + 1):
                     self._crowds[(metric, window)] = crowd
             ids.add(batch_id)
-            # every window that holds a copy counts the repeat (CountStore.apply_reports)
             key = (metric, window)
             self._duplicates[key] = self._duplicates.get(key, 0) + duplicates + repeated
-            for w, n in found.items():
-                if w != window:
-                    self._duplicates[(metric, w)] = self._duplicates.get((metric, w), 0) + n
             self._window_batches.setdefault((metric, window), set()).add(batch_id)
             if report_ids.ids:
                 self._report_ids.setdefault((metric, window), ReportIdIndex()).add(report_ids.ids)
@@ -179,6 +173,22 @@ class MemoryCountStore(CountStore):
 
     def maintain(self) -> int:
         return 0
+
+    def note_batch(self, metric: str, window: int, *, sealed: bool, window_seconds: int) -> None:
+        with self._lock:
+            self._sealing.setdefault((metric, window), set()).add(sealed)
+            self._window_seconds[metric] = window_seconds
+
+    def window_seconds(self, metric: str) -> int | None:
+        with self._lock:
+            return self._window_seconds.get(metric)
+
+    def sealing(self, metric: str, windows: Iterable[int] | None = None) -> bool | None:
+        with self._lock:
+            wanted = self._windows_locked(metric) if windows is None else sorted(set(windows))
+            stored = set(self._windows_locked(metric))
+            notes = [self._sealing.get((metric, w)) for w in wanted if w in stored]
+        return sealing_of(notes)
 
     def close(self) -> None:
         pass

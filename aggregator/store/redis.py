@@ -8,30 +8,29 @@ aggregator counts the batch in numpy and a Lua script, atomically,
 1. checks the params fingerprint of the metric (counts under other params never mix)
    and that the window is not past retention,
 2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
-3. checks that the report-id lists of the window W, of W-1 and of W+1 (the copies of one
-   report are filed in one window or two adjacent ones, and may reach the aggregator in
-   either order: :meth:`crowdmix.aggregator.store.base.CountStore.apply_reports` states why) are the
-   ones the caller checked the batch's report ids against: the same length and the same
-   last blob (its first id, last id and size; a length alone cannot tell a list that lost
-   its tail, after a power cut with ``appendfsync everysec`` or a failover to a lagging
-   replica, and was refilled by other processes). Else it changes nothing and the caller
-   reads the lists again (rebuilding its index when the blob it read last is gone).
-   Skipped for a batch without report ids,
+3. checks that the report-id list of the window (every copy of a report names its
+   window, so it is de-duplicated there alone) is the one the caller checked the batch's
+   report ids against: the same length and the same last blob (its first id, last id and
+   size; a length alone cannot tell a list that lost its tail, after a power cut with
+   ``appendfsync everysec`` or a failover to a lagging replica, and was refilled by other
+   processes). Else it changes nothing and the caller reads the list again (rebuilding
+   its index when the blob it read last is gone). Skipped for a batch without report ids
+   (``CountStore.apply``),
 4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
    batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
    window's delta hash, and records the window,
-5. ``INCRBY``s the duplicate-report counters: W's by the ids dropped (found counted before,
-   or repeated within the batch), W-1's and W+1's by those found counted there (always
-   W's, by 0 if none: the key's presence says the window's count is known).
+5. ``INCRBY``s the window's duplicate-report counter by the ids dropped (found counted
+   before, or repeated within the batch; by 0 if none: the key's presence says the
+   window's count is known).
 
 The membership test of report ids runs in this process, in numpy
 (:class:`crowdmix.aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
 reads only what other processes appended since), before the script: a report whose id
 was counted before is dropped and the batch recounted without it (rare). A process keeps
-the indexes of only the ``cached_windows`` windows up to the newest that holds ids (default
-2: the current one and the one before) and of the (empty) one after it; a late batch of an
-older window rebuilds the indexes it needs from the lists, read ``page_blobs`` blobs at a
-time, for that call. Step 3 makes
+the indexes of only the ``cached_windows`` newest windows it has seen (default 3: the
+shuffler takes the current window, the one before and, within its clock skew, the one
+after); a late batch of an older window rebuilds its index from the list, read
+``page_blobs`` blobs at a time, for that call. Step 3 makes
 that check and the count one atomic step, also across aggregator processes: if any id
 was appended in between, the script refuses and the check runs again on the new ids.
 A Redis set with ``SMISMEMBER``/``SADD`` inside the script would be simpler, but costs
@@ -62,12 +61,14 @@ Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
     {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
     {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
     {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
-    {prefix}:{metric}:w:{W}:dupids   report ids seen twice involving W (kept by retention:
+    {prefix}:{metric}:w:{W}:notes    hash: "sealed" / "clear" -> 1 (the kinds of batch applied),
+                                     "seconds" -> the collection window's length
+    {prefix}:{metric}:w:{W}:dupids   report ids seen twice in W (kept by retention:
                                      a shuffled histogram's statement needs it)
 
 Memory: a batch id costs about 80 bytes in each of two sets; a report id 16 bytes in
 Redis and 32-128 bytes in the index of each aggregator process that ingests the window,
-for at most ``cached_windows`` windows plus the three of a late batch (README, "Memory for
+for at most ``cached_windows`` windows plus the one of a late batch (README, "Memory for
 report ids"): a window of 10 M reports holds 160 MB of ids in Redis until it is
 disposed. Retention
 (:meth:`RedisCountStore.dispose_ids`, called by the daemon for windows past the
@@ -96,10 +97,11 @@ from crowdmix.aggregator.store.base import (
     ReportIds,
     StoredCounts,
     batch_crowd,
+    sealing_of,
 )
 from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
-from crowdmix.client.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import is_cluster_url, parse_cluster_url
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
@@ -108,21 +110,18 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 # KEYS: 1 ids, 2 windows, 3 w:W:deltas, 4 meta, 5 w:W:sizes, 6 w:W:crowd, 7 w:W:batches,
-#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W-1:rids,
-#       11 w:W+1:rids, 12/13/14 w:W:dupids, w:W-1:dupids, w:W+1:dupids
+#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W:dupids
 # ARGV: 1 batch id, 2 window, 3 counts blob, 4 fingerprint, 5 description, 6 reports counted,
 #       7 crowd, 8 report ids (16 bytes each, concatenated), 9/10 the length of W's rids list
 #       the caller checked the ids against and the fingerprint of its last blob (``_tail``),
-#       11/12 the same for W-1's list, 13 '1' when the batch carried report ids (then the
-#       lists are checked, even when every id turned out counted before), 14 '1' when WAIT
-#       follows (a duplicate then writes a counter: WAIT covers only its connection's writes,
-#       and the replication stream is ordered, so a replica that has this write has the
-#       first apply, whichever connection made it), 15/16 the same as 9/10 for W+1's list,
-#       17/18/19 report ids dropped as repeats to add to W's, W-1's and W+1's dupids
+#       11 '1' when the batch carried report ids (then the list is checked, even when every
+#       id turned out counted before), 12 '1' when WAIT follows (a duplicate then writes a
+#       counter: WAIT covers only its connection's writes, and the replication stream is
+#       ordered, so a replica that has this write has the first apply, whichever connection
+#       made it), 13 report ids dropped as repeats, to add to W's dupids
 # Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
-# past retention, {3, i} list i (1: W, 2: W-1, 3: W+1) is not the one the caller checked
-# against (it grew, or it lost its tail and was refilled: a length alone cannot tell):
-# check again.
+# past retention, {3} the list is not the one the caller checked against (it grew, or it
+# lost its tail and was refilled: a length alone cannot tell): check again.
 _APPLY = """
 local meta = redis.call('HMGET', KEYS[4], 'fingerprint', 'ids_disposed_before')
 local fp = meta[1]
@@ -130,18 +129,15 @@ if fp and fp ~= ARGV[4] then return {-1, fp} end
 if meta[2] and tonumber(ARGV[2]) < tonumber(meta[2]) then return {-2, meta[2]} end
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   -- with WAIT, a write on this connection, so that WAIT covers the first apply too
-  if ARGV[14] == '1' then redis.call('HINCRBY', KEYS[4], 'duplicate_batches', 1) end
+  if ARGV[12] == '1' then redis.call('HINCRBY', KEYS[4], 'duplicate_batches', 1) end
   return {0}
 end
-if ARGV[13] == '1' then
-  local lists = {{KEYS[8], 9}, {KEYS[10], 11}, {KEYS[11], 15}}
-  for i = 1, 3 do
-    local key, n, tail = lists[i][1], tonumber(ARGV[lists[i][2]]), ARGV[lists[i][2] + 1]
-    if redis.call('LLEN', key) ~= n then return {3, i} end
-    if n > 0 then
-      local b = redis.call('LINDEX', key, -1)
-      if string.sub(b, 1, 16) .. string.sub(b, -16) .. #b ~= tail then return {3, i} end
-    end
+if ARGV[11] == '1' then
+  local n = tonumber(ARGV[9])
+  if redis.call('LLEN', KEYS[8]) ~= n then return {3} end
+  if n > 0 then
+    local b = redis.call('LINDEX', KEYS[8], -1)
+    if string.sub(b, 1, 16) .. string.sub(b, -16) .. #b ~= ARGV[10] then return {3} end
   end
 end
 if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description', ARGV[5]) end
@@ -158,27 +154,21 @@ if tonumber(ARGV[6]) > 0 then
   local crowd = redis.call('GET', KEYS[6])
   if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
 end
-redis.call('INCRBY', KEYS[12], ARGV[17])
-if tonumber(ARGV[18]) > 0 then redis.call('INCRBY', KEYS[13], ARGV[18]) end
-if tonumber(ARGV[19]) > 0 then redis.call('INCRBY', KEYS[14], ARGV[19]) end
+redis.call('INCRBY', KEYS[10], ARGV[13])
 return {1}
 """
 
-# KEYS: the rids lists of W, W-1 and W+1. ARGV: the blobs of each list the caller has read.
-# Returns per list its length and the ``_tail`` of the last blob the caller read (b"" when
-# it read none or the list is shorter): one round trip, no blob leaves Redis.
+# KEYS: 1 the window's rids list. ARGV: 1 the blobs of it the caller has read. Returns its
+# length and the ``_tail`` of the last blob the caller read (b"" when it read none or the
+# list is shorter): one round trip, no blob leaves Redis.
 _PROBE = """
-local out = {}
-for i = 1, #KEYS do
-  local n, s = redis.call('LLEN', KEYS[i]), tonumber(ARGV[i])
-  local tail = ''
-  if s > 0 and s <= n then
-    local b = redis.call('LINDEX', KEYS[i], s - 1 - n)
-    tail = string.sub(b, 1, 16) .. string.sub(b, -16) .. #b
-  end
-  out[2 * i - 1], out[2 * i] = n, tail
+local n, s = redis.call('LLEN', KEYS[1]), tonumber(ARGV[1])
+local tail = ''
+if s > 0 and s <= n then
+  local b = redis.call('LINDEX', KEYS[1], s - 1 - n)
+  tail = string.sub(b, 1, 16) .. string.sub(b, -16) .. #b
 end
-return out
+return {n, tail}
 """
 
 # KEYS: 1 meta, 2 ids, then per window: batches set, rids list, nrids counter.
@@ -247,12 +237,10 @@ class _Synced:
 class RedisCountStore(CountStore):
     """Counts per (metric, window) in Redis; safe to share between processes.
 
-    ``cached_windows``: per metric, the indexes of report ids of only this many windows, up
-    to the newest that holds ids, stay in this process's memory (the current window and the
-    one before it, which a batch is also checked against), plus the index of the window
-    after it (a batch is checked against W+1 too; empty until the clock passes the boundary,
-    so it costs a table of 4096 slots, 64 kB); a late batch of an older window rebuilds the
-    indexes it needs from Redis for that one call. ``page_blobs``: id blobs read from Redis
+    ``cached_windows``: per metric, the indexes of report ids of only this many windows (the
+    newest this process has seen) stay in its memory: the shuffler takes the current window,
+    the one before and, within its clock skew, the one after; a late batch of an older window
+    rebuilds its index from Redis for that one call. ``page_blobs``: id blobs read from Redis
     per ``LRANGE``.
     ``max_apply_attempts``: how often an apply is retried because other processes appended
     ids meanwhile before it fails as ``StoreUnavailable`` (the sender retries later).
@@ -264,7 +252,7 @@ class RedisCountStore(CountStore):
         *,
         prefix: str = DEFAULT_PREFIX,
         fold_chunk: int = 512,
-        cached_windows: int = 2,
+        cached_windows: int = 3,
         page_blobs: int = 256,
         max_apply_attempts: int = 16,
         min_replicas_ack: int = 0,
@@ -387,25 +375,13 @@ class RedisCountStore(CountStore):
             self._k(metric, f"w:{window}:batches"),
             self._k(metric, f"w:{window}:rids"),
             self._k(metric, f"w:{window}:nrids"),
-            self._k(metric, f"w:{window - 1}:rids"),
-            self._k(metric, f"w:{window + 1}:rids"),
             self._k(metric, f"w:{window}:dupids"),
-            self._k(metric, f"w:{window - 1}:dupids"),
-            self._k(metric, f"w:{window + 1}:dupids"),
         ]
         if not report_ids.ids:  # nothing to de-duplicate: no index, no list to check
             plain = self._run_apply(
-                keys,
-                metric,
-                window,
-                batch_id,
-                fingerprint,
-                delta,
-                report_ids,
-                description,
-                (),
-                (repeated, 0, 0),
-            )
+                keys, metric, window, batch_id, fingerprint, delta, report_ids, description,
+                None, repeated,
+            )  # fmt: skip
             if plain is None:  # pragma: no cover - the script checks no list without ids
                 raise StoreError("apply script refused a batch without report ids")
             return plain
@@ -413,38 +389,23 @@ class RedisCountStore(CountStore):
         with self._ids_lock:
             try:
                 for _attempt in range(self._max_attempts):
-                    lists = self._synced(metric, window, (keys[7], keys[9], keys[10]))
-                    # The copies of a report are filed in one window or two adjacent ones
-                    # (a retry after a lost reply may land just after a boundary) and may
-                    # arrive here in either order: check W's, W-1's and W+1's ids.
+                    synced = self._synced(metric, window, keys[7])
                     report_ids, delta, duplicates = given_ids, given_delta, 0
-                    found = [0, 0, 0]  # ids found counted in W, W-1, W+1
-                    for i, synced in enumerate(lists):
-                        positions = synced.index.present(report_ids.ids)
-                        if positions.size:  # counted before: recount the batch without them
-                            duplicates += int(positions.size)
-                            found[i] = int(positions.size)
-                            report_ids, delta = report_ids.without(positions)
+                    positions = synced.index.present(report_ids.ids)
+                    if positions.size:  # counted before: recount the batch without them
+                        duplicates = int(positions.size)
+                        report_ids, delta = report_ids.without(positions)
                     outcome = self._run_apply(
-                        keys,
-                        metric,
-                        window,
-                        batch_id,
-                        fingerprint,
-                        delta,
-                        report_ids,
-                        description,
-                        lists,
-                        (duplicates + repeated, found[1], found[2]),
-                    )
-                    if outcome is None:  # a list changed since we read it: read and check again
+                        keys, metric, window, batch_id, fingerprint, delta, report_ids,
+                        description, synced, duplicates + repeated,
+                    )  # fmt: skip
+                    if outcome is None:  # the list changed since we read it: read, check again
                         self.apply_retries += 1
                         continue
-                    current = lists[0]
                     if outcome.applied and report_ids.ids:
-                        current.index.add(report_ids.ids)
-                        current.length += 1
-                        current.tail = _tail(report_ids.ids)
+                        synced.index.add(report_ids.ids)
+                        synced.length += 1
+                        synced.tail = _tail(report_ids.ids)
                     return replace(outcome, duplicates=duplicates) if outcome.applied else outcome
             finally:
                 self._evict(metric)
@@ -470,13 +431,12 @@ class RedisCountStore(CountStore):
         delta: CountsLike,
         report_ids: ReportIds,
         description: str,
-        lists: tuple[_Synced, ...],
-        repeats: tuple[int, int, int],
+        checked: _Synced | None,
+        repeats: int,
     ) -> ApplyOutcome | None:
-        """One run of the apply script with the lists of W, W-1 and W+1 as checked (none
-        for a batch without report ids); None when an id list is not the one checked.
-        ``repeats``: the ids dropped as repeats, to add to W's, W-1's and W+1's counts."""
-        checked = [(str(e.length), e.tail) for e in lists] or [("0", b"")] * 3
+        """One run of the apply script with the window's id list as ``checked`` (None for
+        a batch without report ids); None when the list is not the one checked.
+        ``repeats``: the ids dropped as repeats, to add to the window's count."""
         totals = np.asarray(delta.totals)
         counted = int(totals.sum())
         args: list[bytes | str] = [
@@ -488,12 +448,11 @@ class RedisCountStore(CountStore):
             str(counted),
             str(batch_crowd(totals)),
             report_ids.ids,
-            *checked[0],
-            *checked[1],
-            "1" if lists else "0",
+            str(checked.length) if checked else "0",
+            checked.tail if checked else b"",
+            "1" if checked else "0",
             "1" if self._min_replicas_ack else "0",
-            *checked[2],
-            *(str(n) for n in repeats),
+            str(repeats),
         ]
         result = self._call(lambda: self._replicated(self._apply, keys, args))
         status = int(result[0])
@@ -549,20 +508,15 @@ class RedisCountStore(CountStore):
             return reply
         raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
 
-    def _synced(self, metric: str, window: int, keys: tuple[str, str, str]) -> tuple[_Synced, ...]:
-        """This process's indexes of the report ids of ``window``, ``window - 1`` and
-        ``window + 1`` (``keys``: their lists, in that order), brought up to date with their
-        lists in Redis: only blobs appended since the last look are read, after checking
-        (in Redis, one round trip for the three lists) that the last blob read is still
-        where it was."""
-        windows = (window, window - 1, window + 1)
-        mine = [self._id_cache.get((metric, w)) for w in windows]
-        args = [str(e.length if e else 0) for e in mine]
-        reply = self._call(lambda: self._probe(keys=list(keys), args=args))
-        return tuple(
-            self._refresh(metric, w, key, entry, int(reply[2 * i]), bytes(reply[2 * i + 1]))
-            for i, (w, key, entry) in enumerate(zip(windows, keys, mine, strict=True))
-        )
+    def _synced(self, metric: str, window: int, key: str) -> _Synced:
+        """This process's index of the report ids of ``window`` (``key``: its list),
+        brought up to date with the list in Redis: only blobs appended since the last look
+        are read, after checking (in Redis, one round trip) that the last blob read is
+        still where it was."""
+        mine = self._id_cache.get((metric, window))
+        arg = str(mine.length if mine else 0)
+        length, tail = self._call(lambda: self._probe(keys=[key], args=[arg]))
+        return self._refresh(metric, window, key, mine, int(length), bytes(tail))
 
     def _refresh(
         self, metric: str, window: int, key: str, entry: _Synced | None, length: int, tail: bytes
@@ -591,20 +545,10 @@ class RedisCountStore(CountStore):
         return [bytes(b) for b in blobs]
 
     def _evict(self, metric: str) -> None:
-        """Keep the indexes of only ``metric``'s windows ``top - cached_windows + 1`` to
-        ``top + 1``, where ``top`` is the newest window whose index holds ids (the batches
-        of the current window are checked against ``top + 1`` too; it holds no ids as far
-        as this process knows, or it would be ``top``): at most ``cached_windows`` + 1
-        indexes, one of them empty. With no index holding ids, the newest
-        ``cached_windows`` + 1 (all empty)."""
+        """Keep the indexes of only ``metric``'s ``cached_windows`` newest windows."""
         mine = sorted(w for (m, w) in self._id_cache if m == metric)
-        if not mine:
-            return
-        filled = [w for w in mine if self._id_cache[(metric, w)].length]
-        top = filled[-1] if filled else mine[-1] - 1
-        for w in mine:
-            if not top - self._cached_windows < w <= top + 1:
-                del self._id_cache[(metric, w)]
+        for w in mine[: -self._cached_windows]:
+            del self._id_cache[(metric, w)]
 
     def dispose_ids(self, metric: str, before_window: int) -> int:
         old = [w for w in self.windows_with_ids(metric) if w < before_window]
@@ -659,7 +603,7 @@ class RedisCountStore(CountStore):
         total = 0
         for w, value in zip(wanted, values, strict=True):
             if value is None:
-                if w in stored:  # counted by an aggregator that kept no such count
+                if w in stored:  # its counter was lost: unknown, not 0
                     return None
                 continue
             total += int(value)
@@ -689,6 +633,36 @@ class RedisCountStore(CountStore):
             for size, n in histogram.items():
                 out[int(size)] = out.get(int(size), 0) + int(n)
         return out
+
+    def note_batch(self, metric: str, window: int, *, sealed: bool, window_seconds: int) -> None:
+        key = self._k(metric, f"w:{window}:notes")
+        kind = "sealed" if sealed else "clear"
+        self._call(lambda: self._r.hset(key, mapping={kind: 1, "seconds": window_seconds}))
+
+    def window_seconds(self, metric: str) -> int | None:
+        stored = self.windows(metric)
+        if not stored:
+            return None
+        value = self._call(
+            lambda: self._r.hget(self._k(metric, f"w:{stored[-1]}:notes"), "seconds")
+        )
+        return None if value is None else int(value)
+
+    def sealing(self, metric: str, windows: Iterable[int] | None = None) -> bool | None:
+        stored = self.windows(metric)
+        wanted = [w for w in (stored if windows is None else sorted(set(windows))) if w in stored]
+
+        def read() -> list[Any]:
+            pipe = self._r.pipeline(transaction=False)
+            for w in wanted:
+                pipe.hkeys(self._k(metric, f"w:{w}:notes"))
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        notes = [
+            {k in (b"sealed", "sealed") for k in keys if k not in (b"seconds", "seconds")} or None
+            for keys in (self._call(read) if wanted else [])
+        ]
+        return sealing_of(notes)
 
     def smallest_crowd(self, metric: str, windows: Iterable[int] | None = None) -> int | None:
         wanted = self.windows(metric) if windows is None else sorted(set(windows))

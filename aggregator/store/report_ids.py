@@ -10,7 +10,8 @@ grows 4x at a time: 32 to 128 bytes per id), not a Python loop per report. The
 slot is a keyed mix of ``hi`` (a multiply by an odd constant after XOR with a
 per-process random salt), so ids crafted to collide
 cannot make the probing chains long for an attacker who does not know the salt.
-The all-zero id means "no id" and is never stored.
+The all-zero id marks an empty slot, so it is never stored (no report has it: the
+shuffler and the aggregator refuse it).
 
 The stores keep the durable copy (Redis: one blob of 16-byte ids per batch in a
 list, 16 bytes per id) and this index as a cache of it.
@@ -83,7 +84,7 @@ class ReportIdIndex:
 
     def add(self, ids: bytes) -> None:
         """Add distinct ids (16 bytes each, concatenated) that are not in the index yet;
-        all-zero ids ("no id") are skipped."""
+        all-zero ids (the empty-slot marker) are skipped."""
         if not ids:
             return
         hi, lo = _words(ids)

@@ -17,7 +17,7 @@ from crowdmix.aggregator.accounting.amplification import (
 )
 from crowdmix.aggregator.accounting.local import epsilon_one
 from crowdmix.aggregator.accounting.pairs import ClonePair
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 DELTA = 1e-6
 

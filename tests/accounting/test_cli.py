@@ -114,7 +114,9 @@ def test_compose_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_metric_statement_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "metrics.toml"
-    config.write_text("[metrics.pages]\nk = 16\nh = 2\nm = 4\n")
+    config.write_text(
+        '[metrics.pages]\nencoding = "rappor"\nk = 16\nh = 2\nm = 4\nf = 0.5\np = 0.5\nq = 0.75\n'
+    )
     code, out, _ = run(
         capsys,
         "privacy",
@@ -181,6 +183,29 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and data["meets_target"] is True
     assert set(data["params"]) == {"k", "h", "m", "f", "p", "q"}
     assert data["central"]["epsilon"] <= 1.0
+
+
+def test_plan_prints_a_registry_block_that_loads_with_the_exact_params(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import load_registry
+
+    argv = ("plan", "--epsilon", "1", "--n", "1000000", "--candidates", "100")
+    code, out, _ = run(capsys, *argv, "--metric", "home_page")
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("[metrics."))
+    pasted = tmp_path / "metrics.toml"
+    pasted.write_text("\n".join(lines[start:]) + "\n")  # pasted as printed
+    metric = load_registry(pasted)["home_page"]
+    _, out, _ = run(capsys, *argv, "--json")
+    data = json.loads(out)
+    assert metric.rappor == RapporParams(**data["params"])  # p and q exactly, not rounded
+    assert data["registry"].startswith("[metrics.my_metric]\n")
+    assert "over 1 release of" in lines[0]
+    code, _, err = run(capsys, *argv, "--metric", "bad name")
+    assert code == 1 and "--metric 'bad name'" in err
 
 
 def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

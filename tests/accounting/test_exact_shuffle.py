@@ -31,9 +31,9 @@ from crowdmix.aggregator.accounting import (
     privacy_statement,
     record_release,
 )
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig, ShufflePolicy
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
 Randomizer = Callable[[int], Sequence[float]]
 ANY_BATCH = ShufflePolicy(min_batch=1, max_batch=10**6)

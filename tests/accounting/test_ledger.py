@@ -173,8 +173,8 @@ def test_redis_store_reports_corruption(redis_url: str) -> None:
 
 def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
     from crowdmix.aggregator.accounting import privacy_statement
-    from crowdmix.client.params import RapporParams
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import MetricConfig
 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
     ledger = PrivacyLedger(MemoryLedgerStore(), Budget(epsilon=1.0, delta=1e-5))
@@ -194,8 +194,8 @@ def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
 
 def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
     from crowdmix.aggregator.accounting import privacy_statement, record_release
-    from crowdmix.client.params import RapporParams
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import MetricConfig
 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
     first = privacy_statement(metric, 10_000, rounds=1).central.epsilon
@@ -211,8 +211,8 @@ def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
 
 def test_record_release_retries_when_another_writer_wins() -> None:
     from crowdmix.aggregator.accounting import record_release
-    from crowdmix.client.params import RapporParams
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import MetricConfig
 
     class RacingStore(MemoryLedgerStore):
         """Another report job appends just before our first append."""

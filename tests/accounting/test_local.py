@@ -15,9 +15,9 @@ from crowdmix.aggregator.accounting.local import (
     generic_total_variation,
     total_variation,
 )
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_inf, epsilon_one, p_star, q_star
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one, p_star, q_star
 
 DEFAULTS = RapporParams()  # k=16, h=2, f=.5, p=.5, q=.75
 

@@ -6,8 +6,8 @@ import pytest
 
 from crowdmix.aggregator.accounting import privacy_statement
 from crowdmix.aggregator.accounting.planner import PlanError, plan, std_error
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_unreachable_and_bad_targets() -> None:
 
 
 def test_local_caps_are_respected_and_the_target_still_met() -> None:
-    from crowdmix.client.privacy import epsilon_inf, epsilon_one
+    from crowdmix.core.privacy import epsilon_inf, epsilon_one
 
     free = plan(1.0, 1e-6, 1_000_000, 1000)
     capped = plan(1.0, 1e-6, 1_000_000, 1000, max_local_epsilon=4.0, max_epsilon_inf=8.0)

@@ -8,8 +8,8 @@ import numpy as np
 
 from crowdmix.aggregator.accounting import privacy_statement
 from crowdmix.aggregator.report.job import privacy_figures
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig, ShufflePolicy
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
 METRIC = MetricConfig(
     name="m",
@@ -49,3 +49,11 @@ def test_the_statement_says_who_can_learn_what() -> None:
     assert "the shuffler alone learns each report beside" in plain.render()
     unknown = base.who_learns_what["shuffler"]
     assert "if the reports were sealed" in unknown and f"already {e1}" in unknown
+
+
+def test_reports_that_were_never_shuffled_name_no_shuffler() -> None:
+    """google/rappor's files: no shuffler in the path, so none is said to learn anything."""
+    e1 = privacy_statement(METRIC, 40_000, shuffled=False)
+    who = e1.who_learns_what
+    assert who["shuffler"].startswith("nothing: the reports did not pass through a shuffler")
+    assert "not shuffled" in who["aggregator"] and "if the reports were sealed" not in str(who)

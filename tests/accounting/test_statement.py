@@ -8,15 +8,17 @@ import math
 import pytest
 
 from crowdmix.aggregator.accounting import amplify, privacy_statement
+from crowdmix.aggregator.accounting.amplification import best_amplification
 from crowdmix.aggregator.accounting.local import (
     epsilon_inf,
     epsilon_k,
     epsilon_one,
     total_variation,
 )
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig, ShufflePolicy
+from crowdmix.aggregator.accounting.randomizers import randomizer_of
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
 DELTA = 1e-6
 # A policy whose batches are never split below 1e8 reports: these tests then see
@@ -126,8 +128,12 @@ def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
     assert lg.candidates["memoised-prr-k"] == pytest.approx(
         amplify(epsilon_k(params, 10), 10**5, DELTA).epsilon
     )
-    # ε_∞ amplified by the generic bound (the PRR-β (p, β, q) pair understated ε).
-    assert lg.candidates["memoised-prr-inf"] == amplify(epsilon_inf(params), 10**5, DELTA).epsilon
+    # ε_∞ amplified by the best of the generic bound and the PRR's blanket bound (the
+    # PRR-β (p, β, q) pair understated ε).
+    prr = randomizer_of(rappor=params, prr_only=True)
+    best = best_amplification(epsilon_inf(params), 10**5, DELTA, prr).result.epsilon
+    assert lg.candidates["memoised-prr-inf"] == best
+    assert best <= amplify(epsilon_inf(params), 10**5, DELTA).epsilon
     assert lg.argument in ("memoised-prr-k", "memoised-prr-inf")
     assert "pld-composition" not in lg.candidates  # rounds share the PRR: never composed
     assert lg.epsilon == min(lg.candidates.values())
@@ -142,14 +148,15 @@ def test_fresh_randomness_rounds_are_composed() -> None:
     stmt = privacy_statement(metric, 20_000, delta=DELTA, rounds=20)
     assert stmt.epsilon_inf is None
     assert stmt.longitudinal.argument == "pld-composition"
-    assert stmt.central.bound == "generic"
+    assert stmt.central.bound == "blanket"  # 4-ary RR's own bound beats the generic one
     assert stmt.central.epsilon < stmt.longitudinal.epsilon < 20 * stmt.central.epsilon
 
 
 def test_to_dict_is_json_and_render_is_quotable() -> None:
     stmt = privacy_statement(rappor_metric(m=8), 10**5, delta=DELTA, rounds=3)
     data = json.loads(json.dumps(stmt.to_dict(), allow_nan=False))
-    assert data["central"]["bound"] == "generic"
+    assert data["central"]["bound"] in ("generic", "blanket")
+    assert data["central"]["bound_description"] != data["central"]["bound"]
     assert data["central"]["delta"] == DELTA
     assert data["local"]["epsilon_1"] == pytest.approx(stmt.epsilon_local)
     assert data["longitudinal"]["argument"].startswith("memoised-prr")
@@ -202,7 +209,8 @@ def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
     n = 2 * MAX_PLD_N
     stmt = privacy_statement(metric, n, delta=DELTA, rounds=10)
     assert stmt.longitudinal.argument == "optimal-composition"
-    per_round = amplify(2.0, n, DELTA / 20).epsilon
+    oue = randomizer_of(basic=metric.basic)
+    per_round = best_amplification(2.0, n, DELTA / 20, oue).result.epsilon
     expected = compose_optimal(per_round, DELTA / 20, 10, DELTA)
     assert stmt.longitudinal.epsilon == pytest.approx(expected, rel=1e-12)
 
@@ -242,3 +250,16 @@ def test_a_measured_crowd_replaces_the_estimate() -> None:
     assert measured.to_dict()["batch"]["smallest_crowd_measured"] is True
     with pytest.raises(ValueError, match="smallest_crowd"):
         privacy_statement(metric, 10**5, delta=DELTA, batch_sizes=[10**5], smallest_crowd=0)
+
+
+def test_one_report_is_one_report_not_one_reports() -> None:
+    metric = MetricConfig(
+        name="b",
+        basic=BasicParams(mechanism="krr", epsilon=1.0, domain_size=3),
+        shuffle=ShufflePolicy(min_batch=1),
+    )
+    text = privacy_statement(metric, 1, batch_sizes=[1]).render()
+    assert "Shuffling 1 report is too few" in text and "held 1 report." in text
+    assert "1 reports" not in text
+    assumed = privacy_statement(metric, 1).render()
+    assert "(1 report)" in assumed and "1 reports" not in assumed

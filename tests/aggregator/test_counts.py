@@ -18,10 +18,11 @@ from crowdmix.aggregator.counting.counts import (
     columns_to_arrays,
 )
 from crowdmix.aggregator.counting.files import CountsFileError, load_counts, save_counts
-from crowdmix.client.basic import BasicEncoder, BasicParams, olh_hash
-from crowdmix.client.params import RapporParams
+from crowdmix.client.basic import BasicEncoder
 from crowdmix.client.randomness import SecureBits
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.basic import BasicParams, olh_hash
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 
 def naive_counts(
@@ -64,6 +65,7 @@ def random_batch(rng: np.random.Generator, n: int, m: int, k: int) -> tuple[np.n
     seed=st.integers(0, 2**32 - 1),
     presorted=st.booleans(),
 )
+@pytest.mark.slow  # statistical: the full check runs it
 def test_counts_equal_naive_count(
     m: int, k: int, sizes: list[int], seed: int, presorted: bool
 ) -> None:

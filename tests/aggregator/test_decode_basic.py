@@ -10,7 +10,8 @@ import pytest
 from crowdmix.aggregator.counting.basic import OlhSupportCounts
 from crowdmix.aggregator.decode import NoReportsError, ParamsMismatchError
 from crowdmix.aggregator.decode.basic import decode_basic, project_to_simplex, support_probabilities
-from crowdmix.client.basic import OLH_PRIME, BasicEncoder, BasicParams
+from crowdmix.client.basic import BasicEncoder
+from crowdmix.core.basic import OLH_PRIME, BasicParams
 
 SHARES = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
 
@@ -98,7 +99,7 @@ def test_encoder_payloads_decode_to_the_truth() -> None:
     # Real encoder + real accumulator, one seed-free run of 3000 OUE reports of
     # value 2 only: value 2's estimate is within 6 se of 1 (false failure 2e-9).
     from crowdmix.aggregator.counting import accumulator_for
-    from crowdmix.client.registry import MetricConfig
+    from crowdmix.core.registry import MetricConfig
 
     metric = MetricConfig(name="m", basic=BasicParams(mechanism="oue", epsilon=2.0, domain_size=5))
     assert metric.basic is not None

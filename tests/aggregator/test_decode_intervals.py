@@ -32,9 +32,9 @@ from crowdmix.aggregator.report.rappor_files import (
     write_params_csv,
 )
 from crowdmix.cli import main
-from crowdmix.client.basic import BasicParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 PARAMS = RapporParams(k=16, h=2, m=8, p=0.25, q=0.75, f=0.5)
 CANDIDATES = tuple(f"v{i}" for i in range(1, 13))
@@ -106,6 +106,7 @@ options_st = st.builds(
     shares=st.lists(st.floats(0.0, 1.0), min_size=len(CANDIDATES), max_size=len(CANDIDATES)),
     options=options_st,
 )
+@pytest.mark.slow  # statistical: the full check runs it
 def test_rappor_report_intervals_contain_estimates(
     tmp_path: Path, seed: int, n: int, shares: list[float], options: DecodeOptions
 ) -> None:

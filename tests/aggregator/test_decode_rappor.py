@@ -24,8 +24,8 @@ from crowdmix.aggregator.decode import (
 )
 from crowdmix.aggregator.decode.rappor import report_probabilities
 from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
-from crowdmix.client.hashing import bloom_bits
-from crowdmix.client.params import RapporParams
+from crowdmix.core.hashing import bloom_bits
+from crowdmix.core.params import RapporParams
 
 PARAMS = RapporParams(k=32, h=2, m=16, p=0.25, q=0.75, f=0.5)
 VALUES = [f"value-{i}" for i in range(10)]

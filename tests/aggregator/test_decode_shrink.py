@@ -18,7 +18,7 @@ from crowdmix.aggregator.decode import (
 from crowdmix.aggregator.decode.shrink import npmle_posterior
 from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
 from crowdmix.aggregator.decode.stats import selection_cutoff
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 
 @pytest.mark.parametrize("shape", ["flat", "sparse"])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from crowdmix.aggregator.decode import DecodeOptions, DecodeWarning, decode_rappor, design_matrix
 from crowdmix.aggregator.decode.ridge import norm_sub, random_effects_fit
 from crowdmix.aggregator.decode.simulate import simulate_rappor_counts
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 
 @settings(max_examples=200, deadline=None)

@@ -20,7 +20,7 @@ from crowdmix.aggregator.sealing.keys import (
     save_keyset,
     write_public_config,
 )
-from crowdmix.client.sealed import MLKEM768_X25519_SUITE, PublicKeySet
+from crowdmix.core.sealed import MLKEM768_X25519_SUITE, PublicKeySet
 
 T0 = 1_800_000_000
 
@@ -70,8 +70,42 @@ def test_retire_rules() -> None:
     killed = ks.retire(1, T0 + 40, immediately=True)
     k1 = killed.get(1)
     assert k1 is not None and k1.private_key is None and k1.state(T0 + 40) == "expired"
-    killed = ks.retire(3, T0 + 40, immediately=True)  # a compromised last key still dies
+    with pytest.raises(KeySetError, match=r"key 3 is the only active key.*--force"):
+        ks.retire(3, T0 + 40, immediately=True)  # at once or not, devices would have no key
+    killed = ks.retire(3, T0 + 40, immediately=True, force=True)  # a compromised last key
     assert killed.get(3).state(T0 + 40) == "expired"  # type: ignore[union-attr]
+
+
+def test_the_only_active_key_with_a_pending_replacement_is_kept_until_that_one_is_active() -> None:
+    ks, _ = KeySet().with_new_key(T0)
+    ks, _ = ks.rotate(T0 + 10, pending_seconds=100)  # key 2 pending until T0+110
+    with pytest.raises(KeySetError, match="key 2 is pending until"):
+        ks.retire(1, T0 + 20, immediately=True)
+
+
+def test_keys_retire_of_the_only_active_key_is_refused_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crowdmix.cli import main
+
+    keys, public = str(tmp_path / "k.json"), str(tmp_path / "pub.json")
+    assert main(["keys", "new", "--file", keys, "--public", public]) == 0
+    before = ((tmp_path / "k.json").read_text(), (tmp_path / "pub.json").read_text())
+    capsys.readouterr()
+    for extra in ([], ["--now"]):
+        code = main(["keys", "retire", "--file", keys, "--id", "1", "--public", public, *extra])
+        err = capsys.readouterr().err
+        assert code == 1 and "only active key" in err and "--force" in err, err
+    assert ((tmp_path / "k.json").read_text(), (tmp_path / "pub.json").read_text()) == before
+    # with a replacement active the old key retires; --force retires the last one anyway
+    assert main(["keys", "rotate", "--file", keys, "--public", public]) == 0
+    assert main(["keys", "retire", "--file", keys, "--id", "1", "--now", "--public", public]) == 0
+    assert [k.key_id for k in PublicKeySet.from_json(Path(public).read_text()).keys] == [2]
+    code = main(
+        ["keys", "retire", "--file", keys, "--id", "2", "--now", "--force", "--public", public]
+    )
+    assert code == 0
+    assert PublicKeySet.from_json(Path(public).read_text()).keys == ()
 
 
 def test_key_file_is_0600_round_trips_and_erases_expired_private_keys(tmp_path: Path) -> None:
@@ -204,6 +238,21 @@ def test_keys_cli_without_cryptography_names_the_extra(tmp_path: Path) -> None:
     )
     assert r.returncode == 3
     assert r.stderr.strip().splitlines() == [
-        "crowdmix: error: this command needs the 'cryptography' package: "
-        "pip install 'crowdmix[transport]'"
+        "crowdmix: error: crowdmix keys needs crowdmix[transport] (the 'cryptography' "
+        "package is missing): pip install 'crowdmix[transport]'"
     ]
+
+
+def test_keys_list_of_the_public_config_says_what_it_is_without_chmod_advice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crowdmix.cli import main
+
+    keys, public = tmp_path / "k.json", tmp_path / "pub.json"
+    assert main(["keys", "new", "--file", str(keys), "--public", str(public)]) == 0
+    capsys.readouterr()
+    for mode in (0o644, 0o600):
+        os.chmod(public, mode)
+        assert main(["keys", "list", "--file", str(public)]) == 1
+        err = capsys.readouterr().err
+        assert "is the public key config" in err and "chmod" not in err, err

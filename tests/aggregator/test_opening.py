@@ -9,21 +9,23 @@ import pytest
 
 from crowdmix.aggregator.sealing.keys import KeySet
 from crowdmix.aggregator.sealing.opening import OpenedBatch, Opener, open_batch
-from crowdmix.client.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
 from crowdmix.client.sealing import seal_report
+from crowdmix.core.sealed import MLKEM768_X25519_SUITE, PublicKeyConfig, choose_key
 
 T0 = 1_800_000_000
 RB = 3  # report bytes of the test metric
 FP = 0x1234_5678_9ABC_DEF0
+W = T0 // 3600  # the collection window the reports name
 
 
 def _seal(
-    pub: PublicKeyConfig, i: int, *, metric: str = "m", fp: int = FP
+    pub: PublicKeyConfig, i: int, *, metric: str = "m", fp: int = FP, window: int = W
 ) -> tuple[int, bytes, bytes]:
     rid = os.urandom(16)
     r = seal_report(
         pub,
         metric=metric,
+        window=window,
         bits=bytes([i % 256, (i * 7) % 256, 0x80]),
         cohort=i % 5,
         fingerprint=fp,
@@ -34,11 +36,16 @@ def _seal(
 
 
 def _open(
-    keys: KeySet, rows: list[tuple[int, bytes, bytes]], now: int, metric: str = "m"
+    keys: KeySet,
+    rows: list[tuple[int, bytes, bytes]],
+    now: int,
+    metric: str = "m",
+    window: int = W,
 ) -> OpenedBatch:
     return open_batch(
         keys,
         metric=metric,
+        window=window,
         report_bytes=RB,
         fingerprint=FP,
         key_ids=[r[0] for r in rows],
@@ -78,11 +85,13 @@ def test_each_failure_is_dropped_by_reason_and_the_rest_open() -> None:
     rows.append((2, _seal(k1, 101)[1], rid))  # sealed to key 1, labelled key 2
     rows.append((99, ct, rid))  # a key id the aggregator never had
     rows.append(_seal(k2, 102, metric="other"))  # replayed under another metric
+    rows.append(_seal(k2, 104, window=W - 1))  # re-filed under another window
+    rows.append(_seal(k2, 105, window=W + 1))
     rows.append((kid, ct + b"\x00", rid))  # wrong length
     rows.append((kid, ct[:-1], rid))
     rows.append(_seal(k1, 103))  # key 1 in its grace period still opens
     ob = _open(ks, rows, T0 + 20)
-    assert ob.dropped == {"not_authentic": 5, "unknown_key": 1, "bad_length": 2}
+    assert ob.dropped == {"not_authentic": 7, "unknown_key": 1, "bad_length": 2}
     assert ob.index.tolist() == [0, 1, 2, 3, 4, 5, len(rows) - 1]
     assert ob.bits[-1].tolist() == [103, (103 * 7) % 256, 0x80]
     # the same report after key 1's grace: dropped as expired, not as unknown
@@ -125,6 +134,7 @@ def test_a_worker_pool_gives_the_same_result_as_in_process(keys: KeySet) -> None
     with Opener(keys, workers=2) as pool:
         pooled = pool.open(
             metric="m",
+            window=W,
             report_bytes=RB,
             fingerprint=FP,
             key_ids=np.array([r[0] for r in rows], dtype=np.uint32),
@@ -140,6 +150,16 @@ def test_bad_arguments_are_value_errors(keys: KeySet) -> None:
     with pytest.raises(ValueError, match="workers"):
         Opener(keys, workers=-1)
     with pytest.raises(ValueError, match="2 key ids for 1 sealed"):
-        open_batch(keys, metric="m", report_bytes=RB, fingerprint=FP, key_ids=[1, 1], sealed=[b"x"])
-    empty = open_batch(keys, metric="m", report_bytes=RB, fingerprint=FP, key_ids=[], sealed=[])
+        open_batch(
+            keys,
+            metric="m",
+            window=W,
+            report_bytes=RB,
+            fingerprint=FP,
+            key_ids=[1, 1],
+            sealed=[b"x"],
+        )
+    empty = open_batch(
+        keys, metric="m", window=W, report_bytes=RB, fingerprint=FP, key_ids=[], sealed=[]
+    )
     assert empty.opened == 0 and empty.bits.shape == (0, RB)

@@ -18,7 +18,7 @@ from crowdmix.aggregator.report.rappor_files import (
 )
 from crowdmix.aggregator.report.rappor_hashing import client_bloom_bits, client_design
 from crowdmix.cli import main
-from crowdmix.client.params import RapporParams
+from crowdmix.core.params import RapporParams
 
 # google/rappor client/javatest/.../EncoderTest.java, testEncoderEncodeString_identity:
 # f = p = 0, q = 1 make the report the Bloom filter itself; k = 12, h = 2.

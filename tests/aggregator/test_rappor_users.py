@@ -13,7 +13,7 @@ from crowdmix.aggregator.decode.rappor import design_matrix
 from crowdmix.aggregator.report.rappor_files import RapporFileError, read_counts_csv, read_map_csv
 from crowdmix.aggregator.report.rappor_output import RAPPOR_COLUMNS
 from crowdmix.cli import main
-from crowdmix.client.privacy import epsilon_inf, epsilon_one
+from crowdmix.core.privacy import epsilon_inf, epsilon_one
 from tests.aggregator.test_report import CANDIDATES, PARAMS, write_rappor_files
 
 

@@ -11,9 +11,9 @@ import numpy as np
 
 from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset
-from crowdmix.client.params import RapporParams
-from crowdmix.client.registry import MetricConfig
 from crowdmix.client.sealing import seal_many
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import MetricConfig
 
 
 def test_a_killed_worker_does_not_lose_the_batch(tmp_path: Path) -> None:
@@ -23,7 +23,7 @@ def test_a_killed_worker_does_not_lose_the_batch(tmp_path: Path) -> None:
     metric = MetricConfig(name="m", rappor=RapporParams(k=16, h=2, m=4))
     n = 600  # above the pool's threshold (2 × 256)
     rows = [(bytes([i % 256, 0]), i % 4, metric.fingerprint, os.urandom(16)) for i in range(n)]
-    sealed = seal_many(key.public(), "m", rows)
+    sealed = seal_many(key.public(), "m", 0, rows)
     batch = SealedBatch(
         batch_id=bytes(16),
         window=0,

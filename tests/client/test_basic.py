@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from crowdmix.client import BasicEncoder, BasicParams, ParamsError
-from crowdmix.client.basic import OLH_PRIME, olh_hash
 from crowdmix.client.randomness import probability_digits
+from crowdmix.core.basic import OLH_PRIME, olh_hash
 from tests.client.bitsources import SeededBits, scripted_fields
 from tests.client.stats import binomial_ok, chi_square_ok
 
@@ -187,7 +187,7 @@ def test_olh_distribution() -> None:
 
 
 def test_olh_epsilon_is_capped_where_its_buckets_fit_the_payload() -> None:
-    from crowdmix.client.basic import MAX_OLH_EPSILON
+    from crowdmix.core.basic import MAX_OLH_EPSILON
 
     params = BasicParams(mechanism="olh", epsilon=MAX_OLH_EPSILON, domain_size=4)
     assert params.olh_buckets < 2**31

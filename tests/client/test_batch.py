@@ -22,9 +22,9 @@ from crowdmix.client.batch import (
     UrandomBytes,
     bernoulli_array,
 )
-from crowdmix.client.hashing import bloom_int
-from crowdmix.client.privacy import p_star, q_star
 from crowdmix.client.randomness import probability_digits
+from crowdmix.core.hashing import bloom_int
+from crowdmix.core.privacy import p_star, q_star
 from tests.client.bitsources import ScriptedBytes, SeededBits, SeededBytes
 from tests.client.stats import binomial_ok
 

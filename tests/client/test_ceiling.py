@@ -8,25 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from crowdmix.client.basic import BasicParams
+from crowdmix.client.ceiling import MAX_EPSILON, MAX_EPSILON_INF, Ceiling
 from crowdmix.client.errors import ParamsError
-from crowdmix.client.histogram import HistogramParams
-from crowdmix.client.params import RapporParams
-from crowdmix.client.privacy import epsilon_inf, epsilon_one
-from crowdmix.client.registry import MetricConfig, parse_registry
-from crowdmix.client.reporter import MAX_EPSILON, MAX_EPSILON_INF, Reporter, _check_ceiling
+from crowdmix.client.reporter import Reporter
+from crowdmix.core.basic import BasicParams
+from crowdmix.core.histogram import HistogramParams
+from crowdmix.core.params import RapporParams
+from crowdmix.core.privacy import epsilon_inf, epsilon_one
+from crowdmix.core.registry import MetricConfig, parse_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _check(mc: MetricConfig, **kw: object) -> None:
-    args: dict[str, object] = {
-        "max_epsilon": MAX_EPSILON,
-        "max_epsilon_inf": MAX_EPSILON_INF,
-        "allow_unrandomized_histograms": False,
-    }
-    args.update(kw)
-    _check_ceiling(mc.name, mc, **args)  # type: ignore[arg-type]
+    """ParamsError with the ceiling's refusal, as the reporter reports it."""
+    refusal = Ceiling(**kw).refusal(mc.name, mc)  # type: ignore[arg-type]
+    if refusal is not None:
+        raise ParamsError(refusal)
 
 
 def _rappor(**kw: float) -> MetricConfig:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from crowdmix.client.device_config import DEFAULT_WINDOW_SECONDS, DeviceConfig, from_proto, to_proto
-from crowdmix.client.registry import parse_registry
-from crowdmix.client.sealed import PublicKeySet
+import pytest
+
+from crowdmix.client.device_config import from_proto
+from crowdmix.client.errors import ParamsError
+from crowdmix.core.device_config import DeviceConfig, to_proto
+from crowdmix.core.registry import parse_registry
+from crowdmix.core.sealed import PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 
 
@@ -28,10 +32,8 @@ def test_window_and_disposal_age_travel_with_the_params() -> None:
     assert back.window_seconds == 7200 and back.cache_seconds == 60
     assert back.disposal_seconds == {"a": 30 * 86400, "b": 129600}
     assert back.version == config.version
-    # an older shuffler says nothing: the registry's default window, no disposal age
-    old = to_proto(config)
-    old.ClearField("window_seconds")
-    for m in old.metrics:
-        m.ClearField("disposal_seconds")
-    legacy = from_proto(old)
-    assert legacy.window_seconds == DEFAULT_WINDOW_SECONDS and legacy.disposal_seconds == {}
+    # an answer without a window is refused, never given a default one
+    bare = to_proto(config)
+    bare.ClearField("window_seconds")
+    with pytest.raises(ParamsError, match="window_seconds 0"):
+        from_proto(bare)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
 import pytest
 
-from crowdmix.client.outbox import ROW_OVERHEAD, Claim, Outbox, OutboxError
+from crowdmix.client.outbox import ROW_OVERHEAD, SCHEMA_VERSION, Claim, Outbox, OutboxError
 from crowdmix.client.report import Report
 
+WS = 86400
 FP = 0xFEDCBA9876543210  # above 2**63: stored as a signed SQLite integer and read back
 
 
@@ -21,16 +23,15 @@ def _report(metric: str = "m", nbytes: int = 4, cohort: int = 3) -> Report:
 def test_claim_stores_the_report_and_the_claim_together(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db")
     r = _report()
-    assert box.claim("m", 10, lambda: r) is Claim.MADE
+    assert box.claim("m", 10, WS, lambda: r) is Claim.MADE
     (row,) = box.pending()
     assert row.report == r and row.report.report_id == r.report_id
-    assert row.report.params_fingerprint == FP
-    assert (row.window, row.attempts, row.first_attempt_window) == (10, 0, None)
-    assert box.last_window("m") == 10
+    assert row.report.params_fingerprint == FP and row.window == 10
+    assert box.last_window("m") == (10, WS)
     assert stat.S_IMODE(os.stat(tmp_path / "o.db").st_mode) == 0o600
 
 
-def test_one_report_per_window_and_one_waiting_per_metric(tmp_path: Path) -> None:
+def test_one_report_per_metric_and_window_and_windows_only_move_forward(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db")
     made = []
 
@@ -38,34 +39,67 @@ def test_one_report_per_window_and_one_waiting_per_metric(tmp_path: Path) -> Non
         made.append(1)
         return _report()
 
-    assert box.claim("m", 10, make) is Claim.MADE
-    assert box.claim("m", 10, make) is Claim.USED
-    assert box.claim("m", 9, make) is Claim.USED  # a clock that went back reopens nothing
-    assert box.claim("m", 11, make) is Claim.WAITING  # the window-10 report is not sent yet
+    assert box.claim("m", 10, WS, make) is Claim.MADE
+    assert box.claim("m", 10, WS, make) is Claim.USED
+    assert box.claim("m", 9, WS, make) is Claim.USED  # a clock that went back reopens nothing
     assert len(made) == 1  # nothing was encoded for the refusals
-    assert box.claim("other", 11, lambda: _report("other")) is Claim.MADE
+    # the next window's report while the last one still waits: each keeps its window
+    assert box.claim("m", 11, WS, make) is Claim.MADE
+    assert [row.window for row in box.pending()] == [10, 11]
+    assert box.claim("other", 11, WS, lambda: _report("other")) is Claim.MADE
 
 
-def test_delivery_marks_its_window_used(tmp_path: Path) -> None:
+def test_a_new_window_length_compares_windows_by_the_time_they_cover(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db")
-    box.claim("m", 10, _report)
+    hour = 490_000  # an hour's index: as a day's it would lie in the year 3300
+    assert box.claim("m", hour, 3600, _report) is Claim.MADE
+    day = hour * 3600 // WS  # the day holding that hour
+    assert box.claim("m", day, WS, _report) is Claim.USED  # the day overlaps the claimed hour
+    assert box.claim("m", day + 1, WS, _report) is Claim.MADE  # the next day does not
+    assert box.last_window("m") == (day + 1, WS)
+    assert box.claim("m", (day + 2) * 24 - 1, 3600, _report) is Claim.USED  # inside day + 1
+    assert box.claim("m", (day + 2) * 24, 3600, _report) is Claim.MADE
+    assert [(r.window, r.window_seconds) for r in box.pending()] == [
+        (hour, 3600), (day + 1, WS), ((day + 2) * 24, 3600)
+    ]  # fmt: skip
+
+
+def test_a_report_keeps_its_window_and_id_until_acknowledged(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.claim("m", 10, WS, _report)
     (row,) = box.pending()
-    box.begin_send([row.report.report_id], 12)
-    box.acknowledged([row.report.report_id], 13)  # filed by the shuffler under 13
-    assert box.pending() == [] and box.last_window("m") == 13
-    assert box.claim("m", 13, _report) is Claim.USED
-    assert box.claim("m", 14, _report) is Claim.MADE
+    (again,) = Outbox(tmp_path / "o.db").pending()  # as a restarted process sees it
+    assert (again.window, again.report.report_id) == (10, row.report.report_id)
+    assert box.acknowledged([row.report.report_id]) == 1
+    assert box.pending() == [] and box.last_window("m") == (10, WS)
+    assert box.claim("m", 10, WS, _report) is Claim.USED
     assert box.counters() == {"delivered": 1}
 
 
-def test_attempts_are_recorded_before_sending(tmp_path: Path) -> None:
+def test_a_group_is_one_metric_and_one_window_oldest_first(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db")
-    box.claim("m", 10, _report)
-    rid = box.pending()[0].report.report_id
-    box.begin_send([rid], 11)
-    box.begin_send([rid], 12)
-    (row,) = Outbox(tmp_path / "o.db").pending()  # as a restarted process sees it
-    assert (row.attempts, row.first_attempt_window, row.report.report_id) == (2, 11, rid)
+    box.claim("h", 10, WS, lambda: [_report("h"), _report("h"), _report("h")])  # real + fakes
+    box.claim("m", 10, WS, _report)
+    box.claim("h", 11, WS, lambda: [_report("h")])
+    first = box.next_group()
+    assert [(r.report.metric, r.window) for r in first] == [("h", 10)] * 3
+    box.acknowledged([r.report.report_id for r in first])
+    assert [(r.report.metric, r.window) for r in box.next_group()] == [("m", 10)]
+    box.drop([r.report.report_id for r in box.next_group()], "window_closed")
+    assert [(r.report.metric, r.window) for r in box.next_group()] == [("h", 11)]
+    assert box.counters() == {"delivered": 3, "window_closed": 1}
+
+
+def test_delivered_counts_the_rows_deleted_not_the_ids_given(tmp_path: Path) -> None:
+    """Two processes of one app on one app dir both send a row and both hear the ack:
+    the report was delivered once."""
+    mine, theirs = Outbox(tmp_path / "o.db"), Outbox(tmp_path / "o.db")
+    mine.claim("m", 10, WS, _report)
+    (row,) = mine.pending()
+    assert [r.report.report_id for r in theirs.pending()] == [row.report.report_id]
+    assert theirs.acknowledged([row.report.report_id]) == 1
+    assert mine.acknowledged([row.report.report_id, b"x" * 16]) == 0
+    assert mine.counters() == {"delivered": 1}
 
 
 def test_an_encoder_error_stores_nothing(tmp_path: Path) -> None:
@@ -75,34 +109,53 @@ def test_an_encoder_error_stores_nothing(tmp_path: Path) -> None:
         raise ValueError("value not in the domain")
 
     with pytest.raises(ValueError, match="domain"):
-        box.claim("m", 10, bad)
+        box.claim("m", 10, WS, bad)
     assert box.pending() == [] and box.last_window("m") is None
 
 
 def test_full_refuses_the_new_report_and_records_no_claim(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db", max_reports=2)
-    assert box.claim("a", 1, lambda: _report("a")) is Claim.MADE
-    assert box.claim("b", 1, lambda: _report("b")) is Claim.MADE
-    assert box.claim("c", 1, lambda: _report("c")) is Claim.FULL
+    assert box.claim("a", 1, WS, lambda: _report("a")) is Claim.MADE
+    assert box.claim("b", 1, WS, lambda: _report("b")) is Claim.MADE
+    assert box.claim("c", 1, WS, lambda: _report("c")) is Claim.FULL
     assert box.last_window("c") is None and len(box) == 2
-    assert box.counters() == {"refused_full": 1}
+    assert box.counters() == {"outbox_full": 1}
     # bytes: two 100-byte reports fit in 2 * (100 + 1 + overhead), a third does not
     small = Outbox(tmp_path / "b.db", max_bytes=2 * (100 + 1 + ROW_OVERHEAD))
-    assert small.claim("a", 1, lambda: _report("a", 100)) is Claim.MADE
-    assert small.claim("b", 1, lambda: _report("b", 100)) is Claim.MADE
-    assert small.claim("c", 1, lambda: _report("c", 100)) is Claim.FULL
+    assert small.claim("a", 1, WS, lambda: _report("a", 100)) is Claim.MADE
+    assert small.claim("b", 1, WS, lambda: _report("b", 100)) is Claim.MADE
+    assert small.claim("c", 1, WS, lambda: _report("c", 100)) is Claim.FULL
 
 
 def test_drop_counts_by_reason(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.db")
-    box.claim("m", 1, _report)
-    box.drop([box.pending()[0].report.report_id, b"x" * 16], "expired")
-    assert len(box) == 0 and box.counters() == {"expired": 1}
+    box.claim("m", 1, WS, _report)
+    box.drop([box.pending()[0].report.report_id, b"x" * 16], "window_closed")
+    assert len(box) == 0 and box.counters() == {"window_closed": 1}
 
 
 def test_config_cache_survives_a_restart(tmp_path: Path) -> None:
-    Outbox(tmp_path / "o.db").store_config(b"\x01answer", 123.5)
-    assert Outbox(tmp_path / "o.db").cached_config() == (b"\x01answer", 123.5)
+    Outbox(tmp_path / "o.db").store_config(b"\x01answer", 123.5, -2.25)
+    assert Outbox(tmp_path / "o.db").cached_config() == (b"\x01answer", 123.5, -2.25)
+
+
+def test_an_outbox_of_another_schema_version_is_refused_by_name(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db")
+    box.close()
+    db = sqlite3.connect(tmp_path / "o.db")
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    db.execute("PRAGMA user_version = 7")
+    db.close()
+    with pytest.raises(
+        OutboxError, match=r"o\.db was written by schema version 7; .* reads schema version 1"
+    ):
+        Outbox(tmp_path / "o.db")
+    # a file made before outboxes had a version: tables, no version
+    db = sqlite3.connect(tmp_path / "old.db")
+    db.execute("CREATE TABLE outbox (seq INTEGER PRIMARY KEY, report_id BLOB)")
+    db.close()
+    with pytest.raises(OutboxError, match=r"old\.db was written by an unreleased SDK"):
+        Outbox(tmp_path / "old.db")
 
 
 def test_bad_arguments_and_paths_are_clear_errors(tmp_path: Path) -> None:
@@ -154,27 +207,12 @@ def test_the_reporter_bounds_its_outbox_by_default() -> None:
     assert params["sealing"].default == "required"
 
 
-def test_a_new_window_length_renumbers_claims_and_rows_in_one_transaction(
-    tmp_path: Path,
-) -> None:
+def test_next_group_leaves_out_the_groups_it_is_told_to_skip(tmp_path: Path) -> None:
+    """A group whose window has not begun on the server waits; the sender asks for the
+    next group past it, so it holds back no other metric's report."""
     box = Outbox(tmp_path / "o.db")
-    box.store_config(b"a", 1.0, window_seconds=3600)
-    hour = 490_000  # an hour's number; as a day it would lie in the year 3300
-    assert box.claim("m", hour, _report) is Claim.MADE
-    assert box.claim("n", hour, lambda: _report("n")) is Claim.MADE
-    (_, tried) = box.pending()
-    box.begin_send([tried.report.report_id], hour)
-    box.store_config(b"b", 2.0, window_seconds=3600)  # same length: nothing moves
-    assert box.last_window("m") == hour
-    box.store_config(b"c", 3.0, window_seconds=86400)
-    day = ((hour + 1) * 3600 - 1) // 86400  # the day holding the hour's last second
-    assert box.last_window("m") == box.last_window("n") == day
-    untried, tried = box.pending()
-    assert (untried.window, untried.first_attempt_window) == (day, None)
-    # tried under the old length: the aggregator cannot match its id across the change
-    assert (tried.window, tried.first_attempt_window) == (day, -1)
-    # an outbox that never recorded a length takes the cached answer's
-    old = Outbox(tmp_path / "old.db")
-    assert old.claim("m", 20_000, _report) is Claim.MADE
-    old.store_config(b"x", 1.0, window_seconds=3600, previous_window_seconds=86400)
-    assert old.last_window("m") == (20_001 * 86400 - 1) // 3600
+    assert box.claim("early", 20002, WS, lambda: _report("early")) is Claim.MADE
+    assert box.claim("today", 20000, WS, lambda: _report("today")) is Claim.MADE
+    assert [r.report.metric for r in box.next_group()] == ["early"]
+    assert [r.report.metric for r in box.next_group(skip=[("early", 20002)])] == ["today"]
+    assert box.next_group(skip=[("early", 20002), ("today", 20000)]) == []

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import pytest
 
 from crowdmix.client import BasicEncoder, BasicParams, RapporEncoder, RapporParams, epsilon_one
-from crowdmix.client.basic import olh_hash
 from crowdmix.client.randomness import bernoulli_bits
+from crowdmix.core.basic import olh_hash
 from tests.client.audit import audit_log_ratio
 from tests.client.bitsources import SeededBits
 

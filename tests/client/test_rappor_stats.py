@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from crowdmix.client import RapporEncoder, RapporParams, cohort_for_secret
-from crowdmix.client.privacy import p_star, q_star
+from crowdmix.core.privacy import p_star, q_star
 from tests.client.bitsources import SeededBits
 from tests.client.stats import binomial_ok, chi_square_ok
 

@@ -17,9 +17,10 @@ from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
 from crowdmix import client
-from crowdmix.client import sealed
-from crowdmix.client.registry import MetricConfig
-from crowdmix.client.sealed import (
+from crowdmix.client.sealing import seal_report
+from crowdmix.core import sealed
+from crowdmix.core.registry import MetricConfig
+from crowdmix.core.sealed import (
     MLKEM768_X25519_SUITE,
     PublicKeyConfig,
     PublicKeySet,
@@ -31,8 +32,8 @@ from crowdmix.client.sealed import (
     sealed_length_for,
     unpack_plaintext,
 )
-from crowdmix.client.sealing import seal_report
 
+WINDOW = 20_000
 X25519 = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_128_GCM)
 
 
@@ -51,32 +52,57 @@ def _x25519_key(
 
 def _seal(pub: PublicKeyConfig, metric: str = "m", bits: bytes = b"\x05\xa0") -> SealedReport:
     return seal_report(
-        pub, metric=metric, bits=bits, cohort=3, fingerprint=2**64 - 5, report_id=b"R" * 16
+        pub,
+        metric=metric,
+        window=WINDOW,
+        bits=bits,
+        cohort=3,
+        fingerprint=2**64 - 5,
+        report_id=b"R" * 16,
     )
 
 
 def test_round_trip_with_raw_hpke() -> None:
     sk, pub = _x25519_key()
     r = _seal(pub)
-    assert (r.metric, r.key_id) == ("m", 7)
-    pt = X25519.decrypt(r.sealed, sk, info=report_info("m", 7))
+    assert (r.metric, r.key_id, r.window) == ("m", 7, WINDOW)
+    pt = X25519.decrypt(r.sealed, sk, info=report_info("m", 7, WINDOW))
     assert unpack_plaintext(pt, 2) == (b"\x05\xa0", 3, 2**64 - 5, b"R" * 16)
 
 
 def test_plaintext_layout_is_pinned() -> None:
     # bits ‖ cohort u32 LE ‖ fingerprint u64 LE ‖ report id: the aggregator depends on it
-    assert sealed.pack_plaintext(b"\xff", 1, 2, b"\x00" * 16) == (
-        b"\xff" + b"\x01\x00\x00\x00" + b"\x02" + b"\x00" * 7 + b"\x00" * 16
+    assert sealed.pack_plaintext(b"\xff", 1, 2, b"\x00" * 15 + b"\x09") == (
+        b"\xff" + b"\x01\x00\x00\x00" + b"\x02" + b"\x00" * 7 + b"\x00" * 15 + b"\x09"
     )
-    assert report_info("ab", 258) == (
-        b"crowdmix/sealed-report\x00" + b"\x01" + b"\x02\x01\x00\x00" + b"\x02\x00" + b"ab"
+    # label ‖ protocol 2 ‖ key id u32 ‖ window u32 ‖ len(metric) u16 ‖ metric
+    assert report_info("ab", 258, 0x01020304) == (
+        b"crowdmix/sealed-report\x00"
+        + b"\x02"
+        + b"\x02\x01\x00\x00"
+        + b"\x04\x03\x02\x01"
+        + b"\x02\x00"
+        + b"ab"
     )
 
 
-def test_replay_under_another_metric_or_key_id_fails() -> None:
+def test_a_report_id_is_required_and_never_all_zero() -> None:
+    for bad in (b"", b"\x01" * 15, bytes(16)):
+        with pytest.raises(client.ParamsError, match="report id"):
+            sealed.pack_plaintext(b"\xff", 1, 2, bad)
+
+
+def test_replay_under_another_metric_key_id_or_window_fails() -> None:
     sk, pub = _x25519_key()
     r = _seal(pub, metric="home")
-    for info in (report_info("away", 7), report_info("home", 8), b""):
+    others = (
+        report_info("away", 7, WINDOW),
+        report_info("home", 8, WINDOW),
+        report_info("home", 7, WINDOW - 1),
+        report_info("home", 7, WINDOW + 1),
+        b"",
+    )
+    for info in others:
         with pytest.raises(InvalidTag):
             X25519.decrypt(r.sealed, sk, info=info)
 
@@ -94,6 +120,7 @@ def test_every_ciphertext_of_a_metric_has_the_same_length() -> None:
                 seal_report(
                     pub,
                     metric=metric.name,
+                    window=WINDOW,
                     bits=bytes([v]) * n,
                     cohort=v,
                     fingerprint=metric.fingerprint,
@@ -109,6 +136,7 @@ def test_every_ciphertext_of_a_metric_has_the_same_length() -> None:
         seal_report(
             pub,
             metric="r",
+            window=WINDOW,
             bits=b"x",
             cohort=0,
             fingerprint=0,
@@ -128,7 +156,9 @@ def test_post_quantum_hybrid_suite_round_trip() -> None:
     r = _seal(pub)
     assert len(r.sealed) == sealed_length(2, MLKEM768_X25519_SUITE.name) == 1120 + 2 + 28 + 16
     suite = hpke.Suite(hpke.KEM.MLKEM768_X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_128_GCM)
-    pt = suite.decrypt(r.sealed, hpke.MLKEM768X25519PrivateKey(mk, xk), info=report_info("m", 1))
+    pt = suite.decrypt(
+        r.sealed, hpke.MLKEM768X25519PrivateKey(mk, xk), info=report_info("m", 1, WINDOW)
+    )
     assert unpack_plaintext(pt, 2)[0] == b"\x05\xa0"
 
 
@@ -147,15 +177,18 @@ def test_default_randomness_is_the_libraries_csprng(monkeypatch: pytest.MonkeyPa
 
 
 def test_sealed_report_byte_layout_round_trips_and_rejects_garbage() -> None:
-    r = SealedReport(metric="héllo", key_id=0x01020304, sealed=b"\x00" * 78)
+    r = SealedReport(metric="héllo", key_id=0x01020304, window=0x0A0B0C0D, sealed=b"\x00" * 78)
     data = r.to_bytes()
     assert data[:2] == (6).to_bytes(2, "little") and data[8:12] == b"\x04\x03\x02\x01"
+    assert data[12:16] == b"\x0d\x0c\x0b\x0a"
     assert SealedReport.from_bytes(data) == r
-    for bad in (b"", b"\x05\x00ab", b"\x01\x00a\x01\x00\x00\x00"):
+    for bad in (b"", b"\x05\x00ab", b"\x01\x00a\x01\x00\x00\x00\x00\x00\x00\x00"):
         with pytest.raises(client.ParamsError, match="truncated"):
             SealedReport.from_bytes(bad)
     with pytest.raises(client.ParamsError, match="key id"):
-        SealedReport(metric="m", key_id=2**32, sealed=b"x")
+        SealedReport(metric="m", key_id=2**32, window=0, sealed=b"x")
+    with pytest.raises(client.ParamsError, match="window"):
+        SealedReport(metric="m", key_id=1, window=-1, sealed=b"x")
 
 
 def test_public_key_config_json_round_trip_and_key_choice() -> None:
@@ -182,24 +215,26 @@ def test_public_key_config_json_round_trip_and_key_choice() -> None:
 
 
 def test_import_client_and_the_format_load_no_cryptography_and_sealing_no_server_module() -> None:
-    # client.sealed is what a shuffler imports: it must not load cryptography at all
+    # the format is what a shuffler imports: it must not load cryptography at all
     code = (
-        "import sys, json\nimport client, client.sealed\nbefore = sorted(sys.modules)\n"
-        "import client.sealing\nprint(json.dumps([before, sorted(sys.modules)]))"
+        "import sys, json\nimport crowdmix.client, crowdmix.core.sealed\n"
+        "before = sorted(sys.modules)\n"
+        "import crowdmix.client.sealing\nprint(json.dumps([before, sorted(sys.modules)]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = json.loads(out.stdout)
     assert not any(m.startswith("cryptography") for m in before)
     assert "cryptography.hazmat.primitives.hpke" in after
-    heavy = ("grpc", "numpy", "redis", "shuffler", "aggregator", "protos")
-    assert [m for m in after if m.split(".")[0] in heavy or m.startswith("google.protobuf")] == []
+    heavy = ("grpc", "numpy", "redis", "crowdmix.shuffler", "crowdmix.aggregator")
+    heavy += ("crowdmix.protos", "google.protobuf")
+    assert [m for m in after if (m + ".").startswith(tuple(h + "." for h in heavy))] == []
 
 
 def test_without_cryptography_sealing_names_the_extra_and_the_format_still_imports() -> None:
     code = (
         "import sys\nsys.modules['cryptography'] = None  # as if not installed\n"
-        "import client.sealed\n"
-        "try:\n    import client.sealing\nexcept ModuleNotFoundError as exc:\n"
+        "import crowdmix.core.sealed\n"
+        "try:\n    import crowdmix.client.sealing\nexcept ModuleNotFoundError as exc:\n"
         "    print(exc.name, exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

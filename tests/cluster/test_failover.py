@@ -25,12 +25,13 @@ import pytest
 
 from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import load_registry
 from crowdmix.client.transport import RETRYABLE
 from crowdmix.cluster import LocalCluster
+from crowdmix.core.registry import load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.redis_cluster import key_slot
+from tests.shuffler.helpers import current_window, submit_request
 
 pytestmark = pytest.mark.slow
 
@@ -88,11 +89,13 @@ class Senders:
         self.ids = rng.integers(0, 256, size=(*shape, 16), dtype=np.uint8)
         self.acked = np.zeros((SENDERS, REQUESTS), dtype=bool)
         self.codes: list[str] = []
+        self.window = current_window()  # every request names it, first send and retries
         self.fingerprints = fingerprints
         self.metadata = (("authorization", f"Bearer {token}"),)
 
     def request(self, s: int, r: int) -> pb.SubmitRequest:
-        return pb.SubmitRequest(
+        return submit_request(
+            window=self.window,
             columns=[
                 pb.ReportColumns(
                     metric=name,
@@ -104,7 +107,7 @@ class Senders:
                     report_ids=self.ids[j, s, r].tobytes(),
                 )
                 for j, name in enumerate(METRICS)
-            ]
+            ],
         )
 
     def send(self, targets: list[str], requests: range, deadline: float, pace: float = 0.0) -> None:

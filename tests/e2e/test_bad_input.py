@@ -1,17 +1,22 @@
 """Every subcommand, given bad input, answers with one clear line and a non-zero exit.
 
-Run as an outsider would: the installed ``crowdmix`` command as a subprocess,
-with missing files, unreadable files, dead ports, a port in use, bad values
-and wrong types. For each case: the exit code is not 0, no "Traceback" (and no
-gRPC C-core log line such as ``E1123 ... add_port.cc``) appears, and the last
-line on stderr is ``... error: ...`` naming the problem (the fragment given).
+Missing files, unreadable files, dead ports, a port in use, bad values and wrong
+types. For each case: the exit code is not 0, no "Traceback" (and no gRPC C-core
+log line such as ``E1123 ... add_port.cc``) appears, and the last line on stderr
+is ``... error: ...`` naming the problem (the fragment given).
+
+The commands that start daemons or open gRPC channels (``SUBPROCESS``) run as an
+outsider runs them: the installed ``crowdmix`` command in a subprocess, where a C
+core log line or a daemon that starts anyway would show. The rest run in-process
+through ``crowdmix.cli.main(argv)`` (the same code path less the interpreter's
+start-up), which keeps the table fast.
 
 "Unreadable" uses a directory in place of a file: the tests run as root, for
 whom ``chmod 000`` does not stop a read, but reading a directory fails for
 everyone.
 
-The cases run concurrently in one module fixture (each is a short process);
-each case is still its own test in the report.
+The subprocess cases run concurrently in one module fixture; each case is still
+its own test in the report.
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ def _cases() -> list[Case]:
           "{busy}"),
         c("aggregator-bad-listen", ("aggregator", "serve", *cfg, "--listen", "nowhere"),
           "nowhere"),
+        c("aggregator-metrics-port-in-use",
+          ("aggregator", "serve", *cfg, "--listen", "127.0.0.1:0", "--metrics-port", "{busy}"),
+          "{busy}"),
         c("aggregator-dead-redis",
           ("aggregator", "serve", *cfg, "--listen", "127.0.0.1:0", "--redis",
            "redis://127.0.0.1:{dead}"), "127.0.0.1:{dead}"),
@@ -101,6 +109,8 @@ def _cases() -> list[Case]:
         c("shuffler-garbage-config", (*serve_s, "--config", "{garbage}"), "{garbage}"),
         c("shuffler-port-in-use", (*serve_s, *cfg, "--listen", "127.0.0.1:{busy}"), "{busy}"),
         c("shuffler-bad-listen", (*serve_s, *cfg, "--listen", "nowhere"), "nowhere"),
+        c("shuffler-metrics-port-in-use",
+          (*serve_s, *cfg, "--listen", "127.0.0.1:0", "--metrics-port", "{busy}"), "{busy}"),
         c("shuffler-dead-redis",
           (*serve_s, *cfg, "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:{dead}"),
           "127.0.0.1:{dead}"),
@@ -126,7 +136,7 @@ def _cases() -> list[Case]:
         c("shuffler-processes-zero", (*serve_s, *cfg, "--processes", "0"), "--processes"),
         c("shuffler-rate-wrong-type", (*serve_s, *cfg, "--rate-limit", "fast"), "--rate-limit"),
         # the threaded server is gone (issue 14): its setting is refused by name
-        c("shuffler-server-sync", (*serve_s, "--config", "{syncconfig}"), "server = 'sync'"),
+        c("shuffler-unknown-setting", (*serve_s, "--config", "{syncconfig}"), "['server']"),
         c("shuffler-server-flag-gone", (*serve_s, *cfg, "--server", "sync"), "--server"),
         # simulate
         c("simulate-dead-target",
@@ -230,7 +240,7 @@ def _files(tmp: Path) -> dict[str, str]:
 
     from crowdmix.aggregator.counting import accumulator_for
     from crowdmix.aggregator.counting.files import save_counts
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     (tmp / "metrics.toml").write_text(REGISTRY_TOML)
     (tmp / "sync.toml").write_text(REGISTRY_TOML + '\n[shuffler]\nserver = "sync"\n')
@@ -276,6 +286,36 @@ def _files(tmp: Path) -> dict[str, str]:
     }
 
 
+SUBPROCESS = {"shuffler", "aggregator", "cluster", "health", "simulate"}
+
+
+def _in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``crowdmix ARGS`` through ``main(argv)``: exit code, stdout and stderr."""
+    import contextlib
+    import io
+    import os
+
+    from crowdmix.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(args)
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:  # a traceback the user would see
+                import traceback
+
+                traceback.print_exc(file=err)
+                code = 1
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
 def _crowdmix() -> str:
     """The installed console script next to this interpreter (as a user runs it)."""
     script = Path(sys.executable).parent / "crowdmix"
@@ -311,7 +351,11 @@ def outcomes(
             return case, proc, files
 
         with ThreadPoolExecutor(max_workers=4) as pool:
-            done = list(pool.map(run, CASES))
+            done = list(pool.map(run, [c for c in CASES if c.args[0] in SUBPROCESS]))
+        for case in CASES:
+            if case.args[0] not in SUBPROCESS:
+                args = [a.format(**files) for a in case.args]
+                done.append((case, _in_process(args, tmp), files))
     yield {case.id: (case, proc, f) for case, proc, f in done}
 
 
@@ -332,3 +376,14 @@ def test_bad_input_gives_one_clear_line_and_a_failing_exit(
     assert re.match(r"^crowdmix( [a-z-]+)*: error: ", last), shown
     assert case.names.format(**files) in last, shown
     assert sum("error:" in ln for ln in lines) == 1, shown
+
+
+@pytest.mark.parametrize("daemon", ["shuffler", "aggregator"])
+def test_a_busy_port_exits_4_cannot_bind_for_both_daemons(
+    outcomes: dict[str, tuple[Case, subprocess.CompletedProcess[str], dict[str, str]]],
+    daemon: str,
+) -> None:
+    """The README's exit code 4, "cannot bind", for the gRPC port and the metrics port."""
+    for port in ("port", "metrics-port"):
+        _, proc, _ = outcomes[f"{daemon}-{port}-in-use"]
+        assert proc.returncode == 4, (daemon, port, proc.stderr)

@@ -161,3 +161,44 @@ def test_cluster_command_runs_until_sigterm(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 0
     assert "shuffler-1 exit 0, shuffler-2 exit 0, aggregator exit 0" in out
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text`` (the cluster's directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_ctrl_c_during_start_up_stops_everything_and_exits_130(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    work = tmp_path / "c"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crowdmix", "cluster", "--dir", str(work), "--shufflers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group, as in a terminal
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / "aggregator.log").exists():  # Redis is up, the daemons starting
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the terminal's process group
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted during start-up" in err
+    assert "exited" not in err and "Traceback" not in err and "error:" not in err, err
+    assert _processes_mentioning(str(work)) == []  # Redis and the daemons are all stopped

@@ -55,9 +55,15 @@ def test_histogram_demo_counts_exactly_and_states_both_figures(tmp_path: Path) -
     assert local == params.local_epsilon
     assert central is not None and 0 < central <= local
     # the device count is never overstated: a lower bound below the devices that sent
-    assert statement["devices_lower_bound"] <= 3000
+    assert statement["honest_lower_bound"] <= 3000
     assert statement["smallest_batch"] == demo.acknowledged  # one batch: the window
     assert "Shuffler + aggregator colluding" in summary["privacy"]["text"]
+    # its plot: shares of devices, estimated from the reports the aggregator counted
+    from crowdmix.aggregator.report.job import report_plot_layout
+
+    layout = report_plot_layout(demo.outcome)
+    assert layout.xlabel.startswith("share of devices")
+    assert layout.subtitle.startswith(f"{demo.acknowledged:,} reports from an estimated ")
     assert demo.paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert np.isclose(sum(demo.truth.values()), 1.0)
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from crowdmix.cli import build_parser
-from crowdmix.client.registry import load_registry
+from crowdmix.core.registry import load_registry
 from crowdmix.shuffler.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +81,12 @@ def test_example_registry_and_tokens_load() -> None:
 
     registry = load_registry(DEPLOY / "metrics.example.toml")
     assert registry.metrics
+    # each daemon reads its own table of it, and both are checked field by field
+    from crowdmix.aggregator.daemon.settings import load_config as aggregator_config
+    from crowdmix.shuffler.config import load_config as shuffler_config
+
+    assert aggregator_config(DEPLOY / "metrics.example.toml")[1].listen == "127.0.0.1:7500"
+    assert shuffler_config(DEPLOY / "metrics.example.toml")[1].listen == "127.0.0.1:7400"
     # its placeholder token is public: refused unless unauthenticated serving is allowed
     with pytest.raises(ConfigError, match="placeholder"):
         load_tokens(DEPLOY / "tokens.example.txt")
@@ -326,7 +332,7 @@ def test_compose_cluster_variant_runs_every_daemon_on_the_cluster_with_wait() ->
     """deploy/compose.cluster.yaml: six cluster nodes (AOF always) joined once by
     ``redis-cli --cluster create --cluster-replicas 1``; two shufflers and two aggregators
     whose ``--redis`` is a cluster URL naming those nodes, with ``--min-replicas-ack=1``."""
-    from crowdmix.client.redis_url import parse_cluster_url
+    from crowdmix.core.redis_url import parse_cluster_url
 
     data = yaml.safe_load((DEPLOY / "compose.cluster.yaml").read_text())
     services = data["services"]
@@ -351,3 +357,29 @@ def test_compose_cluster_variant_runs_every_daemon_on_the_cluster_with_wait() ->
         assert "redis-cluster-init" in services[name]["depends_on"]
     targets = {parser.parse_args(services[s]["command"]).aggregator for s in daemons[2:]}
     assert targets == {"aggregator-1:7500", "aggregator-2:7500"}
+
+
+def test_the_example_ledger_states_what_the_current_bounds_give() -> None:
+    """deploy/ledger.example.json: every release's ε is what the privacy statement gives
+    today for its crowd and rounds (the removed variation-ratio figure understated it)."""
+    from crowdmix.aggregator.accounting import JsonFileLedgerStore, PrivacyLedger
+    from crowdmix.aggregator.accounting.statement import privacy_statement
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.registry import MetricConfig, ShufflePolicy
+
+    ledger = PrivacyLedger(JsonFileLedgerStore(DEPLOY / "ledger.example.json", create=False))
+    releases = ledger.releases("browser")
+    assert releases
+    for r in releases:
+        assert r.bound != "variation-ratio"
+        metric = MetricConfig(
+            name="browser",
+            basic=BasicParams(mechanism=r.mechanism, epsilon=r.segment["epsilon0"],  # type: ignore[index, arg-type]
+                              domain_size=5),
+            shuffle=ShufflePolicy(min_batch=500, max_batch=50000),
+        )  # fmt: skip
+        stated = privacy_statement(
+            metric, r.n_reports, batch_sizes=r.batch_sizes, rounds=r.rounds,
+            smallest_crowd=min(r.batch_sizes),
+        )  # fmt: skip
+        assert r.epsilon == stated.longitudinal.epsilon

@@ -59,27 +59,43 @@ def test_the_example_reports_once_a_day_and_delivers_what_waited(
     token.write_text(cluster.token + "\n")
     target = cluster.shuffler_targets[0]
     offline = f"127.0.0.1:{free_port()}"  # nothing listens: a device without network
+    # at build time: the config the app ships
+    bundle = tmp_path / "crowdmix-config.pb"
+    export = subprocess.run(
+        [sys.executable, "-m", "crowdmix", "config", "export", "--shuffler", target,
+         "--token-file", str(token), "--insecure", "--out", str(bundle)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert export.returncode == 0, export.stderr
+    config = ("--config", str(bundle))
 
     # device 1, online: one report, delivered; a second start the same day makes none
-    first = _run(tmp_path / "d1", target, token, "--theme", "dark")
+    first = _run(tmp_path / "d1", target, token, *config, "--theme", "dark")
     assert first.returncode == 0, first.stderr
     assert "reported theme for this window" in first.stdout
     assert "0 report(s) waiting" in first.stdout
-    again = _run(tmp_path / "d1", target, token, "--theme", "light")
+    again = _run(tmp_path / "d1", target, token, *config, "--theme", "light")
     assert "no new report" in again.stdout and again.returncode == 0
 
-    # device 2: its first start is offline: no config yet, so no report and no claim;
-    # the next start, online, makes the day's report
-    cold = _run(tmp_path / "d2", offline, token, "--theme", "light")
-    assert "could not reach the shuffler yet" in cold.stdout and cold.returncode == 0
-    warm = _run(tmp_path / "d2", target, token, "--theme", "light")
-    assert "reported theme for this window" in warm.stdout
+    # device 2: its first start is offline: the bundled config makes the report, which
+    # waits encoded on disk and leaves at the next start
+    cold = _run(tmp_path / "d2", offline, token, *config, "--theme", "light")
+    assert "reported theme for this window" in cold.stdout and cold.returncode == 0
+    assert "1 report(s) waiting" in cold.stdout
+    warm = _run(tmp_path / "d2", target, token, *config, "--theme", "light")
+    assert "no new report" in warm.stdout and "0 report(s) waiting" in warm.stdout
+
+    # device 3, offline without a bundled config: no config, so no report and no claim
+    bare = _run(tmp_path / "d3", offline, token, "--theme", "light")
+    assert "no config yet, no report made" in bare.stdout and bare.returncode == 0
 
     # bad input: one line, a failing exit, no traceback
-    bad = _run(tmp_path / "d6", target, token, "--theme", "purple")
+    bad = _run(tmp_path / "d6", target, token, *config, "--theme", "purple")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "purple" in bad.stderr
     missing = _run(tmp_path / "d7", target, tmp_path / "nope.txt", "--theme", "dark")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    url = _run(tmp_path / "d8", f"http://{target}", token, "--theme", "dark")
+    assert url.returncode == 2 and "without a scheme" in url.stderr, url.stderr
 
     expected = 2  # d1 and d2, once each
     deadline = time.monotonic() + 60

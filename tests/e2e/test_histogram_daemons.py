@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 
 from crowdmix.client.histogram import HistogramEncoder
-from crowdmix.client.registry import load_registry
-from crowdmix.client.sealed import PublicKeySet
 from crowdmix.client.sealing import seal_report
 from crowdmix.client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster
+from crowdmix.core.registry import load_registry
+from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.client.bitsources import SeededBits
@@ -69,7 +69,7 @@ def _submit_error(cluster: LocalCluster, *reports: pb.Report) -> tuple[grpc.Stat
         stub = crowdmix_pb2_grpc.ShufflerStub(channel)
         with pytest.raises(grpc.RpcError) as info:
             stub.Submit(
-                pb.SubmitRequest(reports=list(reports)),
+                pb.SubmitRequest(reports=list(reports), protocol=PROTOCOL_VERSION),
                 metadata=(("authorization", f"Bearer {cluster.token}"),),
                 timeout=10,
             )
@@ -177,9 +177,10 @@ def test_unsealed_and_over_the_cap_calls_are_refused_with_a_reason(
 ) -> None:
     metric = load_registry(cluster.registry_path)[METRIC]
     assert metric.histogram is not None
+    window = load_registry(cluster.registry_path).window_of(time.time())
     clear = pb.Report(
         metric=METRIC, cohort=0, bits=b"\x03", params_fingerprint=metric.fingerprint,
-        report_id=os.urandom(16),
+        report_id=os.urandom(16), window=window,
     )  # fmt: skip
     code, details = _submit_error(cluster, clear)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
@@ -189,10 +190,10 @@ def test_unsealed_and_over_the_cap_calls_are_refused_with_a_reason(
 
     def sealed() -> pb.Report:
         value = seal_report(
-            key, metric=METRIC, bits=b"\x01", cohort=0, fingerprint=metric.fingerprint,
-            report_id=os.urandom(16), report_bytes=1,
+            key, metric=METRIC, window=window, bits=b"\x01", cohort=0,
+            fingerprint=metric.fingerprint, report_id=os.urandom(16), report_bytes=1,
         ).sealed  # fmt: skip
-        return pb.Report(metric=METRIC, key_id=key.key_id, sealed=value)
+        return pb.Report(metric=METRIC, key_id=key.key_id, sealed=value, window=window)
 
     cap = metric.histogram.max_messages
     code, details = _submit_error(cluster, *(sealed() for _ in range(cap + 1)))

@@ -27,11 +27,11 @@ import pytest
 
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset
 from crowdmix.client.histogram import HistogramEncoder
-from crowdmix.client.registry import load_registry, parse_registry
 from crowdmix.client.report import Report
-from crowdmix.client.sealed import PublicKeyConfig
 from crowdmix.client.sealing import seal_many
 from crowdmix.cluster import DaemonProcess, RedisServer, free_port
+from crowdmix.core.registry import load_registry, parse_registry
+from crowdmix.core.sealed import PublicKeyConfig
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.client.bitsources import SeededBits
@@ -92,7 +92,7 @@ def aggregator(tmp_path: Path) -> Iterator[Aggregator]:
 def _batch(agg: Aggregator, window: int, reports: list[Report]) -> pb.Batch:
     """One sealed batch, as the shuffler forwards it (sealed afresh: new ciphertexts)."""
     rows = [(r.bits, r.cohort, r.params_fingerprint, r.report_id) for r in reports]
-    sealed = seal_many(agg.key, METRIC, rows)
+    sealed = seal_many(agg.key, METRIC, window, rows)
     return pb.Batch(
         batch_id=os.urandom(16),
         window=window,

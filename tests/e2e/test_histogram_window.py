@@ -9,8 +9,9 @@ that this test SIGKILLs.
 
 - A device's real report and its fakes are claimed in one outbox transaction,
   sent sealed in ONE Submit call, deleted together on the acknowledgement.
-- The shuffler releases nothing of the histogram while its window runs, then the
-  whole window in one batch once the window and its grace period are over; a
+- The shuffler releases nothing of the histogram while its window can still receive
+  reports, then the whole window in one batch once it is closed and its grace period
+  is over; a
   RAPPOR metric on the same shuffler still goes out in batches of ``max_batch``.
 - A shuffler shut down mid-window releases nothing of it; the next one started on
   the same Redis releases the window whole once it is over.
@@ -41,13 +42,12 @@ from crowdmix.aggregator.daemon.server import AggregatorServer, start_aggregator
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
 from crowdmix.aggregator.store.base import CountStore
-from crowdmix.client.errors import ParamsError
 from crowdmix.client.histogram import HistogramEncoder
-from crowdmix.client.params import RapporParams
 from crowdmix.client.randomness import shared_secure_bits
 from crowdmix.client.rappor import RapporEncoder
-from crowdmix.client.registry import Registry, parse_registry
 from crowdmix.client.transport import ShufflerClient
+from crowdmix.core.params import RapporParams
+from crowdmix.core.registry import Registry, parse_registry
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
@@ -101,9 +101,10 @@ class System:
         return f"127.0.0.1:{self.shuffler.port}"
 
     def end_window(self) -> None:
-        """Move the shuffler's clock past its window's end and the grace period."""
+        """Move the shuffler's clock past the moment its window closes (the end of the
+        next window: it takes the window before the current one too) and the grace."""
         window = self.registry.window_of(self.now[0])
-        self.now[0] = (window + 1) * HOUR + GRACE + 1.0
+        self.now[0] = (window + 2) * HOUR + GRACE + 1.0
 
     def hist_counts(self) -> list[int]:
         counts = load_counts(self.counts, self.registry[HIST])
@@ -122,7 +123,9 @@ class System:
 def system(tmp_path: Path, redis_url: str) -> Iterator[System]:
     registry = _registry()
     t = int(time.time())
-    keys, _ = KeySet().with_new_key(t)
+    # valid from an hour back: the device judges a key on the shuffler's clock, which
+    # this test holds in the middle of the current hour
+    keys, _ = KeySet().with_new_key(t - HOUR)
     save_keyset(tmp_path / "keys.json", keys, now=t, create=True)
     write_public_config(tmp_path / "public.json", keys, now=t)
     counts = open_store(None)
@@ -164,8 +167,9 @@ def _sent(rows: list[Any]) -> np.ndarray:
 
 def _reporter(system: System, app: Path, **options: Any) -> client.Reporter:
     """A device of this system: plaintext gRPC, sends on flush, histograms allowed
-    without a local ε (the registry sets none)."""
-    return client.Reporter(
+    without a local ε (the registry sets none); it has fetched the config (and the
+    shuffler's time: its windows are the shuffler's)."""
+    r = client.Reporter(
         app,
         system.target,
         token=TOKEN,
@@ -174,6 +178,8 @@ def _reporter(system: System, app: Path, **options: Any) -> client.Reporter:
         allow_unrandomized_histograms=True,
         **options,
     )
+    assert r.flush(timeout=20) == 0
+    return r
 
 
 def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
@@ -195,7 +201,7 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
         with _reporter(system, tmp_path / f"dev{i}") as r:
             assert r.report(HIST, i % D)
             assert not r.report(HIST, (i + 1) % D)  # one claim per window
-            rows = r._outbox.rows_of(HIST)  # the group, as the outbox holds it
+            rows = r._outbox.next_group()  # the group, as the outbox holds it
             assert 1 <= len(rows) <= 1 + M and len({x.window for x in rows}) == 1
             sent += _sent(rows)
             groups.append(len(rows))
@@ -223,7 +229,10 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     assert _wait(lambda: system.counted(HIST) == total)
     assert load_batch_sizes(system.counts, HIST) == [total]  # ONE batch: the window
     assert system.hist_counts() == sent.tolist()  # real + fake, exactly
-    assert system.store.pending(HIST) == {} and system.store.inflight_ids(HIST) == []
+    assert system.store.pending(HIST) == {}
+    # the aggregator counts the batch before the shuffler deletes it (on the reply): wait
+    # for the delete instead of racing it
+    assert _wait(lambda: system.store.inflight_ids(HIST) == [])
 
 
 def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_whole(
@@ -235,7 +244,7 @@ def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_w
     for i in range(5):  # min_batch is 5: enough whatever the fakes
         with _reporter(system, tmp_path / f"dev{i}") as r:
             assert r.report(HIST, i)
-            sent += _sent(r._outbox.rows_of(HIST))
+            sent += _sent(r._outbox.next_group())
             assert r.flush(timeout=20) == 0
     total = int(sent.sum())
     system.shuffler.stop()  # SIGTERM's path: the final release pass runs
@@ -258,8 +267,9 @@ def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_w
 
 def test_sealing_off_is_refused_for_a_histogram_metric(system: System, tmp_path: Path) -> None:
     with _reporter(system, tmp_path / "clear", sealing="off") as r:
-        with pytest.raises(ParamsError, match="shuffled histogram: its reports must be sealed"):
-            r.report(HIST, 1)
+        refused = r.report(HIST, 1)
+        assert refused.status is client.ReportStatus.REFUSED_UNSEALED
+        assert "shuffled histogram: its reports are sent sealed or not at all" in refused.detail
         assert r.queued == 0
 
 
@@ -275,11 +285,12 @@ def test_a_full_outbox_counts_every_row_of_a_group(system: System, tmp_path: Pat
             (encoder,) = r._encoders.values()
             assert isinstance(encoder, HistogramEncoder)
             assert encoder._rand is shared_secure_bits()
-            rows = r._outbox.rows_of(HIST)
-            assert (made, len(rows)) in ((True, 1), (False, 0))
+            rows = r._outbox.next_group()
+            assert (bool(made), len(rows)) in ((True, 1), (False, 0))
             if not made:
+                assert made.status is client.ReportStatus.OUTBOX_FULL
                 assert r._outbox.last_window(HIST) is None  # nothing claimed
-                assert r.counters()["refused_full"] == 1
+                assert r.counters()["outbox_full"] == 1
 
 
 # The child: one device. argv: app_dir target token kill_point ("" for none).
@@ -311,9 +322,10 @@ CHILD = textwrap.dedent(
         app_dir, target, token=token, tls=False, background=False,
         allow_unrandomized_histograms=True,
     )
+    r.flush(timeout=20)  # the config (report() never waits for the network), and what waits
     made = r.report("screens", 4)
     left = r.flush(timeout=20)
-    print(f"made={made} left={left} calls={calls}")
+    print(f"made={bool(made)} left={left} calls={calls}")
     r.close()
     """
 )
@@ -362,7 +374,7 @@ def test_a_killed_device_resends_its_whole_group_with_the_same_ids_counted_once(
     for i in range(4):
         with _reporter(system, tmp_path / f"other{i}") as r:
             assert r.report(HIST, i)
-            sent += _sent(r._outbox.rows_of(HIST))
+            sent += _sent(r._outbox.next_group())
             assert r.flush(timeout=20) == 0
     total = int(sent.sum())
 

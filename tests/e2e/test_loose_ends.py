@@ -105,11 +105,11 @@ def test_simulate_unary_stops_on_ctrl_c(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "crowdmix"), "simulate", "--target",
              f"127.0.0.1:{shuffler.port}", "--config", str(config), "--metric", "pages",
-             "--mode", "unary", "--concurrency", "2", "--clients", "200000"],
+             "--mode", "unary", "--concurrency", "2", "--clients", "200000", "--plaintext"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + 60  # encoding the clients comes first
-        while sum(crowdmix.shuffler.store.pending("pages").values()) == 0:
+        while sum(shuffler.store.pending("pages").values()) == 0:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)

@@ -8,22 +8,26 @@ device without a route. What each test proves is in its name.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crowdmix import client
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.client.outbox import Outbox
-from crowdmix.client.params import RapporParams
+from crowdmix.client.reporter import ReportStatus
 from crowdmix.cluster import free_port
+from crowdmix.core.params import RapporParams
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.config import ShufflerSettings
+from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry
 
@@ -129,25 +133,43 @@ def _wait(cond: object, timeout: float = 20.0) -> bool:
     return False
 
 
+def _online(r: client.Reporter) -> client.Reporter:
+    """Fetch the config (``report`` never touches the network: the sender, or ``flush``,
+    fetches it)."""
+    assert r.flush(timeout=10) == 0 and r.config() is not None, r.last_error
+    return r
+
+
 def test_the_app_names_the_metric_and_the_report_is_sealed_and_acknowledged(
     sealed_shuffler: ShufflerHandle, tmp_path: Path
 ) -> None:
     target = f"127.0.0.1:{sealed_shuffler.port}"
     with _reporter(tmp_path / "app", target, background=False) as r:
-        assert r.report(RAPPOR, "example.com") is True
+        # never reached: no config, and report() does not fetch one in the app's thread
+        assert r.report(RAPPOR, "example.com").status is ReportStatus.NO_CONFIG
+        assert r._link is None  # no connection was even made
+        _online(r)
+        assert r.report(RAPPOR, "example.com")
         for f in (tmp_path / "app").iterdir():  # waiting: the encoded bits, not the value
             assert b"example.com" not in f.read_bytes(), f
-        assert r.report(RAPPOR, "example.com") is False  # this window's report is made
-        assert r.report(OUE, "c") is True  # basic mechanisms too, params from the server
-        with pytest.raises(client.ParamsError, match="not in the shuffler's config"):
-            r.report("no_such_metric", "x")
-        with pytest.raises(ValueError):
-            r.report(OUE, "not-in-the-domain")
+        again = r.report(RAPPOR, "example.com")
+        assert again.status is ReportStatus.ALREADY_REPORTED_THIS_WINDOW and not again
+        assert r.report(OUE, "c")  # basic mechanisms too, params from the server
+        unknown = r.report("no_such_metric", "x")
+        assert unknown.status is ReportStatus.UNKNOWN_METRIC
+        assert "not in the shuffler's config" in unknown.detail
+        bad = r.report(OUE, "not-in-the-domain")
+        assert bad.status is ReportStatus.INVALID_VALUE and "not-in-the-domain" in bad.detail
         assert r.queued == 2
         ids = [row.report.report_id for row in r._outbox.pending()]
         assert all(any(rid in f.read_bytes() for f in (tmp_path / "app").iterdir()) for rid in ids)
         assert r.flush(timeout=10) == 0
-        assert r.counters() == {"delivered": 2}
+        assert r.counters() == {
+            "delivered": 2,
+            "no_config": 1,
+            "unknown_metric": 1,
+            "invalid_value": 1,
+        }
         # a clear report would have been refused: a shuffler with keys takes sealed only
         config = r.config()
         assert config is not None and config.sealed
@@ -168,18 +190,17 @@ def test_offline_reports_wait_on_disk_and_leave_after_a_restart(
     app = tmp_path / "app"
     # the very first start offline: no config, so no report (and no claim) is made
     with _reporter(app, net.address, background=False) as r:
-        assert r.report(RAPPOR, "a") is False and r.queued == 0
+        assert r.flush(timeout=2) == 0  # tries to fetch one: unreachable
+        assert r.report(RAPPOR, "a").status is ReportStatus.NO_CONFIG and r.queued == 0
         assert r.last_error is not None and "UNAVAILABLE" in r.last_error
     net.up()
-    with _reporter(app, net.address, background=False) as r:
-        assert r.report(RAPPOR, "a") is True and r.flush(timeout=10) == 0
+    with _online(_reporter(app, net.address, background=False)) as r:
+        assert r.report(RAPPOR, "a") and r.flush(timeout=10) == 0
     net.down()
     # offline now: the cached config makes the report; flush returns what is left
     with _reporter(app, net.address, background=False) as r:
-        assert r.report(OUE, "b") is True
-        t0 = time.monotonic()
+        assert r.report(OUE, "b")
         assert r.flush(timeout=1.0) == 1  # no exception: one report still queued
-        assert time.monotonic() - t0 < 5.0
     net.up()
     # the next start sends it in the background, unasked
     with _reporter(app, net.address) as r:
@@ -193,9 +214,8 @@ def test_network_available_sends_now_instead_of_after_the_backoff(
     net = Forwarder(sealed_shuffler.port)
     net.up()
     app = tmp_path / "app"
-    with _reporter(app, net.address, background=False) as r:
-        r.config() or r.report(OUE, "a")  # fetch and cache the config
-        assert r.flush(10) == 0
+    with _online(_reporter(app, net.address, background=False)):
+        pass  # the config is cached
     net.down()
 
     class Longest(random.Random):
@@ -203,36 +223,39 @@ def test_network_available_sends_now_instead_of_after_the_backoff(
             return b  # the longest backoff the policy allows: ten minutes here
 
     with _reporter(app, net.address, backoff_base=600.0, backoff_cap=600.0, jitter=Longest()) as r:
-        assert r.report(RAPPOR, "x") is True  # the sender tries, fails, backs off
-        # (last_error alone is not enough: a config refresh in report() can set it
-        # while the sender is still waiting for its first connection)
+        assert r.report(RAPPOR, "x")  # the sender tries, fails, backs off
         assert _wait(lambda: r.failed_attempts >= 1)
         net.up()
-        time.sleep(0.5)
-        assert r.queued == 1  # still backing off
+        assert r.report(OUE, "b")  # a new report does not cut the backoff short
+        assert r.queued == 2
         r.network_available()
         assert _wait(lambda: r.queued == 0)
 
 
 def test_sealing_required_never_sends_clear_reports_but_off_does(
-    plain_shuffler: ShufflerHandle, tmp_path: Path
+    plain_shuffler: ShufflerHandle, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     target = f"127.0.0.1:{plain_shuffler.port}"
     with _reporter(tmp_path / "a", target, background=False) as r:
-        assert r.report(RAPPOR, "x") is True
-        assert r.flush(timeout=2) == 1  # kept, not downgraded
-        assert r.last_error is not None and "publishes no aggregator key" in r.last_error
-    with _reporter(tmp_path / "b", target, background=False, sealing="off") as r:
-        assert r.report(RAPPOR, "x") is True and r.flush(timeout=10) == 0
+        assert r.flush(timeout=5) == 0  # the config: no key
+        assert r.report(RAPPOR, "x")
+        with caplog.at_level(logging.WARNING, logger="crowdmix.client"):
+            assert r.flush(timeout=2) == 1  # kept, not downgraded
+            assert r.flush(timeout=2) == 1
+        assert r.last_error is not None and "takes clear reports only" in r.last_error
+        warned = [m for m in caplog.messages if "takes clear reports only" in m]
+        assert len(warned) == 1, caplog.messages  # said once, not at every try
+    with _online(_reporter(tmp_path / "b", target, background=False, sealing="off")) as r:
+        assert r.report(RAPPOR, "x") and r.flush(timeout=10) == 0
 
 
-def _tamper_cached_config(app: Path, change: object) -> None:
+def _tamper_cached_config(app: Path, change: object, fetched: float | None = None) -> None:
     box = Outbox(app / "outbox.sqlite3")
     cached = box.cached_config()
     assert cached is not None
     answer = pb.ConfigResponse.FromString(cached[0])
     change(answer)  # type: ignore[operator]
-    box.store_config(answer.SerializeToString(), time.time())
+    box.store_config(answer.SerializeToString(), cached[1] if fetched is None else fetched, 0.0)
     box.close()
 
 
@@ -240,7 +263,7 @@ def test_a_stale_key_is_refetched_once_and_the_report_resealed(
     sealed_shuffler: ShufflerHandle, tmp_path: Path
 ) -> None:
     target, app = f"127.0.0.1:{sealed_shuffler.port}", tmp_path / "app"
-    with _reporter(app, target, background=False) as r:
+    with _online(_reporter(app, target, background=False)) as r:
         assert r.report(OUE, "a") and r.flush(10) == 0
 
     def other_key(answer: pb.ConfigResponse) -> None:
@@ -251,117 +274,104 @@ def test_a_stale_key_is_refetched_once_and_the_report_resealed(
 
     _tamper_cached_config(app, other_key)
     with _reporter(app, target, background=False) as r:
-        assert r.report(RAPPOR, "b") is True
+        assert r.report(RAPPOR, "b")
         assert r.flush(timeout=10) == 0  # stale_key -> GetConfig -> sealed again
         assert r.counters() == {"delivered": 2}
+
+
+def _older_params(answer: pb.ConfigResponse) -> None:  # as if the server changed f since
+    for m in answer.metrics:
+        if m.name == RAPPOR:
+            r_ = m.rappor
+            r_.f = 0.25
+            params = RapporParams(k=r_.k, h=r_.h, m=r_.m, f=r_.f, p=r_.p, q=r_.q)
+            m.params_fingerprint = params.fingerprint("mmh3")
 
 
 def test_a_params_refusal_refetches_the_config_and_drops_what_cannot_be_counted(
     plain_shuffler: ShufflerHandle, tmp_path: Path
 ) -> None:
     target, app = f"127.0.0.1:{plain_shuffler.port}", tmp_path / "app"
-    with _reporter(app, target, background=False, sealing="off") as r:
+    with _online(_reporter(app, target, background=False, sealing="off")) as r:
         assert r.report(OUE, "a") and r.flush(10) == 0
 
-    def older_params(answer: pb.ConfigResponse) -> None:  # as if the server changed f since
-        for m in answer.metrics:
-            if m.name == RAPPOR:
-                r_ = m.rappor
-                r_.f = 0.25
-                params = RapporParams(k=r_.k, h=r_.h, m=r_.m, f=r_.f, p=r_.p, q=r_.q)
-                m.params_fingerprint = params.fingerprint("mmh3")
-
-    _tamper_cached_config(app, older_params)
+    _tamper_cached_config(app, _older_params)
     with _reporter(app, target, background=False, sealing="off") as r:
-        assert r.report(RAPPOR, "b") is True  # encoded under the outdated params
+        assert r.report(RAPPOR, "b")  # encoded under the outdated params
         assert r.flush(timeout=10) == 0
         assert r.counters() == {"delivered": 1, "params_changed": 1}
         config = r.config()
         assert config is not None and config.metrics[RAPPOR].rappor.f == 0.5  # type: ignore[union-attr]
 
 
-def test_old_reports_are_dropped_and_counted_not_sent(
-    sealed_shuffler: ShufflerHandle, tmp_path: Path
-) -> None:
-    target, app = f"127.0.0.1:{sealed_shuffler.port}", tmp_path / "app"
-    now = time.time()
-    offline = Forwarder(sealed_shuffler.port).address  # never up
-    with _reporter(app, target, background=False) as r:  # caches the config
-        assert r.report(OUE, "a") and r.flush(10) == 0
-    with _reporter(app, offline, background=False) as r:
-        assert r.report(RAPPOR, "b") is True
-        assert r.report(OUE, "c") is False  # window used by the delivery above
-    box = Outbox(app / "outbox.sqlite3")
-    (row,) = box.pending()
-    box.close()
-    # 40 days later the window lies past the 30-day disposal age
-    with _reporter(app, target, background=False, clock=lambda: now + 40 * 86400) as r:
-        assert r.flush(timeout=10) == 0
-        assert r.counters()["expired"] == 1 and r.counters()["delivered"] == 1
-    # a report whose first attempt is two windows back is not sent again
-    app2 = tmp_path / "app2"
-    with _reporter(app2, target, background=False) as r:
-        assert r.report(OUE, "a") is True
-    box = Outbox(app2 / "outbox.sqlite3")
-    (row,) = box.pending()
-    box.begin_send([row.report.report_id], int(now // 86400))  # outcome never learnt
-    box.close()
-    with _reporter(app2, target, background=False, clock=lambda: now + 2 * 86400) as r:
-        assert r.flush(timeout=10) == 0
-        assert r.counters() == {"unconfirmed": 1}
+def test_an_expired_config_makes_the_report_and_the_sender_renews_it(tmp_path: Path) -> None:
+    """``report`` never waits for the network: with an expired cached config it
+    encodes under that config and wakes the sender, which fetches the new one; a
+    report the new params no longer take is dropped and counted, and the next
+    window's report is made under the new params."""
+    now = [time.time()]  # one fake time for the device and the shuffler
+    registry = make_registry(min_batch=1)
+    app = tmp_path / "app"
+    with start_shuffler(registry, tokens=frozenset({TOKEN}), clock=lambda: now[0]) as s:
+        target = f"127.0.0.1:{s.port}"
+        kw: dict[str, Any] = {"background": False, "sealing": "off", "clock": lambda: now[0]}
+        with _online(_reporter(app, target, **kw)):
+            pass
+        _tamper_cached_config(app, _older_params, fetched=now[0] - 3601)  # past its hour
+        with _reporter(app, target, **kw) as r:
+            assert r.report(RAPPOR, "b")
+            assert r._link is None  # made without touching the network
+            assert r.flush(timeout=10) == 0
+            assert r.counters() == {"params_changed": 1}
+            now[0] += 86400  # the next window: the renewed config's params
+            assert r.report(RAPPOR, "c") and r.flush(timeout=10) == 0
+            assert r.counters() == {"params_changed": 1, "delivered": 1}
+
+
+def test_a_report_whose_window_closed_is_dropped_and_counted_not_sent(tmp_path: Path) -> None:
+    now = [time.time()]  # one fake time for the device and the shuffler
+    store = MemoryStore()
+    registry = make_registry(min_batch=1)
+    with start_shuffler(registry, store, tokens=frozenset({TOKEN}), clock=lambda: now[0]) as s:
+        target, app = f"127.0.0.1:{s.port}", tmp_path / "app"
+        offline = Forwarder(s.port).address  # never up
+        with _online(_reporter(app, target, background=False, sealing="off")):
+            pass
+        with _reporter(app, offline, background=False, sealing="off", clock=lambda: now[0]) as r:
+            assert r.report(RAPPOR, "b") and r.flush(timeout=1) == 1
+        now[0] += 2 * 86400  # two days later the report's window is closed
+        with _reporter(app, target, background=False, sealing="off", clock=lambda: now[0]) as r:
+            assert r.flush(timeout=10) == 0
+            assert r.counters() == {"window_closed": 1}  # dropped, never sent
+            assert r.report(RAPPOR, "c") and r.flush(timeout=10) == 0  # today's goes
+    assert sum(store.pending(RAPPOR).values()) == 1
 
 
 def test_a_full_outbox_refuses_the_new_report_and_claims_nothing(
     sealed_shuffler: ShufflerHandle, tmp_path: Path
 ) -> None:
     target = f"127.0.0.1:{sealed_shuffler.port}"
-    with _reporter(tmp_path / "app", target, background=False, max_reports=1) as r:
-        assert r.report(RAPPOR, "a") is True
-        assert r.report(OUE, "b") is False  # full: refused, not claimed
-        assert r.counters() == {"refused_full": 1}
+    with _online(_reporter(tmp_path / "app", target, background=False, max_reports=1)) as r:
+        assert r.report(RAPPOR, "a")
+        full = r.report(OUE, "b")
+        assert full.status is ReportStatus.OUTBOX_FULL and "1 reports" in full.detail
+        assert r.counters() == {"outbox_full": 1}
         assert r.flush(10) == 0
-        assert r.report(OUE, "b") is True  # room again, and the window was never claimed
+        assert r.report(OUE, "b")  # room again, and the window was never claimed
 
 
 def test_exit_offline_does_not_wait_behind_the_background_sender(
     sealed_shuffler: ShufflerHandle, tmp_path: Path
 ) -> None:
     target, app = f"127.0.0.1:{sealed_shuffler.port}", tmp_path / "app"
-    with _reporter(app, target, background=False) as r:  # caches the config
-        assert r.report(OUE, "a") and r.flush(10) == 0
+    with _online(_reporter(app, target, background=False)):
+        pass
     offline = Forwarder(sealed_shuffler.port).address  # never up
     r = _reporter(app, offline, timeout=30.0)
-    assert r.report(RAPPOR, "b") is True  # the sender starts trying at once
+    assert r.report(RAPPOR, "b")  # the sender starts trying at once
     t0 = time.monotonic()
     assert r.flush(timeout=0.5) == 1  # no exception, and not 30 s behind the sender
     r.close()
     assert time.monotonic() - t0 < 10.0  # bounded by a connection wait (1 s), not `timeout`
-    with pytest.raises(client.CrowdmixClientError, match="closed"):
-        r.report(RAPPOR, "c")
-
-
-def test_an_expired_cached_config_is_refreshed_before_a_report(
-    plain_shuffler: ShufflerHandle, tmp_path: Path
-) -> None:
-    target, app = f"127.0.0.1:{plain_shuffler.port}", tmp_path / "app"
-    with _reporter(app, target, background=False, sealing="off") as r:
-        assert r.report(OUE, "a") and r.flush(10) == 0
-
-    def older_params(answer: pb.ConfigResponse) -> None:
-        for m in answer.metrics:
-            if m.name == RAPPOR:
-                r_ = m.rappor
-                r_.f = 0.25
-                params = RapporParams(k=r_.k, h=r_.h, m=r_.m, f=r_.f, p=r_.p, q=r_.q)
-                m.params_fingerprint = params.fingerprint("mmh3")
-
-    _tamper_cached_config(app, older_params)
-    box = Outbox(app / "outbox.sqlite3")
-    cached = box.cached_config()
-    assert cached is not None
-    box.store_config(cached[0], time.time() - 3601)  # older than its cache_seconds (3600)
-    box.close()
-    with _reporter(app, target, background=False, sealing="off") as r:
-        assert r.report(RAPPOR, "b") is True  # encoded under the server's params, fetched now
-        assert r.flush(timeout=10) == 0
-        assert r.counters() == {"delivered": 2}
+    closed = r.report(RAPPOR, "c")
+    assert closed.status is ReportStatus.CLOSED and r.flush() == 1 and r.queued == 1

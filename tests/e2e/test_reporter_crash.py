@@ -14,7 +14,7 @@ The kill points:
 - ``in_claim``: the claim and the report are written, the transaction is not
   committed: after the restart neither exists, and a new report is made;
 - ``after_claim``: committed, nothing sent yet;
-- ``before_send``: the attempt is recorded, the request has not left;
+- ``before_send``: the request is built, it has not left;
 - ``in_flight``: the request was started and not answered (the shuffler may or
   may not have stored it: either way it is counted once);
 - ``after_ack``: the shuffler acknowledged it, the outbox has not deleted it: the
@@ -92,10 +92,11 @@ CHILD = textwrap.dedent(
     reporter_mod.Reporter._submit = submit
 
     r = client.Reporter(app_dir, target, token=token, tls=False, background=False)
+    r.flush(timeout=20)  # the config (report() never waits for the network), and what waits
     made = r.report("night_mode", 1)
     stop_here("after_claim")
     left = r.flush(timeout=20)
-    print(f"made={made} left={left} counters={r.counters()}")
+    print(f"made={bool(made)} left={left} counters={r.counters()}")
     r.close()
     """
 )

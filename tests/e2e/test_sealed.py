@@ -26,12 +26,12 @@ import grpc
 import pytest
 
 from crowdmix.aggregator.sealing.keys import load_keyset
-from crowdmix.client.registry import load_registry
 from crowdmix.client.report import Report
-from crowdmix.client.sealed import PublicKeySet
 from crowdmix.client.sealing import seal_report
 from crowdmix.client.transport import ShufflerClient
 from crowdmix.cluster import LocalCluster, free_port
+from crowdmix.core.registry import load_registry
+from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.daemons import local_cluster, stored_counts
@@ -170,9 +170,17 @@ def _stub(cluster: LocalCluster, i: int = 0) -> tuple[crowdmix_pb2_grpc.Shuffler
     return crowdmix_pb2_grpc.ShufflerStub(channel), (("authorization", f"Bearer {cluster.token}"),)
 
 
+def _window() -> int:
+    """The current collection window (the test registry's day)."""
+    return int(time.time() // 86400)
+
+
 def _submit_error(stub: crowdmix_pb2_grpc.ShufflerStub, md: tuple, *reports: pb.Report) -> tuple:
     with pytest.raises(grpc.RpcError) as info:
-        stub.Submit(pb.SubmitRequest(reports=list(reports)), metadata=md, timeout=10)
+        request = pb.SubmitRequest(reports=list(reports), protocol=PROTOCOL_VERSION)
+        for r in request.reports:
+            r.window = r.window or _window()
+        stub.Submit(request, metadata=md, timeout=10)
     err = info.value
     assert isinstance(err, grpc.Call)
     return err.code(), err.details()
@@ -210,7 +218,9 @@ def test_sealed_end_to_end_exact_per_sender_and_no_plaintext_at_the_shuffler(
 def test_the_scan_finds_plaintext_when_sealing_is_off(tmp_path: Path) -> None:
     """The known-plaintext check above can fail: with --plaintext the pattern is there."""
     with local_cluster(tmp_path, REGISTRY, shufflers=1, sealed=False) as c:
-        with ShufflerClient(c.shuffler_targets[0], c.token, background=False) as client:
+        with ShufflerClient(
+            c.shuffler_targets[0], c.token, background=False, sealing="off"
+        ) as client:
             client.submit_many(_reports(c, A, 0, 30))
             client.flush()
             assert client.sealed == 0
@@ -227,6 +237,7 @@ def test_refusals_and_drops_by_reason(cluster: LocalCluster) -> None:
         return seal_report(
             key,
             metric=metric,
+            window=_window(),
             bits=PATTERN,
             cohort=cohort,
             fingerprint=fp,
@@ -247,7 +258,11 @@ def test_refusals_and_drops_by_reason(cluster: LocalCluster) -> None:
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("mixed_sealed")
     code, details = _submit_error(
-        stub, md, pb.Report(metric=A, cohort=1, bits=PATTERN, params_fingerprint=fa)
+        stub,
+        md,
+        pb.Report(
+            metric=A, cohort=1, bits=PATTERN, params_fingerprint=fa, report_id=os.urandom(16)
+        ),
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("sealing_required")
 
@@ -270,7 +285,10 @@ def test_refusals_and_drops_by_reason(cluster: LocalCluster) -> None:
         for m in (A, B)
         for r in ("not_authentic", "fingerprint", "cohort_range")
     }
-    assert stub.Submit(pb.SubmitRequest(reports=rows), metadata=md, timeout=10).accepted == 64
+    for r in rows:
+        r.window = _window()
+    request = pb.SubmitRequest(reports=rows, protocol=PROTOCOL_VERSION)
+    assert stub.Submit(request, metadata=md, timeout=10).accepted == 64
     assert _wait_counts(cluster, A, {8: 30})[8] == 30
     assert _wait_counts(cluster, B, {8: 30})[8] == 30
     deadline = time.monotonic() + 20
@@ -335,6 +353,7 @@ def test_an_expired_key_is_refused_at_the_shuffler_and_dropped_at_the_aggregator
     value = seal_report(
         old,
         metric=A,
+        window=_window(),
         bits=PATTERN,
         cohort=9,
         fingerprint=_fp(cluster, A),
@@ -346,7 +365,12 @@ def test_an_expired_key_is_refused_at_the_shuffler_and_dropped_at_the_aggregator
     while True:  # the shuffler re-reads the public file within a second
         try:
             stub.Submit(
-                pb.SubmitRequest(reports=[pb.Report(metric=A, key_id=old.key_id, sealed=value)]),
+                pb.SubmitRequest(
+                    reports=[
+                        pb.Report(metric=A, key_id=old.key_id, sealed=value, window=_window())
+                    ],
+                    protocol=PROTOCOL_VERSION,
+                ),
                 metadata=md,
                 timeout=10,
             )

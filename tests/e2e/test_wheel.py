@@ -62,22 +62,34 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _source_packages() -> set[str]:
+    """Every package of the checkout by its installed name (crowdmix.client, ...)."""
     found = set()
     for top in TOP_LEVEL:
         for init in (ROOT / top).rglob("__init__.py"):
-            if "__pycache__" not in init.parts:
-                found.add(".".join(init.parent.relative_to(ROOT).parts))
+            parts = init.parent.relative_to(ROOT).parts
+            if "__pycache__" in parts or (top == "crowdmix" and len(parts) > 1):
+                continue  # crowdmix/<folder> are the links, walked under their own folder
+            found.add(".".join(parts if top == "crowdmix" else ("crowdmix", *parts)))
     return found
+
+
+def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
+    """An app's own client.py or protos/ is never shadowed by ours, nor ours by it."""
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+        (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+        assert whl.read(top_level).decode().split() == ["crowdmix"]
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"crowdmix"}
 
 
 def test_the_wheel_holds_every_package_and_its_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = {".".join(Path(n).parent.parts) for n in names if n.endswith("/__init__.py")}
     assert _source_packages() <= packages, sorted(_source_packages() - packages)
-    for data in ("protos/crowdmix.proto", "client/py.typed"):
+    for data in ("crowdmix/protos/crowdmix.proto", "crowdmix/client/py.typed"):
         assert data in names, data
     for module in (ROOT / "aggregator").rglob("*.py"):
-        assert module.relative_to(ROOT).as_posix() in names, module
+        assert f"crowdmix/{module.relative_to(ROOT).as_posix()}" in names, module
 
 
 def _venv_with_wheel(env_dir: Path, wheel: Path) -> tuple[Path, Path]:
@@ -123,17 +135,26 @@ def test_the_installed_wheel_imports_itself_not_the_checkout(
     installed: Path, tmp_path: Path
 ) -> None:
     code = (
-        "import json, aggregator.accounting, aggregator.decode, client, crowdmix, protos, shuffler;"
-        "print(json.dumps({m.__name__: m.__file__ for m in "
-        "(crowdmix.aggregator.accounting, aggregator.decode, client, crowdmix, protos, shuffler)}))"
+        "import json, crowdmix, crowdmix.aggregator.accounting, crowdmix.aggregator.decode;"
+        "import crowdmix.client, crowdmix.protos, crowdmix.shuffler;"
+        "from crowdmix import aggregator, client, protos, shuffler;"
+        "print(json.dumps({m.__name__: m.__file__ for m in (crowdmix.aggregator.accounting,"
+        " crowdmix.aggregator.decode, client, crowdmix, protos, shuffler, aggregator)}))"
     )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     out = subprocess.run(
         [str(installed / "bin" / "python"), "-c", code],
-        cwd=tmp_path, check=True, capture_output=True, text=True,
+        cwd=tmp_path, check=True, capture_output=True, text=True, env=env,
     ).stdout  # fmt: skip
     for name, path in json.loads(out).items():
         assert Path(path).is_relative_to(installed), (name, path)
         assert not Path(path).is_relative_to(ROOT), (name, path)
+    for name in ("client", "shuffler", "aggregator", "protos"):  # nothing else was installed
+        gone = subprocess.run(
+            [str(installed / "bin" / "python"), "-c", f"import {name}"],
+            cwd=tmp_path, capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert gone.returncode != 0 and "No module named" in gone.stderr, name
 
 
 def test_demo_report_and_privacy_run_from_the_installed_wheel(
@@ -179,7 +200,8 @@ def test_the_core_install_encodes_and_the_reporter_names_the_extra_it_needs(
     py, purelib = _venv_with_wheel(tmp_path / "core", wheel)
     shutil.copy(mmh3.__file__, purelib)  # the one core dependency, and nothing else
     code = (
-        "import client, sys\n"
+        "import sys\n"
+        "from crowdmix import client\n"
         "p = client.RapporParams()\n"
         "client.RapporEncoder(p, secret=client.new_secret(), metric='m').encode('x')\n"
         "try:\n"

@@ -15,7 +15,8 @@ from crowdmix.aggregator.accounting.planner import PlanError
 from crowdmix.aggregator.decode.errors import NoReportsError, ParamsMismatchError
 from crowdmix.aggregator.decode.histogram import count_variance, decode_histogram, histogram_counts
 from crowdmix.cli import main
-from crowdmix.client.histogram import HistogramEncoder, HistogramParams
+from crowdmix.client.histogram import HistogramEncoder
+from crowdmix.core.histogram import HistogramParams
 from tests.client.bitsources import SeededBits
 
 

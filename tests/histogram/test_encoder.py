@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from crowdmix.client.errors import ParamsError
-from crowdmix.client.histogram import HistogramEncoder, HistogramParams
+from crowdmix.client.histogram import HistogramEncoder
 from crowdmix.client.randomness import SecureBits, shared_secure_bits
+from crowdmix.core.histogram import HistogramParams
 from tests.client.bitsources import SeededBits, scripted_fields
 from tests.client.stats import binomial_ok
 
@@ -110,7 +111,7 @@ def test_default_randomness_is_the_shared_csprng() -> None:
 
 def test_import_loads_no_numpy_grpc_or_redis() -> None:
     code = (
-        "import sys, client.histogram; "
+        "import sys, crowdmix.client.histogram; "
         "bad = [m for m in ('numpy', 'grpc', 'redis') if m in sys.modules]; "
         "assert not bad, bad"
     )

@@ -16,7 +16,7 @@ import pytest
 
 from crowdmix.aggregator.accounting.histogram import fake_delta, histogram_delta, shift_delta
 from crowdmix.aggregator.accounting.histogram_release import histogram_release
-from crowdmix.client.histogram import HistogramParams
+from crowdmix.core.histogram import HistogramParams
 
 Hist = tuple[int, ...]
 
@@ -80,7 +80,7 @@ def test_figure_bounds_the_brute_force_mechanism_with_the_targets_own_fakes(
         qv = _mechanism(params, (1, *others))
         for eps in (0.0, 0.2, 0.7, 1.5):
             exact = max(_hockey(p, qv, eps), _hockey(qv, p, eps))
-            assert exact <= histogram_delta(eps, params, n) + 1e-15
+            assert exact <= histogram_delta(eps, params, n_honest=n - 1) + 1e-15
 
 
 def test_colluding_view_of_one_call_is_within_local_epsilon() -> None:
@@ -195,7 +195,7 @@ def test_simulate_refuses_one_report_per_call_for_a_histogram() -> None:
     """--mode unary sent a device's reports from different threads, one per call, so they
     lay scattered among other devices' in the store: not the one call per device the
     crowd bound assumes. Refused before anything is encoded or sent."""
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
     from crowdmix.simulate import simulate
 
     table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
@@ -250,7 +250,7 @@ def test_repeated_report_ids_withdraw_the_central_figure_and_leave_only_local() 
     assert "ε_L = 2.000-LDP" in text and "ε = " not in text
     with pytest.raises(ValueError, match="duplicate_reports"):
         histogram_release("h", params, 28_000, duplicate_reports=-1)
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).parents[2] / "docs" / "privacy.md").read_text().split())
     assert (
         "`N report ids were seen twice in this window: the aggregator may have linked a "
         "device's reports; no central guarantee`" in readme
@@ -262,8 +262,8 @@ def test_report_job_withholds_the_central_figure_unless_the_count_is_zero() -> N
     Other encodings: the count is informational and changes no figure (a repeated
     single-message report is a copy of one counted report, linked to nothing)."""
     from crowdmix.aggregator.report.job import privacy_figures
-    from crowdmix.client.params import RapporParams
-    from crowdmix.client.registry import MetricConfig, ShufflePolicy, parse_registry
+    from crowdmix.core.params import RapporParams
+    from crowdmix.core.registry import MetricConfig, ShufflePolicy, parse_registry
 
     table = {"encoding": "shuffled-histogram", "domain_size": 8, "fake_slots": 2}
     metric = parse_registry({"metrics": {"h": table | {"fake_probability": 0.5}}})["h"]
@@ -284,12 +284,13 @@ def test_report_job_withholds_the_central_figure_unless_the_count_is_zero() -> N
     assert [f["duplicate_reports"] for f in figures] == [0, 40, None]
 
 
-def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_figure(
+def test_counts_file_carries_the_count_and_a_file_without_it_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A counts file records the count (exported from the store); one without it (older
-    files, or -1) is unknown: the statement refuses the central figure, conservatively."""
-    from crowdmix.aggregator.counting.files import load_counts
+    """A counts file records the count (exported from the store); -1 is unknown: the
+    statement refuses the central figure, conservatively. A file without the field is
+    not a counts file of this version and is refused, naming the field."""
+    from crowdmix.aggregator.counting.files import CountsFileError, load_counts
     from crowdmix.cli import main
     from tests.histogram.test_wiring import _counts_file
 
@@ -305,4 +306,5 @@ def test_counts_file_carries_the_count_and_a_file_without_it_gets_no_central_fig
         fields = {k: data[k] for k in data.files if k != "duplicate_reports"}
     old = tmp_path / "old.npz"
     np.savez_compressed(old, **fields)
-    assert load_counts(old).duplicate_reports is None
+    with pytest.raises(CountsFileError, match="duplicate_reports"):
+        load_counts(old)

@@ -11,7 +11,7 @@ import numpy as np
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import Counts
 from crowdmix.aggregator.daemon.ingest import IngestBatch
-from crowdmix.client.registry import MetricConfig, Registry, load_registry
+from crowdmix.core.registry import MetricConfig, Registry, load_registry
 
 # k=20 is not a multiple of 8, so padding bits exist and must be checked.
 REGISTRY_TOML = """
@@ -66,6 +66,7 @@ def random_batch(
     window: int,
     batch_id: bytes | None = None,
 ) -> IngestBatch:
+    """n valid reports of one window, each with a fresh report id."""
     return IngestBatch(
         batch_id=batch_id if batch_id is not None else os.urandom(16),
         window=window,
@@ -75,6 +76,7 @@ def random_batch(
         report_bytes=config.report_bytes,
         cohorts=rng.integers(0, config.num_cohorts, size=n).astype(np.int64),
         bits=random_payload(rng, config, n).tobytes(),
+        report_ids=os.urandom(16 * n),
     )
 
 

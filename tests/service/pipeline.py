@@ -26,10 +26,11 @@ from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.errors import StoreUnavailable
 from crowdmix.aggregator.store.base import StoredCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import MetricConfig, Registry, load_registry
 from crowdmix.cluster import DaemonProcess, free_port
+from crowdmix.core.registry import MetricConfig, Registry, load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
+from tests.shuffler.helpers import current_window, submit_request
 
 METRIC = "e2e"
 K, M = 64, 32  # 8-byte reports: lean for a million of them, still many cohorts and bits
@@ -69,11 +70,14 @@ class Load:
         self.cohorts = rng.integers(0, M, size=n, dtype=np.uint32)
         self.bits = rng.integers(0, 256, size=(n, K // 8), dtype=np.uint8)
         self.outcome = [""] * self.requests
+        self.ids = rng.integers(0, 256, size=(n, 16), dtype=np.uint8)  # kept through resends
+        self.window = current_window()  # every request names it, first send and resends
         self._lock = threading.Lock()
 
     def request(self, i: int, config: MetricConfig) -> pb.SubmitRequest:
         s = slice(i * self.per_request, (i + 1) * self.per_request)
-        return pb.SubmitRequest(
+        return submit_request(
+            window=self.window,
             columns=[
                 pb.ReportColumns(
                     metric=METRIC,
@@ -82,8 +86,9 @@ class Load:
                     report_bytes=K // 8,
                     cohorts=self.cohorts[s].tolist(),
                     bits=self.bits[s].tobytes(),
+                    report_ids=self.ids[s].tobytes(),
                 )
-            ]
+            ],
         )
 
     def send(

@@ -58,7 +58,7 @@ def test_serve_answers_health_writes_its_port_and_exits_0_on_sigterm(tmp_path: P
         while not port_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert int(port_file.read_text()) == d.port
-        assert check_health(d.target, service="crowdmix.v1.Aggregator") == "SERVING"
+        assert check_health(d.target, service="crowdmix.v2.Aggregator") == "SERVING"
         d.signal(signal.SIGTERM)
         assert d.proc is not None
         assert d.proc.wait(timeout=30) == 0

@@ -205,6 +205,7 @@ def test_a_batch_delivered_twice_across_an_aggregator_crash_counts_once(
         report_bytes=8,
         cohorts=rng.integers(0, 32, n).astype(np.int64),
         bits=rng.integers(0, 256, (n, 8), dtype=np.uint8).tobytes(),
+        report_ids=os.urandom(16 * n),
     )
     msg = batch_to_proto(batch)
     target = f"127.0.0.1:{pipeline.aggregator_port}"

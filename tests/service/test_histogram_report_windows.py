@@ -12,7 +12,7 @@ from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.store import open_store
 from crowdmix.aggregator.store.base import NO_REPORT_IDS
 from crowdmix.aggregator.store.codec import describe_metric
-from crowdmix.client.registry import parse_registry
+from crowdmix.core.registry import parse_registry
 
 TABLE = {"encoding": "shuffled-histogram", "domain": ["a", "b", "c", "d"], "fake_slots": 2}
 

@@ -20,7 +20,7 @@ from crowdmix.aggregator.daemon.service import batch_to_proto
 from crowdmix.aggregator.store import load_counts
 from crowdmix.aggregator.store.base import ApplyOutcome, StoredCounts
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.health import check_health
 from crowdmix.protos import crowdmix_pb2, crowdmix_pb2_grpc
 from tests.service.helpers import direct_count, now_window, random_batch, write_registry
@@ -116,13 +116,18 @@ def _garbage_cases(registry: Registry) -> dict[str, tuple[IngestBatch, str]]:
         "empty": (replace(ok, count=0, cohorts=ok.cohorts[:0], bits=b""), "empty batch"),
         "future_window": (replace(ok, window=ok.window + 5), "in the future"),
         "krr_index": (replace(krr, bits=bytes(krr_bits)), "browser"),
+        "no_report_ids": (replace(ok, report_ids=b""), "report_ids has 0 bytes"),
+        "zero_report_id": (
+            replace(ok, report_ids=ok.report_ids[:16] + bytes(16) + ok.report_ids[32:]),
+            "a report id is all zero",
+        ),
     }
 
 
 GARBAGE_CASES = [
     "short_batch_id", "no_batch_id", "unknown_metric", "fingerprint", "report_bytes",
     "bits_too_short", "count_mismatch", "cohorts_missing", "cohort_range", "padding", "empty",
-    "future_window", "krr_index",
+    "future_window", "krr_index", "no_report_ids", "zero_report_id",
 ]  # fmt: skip
 
 
@@ -153,12 +158,12 @@ def test_undecodable_bytes_are_rejected_and_the_server_keeps_serving(
 ) -> None:
     with grpc.insecure_channel(server.target) as channel:
         raw = channel.unary_unary(
-            "/crowdmix.v1.Aggregator/Ingest", request_serializer=None, response_deserializer=None
+            "/crowdmix.v2.Aggregator/Ingest", request_serializer=None, response_deserializer=None
         )
         with pytest.raises(grpc.RpcError) as info:
             raw(b"\xff\xff\xff\xff garbage")
         assert info.value.code() != grpc.StatusCode.OK
-    assert check_health(server.target, service="crowdmix.v1.Aggregator") == "SERVING"
+    assert check_health(server.target, service="crowdmix.v2.Aggregator") == "SERVING"
 
 
 @st.composite
@@ -185,6 +190,7 @@ def wire_batches(draw: st.DrawFn) -> dict[str, object]:
                 else [draw(st.integers(0, 4))]
             )
         ),
+        "report_ids": "fresh",  # count fresh ids, drawn when the batch is built
     }
     corruptions = {
         "batch_id": st.binary(max_size=40),
@@ -195,6 +201,7 @@ def wire_batches(draw: st.DrawFn) -> dict[str, object]:
         "report_bytes": st.integers(0, 5),
         "cohorts": st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 9), max_size=32),
         "bits": st.binary(max_size=120),
+        "report_ids": st.sampled_from(["none", "short", "one_zero"]),
     }
     for key in draw(st.lists(st.sampled_from(sorted(corruptions)), max_size=3, unique=True)):
         fields[key] = draw(corruptions[key])
@@ -220,6 +227,12 @@ def test_hypothesis_batches_are_applied_iff_valid(
     count, nbytes = int(fields["count"]), int(fields["report_bytes"])  # type: ignore[call-overload]
     bits = bytes(fields["bits"])  # type: ignore[call-overload]
     batch_id = bytes(fields["batch_id"])  # type: ignore[call-overload]
+    ids = {
+        "fresh": os.urandom(16 * count),
+        "none": b"",
+        "short": os.urandom(16 * count)[:-1],
+        "one_zero": bytes(16) + os.urandom(16 * count)[16:],
+    }[str(fields["report_ids"])]
     msg = crowdmix_pb2.Batch(
         batch_id=batch_id,
         window=window,
@@ -230,6 +243,7 @@ def test_hypothesis_batches_are_applied_iff_valid(
             report_bytes=nbytes,
             cohorts=cohorts,
             bits=bits,
+            report_ids=ids,
         ),
     )
     header_ok = (
@@ -241,6 +255,7 @@ def test_hypothesis_batches_are_applied_iff_valid(
         and count >= 1
         and len(cohorts) == count
         and len(bits) == count * nbytes
+        and fields["report_ids"] == "fresh"
     )
     valid = (
         header_ok

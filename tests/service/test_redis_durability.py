@@ -15,7 +15,7 @@ from crowdmix.aggregator.daemon.server import start_aggregator
 from crowdmix.aggregator.daemon.service import batch_to_proto
 from crowdmix.aggregator.store import load_counts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.redis_server import RedisServer
 from tests.service.helpers import (
@@ -40,7 +40,7 @@ def _batches(registry: Registry, n_batches: int, seed: int) -> list[IngestBatch]
 
 def _ingest_worker(registry_path: str, url: str, seed: int, order_seed: int) -> int:
     """A separate aggregator process: ingests every batch of ``seed`` in its own order."""
-    from crowdmix.client.registry import load_registry
+    from crowdmix.core.registry import load_registry
 
     registry = load_registry(registry_path)
     store = RedisCountStore.from_url(url, fold_chunk=5)

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import redis
 
+from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
 from crowdmix.aggregator.errors import StoreUnavailable
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import Registry
+from crowdmix.core.registry import Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 from tests.service.test_store_contract import rows, same, with_ids
 
@@ -120,10 +121,7 @@ def test_only_recent_windows_stay_cached_and_a_late_batch_is_still_deduplicated(
     recent = [fresh(rng, registry, 40, w) for w in (7, 8, 9)]
     for b in recent:
         assert ingestor.ingest(b).applied == 40
-    # the two most recent windows holding ids, and the one after (a batch of 9 is checked
-    # against 10 too; it holds none yet, so it costs an empty table)
-    assert sorted(w for (_, w) in store._id_cache) == [8, 9, 10]
-    assert len(store._id_cache[("pages", 10)].index) == 0
+    assert sorted(w for (_, w) in store._id_cache) == [8, 9]  # the two most recent
     rebuilds = store.index_rebuilds
     late_new = fresh(rng, registry, 30, 5)
     # 20 reports of old[0], 20 of old[4] (in different pages), 30 new
@@ -131,7 +129,7 @@ def test_only_recent_windows_stay_cached_and_a_late_batch_is_still_deduplicated(
     result = ingestor.ingest(late)
     assert (result.applied, result.duplicate_reports) == (30, 40)
     assert store.index_rebuilds > rebuilds
-    assert sorted(w for (_, w) in store._id_cache) == [8, 9, 10]  # the late ones are not kept
+    assert sorted(w for (_, w) in store._id_cache) == [8, 9]  # the late one is not kept
     assert same(store.load("pages"), direct_count(registry["pages"], [*old, *recent, late_new]))
     store.close()
 
@@ -147,12 +145,12 @@ def concat(*parts: IngestBatch) -> IngestBatch:
     )
 
 
-def test_apply_retries_are_bounded_and_a_batch_without_ids_is_never_refused(
+def test_apply_retries_are_bounded_and_counts_without_ids_never_check_the_list(
     redis_url: str, raw: redis.Redis, registry: Registry
 ) -> None:
     """F7: another process appends ids before each of our script runs: the apply gives up
     after ``max_apply_attempts`` with StoreUnavailable (nothing counted) instead of
-    looping; a batch without report ids does not check the lists at all."""
+    looping; counts applied without report ids (``CountStore.apply``) do not check it."""
     rng = np.random.default_rng(34)
     store = RedisCountStore.from_url(redis_url, max_apply_attempts=3)
     ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
@@ -168,8 +166,10 @@ def test_apply_retries_are_bounded_and_a_batch_without_ids_is_never_refused(
         ingestor.ingest(batch)
     assert store.apply_retries == 3
     assert store.load("pages") is None and not store.is_applied("pages", batch.batch_id)
-    plain = random_batch(rng, registry["pages"], 20, window=5)  # no report ids
-    assert ingestor.ingest(plain).applied == 20
+    plain = random_batch(rng, registry["pages"], 20, window=5)
+    counts = accumulator_for(registry["pages"])
+    counts.add(plain.cohorts, np.frombuffer(plain.bits, np.uint8).reshape(20, -1))
+    assert store.apply("pages", 5, plain.batch_id, registry["pages"].fingerprint, counts)
     store._apply = real  # type: ignore[assignment]
     assert ingestor.ingest(batch).applied == 20
     store.close()
@@ -244,22 +244,21 @@ def test_the_apply_script_itself_refuses_a_list_refilled_after_the_read(
     b.close()
 
 
-def test_the_next_windows_ids_appended_by_another_process_are_checked_atomically(
+def test_ids_another_process_appends_between_the_read_and_the_apply_are_checked(
     redis_url: str, registry: Registry
 ) -> None:
-    """Process A caches window 7 (empty) while applying a batch of 6; process B then counts
-    the retries (window 7) of reports whose first copies (window 6) A applies next; B's
-    append lands between A's read of the lists and A's apply script. The script compares
-    W+1's list too, so A reads again and drops every first copy: each report counts once."""
+    """Process A has read window 6's list while applying a batch; process B then counts
+    the retries (also window 6: a report keeps its window) of the reports A applies next;
+    B's append lands between A's read of the list and A's apply script. The script
+    compares the list, so A reads again and drops every first copy: each counts once."""
     rng = np.random.default_rng(40)
     clock = lambda: 6 * registry.window_seconds  # noqa: E731
     a, b = RedisCountStore.from_url(redis_url), RedisCountStore.from_url(redis_url)
     ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
     warm = fresh(rng, registry, 10, 6)
     assert ia.ingest(warm).applied == 10
-    assert ("pages", 7) in a._id_cache and len(a._id_cache[("pages", 7)].index) == 0
     first = fresh(rng, registry, 60, 6)
-    retry = replace(first, batch_id=os.urandom(16), window=7)
+    retry = replace(first, batch_id=os.urandom(16))
     real = a._apply
     fired: list[int] = []
 

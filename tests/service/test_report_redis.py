@@ -12,8 +12,8 @@ import numpy as np
 
 from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.hashing import bloom_int
-from crowdmix.client.registry import MetricConfig
+from crowdmix.core.hashing import bloom_int
+from crowdmix.core.registry import MetricConfig
 from tests.service.helpers import write_registry
 
 REGISTRY = """
@@ -56,6 +56,7 @@ def rappor_batch(
         report_bytes=params.report_bytes,
         cohorts=cohort.astype(np.int64),
         bits=np.packbits(report, axis=1, bitorder="little").tobytes(),
+        report_ids=rng.bytes(16 * n),
     )
 
 

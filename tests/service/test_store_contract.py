@@ -28,7 +28,7 @@ from crowdmix.aggregator.store.codec import (
 )
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.registry import MetricConfig, Registry
+from crowdmix.core.registry import MetricConfig, Registry
 from tests.service.helpers import direct_count, random_batch, write_registry
 
 
@@ -340,25 +340,29 @@ def test_a_report_id_counted_before_in_its_window_is_dropped_atomically(
     assert same(store.load("pages"), direct_count(config, [first, fresh]))
     # the same batch again is a duplicate batch: nothing more
     assert ingestor.ingest(second).duplicate
-    # the same ids two windows later are other reports (de-duplication spans W-1..W+1)
-    later = Ingestor(registry, store, clock=lambda: 7 * registry.window_seconds)
-    assert later.ingest(replace(first, batch_id=os.urandom(16), window=7)).applied == 400
+    # the same ids in the next window are other reports: a report names its window and
+    # every copy of it is filed there, so de-duplication is within one window
+    later = Ingestor(registry, store, clock=lambda: 6 * registry.window_seconds)
+    assert later.ingest(replace(first, batch_id=os.urandom(16), window=6)).applied == 400
     assert store.batch_sizes("pages", [5]) == {400: 1, 150: 1}
 
 
-def test_reports_without_an_id_are_counted_without_deduplication(
+def test_a_batch_without_report_ids_or_with_a_zero_id_is_refused(
     store: CountStore, registry: Registry
 ) -> None:
-    """Older SDKs send no id (or 16 zero bytes): such reports are counted every time."""
+    """Every report carries an id: a batch without them, or with an all-zero one, is
+    refused as a whole and leaves nothing behind."""
     rng = np.random.default_rng(22)
     config = registry["pages"]
     ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
-    plain = random_batch(rng, config, 100, window=5)  # no report_ids at all
-    zeros = with_ids(plain, np.zeros((100, 16)))
-    zeros = replace(zeros, batch_id=os.urandom(16))
-    r1, r2 = ingestor.ingest(plain), ingestor.ingest(zeros)
-    assert (r1.applied, r1.without_id, r2.applied, r2.without_id) == (100, 100, 100, 100)
-    assert same(store.load("pages"), direct_count(config, [plain, zeros]))
+    batch = random_batch(rng, config, 100, window=5)
+    zero = batch.report_ids[:160] + bytes(16) + batch.report_ids[176:]
+    for bad, reason in ((b"", "length"), (zero, "report_id")):
+        with pytest.raises(InvalidBatch) as info:
+            ingestor.ingest(replace(batch, report_ids=bad))
+        assert info.value.reason == reason
+    assert store.load("pages") is None and store.applied_batches("pages") == 0
+    assert ingestor.ingest(batch).applied == 100
 
 
 def test_retention_deletes_the_ids_of_old_windows_and_refuses_their_batches(
@@ -456,92 +460,30 @@ def test_two_redis_stores_sharing_redis_check_each_others_ids(redis_url: str) ->
     b.close()
 
 
-def test_a_retry_that_lands_in_the_next_window_is_dropped(
-    store: CountStore, registry: Registry
-) -> None:
-    """A device's request was counted just before a window boundary, its reply was lost,
-    and its retry lands in the next window: the ids of W-1 are checked too (but not those
-    of W-2: the same ids two windows later are other reports)."""
-    rng = np.random.default_rng(27)
-    config = registry["pages"]
-    now = [5 * registry.window_seconds]
-    ingestor = Ingestor(registry, store, clock=lambda: now[0])
-    first = with_ids(random_batch(rng, config, 120, window=5), rng.integers(0, 256, (120, 16)))
-    assert ingestor.ingest(first).applied == 120
-    now[0] += registry.window_seconds
-    new = with_ids(random_batch(rng, config, 30, window=6), rng.integers(0, 256, (30, 16)))
-    retry = replace(
-        rows(first, np.arange(40, 120)),
-        window=6,
-        count=110,
-        cohorts=np.concatenate([first.cohorts[40:], new.cohorts]),
-        bits=first.bits[40 * first.report_bytes :] + new.bits,
-        report_ids=first.report_ids[40 * 16 :] + new.report_ids,
-    )
-    result = ingestor.ingest(retry)
-    assert (result.applied, result.duplicate_reports) == (30, 80)
-    assert same(store.load("pages", [6]), direct_count(config, [new]))
-    assert same(store.load("pages"), direct_count(config, [first, new]))
-    now[0] += registry.window_seconds
-    w7 = ingestor.ingest(replace(first, batch_id=os.urandom(16), window=7))
-    assert (w7.applied, w7.duplicate_reports) == (120, 0)
-
-
 def test_a_first_copy_that_arrives_after_its_retry_is_dropped(
     store: CountStore, registry: Registry
 ) -> None:
-    """The device's first request was stored by the shuffler in window 5 (reply lost),
-    its retry in window 6. The aggregator was down across the boundary; when it is
-    back, the shuffler re-sends its in-flight batches in no particular order: the
-    window-6 batch may come first. Each report must still count once."""
+    """The device's first request was stored by one shuffler (reply lost), its retry by
+    another, both in window 5, the window the reports name. The aggregator was down;
+    when it is back, the shuffler re-sends its in-flight batches in no particular
+    order, a day later: each report still counts once, in window 5."""
     rng = np.random.default_rng(31)
     config = registry["pages"]
     ingestor = Ingestor(registry, store, clock=lambda: 6 * registry.window_seconds)
     first = with_ids(random_batch(rng, config, 40, window=5), rng.integers(0, 256, (40, 16)))
-    retry = replace(first, batch_id=os.urandom(16), window=6)
-    assert ingestor.ingest(retry).applied == 40
+    new = with_ids(random_batch(rng, config, 30, window=5), rng.integers(0, 256, (30, 16)))
+    retry = replace(
+        rows(first, np.arange(10, 40)),
+        count=60,
+        cohorts=np.concatenate([first.cohorts[10:], new.cohorts]),
+        bits=first.bits[10 * first.report_bytes :] + new.bits,
+        report_ids=first.report_ids[10 * 16 :] + new.report_ids,
+    )
+    assert ingestor.ingest(retry).applied == 60
     late = ingestor.ingest(first)
-    assert (late.applied, late.duplicate_reports) == (0, 40)
-
-
-def test_retention_keeps_the_next_windows_ids_for_a_late_batch(
-    store: CountStore, registry: Registry
-) -> None:
-    """Disposal deletes the ids of windows before the cutoff only: a late batch of the
-    cutoff window W still finds its reports' later copies in W+1 (and the ids of W+1 are
-    never deleted while batches of W are accepted, W+1 being later)."""
-    rng = np.random.default_rng(38)
-    config = registry["pages"]
-    ingestor = Ingestor(registry, store, clock=lambda: 8 * registry.window_seconds)
-    older = with_ids(random_batch(rng, config, 30, window=5), rng.integers(0, 256, (30, 16)))
-    first = with_ids(random_batch(rng, config, 50, window=6), rng.integers(0, 256, (50, 16)))
-    retry = replace(first, batch_id=os.urandom(16), window=7)
-    assert ingestor.ingest(older).applied == 30
-    assert ingestor.ingest(retry).applied == 50
-    assert store.dispose_ids("pages", 6) == 1 + 30  # window 5's batch id and report ids
-    late = ingestor.ingest(first)
-    assert (late.applied, late.duplicate_reports) == (0, 50)
-    with pytest.raises(WindowDisposed):
-        store.apply(
-            "pages", 5, os.urandom(16), config.fingerprint, counts_of(registry, "pages", rng, 3)
-        )
-    assert same(store.load("pages"), direct_count(config, [older, retry]))
-
-
-def test_copies_filed_two_windows_apart_are_each_counted(
-    store: CountStore, registry: Registry
-) -> None:
-    """The stated limit (CountStore.apply_reports): de-duplication spans W-1, W and W+1, so
-    copies filed in W-1 and W+1 (more than a window apart, which the SDK never sends) are
-    counted once each, in either order; a third copy in W between them is dropped."""
-    rng = np.random.default_rng(39)
-    config = registry["pages"]
-    ingestor = Ingestor(registry, store, clock=lambda: 7 * registry.window_seconds)
-    a = with_ids(random_batch(rng, config, 20, window=7), rng.integers(0, 256, (20, 16)))
-    assert ingestor.ingest(a).applied == 20
-    assert ingestor.ingest(replace(a, batch_id=os.urandom(16), window=5)).applied == 20
-    middle = ingestor.ingest(replace(a, batch_id=os.urandom(16), window=6))
-    assert (middle.applied, middle.duplicate_reports) == (0, 20)
+    assert (late.applied, late.duplicate_reports) == (10, 30)
+    assert same(store.load("pages", [5]), direct_count(config, [first, new]))
+    assert store.windows("pages") == [5]
 
 
 def test_a_resent_batch_is_answered_before_it_is_counted(
@@ -575,37 +517,16 @@ def test_a_resent_batch_is_answered_before_it_is_counted(
     assert same(store.load("pages"), direct_count(config, [batch]))
 
 
-def test_two_redis_stores_check_the_previous_windows_ids_of_each_other(
-    redis_url: str, registry: Registry
-) -> None:
-    """Process A caches window 5 (empty) while checking a batch of window 6; process B
-    then counts a late batch of window 5; A's retry of those reports in window 6 is
-    dropped (A reads what B appended to W-1 before the script checks it)."""
-    rng = np.random.default_rng(29)
-    config = registry["pages"]
-    a, b = (RedisCountStore.from_url(redis_url) for _ in range(2))
-    clock = lambda: 6 * registry.window_seconds  # noqa: E731
-    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
-    w6 = with_ids(random_batch(rng, config, 40, window=6), rng.integers(0, 256, (40, 16)))
-    late = with_ids(random_batch(rng, config, 70, window=5), rng.integers(0, 256, (70, 16)))
-    assert ia.ingest(w6).applied == 40
-    assert ib.ingest(late).applied == 70
-    retry = ia.ingest(replace(rows(late, np.arange(70)), window=6))
-    assert (retry.applied, retry.duplicate_reports) == (0, 70)
-    assert same(a.load("pages"), direct_count(config, [w6, late]))
-    a.close()
-    b.close()
-
-
 # -- repeated report ids per window (a shuffled histogram's statement needs them) ---------
 
 
 def test_repeated_report_ids_are_counted_per_window_with_the_batch(
     store: CountStore, registry: Registry
 ) -> None:
-    """Repeats within a batch and of earlier batches are counted in the apply step, in
-    every window that holds a copy; a re-sent batch (same batch id) is not a repeat; a
-    refused batch adds nothing; folding and retention keep the count."""
+    """Repeats within a batch and of earlier batches of the window are counted in the
+    apply step; a re-sent batch (same batch id) is not a repeat; the same ids in another
+    window are not either; a refused batch adds nothing; folding and retention keep the
+    count."""
     rng = np.random.default_rng(31)
     config = registry["pages"]
     day = registry.window_seconds
@@ -635,12 +556,10 @@ def test_repeated_report_ids_are_counted_per_window_with_the_batch(
         NO_REPORT_IDS, repeated=7,
     ).applied is False  # fmt: skip
     assert store.duplicate_reports("pages", [5]) == 150
-    # a copy filed in the next window: counted in both windows (each holds a copy)
-    late = rows(pool, np.arange(30))
-    late = replace(late, window=6)
-    assert ingestor.ingest(late).duplicate_reports == 30
-    assert store.duplicate_reports("pages", [5]) == 180
-    assert store.duplicate_reports("pages", [6]) == 30
+    # the same ids in the next window: other reports there, no repeat in either window
+    other_window = replace(rows(pool, np.arange(30)), window=6)
+    assert ingestor.ingest(other_window).duplicate_reports == 0
+    assert [store.duplicate_reports("pages", [w]) for w in (5, 6)] == [150, 0]
     # a window without repeats says 0; one the store never counted says 0 too
     other = with_ids(random_batch(rng, config, 60, window=4), rng.integers(0, 256, (60, 16)))
     assert ingestor.ingest(other).applied == 60
@@ -653,15 +572,15 @@ def test_repeated_report_ids_are_counted_per_window_with_the_batch(
             NO_REPORT_IDS, repeated=9,
         )  # fmt: skip
     assert store.duplicate_reports("pages", [4]) == 0
-    # a first copy that arrives after its retry (window 4's batch holds ids of window 5)
-    early = replace(rows(first, np.arange(300, 310)), window=4)
+    # a first copy that arrives after its retry, in the same window
+    early = rows(pool, np.arange(300, 310))
     assert ingestor.ingest(early).duplicate_reports == 10
-    assert [store.duplicate_reports("pages", [w]) for w in (4, 5, 6)] == [10, 190, 30]
+    assert [store.duplicate_reports("pages", [w]) for w in (4, 5, 6)] == [0, 160, 0]
     # folding and disposing of the ids keep the count (the counts stay, so must it)
     assert store.maintain() >= 0
     now[0] += config.shuffle.disposal_days * 86400 + 4 * day
     assert ingestor.dispose_ids() > 0
-    assert [store.duplicate_reports("pages", [w]) for w in (4, 5, 6)] == [10, 190, 30]
+    assert [store.duplicate_reports("pages", [w]) for w in (4, 5, 6)] == [0, 160, 0]
 
 
 def test_repeats_counted_under_concurrent_applies_are_exact(
@@ -716,9 +635,9 @@ def test_repeats_survive_a_redis_kill(tmp_path: Path) -> None:
         server.cleanup()
 
 
-def test_windows_counted_before_repeats_were_recorded_are_unknown(redis_url: str) -> None:
-    """A window whose counts an older aggregator wrote has no record of its repeats:
-    unknown (None), not 0, so a histogram's central figure is withheld for it."""
+def test_a_window_whose_repeat_count_was_lost_is_unknown(redis_url: str) -> None:
+    """A window holding counts but no record of its repeats (the counter was lost): unknown
+    (None), not 0, so a histogram's central figure is withheld for it."""
     import redis as redis_py
 
     store = RedisCountStore.from_url(redis_url)
@@ -729,9 +648,28 @@ def test_windows_counted_before_repeats_were_recorded_are_unknown(redis_url: str
     store.apply("h", 10, os.urandom(16), 1, delta)
     assert store.duplicate_reports("h", [9]) == 0
     client = redis_py.Redis.from_url(redis_url)
-    client.delete("crowdmix:agg:{h}:w:10:dupids")  # as an older aggregator left it
+    client.delete("crowdmix:agg:{h}:w:10:dupids")
     client.close()
     assert store.duplicate_reports("h", [10]) is None
     assert store.duplicate_reports("h") is None
     assert store.duplicate_reports("h", [9]) == 0
     store.close()
+
+
+def test_sealing_and_the_window_length_are_noted_per_window(
+    store: CountStore, registry: Registry
+) -> None:
+    rng = np.random.default_rng(21)
+    fp = registry["pages"].fingerprint
+    assert store.sealing("pages") is None and store.window_seconds("pages") is None
+    for window in (5, 6):
+        store.apply("pages", window, os.urandom(16), fp, counts_of(registry, "pages", rng, 50))
+    store.note_batch("pages", 5, sealed=True, window_seconds=3600)
+    # window 6 counted by an aggregator that noted nothing: unknown, never "sealed"
+    assert store.sealing("pages", [5]) is True and store.sealing("pages") is None
+    store.note_batch("pages", 6, sealed=True, window_seconds=3600)
+    store.note_batch("pages", 6, sealed=True, window_seconds=3600)  # idempotent
+    assert store.sealing("pages") is True and store.window_seconds("pages") == 3600
+    store.note_batch("pages", 6, sealed=False, window_seconds=3600)  # one clear batch
+    assert store.sealing("pages") is False and store.sealing("pages", [5]) is True
+    assert store.sealing("pages", [7]) is None  # nothing stored there

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -11,7 +14,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from crowdmix.client.registry import Registry, parse_registry
+from crowdmix.core.registry import Registry, parse_registry
+from crowdmix.core.sealed import PROTOCOL_VERSION
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.columns import Chunk
@@ -76,6 +80,34 @@ min_batch = {min_batch}
 max_batch = {max_batch}
 max_delay_seconds = {max_delay}
 """
+
+
+def current_window(window_seconds: int = 86400, now: float | None = None) -> int:
+    """The collection window of ``now`` (default: this moment) for a registry's length."""
+    return int((time.time() if now is None else now) // window_seconds)
+
+
+def submit_request(
+    *,
+    reports: Iterable[pb.Report] = (),
+    columns: Iterable[pb.ReportColumns] = (),
+    window: int | None = None,
+    protocol: int = PROTOCOL_VERSION,
+) -> pb.SubmitRequest:
+    """A SubmitRequest as an SDK sends it: the protocol set, every report and column
+    naming ``window`` (default: the current one of a day-long window) unless it names
+    one already, and a fresh report id for every clear report that has none."""
+    w = current_window() if window is None else window
+    request = pb.SubmitRequest(reports=list(reports), columns=list(columns), protocol=protocol)
+    for r in request.reports:
+        r.window = r.window or w
+        if not r.report_id and not (r.sealed or r.key_id):
+            r.report_id = os.urandom(16)
+    for c in request.columns:
+        c.window = c.window or w
+        if not c.report_ids and not (c.sealed or c.key_ids) and c.count:
+            c.report_ids = os.urandom(16 * c.count)
+    return request
 
 
 def unique_chunk(n: int, start: int = 0, *, num_cohorts: int = 8) -> Chunk:

@@ -19,7 +19,13 @@ from crowdmix.shuffler.errors import ConfigError
 from crowdmix.shuffler.intake import RateLimiter
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
-from tests.shuffler.helpers import RAPPOR, REGISTRY_TOML, RecordingAggregator, make_registry
+from tests.shuffler.helpers import (
+    RAPPOR,
+    REGISTRY_TOML,
+    RecordingAggregator,
+    make_registry,
+    submit_request,
+)
 from tests.shuffler.test_pipeline import columns_request
 
 REGISTRY = make_registry()
@@ -39,15 +45,22 @@ def test_config_table_and_flags_merge(tmp_path: Path) -> None:
     assert settings.listen == "127.0.0.1:9000" and settings.max_concurrent_rpcs == 9
 
 
-def test_retired_server_settings(tmp_path: Path) -> None:
-    """The threaded server is gone: a config that still asks for it is refused with
-    the setting named; its leftovers that change nothing are accepted."""
-    path = write(tmp_path, '\n[shuffler]\nserver = "sync"\n')
-    with pytest.raises(ConfigError, match=r"^\[shuffler\] server = 'sync' is no longer supported"):
-        load_config(path)
-    path = write(tmp_path, '\n[shuffler]\nserver = "aio"\nworkers = 8\n')
-    _, settings = load_config(path)
-    assert settings == ShufflerSettings()
+def test_window_rule_settings_from_the_table_and_flags(tmp_path: Path) -> None:
+    path = write(tmp_path, "\n[shuffler]\nwindow_tolerance = 2\nmax_clock_skew_seconds = 30\n")
+    _, settings = load_config(path, {"max_clock_skew_seconds": 45.0})
+    assert (settings.window_tolerance, settings.max_clock_skew_seconds) == (2, 45.0)
+    assert (ShufflerSettings().window_tolerance, ShufflerSettings().max_clock_skew_seconds) == (
+        1,
+        60.0,
+    )
+    for table, field in (
+        ("window_tolerance = -1", "window_tolerance"),
+        ("max_clock_skew_seconds = -1", "max_clock_skew_seconds"),
+        ("max_clock_skew_seconds = 86400", "max_clock_skew_seconds"),  # a whole window
+        ('server = "aio"', "server"),  # settings of servers long gone are unknown fields
+    ):
+        with pytest.raises(ConfigError, match=field):
+            load_config(write(tmp_path, f"\n[shuffler]\n{table}\n"))
 
 
 @pytest.mark.parametrize(
@@ -59,7 +72,11 @@ def test_retired_server_settings(tmp_path: Path) -> None:
         ('\n[shuffler]\ntls_cert = "a.pem"\n', "tls_cert"),
         ("\n[shuffler]\nbogus = 1\n", "bogus"),
         ('\n[shuffler]\nredis = "http://x"\n', "redis"),
-        ("\n[metrics.x]\nk = 0\n", "k"),
+        (
+            '\n[metrics.x]\nencoding = "rappor"\nk = 0\nh = 2\nm = 4\nf = 0.5\np = 0.5\nq = 0.75\n',
+            "'x': k",
+        ),
+        ("\n[metrics.x]\nk = 16\n", "'x': encoding is required"),
         ("\n[shuffler]\ninflight_retry_seconds = 30\n", "inflight_retry_seconds"),
         ("\n[shuffler]\nforward_timeout_seconds = 0\n", "forward_timeout_seconds"),
     ],
@@ -264,13 +281,13 @@ def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator) -> None
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
             health = health_pb2_grpc.HealthStub(ch)
-            for service in ("", "crowdmix.v1.Shuffler"):
+            for service in ("", "crowdmix.v2.Shuffler"):
                 resp = health.Check(health_pb2.HealthCheckRequest(service=service))
                 assert resp.status == health_pb2.HealthCheckResponse.SERVING
             stub = crowdmix_pb2_grpc.ShufflerStub(ch)
             stub.Submit(columns_request(np.arange(25), FP))
             with pytest.raises(grpc.RpcError):
-                stub.Submit(pb.SubmitRequest())
+                stub.Submit(submit_request())
         deadline = time.monotonic() + 10
         while aggregator.total() < 20 and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,17 +19,19 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
 from crowdmix.shuffler.store import PendingWrite, QueueKey, ShufflerStore
-from tests.shuffler.helpers import RAPPOR, RecordingAggregator, make_registry
+from tests.shuffler.helpers import RAPPOR, RecordingAggregator, make_registry, submit_request
 
 FAST = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
 
 
 def ids_chunk(ids: npt.NDArray[np.int64]) -> Chunk:
-    """Reports that encode a unique id: cohort = id >> 16, bits = id & 0xffff (k=16, m=8)."""
+    """Reports that encode a unique id: cohort = id >> 16, bits = id & 0xffff (k=16, m=8),
+    each with a fresh report id."""
     return Chunk(
         report_bytes=2,
         cohorts=(ids >> 16).astype(np.uint32),
         bits=(ids & 0xFFFF).astype("<u2").tobytes(),
+        ids=os.urandom(16 * len(ids)),
     )
 
 
@@ -39,7 +42,7 @@ def ids_of(chunk: Chunk) -> npt.NDArray[np.int64]:
 
 def columns_request(ids: npt.NDArray[np.int64], fp: int) -> pb.SubmitRequest:
     c = ids_chunk(ids)
-    return pb.SubmitRequest(
+    return submit_request(
         columns=[
             pb.ReportColumns(
                 metric=RAPPOR,
@@ -367,7 +370,11 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
         from crowdmix.client.transport import ShufflerClient
 
         sdk = ShufflerClient(
-            f"127.0.0.1:{handle.port}", background=False, max_attempts=3, backoff_base=0.01
+            f"127.0.0.1:{handle.port}",
+            background=False,
+            max_attempts=3,
+            backoff_base=0.01,
+            sealing="off",  # a plaintext shuffler
         )
         nb = registry[RAPPOR].report_bytes
         report = Report(metric=RAPPOR, cohort=0, bits=bytes(nb), params_fingerprint=fp)
@@ -402,7 +409,7 @@ def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggr
                 metric=OUE, params_fingerprint=oue_fp, count=20, report_bytes=1,
                 cohorts=[0] * 20, bits=b"\x01" * 20,
             )  # fmt: skip
-            stub.Submit(pb.SubmitRequest(columns=[oue]), timeout=10)
+            stub.Submit(submit_request(columns=[oue]), timeout=10)
             wait_for(lambda: aggregator.refused == 1)
             stub.Submit(columns_request(np.arange(30, dtype=np.int64), fp), timeout=10)
             wait_for(lambda: aggregator.total() == 30)  # other releases are not blocked
@@ -435,7 +442,7 @@ def test_a_refused_batch_is_offered_again_after_parked_retry_seconds(
                 metric=OUE, params_fingerprint=oue_fp, count=20, report_bytes=1,
                 cohorts=[0] * 20, bits=b"\x01" * 20,
             )  # fmt: skip
-            stub.Submit(pb.SubmitRequest(columns=[oue]), timeout=10)
+            stub.Submit(submit_request(columns=[oue]), timeout=10)
             wait_for(lambda: aggregator.refused == 1)
             assert handle.metrics.parked_batches._value.get() == 1
             aggregator.refuse = set()

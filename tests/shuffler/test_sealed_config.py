@@ -66,26 +66,32 @@ def test_a_private_key_file_is_refused_as_public_keys(tmp_path: Path) -> None:
         start_shuffler(make_registry(), settings=ShufflerSettings(public_keys=str(private)))
 
 
-def test_sealing_required_refuses_a_plaintext_shuffler(tmp_path: Path) -> None:
+def test_no_sender_sends_clear_reports_unless_told_to(tmp_path: Path) -> None:
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     nb = registry[RAPPOR].report_bytes
     report = Report(metric=RAPPOR, cohort=0, bits=bytes(nb), params_fingerprint=fp)
     with start_shuffler(registry) as shuffler:
         target = f"127.0.0.1:{shuffler.port}"
-        strict = ShufflerClient(target, sealing="required", background=False)
-        strict.submit(report)
-        with pytest.raises(TransportError, match="publishes no aggregator key"):
-            strict.flush()
-        assert (strict.sent, strict.failed) == (0, 1)
-        strict.close(flush=False)
-        plain = ShufflerClient(target, background=False)  # "auto": clear to a plaintext shuffler
+        for strict in (
+            ShufflerClient(target, background=False),  # sealed by default: no downgrade
+            ShufflerClient(target, sealing="required", background=False),
+        ):
+            # GetConfig says why there is no key: this shuffler takes clear reports only
+            assert strict.config().plaintext is True and strict.config().keys.keys == ()
+            strict.submit(report)
+            with pytest.raises(TransportError, match="takes clear reports only"):
+                strict.flush()
+            assert (strict.sent, strict.failed, strict.refetches) == (0, 1, 1)
+            strict.close(flush=False)
+        plain = ShufflerClient(target, sealing="off", background=False)  # said explicitly
         plain.submit(report)
         assert plain.flush() == 1 and plain.sealed == 0
         plain.close()
     _, _, public = _keys(tmp_path)
     with start_shuffler(registry, settings=ShufflerSettings(public_keys=str(public))) as shuffler:
         sealed = ShufflerClient(f"127.0.0.1:{shuffler.port}", background=False)
+        assert sealed.config().plaintext is False and sealed.config().keys.keys
         sealed.submit(report)
         assert sealed.flush() == 1 and sealed.sealed == 1
         sealed.close()

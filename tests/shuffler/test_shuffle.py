@@ -8,6 +8,7 @@ import os
 from collections import Counter
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from crowdmix.shuffler.commit import GroupCommitter
@@ -23,6 +24,7 @@ def seeded_bytes(seed: int):  # type: ignore[no-untyped-def]
     return lambda n: rng.bytes(n)
 
 
+@pytest.mark.slow  # statistical: the full check runs it
 def test_permutation_is_uniform_over_all_orders() -> None:
     # 4! = 24 orders, 48 000 draws: chi-square with 23 degrees of freedom. The
     # threshold is the 1 - 1e-7 quantile, so a correct (uniform) permutation fails

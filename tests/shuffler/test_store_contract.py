@@ -230,7 +230,7 @@ GRACE = 120.0
 
 
 def _window_registry() -> Any:
-    from crowdmix.client.registry import parse_registry
+    from crowdmix.core.registry import parse_registry
 
     return parse_registry(
         {
@@ -253,7 +253,7 @@ def _window_registry() -> Any:
     )
 
 
-def test_a_window_metric_is_released_whole_once_its_window_and_grace_are_over(
+def test_a_window_metric_is_released_whole_once_it_is_closed_and_its_grace_is_over(
     store: ShufflerStore,
 ) -> None:
     from crowdmix.shuffler.forwarding import Releaser
@@ -274,13 +274,16 @@ def test_a_window_metric_is_released_whole_once_its_window_and_grace_are_over(
     never = lambda: False  # noqa: E731
     releaser.run_once(never)
     releaser.run_once(never, final=True)  # nor does shutting down hurry a window
-    now[0] = (window + 1) * HOUR + GRACE - 0.5  # the window is over, its grace is not
+    # the window is over, but the intake still takes it (tolerance 1) until window + 2
+    now[0] = (window + 2) * HOUR - 0.5
+    releaser.run_once(never, final=True)
+    now[0] = (window + 2) * HOUR + GRACE - 0.5  # closed, its grace is not over
     releaser.run_once(never, final=True)
     assert [b.metric for b in sent] == [RAPPOR] * 3  # RAPPOR: by max_batch, as before
     assert [b.chunk.count for b in sent] == [100, 100, 50]
     assert store.pending(HIST) == {key: 250}
 
-    now[0] = (window + 1) * HOUR + GRACE
+    now[0] = (window + 2) * HOUR + GRACE
     assert releaser.run_once(never) == 1
     hist = [b for b in sent if b.metric == HIST]
     assert len(hist) == 1 and hist[0].key == key  # one batch: the whole window, uncut
@@ -299,7 +302,7 @@ def test_a_window_metric_is_released_whole_once_its_window_and_grace_are_over(
     # the next window: fewer than min_batch is never released, due or not
     nxt = QueueKey(window=window + 1, fingerprint=key.fingerprint)
     store.append([PendingWrite.of(HIST, nxt, unique_chunk(9, 1000))])
-    now[0] = (window + 2) * HOUR + GRACE
+    now[0] = (window + 3) * HOUR + GRACE
     assert releaser.run_once(never) == 0
     assert store.pending(HIST) == {nxt: 9}
 
@@ -320,7 +323,7 @@ def test_a_window_above_one_aggregator_batch_is_split_in_equal_parts(
     releaser = Releaser(registry, store, sent.append, clock=lambda: now[0])
     key = QueueKey(window=7, fingerprint=registry[HIST].fingerprint)
     store.append([PendingWrite.of(HIST, key, unique_chunk(250))])
-    now[0] = 8 * HOUR + GRACE
+    now[0] = 9 * HOUR + GRACE  # window 7 closes at 9 h (tolerance 1)
     assert releaser.run_once(lambda: False) == 3
     assert sorted(b.chunk.count for b in sent) == [83, 83, 84]
     assert sorted(np.concatenate([report_ids(b.chunk) for b in sent]).tolist()) == list(range(250))

@@ -25,6 +25,10 @@ from tests.shuffler.helpers import RAPPOR, make_registry
 REGISTRY = make_registry()
 FP = REGISTRY[RAPPOR].fingerprint
 TOKEN = "transport-token-0123456789"
+#: plaintext shufflers here: clear reports, said explicitly (never a fallback)
+CLEAR = {"sealing": "off"}
+#: fake shufflers without GetConfig: the window from this machine's clock
+NO_CONFIG = {"sealing": "off", "window_seconds": 86400}
 
 
 def report(i: int, fp: int = FP) -> Report:
@@ -44,13 +48,16 @@ def stored(handle: ShufflerHandle) -> int:
 
 
 def test_import_client_loads_no_grpc() -> None:
-    code = "import sys, client; assert 'grpc' not in sys.modules and 'numpy' not in sys.modules"
+    code = (
+        "import sys, crowdmix.client; "
+        "assert 'grpc' not in sys.modules and 'numpy' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_batches_rows_and_columns_and_flushes_on_close(shuffler: ShufflerHandle) -> None:
     with ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=100,
-                        columnar_threshold=16, flush_interval=60) as c:  # fmt: skip
+                        columnar_threshold=16, flush_interval=60, **CLEAR) as c:  # fmt: skip
         c.submit_many(report(i) for i in range(250))  # two full batches go in background
         deadline = time.monotonic() + 10
         while stored(shuffler) < 200 and time.monotonic() < deadline:
@@ -85,7 +92,8 @@ def test_a_malformed_report_id_is_refused_at_submit_on_both_paths(bad_id: bytes)
 
 
 def test_bounded_queue_drops_oldest(shuffler: ShufflerHandle) -> None:
-    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, max_queue=10, background=False)
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, max_queue=10, background=False,
+                       **CLEAR)  # fmt: skip
     c.submit_many(report(i) for i in range(25))
     assert c.queued == 10 and c.dropped == 15
     assert c.flush() == 10
@@ -99,12 +107,13 @@ def test_bounded_queue_drops_oldest(shuffler: ShufflerHandle) -> None:
 
 
 def test_non_retryable_errors_raise_and_count(shuffler: ShufflerHandle) -> None:
-    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", "wrong-token-000000000", background=False)
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", "wrong-token-000000000", background=False,
+                       **CLEAR)  # fmt: skip
     c.submit(report(1))
     with pytest.raises(TransportError, match="UNAUTHENTICATED"):
         c.flush()
     assert c.failed == 1 and c.queued == 0
-    c2 = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, background=False)
+    c2 = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, background=False, **CLEAR)
     c2.submit(report(1, fp=123))
     with pytest.raises(TransportError, match="fingerprint_mismatch"):
         c2.flush()
@@ -138,7 +147,7 @@ def test_retries_with_backoff_then_requeues() -> None:
     server.start()
     try:
         c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=4,
-                           backoff_base=0.01, backoff_cap=0.05)  # fmt: skip
+                           backoff_base=0.01, backoff_cap=0.05, **NO_CONFIG)  # fmt: skip
         c.submit_many(report(i) for i in range(3))
         with pytest.raises(TransportError, match="RESOURCE_EXHAUSTED"):
             c.flush()  # four attempts, all refused: the reports go back in the queue
@@ -154,7 +163,7 @@ def test_unreachable_shuffler_keeps_reports_queued() -> None:
     from tests.redis_server import free_port
 
     c = ShufflerClient(f"127.0.0.1:{free_port()}", background=False, max_attempts=2,
-                       backoff_base=0.01, timeout=2)  # fmt: skip
+                       backoff_base=0.01, timeout=2, **CLEAR)  # fmt: skip
     c.submit_many(report(i) for i in range(4))
     with pytest.raises(TransportError, match="UNAVAILABLE"):
         c.flush()
@@ -163,7 +172,8 @@ def test_unreachable_shuffler_keeps_reports_queued() -> None:
 
 
 def test_many_threads_submitting(shuffler: ShufflerHandle) -> None:
-    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=64, flush_interval=0.05)
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=64, flush_interval=0.05,
+                       **CLEAR)  # fmt: skip
 
     def work(t: int) -> None:
         for i in range(500):
@@ -179,10 +189,11 @@ def test_many_threads_submitting(shuffler: ShufflerHandle) -> None:
 
 
 def _readme_retry_table() -> dict[str, bool]:
-    """The README's retry table: status name -> whether the SDK retries it."""
+    """The operators' retry table (docs/operating.md): status name -> whether the SDK
+    retries it."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
     table = {}
     for line in readme.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -207,7 +218,7 @@ class RecordingShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[mis
 
 
 def test_the_transport_does_what_the_readme_retry_table_says() -> None:
-    """Every status in the README's table: retried ones are sent max_attempts times with
+    """Every status in the operators' table: retried ones are sent max_attempts times with
     the same report ids and the reports stay queued (ids unchanged); the others once,
     then the reports are dropped as failed."""
     table = _readme_retry_table()
@@ -221,7 +232,8 @@ def test_the_transport_does_what_the_readme_retry_table_says() -> None:
             server.start()
             try:
                 c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=3,
-                                   backoff_base=0.001, backoff_cap=0.002)  # fmt: skip
+                                   backoff_base=0.001, backoff_cap=0.002,
+                                   **NO_CONFIG)  # fmt: skip
                 reports = [report(i) for i in range(batch)]
                 c.submit_many(reports)
                 with pytest.raises(TransportError, match=name):

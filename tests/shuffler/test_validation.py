@@ -16,7 +16,7 @@ from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.shuffler.helpers import OUE, RAPPOR, make_registry
+from tests.shuffler.helpers import OUE, RAPPOR, make_registry, submit_request
 
 TOKEN = "test-token-0123456789abcdef"
 REGISTRY = make_registry()
@@ -59,17 +59,44 @@ def submit(channel: grpc.Channel, request: pb.SubmitRequest, metadata=AUTH) -> i
     return int(stub.Submit(request, metadata=metadata, timeout=10).accepted)
 
 
+def _ids(request: pb.SubmitRequest, rid: bytes) -> pb.SubmitRequest:
+    """``request`` with every report id set to ``rid`` (b"": none)."""
+    for r in request.reports:
+        r.report_id = rid
+    for c in request.columns:
+        c.report_ids = rid * c.count
+    return request
+
+
+def _columns(count: int = 2) -> pb.ReportColumns:
+    return pb.ReportColumns(
+        metric=RAPPOR,
+        params_fingerprint=FP,
+        count=count,
+        report_bytes=2,
+        cohorts=list(range(count)),
+        bits=b"\x00" * 2 * count,
+    )
+
+
 BAD = {
-    "empty": pb.SubmitRequest(),
-    "unknown_metric": pb.SubmitRequest(reports=[row(), row(metric="nope")]),
-    "fingerprint_mismatch": pb.SubmitRequest(reports=[row(fp=FP ^ 1)]),
-    "bit_length": pb.SubmitRequest(reports=[row(), row(bits=b"\x01\x02\x03")]),
-    "padding_bits": pb.SubmitRequest(reports=[row(metric=OUE, cohort=0, bits=b"\x21", fp=OUE_FP)]),
-    "cohort_range": pb.SubmitRequest(reports=[row(cohort=8)]),
-    "cohort_range_basic": pb.SubmitRequest(
+    "empty": submit_request(),
+    # a report id is required: 16 bytes, not all zero
+    "row_without_report_id": _ids(submit_request(reports=[row(), row()]), b""),
+    "row_with_zero_report_id": _ids(submit_request(reports=[row()]), bytes(16)),
+    "row_with_short_report_id": _ids(submit_request(reports=[row()]), b"\x01" * 15),
+    "columns_without_report_ids": _ids(submit_request(columns=[_columns()]), b""),
+    "columns_with_a_zero_report_id": _ids(submit_request(columns=[_columns()]), bytes(16)),
+    "protocol_1": submit_request(reports=[row()], protocol=1),
+    "unknown_metric": submit_request(reports=[row(), row(metric="nope")]),
+    "fingerprint_mismatch": submit_request(reports=[row(fp=FP ^ 1)]),
+    "bit_length": submit_request(reports=[row(), row(bits=b"\x01\x02\x03")]),
+    "padding_bits": submit_request(reports=[row(metric=OUE, cohort=0, bits=b"\x21", fp=OUE_FP)]),
+    "cohort_range": submit_request(reports=[row(cohort=8)]),
+    "cohort_range_basic": submit_request(
         reports=[row(metric=OUE, cohort=1, bits=b"\x01", fp=OUE_FP)]
     ),
-    "malformed_columns": pb.SubmitRequest(
+    "malformed_columns": submit_request(
         columns=[
             pb.ReportColumns(
                 metric=RAPPOR,
@@ -81,7 +108,7 @@ BAD = {
             )
         ]
     ),
-    "columns_bits_short": pb.SubmitRequest(
+    "columns_bits_short": submit_request(
         columns=[
             pb.ReportColumns(
                 metric=RAPPOR,
@@ -93,7 +120,7 @@ BAD = {
             )
         ]
     ),
-    "one_bad_column_sinks_the_rows": pb.SubmitRequest(
+    "one_bad_column_sinks_the_rows": submit_request(
         reports=[row(), row()],
         columns=[
             pb.ReportColumns(
@@ -120,13 +147,13 @@ def test_invalid_requests_are_refused_and_store_nothing(
     assert err.value.details()  # a reason, no stack trace
     assert "Traceback" not in err.value.details()
     assert pending(shuffler) == before
-    assert submit(channel, pb.SubmitRequest(reports=[row()])) == 1  # still serving
+    assert submit(channel, submit_request(reports=[row()])) == 1  # still serving
 
 
 def test_not_a_protobuf_is_invalid_argument(
     shuffler: ShufflerHandle, channel: grpc.Channel
 ) -> None:
-    raw = channel.unary_unary("/crowdmix.v1.Shuffler/Submit")
+    raw = channel.unary_unary("/crowdmix.v2.Shuffler/Submit")
     with pytest.raises(grpc.RpcError) as err:
         raw(b"\xff\xff\xff\xff\x0f", metadata=AUTH, timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -137,8 +164,8 @@ def test_oversized_and_too_many_are_resource_exhausted(
     shuffler: ShufflerHandle, channel: grpc.Channel
 ) -> None:
     before = pending(shuffler)
-    too_big = pb.SubmitRequest(reports=[row(bits=b"\x00" * 70_000)])  # > 64 KiB message
-    too_many = pb.SubmitRequest(
+    too_big = submit_request(reports=[row(bits=b"\x00" * 70_000)])  # > 64 KiB message
+    too_many = submit_request(
         columns=[
             pb.ReportColumns(
                 metric=RAPPOR, params_fingerprint=FP, count=2001, report_bytes=2,
@@ -159,7 +186,7 @@ def test_missing_or_wrong_token_is_unauthenticated(
     before = pending(shuffler)
     for metadata in ((), (("authorization", "Bearer not-the-token-at-all"),)):
         with pytest.raises(grpc.RpcError) as err:
-            submit(channel, pb.SubmitRequest(reports=[row()]), metadata=metadata)
+            submit(channel, submit_request(reports=[row()]), metadata=metadata)
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert pending(shuffler) == before
 
@@ -168,7 +195,7 @@ def test_valid_rows_and_columns_are_stored_all_together(
     shuffler: ShufflerHandle, channel: grpc.Channel
 ) -> None:
     before = pending(shuffler)
-    request = pb.SubmitRequest(
+    request = submit_request(
         reports=[row(), row(metric=OUE, cohort=0, bits=b"\x1f", fp=OUE_FP)],
         columns=[
             pb.ReportColumns(
@@ -188,7 +215,7 @@ def test_stream_stores_each_message_all_or_nothing(
 ) -> None:
     stub = crowdmix_pb2_grpc.ShufflerStub(channel)
     before = pending(shuffler)
-    good = pb.SubmitRequest(reports=[row(), row()])
+    good = submit_request(reports=[row(), row()])
     resp = stub.SubmitStream(iter([good, good, good]), metadata=AUTH, timeout=10)
     assert resp.accepted == 6
     assert pending(shuffler)[RAPPOR] - before[RAPPOR] == 6
@@ -252,7 +279,7 @@ def test_garbage_bytes_never_store_or_kill(
     raw: bytes, shuffler: ShufflerHandle, channel: grpc.Channel
 ) -> None:
     before = pending(shuffler)
-    call = channel.unary_unary("/crowdmix.v1.Shuffler/Submit")
+    call = channel.unary_unary("/crowdmix.v2.Shuffler/Submit")
     try:
         call(raw, metadata=AUTH, timeout=10)
     except grpc.RpcError as err:
@@ -261,7 +288,7 @@ def test_garbage_bytes_never_store_or_kill(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
         )
         assert pending(shuffler) == before
-    assert submit(channel, pb.SubmitRequest(reports=[row()])) == 1
+    assert submit(channel, submit_request(reports=[row()])) == 1
 
 
 def test_numpy_view_of_pending_matches(shuffler: ShufflerHandle) -> None:
@@ -270,7 +297,7 @@ def test_numpy_view_of_pending_matches(shuffler: ShufflerHandle) -> None:
     handle = start_shuffler(REGISTRY, store, None, tokens=None)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            submit(ch, pb.SubmitRequest(reports=[row(cohort=5, bits=b"\xab\x0c")]), metadata=())
+            submit(ch, submit_request(reports=[row(cohort=5, bits=b"\xab\x0c")]), metadata=())
         (key,) = store.pending(RAPPOR)
         batch = store.take(RAPPOR, key, min_batch=1, max_batch=10, batch_id=b"x" * 16)
         assert batch is not None and key.fingerprint == FP

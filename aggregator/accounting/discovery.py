@@ -1,0 +1,140 @@
+"""Privacy of a discovery (prefix rounds + a value round): pure math.
+
+Every round r is one shuffled batch of n_r reports, each from an ε0_r-LDP
+randomizer (k-RR over hash buckets or over candidates: ``crowdmix.client.discovery``),
+so its central (ε_r, δ) is the generic stronger-clone bound (``amplification.amplify``;
+Feldman, McMillan, Talwar SODA 2023, proved for every ε0-LDP randomizer by
+Wang et al., VLDB 2024, Lemma 4.4).
+
+Rounds compose in *parallel* across disjoint device groups: a device in group g
+reports in g's rounds only, and every other round's output depends on it only
+through post-processing (the next round's candidates are a function of earlier
+outputs, which are fixed given the other groups' data), so the whole discovery is
+(max_g ε_g, max_g δ_g)-DP for replacing one device's value (McSherry, "Privacy
+integrated queries", SIGMOD 2009, Thm 4, which holds for adaptively chosen
+mechanisms since each one's privacy holds for every fixed input of the others).
+Within a group, its rounds compose *sequentially* (``history.compose_segments``).
+
+``plan_epsilon0`` inverts the one-round bound: the largest ε0 whose amplified ε
+over n reports is at most the target (bisection; the bound grows with ε0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from crowdmix.aggregator.accounting.amplification import amplify
+
+if TYPE_CHECKING:
+    from crowdmix.aggregator.accounting.history import Segment
+
+__all__ = [
+    "DiscoveryGuarantee",
+    "RoundCost",
+    "discovery_guarantee",
+    "plan_epsilon0",
+    "round_segment",
+]
+
+# Bisection steps: ε0 to ~1e-6 over [0, 30].
+_STEPS = 45
+
+
+def plan_epsilon0(n: int, epsilon: float, delta: float, *, upper: float = 20.0) -> float:
+    """The largest ε0 (to within 1e-6, rounded down) whose shuffle of n reports is
+    (ε, δ)-DP by the generic bound; ValueError when not even a tiny ε0 is."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not (isinstance(epsilon, int | float) and 0.0 < epsilon < math.inf):
+        raise ValueError(f"epsilon must be a positive number, got {epsilon!r}")
+    if amplify(upper, n, delta).epsilon <= epsilon:
+        return upper
+    lo, hi = 0.0, upper
+    for _ in range(_STEPS):
+        mid = 0.5 * (lo + hi)
+        if amplify(mid, n, delta).epsilon <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    if lo <= 0.0:
+        raise ValueError(f"no local epsilon meets epsilon={epsilon} over n={n} reports")
+    return lo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundCost:
+    """One round as run: its device group, report count and local ε0."""
+
+    round: int
+    group: int
+    n_reports: int
+    epsilon0: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryGuarantee:
+    """The discovery's central (ε, δ), each round's, and the worst local ε of one device."""
+
+    epsilon: float
+    delta: float
+    local_epsilon: float
+    per_round: tuple[tuple[int, float], ...]
+    argument: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "local_epsilon": self.local_epsilon,
+            "per_round": [{"round": r, "epsilon": e} for r, e in self.per_round],
+            "argument": self.argument,
+        }
+
+
+def round_segment(cost: RoundCost, delta: float, discovery: str) -> Segment:
+    """The ledger segment of one round: one shuffle of its reports, in its group of
+    the discovery's partition (so the ledger composes groups in parallel)."""
+    from crowdmix.aggregator.accounting.history import Segment
+
+    return Segment(
+        rounds=1,
+        n_amplify=cost.n_reports,
+        delta=delta,
+        epsilon0=cost.epsilon0,
+        beta=math.tanh(cost.epsilon0 / 2.0),  # any ε0-LDP randomizer's total variation
+        partition=discovery,
+        group=cost.group,
+    )
+
+
+def discovery_guarantee(
+    rounds: Sequence[RoundCost], delta: float, *, discovery: str = "discovery"
+) -> DiscoveryGuarantee:
+    """Parallel across groups, sequential within one (module docstring): the same
+    figure the ledger computes from ``round_segment`` of each round."""
+    from crowdmix.aggregator.accounting.history import compose_segments
+
+    if not rounds:
+        raise ValueError("a discovery has at least one round")
+    live = [c for c in rounds if c.n_reports > 0]
+    per_round = tuple(
+        (c.round, amplify(c.epsilon0, c.n_reports, delta).epsilon if c.n_reports else 0.0)
+        for c in rounds
+    )
+    local: dict[int, float] = defaultdict(float)
+    for c in rounds:
+        local[c.group] += c.epsilon0
+    total = compose_segments([round_segment(c, delta, discovery) for c in live])
+    sequential = len({c.group for c in live}) < len(live)
+    argument = "parallel over disjoint groups" + (", sequential within each" if sequential else "")
+    return DiscoveryGuarantee(
+        epsilon=total.epsilon,
+        delta=total.delta,
+        local_epsilon=max(local.values()),
+        per_round=per_round,
+        argument=argument,
+    )

@@ -1,0 +1,161 @@
+"""The aggregator daemon's settings and the metric registry they sit beside.
+
+In increasing precedence: the defaults below, an optional ``[aggregator]`` table in
+the registry file (the shuffler's ``[shuffler]`` table may sit there too and is left
+to it), and command-line flags::
+
+    [aggregator]
+    listen = "127.0.0.1:7500"
+    redis = "redis://127.0.0.1:6380/0"     # omit for the in-memory store (lost at exit)
+    min_replicas_ack = 0                    # WAIT for N replicas before acknowledging
+    tls_cert = "/etc/crowdmix/agg.crt"      # with tls_key: serve TLS
+    tls_key = "/etc/crowdmix/agg.key"
+    tls_client_ca = "/etc/crowdmix/ca.crt"  # require shufflers' certificates (mTLS)
+    keys = "/etc/crowdmix/keys.json"        # private key set: open sealed batches
+    workers = 8                             # Ingest threads
+    open_workers = 0                        # processes opening sealed reports
+    metrics_port = 9101                     # Prometheus; omit for none
+    metrics_host = "127.0.0.1"
+    port_file = "/run/crowdmix/aggregator.port"
+    shutdown_grace_seconds = 10.0
+
+An unknown field, or a value of the wrong kind, raises ``ConfigError`` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crowdmix.aggregator.errors import ConfigError
+from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.registry import Registry, RegistryError, parse_registry, read_registry_file
+
+__all__ = ["AggregatorSettings", "load_config"]
+
+#: field -> its command-line flag, for messages (an error names both spellings)
+FLAGS = {
+    "listen": "--listen",
+    "redis": "--redis",
+    "min_replicas_ack": "--min-replicas-ack",
+    "tls_cert": "--tls-cert",
+    "tls_key": "--tls-key",
+    "tls_client_ca": "--tls-client-ca",
+    "keys": "--keys",
+    "workers": "--workers",
+    "open_workers": "--open-workers",
+    "metrics_port": "--metrics-port",
+    "metrics_host": "--metrics-host",
+    "port_file": "--port-file",
+    "shutdown_grace_seconds": "--grace",
+}
+
+
+def _name(field: str) -> str:
+    return f"{field} ({FLAGS[field]})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AggregatorSettings:
+    """Everything the daemon needs besides the registry. Paths are not opened here."""
+
+    listen: str = "127.0.0.1:7500"
+    redis: str | None = None  # None: the in-memory store, lost when the process exits
+    min_replicas_ack: int = 0
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    keys: str | None = None
+    workers: int = 8
+    open_workers: int = 0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    port_file: str | None = None
+    shutdown_grace_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        for field in (
+            "listen",
+            "redis",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "keys",
+            "metrics_host",
+            "port_file",
+        ):
+            v = getattr(self, field)
+            if v is not None and not isinstance(v, str):
+                raise ConfigError(f"{_name(field)} must be a string, got {v!r}")
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"{_name('listen')} must be HOST:PORT, got {self.listen!r}")
+        if self.redis is not None:
+            if not is_redis_url(self.redis):
+                raise ConfigError(
+                    f"{_name('redis')} must be a redis://, rediss://, unix:// or "
+                    f"redis+cluster://host:port,... URL, got {self.redis!r}"
+                )
+            if is_cluster_url(self.redis):
+                try:
+                    parse_cluster_url(self.redis)
+                except ValueError as exc:
+                    raise ConfigError(f"{_name('redis')}: {exc}") from None
+        _integer("min_replicas_ack", self.min_replicas_ack, low=0)
+        if self.min_replicas_ack and self.redis is None:
+            raise ConfigError(f"{_name('min_replicas_ack')} needs redis (a Redis with replicas)")
+        _integer("workers", self.workers, low=1)
+        _integer("open_workers", self.open_workers, low=0)
+        if self.metrics_port is not None:
+            _integer("metrics_port", self.metrics_port, low=0, high=65535)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert (--tls-cert) and tls_key (--tls-key) go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError(f"{_name('tls_client_ca')} needs tls_cert and tls_key")
+        g = self.shutdown_grace_seconds
+        if isinstance(g, bool) or not isinstance(g, int | float) or not 0 <= g < math.inf:
+            raise ConfigError(f"{_name('shutdown_grace_seconds')} must be >= 0, got {g!r}")
+
+
+def _integer(field: str, v: object, *, low: int, high: int | None = None) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ConfigError(f"{_name(field)} must be an integer {bound}, got {v!r}")
+
+
+_FIELDS = {f.name for f in dataclasses.fields(AggregatorSettings)}
+
+
+def load_config(
+    path: str | Path, overrides: dict[str, Any] | None = None
+) -> tuple[Registry, AggregatorSettings]:
+    """The registry of ``path`` and the daemon's settings: its ``[aggregator]`` table
+    over the defaults, ``overrides`` (flags; None: not given) over both.
+
+    Raises ``ConfigError`` for a bad table or value, ``RegistryError`` (both name the
+    file and the field) for a bad registry."""
+    data = read_registry_file(path)
+    data.pop("shuffler", None)  # the shuffler's settings: it validates them
+    table = data.pop("aggregator", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [aggregator] must be a table")
+    unknown = sorted(set(table) - _FIELDS)
+    if unknown:
+        known = ", ".join(sorted(_FIELDS))
+        raise ConfigError(f"{path}: [aggregator]: unknown field(s) {unknown} (known: {known})")
+    try:
+        registry = parse_registry(data)
+    except RegistryError as exc:
+        raise RegistryError(f"{path}: {exc}") from None
+    values = dict(table)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    unknown = sorted(set(values) - _FIELDS)
+    if unknown:  # a caller's mistake, not the user's
+        raise ValueError(f"unknown aggregator setting(s) {unknown}")
+    try:
+        return registry, AggregatorSettings(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if table else str(exc)) from None

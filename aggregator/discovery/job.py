@@ -1,0 +1,153 @@
+"""The round job of a discovery: what a window serves, and what its counts make.
+
+``DiscoverySettings`` is a heavy-hitters metric's plan and privacy target; every
+round's ε0 is fixed from it before any report is made (``epsilon0s``: the largest
+whose generic shuffle bound over the group's expected size meets the target).
+``round_params`` gives the params the devices of the next round encode with
+(served by ``GetConfig`` for that round's window); ``absorb`` decodes a round's
+counts and returns the next state, and after the value round the result table and
+the privacy guarantee, computed from the report counts actually received.
+``simulate`` runs a whole discovery in memory (benchmarks, the ``discover`` command).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from crowdmix.aggregator.accounting.discovery import (
+    DiscoveryGuarantee,
+    RoundCost,
+    discovery_guarantee,
+    plan_epsilon0,
+)
+from crowdmix.aggregator.discovery.plan import (
+    DiscoveredValues,
+    DiscoveryPlan,
+    DiscoveryState,
+    advance,
+    discovered,
+)
+from crowdmix.aggregator.discovery.prefixes import decode_prefix_round
+from crowdmix.aggregator.discovery.values import decode_value_round
+from crowdmix.core.discovery import PrefixRound, ValueRound
+
+__all__ = ["DiscoverySettings", "RoundOutcome", "absorb", "round_params", "simulate"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoverySettings:
+    """A discovery's plan, central target (ε, δ) and the devices expected over all rounds."""
+
+    plan: DiscoveryPlan
+    epsilon: float
+    delta: float
+    devices: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.epsilon, int | float) and 0.0 < self.epsilon < math.inf):
+            raise ValueError(f"epsilon must be a positive number, got {self.epsilon!r}")
+        if not (isinstance(self.delta, int | float) and 0.0 < self.delta < 1.0):
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        d = self.devices
+        if isinstance(d, bool) or not isinstance(d, int) or d < self.plan.rounds:
+            raise ValueError(f"devices must be an integer >= {self.plan.rounds}, got {d!r}")
+
+    def group_size(self, r: int) -> int:
+        """Devices expected in round r's group: ⌊devices·weights[r]⌋."""
+        return max(1, int(self.devices * self.plan.weights[r]))
+
+    def epsilon0s(self) -> tuple[float, ...]:
+        """Each round's local ε0 (``plan_epsilon0`` over its expected group)."""
+        return tuple(
+            _epsilon0(self.group_size(r), float(self.epsilon), float(self.delta))
+            for r in range(self.plan.rounds)
+        )
+
+
+@functools.lru_cache(maxsize=128)
+def _epsilon0(n: int, epsilon: float, delta: float) -> float:
+    return plan_epsilon0(n, epsilon, delta)
+
+
+def round_params(settings: DiscoverySettings, state: DiscoveryState) -> PrefixRound | ValueRound:
+    """What the devices of round ``state.next_round`` encode with."""
+    r = state.next_round
+    plan = settings.plan
+    if r > len(plan.spans):
+        raise ValueError(f"the discovery is finished (it has {plan.rounds} rounds)")
+    eps0 = settings.epsilon0s()[r]
+    if r < len(plan.spans):
+        return plan.prefix_round(r, eps0)
+    candidates = state.final_candidates(plan)
+    if not candidates:
+        raise ValueError("no complete value was found in the prefix rounds: nothing to estimate")
+    return plan.value_round(eps0, candidates)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundOutcome:
+    """After one round: the next state, that round's cost, and (after the value round)
+    the result table and the whole discovery's guarantee."""
+
+    state: DiscoveryState
+    cost: RoundCost
+    table: DiscoveredValues | None = None
+    guarantee: DiscoveryGuarantee | None = None
+
+
+def absorb(
+    settings: DiscoverySettings, state: DiscoveryState, counts: npt.ArrayLike
+) -> RoundOutcome:
+    """Decode round ``state.next_round`` from its counts (one per report index)."""
+    params = round_params(settings, state)
+    c = np.asarray(counts)
+    n = int(c.sum()) if c.size else 0
+    cost = RoundCost(
+        round=state.next_round, group=state.next_round, n_reports=n, epsilon0=params.epsilon
+    )
+    costs = (*state.costs, (cost.round, cost.group, cost.n_reports, cost.epsilon0))
+    if isinstance(params, PrefixRound):
+        est = decode_prefix_round(params, state.parent_array(), c)
+        nxt = replace(advance(settings.plan, state, est), costs=costs)
+        return RoundOutcome(state=nxt, cost=cost)
+    table = discovered(settings.plan, state, decode_value_round(params, c))
+    done = replace(state, next_round=state.next_round + 1, costs=costs)
+    rounds = [RoundCost(round=r, group=g, n_reports=k, epsilon0=e) for r, g, k, e in costs]
+    guarantee = discovery_guarantee(rounds, settings.delta)
+    return RoundOutcome(state=done, cost=cost, table=table, guarantee=guarantee)
+
+
+def simulate(
+    settings: DiscoverySettings,
+    symbols: list[bytes],
+    holders: npt.ArrayLike,
+    rng: np.random.Generator,
+) -> RoundOutcome:
+    """A whole discovery in memory: the devices ``holders`` (indexes into ``symbols``)
+    split at random into the plan's groups, each round simulated and absorbed."""
+    from crowdmix.aggregator.discovery.simulate import (
+        simulate_prefix_counts,
+        simulate_value_counts,
+    )
+
+    h = np.asarray(holders)
+    order = rng.permutation(h.size)
+    cuts = np.floor(np.cumsum((0.0, *settings.plan.weights)) * h.size).astype(np.int64)
+    state = DiscoveryState()
+    outcome: RoundOutcome | None = None
+    for r in range(settings.plan.rounds):
+        group = h[order[cuts[r] : cuts[r + 1]]]
+        params = round_params(settings, state)
+        if isinstance(params, PrefixRound):
+            counts = simulate_prefix_counts(params, symbols, group, rng)
+        else:
+            counts = simulate_value_counts(params, symbols, group, rng)
+        outcome = absorb(settings, state, counts)
+        state = outcome.state
+    assert outcome is not None  # a plan has at least two rounds
+    return outcome

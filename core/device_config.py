@@ -1,0 +1,151 @@
+"""What ``Shuffler.GetConfig`` serves a device: metrics with their params, and keys.
+
+``DeviceConfig`` is the domain value; ``to_proto`` builds the answer the shuffler
+serves (``crowdmix.client.device_config.from_proto`` reads it on the device: the two
+are the one place it meets the wire, tested both ways). Importing this module loads
+protobuf (``crowdmix.protos``); ``import crowdmix.client`` does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+from crowdmix.core.registry import MetricConfig, Registry
+from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
+from crowdmix.protos import crowdmix_pb2 as pb
+
+__all__ = [
+    "DEFAULT_CACHE_SECONDS",
+    "DEFAULT_WINDOW_SECONDS",
+    "DeviceConfig",
+    "to_proto",
+]
+
+#: How long a device may use one answer (a stale key is refused and refetched anyway).
+DEFAULT_CACHE_SECONDS = 3600
+#: The registry's default collection window (``Registry.window_seconds``).
+DEFAULT_WINDOW_SECONDS = 86400
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceConfig:
+    """Per metric its config; the aggregator's public keys (empty: plaintext shuffler)."""
+
+    metrics: dict[str, MetricConfig]
+    keys: PublicKeySet
+    cache_seconds: int = DEFAULT_CACHE_SECONDS
+    #: the registry's collection window (a device claims one report per metric per window)
+    window_seconds: int = DEFAULT_WINDOW_SECONDS
+    #: per metric, the age past which the server disposes of a window's reports
+    disposal_seconds: dict[str, int] = field(default_factory=dict)
+    #: the shuffler says it takes clear reports only (started without public keys): an
+    #: SDK that requires sealing can name the cause instead of waiting for a key
+    plaintext: bool = False
+
+    @property
+    def sealed(self) -> bool:
+        return bool(self.keys.keys)
+
+    def why_unsealed(self, target: str) -> str:
+        """Why a device that requires sealing cannot send to ``target`` now (no key)."""
+        if self.plaintext:
+            return (
+                f"shuffler {target} takes clear reports only (it was started without the "
+                "aggregator's public keys): reports that must be sealed are not sent to it"
+            )
+        return f"shuffler {target} publishes no aggregator key usable now"
+
+    @property
+    def version(self) -> str:
+        h = hashlib.sha256(self.keys.version.encode())
+        h.update(f"|window:{self.window_seconds}".encode())
+        if self.plaintext:
+            h.update(b"|plaintext")
+        for name in sorted(self.metrics):
+            fp, age = self.metrics[name].fingerprint, self.disposal_seconds.get(name, 0)
+            h.update(f"|{name}:{fp:016x}:{age}".encode())
+        return h.hexdigest()[:16]
+
+    @classmethod
+    def of(
+        cls,
+        registry: Registry,
+        keys: PublicKeySet,
+        cache_seconds: int = DEFAULT_CACHE_SECONDS,
+        *,
+        plaintext: bool = False,
+    ) -> DeviceConfig:
+        return cls(
+            plaintext=plaintext,
+            metrics=dict(registry.metrics),
+            keys=keys,
+            cache_seconds=cache_seconds,
+            window_seconds=registry.window_seconds,
+            disposal_seconds={
+                name: math.ceil(m.shuffle.disposal_days * 86400)
+                for name, m in registry.metrics.items()
+            },
+        )
+
+
+def _metric_to_proto(m: MetricConfig, disposal_seconds: int) -> pb.MetricInfo:
+    info = pb.MetricInfo(
+        name=m.name,
+        encoding=m.encoding,
+        params_fingerprint=m.fingerprint,
+        report_bytes=m.report_bytes,
+        disposal_seconds=disposal_seconds,
+    )
+    if m.rappor is not None:
+        r = m.rappor
+        info.rappor.CopyFrom(
+            pb.RapporConfig(k=r.k, h=r.h, m=r.m, f=r.f, p=r.p, q=r.q, hashing=m.hashing)
+        )
+    elif m.histogram is not None:
+        h = m.histogram
+        info.histogram.CopyFrom(
+            pb.HistogramConfig(
+                domain_size=h.domain_size,
+                fake_slots=h.fake_slots,
+                fake_probability=h.fake_probability,
+                local_epsilon=h.local_epsilon or 0.0,
+                domain=list(m.domain or ()),
+            )
+        )
+    else:
+        assert m.basic is not None  # MetricConfig guarantees one of the three
+        info.basic.CopyFrom(
+            pb.BasicConfig(
+                epsilon=m.basic.epsilon,
+                domain_size=m.basic.domain_size,
+                domain=list(m.domain or ()),
+            )
+        )
+    return info
+
+
+def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigResponse:
+    """The GetConfig answer; ``names`` restricts the metrics (unknown names are left out)."""
+    chosen = sorted(config.metrics) if not names else [n for n in names if n in config.metrics]
+    return pb.ConfigResponse(
+        version=config.version,
+        cache_seconds=config.cache_seconds,
+        metrics=[
+            _metric_to_proto(config.metrics[n], config.disposal_seconds.get(n, 0)) for n in chosen
+        ],
+        keys=[
+            pb.PublicKey(
+                key_id=k.key_id,
+                suite=k.suite,
+                public_key=k.public_key,
+                not_before=k.not_before,
+                not_after=k.not_after or 0,
+            )
+            for k in config.keys.keys
+        ],
+        protocol=PROTOCOL_VERSION,
+        window_seconds=config.window_seconds,
+        plaintext=config.plaintext,
+    )

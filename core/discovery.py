@@ -1,0 +1,302 @@
+"""Heavy hitters without a candidate list: round params and the prefix hash, shared by
+the device's encoders (``crowdmix.client.discovery``) and the aggregator's decoders.
+
+A value (a string) is read as ``max_length + 1`` symbols over the metric's
+alphabet: its characters (a character outside the alphabet becomes OTHER), then
+END up to the last position; the last position is OTHER instead when the value
+is longer than ``max_length`` (a discovered value ending there is truncated).
+
+Discovery runs in rounds over collection windows, each with its own group of
+devices (a device reports in one round at most: the rounds compose in parallel).
+
+- ``PrefixRound`` (discovery): the device's symbols ``[start, stop)`` extend
+  its prefix ``[0, start)``. With the extension's number e = hi·g + lo (base A),
+  key = BLAKE2b-64(start, stop, hi, prefix) and a seed s uniform in [0, S),
+
+      h = (H_s(key) + m_s·lo) mod g,   H_s(k) = ⌊((a_s·k + b_s) mod 2^64 >> 32)·g / 2^32⌋,
+
+  (a_s, b_s, m_s from SplitMix64 of s; g prime, so lo is recovered from h).
+  y is k-ary randomized response of h over the g buckets (optimised local
+  hashing, Wang et al., USENIX Security 2017), and the payload is the index
+  s·g + y in ``index_bytes(S·g)`` bytes. The server needs no list of values:
+  it evaluates each kept prefix's extensions at once (``crowdmix.aggregator.discovery``).
+- ``ValueRound`` (estimation): k-ary randomized response over the round's
+  candidate values plus a "none of these" index C; payload ``index_bytes(C+1)``.
+
+Either report is ε-LDP for the value (one k-RR over buckets, seeds independent
+of the value), a few bytes long, and counted by the aggregator like k-RR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+from crowdmix.core.basic import index_bytes
+from crowdmix.core.errors import ParamsError
+
+__all__ = [
+    "ENCODING",
+    "MAX_CELLS",
+    "SEED_SALTS",
+    "PrefixRound",
+    "SymbolMap",
+    "ValueRound",
+    "mix64",
+    "next_prime",
+    "prefix_bucket",
+    "prefix_key",
+    "seed_constants",
+]
+
+#: Registry name of this encoding.
+ENCODING = "heavy-hitters"
+#: Most index values one round's report may take (S·g or C + 1): the aggregator's
+#: dense count vector per window.
+MAX_CELLS = 1 << 24
+MAX_ALPHABET = 254
+MAX_LENGTH = 64
+MAX_EXTENSIONS = 1 << 20
+MAX_EPSILON = 20.0
+_MASK = (1 << 64) - 1
+_KEY_TAG = b"crowdmix/discovery/v1\x00"
+# SplitMix64 increments that separate the three per-seed constants.
+SEED_SALTS = (0x9E3779B97F4A7C15, 0x3C6EF372FE94F82A, 0xDAA66D2C7DDF743F)
+
+
+def mix64(z: int) -> int:
+    """SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64-bit words."""
+    z &= _MASK
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & _MASK
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def next_prime(n: int) -> int:
+    """The smallest prime ≥ max(n, 2) (trial division: n is at most ~2^24 here)."""
+    n = max(2, n)
+    while True:
+        if n < 4 or (n % 2 and all(n % d for d in range(3, math.isqrt(n) + 1, 2))):
+            return n
+        n += 1
+
+
+def seed_constants(seed: int, buckets: int) -> tuple[int, int, int]:
+    """(a_s, b_s, m_s): a_s odd 64-bit, b_s 64-bit, m_s in [1, g)."""
+    a = mix64(seed ^ SEED_SALTS[0]) | 1
+    b = mix64(seed ^ SEED_SALTS[1])
+    m = 1 + mix64(seed ^ SEED_SALTS[2]) % (buckets - 1)
+    return a, b, m
+
+
+def prefix_key(start: int, stop: int, hi: int, prefix: bytes) -> int:
+    """BLAKE2b-64 (little-endian) of the round's span, the extension's high part
+    and the prefix symbols: one 64-bit key per (prefix, hi)."""
+    data = _KEY_TAG + bytes((start, stop)) + hi.to_bytes(4, "little") + prefix
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def prefix_bucket(seed: int, key: int, lo: int, buckets: int) -> int:
+    """h = (H_s(key) + m_s·lo) mod g (module docstring); H_s reduces the high 32 bits
+    of a multiply-add by multiplication (Lemire 2019), not a division."""
+    a, b, m = seed_constants(seed, buckets)
+    return (((((a * key + b) & _MASK) >> 32) * buckets >> 32) + m * lo) % buckets
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SymbolMap:
+    """Characters → symbols: the alphabet's characters are 0..a−1, OTHER = a, END = a+1."""
+
+    alphabet: str
+    max_length: int
+
+    def __post_init__(self) -> None:
+        a = self.alphabet
+        if not isinstance(a, str) or not 1 <= len(a) <= MAX_ALPHABET:
+            raise ParamsError(f"alphabet must be 1 to {MAX_ALPHABET} characters, got {a!r}")
+        if len(set(a)) != len(a):
+            raise ParamsError(f"alphabet characters must be distinct, got {a!r}")
+        n = self.max_length
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_LENGTH:
+            raise ParamsError(f"max_length must be an integer in [1, {MAX_LENGTH}], got {n!r}")
+
+    @property
+    def other(self) -> int:
+        return len(self.alphabet)
+
+    @property
+    def end(self) -> int:
+        return len(self.alphabet) + 1
+
+    @property
+    def size(self) -> int:
+        """A: the number of symbols (alphabet, OTHER, END)."""
+        return len(self.alphabet) + 2
+
+    @property
+    def length(self) -> int:
+        """Symbols per value: max_length + 1."""
+        return self.max_length + 1
+
+    def symbols(self, value: str) -> bytes:
+        """The value's ``max_length + 1`` symbols (module docstring), one byte each."""
+        if not isinstance(value, str):
+            raise ValueError(f"a heavy-hitter value must be a string, got {type(value).__name__}")
+        index = {c: i for i, c in enumerate(self.alphabet)}
+        head = [index.get(c, self.other) for c in value[: self.max_length]]
+        tail = self.end if len(value) <= self.max_length else self.other
+        return bytes(head + [tail] * (self.length - len(head)))
+
+    def text(self, symbols: bytes) -> tuple[str, bool]:
+        """(characters up to END, complete?): OTHER reads as U+FFFD, and as "…" in
+        the last position (a value longer than ``max_length``, truncated: complete);
+        ``complete`` is False for a prefix that has neither yet."""
+        out: list[str] = []
+        for i, s in enumerate(symbols):
+            if s == self.end:
+                return "".join(out), True
+            if i == self.max_length:
+                return "".join(out) + "\u2026", True
+            out.append(self.alphabet[s] if s < self.other else "\ufffd")
+        return "".join(out), False
+
+
+def _check_epsilon(eps: object) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps):
+        raise ParamsError(f"epsilon must be a finite number, got {eps!r}")
+    if not 0.0 < eps <= MAX_EPSILON:
+        raise ParamsError(f"epsilon must be in (0, {MAX_EPSILON}], got {eps!r}")
+    return float(eps)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixRound:
+    """A discovery round: extend prefixes ``[0, start)`` by symbols ``[start, stop)``.
+
+    ``buckets`` (g) defaults to the prime nearest above e^ε + 1 (the variance-optimal
+    size); ``seeds`` (S) is how many hash functions devices draw from, S·g ≤ MAX_CELLS.
+    """
+
+    symbols: SymbolMap
+    start: int
+    stop: int
+    epsilon: float
+    seeds: int
+    buckets: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
+        L = self.symbols.length
+        for name in ("start", "stop", "seeds", "buckets"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ParamsError(f"{name} must be an integer, got {v!r}")
+        if not 0 <= self.start < self.stop <= L:
+            raise ParamsError(
+                f"need 0 <= start < stop <= {L} (max_length + 1), got {self.start}, {self.stop}"
+            )
+        if self.extensions > MAX_EXTENSIONS:
+            raise ParamsError(
+                f"a round of {self.stop - self.start} symbols over {self.symbols.size} has "
+                f"{self.extensions} extensions, more than {MAX_EXTENSIONS}: use shorter rounds"
+            )
+        if self.buckets == 0:
+            object.__setattr__(self, "buckets", next_prime(round(math.exp(self.epsilon)) + 1))
+        g = self.buckets
+        if g < 3 or g != next_prime(g):
+            raise ParamsError(f"buckets must be a prime >= 3, got {g}")
+        if self.seeds < 1 or self.seeds * g > MAX_CELLS:
+            raise ParamsError(
+                f"seeds must be in [1, {MAX_CELLS // g}] (seeds x buckets <= {MAX_CELLS}), "
+                f"got {self.seeds}"
+            )
+
+    @property
+    def extensions(self) -> int:
+        """E = A^(stop − start): the children each prefix may have."""
+        return int(self.symbols.size ** (self.stop - self.start))
+
+    @property
+    def cells(self) -> int:
+        """S·g: the index values a report may take."""
+        return self.seeds * self.buckets
+
+    @property
+    def domain_size(self) -> int:
+        return self.cells
+
+    @property
+    def keep_probability(self) -> float:
+        """P(y = h) = e^ε/(e^ε + g − 1)."""
+        return 1.0 / (1.0 + (self.buckets - 1) * math.exp(-self.epsilon))
+
+    @property
+    def report_bytes(self) -> int:
+        return index_bytes(self.cells)
+
+    def split(self, symbols: bytes) -> tuple[bytes, int, int]:
+        """(prefix, hi, lo) of a value's symbols for this round."""
+        e = 0
+        for s in symbols[self.start : self.stop]:
+            e = e * self.symbols.size + s
+        hi, lo = divmod(e, self.buckets)
+        return symbols[: self.start], hi, lo
+
+    def fingerprint(self) -> int:
+        canon = (
+            f"{ENCODING}/prefix/v1;alphabet={self.symbols.alphabet!r};"
+            f"max_length={self.symbols.max_length};start={self.start};stop={self.stop};"
+            f"epsilon={self.epsilon!r};g={self.buckets};seeds={self.seeds}"
+        )
+        return int.from_bytes(hashlib.blake2b(canon.encode(), digest_size=8).digest(), "little")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValueRound:
+    """An estimation round: k-RR over ``candidates`` and one "none of these" index."""
+
+    symbols: SymbolMap
+    epsilon: float
+    candidates: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
+        c = tuple(self.candidates)
+        object.__setattr__(self, "candidates", c)
+        if not c or len(c) >= MAX_CELLS:
+            raise ParamsError(f"candidates must hold 1 to {MAX_CELLS - 1} values, got {len(c)}")
+        if any(not isinstance(v, str) for v in c):
+            raise ParamsError("candidates must be strings")
+        if len({self.symbols.symbols(v) for v in c}) != len(c):
+            raise ParamsError("candidates must be distinct after mapping to symbols")
+
+    @property
+    def cells(self) -> int:
+        """C + 1: every candidate and "none"."""
+        return len(self.candidates) + 1
+
+    @property
+    def domain_size(self) -> int:
+        return self.cells
+
+    @property
+    def keep_probability(self) -> float:
+        """P(report the true index) = e^ε/(e^ε + C)."""
+        return 1.0 / (1.0 + (self.cells - 1) * math.exp(-self.epsilon))
+
+    @property
+    def report_bytes(self) -> int:
+        return index_bytes(self.cells)
+
+    def fingerprint(self) -> int:
+        h = hashlib.blake2b(digest_size=8)
+        h.update(
+            f"{ENCODING}/value/v1;alphabet={self.symbols.alphabet!r};"
+            f"max_length={self.symbols.max_length};epsilon={self.epsilon!r};".encode()
+        )
+        for v in self.candidates:
+            h.update(self.symbols.symbols(v) + b"\xff")
+        return int.from_bytes(h.digest(), "little")

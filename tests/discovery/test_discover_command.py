@@ -1,0 +1,67 @@
+"""`crowdmix discover simulate` and the round job behind it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crowdmix.aggregator.discovery import DiscoveryPlan, DiscoveryState
+from crowdmix.aggregator.discovery.job import DiscoverySettings, absorb, round_params
+from crowdmix.cli import main
+from crowdmix.core.discovery import PrefixRound, SymbolMap, ValueRound
+
+SM = SymbolMap(alphabet="abc", max_length=4)
+PLAN = DiscoveryPlan(
+    symbols=SM, spans=(2, 4, 5), keep=20, candidates=10, seeds=64, weights=(0.25,) * 4
+)
+
+
+def test_round_params_follow_the_plan_and_the_state() -> None:
+    settings = DiscoverySettings(plan=PLAN, epsilon=1.0, delta=1e-6, devices=200_000)
+    eps0 = settings.epsilon0s()
+    assert len(eps0) == 4 and len(set(eps0)) == 1  # equal groups, equal ε0
+    first = round_params(settings, DiscoveryState())
+    assert isinstance(first, PrefixRound) and (first.start, first.stop) == (0, 2)
+    with pytest.raises(ValueError, match="no complete value"):
+        round_params(settings, DiscoveryState(next_round=3))
+    done = DiscoveryState(next_round=3, harvest={SM.symbols("ab"): ((0, 0.5, 1e-4),)})
+    last = round_params(settings, done)
+    assert isinstance(last, ValueRound) and last.candidates == ("ab",)
+    with pytest.raises(ValueError, match="finished"):
+        round_params(settings, DiscoveryState(next_round=4))
+    with pytest.raises(ValueError, match="counts must have"):
+        absorb(settings, DiscoveryState(), np.zeros(3))
+
+
+def test_discover_simulate_prints_values_and_the_privacy_statement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = tmp_path / "values.txt"
+    values.write_text("ab\t50\nc\t30\nbca\t20\naaa\t5\ncab\t3\nb\t2\n")
+    argv = [
+        "discover", "simulate", "--values", str(values), "--devices", "40000",
+        "--alphabet", "abc", "--max-length", "4", "--spans", "2,4,5", "--keep", "20",
+        "--candidates", "10", "--seeds", "64", "--json",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    found = [row["value"] for row in out["values"]]
+    assert found[:3] == ["ab", "c", "bca"]
+    assert out["privacy"]["epsilon"] <= 1.0 and out["privacy"]["delta"] == 1e-6
+    assert [r["reports"] for r in out["rounds"]] == [10_000] * 4
+    assert all(row["ci_low"] <= row["share"] <= row["ci_high"] for row in out["values"])
+
+
+def test_discover_simulate_refuses_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("ab\tmany\n")
+    assert main(["discover", "simulate", "--values", str(bad), "--devices", "100"]) == 1
+    assert "not a number" in capsys.readouterr().err
+    assert main(["discover", "simulate", "--values", str(bad), "--devices", "100",
+                 "--spans", "3,2"]) == 1  # fmt: skip
+    assert "spans" in capsys.readouterr().err
