@@ -47,16 +47,17 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--alpha",
         type=float,
-        default=0.2,
+        default=0.1,
         help="error rate of the test: the false discovery rate for bh, the family-wise "
-        "error for bonferroni (0.2)",
+        "error for bonferroni (0.1)",
     )
     p.add_argument(
         "--correction",
         choices=("bh", "bonferroni", "none"),
         default="bh",
         help="multiple-testing correction: bh (default: Benjamini-Hochberg, false discovery "
-        "rate; chosen by bench/accuracy.py, see BENCHMARKS.md), bonferroni (family-wise), none",
+        "rate; chosen by bench/accuracy_rappor_client.py, see BENCHMARKS.md), "
+        "bonferroni (family-wise), none",
     )
     p.add_argument(
         "--interval",
@@ -612,5 +613,10 @@ def _report(args: argparse.Namespace) -> int:
             "nothing detected: no candidate is significant (detection threshold "
             f"{result.detection_threshold:.2%} of reports); the distribution answer is in "
             "results.csv"
+            + (
+                f" and places {result.distribution_mass:.1%} of the reports"
+                if result.distribution_mass
+                else ""
+            )
         )
     return 0
