@@ -19,7 +19,8 @@ of seeds on which two values collide is 1/g only on average, which biases c by
 values. So the ``correct_heaviest`` largest children of a first pass are taken
 out: each one's expected peak (p − q')·n̂_x/S at its cell (s, h_s(x)) of every
 seed is subtracted, and every child is re-estimated against the remaining
-mass N − Σ n̂_x (a heavy child keeps its own peak).
+mass N − Σ n̂_x (a heavy child keeps its own peak); only when that costs fewer
+cells than the reports themselves (heavy·S ≤ N).
 """
 
 from __future__ import annotations
@@ -227,7 +228,9 @@ def decode_prefix_round(
     q1 = 1.0 / g
     est = (support - n * q1) / (p - q1)
     heavy = min(correct_heaviest, int(valid.sum()))
-    if heavy and n:
+    # the correction costs heavy·S cells on top of the n reports: worth it only when
+    # the reports are many (the seed set's bias grows with N, the noise with sqrt(N))
+    if heavy and n and heavy * r.seeds <= n:
         est = _without_heaviest(r, parents, support, est, valid, n, heavy, keys, owner, high)
     var = n * q1 * (1 - q1) / (p - q1) ** 2 + np.maximum(est, 0.0) * (1 - p - q1) / (p - q1)
     est = np.where(valid, est, np.nan)
