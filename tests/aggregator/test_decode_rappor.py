@@ -218,7 +218,7 @@ def test_decode_result_and_options_validate() -> None:
         DecodeOptions(correction="holm")  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        # chosen by bench/accuracy.py (BENCHMARKS.md, issue 19)
+        # chosen by bench/accuracy.py (BENCHMARKS.md)
         assert (DecodeOptions().correction, DecodeOptions().alpha) == ("bh", 0.2)
     with pytest.raises(ValueError, match="interval"):
         DecodeOptions(interval="bayes")  # type: ignore[arg-type]
