@@ -122,16 +122,7 @@ MAX_MODULE_DOC_LINES = 15
 # Modules whose docstring is still longer: not yet condensed. Remove an entry when its
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
-    "aggregator/decode/rappor.py",
-    "aggregator/accounting/pairs.py",
     "core/registry.py",
-    "shuffler/forwarding.py",
-    "shuffler/config.py",
-    "aggregator/daemon/ingest.py",
-    "shuffler/redis_store.py",
-    "aggregator/accounting/planner.py",
-    "aggregator/accounting/local.py",
-    "client/batch.py",
     "aggregator/decode/shrink.py",
     "aggregator/accounting/ledger.py",
     "client/transport.py",
