@@ -123,12 +123,6 @@ MAX_MODULE_DOC_LINES = 15
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
     "core/registry.py",
-    "aggregator/decode/shrink.py",
-    "aggregator/accounting/ledger.py",
-    "client/transport.py",
-    "client/reporter.py",
-    "aggregator/store/base.py",
-    "aggregator/decode/histogram.py",
     "aggregator/counting/counts.py",
     "aggregator/accounting/histogram_release.py",
     "client/rappor.py",
