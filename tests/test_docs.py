@@ -123,12 +123,6 @@ MAX_MODULE_DOC_LINES = 15
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
     "core/registry.py",
-    "aggregator/counting/counts.py",
-    "aggregator/accounting/histogram_release.py",
-    "client/rappor.py",
-    "aggregator/sealing/ingest.py",
-    "aggregator/accounting/__init__.py",
-    "shuffler/errors.py",
     "client/outbox.py",
     "aggregator/report/rappor_output.py",
     "aggregator/decode/stats.py",
