@@ -123,13 +123,6 @@ MAX_MODULE_DOC_LINES = 15
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
     "core/registry.py",
-    "client/outbox.py",
-    "aggregator/report/rappor_output.py",
-    "aggregator/decode/stats.py",
-    "aggregator/counting/files.py",
-    "core/discovery.py",
-    "aggregator/accounting/guarantees.py",
-    "crowdmix/demo_histogram.py",
     "core/sealed.py",
     "aggregator/accounting/amplification.py",
     "shuffler/redis_cluster.py",
