@@ -1,8 +1,7 @@
 """Sealed reports, the format: what device, shuffler and aggregator agree on byte for byte.
 
-RFC 9180 HPKE to the aggregator's public key; no cryptography here (the shuffler checks
-key ids and lengths without ``cryptography``). Sealing: ``crowdmix.client.sealing``;
-opening: ``crowdmix.aggregator.sealing.opening``. Plaintext, fixed length per metric::
+RFC 9180 HPKE to the aggregator's public key; no cryptography here (sealing:
+``crowdmix.client.sealing``, opening: ``crowdmix.aggregator.sealing.opening``). Plaintext::
 
     bits (report_bytes) ‖ cohort (u32 LE) ‖ params fingerprint (u64 LE) ‖ report id (16 B)
 

@@ -123,16 +123,6 @@ MAX_MODULE_DOC_LINES = 15
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
     "core/registry.py",
-    "core/sealed.py",
-    "aggregator/accounting/amplification.py",
-    "shuffler/redis_cluster.py",
-    "client/randomness.py",
-    "client/answers.py",
-    "aggregator/decode/basic.py",
-    "shuffler/commit.py",
-    "client/__init__.py",
-    "aggregator/accounting/statement.py",
-    "core/basic.py",
     "aggregator/sealing/keys.py",
     "aggregator/discovery/prefixes.py",
     "aggregator/daemon/settings.py",
