@@ -123,15 +123,6 @@ MAX_MODULE_DOC_LINES = 15
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
     "core/registry.py",
-    "aggregator/sealing/keys.py",
-    "aggregator/discovery/prefixes.py",
-    "aggregator/daemon/settings.py",
-    "aggregator/accounting/pld.py",
-    "aggregator/accounting/histogram_plan.py",
-    "crowdmix/report.py",
-    "aggregator/sealing/opening.py",
-    "client/delivery.py",
-    "client/budget.py",
     "shuffler/config_service.py",
     "crowdmix/demo.py",
     "crowdmix/cluster.py",
