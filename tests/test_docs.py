@@ -123,13 +123,6 @@ MAX_MODULE_DOC_LINES = 15
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
     "core/registry.py",
-    "shuffler/config_service.py",
-    "crowdmix/demo.py",
-    "crowdmix/cluster.py",
-    "aggregator/accounting/discovery.py",
-    "shuffler/store.py",
-    "aggregator/daemon/server.py",
-    "aggregator/accounting/lower_bounds.py",
     "aggregator/accounting/composition.py",
     "shuffler/connect.py",
     "aggregator/store/report_ids.py",
