@@ -123,13 +123,6 @@ MAX_MODULE_DOC_LINES = 15
 # docstring is trimmed (the test below fails on an entry that is already short).
 LONG_MODULE_DOCS = {
     "core/registry.py",
-    "aggregator/accounting/composition.py",
-    "shuffler/connect.py",
-    "aggregator/store/report_ids.py",
-    "aggregator/report/rappor_files.py",
-    "aggregator/errors.py",
-    "aggregator/accounting/blanket.py",
-    "crowdmix/histogram_cmd.py",
 }
 
 
