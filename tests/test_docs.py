@@ -119,9 +119,11 @@ def test_the_readme_is_a_front_page() -> None:
 # Module docstrings say what the module is for in at most this many lines; rationale,
 # history and long derivations live in docs/design.md ("Notes by component").
 MAX_MODULE_DOC_LINES = 15
-# Modules whose docstring is still longer: not yet condensed. Remove an entry when its
-# docstring is trimmed (the test below fails on an entry that is already short).
+# Modules whose docstring may stay longer, each with its reason. The test below fails on an
+# entry that has become short, so the list only shrinks.
 LONG_MODULE_DOCS = {
+    # Its docstring is the documented example registry, parsed whole by
+    # tests/core/test_registry.py: the example alone is about 35 lines.
     "core/registry.py",
 }
 
@@ -131,7 +133,8 @@ def _module_docs() -> dict[str, str]:
     for folder in ("client", "core", "shuffler", "aggregator", "crowdmix"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT)
-            if any(p.is_symlink() for p in [path, *path.parents]) or "_pb2" in path.name:
+            prefixes = [ROOT.joinpath(*rel.parts[:i]) for i in range(1, len(rel.parts) + 1)]
+            if any(p.is_symlink() for p in prefixes) or "_pb2" in path.name:
                 continue  # crowdmix/<component> are symlinks to the real folders
             doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
             docs[rel.as_posix()] = doc or ""
@@ -141,5 +144,6 @@ def _module_docs() -> dict[str, str]:
 def test_module_docstrings_are_short() -> None:
     docs = _module_docs()
     long = {name for name, doc in docs.items() if len(doc.splitlines()) > MAX_MODULE_DOC_LINES}
-    assert long - LONG_MODULE_DOCS == set(), "module docstrings over 15 lines"
-    assert LONG_MODULE_DOCS - long == set(), "already short (or gone): drop from the list"
+    assert sorted(long - LONG_MODULE_DOCS) == [], "module docstrings over 15 lines"
+    assert sorted(LONG_MODULE_DOCS - long) == [], "already short (or gone): drop from the list"
+    assert len(docs) > 100  # the walk found the modules
