@@ -5,7 +5,7 @@
     .venv/bin/python bench/accuracy.py --big-only
     .venv/bin/python bench/accuracy.py --dev --reps 2   # development seeds (see below)
 
-Held-out protocol (issue 19): method changes are chosen on the *development*
+Held-out protocol: method changes are chosen on the *development*
 seeds (``--dev``: every seed shifted by DEV_OFFSET, disjoint from the scored
 grid's seeds 20261121 + 0..2999 and from the harder cases' seeds), and the
 scored grid (no ``--dev``) is run once to report them.
@@ -28,7 +28,7 @@ negatives / true values (values that occur), TV = ½·L1 over the union of
 values (missing = 0); plus 95% CI coverage of the detected true values
 and decode time (design matrix built beforehand, as the reference's map file).
 
-Targets (issue 3): mean TV <= 0.165, FN rate <= 50% at FP rate <= 7.6%,
+Targets: mean TV <= 0.165, FN rate <= 50% at FP rate <= 7.6%,
 CI coverage >= 93%, decode <= 0.3 s per case; m=64, k=128, 10,000
 candidates (40 true values) in <= 1 s and <= 300 MB peak RSS.
 """
@@ -174,7 +174,7 @@ def decode_and_score(
     }
 
 
-# Harder cases (issue 19): name -> (distribution, support size, candidates / support, m, n).
+# Harder cases: name -> (distribution, support size, candidates / support, m, n).
 # All k=32, h=2, p=0.25, q=0.75, f=0.5; every true value is a candidate.
 HARD = {
     "gauss1000-x1-m64-n1e6": ("gauss", 1000, 1, 64, 1_000_000),
@@ -322,7 +322,7 @@ def main() -> None:
     )
     ap.add_argument("--big-only", action="store_true")
     ap.add_argument("--grid-only", action="store_true")
-    ap.add_argument("--hard", action="store_true", help="also the harder cases (issue 19)")
+    ap.add_argument("--hard", action="store_true", help="also the harder cases")
     ap.add_argument("--hard-only", action="store_true")
     ap.add_argument("--where-lost", action="store_true", help="diagnose lost true values")
     ap.add_argument("--big-child", action="store_true", help=argparse.SUPPRESS)

@@ -1,4 +1,4 @@
-"""Issue 18 accuracy bench: RAPPOR vs shuffled k-RR vs shuffled histograms with
+"""RAPPOR vs shuffled k-RR vs shuffled histograms with
 fake reports, side by side at the same n, d and central (ε, δ).
 
     .venv/bin/python bench/accuracy_histogram.py                 # n = 1e6, ε = 1, δ = 1e-6

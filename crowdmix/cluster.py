@@ -1,22 +1,17 @@
-"""A local crowdmix cluster on loopback: N shufflers sharing one redis-server
-(AOF), one aggregator with a redis-server of its own, a generated metric
-registry and tokens. With ``redis_cluster=True`` (``crowdmix cluster
---redis-cluster``) a 3-master, 3-replica Redis Cluster holds both stores instead,
-and several aggregators may run.
-
-The two Redis instances are the trust boundary made concrete: the shuffler's
-queues hold reports before they are thresholded and shuffled, so the
-aggregator must not be able to read them.
+"""A local crowdmix cluster on loopback: N shufflers sharing one redis-server (AOF), one
+aggregator with a redis-server of its own, a generated metric registry and tokens. With
+``redis_cluster=True`` (``crowdmix cluster --redis-cluster``) a 3-master, 3-replica
+Redis Cluster holds both stores instead, and several aggregators may run.
 
     with LocalCluster(workdir, shufflers=2) as cluster:
         cluster.shuffler_targets      # ["127.0.0.1:PORT", ...]
         cluster.token                 # bearer token for the shufflers
         cluster.registry_path         # the generated metric registry
 
-``crowdmix cluster`` runs one in the foreground until SIGTERM/Ctrl-C;
-``deploy/launch.sh`` calls it. Everything binds 127.0.0.1 only, each process
-logs to ``workdir/<name>.log``, and ``stop()`` ends them all: SIGTERM first
-(graceful: shufflers flush and forward), SIGKILL only past the grace period.
+``crowdmix cluster`` runs one in the foreground until SIGTERM/Ctrl-C (``deploy/launch.sh``
+calls it). Everything binds 127.0.0.1, each process logs to ``workdir/<name>.log``, and
+``stop()`` sends SIGTERM first (shufflers flush and forward), SIGKILL only past the grace
+period. Two Redis instances: the aggregator must not read the shuffler's queues.
 """
 
 from __future__ import annotations

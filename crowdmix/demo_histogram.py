@@ -1,28 +1,16 @@
 """``crowdmix demo --encoding shuffled-histogram``: shuffled histograms with fake
 reports through the real daemons, in one process.
 
-1. A simulated population (``--clients`` devices, ``--values`` values plus
-   ``--decoys`` that nobody holds: the known domain).
-2. The parameters: ``--fake-slots``/``--fake-probability``/``--local-epsilon``,
-   or, by default, planned for ``--target-epsilon`` (δ = 1e-6) within
-   ``--max-messages`` reports per device so that the *stated* ε meets the target for
-   every report total above its 10⁻⁹ quantile: all but one run in 10⁹
-   (``crowdmix.aggregator.accounting.histogram_release.plan_release``).
-3. Each device encodes with ``client.HistogramEncoder`` (its value, k-RR if
-   asked, and Binomial(m, q) uniform fakes, each report with its own id) and
-   sends its 1 + Binomial(m, q) reports sealed (HPKE) in one call through
-   ``crowdmix.client.transport.ShufflerClient``; the shuffler refuses a call with more
-   than 1 + m. Sealing is required: ``--plaintext`` is refused.
-4. The shuffler holds the window's reports until the window ends and then
-   forwards the whole window in one batch (``release = "window"``, as a registry
-   file gives every shuffled histogram): the larger the batch, the more fakes hide
-   each real report. The demo does not wait a day: once every device has sent, it
-   moves the shuffler's clock past the window's end and its grace period.
-5. The aggregator opens and counts each batch (one ``np.bincount``) exactly
-   once; the report job decodes the unbiased histogram and states both figures.
-
-The result records per value what the devices sent (real and fake alike), so
-tests compare the aggregator's counts with it exactly.
+A simulated population (``--clients`` devices, ``--values`` values plus ``--decoys``
+nobody holds) reports under parameters given (``--fake-slots``, ``--fake-probability``,
+``--local-epsilon``) or planned for ``--target-epsilon`` within ``--max-messages``
+(``histogram_release.plan_release``: the stated ε meets the target in all but one run in
+10⁹). Each device sends its sealed 1 + Binomial(m, q) reports in one call through
+``ShufflerClient`` (``--plaintext`` is refused). The shuffler releases the window in one
+batch (``release = "window"``); the demo moves the shuffler's clock past the window's
+end and grace period instead of waiting. The aggregator counts each batch once and the
+report job decodes and states both figures. The result records what the devices sent
+(real and fake), so tests compare the aggregator's counts with it exactly.
 """
 
 from __future__ import annotations

@@ -9,11 +9,9 @@
                                [--local-epsilon X] [--json]
         check: both privacy figures and the expected error of a given configuration
 
-N devices in one batch, at most K = ⌈(1 − H)·N⌉ (or the K given) of them dishonest, all
-in the protected device's batch: N − 1 − K honest others are its cover.
-
-Registered by ``crowdmix.privacy`` (one line there); the math lives in
-``crowdmix.aggregator.accounting.histogram`` / ``histogram_plan``.
+N devices in one batch, at most K = ⌈(1 − H)·N⌉ (or the K given) dishonest, all in the
+protected device's batch: N − 1 − K honest others are its cover. Registered by
+``crowdmix.privacy``; the math is ``crowdmix.aggregator.accounting.histogram(_plan)``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
-"""``crowdmix report``: decode counts into a table, a summary and a chart.
+r"""``crowdmix report``: decode counts into a table, a summary and a chart.
 
-    crowdmix report --counts counts.npz --config metrics.toml --metric NAME \\
+    crowdmix report --counts counts.npz --config metrics.toml --metric NAME \
         [--candidates FILE] --out DIR
-    crowdmix report --rappor-counts counts.csv --rappor-map map.csv \\
+    crowdmix report --rappor-counts counts.csv --rappor-map map.csv \
         --rappor-params params.csv --out DIR
-    crowdmix report --rappor-counts counts.csv --rappor-params params.csv \\
-        --candidates FILE --hashing rappor-java --out DIR
 
-Counts come from a *source*: a small function that returns a ``ReportJob``
-when its own options were given, else ``None`` (see ``_SOURCES``; a live
-store source such as ``--redis URL`` adds one function and its options in
-``_add_source_arguments``). Only argparse/stdlib at module level.
-
-Exit codes: 0 the report is written (also when no candidate is significant: a
-complete answer, which it says in one line; the distribution answer is still
-there); 1 nothing could be decoded (bad input, no reports).
-
-With ``--ledger`` the release is recorded under an id derived from the windows and
-the counts it covers (``--release-id`` only labels it): the same release reported
-again, with or without ``--windows``, costs nothing more.
+Counts come from a *source*: a function that returns a ``ReportJob`` when its own options
+were given, else ``None`` (``_SOURCES``; a new source adds one function and its options in
+``_add_source_arguments``). Only argparse/stdlib at module level. Exit codes: 0 the
+report is written (also when nothing is significant, said in one line); 1 nothing could
+be decoded. With ``--ledger`` the release is recorded under an id derived from the
+windows and counts it covers (``--release-id`` only labels it), so reporting the same
+release again costs nothing more.
 """
 
 from __future__ import annotations

@@ -5,16 +5,12 @@ protocol's unary format, for devices that cannot speak gRPC (browsers).
     Authorization: Bearer <token>          body: a SubmitRequest; reply: a SubmitResponse
 
 A failure is an HTTP status with a Connect error body, ``{"code": "invalid_argument",
-"message": "<reason>: ..."}``: the same codes and details the gRPC port gives. The calls
-run through the gRPC servicer's own methods (``ShufflerServicer``) on the same event loop,
-with a call context that carries the HTTP request's token and connection: one intake
-path, so authentication, validation, limits, statuses and metrics are the same by
-construction. CORS: the origins in ``http_allow_origins`` (``*`` for any) may call it.
-
-Served by Hypercorn (HTTP/1.1 and HTTP/2, cleartext h2c or TLS with ALPN), an ASGI
-server on asyncio: it runs on the loop of the grpc.aio server, so a call awaits the
-same group commit. Why Hypercorn: aiohttp serves HTTP/1.1 only; measured in
-``bench/http_port.py`` (BENCHMARKS.md).
+"message": "<reason>: ..."}``, the same codes and details as the gRPC port. The calls run
+through ``ShufflerServicer``'s own methods on the same event loop (one intake path: the
+same authentication, validation, limits, statuses and metrics by construction). CORS:
+the origins in ``http_allow_origins`` (``*`` for any). Served by Hypercorn (HTTP/1.1 and
+HTTP/2, h2c or TLS with ALPN) on the grpc.aio server's loop, so a call awaits the same
+group commit. Why Hypercorn: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ the README stays a front page. ``scripts/check`` also builds the site with ``mkd
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 import shlex
@@ -113,3 +114,36 @@ def test_the_readme_is_a_front_page() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 150
     assert not re.search(r"\bissue \d+", "\n".join(lines), flags=re.I)
+
+
+# Module docstrings say what the module is for in at most this many lines; rationale,
+# history and long derivations live in docs/design.md ("Notes by component").
+MAX_MODULE_DOC_LINES = 15
+# Modules whose docstring may stay longer, each with its reason. The test below fails on an
+# entry that has become short, so the list only shrinks.
+LONG_MODULE_DOCS = {
+    # Its docstring is the documented example registry, parsed whole by
+    # tests/core/test_registry.py: the example alone is about 35 lines.
+    "core/registry.py",
+}
+
+
+def _module_docs() -> dict[str, str]:
+    docs = {}
+    for folder in ("client", "core", "shuffler", "aggregator", "crowdmix"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            prefixes = [ROOT.joinpath(*rel.parts[:i]) for i in range(1, len(rel.parts) + 1)]
+            if any(p.is_symlink() for p in prefixes) or "_pb2" in path.name:
+                continue  # crowdmix/<component> are symlinks to the real folders
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+            docs[rel.as_posix()] = doc or ""
+    return docs
+
+
+def test_module_docstrings_are_short() -> None:
+    docs = _module_docs()
+    long = {name for name, doc in docs.items() if len(doc.splitlines()) > MAX_MODULE_DOC_LINES}
+    assert sorted(long - LONG_MODULE_DOCS) == [], "module docstrings over 15 lines"
+    assert sorted(LONG_MODULE_DOCS - long) == [], "already short (or gone): drop from the list"
+    assert len(docs) > 100  # the walk found the modules

@@ -1,28 +1,16 @@
 """Amplification by shuffling: central (ε, δ) of one shuffled batch. Pure math.
 
-One batch holds n reports, each from an ε0-LDP randomizer, shuffled. Bounds
-(details and citations in ``crowdmix.aggregator.accounting.pairs``):
-
-- ``generic``: the stronger-clone pair (FMT23; Wang et al., VLDB 2024, Lemma 4.4)
-  evaluated exactly; valid for any ε0-LDP randomizer.
-- ``rappor`` is refused (``VARIATION_RATIO_REFUSAL``): the (p, β, q)
-  variation-ratio pair with a mechanism's own β is not a dominating pair for
-  the shuffled mechanism (see pairs.py), so it understated ε.
-- ``fmt21``: FMT21's clone pair evaluated exactly (a looser cross-check).
-- ``fmt21-closed``: FMT21's closed form (Feldman, McMillan, Talwar, FOCS 2021,
-  Thm 3.2 as used by apple/ml-shuffling-amplification):
-
-      ε ≤ ln(1 + (e^ε0−1)/(e^ε0+1)·(8·sqrt(e^ε0·ln(4/δ))/sqrt(n) + 8·e^ε0/n)),
-
-  valid only when ε0 ≤ ln(n/(16·ln(4/δ))).
-
-ε is found by a root search on the exact δ(ε) (an upper bound, see pairs.py)
-and returned on the safe side: the reported ε satisfies δ(ε) ≤ δ. When no
-bound beats ε0 the result is ε0 with ``amplified = False`` ("no amplification").
-
-``shuffled_rr_lower_bound`` is the exact privacy of one concrete ε0-LDP
-mechanism (randomized response) after shuffling: every generic bound must be
-at least this.
+One batch holds n reports, each from an ε0-LDP randomizer, shuffled (bounds and
+citations in ``crowdmix.aggregator.accounting.pairs``): ``generic``, the stronger-clone
+pair (Feldman, McMillan, Talwar SODA 2023; Wang et al., VLDB 2024, Lemma 4.4) evaluated
+exactly, valid for any ε0-LDP randomizer; ``fmt21``, the clone pair (a looser
+cross-check); ``fmt21-closed`` (Feldman, McMillan, Talwar, FOCS 2021, Thm 3.2):
+ε ≤ ln(1 + (e^ε0−1)/(e^ε0+1)·(8·sqrt(e^ε0·ln(4/δ))/sqrt(n) + 8·e^ε0/n)), valid only when
+ε0 ≤ ln(n/(16·ln(4/δ))). ``rappor`` is refused (``VARIATION_RATIO_REFUSAL``): the
+variation-ratio pair is not a dominating pair for the shuffled mechanism.
+ε is a root search on the exact δ(ε), returned on the safe side (δ(ε) ≤ δ); when no bound
+beats ε0 the result is ε0 with ``amplified = False``. ``shuffled_rr_lower_bound`` is the
+exact privacy of shuffled randomized response: every generic bound must be at least this.
 """
 
 from __future__ import annotations

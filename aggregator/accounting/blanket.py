@@ -1,20 +1,17 @@
 """Mechanism-specific shuffle bounds: the privacy blanket, evaluated exactly. Pure math.
 
-If every report satisfies R(x) ≥ γ·W for one distribution W (the blanket), each
-other user's report is, independently, a draw from W w.p. γ; the victim's report
-hides among those draws (Balle, Bell, Gascón, Nissim, "The privacy blanket of the
-shuffle model", CRYPTO 2019, §3; Su, Cheng, Wang, "Decomposition-based optimal
-bounds for privacy amplification via shuffling", 2025, prove it is the best of
-all clone-style decompositions). ``blanket_profile`` returns δ(ε) of n shuffled
-reports as the exact mixture
+If every report satisfies R(x) ≥ γ·W for one distribution W (the blanket), each other
+user's report is independently a draw from W w.p. γ, and the victim's hides among those
+(Balle, Bell, Gascón, Nissim, CRYPTO 2019, §3; best of all clone-style decompositions:
+Su, Cheng, Wang 2025). ``blanket_profile`` returns δ(ε) of n shuffled reports as
 
     δ(ε) ≤ Σ_m Bin(m; n−1, γ)·δ_m(ε),
     δ_m(ε) = E_{Y_0..Y_m ~ W}[((1/(m+1))·Σ_j (g0 − e^ε·g1)(Y_j))_+],  g_b = dR(x_b)/dW,
 
-for k-ary RR, OLH and bit-vector mechanisms (OUE, one RAPPOR report, the PRR);
-the argument is in ``mixture``'s docstring and each ``*_given`` function's.
-Every figure is rounded up: windows' left-out mass is charged, bins use their
-smallest m, and ``FLOAT_SLACK`` covers float rounding.
+for k-ary RR, OLH and bit-vector mechanisms (OUE, one RAPPOR report, the PRR); the
+argument is in ``mixture``'s docstring and each ``*_given`` function's. Every figure is
+rounded up: left-out mass is charged, bins use their smallest m, ``FLOAT_SLACK`` covers
+float rounding.
 """
 
 from __future__ import annotations

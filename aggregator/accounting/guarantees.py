@@ -1,30 +1,17 @@
 """Which guarantee applies to a release: the crowd, the best central bound, and
 the longitudinal argument. Pure (no state); numpy/scipy load lazily.
 
-- The crowd one report hides in: its shuffled batch and, unless the cohort is
-  drawn fresh per report, its cohort. A persistent cohort travels with the
-  report, so only same-cohort reports hide each other; the smallest cohort's
-  share of the smallest batch is used. Estimated when the sizes are unknown
-  (``estimated_crowd``: the exact binomial quantile at failure probability
-  CROWD_FAILURE·δ/(m·batches) — a union bound over every cohort of every batch —
-  and that failure probability is charged to δ once per round).
+- Crowd: the smallest cohort's share of the smallest batch (a persistent cohort travels
+  with the report), or when sizes are unknown the exact binomial quantile at failure
+  probability CROWD_FAILURE·δ/(m·batches), charged to δ once per round.
 - Central: the best of the generic stronger-clone bound (Wang et al., VLDB 2024,
-  Lemma 4.4), valid for every ε0-LDP randomizer, and, for k-RR, OLH, OUE and a
-  RAPPOR report, the mechanism's privacy-blanket bound (``blanket``). The
-  (p, β, q) variation-ratio pair is not used: it is not a dominating pair for
-  shuffled k-RR (d ≥ 4), OUE or PRR (pairs.py). A figure within 0.1% of ε0 is
-  reported as "no amplification".
-- Longitudinal, R rounds from the same clients (``history``, which the ledger
-  also uses over many releases): with a memoised PRR the rounds share
-  randomness, so per-round figures never compose; the R reports of a client are
-  one ε_R-LDP randomizer, and every report is a post-processing of the ε_∞-LDP
-  PRR, so amplifying ε_R or ε_∞ bounds them all (unlinking rounds is
-  post-processing of the linked view). A cohort drawn per report lets cohorts whose
-  Bloom filters coincide share PRR coins, so the R reports are bounded through
-  their IRR over all k bits instead (``history._irr_all_bits``), amplified. With fresh
-  randomness every round (basic mechanisms, RAPPOR with f = 0) the per-round
-  pair's PLD is composed, or per-round (ε, δ) by optimal composition (δ/2R per
-  round) when n is too large for a PLD.
+  Lemma 4.4) and, for k-RR, OLH, OUE and a RAPPOR report, the privacy-blanket bound
+  (``blanket``); the (p, β, q) variation-ratio pair is not used (pairs.py). Within 0.1%
+  of ε0 is reported as "no amplification".
+- Longitudinal, R rounds (``history``): a memoised PRR is bounded by amplifying ε_R or
+  ε_∞ (per-report cohorts: the IRR over all k bits); fresh randomness composes the
+  per-round PLDs, or per-round (ε, δ/2R) by optimal composition for large n.
+Arguments: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations

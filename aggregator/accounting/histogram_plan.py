@@ -1,25 +1,15 @@
 """Planner for shuffled histograms: target central (ε, δ), n, d and a cap on
 messages per device → fake slots m, fill probability q and local ε_L. Pure math.
 
-Method (each step is monotone, and the answer is re-checked by
-``central_epsilon``, so a plan that misses its target is never returned):
-
-1. δ(ε) of ``crowdmix.aggregator.accounting.histogram`` falls as m, q or the honest
-   crowd grow (a coupling: the honest cover grows stochastically; the blanket bound's
-   fixed grid keeps the computed figure monotone too). m: the smallest number of slots
-   for which q = 1 meets the target (bisection on m within the cap), since for a fixed mean number
-   of fakes fewer slots give a more concentrated M (and a smaller variance
-   n·m·(q/d)(1 − q/d)) at fewer messages.
-2. q: the smallest multiple of 2^-20 in (0, 1] that meets the target
-   (bisection). Dyadic, so the device samples it with at most 20 coin words.
-3. Local ε_L (optional): a given value, or ``"auto"``: the smallest ε_L (to
-   0.01, rounded up) whose k-RR noise at most doubles the per-bucket variance
-   of the fakes alone; m and q are then planned without it (it only helps), and the
-   final check includes it. A given ε_L is part of every check.
-
-Expected error: the exact standard deviation of one bucket's unbiased count
-when no device holds it (``crowdmix.aggregator.decode.histogram.count_variance``,
-n known), and divided by n for the proportion scale.
+Each step is monotone (δ(ε) of ``crowdmix.aggregator.accounting.histogram`` falls as m, q
+or the honest crowd grow) and the answer is re-checked by ``central_epsilon``, so a plan
+that misses its target is never returned. m: the fewest slots for which q = 1 meets the
+target (within the cap); q: the smallest multiple of 2^-20 that meets it (dyadic: at most
+20 coin words on the device); ε_L: given, or ``"auto"``, the smallest (to 0.01, rounded
+up) whose k-RR noise at most doubles the fakes' per-bucket variance. Expected error: the
+exact standard deviation of an empty bucket's unbiased count
+(``crowdmix.aggregator.decode.histogram.count_variance``, n known), over n for
+proportions. Why each step: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations

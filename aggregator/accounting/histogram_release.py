@@ -3,31 +3,13 @@
 ``histogram`` gives (ε, δ) for n_h honest devices besides the target in its batch;
 ``histogram_crowd`` bounds n_h from what the aggregator sees: report counts, not devices.
 Its confidence bounds fail with probability β = ``DEVICE_BOUND_SHARE``·δ, charged to δ
-(the accounting runs at δ − β and the statement prints δ).
-
-Batches, not the window, are the crowd. The shuffler forwards a window in batches and
-the aggregator sees each batch's histogram on its own, so the cover of a device's real
-report is its own batch's. Batches are formed by report count, independently of the
-values, so the statement is that of the smallest batch (its size is recorded at ingest;
-unknown sizes fall back to the metric's ``min_batch``, below which the shuffler
-releases nothing); β is split over the batches (a union bound). Dishonest devices are
-counted over the whole window, all of them in the target's batch.
-
-A call stored twice (a shuffler retry after DEADLINE_EXCEEDED, ``store_not_replicated`` or
-an unknown outcome whose first attempt was stored: allowed by design) reaches the
-aggregator as repeated report ids; it drops the repeats, but it has seen which reports
-came together, i.e. that device's whole report set, which holds its real report. Without
-k-RR that is its value (δ at any ε is then at least (1 − q)^m), so no central figure holds
-for that window. The aggregator therefore counts the repeated ids per window, atomically
-with the counts (``crowdmix.aggregator.store.base.CountStore.duplicate_reports``), and a release
-with any (or with no record of them: unknown is not zero) states no central figure, only
-ε_L, the figure of a colluding shuffler and aggregator, which is what a linking
-aggregator is (``HistogramRelease.linked``).
-
-A release is stated per collection window: merging R windows would need each
-window's own report total for the device bound, so it is refused. Releases of
-several windows compose (basic composition: (R·ε, R·δ), R·ε_L colluding);
-``HistogramRelease.rounds`` is kept for that and is 1 today.
+(the accounting runs at δ − β and the statement prints δ). The crowd is the smallest
+batch, not the window (β split over batches by a union bound); dishonest devices are
+counted over the whole window, all in the target's batch. A window with repeated report
+ids (or no record of them) links a device's reports, so its release states no central
+figure, only ε_L (``HistogramRelease.linked``). A release covers one collection window;
+several compose by basic composition ((R·ε, R·δ), R·ε_L colluding).
+Reasons: docs/design.md, "Aggregator: accounting", shuffled-histogram release.
 """
 
 from __future__ import annotations

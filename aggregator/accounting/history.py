@@ -1,59 +1,17 @@
 """Composition over time: (ε, δ) of many shuffled rounds that need not be alike. Pure math.
 
-A *segment* is what one release adds: ``rounds`` collection windows (a release
-that merges R windows is R rounds for every client in it), each a shuffle of
-``n_amplify`` reports of one local randomizer (ε0 = ε_1 of a report, β its total
-variation). Segments of one metric differ in params, crowd and rounds; this
-module bounds all of them together, and the statement of a single release and
-the ledger's running total both call it, so the two agree when the releases
-are alike.
-
-Fresh randomness every round (basic mechanisms, RAPPOR with f = 0). Each round
-is dominated by the generic stronger clone pair (``pairs``; Feldman, McMillan,
-Talwar SODA 2023, proved for every ε0-LDP randomizer by Wang et al., VLDB 2024,
-Lemma 4.4). The mechanism-specific (p, β, q) variation-ratio pair is not used:
-with β below the generic value it is not a dominating pair (for k-RR with d ≥ 4,
-OUE and PRR the exact shuffled mechanism exceeds it; pairs.py). A dominating
-pair of each round dominates their
-adaptive composition by the product of the pairs (Zhu, Dong, Wang, "Optimal
-accounting of differential privacy via characteristic function", AISTATS 2022),
-so the privacy-loss distributions (PLDs) of all rounds — different pairs,
-different n — are composed (Koskela, Jälkö, Honkela 2020; Doroshenko,
-Ghazi, Kamath, Kumar, Manurangsi 2022; google's ``dp_accounting``), losses
-rounded up and truncated mass charged as infinite loss. Rounds whose n is past
-``MAX_PLD_N`` enter as the PLD of their per-round (ε_r, δ_r) (δ_r = δ/(2·R)),
-which composed is Kairouz–Oh–Viswanath 2015's optimal composition; when every
-round is of that kind and alike, KOV's exact formula is used instead.
-RAPPOR with f = 0 may instead use the memoised argument below when it is smaller
-for its group of rounds.
-
-Memoised PRR (RAPPOR f > 0): rounds share the PRR, so per-round figures never
-compose. Rounds under one PRR (same hashing, k, h, f, m: the PRR is keyed on the
-client's secret, the metric and the Bloom bytes only) form a *group*: the K
-reports of a client are one ε_K-LDP randomizer, and every report is a
-post-processing of the PRR, an ε_∞-LDP randomizer with total variation β_PRR;
-unlinking rounds is post-processing of the linked view, so the group is
-bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (generic bound).
-This assumes the same clients in every round (ledger.TOTAL_ASSUMPTION). When
-the cohort is drawn per report (m > 1), a
-client reports under up to min(K, m) cohorts whose PRRs share coins wherever two
-cohorts' Bloom filters of the value coincide, so neither the single-PRR argument
-nor min(K, m)·ε_∞ holds (an enumerated case exceeds it); the K reports are
-bounded through the IRR alone, K·k·max(ln(q/p), ln((1-p)/(1-q))) (``_irr_all_bits``),
-and that is amplified. Any change of PRR parameters (k, h, f, m)
-between releases whose Bloom filters have the same byte length shares PRR coins
-and is refused (``_check_shared_coins``). Independent groups and the
-fresh-randomness part compose by basic
-composition (Dwork, Roth 2014, Thm 3.16): ε and δ add across them.
-
-Disjoint device groups (a discovery's rounds: ``partition`` names the
-discovery, ``group`` the devices' group) compose in parallel: each group's
-segments are composed as above, and the partition costs the largest of its groups'
-(ε, δ) (McSherry, SIGMOD 2009, Thm 4; adaptive, since each group's guarantee
-holds for every fixed output of the others). A partition then adds to the rest by
-basic composition.
-
-Nothing here rounds down: every figure is an upper bound or ∞.
+A *segment* is what one release adds: ``rounds`` windows, each a shuffle of ``n_amplify``
+reports of one ε0-LDP randomizer. The statement of one release and the ledger's running
+total both call this module. Fresh randomness: each round is dominated by the generic
+stronger clone pair (``pairs``; Feldman, McMillan, Talwar SODA 2023; Wang et al. VLDB 2024,
+Lemma 4.4), the product of pairs dominates the adaptive composition (Zhu, Dong, Wang,
+AISTATS 2022), and the PLDs are composed with losses rounded up (Koskela et al. 2020;
+Doroshenko et al. 2022); large n enters as per-round (ε_r, δ/(2R)) under Kairouz–Oh–
+Viswanath 2015. Memoised PRR (RAPPOR f > 0): rounds under one PRR form a group bounded by
+amplifying min(ε_K, ε_∞) (per-report cohorts: the IRR bound K·k·max(ln(q/p),
+ln((1-p)/(1-q)))); groups add by basic composition (Dwork, Roth 2014, Thm 3.16); disjoint
+device groups compose in parallel (McSherry, SIGMOD 2009, Thm 4). Every figure is an
+upper bound or ∞. Proof: docs/design.md, "Aggregator: accounting", composition over time.
 """
 
 from __future__ import annotations

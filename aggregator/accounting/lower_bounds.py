@@ -1,21 +1,13 @@
 """Lower bounds: the exact privacy of concrete shuffled mechanisms on concrete data sets.
 
-Each function returns an ε that the real shuffled mechanism certainly needs at
-δ (rounded down): the hockey-stick divergence of a post-processing of the
-shuffled output (a projection onto a few counts) for one pair of neighbouring
-data sets, evaluated exactly with every left-out term dropped (all terms are
-≥ 0) and grids rounded the other way from the upper bounds. No valid upper
-bound may be below any of them; ``bench/tightness.py`` prints ours ÷ these.
-
-- k-ary RR, d ≥ 3: victim x0 vs x1, everyone else x2; the counts (N0, N1)
-  (``pairs.ClonePair`` with p = e^ε0, α = r = 1/(e^ε0+d−1)). d = 2: everyone
-  else 0; the count of ones (``amplification.shuffled_rr_lower_bound``).
-- bit vectors (OUE, a RAPPOR report, the PRR): everyone else a value whose
-  bits avoid the victim's; (a) the column counts over B0 and B1 (exactly the
-  blanket's δ_m at m = n − 1, every other user cover); (b) h = 1: only the
-  reports whose bit of the others' value is 0, counting (1, 0) and (0, 1) on
-  (x0, x1) (a ClonePair); (c) the victim's columns within each value of the
-  others' bits, the exact likelihood ratio of those 2h + h columns.
+Each function returns an ε the real shuffled mechanism certainly needs at δ (rounded
+down): the hockey-stick divergence of a projection of the shuffled output onto a few
+counts, for one pair of neighbouring data sets, evaluated exactly with every left-out
+(non-negative) term dropped and grids rounded the other way from the upper bounds. No
+valid upper bound may be below any of them; ``bench/tightness.py`` prints the ratio.
+k-RR: victim x0 vs x1, everyone else x2 (d ≥ 3) or 0 (d = 2). Bit vectors (OUE, a RAPPOR
+report, the PRR): everyone else a value whose bits avoid the victim's, projected three
+ways. Constructions: docs/design.md, "Aggregator: accounting", lower bounds.
 """
 
 from __future__ import annotations

@@ -1,41 +1,16 @@
 """The planner: a target central (ε, δ), expected n and candidate count → RAPPOR
 parameters (k, h, m, f, p, q), with the expected standard error and the smallest
-detectable frequency (google/rappor issue #9 asked for this guide).
+detectable frequency.
 
-Method (every step monotone, so the result is checked, not hoped for):
-
-1. The crowd one report hides in: the smallest of m cohorts of a shuffled
-   batch of n reports (n is the expected batch size: set the shuffle policy's
-   min_batch to it), estimated as in ``privacy_statement`` (the binomial
-   quantile whose failure probability is charged to δ).
-2. ε0_max: the largest local ε whose generic stronger-clone amplification
-   within that crowd meets the target ε (bisection on ε0; the bound is
-   monotone in ε0). With ``rounds`` > 1 the target applies to all rounds
-   together, and a memoised PRR bounds them by ε_R or ε_∞ (see statement.py),
-   so the local figure that must fit under ε0_max is min(ε_R, ε_∞).
-3. For h ∈ {1, 2} and f ∈ {1/8, 1/4, 1/2, 3/4}, the symmetric IRR q = 1 − p with
-   the largest q that keeps the local figure ≤ ε0_max (bisection: ε_1 and ε_R
-   grow with q). Then q is raised while the best valid bound
-   (``amplification.best_amplification``: the generic one or the RAPPOR
-   report's and PRR's blanket bounds) still meets the target (``_refined``).
-4. The idealised standard error of one candidate's frequency: h·n noisy bits
-   carry it, each with variance at most 1/4, scaled by the signal q* − p*:
-
-       se = 1 / (2·(q* − p*)·sqrt(h·n))
-
-   (a lower bound on the decoder's error: Bloom collisions among candidates
-   and the regression add to it). The smallest frequency detected with the
-   given power by a one-sided z-test at level α/candidates (Bonferroni):
-   (z_{1−α/C} + z_power)·se.
-5. k: a power of two ≥ 1.5·h·C (then fewer than half the Bloom bits are set
-   with every candidate present), within [16, 4096]; m: ``cohorts`` (default
-   4: enough that two candidates colliding in every cohort is negligible,
-   small enough to keep the crowd large).
-
-Each proposal (smallest standard error first) is fed back through
-``privacy_statement`` and the figures it prints come from there; the first
-whose ``meets_target`` holds is returned, and PlanError is raised if none does,
-so a plan that misses its target cannot be returned.
+It finds the crowd (the smallest of m cohorts of a batch of n, as in
+``privacy_statement``), the largest ε0 whose generic stronger-clone amplification meets
+the target, and for h ∈ {1, 2}, f ∈ {1/8, 1/4, 1/2, 3/4} the largest symmetric IRR q
+within it (then raised while ``amplification.best_amplification`` still meets the
+target). Standard error of one candidate: se = 1/(2·(q* − p*)·sqrt(h·n)) (a lower bound
+on the decoder's); detectable at power: (z_{1−α/C} + z_power)·se (Bonferroni). k is a
+power of two ≥ 1.5·h·C in [16, 4096]. Each proposal is checked by ``privacy_statement``
+and the first whose ``meets_target`` holds is returned; else ``PlanError``, so a plan
+that misses its target is never returned. Method: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations

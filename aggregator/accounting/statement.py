@@ -1,26 +1,14 @@
 """The privacy statement of one release: every published number carries one.
 
-``privacy_statement(metric, n_reports, ...)`` gathers, for one metric:
-
-- local: ε_1 (one report, what a client is promised with no trust at all),
-  ε_∞ (RAPPOR's PRR bound for any number of reports of one value) and ε_R for R
-  reports over one memoised PRR;
-- central: (ε, δ) of the analyst's view after shuffling, the best of the valid
-  bounds, computed within the hiding crowd of one report (its batch and, for
-  persistent cohorts, the smallest cohort's share of it);
-- longitudinal (R > 1 releases from the same clients): ε_R or ε_∞ amplified
-  for a memoised PRR (never composed per round), PLD or optimal composition
-  for fresh randomness.
-
-Which bound and argument apply, and why, is in ``guarantees``; this module
-holds the statement itself and its JSON and plain-English forms.
-
-Assumptions the statement names in ``render()``: the shuffler and the
-aggregator do not collude; without ``batch_sizes`` the smallest batch the
-metric's shuffle policy allows (``min_batch``) is assumed, because a shuffler
-fed by a trickle of clients releases batches of about that size; with
-``shuffled=False`` (reports that never went through a shuffler) only the local
-guarantees hold.
+``privacy_statement(metric, n_reports, ...)`` gathers, for one metric: local ε_1 (one
+report, no trust at all), ε_∞ (RAPPOR's PRR bound) and ε_R (R reports over one memoised
+PRR); central (ε, δ) after shuffling, the best valid bound within one report's hiding
+crowd; longitudinal figures for R > 1 releases from the same clients. Which bound applies
+and why is in ``guarantees``; this module holds the statement and its JSON and
+plain-English forms. ``render()`` names its assumptions: the shuffler and aggregator do
+not collude; without ``batch_sizes`` the metric's ``min_batch`` is assumed (a shuffler fed
+by a trickle of clients releases batches of about that size); with ``shuffled=False``
+only the local guarantees hold.
 """
 
 from __future__ import annotations

@@ -1,68 +1,18 @@
-"""RAPPOR decoding: per-cohort Bloom bit counts + candidate values → frequencies
-with analytic standard errors (Erlingsson, Pihur, Korolova, CCS 2014, §5;
-google/rappor ``analysis/R/decode.R``), improved as described below.
+"""RAPPOR decoding: per-cohort Bloom bit counts + candidate values → frequencies with
+analytic standard errors (Erlingsson, Pihur, Korolova, CCS 2014, §5; google/rappor
+``analysis/R/decode.R``), improved as in docs/design.md, "Aggregator: decode".
 
-Model. A report's bit reads 1 with probability p01 if its Bloom bit is 0 and
-p11 if it is 1 (PRR then IRR; bits independent given the Bloom filter)::
-
-    p11 = q(1 - f/2) + p·f/2        p01 = p(1 - f/2) + q·f/2
-
-In cohort j (N_j reports, c_ji of them with bit i set) the fraction of reports
-whose Bloom bit i is set is estimated without bias by
-
-    y_ji = (c_ji/N_j - p01) / (p11 - p01)
-
-and, because every report's bit is an independent Bernoulli(π_ji) draw,
-π_ji = p01 + (p11 - p01)·E[y_ji],
-
-    Var(y_ji) = π_ji (1 - π_ji) / (N_j (p11 - p01)^2).
-
-With x_v the fraction of reports carrying candidate v and X the (m·k × C)
-0/1 design matrix (row j·k + i is 1 for v when v's Bloom filter in cohort j
-has bit i), E[y] = X x.
-
-Fit (what differs from the reference):
-
-1. Weighted least squares with the binomial variances above (the reference
-   fits unweighted, so cohorts and bits with more noise count as much as the
-   rest); weights are recomputed once from the first fit's π so they do not
-   correlate with the noise.
-2. Screening with a non-negative LASSO (scikit-learn, sparse X) only when the
-   candidates are many; then non-negative least squares (``scipy.optimize.nnls``)
-   on the screened set, and candidates the screen missed but whose score on
-   the residual passes z > add_z are added back and refitted (a KKT check).
-3. Analytic standard errors se = sqrt(φ · diag((X_A' W X_A)^-1)) on the active
-   set A, where φ = max(1, RSS_w / (rows - |A|)) inflates them when the model
-   does not explain the counts (e.g. true values missing from the candidates).
-4. Candidates with β̂/se < prune_z are dropped and the rest refitted until
-   none is (their mass would otherwise be mis-attributed to colliding
-   candidates); then one-sided z-tests and a multiple-testing correction over
-   all C candidates (default Benjamini–Hochberg, FDR 0.1).
-5. Wald or selection-adjusted 95% intervals; detection threshold
-   z_{α/C}·se_0, se_0 the standard error of an isolated candidate at the
-   observed noise level.
-
-Two answers (``DecodeResult``): the *detected list* (``significant``, with the
-correction's FDR or FWER control; ``proportion`` and its intervals are the
-fit above) answers "which values are present?". The *distribution*
-(``distribution`` with posterior intervals) answers "how are reports spread
-over the candidates?" for every candidate, consistently (non-negative, sum
-≤ 1): unbiased WLS estimates are denoised by empirical Bayes
-(``crowdmix.aggregator.decode.shrink``) and projected onto {x ≥ 0, Σx ≤ 1} (Norm-Sub;
-Wang, Lopuhaä-Zwakenberg, Li, Škorić, Li, NDSS 2020). The unbiased estimates
-come from an unconstrained WLS fit on every candidate when the candidates are
-few for the equations (no screening); when screening was needed that fit is
-too ill-conditioned, and the refit after selection on the detected values is
-used instead (the other candidates get 0); those values are there because
-they passed the test, so their prior is fitted with the likelihood truncated
-at the test's cutoff (the winner's curse; ``crowdmix.aggregator.decode.shrink``).
-When the detected values hold little of the mass and that all-candidate fit
-does not exist (a flat distribution over more candidates than equations), a
-random-effects fit (``crowdmix.aggregator.decode.ridge``) spreads the mass the
-counts place: over every candidate when their shares look flat, else over the
-undetected ones when theirs do, else nowhere (then the answer is the detected
-values'). bench/accuracy.py and bench/accuracy_rappor_client.py measured these
-choices (BENCHMARKS.md).
+Model: a report's bit reads 1 w.p. p11 = q(1 − f/2) + p·f/2 if its Bloom bit is set and
+p01 = p(1 − f/2) + q·f/2 if not. In cohort j (N_j reports, c_ji with bit i set)
+y_ji = (c_ji/N_j − p01)/(p11 − p01) estimates the share with Bloom bit i set, with
+Var(y_ji) = π_ji(1 − π_ji)/(N_j(p11 − p01)²); E[y] = X x for the 0/1 design matrix X.
+Fit: weighted least squares, LASSO screening when candidates are many, NNLS, analytic
+standard errors inflated by overdispersion, pruning, one-sided tests with a
+multiple-testing correction (default Benjamini–Hochberg, FDR 0.1). ``DecodeResult``
+gives two answers: the *detected list* (``significant``: which values are present) and
+the *distribution* over every candidate (empirical-Bayes shrinkage, ``shrink``, projected
+onto {x ≥ 0, Σx ≤ 1}, Norm-Sub: Wang et al., NDSS 2020); where the detected values hold
+little of the mass, a random-effects fit (``ridge``) spreads what the counts place.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """google/rappor's analysis files, read and written so its users can switch.
 
 - ``params.csv``: header ``k,h,m,p,q,f``, then one row of values.
-- ``counts.csv``: no header; one row per cohort: N (reports in the cohort),
-  then the counts of bits 0..k-1. A multiple of m rows is summed per cohort
-  (row r adds to cohort r mod m), as google/rappor's ``AdjustCounts`` does.
-  Counts are whole numbers ("12" or "12.0"); "12.5" is refused, not truncated.
-- ``map.csv``: no header (a first row whose entries are not numbers is taken
-  as one and skipped); one row per candidate: the value, then m·h 1-based row
-  numbers ``cohort·k + bit + 1`` (cohort-major, h entries per cohort; two
-  hashes that hit one bit repeat it). A repeated value keeps its first row and
-  the rest are dropped, and an empty value reads as "Empty", both as
-  google/rappor's ``ReadMapFile`` does.
+- ``counts.csv``: no header; one row per cohort: N, then the counts of bits 0..k-1. A
+  multiple of m rows is summed per cohort (row r adds to cohort r mod m, as
+  ``AdjustCounts``). Counts are whole numbers ("12" or "12.0"); "12.5" is refused.
+- ``map.csv``: no header (a first row of non-numbers is skipped); one row per candidate:
+  the value, then m·h 1-based row numbers ``cohort·k + bit + 1`` (cohort-major, h per
+  cohort; two hashes on one bit repeat it). As in ``ReadMapFile``, a repeated value keeps
+  its first row and an empty value reads as "Empty".
 
-Errors::
-
-    RapporFileError (ValueError)   a file is missing or does not fit the params (names file/line)
+Errors: ``RapporFileError`` (a ValueError): a file is missing or does not fit the params
+(names file and line).
 """
 
 from __future__ import annotations

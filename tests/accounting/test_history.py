@@ -1,4 +1,4 @@
-"""Issue 11: accounting over time never understates.
+"""Accounting over time never understates.
 
 Regression tests carry the issue's numbers (each fails on the code before the
 fix: the ledger took min(Σε, the newest release's figure at the newest crowd));

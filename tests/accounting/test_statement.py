@@ -220,7 +220,7 @@ def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=8), shuffle=policy)
     # Measured shares over the release (smallest 1/8), applied to 1000-report batches.
     stmt = privacy_statement(metric, 80_000, delta=DELTA, cohort_sizes=[10_000] * 8)
-    # Issue 11: the exact binomial quantile whose failure probability, over every
+    # The exact binomial quantile whose failure probability, over every
     # cohort of every batch, is charged to δ (mean − 5 sd failed w.p. ≈ 8·80·Φ(−5)).
     from scipy.stats import binom
 

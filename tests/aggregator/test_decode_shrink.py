@@ -115,7 +115,7 @@ def test_npmle_rejects_bad_input() -> None:
 
 
 def test_smooth_distribution_over_many_values_is_answered_by_the_distribution() -> None:
-    """Issue 19: a Gaussian over 300 values, most below the detection threshold.
+    """A Gaussian over 300 values, most below the detection threshold.
 
     The detected list finds a fifth of the values; the distribution answer is
     much closer to the truth than the list (and than an empty answer, TV 0.5).

@@ -1,4 +1,4 @@
-"""Shuffled histograms (issue 18) through the real daemons: `crowdmix shuffler serve`
+"""Shuffled histograms through the real daemons: `crowdmix shuffler serve`
 and `crowdmix aggregator serve` processes, each on a redis-server this test starts,
 sealed reports over real gRPC.
 

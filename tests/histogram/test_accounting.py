@@ -86,9 +86,9 @@ def test_figure_equals_the_enumerated_full_histogram(
 @pytest.mark.parametrize("eps", [0.1, 0.5, 1.0])
 def test_local_randomization_figure_bounds_the_enumerated_view(eps: float) -> None:
     """The target's k-RR report among the fakes of 4 honest others whose real reports are
-    k-RR'd too: the whole histogram enumerated with tests/histogram/test_review.py's
+    k-RR'd too: the whole histogram enumerated with tests/histogram/test_statement_soundness.py's
     brute force of the real mechanism (every value of the others)."""
-    from tests.histogram.test_review import _hockey, _mechanism
+    from tests.histogram.test_statement_soundness import _hockey, _mechanism
 
     params = HistogramParams(domain_size=3, fake_slots=2, fake_probability=0.7, local_epsilon=1.5)
     for others in itertools.product(range(3), repeat=4):

@@ -1,6 +1,6 @@
-"""Regression tests from the outside privacy review of issue 18 (shuffled histograms).
+"""Shuffled histograms: the statement is sound.
 
-Each test names the defect it pins: a figure below a valid lower bound, a printed
+Each test names the defect it keeps out: a figure below a valid lower bound, a printed
 figure rounded down, or a statement made for a release it does not describe.
 """
 
