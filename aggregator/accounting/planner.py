@@ -180,16 +180,19 @@ def _refined(
         if std_error(with_q(base, _Q_MAX), n) >= best:
             break
         lo, hi = base.q, _Q_MAX
-        if local_cap is not None:
-            while hi - lo > _Q_STEP and epsilon_one(with_q(base, hi)) > local_cap:
-                hi = 0.5 * (lo + hi)
-        if not _meets(with_q(base, lo + _Q_STEP), target, n_amp, delta, rounds):
+
+        def ok(q: float, base: RapporParams = base) -> bool:
+            params = with_q(base, q)
+            if local_cap is not None and epsilon_one(params) > local_cap:
+                return False
+            return _meets(params, target, n_amp, delta, rounds)
+
+        if not ok(lo + _Q_STEP):
             continue
         lo += _Q_STEP
         while hi - lo > _Q_STEP:
             mid = 0.5 * (lo + hi)
-            ok = local_cap is None or epsilon_one(with_q(base, mid)) <= local_cap
-            if ok and _meets(with_q(base, mid), target, n_amp, delta, rounds):
+            if ok(mid):
                 lo = mid
             else:
                 hi = mid
@@ -287,6 +290,16 @@ def plan(
         rounds,
         None if max_local_epsilon is None else float(max_local_epsilon),
     )
+    if not proposals:
+        raise PlanError(
+            f"no RAPPOR parameters reach ε={epsilon} with δ={delta} for n={n} "
+            f"(a report hides among only ~{n_amp} others)"
+            + (
+                ""
+                if max_local_epsilon is None and max_epsilon_inf is None
+                else " within the local caps"
+            )
+        )
     proposals.sort(key=lambda sp: sp[0])
     z = float(norm.isf(alpha / candidates)) + float(norm.ppf(power))
     if z * proposals[0][0] >= 1.0:
