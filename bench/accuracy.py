@@ -218,18 +218,20 @@ def big_case(seed: int) -> dict[str, float]:
     truth[true_idx] = counts
     totals, ones = simulate_rappor_counts(truth, design, params, rng)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    times = []
+    times, cpus = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecodeWarning)
         for _ in range(3):  # the first call also pays one-off set-up (threadpoolctl, caches)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = decode_rappor(totals, ones, params, design, candidates)
             times.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
     seconds = min(times)
     detected = set(np.flatnonzero(res.significant).tolist())
     true_set = set(true_idx[counts > 0].tolist())
     return {
         "decode_seconds": seconds,
+        "decode_cpu_seconds": min(cpus),
         "first_decode_seconds": times[0],
         "design_seconds": build,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -435,7 +437,8 @@ def main() -> None:
         print("\nm=64, k=128, 10,000 candidates, 40 true values, 1 M reports:")
         print(
             f"  decode    {big['decode_seconds']:.3f} s (best of 3; first call "
-            f"{big['first_decode_seconds']:.3f} s)  -> <= 1 s"
+            f"{big['first_decode_seconds']:.3f} s; CPU {big['decode_cpu_seconds']:.3f} s)"
+            "  -> <= 1 s"
         )
         print(
             f"  peak RSS  {big['peak_rss_mb']:.0f} MB (process total; "
