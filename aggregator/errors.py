@@ -11,10 +11,8 @@ status codes in ``crowdmix.aggregator.daemon.service``; the command line to exit
         ├── StoreUnavailable  the backend cannot be reached now (retry later)
         └── ParamsConflict    counts for this metric were stored under other params
 
-The analysis side has its own, each beside its math: ``crowdmix.aggregator.decode.errors``
-(nothing trustworthy can be decoded), ``crowdmix.aggregator.counting.counts.CountsError``
-(counts of the wrong shape), ``crowdmix.aggregator.accounting.ledger`` (a release over
-budget, a corrupt ledger) and ``crowdmix.aggregator.sealing.keys`` (key files).
+The analysis side's errors sit beside their math: ``decode.errors``,
+``counting.counts.CountsError``, ``accounting.ledger`` and ``sealing.keys``.
 """
 
 from __future__ import annotations

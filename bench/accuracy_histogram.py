@@ -1,4 +1,4 @@
-"""Issue 18 accuracy bench: RAPPOR vs shuffled k-RR vs shuffled histograms with
+"""RAPPOR vs shuffled k-RR vs shuffled histograms with
 fake reports, side by side at the same n, d and central (ε, δ).
 
     .venv/bin/python bench/accuracy_histogram.py                 # n = 1e6, ε = 1, δ = 1e-6
@@ -21,9 +21,9 @@ For each domain size d: a Zipf(1.1) population of n devices over d values.
   Bin(n − c_v, q*) (OUE: p* = ½, q* = 1/(e^ε0 + 1); OLH: p* = e^ε0/(e^ε0 + g − 1),
   q* = 1/g), decoded by ``decode_basic``. Per-bucket RMSE and E[TV] depend on
   the marginals only, so they are exact; the joint law is not simulated.
-- Fake reports: ``plan_release`` (``plan_histogram``, cap ``--max-messages``) at the
-  device count the release statement will use (``devices_lower_bound`` of the
-  expected report total, one batch), then checked with ``histogram_release``
+- Fake reports: ``plan_release`` (``plan_histogram``, cap ``--max-messages``) for the
+  honest crowd the release statement will count (``honest_lower_bound`` of the report
+  total's 1e-9 quantile, one batch), then checked with ``histogram_release``
   (the printed "stated ε" is what the report job would print); counts simulated
   exactly (fakes: Bin(n·m, q) reports, multinomial over d), decoded by
   ``decode_histogram`` with n estimated from the total, as the report job does.
@@ -109,7 +109,7 @@ def plan_fake(
 ) -> tuple[Any, float, int]:
     """The plan whose stated figure (``plan_release``) meets the target, and that figure."""
     plan, stated = plan_release(eps, delta, n, d, max_messages=max_messages)
-    return plan, stated.epsilon, stated.devices_lower
+    return plan, stated.epsilon, stated.honest_lower
 
 
 def olh_std(n: int, epsilon0: float) -> float:
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         row["fake_q"] = hp.fake_probability
         row["fake_central_epsilon"] = hplan.central_epsilon
         row["fake_stated_epsilon"] = stated_eps
-        row["fake_devices_lower"] = n_low
+        row["fake_honest_lower"] = n_low
         row["fake_expected_messages"] = hplan.expected_messages
         row["fake_max_messages"] = hplan.max_messages
         if rp is not None:

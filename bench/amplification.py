@@ -1,4 +1,4 @@
-"""Speed of the exact shuffle-amplification bounds (issue 6).
+"""Speed of the exact shuffle-amplification bounds.
 
 Targets: one query ≤ 1 s for n ≤ 1e7 and ≤ 5 s at n = 1e8 (apple/ml-shuffling-
 amplification's numerical method took up to 293 s at n = 1e7 and stalled past

@@ -3,7 +3,7 @@
     .venv/bin/python bench/counts.py                 # k=128, m=128
     .venv/bin/python bench/counts.py --k 32 --m 64
 
-Shapes measured (target, issue 3: >= 20 M reports/s at k=128, m=128):
+Shapes measured (target: >= 20 M reports/s at k=128, m=128):
 - one big batch of 4 M reports, cohorts random (unsorted);
 - the same batch grouped by cohort (as a shuffler never sends, but a merge might);
 - 1000-report batches arriving one by one (the realistic ingest shape);

@@ -15,12 +15,12 @@ rate = reports counted / (first send → last report counted by the aggregator).
 final counts are checked to equal, cohort by cohort and bit by bit, a direct count of
 the acknowledged requests.
 
-Target (issue 5): >= 1 M reports/s sustained end to end with 1000-report requests.
+Target: >= 1 M reports/s sustained end to end with 1000-report requests.
 
-``--redis-cluster`` (issue 17): both stores on one 3-master, 3-replica Redis Cluster
+``--redis-cluster``: both stores on one 3-master, 3-replica Redis Cluster
 (AOF always on every node), ``--min-replicas-ack N`` on every daemon.
 
-``--sealed`` (issue 15): the cluster runs with a key set (shufflers hold the public
+``--sealed``: the cluster runs with a key set (shufflers hold the public
 config, the aggregator opens with ``--open-workers N``) and the requests carry sealed
 columns (X25519 HPKE, 92 bytes a report) from a pool of 16 requests sealed before the
 clock starts, with zero report ids (so re-sending a pooled request counts again, as
@@ -209,12 +209,12 @@ def main() -> int:
         default="",
         help='extra flags for each shuffler, e.g. "--commit-delay-ms 2"',
     )
-    ap.add_argument("--sealed", action="store_true", help="sealed reports (issue 15)")
+    ap.add_argument("--sealed", action="store_true", help="sealed reports")
     ap.add_argument("--open-workers", type=int, default=0, help="aggregator --open-workers")
     ap.add_argument(
         "--redis-cluster",
         action="store_true",
-        help="a 3-master, 3-replica Redis Cluster (AOF always) for both stores (issue 17)",
+        help="a 3-master, 3-replica Redis Cluster (AOF always) for both stores",
     )
     ap.add_argument("--min-replicas-ack", type=int, default=0, help="WAIT for N replicas")
     args = ap.parse_args()
@@ -317,7 +317,7 @@ def main() -> int:
             and np.array_equal(got.ones, expected.ones)
         )
         print(f"counts equal a direct count of the acknowledged reports: {exact}")
-        print("target: >= 1 M reports/s end to end with 1000-report requests (issue 5)")
+        print("target: >= 1 M reports/s end to end with 1000-report requests")
         if args.sealed:
             ceiling.append(raw_open_rate(cluster.keys_path, config.fingerprint))
             rate = counted / (t_counted - t0)

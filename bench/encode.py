@@ -1,4 +1,4 @@
-"""Client encoding throughput (issue 2): per-report encoder and batch encoder.
+"""Client encoding throughput: per-report encoder and batch encoder.
 
     .venv/bin/python bench/encode.py [--reports N] [--repeats R]
 

@@ -1,4 +1,4 @@
-"""Sealed reports (issue 15, core): seal on the client, open on the aggregator.
+"""Sealed reports: seal on the client, open on the aggregator.
 
     .venv/bin/python bench/hpke.py [--reports N] [--repeats R] [--pool-reports M]
 

@@ -113,7 +113,7 @@ def main() -> int:
             print(f"batch {n:>7}: delta-blob+fold  {rate / 1e6:8.2f} M reports/s")
             rate = run_store(MemoryCountStore(), delta, n, args.seconds)
             print(f"batch {n:>7}: memory           {rate / 1e6:8.2f} M reports/s")
-        print("target: the store alone well above 10 M reports/s (issue 5, ingest)")
+        print("target: the store alone well above 10 M reports/s")
     finally:
         server.cleanup()
     return 0

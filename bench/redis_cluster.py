@@ -1,4 +1,4 @@
-"""The shuffler's store on one redis-server against a 3-master Redis Cluster (issue 17).
+"""The shuffler's store on one redis-server against a 3-master Redis Cluster.
 
     .venv/bin/python bench/redis_cluster.py [--seconds 4] [--writers 2] [--metrics 1,6]
 

@@ -1,4 +1,4 @@
-"""The SDK's footprint in an app (issue 16): import, memory, install size, per-report cost.
+"""The SDK's footprint in an app: import, memory, install size, per-report cost.
 
     .venv/bin/python bench/sdk_footprint.py [--imports 15] [--reports 300] [--no-install]
 

@@ -69,7 +69,7 @@ def rows() -> list[tuple[str, float, float | None, float]]:
     ours = compose_segments([krr_segment(2.0, 5, 2000, 10)]).epsilon
     lower = optimistic([(krr_pair(2.0, 5), 2000, 10)])
     out.append(("k-RR ε=2 d=5, n=2,000, 10 rounds (PLD)", ours, 0.7867, lower))
-    # 3. the issue's ledger: n=2,000 then n=200,000 (issue 11: 0.0332; then 0.2310)
+    # 3. a ledger: n=2,000 then n=200,000
     ours = compose_segments([krr_segment(2.0, 5, 2000, 1), krr_segment(2.0, 5, 200_000, 1)])
     lower = optimistic([(krr_pair(2.0, 5), 2000, 1), (krr_pair(2.0, 5), 200_000, 1)])
     out.append(("ledger: k-RR n=2,000 then n=200,000", ours.epsilon, 0.2310, lower))

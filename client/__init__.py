@@ -10,17 +10,9 @@
     >>> round(client.epsilon_one(params), 4)
     1.0743
 
-An app embeds ``client.Reporter`` (``crowdmix.client.reporter``): it fetches each metric's
-params from the shuffler, claims one report per metric per collection window,
-keeps it in a durable outbox until the shuffler acknowledged it, and seals it;
-``report`` returns a ``client.ReportResult`` and never raises.
-
-The core loads neither grpc, numpy nor redis. ``crowdmix.client.transport`` and
-``crowdmix.client.link`` (grpc) and ``crowdmix.client.batch`` (numpy) are imported only when used.
-
-This namespace is the SDK an app uses. What the daemons and analysts share with
-it lives in modules they import by name: ``crowdmix.core.registry`` (the metric
-registry), ``crowdmix.core.privacy`` (p*, q*) and ``crowdmix.core.hashing`` (Bloom bits).
+An app embeds ``client.Reporter`` (``crowdmix.client.reporter``). The core loads neither
+grpc, numpy nor redis (``transport``, ``link``, ``batch`` load them when imported). What
+daemons share with the SDK lives in ``crowdmix.core`` (registry, privacy, hashing).
 """
 
 from __future__ import annotations

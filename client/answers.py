@@ -1,27 +1,15 @@
 """What a sender does with a shuffler's refusal: one table for every sender.
 
-``classify(code, details)`` reads a gRPC status (its name, e.g. ``"UNAVAILABLE"``,
-and its details, which start with the shuffler's reason: ``"stale_key: ..."``) and
-answers with an ``Answer``. Both senders — ``Reporter`` (an app's outbox) and
-``ShufflerClient`` (bulk senders) — act on it, so they never disagree:
-
-======================================  ========  ==========================================
-status (reason)                         action    why
-======================================  ========  ==========================================
-UNAVAILABLE, DEADLINE_EXCEEDED,         RETRY     nothing or maybe something was stored; the
-RESOURCE_EXHAUSTED, ABORTED, ...                  same report id makes a repeat harmless
-FAILED_PRECONDITION window_closed       DROP      the report's window no longer takes reports
-FAILED_PRECONDITION window_ahead,       REFETCH   the device's clock or keys are outdated:
-stale_key, any other                              fetch the config once, then RETRY later
-INVALID_ARGUMENT protocol_unsupported   FATAL     this SDK speaks another protocol
-INVALID_ARGUMENT (any other)            REFETCH   a fresh config may cure it (params, metric);
-                                                  after the refetch: DROP (``refused``)
-UNAUTHENTICATED, PERMISSION_DENIED,     FATAL     the app's token, target or TLS setting is
-UNIMPLEMENTED, a failed TLS handshake             wrong: retrying cannot fix it
-======================================  ========  ==========================================
-
-A FATAL answer keeps the reports (an app update can fix the setting) and says why.
-Pure: no grpc import.
+``classify(code, details)`` reads a gRPC status (its name, e.g. ``"UNAVAILABLE"``, and
+its details, which start with the shuffler's reason: ``"stale_key: ..."``) and answers
+with an ``Answer``. Both senders — ``Reporter`` and ``ShufflerClient`` — act on it, so
+they never disagree: RETRY for UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
+ABORTED, ... (the same report id makes a repeat harmless); DROP for ``window_closed``;
+REFETCH (the config once) for ``window_ahead``, ``stale_key``, any other
+FAILED_PRECONDITION and any other INVALID_ARGUMENT (after the refetch: DROP); FATAL for
+``protocol_unsupported``, UNAUTHENTICATED, PERMISSION_DENIED, UNIMPLEMENTED and a failed
+TLS handshake. A FATAL answer keeps the reports (an app update can fix the setting) and
+says why. Pure: no grpc import. The table with reasons: docs/design.md, "Client".
 """
 
 from __future__ import annotations

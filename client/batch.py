@@ -1,39 +1,18 @@
 """Vectorised RAPPOR encoding for simulations and benchmarks (numpy; import explicitly).
 
-``import client`` does not load this module (nor numpy): use
-``from client.batch import BatchEncoder``. Needs the ``sim`` extra
-(numpy; ``cryptography`` for the fast AES-CTR keystream).
+``import crowdmix.client`` does not load this module (nor numpy): use
+``from crowdmix.client.batch import BatchEncoder``; needs the ``sim`` extra.
 
     enc = BatchEncoder(params, metric="home_page")
     table = enc.bloom_table(candidates)                 # (C, m, ceil(k/8)) uint8
     batch = enc.encode_indices(table, value_idx, cohorts)   # one report per client
     columns = (batch.cohorts, batch.bits)               # ready for ReportColumns
 
-What is equal to what (per-report encoder = ``client.RapporEncoder``):
-
-- Bloom bits: identical, byte for byte, to ``crowdmix.core.hashing.bloom_int`` for
-  every (value, cohort), both hashing modes (they are computed by it).
-- PRR, memoised (``encode_clients``, ``permanent_responses``): for client i
-  with secret s_i and cohort c_i, identical bit for bit to
-  ``RapporEncoder(params, secret=s_i, metric=..., cohort=c_i).permanent_response``
-  (the same client.rappor.PrrRule, in Python: a few µs per report). Use
-  this whenever a simulated client reports a value more than once.
-- PRR, fresh (``encode_indices``, ``fresh_permanent_responses``): B where a
-  Bernoulli(f) mask N is 0 and a uniform bit where it is 1, both drawn from
-  the keystream per report. For a client that reports once this has the same
-  distribution as the PRF PRR of a fresh client secret, with BLAKE2b modelled
-  as a random function (which is what "keyed PRF" asserts computationally).
-  Reusing it for repeated reports would be wrong: each report would carry
-  fresh PRR noise, and averaging them would undo the PRR.
-- IRR: the per-report encoder's rule exactly: report bit = Bernoulli(q) where
-  the PRR bit is 1, Bernoulli(p) where it is 0, independent over bits and
-  reports, sampled exactly for any float p, q by the same digit rule
-  (crowdmix.client.randomness), with every bit of every report a lane.
-
-Randomness is a CSPRNG: by default an AES-256-CTR keystream under a key from
-``os.urandom`` (re-keyed in a forked child), or ``os.urandom`` itself when the
-``cryptography`` package is missing. Never a seeded PRNG such as PCG64; tests
-inject a seeded ``ByteSource`` explicitly.
+Bloom bits and the IRR equal the per-report encoder's exactly; ``encode_clients`` keeps
+the memoised PRR bit for bit (use it when a client reports more than once);
+``encode_indices`` draws a fresh PRR per report (same law for a one-time report).
+Randomness is a CSPRNG (AES-256-CTR keyed from ``os.urandom``); tests inject a seeded
+``ByteSource``. Equivalences in detail: docs/design.md, "Client".
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
 """At most one report per metric per collection window: the device keeps the promise.
 
-Every privacy statement crowdmix prints assumes that each client sends at most one
-report of a metric per collection window (a day by default). The shuffler cannot
-check it (it must not know who sent what), so the device has to::
+Every privacy statement assumes each client sends at most one report of a metric per
+collection window, and the shuffler cannot check it (it must not know who sent what)::
 
     budget = client.ReportBudget(app_data / "crowdmix-budget.json", registry.window_seconds)
     if budget.claim("home_page"):
         sender.submit(encoder.encode(value), window=budget.window())
 
-``claim`` records the metric's window and writes the file (atomically: a crash
-leaves the old or the new state, never half of one) *before* it returns True, so a
-restart of the app does not reset it. Claiming before encoding is deliberate: a
-report that then fails to send is not made again in the same window, because a
-second freshly randomized report of the same value reveals more than the
-statement says. A clock that goes back cannot reopen a window already used.
-
-The windows are the registry's (``Registry.window_of``: Unix time divided by
-``window_seconds``); a report names the window it was claimed in (``window=``), and
-the shuffler files it there. ``client.Reporter`` does all of this for an app.
+``claim`` writes the metric's window to the file atomically *before* it returns True, so
+an app restart does not reset it, and a clock set back reopens no window. It claims
+before encoding: a report that fails to send is not made again in that window (a second
+freshly randomized report reveals more than the statement says). Windows are the
+registry's (``Registry.window_of``). ``client.Reporter`` does all of this for an app.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """The device's delivery policy: one pure function from what waits to what to do.
 
-``decide(rows, config, now, state)`` looks at the oldest group of waiting reports
-(one metric, one window: a report, or a shuffled histogram's real report and its
-fakes) and answers with one action; ``crowdmix.client.reporter`` does the I/O and
-asks again:
-
-- ``Send``: seal (or not) and submit the group, with its window and report ids;
-- ``Drop``: never deliverable (its window closed, params the server no longer has,
-  above the privacy ceiling, refused): delete it, counted under ``reason``;
-- ``Refetch``: fetch the config first (none yet, expired, or an answer that says
-  ours is outdated — at most once per pass);
-- ``Wait``: nothing to do now (``seconds``, None: until woken), possibly because of
-  a ``problem`` the app should hear of (a shuffler that publishes no key);
-- ``Offline``: stop and back off (unreachable, or a refusal retrying now cannot fix).
-
-The report's window is fixed when it is claimed: the device's clock corrected once
-by the server time of the config (``CachedConfig.window``). A window more than
-``TOLERANCE_WINDOWS`` behind the current one is closed at the shuffler (the
-protocol's default tolerance) and is dropped without asking it.
+``decide(rows, config, now, state)`` looks at the oldest group of waiting reports (one
+metric, one window: a report, or a shuffled histogram's real report and its fakes) and
+answers with one action; ``crowdmix.client.reporter`` does the I/O and asks again.
+``Send`` the group with its window and report ids; ``Drop`` it, counted under
+``reason``, when never deliverable (window closed, params gone, above the privacy
+ceiling, refused); ``Refetch`` the config first (none, expired, or said outdated: at most
+once per pass); ``Wait`` (``seconds``; None: until woken), possibly with a ``problem``
+for the app; ``Offline``: stop and back off. A report's window is fixed at its claim
+(``CachedConfig.window``); one more than ``TOLERANCE_WINDOWS`` behind the current window
+is closed at the shuffler and dropped without asking it.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """The device's durable outbox: claimed reports until the shuffler acknowledges them.
 
-One SQLite file (``sqlite3``, the standard library) in the app's directory holds
-
-- ``claims``: per metric, the last collection window a report was claimed in;
-- ``outbox``: every claimed report not yet acknowledged — report id, metric, its
-  window (and the window's length), cohort, params fingerprint and the encoded bits;
-- ``config``: the last ``GetConfig`` answer, when it arrived and the clock offset it gave;
-- ``counters``: reports delivered, and those that left without delivery, by reason.
-
-The promises, each one SQLite transaction (``BEGIN IMMEDIATE``, WAL journal,
-``synchronous=FULL``), so a process killed at any instant leaves the state before
-or after it, never half:
-
-- ``claim``: at most one report per (metric, window), and windows only move forward
-  (a clock set back reopens none); the claim *and* the report — a shuffled
-  histogram's real report and its fakes: all of them — are written together, or
-  neither is. A report keeps its window and report id through every retry and
-  restart: a repeat is the same report, which the aggregator counts once.
-- ``acknowledged`` deletes rows only after the shuffler acknowledged them, and
-  counts the rows it deleted (two processes on one app dir may both send a row).
-- Bounded: at most ``max_reports`` rows and ``max_bytes`` of report payload; when
-  full a new report is refused (``FULL``) and nothing is claimed.
-
-The file carries its schema version (``PRAGMA user_version``); a file of another
-version is refused with an error naming it. What sits on disk is the *encoded*
-report — bits already randomized on the device — never the value; deleted rows are
-zeroed (``secure_delete``) and the write-ahead log is truncated after every delete.
+One SQLite file in the app's directory holds ``claims`` (per metric, the last window a
+report was claimed in), ``outbox`` (every claimed, unacknowledged report: id, metric,
+window, cohort, params fingerprint, encoded bits), ``config`` (the last ``GetConfig``
+answer and its clock offset) and ``counters``. Each promise is one transaction
+(``BEGIN IMMEDIATE``, WAL, ``synchronous=FULL``), so a killed process leaves the state
+before or after it: ``claim`` allows at most one report per (metric, window), windows
+only move forward, and claim and report(s) are written together or not at all;
+``acknowledged`` deletes rows only after the shuffler acknowledged them; the file is
+bounded (``max_reports``, ``max_bytes``; when full a report is refused, ``FULL``). A file
+of another schema version (``PRAGMA user_version``) is refused. Only encoded (randomized)
+reports are stored, never values; deleted rows are zeroed (``secure_delete``) and the
+WAL truncated after every delete. More: docs/design.md, "Client".
 """
 
 from __future__ import annotations
@@ -264,14 +250,23 @@ class Outbox:
         """Every waiting report, oldest first."""
         return self._rows("ORDER BY seq", ())
 
-    def next_group(self) -> list[PendingReport]:
+    def next_group(self, skip: Iterable[tuple[str, int]] = ()) -> list[PendingReport]:
         """The oldest report's group: every waiting row of its metric and window, in the
         order made (one report, or a shuffled histogram's real report and fakes: sent in
-        one request, never split). Empty when nothing waits."""
+        one request, never split), leaving out the (metric, window) groups in ``skip``.
+        Empty when nothing (else) waits."""
+        skipped = list(skip)
+        unless = ""
+        if skipped:
+            unless = (
+                " WHERE (metric, window) NOT IN (VALUES "
+                + ",".join(["(?, ?)"] * len(skipped))
+                + ")"
+            )
         return self._rows(
-            "WHERE (metric, window) = (SELECT metric, window FROM outbox ORDER BY seq LIMIT 1)"
-            " ORDER BY seq",
-            (),
+            "WHERE (metric, window) = (SELECT metric, window FROM outbox"
+            f"{unless} ORDER BY seq LIMIT 1) ORDER BY seq",
+            [v for group in skipped for v in group],
         )
 
     def __len__(self) -> int:

@@ -1,27 +1,15 @@
 """Random bits for the encoders: a CSPRNG by default, injectable for tests.
 
-Everything a privacy guarantee depends on draws from a ``BitSource``. The
-default, ``SecureBits``, reads the operating system's CSPRNG (``os.urandom``)
-through a small buffer, so an encode costs no system call; the buffer is
-discarded in a forked child, which would otherwise replay the parent's bits.
-
-Bernoulli bit vectors are sampled *exactly* for any float probability (every
-float is a dyadic rational ``p = 0.b1 b2 ... bd`` in binary), all ``nbits``
-lanes at once ("bit slicing"). Lane by lane, digit j uses one fresh uniform
-bit ``u_j``: while the lane is undecided, ``b_j = 1, u_j = 1`` decides 1,
-``b_j = 0, u_j = 0`` decides 0, anything else moves to the next digit; a lane
-still open after digit d is 0. So P(1) = Σ_j b_j 2^-j = p exactly (the lane
-reads 1 iff the number 0.(1-u_1)(1-u_2)... is below p).
-
-Two evaluations of that one rule, which agree word for word:
-
-- ``bernoulli_bits`` walks the digits forwards and stops once every lane is
-  decided: about log2(nbits) + 2 words for a long expansion such as 0.3.
-- ``word_sampler`` evaluates it backwards over all d digits as a fixed boolean
-  formula of d uniform words, ``R_d = u_d``, ``R_j = u_j | R_{j+1}`` if
-  ``b_j = 1`` else ``u_j & R_{j+1}`` (p = 1/2 → u1, p = 3/4 → u1 | u2,
-  p = 1/4 → u1 & u2). All d words come from one draw, which is what makes the
-  per-report encoder fast for the short (dyadic) probabilities used in practice.
+Everything a privacy guarantee depends on draws from a ``BitSource``. The default,
+``SecureBits``, reads ``os.urandom`` through a small buffer (discarded in a forked child,
+which would otherwise replay the parent's bits). Bernoulli bit vectors are sampled
+*exactly* for any float p = 0.b1 b2 … bd (binary), all ``nbits`` lanes at once: digit j
+uses a fresh uniform bit u_j; b_j = 1, u_j = 1 decides 1, b_j = 0, u_j = 0 decides 0,
+else the next digit; an open lane after digit d is 0, so P(1) = Σ_j b_j 2^-j = p.
+``bernoulli_bits`` walks the digits forwards until every lane is decided;
+``word_sampler`` evaluates the same rule backwards as a boolean formula of d words
+(R_d = u_d, R_j = u_j | R_{j+1} if b_j = 1 else u_j & R_{j+1}), all from one draw; the
+two agree word for word. Details: docs/design.md, "Client".
 """
 
 from __future__ import annotations

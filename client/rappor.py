@@ -1,32 +1,15 @@
 """The RAPPOR encoder: Bloom filter -> permanent RR -> instantaneous RR.
 
-- Permanent randomized response (PRR, parameter f) is a deterministic function
-  of (client secret, metric, Bloom bits) through a keyed PRF, so it is
-  memoised without storing anything: a client that reports the same value
-  again sends the same PRR, and averaging its reports reveals no more than
-  ε_∞ (crowdmix.core.privacy).
-  * ``mmh3`` mode: keyed BLAKE2b streams the PRF's bits. With K = the secret
-    (BLAKE2b of it if longer than 64 bytes), personalisation
-    ``crowdmix.prr.v1`` and M = len(metric) (u32 LE) ‖ metric ‖ Bloom
-    (ceil(k/8) bytes LE), the stream S is
-    BLAKE2b-512_K(M ‖ 0 as u32 LE) ‖ BLAKE2b-512_K(M ‖ 1) ‖ ... read as a
-    little-endian bit string. Word 0 (bits [0, k)) is the uniform word U, the
-    following k-bit words give a Bernoulli(f) noise mask N, sampled exactly
-    (crowdmix.client.randomness). PRR = B ^ ((B ^ U) & N): B where N is 0, U where 1.
-    For k = 128 and f = 1/2 this is one BLAKE2b call.
-  * ``rappor-md5`` mode: google/rappor's HMAC-SHA256(secret, 4-byte big-endian
-    Bloom) with its byte-wise coin rule (bit i: digest byte i, low bit =
-    uniform, high 7 bits < f*128 = noise), for bit-compatible reports.
-- Instantaneous randomized response (IRR, p and q) is fresh for every report,
-  from a CSPRNG by default: report bit = Bernoulli(q) where PRR is 1,
-  Bernoulli(p) where it is 0. With probabilities of at most
-  ``MAX_FIXED_DIGITS`` binary digits, all the words of both masks come from a
-  single ``random_bits`` call: P = p-mask from words [0, wp), Q = q-mask from
-  words [wp, wp + wq), report = P ^ ((P ^ Q) & PRR).
-
-The hot path (``encode``) is one closure built per encoder that computes
-exactly ``instantaneous_response(permanent_response(bloom(value)))`` without
-the intermediate objects; tests check the two agree bit for bit.
+The permanent randomized response (PRR, parameter f) is a deterministic function of
+(client secret, metric, Bloom bits) through a keyed PRF, so it is memoised without
+storing anything and repeated reports reveal no more than ε_∞ (crowdmix.core.privacy).
+``mmh3`` mode: keyed BLAKE2b (personalisation ``crowdmix.prr.v1``) streams a uniform word
+U and an exact Bernoulli(f) mask N; PRR = B ^ ((B ^ U) & N). ``rappor-md5`` mode:
+google/rappor's HMAC-SHA256 coin rule, for bit-compatible reports. The instantaneous
+randomized response (IRR, p and q) is fresh per report from a CSPRNG: Bernoulli(q) where
+the PRR bit is 1, Bernoulli(p) where 0, both masks from one ``random_bits`` call. The hot
+path ``encode`` computes exactly ``instantaneous_response(permanent_response(bloom(value)))``
+(tests check bit for bit). The exact PRF byte layout: docs/design.md, "Client".
 """
 
 from __future__ import annotations

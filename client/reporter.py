@@ -4,31 +4,15 @@
     reporter = client.Reporter(app_dir, "shuffler.example:7400", token=APP_TOKEN,
                                bundled_config="crowdmix-config.pb")
     result = reporter.report("theme", "dark")   # result.status: CLAIMED, NO_CONFIG, ...
-    ...
     reporter.flush(timeout=2.0)                 # at exit: the number still queued
     reporter.close()
 
-- **Config from the server** (``GetConfig``): each metric's params, the collection
-  window, the server's time and the aggregator's public keys, cached in the outbox
-  for ``cache_seconds``. A config bundled with the app (``crowdmix config export``)
-  makes the first report possible before the shuffler was ever reached.
-- **One report per metric per window**: the window is the device's clock corrected
-  once by the config's server time; claiming it and storing the encoded report are
-  one transaction in ``app_dir/outbox.sqlite3`` (``crowdmix.client.outbox``). The
-  report keeps its window and report id through every retry and restart.
-- **Never raises, never blocks**: after construction ``report`` returns a
-  ``ReportResult`` saying what it did (and counts every refusal in ``counters()``);
-  a background thread does all network I/O — fetching, sealing at send time
-  (``sealing="required"``, the default, never sends clear reports), sending with
-  exponential backoff and full jitter. ``flush(timeout)`` sends in the caller's
-  thread, for at most ``timeout``. What to send, drop, refetch or wait for is
-  ``crowdmix.client.delivery.decide``; this module does its I/O.
-- **Privacy ceiling** (``crowdmix.client.ceiling``): served params less private than
-  the app allows make no report, and a stored report above it is not sent.
-- Programmer errors (a target without a port, a bad ceiling, an unreadable bundled
-  config, an outbox of another schema) raise at construction.
-
-Importing this module loads neither grpc nor protobuf.
+Config comes from ``GetConfig`` (cached; a bundled config allows the first report
+offline). One report per metric per window, claimed and stored in one transaction of
+``app_dir/outbox.sqlite3``. After construction ``report`` never raises or blocks: a
+background thread does all network I/O; what to do is ``crowdmix.client.delivery.decide``.
+Params above the privacy ceiling (``crowdmix.client.ceiling``) make no report. Programmer
+errors raise at construction. Imports neither grpc nor protobuf. More: docs/design.md, "Client".
 """
 
 from __future__ import annotations
@@ -446,11 +430,14 @@ class Reporter:
         """Act on ``decide`` until it says to wait or to stop (see crowdmix.client.delivery)."""
         state = SendState(sealing=self.sealing, ceiling=self._ceiling, backoff=backoff)
         refused: dict[tuple[str, int], Answer] = {}  # this pass's refusals, per group
+        # groups whose window has not begun on the server even after a refetch (a clock
+        # that was set forward): they wait, and the groups behind them go on
+        ahead: dict[tuple[str, int], Offline] = {}
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or (self._closed and threading.current_thread() is self._thread):
                 return Offline("out of time" if left <= 0 else "closing")
-            rows = self._outbox.next_group()
+            rows = self._outbox.next_group(skip=ahead)
             group = (rows[0].report.metric, rows[0].window) if rows else ("", 0)
             action = decide(
                 rows, self._in_use(), self._clock(), replace(state, answer=refused.get(group))
@@ -470,7 +457,16 @@ class Reporter:
                         action.message,
                     )
                 self._outbox.drop(action.report_ids, action.reason)
+            elif (
+                isinstance(action, Offline)
+                and not action.fatal
+                and group in refused
+                and refused[group].reason == "window_ahead"
+            ):
+                ahead[group] = action
             elif isinstance(action, Wait | Offline):
+                if not rows and ahead:  # only early reports wait: retry them later
+                    return next(iter(ahead.values()))
                 return action
             else:  # Refetch: at most once a pass, then send again what was refused
                 failure = self._fetch(min(self._timeout, left))

@@ -2,34 +2,17 @@
 
     from crowdmix.client.transport import ShufflerClient
     with ShufflerClient("shuffler.example:7400", token=TOKEN, tls=True) as sender:
-        sender.submit(encoder.encode("example.com"))
-        ...                      # sent in the background in batches
+        sender.submit(encoder.encode("example.com"))   # sent in the background
     # leaving the block flushes what is queued and closes the channel
 
 An app embeds ``crowdmix.client.Reporter`` instead (a durable outbox). Importing this
-module loads grpc (``pip install 'crowdmix[transport]'``); ``import crowdmix.client`` does not.
-
-- Reports wait in a bounded in-memory queue (``max_queue``); when it is full the
-  *oldest* report is dropped and ``dropped`` counts it.
-- A background thread sends up to ``batch_size`` reports per request once that
-  many are queued or every ``flush_interval`` seconds; ``flush()`` sends
-  everything now (``crowdmix.client.request`` builds the requests, as for ``Reporter``).
-- Every report names its collection window: the one given to ``submit``, else the
-  current one when it is first sent — on the shuffler's clock (``GetConfig``'s
-  server time corrects ours once), or on this machine's clock when
-  ``window_seconds`` is given. It keeps its window and report id through every
-  retry, so the aggregator counts it once.
-- A refusal is acted on as ``crowdmix.client.answers`` says, the table every sender
-  shares: RETRY with exponential backoff and full jitter up to ``max_attempts``,
-  then the reports go back to the front of the queue; REFETCH the config once and
-  send again; DROP and FATAL count the reports in ``failed``. ``flush`` raises
-  ``TransportError`` when a batch was not delivered.
-
-Sealing (``sealing="required"``, the default): every report is sealed to the
-newest usable key the shuffler publishes (``GetConfig``, cached for the lifetime
-it names); a shuffler that publishes none gets nothing (``failed``): no sender
-falls back to clear reports. ``sealing="off"`` sends clear reports (plaintext
-setups, google/rappor files, benchmarks).
+module loads grpc (``crowdmix[transport]``). Reports wait in a bounded queue
+(``max_queue``; when full the oldest is dropped and counted in ``dropped``) and go out
+``batch_size`` at a time or every ``flush_interval``. Every report names its collection
+window and keeps it and its report id through every retry. Refusals are acted on as
+``crowdmix.client.answers`` says; ``flush`` raises ``TransportError`` when a batch was
+not delivered. ``sealing="required"`` (the default) seals every report to the newest
+published key and never falls back to clear; ``sealing="off"`` sends clear reports.
 """
 
 from __future__ import annotations

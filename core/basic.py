@@ -1,25 +1,18 @@
-"""Basic LDP mechanisms for small known domains (Wang, Blocki, Li, Jha,
-"Locally Differentially Private Protocols for Frequency Estimation", USENIX
-Security 2017), each ε-LDP for its parameter ε:
+"""Basic LDP mechanisms for small known domains (Wang, Blocki, Li, Jha, "Locally
+Differentially Private Protocols for Frequency Estimation", USENIX Security 2017),
+each ε-LDP for its parameter ε. Payloads are little-endian; every report has cohort 0:
 
-- ``binary-rr``: binary randomized response; keep the bit w.p. e^ε/(e^ε+1).
-- ``krr``: k-ary randomized response (direct encoding); report the true index
-  w.p. p = e^ε/(e^ε+d-1), otherwise one of the other d-1 uniformly.
-- ``oue``: optimised unary encoding; one-hot vector, the true bit kept as 1 w.p.
-  1/2, every other bit set w.p. 1/(e^ε+1).
-- ``olh``: optimised local hashing; a fresh 2-universal hash H into g = round(e^ε)+1
-  buckets, H(x) perturbed by k-RR over the g buckets.
+- ``binary-rr``: keep the bit w.p. e^ε/(e^ε+1). Payload: 1 byte, bit 0 the answer.
+- ``krr``: the true index w.p. e^ε/(e^ε+d-1), else one of the other d-1 uniformly.
+  Payload: the index in ``index_bytes(d)`` bytes.
+- ``oue``: one-hot, the true bit kept as 1 w.p. 1/2, every other set w.p. 1/(e^ε+1).
+  Payload: d bits, bit i = bit i % 8 of byte i // 8.
+- ``olh``: a fresh 2-universal H(x) = ((a·x + b) mod P) mod g, P = 2^31 − 1,
+  g = round(e^ε)+1, perturbed by k-RR over g. Payload: a (4 bytes), b (4 bytes), y in
+  ``index_bytes(g)`` bytes (1 <= a < P, 0 <= b < P).
 
-Payload layouts (what the aggregator decodes; little-endian throughout):
-
-- binary-rr: 1 byte, bit 0 is the answer.
-- krr: the reported index in ``index_bytes(d)`` bytes.
-- oue: d bits, bit i = bit i % 8 of byte i // 8.
-- olh: a (4 bytes), b (4 bytes), then y in ``index_bytes(g)`` bytes, with
-  H(x) = ((a·x + b) mod P) mod g, P = 2^31 - 1, 1 <= a < P, 0 <= b < P.
-
-Every report of a basic mechanism has cohort 0. The params and layouts live here,
-shared by the device's encoder (``crowdmix.client.basic``) and the aggregator's decoder.
+Params and layouts are shared by the device's encoder (``crowdmix.client.basic``) and
+the aggregator's decoder.
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """Heavy hitters without a candidate list: round params and the prefix hash, shared by
 the device's encoders (``crowdmix.client.discovery``) and the aggregator's decoders.
 
-A value (a string) is read as ``max_length + 1`` symbols over the metric's
-alphabet: its characters (a character outside the alphabet becomes OTHER), then
-END up to the last position; the last position is OTHER instead when the value
-is longer than ``max_length`` (a discovered value ending there is truncated).
-
-Discovery runs in rounds over collection windows, each with its own group of
-devices (a device reports in one round at most: the rounds compose in parallel).
-
-- ``PrefixRound`` (discovery): the device's symbols ``[start, stop)`` extend
-  its prefix ``[0, start)``. With the extension's number e = hi·g + lo (base A),
-  key = BLAKE2b-64(start, stop, hi, prefix) and a seed s uniform in [0, S),
-
-      h = (H_s(key) + m_s·lo) mod g,   H_s(k) = ⌊((a_s·k + b_s) mod 2^64 >> 32)·g / 2^32⌋,
-
-  (a_s, b_s, m_s from SplitMix64 of s; g prime, so lo is recovered from h).
-  y is k-ary randomized response of h over the g buckets (optimised local
-  hashing, Wang et al., USENIX Security 2017), and the payload is the index
-  s·g + y in ``index_bytes(S·g)`` bytes. The server needs no list of values:
-  it evaluates each kept prefix's extensions at once (``crowdmix.aggregator.discovery``).
-- ``ValueRound`` (estimation): k-ary randomized response over the round's
-  candidate values plus a "none of these" index C; payload ``index_bytes(C+1)``.
-
-Either report is ε-LDP for the value (one k-RR over buckets, seeds independent
-of the value), a few bytes long, and counted by the aggregator like k-RR.
+A value is read as ``max_length + 1`` symbols over the metric's alphabet (outside
+characters become OTHER, then END; the last position is OTHER for a longer value).
+Rounds run over collection windows, each with its own group of devices, so they compose
+in parallel. ``PrefixRound``: symbols ``[start, stop)`` extend the prefix; with the
+extension e = hi·g + lo, key = BLAKE2b-64(start, stop, hi, prefix) and a seed s uniform in
+[0, S), h = (H_s(key) + m_s·lo) mod g (g prime, H_s and m_s from SplitMix64 of s); y is
+k-RR of h over g buckets (optimised local hashing, Wang et al., USENIX Security 2017) and
+the payload is s·g + y in ``index_bytes(S·g)`` bytes. ``ValueRound``: k-RR over the
+round's candidates plus "none of these" C; payload ``index_bytes(C+1)``. Either report is
+ε-LDP for the value and counted like k-RR. The hash in full: docs/design.md, "Core".
 """
 
 from __future__ import annotations

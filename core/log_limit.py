@@ -6,7 +6,7 @@ tens of thousands an hour and buries everything else. ``RepeatedFailure`` logs t
 first failure at once, then at most one summary per ``every`` seconds (how many
 failed since, and the last error), and one line when it ends (how long, how many).
 
-Standard library only: both daemons use it, and ``import crowdmix.client`` stays light.
+Standard library only: both daemons use it.
 """
 
 from __future__ import annotations

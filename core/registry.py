@@ -28,7 +28,7 @@
     fake_slots = 1                 # m: at most 1 + m reports per device and window
     fake_probability = 0.05        # q: each slot filled w.p. q with a uniform value
     local_epsilon = 9.0            # optional k-RR on the real report
-    honest_fraction = 1.0          # share of other devices assumed honest (statement)
+    honest_fraction = 1.0          # share of a window's devices assumed honest (statement)
 
     [metrics.app_screen.shuffle]   # a histogram is released once per window:
     release = "window"             # the default for histograms ("max_batch": opt out)
@@ -151,8 +151,9 @@ class MetricConfig:
     """One metric: its encoding (RAPPOR, a basic mechanism or a shuffled histogram)
     and its shuffle policy.
 
-    ``honest_fraction`` matters to shuffled histograms only: the share of the
-    other devices whose fakes the privacy statement counts as cover.
+    ``honest_fraction`` matters to shuffled histograms only: the share of a window's
+    devices the privacy statement assumes honest (the rest may all sit in one batch:
+    ``crowdmix.aggregator.accounting.histogram_crowd``).
     """
 
     name: str

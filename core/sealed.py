@@ -1,28 +1,18 @@
 """Sealed reports, the format: what device, shuffler and aggregator agree on byte for byte.
 
-No cryptography here (the shuffler imports this module to check key ids and
-lengths, and never loads ``cryptography``); sealing is ``crowdmix.client.sealing``
-(with the suites of ``crowdmix.core.hpke``),
-opening ``crowdmix.aggregator.sealing.opening``. RFC 9180 HPKE to the aggregator's public key.
-
-Plaintext (fixed length per metric, so every ciphertext of a metric under one
-suite has the same length and the shuffler can refuse any other length)::
+RFC 9180 HPKE to the aggregator's public key; no cryptography here (sealing:
+``crowdmix.client.sealing``, opening: ``crowdmix.aggregator.sealing.opening``). Plaintext::
 
     bits (report_bytes) ‖ cohort (u32 LE) ‖ params fingerprint (u64 LE) ‖ report id (16 B)
 
-Context bound through HPKE ``info`` (RFC 9180 §5.1, §8.1: the single-shot API's
-place for authenticated context)::
+HPKE ``info`` (RFC 9180 §5.1, §8.1) binds the context, so a report replayed under
+another metric, key id or window does not open::
 
     b"crowdmix/sealed-report" ‖ 0x00 ‖ protocol version (u8) ‖ key id (u32 LE)
       ‖ window (u32 LE) ‖ len(metric) (u16 LE) ‖ metric (UTF-8)
 
-so a ciphertext replayed under another metric, key id or collection window does
-not open (a shuffler cannot re-file a sealed report under another window).
-
-Sealed value: ``enc ‖ ct ‖ tag`` exactly as ``cryptography``'s ``Suite.encrypt``
-returns it, ``enc`` being the KEM's encapsulated key (32 B for X25519, 1120 B for
-ML-KEM-768+X25519) and the tag 16 B (AES-128-GCM). Only the metric name and the
-key id travel outside the seal.
+Sealed value: ``enc ‖ ct ‖ tag`` as ``Suite.encrypt`` returns it (enc 32 B for X25519,
+1120 B for ML-KEM-768+X25519; tag 16 B). Only the metric and key id travel outside.
 """
 
 from __future__ import annotations

@@ -181,6 +181,7 @@ EXTRA_FOR = {
     "hiredis": "shuffler",
     "prometheus_client": "shuffler",
     "grpc_health": "shuffler",
+    "hypercorn": "shuffler",
     "scipy": "aggregator",
     "sklearn": "aggregator",
     "matplotlib": "aggregator",
@@ -205,6 +206,7 @@ COMMAND_EXTRAS = {
     "counts": "aggregator",
     "keys": "transport",
     "cluster": "shuffler,aggregator",
+    "config": "transport",
 }
 
 

@@ -1,22 +1,17 @@
-"""A local crowdmix cluster on loopback: N shufflers sharing one redis-server
-(AOF), one aggregator with a redis-server of its own, a generated metric
-registry and tokens. With ``redis_cluster=True`` (``crowdmix cluster
---redis-cluster``) a 3-master, 3-replica Redis Cluster holds both stores instead,
-and several aggregators may run.
-
-The two Redis instances are the trust boundary made concrete: the shuffler's
-queues hold reports before they are thresholded and shuffled, so the
-aggregator must not be able to read them.
+"""A local crowdmix cluster on loopback: N shufflers sharing one redis-server (AOF), one
+aggregator with a redis-server of its own, a generated metric registry and tokens. With
+``redis_cluster=True`` (``crowdmix cluster --redis-cluster``) a 3-master, 3-replica
+Redis Cluster holds both stores instead, and several aggregators may run.
 
     with LocalCluster(workdir, shufflers=2) as cluster:
         cluster.shuffler_targets      # ["127.0.0.1:PORT", ...]
         cluster.token                 # bearer token for the shufflers
         cluster.registry_path         # the generated metric registry
 
-``crowdmix cluster`` runs one in the foreground until SIGTERM/Ctrl-C;
-``deploy/launch.sh`` calls it. Everything binds 127.0.0.1 only, each process
-logs to ``workdir/<name>.log``, and ``stop()`` ends them all: SIGTERM first
-(graceful: shufflers flush and forward), SIGKILL only past the grace period.
+``crowdmix cluster`` runs one in the foreground until SIGTERM/Ctrl-C (``deploy/launch.sh``
+calls it). Everything binds 127.0.0.1, each process logs to ``workdir/<name>.log``, and
+``stop()`` sends SIGTERM first (shufflers flush and forward), SIGKILL only past the grace
+period. Two Redis instances: the aggregator must not read the shuffler's queues.
 """
 
 from __future__ import annotations
@@ -458,6 +453,7 @@ class LocalCluster:
         aggregators: int = 1,
         redis_cluster: bool = False,
         min_replicas_ack: int | None = None,
+        http_allow_origins: list[str] | None = None,
     ) -> None:
         if shufflers < 1:
             raise ValueError(f"shufflers must be at least 1, got {shufflers}")
@@ -527,6 +523,10 @@ class LocalCluster:
         self.shufflers: list[DaemonProcess] = []
         self._extra_shuffler_args = extra_shuffler_args or []
         self._extra_aggregator_args = extra_aggregator_args or []
+        # Every shuffler also serves its HTTP port (Connect protocol): the URLs are
+        # ``http_urls``; these web origins may call it from a page (CORS).
+        self._http_allow_origins = list(http_allow_origins or [])
+        self._http_ports: dict[str, int] = {}
 
     @property
     def shuffler_redis_url(self) -> str:
@@ -551,6 +551,11 @@ class LocalCluster:
     @property
     def shuffler_targets(self) -> list[str]:
         return [s.target for s in self.shufflers]
+
+    @property
+    def http_urls(self) -> list[str]:
+        """Each shuffler's HTTP port (Submit and GetConfig for browsers and the TS SDK)."""
+        return [f"http://127.0.0.1:{self._http_ports[s.name]}" for s in self.shufflers]
 
     def _make_keys(self) -> None:
         """A key set for a new cluster directory (kept across restarts in the same one);
@@ -590,6 +595,8 @@ class LocalCluster:
 
     def _shuffler(self, i: int, aggregator_target: str) -> DaemonProcess:
         port = free_port()
+        http_port = self._http_ports.setdefault(f"shuffler-{i}", free_port())
+        origins = [a for o in self._http_allow_origins for a in ("--http-allow-origin", o)]
         args = [
             "shuffler", "serve",
             "--config", str(self.registry_path),
@@ -599,6 +606,8 @@ class LocalCluster:
             *self._wait_args(),
             "--tokens", str(self.tokens_path),
             *(["--public-keys", str(self.public_keys_path)] if self.sealed else []),
+            "--http-port", str(http_port),
+            *origins,
             *self._extra_shuffler_args,
         ]  # fmt: skip
         return DaemonProcess(f"shuffler-{i}", args, port, self.workdir / f"shuffler-{i}.log")
@@ -807,10 +816,14 @@ def _run(args: argparse.Namespace) -> int:
         + ("" if cluster.sealed else " --plaintext")
     )
     # the README's SDK walkthrough; the cluster serves gRPC without TLS: --insecure
+    target, app_token = cluster.shuffler_targets[0], cluster.app_token_path
     print(
-        "SDK (README): python examples/daily_setting.py --app-dir DIR --shuffler "
-        f"{cluster.shuffler_targets[0]} --token-file {cluster.app_token_path} --insecure "
-        "--theme dark"
+        f"SDK (README): crowdmix config export --shuffler {target} --token-file {app_token} "
+        "--insecure --out crowdmix-config.pb"
+    )
+    print(
+        f"              python examples/daily_setting.py --app-dir DIR --shuffler {target} "
+        f"--token-file {app_token} --insecure --config crowdmix-config.pb --theme dark"
     )
     print("Stop with Ctrl-C or SIGTERM.", flush=True)
     while not stop.wait(1.0):

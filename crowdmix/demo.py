@@ -1,21 +1,14 @@
 """``crowdmix demo``: the whole pipeline in one process, on real gRPC over loopback.
 
-1. A simulated population: ``--clients`` clients, each holding one of v1..vN
-   drawn from ``--distribution``; each client gets a fresh 32-byte secret from
-   the OS CSPRNG and the cohort that secret implies.
-2. Encode with the client SDK (``crowdmix.client.batch.BatchEncoder.encode_clients``:
-   the device's memoised PRR bit for bit, a fresh CSPRNG IRR per report).
-3. Submit through ``crowdmix.client.transport.ShufflerClient`` to a shuffler, which
-   authenticates, validates, stores (memory, or Redis with ``--redis``),
-   thresholds, shuffles with a CSPRNG and forwards batches to an aggregator,
-   which counts each batch exactly once. Reports are sealed (HPKE) to a key set
-   the demo makes for its aggregator, so the shuffler stores only ciphertexts
-   and holds only the public keys; ``--plaintext`` sends them clear.
-4. The report job decodes the aggregator's counts against the candidate
-   values (the true ones plus decoys that nobody holds) and states the
-   privacy guarantee; the table shows the truth beside each estimate.
-
-Outputs in ``--out``: results.csv, summary.json (with ``truth`` and ``total
+A simulated population (``--clients`` clients holding v1..vN from ``--distribution``,
+each with a fresh 32-byte CSPRNG secret and its cohort) encodes with
+``crowdmix.client.batch.BatchEncoder.encode_clients`` (the device's memoised PRR bit for
+bit, a fresh IRR per report) and submits through ``ShufflerClient`` to a shuffler, which
+authenticates, validates, stores (memory, or Redis with ``--redis``), thresholds,
+shuffles and forwards to an aggregator that counts each batch exactly once. Reports are
+sealed to a key set the demo makes (``--plaintext`` sends them clear). The report job
+decodes against the true values plus decoys nobody holds and states the privacy
+guarantee. Outputs in ``--out``: results.csv, summary.json (with ``truth`` and ``total
 variation``), plot.png (estimate with 95% interval against the truth).
 """
 

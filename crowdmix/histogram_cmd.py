@@ -1,14 +1,17 @@
 """``crowdmix privacy histogram``: plan or check a shuffled histogram with fake reports.
 
     crowdmix privacy histogram --n N --domain D --epsilon E [--delta D] --max-messages M
-                               [--honest-fraction H] [--local-epsilon X|auto] [--json]
+                               [--honest-fraction H | --dishonest-devices K]
+                               [--local-epsilon X|auto] [--json]
         plan: fake slots m and fill probability q for central (ε, δ) within the cap
     crowdmix privacy histogram --n N --domain D --fake-slots m --fake-probability q
-                               [--delta D] [--honest-fraction H] [--local-epsilon X] [--json]
+                               [--delta D] [--honest-fraction H | --dishonest-devices K]
+                               [--local-epsilon X] [--json]
         check: both privacy figures and the expected error of a given configuration
 
-Registered by ``crowdmix.privacy`` (one line there); the math lives in
-``crowdmix.aggregator.accounting.histogram`` / ``histogram_plan``.
+N devices in one batch, at most K = ⌈(1 − H)·N⌉ (or the K given) dishonest, all in the
+protected device's batch: N − 1 − K honest others are its cover. Registered by
+``crowdmix.privacy``; the math is ``crowdmix.aggregator.accounting.histogram(_plan)``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,16 @@ def _local(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"must be a number or 'auto', got {text!r}") from None
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
 def register_privacy(psub: Any) -> None:
     hist = psub.add_parser(
         "histogram",
@@ -46,11 +59,18 @@ def register_privacy(psub: Any) -> None:
     hist.add_argument("--max-messages", type=int, help="cap on reports per device (plan)")
     hist.add_argument("--fake-slots", type=int, help="m: fake slots per device (check)")
     hist.add_argument("--fake-probability", type=float, help="q: fill probability (check)")
-    hist.add_argument(
+    crowd = hist.add_mutually_exclusive_group()
+    crowd.add_argument(
         "--honest-fraction",
         type=float,
         default=1.0,
-        help="share of the other devices assumed honest (their fakes are the cover; default 1)",
+        help="share of the N devices assumed honest: at most ⌈(1 − H)·N⌉ dishonest ones, "
+        "all counted in the protected device's batch (default 1)",
+    )
+    crowd.add_argument(
+        "--dishonest-devices",
+        type=_non_negative,
+        help="at most this many of the N devices dishonest (instead of --honest-fraction)",
     )
     hist.add_argument(
         "--local-epsilon",
@@ -94,7 +114,13 @@ def _check(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         fake_probability=args.fake_probability,
         local_epsilon=args.local_epsilon,
     )
-    g = histogram_guarantee(params, args.n, args.delta, honest_fraction=args.honest_fraction)
+    g = histogram_guarantee(
+        params,
+        args.n,
+        args.delta,
+        honest_fraction=args.honest_fraction,
+        dishonest_devices=args.dishonest_devices,
+    )
     se = math.sqrt(float(count_variance(params, args.n, 0.0)))
     out = g.to_dict()
     out.update(
@@ -130,6 +156,7 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         args.domain,
         max_messages=args.max_messages,
         honest_fraction=args.honest_fraction,
+        dishonest_devices=args.dishonest_devices,
         local_epsilon=args.local_epsilon,
     )
     p = result.params
@@ -142,8 +169,9 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         f"For central ε ≤ {args.epsilon} (δ = {args.delta}) over {args.n:,} devices, "
         f"d = {args.domain:,}, at most {args.max_messages} reports per device:\n"
         f"  fake slots m = {p.fake_slots}, fill probability q = {p.fake_probability:.6g}\n"
-        f"  central ε = {format_up(result.central_epsilon)} (exact fake-report pair, "
-        f"honest fraction {args.honest_fraction:g}); shuffler + aggregator colluding: {local}\n"
+        f"  central ε = {format_up(result.central_epsilon)} ({result.n_honest:,} honest "
+        f"devices besides the protected one, at most {result.dishonest:,} dishonest); "
+        f"shuffler + aggregator colluding: {local}\n"
         f"  messages per device: {result.expected_messages:.4g} on average, at most "
         f"{result.max_messages} (the shuffler's cap)\n"
         f"  fakes per value ≈ {result.expected_fakes_per_value:.3g}; std error of a value's "

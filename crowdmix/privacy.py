@@ -50,11 +50,21 @@ def register(sub: Any) -> None:
         "refused (the (p,β,q) variation-ratio pair understates ε)",
     )
     amp.add_argument("--beta", type=float, help=argparse.SUPPRESS)  # refused, see --bound
+    amp.add_argument(
+        "--mechanism",
+        choices=("any", "krr", "binary-rr", "oue", "olh", "rappor"),
+        default="any",
+        help="the local randomizer: any ε0-LDP one (default: the generic bound only), or a "
+        "known one whose privacy-blanket bound is also tried (the smaller ε is printed); "
+        "rappor: one report of the -k.. params",
+    )
+    amp.add_argument("--domain", type=int, help="values of krr/oue/olh (default 2 for krr)")
     _rappor_args(amp)
     amp.add_argument(
         "--lower",
         action="store_true",
-        help="also print the largest known lower bound (shuffled 3-RR and binary RR)",
+        help="also print the largest known lower bound (shuffled 3-RR and binary RR, or the "
+        "mechanism's own: k-RR, OUE and RAPPOR)",
     )
     amp.add_argument("--json", action="store_true", help="print a JSON object")
     amp.set_defaults(func=_amplify)
@@ -169,6 +179,7 @@ def _amplify(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.accounting.amplification import (
         VARIATION_RATIO_REFUSAL,
         amplify,
+        best_amplification,
         shuffled_rr_lower_bound,
     )
     from crowdmix.aggregator.accounting.local import epsilon_one
@@ -178,34 +189,99 @@ def _amplify(args: argparse.Namespace) -> int:
     try:
         if args.bound == "rappor" or args.beta is not None:
             raise ValueError(f"--bound rappor / --beta: {VARIATION_RATIO_REFUSAL}")
-        eps0 = args.epsilon0
+        randomizer = _randomizer(args)
+        eps0 = args.epsilon0 if randomizer is None else randomizer.epsilon0
         if eps0 is None:
             params = RapporParams(k=args.k, h=args.hashes, f=args.f, p=args.p, q=args.q)
             eps0 = epsilon_one(params)
-        result = amplify(eps0, args.n, args.delta, bound=args.bound)
+        candidates: dict[str, float] = {}
+        if randomizer is None:
+            result = amplify(eps0, args.n, args.delta, bound=args.bound)
+        else:
+            if args.bound != "generic":
+                raise ValueError("--bound applies to --mechanism any only")
+            best = best_amplification(eps0, args.n, args.delta, randomizer)
+            result, candidates = best.result, best.candidates
         lowers: dict[str, float] = {}
         if args.lower:
-            lowers["krr3"] = shuffled_rr_lower_bound(eps0, args.n, args.delta)
-            if args.n <= _BINARY_RR_MAX_N:  # summed over all n+1 counts
-                lowers["binary-rr"] = shuffled_rr_lower_bound(eps0, args.n, args.delta, domain=2)
+            lowers = _lower_bounds(args, randomizer, eps0)
+            if randomizer is None:
+                lowers["krr3"] = shuffled_rr_lower_bound(eps0, args.n, args.delta)
+                if args.n <= _BINARY_RR_MAX_N:  # summed over all n+1 counts
+                    lowers["binary-rr"] = shuffled_rr_lower_bound(
+                        eps0, args.n, args.delta, domain=2
+                    )
         lower = max(lowers.values()) if lowers else None
     except (ValueError, ParamsError) as exc:
         raise _fail(exc) from None
     out = result.to_dict()
+    if randomizer is not None:
+        out["mechanism"] = randomizer.name
+        out["candidates"] = candidates
     if lower is not None:
         out["rr_lower_bound"] = lower  # the largest of the known lower bounds
         out["lower_bounds"] = lowers
+    what = "randomizer" if randomizer is None else randomizer.name
     text = (
-        f"{args.n:,} shuffled reports of an ε0 = {eps0:.6g} randomizer: "
+        f"{args.n:,} shuffled reports of an ε0 = {eps0:.6g} {what}: "
         + (
             f"(ε = {result.epsilon:.6g}, δ = {result.delta:.3g}) by the {result.bound} bound"
             if result.amplified
             else f"no amplification (ε = ε0 = {eps0:.6g})"
         )
-        + (f"\n  shuffled randomized response needs at least ε = {lower:.6g}" if lower else "")
+        + (
+            f"\n  candidates: {', '.join(f'{k} {v:.6g}' for k, v in candidates.items())}"
+            if candidates
+            else ""
+        )
+        + (
+            f"\n  {'randomized response' if randomizer is None else randomizer.name} "
+            f"shuffled needs at least ε = {lower:.6g}"
+            if lower
+            else ""
+        )
     )
     _print(args, out, text)
     return 0
+
+
+def _randomizer(args: argparse.Namespace) -> Any:
+    """The ``--mechanism`` as an accounting randomizer (None for ``any``)."""
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+    from crowdmix.core.basic import BasicParams
+    from crowdmix.core.params import RapporParams
+
+    if args.mechanism == "any":
+        if args.domain is not None:
+            raise ValueError("--domain needs --mechanism krr, oue or olh")
+        return None
+    if args.mechanism == "rappor":
+        if args.epsilon0 is not None or args.domain is not None:
+            raise ValueError(
+                "--mechanism rappor takes -k/--hashes/-f/-p/-q, not --epsilon0/--domain"
+            )
+        params = RapporParams(k=args.k, h=args.hashes, f=args.f, p=args.p, q=args.q)
+        return randomizer_of(rappor=params)
+    if args.epsilon0 is None:
+        raise ValueError(f"--mechanism {args.mechanism} needs --epsilon0")
+    domain = args.domain if args.domain is not None else 2
+    if args.mechanism == "binary-rr" and domain != 2:
+        raise ValueError(f"binary-rr has 2 values, got --domain {domain}")
+    basic = BasicParams(mechanism=args.mechanism, epsilon=args.epsilon0, domain_size=domain)
+    return randomizer_of(basic=basic)
+
+
+def _lower_bounds(args: argparse.Namespace, randomizer: Any, eps0: float) -> dict[str, float]:
+    """Mechanism-specific lower bounds (``lower_bounds``) for ``--lower``."""
+    from crowdmix.aggregator.accounting.lower_bounds import bit_vector_lower, krr_lower
+    from crowdmix.aggregator.accounting.randomizers import BitVector, KaryRR
+
+    if isinstance(randomizer, KaryRR):
+        return {f"{randomizer.domain}-rr": krr_lower(eps0, randomizer.domain, args.n, args.delta)}
+    if isinstance(randomizer, BitVector) and randomizer.bits <= 2:
+        found = bit_vector_lower(randomizer.p, randomizer.q, randomizer.bits, args.n, args.delta)
+        return {f"bit-vector-{k}": v for k, v in found.items()}
+    return {}
 
 
 def _compose(args: argparse.Namespace) -> int:

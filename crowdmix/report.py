@@ -1,22 +1,17 @@
-"""``crowdmix report``: decode counts into a table, a summary and a chart.
+r"""``crowdmix report``: decode counts into a table, a summary and a chart.
 
-    crowdmix report --counts counts.npz --config metrics.toml --metric NAME \\
+    crowdmix report --counts counts.npz --config metrics.toml --metric NAME \
         [--candidates FILE] --out DIR
-    crowdmix report --rappor-counts counts.csv --rappor-map map.csv \\
+    crowdmix report --rappor-counts counts.csv --rappor-map map.csv \
         --rappor-params params.csv --out DIR
 
-Counts come from a *source*: a small function that returns a ``ReportJob``
-when its own options were given, else ``None`` (see ``_SOURCES``; a live
-store source such as ``--redis URL`` adds one function and its options in
-``_add_source_arguments``). Only argparse/stdlib at module level.
-
-Exit codes: 0 the report is written (also when no candidate is significant: a
-complete answer, which it says in one line; the distribution answer is still
-there); 1 nothing could be decoded (bad input, no reports).
-
-With ``--ledger`` the release is recorded under an id derived from the windows and
-the counts it covers (``--release-id`` only labels it): the same release reported
-again, with or without ``--windows``, costs nothing more.
+Counts come from a *source*: a function that returns a ``ReportJob`` when its own options
+were given, else ``None`` (``_SOURCES``; a new source adds one function and its options in
+``_add_source_arguments``). Only argparse/stdlib at module level. Exit codes: 0 the
+report is written (also when nothing is significant, said in one line); 1 nothing could
+be decoded. With ``--ledger`` the release is recorded under an id derived from the
+windows and counts it covers (``--release-id`` only labels it), so reporting the same
+release again costs nothing more.
 """
 
 from __future__ import annotations
@@ -45,16 +40,17 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--alpha",
         type=float,
-        default=0.2,
+        default=0.1,
         help="error rate of the test: the false discovery rate for bh, the family-wise "
-        "error for bonferroni (0.2)",
+        "error for bonferroni (0.1)",
     )
     p.add_argument(
         "--correction",
         choices=("bh", "bonferroni", "none"),
         default="bh",
         help="multiple-testing correction: bh (default: Benjamini-Hochberg, false discovery "
-        "rate; chosen by bench/accuracy.py, see BENCHMARKS.md), bonferroni (family-wise), none",
+        "rate; chosen by bench/accuracy_rappor_client.py, see BENCHMARKS.md), "
+        "bonferroni (family-wise), none",
     )
     p.add_argument(
         "--interval",
@@ -121,6 +117,13 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     rap.add_argument("--rappor-counts", metavar="FILE", help="counts.csv (N, bit counts)")
     rap.add_argument("--rappor-map", metavar="FILE", help="map.csv (candidate, m·h rows)")
     rap.add_argument("--rappor-params", metavar="FILE", help="params.csv (k,h,m,p,q,f)")
+    rap.add_argument(
+        "--hashing",
+        choices=("rappor-md5", "rappor-java"),
+        help="with --candidates instead of --rappor-map: build the map as the reports' client "
+        "hashes: rappor-md5 (google/rappor's Python and C++ clients) or rappor-java (its Java/"
+        "Android client, two digest bytes per hash)",
+    )
 
 
 def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
@@ -188,14 +191,27 @@ def _from_counts_file(args: argparse.Namespace) -> ReportJob | None:
 
 
 def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
-    given = [args.rappor_counts, args.rappor_map, args.rappor_params]
-    if not any(given):
-        return None
     from crowdmix.cli import CliError
 
-    if not all(given):
+    given = [args.rappor_counts, args.rappor_params]
+    if not any(given) and args.rappor_map is None:
+        if args.hashing is not None:
+            raise CliError(
+                "--hashing builds the map of google/rappor files: it needs --rappor-counts, "
+                "--rappor-params and --candidates"
+            )
+        return None
+    if not all(given) or (args.rappor_map is None and args.candidates is None):
         raise CliError(
-            "google/rappor input needs --rappor-counts, --rappor-map and --rappor-params"
+            "google/rappor input needs --rappor-counts, --rappor-params and either "
+            "--rappor-map or --candidates with --hashing"
+        )
+    if args.rappor_map is not None and args.hashing is not None:
+        raise CliError("--hashing cannot be used with --rappor-map (the map fixes the bits)")
+    if args.candidates is not None and args.hashing is None:
+        raise CliError(
+            "--candidates with google/rappor files needs --hashing: rappor-md5 (reports from "
+            "its Python or C++ client) or rappor-java (from its Java/Android client)"
         )
     ignored = [
         flag
@@ -203,7 +219,7 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
             ("--rounds", args.rounds),
             ("--windows", args.windows),
             ("--config", args.config),
-            ("--candidates", args.candidates),
+            ("--candidates", args.candidates if args.rappor_map is not None else None),
         )
         if value is not None
     ]
@@ -212,21 +228,27 @@ def _from_rappor_files(args: argparse.Namespace) -> ReportJob | None:
             f"{', '.join(ignored)} cannot be used with google/rappor files (the params, "
             "map and counts files define the metric, the candidates and the counts)"
         )
-    from crowdmix.aggregator.report.job import ReportJob
+    from crowdmix.aggregator.report.job import ReportJob, read_candidates
     from crowdmix.aggregator.report.rappor_files import (
         read_counts_csv,
         read_map_csv,
         read_params_csv,
     )
+    from crowdmix.aggregator.report.rappor_hashing import check_client_hashing, client_design
     from crowdmix.core.params import Hashing
     from crowdmix.core.registry import MetricConfig
 
     params = read_params_csv(args.rappor_params)
     totals, ones = read_counts_csv(args.rappor_counts, params)
-    notes: list[str] = []
-    values, design = read_map_csv(args.rappor_map, params, notes)
-    for note in notes:
-        print(f"crowdmix: note: {note}", file=sys.stderr)
+    if args.rappor_map is not None:
+        notes: list[str] = []
+        values, design = read_map_csv(args.rappor_map, params, notes)
+        for note in notes:
+            print(f"crowdmix: note: {note}", file=sys.stderr)
+    else:
+        check_client_hashing(params, args.hashing)
+        values = list(read_candidates(args.candidates))
+        design = client_design(values, params, args.hashing)
     # The map fixes the Bloom bits; hashing only labels the config (privacy ignores it).
     hashing: Hashing = "rappor-md5" if params.k <= 32 else "mmh3"
     metric = MetricConfig(name=args.metric or "rappor", rappor=params, hashing=hashing)
@@ -517,7 +539,7 @@ def _report(args: argparse.Namespace) -> int:
         raise CliError(
             "give counts: --counts FILE --config FILE --metric NAME [--candidates FILE], "
             "--redis URL --metric NAME [--windows LIST], "
-            "or --rappor-counts/--rappor-map/--rappor-params"
+            "or --rappor-counts/--rappor-params with --rappor-map (or --candidates and --hashing)"
         )
     if len(jobs) > 1:
         raise CliError("give one counts source, not several")
@@ -567,8 +589,13 @@ def _report(args: argparse.Namespace) -> int:
     print(
         f"{volume}; "
         f"{result.detected} of {len(result.values)} candidates detected "
-        f"({result.correction}, α={result.alpha}); allocated mass {result.allocated_mass:.1%}; "
-        f"detection threshold {result.detection_threshold:.2%}"
+        f"({result.correction}, α={result.alpha}); allocated mass {result.allocated_mass:.1%}"
+        + (
+            ""
+            if result.distribution_mass is None
+            else f" (the distribution column: {result.distribution_mass:.1%})"
+        )
+        + f"; detection threshold {result.detection_threshold:.2%}"
     )
     text = summary.get("privacy", {}).get("text")
     if text:
@@ -579,5 +606,10 @@ def _report(args: argparse.Namespace) -> int:
             "nothing detected: no candidate is significant (detection threshold "
             f"{result.detection_threshold:.2%} of reports); the distribution answer is in "
             "results.csv"
+            + (
+                f" and places {result.distribution_mass:.1%} of the reports"
+                if result.distribution_mass
+                else ""
+            )
         )
     return 0

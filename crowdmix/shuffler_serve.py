@@ -43,6 +43,12 @@ def register(subparsers: Any) -> None:
       "(Redis WAIT; default 0: off)")  # fmt: skip
     a("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:7400; port 0 = any)")
     a("--aggregator", metavar="HOST:PORT", help="aggregator to forward batches to")
+    a("--http-port", type=int, metavar="PORT",
+      help="also serve Submit and GetConfig over HTTP POST (Connect protocol, for browsers) "
+      "on --listen's host; 0 = any free port")  # fmt: skip
+    a("--http-allow-origin", dest="http_allow_origins", action="append", metavar="ORIGIN",
+      help="a web origin (https://app.example) whose pages may call the HTTP port (CORS); "
+      "repeat for several, '*' for any")  # fmt: skip
     add_tls_server_options(serve)
     a("--aggregator-ca", metavar="FILE", help="CA of the aggregator's certificate (TLS)")
     a("--aggregator-cert", metavar="FILE", help="client certificate for mTLS to the aggregator")
@@ -108,7 +114,7 @@ _OVERRIDES = (
     "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
     "max_concurrent_rpcs",
     "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
-    "metrics_host", "allow_unauthenticated", "public_keys",
+    "metrics_host", "allow_unauthenticated", "public_keys", "http_port", "http_allow_origins",
     "window_tolerance", "max_clock_skew_seconds",
 )  # fmt: skip
 
@@ -172,6 +178,8 @@ def _serve(args: argparse.Namespace) -> int:
     ]
     write_port_file(settings.port_file, handle.port)
     print(f"shuffler listening on port {handle.port}", file=sys.stderr, flush=True)
+    if handle.http_port is not None:
+        print(f"shuffler HTTP port {handle.http_port}", file=sys.stderr, flush=True)
     if handle.metrics_port is not None:
         log.info("metrics on http://127.0.0.1:%d/metrics", handle.metrics_port)
 

@@ -1,26 +1,15 @@
 """Group commit: many concurrent requests, one store write.
 
-Requests (coroutines on the server's event loop) queue their validated reports
-and await a future. One drain task does the store writes, one at a time:
-whatever queued while the previous write ran goes into the next one, so
-coalescing grows with load by itself. ``max_delay`` > 0 makes the drain wait
-that long before each write for more requests to join (1 ms by default: it took
-unary calls from 3.9 k to 6.7 k per second here, see BENCHMARKS.md).
-
-A write concatenates the queued reports per (metric, fingerprint, window),
-applies the metric's random drop and makes a single append. With a store that offers an
-event-loop appender (``crowdmix.shuffler.store.async_appender``: Redis, memory) the
-write runs on the loop itself, so a request costs no thread hand-off;
-otherwise it runs in one writer thread.
-
-An acknowledgement always means "durably in the store": if the write fails,
-every request in it fails (nothing is acknowledged, clients retry); if it may
-or may not have happened, they fail with ``StoreOutcomeUnknown``. On a Redis
-Cluster a write is one script per slot, atomic per metric: when some slots
-fail (``PartialWrite``) only the requests that touched their metrics fail.
-
-The only time recorded is the collection window each report names (accepted by
-``crowdmix.shuffler.windows.WindowRule`` at intake), never a finer timestamp.
+Requests (coroutines on the server's event loop) queue their validated reports and await
+a future. One drain task writes one batch at a time: whatever queued during the previous
+write goes into the next, so coalescing grows with load; ``max_delay`` (1 ms by default)
+waits for more. A write concatenates reports per (metric, fingerprint, window), applies
+the metric's random drop and makes one append, on the loop itself when the store offers
+an event-loop appender (``crowdmix.shuffler.store.async_appender``), else in one writer
+thread. An acknowledgement always means "durably in the store": a failed write fails
+every request in it; an uncertain one fails them with ``StoreOutcomeUnknown``; on a
+cluster (``PartialWrite``) only the requests touching failed metrics fail. The only time
+recorded is the collection window each report names, never a finer timestamp.
 """
 
 from __future__ import annotations

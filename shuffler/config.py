@@ -1,43 +1,13 @@
 """Daemon settings and the metric registry they point at.
 
 The registry (metrics, encodings, shuffle policies) is ``crowdmix.core.registry``'s
-TOML, shared with the aggregator. The daemon's own settings come from, in
-increasing precedence: the defaults below, an optional ``[shuffler]`` table in
-the same file (removed before the registry is parsed, as is an ``[aggregator]``
-table), and command-line flags::
-
-    [shuffler]
-    listen = "127.0.0.1:7400"
-    redis = "redis://127.0.0.1:6379/0"      # omit for the in-memory store; a cluster:
-                                             # "redis+cluster://host:port,host:port"
-    min_replicas_ack = 0                     # WAIT for N replicas before acknowledging
-    aggregator = "127.0.0.1:7500"
-    tokens_file = "/etc/crowdmix/tokens"     # one bearer token a line (required, see below)
-    tls_cert = "/etc/crowdmix/shuffler.crt"  # with tls_key: serve TLS
-    tls_key = "/etc/crowdmix/shuffler.key"
-    aggregator_ca = "/etc/crowdmix/ca.crt"   # with aggregator_cert/key: mTLS to the aggregator
-    max_request_bytes = 4194304
-    max_reports_per_request = 100000
-    rate_limit_reports = 0                   # per connection per second; 0 = unlimited
-    max_buffered_reports = 50000000
-    max_concurrent_rpcs = 4096               # more calls at once: RESOURCE_EXHAUSTED
-    commit_max_delay_ms = 1.0                # group-commit gather window (default 1 ms)
-    parked_retry_seconds = 600               # re-offer batches the aggregator refused
-    forward_timeout_seconds = 30             # deadline of one Ingest call to the aggregator
-    inflight_retry_seconds = 60              # re-offer a batch found in flight this long
-                                             # (must exceed forward_timeout_seconds)
-    metrics_port = 9400                      # Prometheus; omit for none
-    metrics_host = "127.0.0.1"               # 0.0.0.0 to let Prometheus scrape from outside
-    allow_unauthenticated = false            # true: serve without tokens_file (no auth)
-    public_keys = "/etc/crowdmix/public-keys.json"  # the aggregator's public keys
-                                             # (crowdmix keys export): sealed reports only;
-                                             # omit: a plaintext shuffler
-    config_cache_seconds = 3600              # GetConfig's cache lifetime for devices
-    window_tolerance = 1                     # windows before the current one still taken
-    max_clock_skew_seconds = 60              # how far ahead a device's clock may run
-                                             # (less than the collection window)
-
-A bad value, or a field not listed here, raises ``ConfigError`` naming the field.
+TOML, shared with the aggregator. The daemon's own settings come from, in increasing
+precedence: the defaults of ``ShufflerSettings``, an optional ``[shuffler]`` table in the
+same file (removed before the registry is parsed, as is an ``[aggregator]`` table), and
+command-line flags. Every setting (``listen``, ``redis``, ``aggregator``,
+``tokens_file``, TLS, limits, ``public_keys``, window tolerance and clock skew, ...) has a
+row in docs/operating.md, "Shuffler settings". A bad value, or a field not listed
+there, raises ``ConfigError`` naming the field.
 """
 
 from __future__ import annotations
@@ -91,6 +61,11 @@ class ShufflerSettings:
     # took unary calls from 3.9 k to 6.7 k per second here (BENCHMARKS.md).
     commit_max_delay_ms: float = 1.0
     reuse_port: bool = False  # SO_REUSEPORT: several processes serve one port (--processes)
+    # The HTTP port (crowdmix.shuffler.connect): the same Submit and GetConfig in the
+    # Connect protocol's unary format, on listen's host; 0 = any free port.
+    http_port: int | None = None
+    # CORS: the web origins (scheme://host[:port]) whose pages may call the HTTP port; "*" any.
+    http_allow_origins: tuple[str, ...] = ()
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     # Serving without tokens (or with the public placeholder token) lets anyone who
@@ -180,6 +155,17 @@ class ShufflerSettings:
                 f"forward_timeout_seconds ({self.forward_timeout_seconds}): else a batch "
                 "still being forwarded is re-offered and sent twice (default: twice the timeout)"
             )
+        hp = self.http_port
+        if hp is not None and (
+            isinstance(hp, bool) or not isinstance(hp, int) or not 0 <= hp < 65536
+        ):
+            raise ConfigError(f"http_port must be a port number, got {hp!r}")
+        origins = self.http_allow_origins
+        if isinstance(origins, str) or not all(isinstance(o, str) and o for o in origins):
+            raise ConfigError(
+                f'http_allow_origins must be a list of origins (or "*"), got {origins!r}'
+            )
+        object.__setattr__(self, "http_allow_origins", tuple(origins))
         mp = self.metrics_port
         if mp is not None and (
             isinstance(mp, bool) or not isinstance(mp, int) or not 0 <= mp < 65536

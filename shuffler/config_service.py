@@ -1,22 +1,15 @@
 """Sealed reports at the shuffler: the published keys it checks, and ``GetConfig``.
 
-The shuffler never holds a private key. It reads the aggregator's *public* key
-config, the file ``crowdmix keys export`` (or ``--public`` of new/rotate/retire)
-writes, and re-reads it when the file changes (checked at most once per
-``check_seconds``, on use): rotating keys at the aggregator and copying the new
-public file to the shufflers needs no restart. A file that is not a public key
-config (a private key file passed by mistake, say) is refused at start-up.
-
-With keys, the shuffler takes sealed reports only (``sealing_required`` for a
-clear one): it learns the metric, the key id and the length, never the report.
-Without keys (``--plaintext`` setups, google/rappor imports, benchmarks) it
-takes clear reports only.
-
-Sealed reports travel through the store as opaque fixed-length rows in the
-ordinary chunk format (``crowdmix.shuffler.columns``): the cohort column holds the key id,
-the bits column the sealed value, no report ids (the id is inside the seal), in
-a queue whose fingerprint is ``SEALED_QUEUE[suite]`` (a sealed report carries no
-params fingerprint in the clear).
+The shuffler never holds a private key. It reads the aggregator's *public* key config
+(``crowdmix keys export``) and re-reads it when the file changes (at most once per
+``check_seconds``, on use), so a key rotation needs no restart; a file that is not a
+public key config is refused at start-up. With keys it takes sealed reports only
+(``sealing_required`` for a clear one) and learns the metric, key id and length, never
+the report; without keys (plaintext setups, google/rappor imports, benchmarks) clear
+reports only. Sealed reports travel through the store as opaque fixed-length rows in the
+ordinary chunk format (``crowdmix.shuffler.columns``): key id in the cohort column, the
+sealed value in the bits column, no report ids (inside the seal), in a queue whose
+fingerprint is ``SEALED_QUEUE[suite]``.
 """
 
 from __future__ import annotations

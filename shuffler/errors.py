@@ -2,30 +2,17 @@
 in exactly one place (``crowdmix.shuffler.servicer._STATUS``):
 
     ShufflerError
-    ├── BindError                           the listen address cannot be bound (exit 4)
-    ├── ConfigError (a ValueError)          bad settings or registry; start-up fails naming it
-    ├── RequestRejected                     a request is refused as a whole (all or nothing)
-    │   ├── InvalidRequest                  INVALID_ARGUMENT   (unknown metric, bad length,
-    │   │                                                       protocol_unsupported, ...)
-    │   ├── Unauthenticated                 UNAUTHENTICATED    (missing or unknown bearer token)
-    │   ├── StaleKey                        FAILED_PRECONDITION (sealed to a key not accepted
-    │   │                                                       here: refetch GetConfig, reseal)
-    │   ├── WindowRefused                   FAILED_PRECONDITION (window_closed: drop the report;
-    │   │                                                       window_ahead: re-learn the
-    │   │                                                       server time, retry later)
-    │   └── Overloaded                      RESOURCE_EXHAUSTED (rate limit, buffer full, too large)
-    ├── StoreUnavailable                    UNAVAILABLE        (the store cannot be reached)
-    │   ├── StoreOutcomeUnknown             DEADLINE_EXCEEDED  (a write sent, not confirmed)
-    │   │   └── StoreNotReplicated          DEADLINE_EXCEEDED  (written on the master, WAIT saw
-    │   │                                                       too few replicas have it)
-    │   └── PartialWrite                    per request: the error of a slot it touched
-    │                                       (DEADLINE_EXCEEDED if another part was stored)
-    └── ForwardError                        the aggregator did not acknowledge a batch
+    ├── BindError, ConfigError (a ValueError)    start-up fails naming it (bind: exit 4)
+    ├── RequestRejected                          refused as a whole:
+    │   InvalidRequest INVALID_ARGUMENT, Unauthenticated UNAUTHENTICATED,
+    │   StaleKey / WindowRefused FAILED_PRECONDITION, Overloaded RESOURCE_EXHAUSTED
+    ├── StoreUnavailable                         UNAVAILABLE
+    │   ├── StoreOutcomeUnknown ⊃ StoreNotReplicated   DEADLINE_EXCEEDED (sent, unconfirmed)
+    │   └── PartialWrite                         the error of a slot the request touched
+    └── ForwardError                             the aggregator did not acknowledge a batch
 
-Every error a request can be refused with carries a short machine-readable
-``reason`` (a label of the ``rejected_requests_total`` metric: per instance for
-``RequestRejected``, per class for the store and stream errors) and a message for
-the caller; neither ever contains report contents.
+Every refusal carries a short machine-readable ``reason`` (a label of the
+``rejected_requests_total`` metric) and a message; neither contains report contents.
 """
 
 from __future__ import annotations

@@ -1,48 +1,16 @@
 """Release and forward: thresholding, disposal, permutation, Aggregator.Ingest.
 
-``Releaser.run_once`` looks at every pending queue (metric × window ×
-fingerprint) and releases a batch when
-
-- at least ``max_batch`` reports are pending (a full batch), or
-- at least ``min_batch`` are pending and the queue has waited ``max_delay``
-  since it became non-empty here or since its last release, or
-- the daemon is shutting down and at least ``min_batch`` are pending.
-
-A metric with ``release = "window"`` (a shuffled histogram's default: the
-analyst's crowd is its smallest batch) is released differently: nothing of a
-window while it can still receive reports, nor at shut-down; once it can no longer
-(``WindowRule.closed_at``: the current window minus the tolerance has passed it)
-and ``release_grace_seconds`` more have passed (for writes still in progress),
-everything pending in it goes in ONE batch (at least ``min_batch``), never cut at
-``max_batch``. Reports are filed under the window they name
-(``crowdmix.shuffler.windows``); a write landing after its window's release waits in
-that queue and leaves as a later batch once it reaches ``min_batch``. Only a window
-larger than one aggregator batch carries (``crowdmix.core.registry.window_batch_limit``)
-is split, into equal parts, with an error in the log.
-
-Fewer than ``min_batch`` are never released: the store's ``take`` re-checks
-the threshold atomically, so concurrent shuffler processes cannot leave a
-small remainder to each other. Waiting for ``max_delay`` rather than releasing
-at ``min_batch`` makes batches larger, which is what amplification by shuffling
-pays for.
-
-A taken batch is permuted with ``secure_permutation`` (CSPRNG) just before
-each send, sent to the aggregator, and deleted from the store only after the
-aggregator acknowledged it; failures are retried with exponential backoff.
-
-In-flight batches are re-offered not only at start-up (``recover``) but while
-the daemon runs (``sweep_inflight``): a batch seen in flight on two sweeps at
-least ``inflight_retry_seconds`` apart (default 60 s: twice the forward timeout, which
-it must exceed) — its move script ran but the reply was
-lost, or the process that took it died — is forwarded again, and on SIGTERM the
-final pass forwards every in-flight batch that is not parked. A batch that
-another live process is still sending may so be sent twice; the aggregator
-applies a batch id once, so that costs a duplicate acknowledgement, not a count.
-Batches whose collection window is older than ``disposal_days`` are discarded
-(queues and in-flight batches alike), never forwarded. Random drop happens at
-commit time (``crowdmix.shuffler.commit``), before anything is written: a dropped report
-never reaches the store, and a release can never fall under ``min_batch``
-because of it.
+``Releaser.run_once`` releases a pending queue (metric × window × fingerprint) when
+``max_batch`` reports are pending, or ``min_batch`` are and the queue has waited
+``max_delay``, or at shut-down with ``min_batch``. A metric with ``release = "window"``
+goes out once per window, in ONE batch, after the window closed (``WindowRule.closed_at``)
+and ``release_grace_seconds`` passed. Fewer than ``min_batch`` are never released (the
+store's ``take`` re-checks atomically). A batch is permuted with ``secure_permutation``
+(CSPRNG) before each send and deleted only after the aggregator acknowledged it; failures
+retry with backoff. In-flight batches are re-offered at start-up (``recover``) and while
+running (``sweep_inflight``, after ``inflight_retry_seconds``); the aggregator applies a
+batch id once. Batches older than ``disposal_days`` are discarded, never forwarded.
+Why: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ kept in memory only while the connection is active, never stored or logged.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -140,7 +141,9 @@ class Intake:
         (per metric, fingerprint and window) and its report count."""
         now = self._clock()
         for part in parts:
-            self.windows.check(part.window, now)
+            metric = self.registry.metrics.get(part.metric)
+            disposal = math.inf if metric is None else metric.shuffle.disposal_days * 86400.0
+            self.windows.check(part.window, now, disposal)
         chunks = validate(self.registry, parts, max_reports=self._max_reports, keys=self.keys)
         n = sum(c.count for c in chunks.values())
         if self._limiter is not None and not self._limiter.admit(connection, n):

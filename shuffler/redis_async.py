@@ -6,7 +6,7 @@ command on one ``redis.asyncio`` connection, with hiredis parsing the replies
 (and packing the command) when it is installed, as the ``shuffler`` extra does.
 It replaced a hand-written RESP client (``shuffler/resp.py``), which did not win
 by the 10 % end to end that would have justified keeping our own protocol code
-(BENCHMARKS.md, "Issue 14 — one shuffler front").
+(BENCHMARKS.md, the shuffler).
 
 Why not ``redis.asyncio.Redis.evalsha``: this class sends the command and reads
 the reply itself, so that a failure says whether the command went out, and so

@@ -1,27 +1,15 @@
 """The shuffler's store on a Redis Cluster: a flush split per slot, and WAIT.
 
-Every key of a metric carries the metric as its hash tag, so a metric lives in one
-slot and each script below touches one slot. A group-commit flush may carry
-several metrics, and a cluster refuses a script whose keys span slots
-(CROSSSLOT), so ``AsyncClusterAppender`` sends one append script per slot, to the
-slot's master, on one connection per master (``AsyncScriptConnection``); the
-scripts for one master go in one round trip, the masters in parallel. Each script
-is atomic, so a flush is atomic per metric: when some slots fail the appender
-raises ``PartialWrite`` naming the metrics that failed, and the committer
-acknowledges only the requests that touched none of them.
-
-With ``min_replicas_ack`` N > 0 the round trip to a master ends with ``WAIT N
-timeout`` on the same connection (WAIT covers the writes of its own connection
-only): fewer than N replicas in time is ``StoreNotReplicated``, never an
-acknowledgement.
-
-Redirections: an error reply (MOVED after a failover or a resharding, ASK and
-TRYAGAIN during a slot migration, CLUSTERDOWN while a failover is in progress)
-means the script did not run, so the appender reads the slot map again
-(``CLUSTER SLOTS``) and resends those slots' scripts, up to ``_ATTEMPTS`` times.
-A socket failure after sending is ``StoreOutcomeUnknown`` for that master's
-metrics and is never resent here (the append is not idempotent: the sender
-retries, and the aggregator drops the duplicate report ids).
+A metric's keys share its hash tag, so it lives in one slot. A group-commit flush may
+carry several metrics and a cluster refuses a script spanning slots (CROSSSLOT), so
+``AsyncClusterAppender`` sends one append script per slot to the slot's master (one
+``AsyncScriptConnection`` per master, one round trip per master, masters in parallel).
+A flush is atomic per metric: failed slots raise ``PartialWrite`` naming their metrics.
+``min_replicas_ack`` N > 0 ends each round trip with ``WAIT N timeout`` on the same
+connection; too few replicas is ``StoreNotReplicated``. MOVED, ASK, TRYAGAIN and
+CLUSTERDOWN mean the script did not run: the slot map is re-read and those scripts
+resent (``_ATTEMPTS``). A socket failure after sending is ``StoreOutcomeUnknown`` and is
+never resent here. Why: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations

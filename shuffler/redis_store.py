@@ -1,41 +1,17 @@
 """The production store: Redis (redis-py), AOF recommended.
 
-Keys, all hash-tagged by metric so every key of a metric lives in one Redis
-Cluster slot and the Lua scripts below touch a single slot::
-
-    {prefix}:{<metric>}:pending            HASH  "<window>:<fingerprint>" -> pending reports
-    {prefix}:{<metric>}:q:<window>:<fp>    LIST  chunk blobs (shuffler.columns), oldest first
-    {prefix}:{<metric>}:qn:<window>:<fp>   LIST  report count of each chunk, same order
-    {prefix}:{<metric>}:inflight           HASH  batch id (16 bytes) -> window|fp header
-    {prefix}:{<metric>}:b:<batch id hex>   LIST  the batch's chunk blobs
-
-A flush of the group committer is one Lua script call (atomic, like MULTI/EXEC,
-but one command: redis-py spends ~60 µs of CPU on an EVALSHA and ~150 µs on a
-three-command MULTI pipeline here): per queue one RPUSH of one blob, one RPUSH
-of its count and one HINCRBY, however many requests it carries. The server's
-flushes go through ``async_appender``: one ``redis.asyncio`` connection on its
-event loop (``crowdmix.shuffler.redis_async``), for every kind of URL. Everything else
-(the releaser's take, load, ack, dispose) runs on the blocking ``redis.Redis``
-client in the releaser's thread.
-A take of a whole queue (a window released in one batch) renames its chunk list
-into the batch's, so it costs the same for one chunk or a million (moving them
-one by one took 5 s for 200,000 chunks on the loaded test box, Redis blocked
-throughout). ``take`` is one Lua script, so when several shuffler processes share a Redis no
-report can be moved into two batches, and the ``min_batch`` threshold is checked
-atomically with the move. The script moves whole chunks with LMOVE, reading
-only their counts (no report bytes are copied, and the AOF records a small
-LMOVE rather than the batch's data); only a chunk that must be split to end the
-batch at exactly ``max_batch`` is read and rewritten.
-
-On a Redis Cluster (``redis+cluster://`` URL) the blocking calls go through
-``redis.cluster.RedisCluster`` (no resend after a socket failure) and a flush is one
-append script per slot, atomic per metric (``crowdmix.shuffler.redis_cluster``); on a single
-node a flush stays one script, atomic across metrics. ``min_replicas_ack`` N > 0 ends
-each append with ``WAIT N`` on the append's own connection and refuses
-(``StoreNotReplicated``) when fewer replicas have it. The releaser's take, ack and
-dispose do not wait: a move or an acknowledgement lost in a failover only re-sends
-reports (as pending again) or a batch id the aggregator has applied, and both are
-dropped there.
+Keys are hash-tagged by metric, so each metric lives in one Redis Cluster slot:
+``{prefix}:{<metric>}:pending`` (hash "<window>:<fingerprint>" → pending reports),
+``:q:<window>:<fp>`` (list of chunk blobs) and ``:qn:<window>:<fp>`` (their report
+counts), ``:inflight`` (hash batch id → header) and ``:b:<batch id hex>`` (a batch's
+chunks). A group-commit flush is one Lua script call (per queue one RPUSH of a blob, one
+of its count, one HINCRBY), through ``async_appender`` on the server's event loop; the
+releaser's take, load, ack and dispose run on a blocking client in its thread. ``take``
+is one script that moves whole chunks (LMOVE, or a RENAME for a whole queue) and checks
+``min_batch`` atomically, so no report lands in two batches. On a cluster
+(``redis+cluster://``) a flush is one script per slot (``crowdmix.shuffler.redis_cluster``).
+``min_replicas_ack`` N > 0 ends each append with ``WAIT N`` and raises
+``StoreNotReplicated`` when fewer replicas have it. Why: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations

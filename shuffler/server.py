@@ -56,6 +56,8 @@ class ShufflerHandle:
     store: ShufflerStore
     intake: Intake
     _stop_fn: Callable[[float | None], None]
+    #: the HTTP port (Connect protocol, ``crowdmix.shuffler.connect``), if configured
+    http_port: int | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, grace: float | None = None) -> None:
@@ -92,7 +94,7 @@ class AioFront:
         )
         self._thread.start()
         self._committer = committer
-        servicer = ShufflerServicer(intake, committer, metrics)
+        self.servicer = servicer = ShufflerServicer(intake, committer, metrics)
 
         async def build() -> tuple[Any, Any]:
             server = grpc.aio.server(options=options, maximum_concurrent_rpcs=max_concurrent_rpcs)
@@ -102,6 +104,10 @@ class AioFront:
             return server, health_servicer
 
         self._server, self._health = self._run(build())
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -280,6 +286,30 @@ def start_shuffler(
     else:
         log.warning("no aggregator configured: reports are stored but never released")
 
+    http: Any = None
+    if settings.http_port is not None:
+        from crowdmix.shuffler.connect import ConnectApp, HttpPort
+
+        app = ConnectApp(
+            front.servicer,
+            metrics,
+            max_request_bytes=settings.max_request_bytes,
+            max_concurrent_calls=settings.max_concurrent_rpcs,
+            allow_origins=settings.http_allow_origins,
+        )
+        try:
+            http = HttpPort(
+                app,
+                front.loop,
+                listen.rpartition(":")[0],
+                settings.http_port,
+                certfile=settings.tls_cert,
+                keyfile=settings.tls_key,
+            )
+        except BindError:
+            front.stop(0)
+            raise
+
     metrics_server: Any = None
     metrics_port: int | None = None
     if settings.metrics_port is not None:
@@ -306,6 +336,8 @@ def start_shuffler(
     def stop(grace: float | None) -> None:
         g = settings.shutdown_grace_seconds if grace is None else grace
         watch.stop()  # before NOT_SERVING: it must not set SERVING again
+        if http is not None:  # its calls in progress await commits: drain it first
+            http.stop(g)
         # First refuse new commits and let queued writes finish, then stop the server:
         # gRPC answers calls it cancels at the end of the grace period UNAVAILABLE
         # ("nothing stored, retry"), so none may still be waiting on a write.
@@ -339,4 +371,5 @@ def start_shuffler(
         store=store,
         intake=intake,
         _stop_fn=stop,
+        http_port=None if http is None else http.port,
     )

@@ -1,21 +1,14 @@
 """The store protocol: where accepted reports wait, durably, until released.
 
 Two implementations pass one contract suite (tests/shuffler/test_store_contract.py):
-``MemoryStore`` (the embedded default) and ``RedisStore`` (production; AOF).
-
-Model, per metric:
-
-- *pending queues*, one per ``QueueKey(window, fingerprint)``: chunks of accepted
-  reports (``crowdmix.shuffler.columns``) and their report count. The key is all the
-  metadata kept: the coarse collection window (a day by default) and the params
-  fingerprint the reports were validated against. No sender, token, fine time or
-  arrival sequence is ever stored.
-- *in-flight batches*: ``take`` atomically moves up to ``max_batch`` pending
-  reports of one queue into a batch under a random 128-bit id, and refuses when
-  fewer than ``min_batch`` are pending (the threshold is enforced by the store
-  itself, so several shuffler processes sharing it can never release a small
-  remainder). A batch stays until ``ack`` (the aggregator acknowledged it); a
-  crashed process's batches are found again with ``inflight_ids``.
+``MemoryStore`` (the embedded default) and ``RedisStore`` (production; AOF). Per metric:
+*pending queues*, one per ``QueueKey(window, fingerprint)``, hold chunks of accepted
+reports (``crowdmix.shuffler.columns``) and their count; the key is all the metadata kept
+(no sender, token, fine time or arrival order is ever stored). *In-flight batches*:
+``take`` atomically moves up to ``max_batch`` reports of one queue into a batch under a
+random 128-bit id and refuses below ``min_batch`` (so processes sharing the store never
+release a small remainder); a batch stays until ``ack``, and a crashed process's batches
+are found again with ``inflight_ids``.
 """
 
 from __future__ import annotations

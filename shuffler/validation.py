@@ -1,55 +1,16 @@
 """Validate submitted reports against the metric registry, whole columns at a time.
 
-A request is a list of ``ColumnsIn`` (columnar submits) and ``RowsIn`` (rows,
-grouped by metric, fingerprint, length and window at the wire edge,
-``crowdmix.shuffler.serde``), each naming the collection window of its reports.
-``validate`` accepts all of it or raises ``InvalidRequest`` / ``Overloaded``
-with a reason; it never mutates anything, so a rejected request leaves the
-store untouched. Columns are checked with numpy reductions (no per-report
-Python loop); rows are checked with C-level list/bytes operations (``max``,
-strided byte slices), which for the typical one-report device request is
-several times cheaper than building numpy arrays:
-
-=====================  ==================  ===========================================
-reason                 status              when
-=====================  ==================  ===========================================
-empty                  INVALID_ARGUMENT    no report at all
-unknown_metric         INVALID_ARGUMENT    metric not in the registry
-fingerprint_mismatch   INVALID_ARGUMENT    encoded under other params than the registry's
-malformed              INVALID_ARGUMENT    count disagrees with the cohorts, bits or report ids
-report_id              INVALID_ARGUMENT    a report id is not 16 bytes, or is all zero
-protocol_unsupported   INVALID_ARGUMENT    the request's protocol is not ours (serde)
-window_closed          FAILED_PRECONDITION the window named is closed here (windows.py)
-window_ahead           FAILED_PRECONDITION the window named has not begun here (windows.py)
-bit_length             INVALID_ARGUMENT    not ceil(bits/8) bytes per report
-padding_bits           INVALID_ARGUMENT    a bit past the metric's last bit is set
-cohort_range           INVALID_ARGUMENT    cohort ≥ m (basic mechanisms: ≠ 0)
-value_range            INVALID_ARGUMENT    a k-RR index ≥ domain size
-too_many_reports       RESOURCE_EXHAUSTED  more than max_reports_per_request
-mixed_sealed           INVALID_ARGUMENT    a report or column sets sealed and clear fields
-sealing_required       INVALID_ARGUMENT    a clear report to a shuffler that publishes keys
-sealing_off            INVALID_ARGUMENT    a sealed report to a plaintext shuffler
-sealed_length          INVALID_ARGUMENT    not the metric's fixed sealed length for the suite
-stale_key              FAILED_PRECONDITION sealed to a key not published here (or ended):
-                                           the SDK refetches GetConfig once and reseals
-histogram_unsealed     INVALID_ARGUMENT    a clear report of a shuffled-histogram metric
-too_many_messages      INVALID_ARGUMENT    more than 1 + m reports of a shuffled-histogram
-                                           metric in one call (one device's real + fakes)
-=====================  ==================  ===========================================
-
-Shuffled histograms (``crowdmix.core.histogram``). Their real and fake reports look
-alike only when sealed: a clear one would show the shuffler a device's true
-value beside its sender, so it is refused whatever the shuffler's mode. A
-device sends its 1 + Binomial(m, q) reports of a window in one call, so a call
-with more than 1 + m of one such metric is refused. That is all the shuffler
-can enforce: it has no device identity (tokens are per app), so it cannot link
-two calls, and a device that makes several calls sends more. The per-device
-cap of the abuse bound (README, "Shuffled histograms") therefore also needs
-per-device limits in front of the shuffler (attestation, account rate limits).
-
-Sealed reports (``SealedIn``) are checked for what the shuffler can see: the
-metric, the key id and the exact length; they are queued as opaque rows
-(``crowdmix.shuffler.config_service``).
+A request is a list of ``ColumnsIn`` (columnar submits) and ``RowsIn`` (rows, grouped by
+metric, fingerprint, length and window at the wire edge, ``crowdmix.shuffler.serde``).
+``validate`` accepts all of it or raises ``InvalidRequest`` / ``Overloaded`` with a
+reason (``empty``, ``unknown_metric``, ``fingerprint_mismatch``, ``malformed``,
+``bit_length``, ``padding_bits``, ``cohort_range``, ``value_range``, ``too_many_reports``,
+``stale_key``, ``too_many_messages``, ...); it never mutates anything, so a rejected
+request leaves the store untouched. Columns are checked with numpy reductions, rows with
+C-level list/bytes operations (cheaper for the typical one-report request). Sealed
+reports (``SealedIn``) are checked for what the shuffler can see: metric, key id, exact
+length. A shuffled-histogram metric's reports must be sealed, at most 1 + m per call.
+The table of reasons and statuses: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations

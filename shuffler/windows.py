@@ -54,12 +54,24 @@ class WindowRule:
         """The first and the last window accepted at ``now``, both inclusive."""
         return self.window_of(now) - self.tolerance, self.window_of(now + self.max_skew_seconds)
 
-    def check(self, window: int, now: float) -> None:
-        """Nothing when ``window`` is accepted at ``now``, else ``WindowRefused``."""
+    def check(self, window: int, now: float, disposal_seconds: float = math.inf) -> None:
+        """Nothing when ``window`` is accepted at ``now``, else ``WindowRefused``. A window
+        that ended ``disposal_seconds`` ago or more is closed too, whatever the tolerance:
+        the releaser would dispose of it unforwarded, so it must not be acknowledged."""
         ws = self.window_seconds
-        if now // ws - self.tolerance <= window <= (now + self.max_skew_seconds) // ws:
+        expired = (window + 1) * ws <= now - disposal_seconds
+        if (
+            not expired
+            and now // ws - self.tolerance <= window <= (now + self.max_skew_seconds) // ws
+        ):
             return
         first, last = self.accepted(now)
+        if expired:
+            raise WindowRefused(
+                "window_closed",
+                f"window {window} is closed: it ended more than the metric's disposal age "
+                "ago; drop the report",
+            )
         if window < first:
             raise WindowRefused(
                 "window_closed",

@@ -52,7 +52,9 @@ def test_counts_list_keys_match_the_doc() -> None:
     sample = {"store": "u", "metrics": [{"metric": "m", "encoding": "rappor", "windows": [1],
                                          "window_seconds": 86400, "window_dates": ["x"],
                                          "reports": 1, "batches": 1}]}  # fmt: skip
-    assert _keys(sample) == keys  # the real output is checked in tests/e2e/test_loose_ends.py
+    assert (
+        _keys(sample) == keys
+    )  # the real output is checked in tests/e2e/test_operator_commands.py
 
 
 @pytest.mark.parametrize(

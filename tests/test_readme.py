@@ -1,6 +1,7 @@
-"""The README's commands cannot rot: every ``crowdmix`` command line in it parses with
-the real command-line parser, the quick-start commands run, and the SDK snippet runs
-against a real shuffler."""
+"""The README's promises cannot rot: the quick-start commands run, the SDK snippet runs
+against a real shuffler, and the documentation's plan/privacy commands and the SDK
+walkthrough (docs/sdk.md) run as written. tests/test_docs.py checks that every
+``crowdmix`` command line of every page parses."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from crowdmix.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = [README, *(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))]
 
 
-def _code_blocks(lang: str = "") -> list[str]:
-    """Fenced blocks whose info string is ``lang`` ("" for plain shell blocks)."""
+def _code_blocks(lang: str = "", text: str = README) -> list[str]:
+    """Fenced blocks of ``text`` whose info string is ``lang`` ("" for plain shell blocks)."""
     blocks, current, info = [], None, ""
-    for line in README.splitlines():
+    for line in text.splitlines():
         if line.startswith("```"):
             if current is None:
                 current, info = [], line[3:].strip()
@@ -33,10 +35,10 @@ def _code_blocks(lang: str = "") -> list[str]:
     return blocks
 
 
-def _command_lines() -> list[list[str]]:
-    """Shell lines of the README's plain code blocks, continuations joined, comments cut."""
+def _command_lines(texts: list[str] = DOCS) -> list[list[str]]:
+    """Shell lines of the pages' plain code blocks, continuations joined, comments cut."""
     lines = []
-    for block in _code_blocks():
+    for block in (b for text in texts for b in _code_blocks(text=text)):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split(" #")[0].strip()
             if line:
@@ -44,9 +46,9 @@ def _command_lines() -> list[list[str]]:
     return lines
 
 
-def _crowdmix_commands() -> list[list[str]]:
+def _crowdmix_commands(texts: list[str] = DOCS) -> list[list[str]]:
     out = []
-    for words in _command_lines():
+    for words in _command_lines(texts):
         if words[0] in ("crowdmix", "scripts/crowdmix"):
             # "[--flag X]" marks optional parts in the prose; drop the brackets' contents
             cleaned, depth = [], 0
@@ -66,7 +68,7 @@ def test_readme_names_the_two_commands_and_ci_runs_the_test_one() -> None:
     assert "exec scripts/check" in ci
 
 
-def test_every_crowdmix_command_in_the_readme_parses() -> None:
+def test_every_crowdmix_command_of_the_docs_parses() -> None:
     commands = _crowdmix_commands()
     assert len(commands) >= 12
     parser = build_parser()
@@ -90,7 +92,7 @@ def test_quick_start_run_command_works(tmp_path: Path) -> None:
     assert {p.name for p in tmp_path.iterdir()} >= {"results.csv", "summary.json", "plot.png"}
 
 
-def test_planner_and_privacy_commands_in_the_readme_run() -> None:
+def test_planner_and_privacy_commands_of_the_docs_run() -> None:
     runnable = [c for c in _crowdmix_commands() if c[0] in ("plan", "privacy")]
     assert any(c[0] == "plan" for c in runnable)
     for argv in runnable:
@@ -175,19 +177,24 @@ def test_sdk_snippet_runs_against_a_real_shuffler(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # a local cluster: two redis-servers, two shufflers, an aggregator
 def test_the_sdk_walkthrough_runs_against_crowdmix_cluster_as_written(tmp_path: Path) -> None:
-    """The README's two commands, parsed out of it and run as written (only the
+    """docs/sdk.md's two commands, parsed out of it and run as written (only the
     directories moved under the test's own, and PORT replaced by what the cluster
     prints): the cluster registers ``theme``, serves without TLS, and its
     ``app-token.txt`` is the file the example reads."""
     import signal
 
-    (block,) = [b for b in _code_blocks() if "examples/daily_setting.py" in b and "cluster" in b]
+    sdk = (ROOT / "docs" / "sdk.md").read_text()
+    (block,) = [
+        b for b in _code_blocks(text=sdk) if "examples/daily_setting.py" in b and "cluster" in b
+    ]
     lines = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line]
     (cluster_argv,) = [w for w in lines if w[:2] == ["crowdmix", "cluster"]]
+    (export_argv,) = [w for w in lines if w[:3] == ["crowdmix", "config", "export"]]
     (app_argv,) = [w for w in lines if w[:2] == ["python", "examples/daily_setting.py"]]
     moved = {
         "/tmp/crowdmix-cluster": str(tmp_path / "cluster"),
         "/tmp/crowdmix-app": str(tmp_path / "app"),
+        "/tmp/crowdmix-config.pb": str(tmp_path / "config.pb"),
     }
 
     def here(words: list[str]) -> list[str]:
@@ -211,6 +218,11 @@ def test_the_sdk_walkthrough_runs_against_crowdmix_cluster_as_written(tmp_path: 
             printed.append(line)
         target = next(ln.split()[1] for ln in printed if ln.strip().startswith("shuffler-1"))
         assert any("--insecure" in ln and "app-token.txt" in ln for ln in printed)
+        argv = [w.replace("127.0.0.1:PORT", target) for w in here(export_argv)]
+        export = subprocess.run(
+            [sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+        assert export.returncode == 0, export.stderr
         argv = [w.replace("127.0.0.1:PORT", target) for w in here(app_argv)]
         run = subprocess.run(
             [sys.executable, *argv[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120

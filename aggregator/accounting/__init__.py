@@ -4,29 +4,15 @@ a ledger per metric, a planner, and the privacy statement of a release.
 Pure math (no state, numpy/scipy imported lazily): ``local``, ``pairs``,
 ``amplification``, ``composition``, ``pld``, ``guarantees``, ``planner``.
 Output: ``statement``. State: ``ledger`` (+ ``ledger_stores``). CLI: ``cli``.
-
-The report job's entry point::
-
-    privacy_statement(metric, n_reports, *, delta=1e-6, cohort_sizes=None,
-                      cohort_per_report=False, batch_sizes=None, rounds=1, shuffled=True)
-        -> PrivacyStatement  (.to_dict(), .render(), .to_release(...))
-    record_release(ledger, metric, n_reports, *, release_id, window, rounds=1, ...)
-        -> (PrivacyStatement, cumulative (ε, δ))   # statement + ledger entry in one step
-
-``history.compose_segments`` composes releases that differ in params, crowd and
+The report job's entry points: ``privacy_statement(metric, n_reports, *, delta=1e-6,
+...) -> PrivacyStatement`` and ``record_release(ledger, metric, n_reports, *, release_id,
+window, ...) -> (PrivacyStatement, cumulative (ε, δ))`` (statement and ledger entry in one
+step). ``history.compose_segments`` composes releases that differ in params, crowd and
 rounds; the ledger's total is that, never below a release or an earlier total.
-
-Exceptions::
-
-    ValueError                 bad parameters (names the field)
-    └── PlanError              the planner cannot meet the target
-    AccountingError            base of the ledger's errors
-    ├── BudgetExceededError    a release would exceed the metric's budget (nothing recorded)
-    ├── DuplicateReleaseError  the release id is already recorded
-    ├── ConcurrentUpdateError  another writer appended first
-    ├── UnboundedReleaseError  shared PRR coins leave the total unbounded
-    ├── LedgerCorruptError     a stored ledger cannot be read
-    └── LedgerMissingError     the ledger file does not exist
+Errors: ``ValueError`` for bad parameters (``PlanError``: the planner cannot meet the
+target) and ``AccountingError``, the ledger's (``BudgetExceededError``,
+``DuplicateReleaseError``, ``ConcurrentUpdateError``, ``UnboundedReleaseError``,
+``LedgerCorruptError``, ``LedgerMissingError``).
 """
 
 from __future__ import annotations

@@ -1,45 +1,41 @@
 """Amplification by shuffling: central (ε, δ) of one shuffled batch. Pure math.
 
-One batch holds n reports, each from an ε0-LDP randomizer, shuffled. Bounds
-(details and citations in ``crowdmix.aggregator.accounting.pairs``):
-
-- ``generic``: the stronger-clone pair (FMT23; Wang et al., VLDB 2024, Lemma 4.4)
-  evaluated exactly; valid for any ε0-LDP randomizer.
-- ``rappor`` is refused (``VARIATION_RATIO_REFUSAL``): the (p, β, q)
-  variation-ratio pair with a mechanism's own β is not a dominating pair for
-  the shuffled mechanism (see pairs.py), so it understated ε.
-- ``fmt21``: FMT21's clone pair evaluated exactly (a looser cross-check).
-- ``fmt21-closed``: FMT21's closed form (Feldman, McMillan, Talwar, FOCS 2021,
-  Thm 3.2 as used by apple/ml-shuffling-amplification):
-
-      ε ≤ ln(1 + (e^ε0−1)/(e^ε0+1)·(8·sqrt(e^ε0·ln(4/δ))/sqrt(n) + 8·e^ε0/n)),
-
-  valid only when ε0 ≤ ln(n/(16·ln(4/δ))).
-
-ε is found by a root search on the exact δ(ε) (an upper bound, see pairs.py)
-and returned on the safe side: the reported ε satisfies δ(ε) ≤ δ. When no
-bound beats ε0 the result is ε0 with ``amplified = False`` ("no amplification").
-
-``shuffled_rr_lower_bound`` is the exact privacy of one concrete ε0-LDP
-mechanism (randomized response) after shuffling: every generic bound must be
-at least this.
+One batch holds n reports, each from an ε0-LDP randomizer, shuffled (bounds and
+citations in ``crowdmix.aggregator.accounting.pairs``): ``generic``, the stronger-clone
+pair (Feldman, McMillan, Talwar SODA 2023; Wang et al., VLDB 2024, Lemma 4.4) evaluated
+exactly, valid for any ε0-LDP randomizer; ``fmt21``, the clone pair (a looser
+cross-check); ``fmt21-closed`` (Feldman, McMillan, Talwar, FOCS 2021, Thm 3.2):
+ε ≤ ln(1 + (e^ε0−1)/(e^ε0+1)·(8·sqrt(e^ε0·ln(4/δ))/sqrt(n) + 8·e^ε0/n)), valid only when
+ε0 ≤ ln(n/(16·ln(4/δ))). ``rappor`` is refused (``VARIATION_RATIO_REFUSAL``): the
+variation-ratio pair is not a dominating pair for the shuffled mechanism.
+ε is a root search on the exact δ(ε), returned on the safe side (δ(ε) ≤ δ); when no bound
+beats ε0 the result is ε0 with ``amplified = False``. ``shuffled_rr_lower_bound`` is the
+exact privacy of shuffled randomized response: every generic bound must be at least this.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from crowdmix.aggregator.accounting.pairs import ClonePair, EvaluatedPair
+
+if TYPE_CHECKING:
+    from crowdmix.aggregator.accounting.blanket import Profile
+    from crowdmix.aggregator.accounting.randomizers import Randomizer
 
 __all__ = [
     "BOUNDS",
     "VARIATION_RATIO_REFUSAL",
     "AmplificationBound",
     "AmplificationResult",
+    "BestBound",
     "amplify",
+    "amplify_randomizer",
+    "best_amplification",
     "epsilon_from_pair",
+    "epsilon_from_profile",
     "fmt21_closed_form",
     "shuffled_rr_lower_bound",
 ]
@@ -60,6 +56,8 @@ AMPLIFIED_MARGIN = 1e-3
 _NO_CLONES = 50.0
 # Relative precision of the root search; the answer is rounded up, never down.
 _XTOL = 1e-9
+# The blanket's root search stops here (each step costs a whole mixture); rounded up.
+_XTOL_PROFILE = 1e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +93,7 @@ def _check(epsilon0: float, n: int, delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
 
 
-def _safe_root(evaluated: EvaluatedPair, delta: float, upper: float) -> float:
+def _safe_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) -> float:
     """Smallest ε in [0, upper] with δ(ε) ≤ δ, rounded up; ``upper`` if none is below."""
     from scipy.optimize import brentq
 
@@ -125,7 +123,7 @@ def _safe_root(evaluated: EvaluatedPair, delta: float, upper: float) -> float:
     return root
 
 
-def _lower_root(evaluated: EvaluatedPair, delta: float, upper: float) -> float:
+def _lower_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) -> float:
     """Largest ε with δ(ε) − tail > δ, rounded down: an ε the pair certainly needs."""
     lo, hi = 0.0, upper
     if evaluated.delta(0.0) - evaluated.tail <= delta:
@@ -137,6 +135,110 @@ def _lower_root(evaluated: EvaluatedPair, delta: float, upper: float) -> float:
         else:
             hi = mid
     return lo
+
+
+def epsilon_from_profile(profile: Profile, delta: float, upper: float) -> float:
+    """Smallest ε ≤ ``upper`` with profile.delta(ε) ≤ δ, to relative 1e-6 and
+    rounded up (``upper`` if none): the returned ε is always checked on the profile.
+
+    A profile with a ``surrogate`` (one bin of a blanket mixture, cheap) gives the
+    starting guess; the Illinois method then brackets the root in a few steps
+    (each costs a whole mixture)."""
+    if profile.delta(upper) > delta:
+        return upper
+    surrogate = getattr(profile, "surrogate", None)
+    guess = upper / 4.0 if surrogate is None else _illinois(surrogate(), delta, upper, upper / 4)
+    return _illinois(profile, delta, upper, guess)
+
+
+def _illinois(profile: Profile, delta: float, upper: float, guess: float) -> float:
+    """The root search of ``epsilon_from_profile`` from ``guess`` (δ(upper) ≤ δ)."""
+    log_target = math.log(delta)
+
+    def gap(eps: float) -> float:
+        return math.log(max(profile.delta(eps), 1e-300)) - log_target
+
+    if gap(upper) > 0.0:
+        return upper
+    guess = min(max(guess, 1e-12), upper)
+    b, fb = min(upper, guess * 1.01), 0.0
+    fb = gap(b)
+    while fb > 0.0:  # b must satisfy δ(b) ≤ δ
+        b = min(upper, b * 1.25)
+        fb = gap(b)
+    a = min(guess * 0.99, b * 0.99)
+    fa = gap(a)
+    while fa <= 0.0:  # a must not
+        b, fb = a, fa
+        a *= 0.8
+        if a < 1e-12 * max(upper, 1.0):
+            return b  # δ(b) ≤ δ already: any ε this small is as good as 0
+        fa = gap(a)
+    side = 0
+    while b - a > _XTOL_PROFILE * b:
+        c = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
+        c = min(max(c, a + 1e-3 * (b - a)), b - 1e-3 * (b - a))
+        fc = gap(c)
+        if fc > 0.0:
+            a, fa = c, fc
+            if side == -1:
+                fb *= 0.5
+            side = -1
+        else:
+            b, fb = c, fc
+            if side == 1:
+                fa *= 0.5
+            side = 1
+    return b
+
+
+def amplify_randomizer(randomizer: Randomizer, n: int, delta: float) -> AmplificationResult:
+    """Central (ε, δ) of n shuffled reports of a known randomizer by its blanket
+    bound (``randomizers``, ``blanket``); ``bound = "none"`` where none is
+    implemented, with ε = ε0."""
+    eps0 = randomizer.epsilon0
+    _check(eps0, n, delta)
+    profile = None if eps0 > _NO_CLONES else randomizer.profile(n, delta)
+    eps = eps0 if profile is None else epsilon_from_profile(profile, delta, eps0)
+    amplified = eps < eps0 * (1.0 - AMPLIFIED_MARGIN)
+    return AmplificationResult(
+        epsilon=eps if amplified else eps0,
+        delta=delta,
+        bound="blanket" if profile is not None else "none",
+        epsilon0=eps0,
+        n=n,
+        amplified=amplified,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BestBound:
+    """The smallest valid figure for one shuffled batch and every bound tried."""
+
+    result: AmplificationResult
+    candidates: dict[str, float]
+
+
+def best_amplification(
+    epsilon0: float, n: int, delta: float, randomizer: Randomizer | None = None
+) -> BestBound:
+    """The one place that picks the bound: the generic stronger clone (any
+    ε0-LDP randomizer) and, when the randomizer is known and ε0 is its ε0, its
+    blanket bound; the smaller ε wins (both are proved upper bounds)."""
+    generic = amplify(epsilon0, n, delta, bound="generic")
+    cands = {"generic": generic.epsilon}
+    best = generic
+    if randomizer is not None and epsilon0 > 0.0:
+        if not math.isclose(randomizer.epsilon0, epsilon0, rel_tol=1e-9):
+            raise ValueError(
+                f"randomizer {randomizer.name} has ε0 = {randomizer.epsilon0}, not {epsilon0}"
+            )
+        specific = amplify_randomizer(randomizer, n, delta)
+        if specific.bound == "blanket":
+            cands["blanket"] = specific.epsilon
+            if specific.epsilon < best.epsilon:
+                best = specific
+    return BestBound(result=best, candidates=cands)
 
 
 def epsilon_from_pair(pair: ClonePair, n: int, delta: float, upper: float) -> float:

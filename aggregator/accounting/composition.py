@@ -2,20 +2,17 @@
 
 - ``basic``: k mechanisms each (ε, δ)-DP are (kε, kδ)-DP.
 - ``advanced`` (Dwork, Rothblum, Vadhan, FOCS 2010, Thm III.3): for any δ'' > 0,
-  (ε·sqrt(2k·ln(1/δ'')) + k·ε·(e^ε − 1), k·δ + δ'')-DP; given a total target δ'
-  we take δ'' = δ' − kδ.
-- ``optimal`` (Kairouz, Oh, Viswanath, ICML 2015, Thm 3.3): the exact privacy
-  region of k-fold adaptive composition of (ε, δ)-DP mechanisms. For any ε_g,
-  it is (ε_g, 1 − (1−δ)^k·(1 − H(ε_g)))-DP with
+  (ε·sqrt(2k·ln(1/δ'')) + k·ε·(e^ε − 1), k·δ + δ'')-DP, with δ'' = δ' − kδ for a target δ'.
+- ``optimal`` (Kairouz, Oh, Viswanath, ICML 2015, Thm 3.3): k-fold adaptive composition
+  is (ε_g, 1 − (1−δ)^k·(1 − H(ε_g)))-DP for any ε_g, with
 
       H(ε_g) = Σ_{l : (k−2l)ε > ε_g} C(k,l)·(e^{(k−l)ε} − e^{ε_g + lε}) / (1+e^ε)^k,
 
-  the hockey-stick divergence of k-fold binary randomized response. Terms are
-  summed in log space (log C(k,l) + (k−l)ε + log1p(−e^{ε_g−(k−2l)ε}) − k·log1p(e^ε),
-  then logsumexp), so k in the millions neither overflows nor underflows; the
-  smallest ε_g meeting the target δ' is found by bisection, rounded up.
-- ``pld``: compose the privacy-loss distribution of the per-round dominating
-  pair (``crowdmix.aggregator.accounting.pld``) rather than per-round (ε, δ).
+  the hockey-stick divergence of k-fold binary randomized response, summed in log space
+  (logsumexp, so k in the millions is safe); the smallest ε_g meeting δ' is found by
+  bisection, rounded up.
+- ``pld``: compose the per-round dominating pair's privacy-loss distribution
+  (``crowdmix.aggregator.accounting.pld``) rather than per-round (ε, δ).
 """
 
 from __future__ import annotations

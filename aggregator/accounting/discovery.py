@@ -1,22 +1,14 @@
 """Privacy of a discovery (prefix rounds + a value round): pure math.
 
-Every round r is one shuffled batch of n_r reports, each from an ε0_r-LDP
-randomizer (k-RR over hash buckets or over candidates: ``crowdmix.client.discovery``),
-so its central (ε_r, δ) is the generic stronger-clone bound (``amplification.amplify``;
-Feldman, McMillan, Talwar SODA 2023, proved for every ε0-LDP randomizer by
-Wang et al., VLDB 2024, Lemma 4.4).
-
-Rounds compose in *parallel* across disjoint device groups: a device in group g
-reports in g's rounds only, and every other round's output depends on it only
-through post-processing (the next round's candidates are a function of earlier
-outputs, which are fixed given the other groups' data), so the whole discovery is
-(max_g ε_g, max_g δ_g)-DP for replacing one device's value (McSherry, "Privacy
-integrated queries", SIGMOD 2009, Thm 4, which holds for adaptively chosen
-mechanisms since each one's privacy holds for every fixed input of the others).
-Within a group, its rounds compose *sequentially* (``history.compose_segments``).
-
-``plan_epsilon0`` inverts the one-round bound: the largest ε0 whose amplified ε
-over n reports is at most the target (bisection; the bound grows with ε0).
+Every round r is one shuffled batch of n_r reports of an ε0_r-LDP randomizer (k-RR over
+hash buckets or candidates), so its central (ε_r, δ) is the generic stronger-clone bound
+(``amplification.amplify``; Feldman, McMillan, Talwar SODA 2023; Wang et al., VLDB 2024,
+Lemma 4.4). Rounds of disjoint device groups compose in *parallel*: the discovery is
+(max_g ε_g, max_g δ_g)-DP for replacing one device's value (McSherry, "Privacy integrated
+queries", SIGMOD 2009, Thm 4, adaptive); within a group rounds compose sequentially
+(``history.compose_segments``). ``plan_epsilon0`` inverts the one-round bound: the
+largest ε0 whose amplified ε over n reports is at most the target (bisection).
+Argument: docs/design.md, "Aggregator: accounting", discovery.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Which guarantee applies to a release: the crowd, the best central bound, and
 the longitudinal argument. Pure (no state); numpy/scipy load lazily.
 
-- The crowd one report hides in: its shuffled batch and, unless the cohort is
-  drawn fresh per report, its cohort. A persistent cohort travels with the
-  report, so only same-cohort reports hide each other; the smallest cohort's
-  share of the smallest batch is used. Estimated when the sizes are unknown
-  (``estimated_crowd``: the exact binomial quantile at failure probability
-  CROWD_FAILURE·δ/(m·batches) — a union bound over every cohort of every batch —
-  and that failure probability is charged to δ once per round).
-- Central: the generic stronger-clone bound (Wang et al., VLDB 2024, Lemma 4.4),
-  valid for every ε0-LDP randomizer. The mechanism-specific (p, β, q)
-  variation-ratio pair is not used: it is not a dominating pair for shuffled
-  k-RR (d ≥ 4), OUE or PRR (pairs.py). A figure within 0.1% of ε0 is reported
-  as "no amplification".
-- Longitudinal, R rounds from the same clients (``history``, which the ledger
-  also uses over many releases): with a memoised PRR the rounds share
-  randomness, so per-round figures never compose; the R reports of a client are
-  one ε_R-LDP randomizer, and every report is a post-processing of the ε_∞-LDP
-  PRR, so amplifying ε_R or ε_∞ bounds them all (unlinking rounds is
-  post-processing of the linked view). A cohort drawn per report lets cohorts whose
-  Bloom filters coincide share PRR coins, so the R reports are bounded through
-  their IRR over all k bits instead (``history._irr_all_bits``), amplified. With fresh
-  randomness every round (basic mechanisms, RAPPOR with f = 0) the per-round
-  pair's PLD is composed, or per-round (ε, δ) by optimal composition (δ/2R per
-  round) when n is too large for a PLD.
+- Crowd: the smallest cohort's share of the smallest batch (a persistent cohort travels
+  with the report), or when sizes are unknown the exact binomial quantile at failure
+  probability CROWD_FAILURE·δ/(m·batches), charged to δ once per round.
+- Central: the best of the generic stronger-clone bound (Wang et al., VLDB 2024,
+  Lemma 4.4) and, for k-RR, OLH, OUE and a RAPPOR report, the privacy-blanket bound
+  (``blanket``); the (p, β, q) variation-ratio pair is not used (pairs.py). Within 0.1%
+  of ε0 is reported as "no amplification".
+- Longitudinal, R rounds (``history``): a memoised PRR is bounded by amplifying ε_R or
+  ε_∞ (per-report cohorts: the IRR over all k bits); fresh randomness composes the
+  per-round PLDs, or per-round (ε, δ/2R) by optimal composition for large n.
+Arguments: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations
@@ -37,6 +25,7 @@ from crowdmix.core.registry import MetricConfig
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.history import Segment
+    from crowdmix.aggregator.accounting.randomizers import Randomizer
 
 __all__ = [
     "COHORT_SD",
@@ -46,6 +35,7 @@ __all__ = [
     "central_guarantee",
     "estimated_crowd",
     "longitudinal_guarantee",
+    "randomizer_for",
     "segment_of",
     "smallest_cohort_share",
 ]
@@ -124,14 +114,16 @@ def estimated_crowd(batch: int, probability: float, failure: float) -> int:
     return max(1, x)
 
 
-def central_guarantee(epsilon0: float, n: int, delta: float) -> CentralGuarantee:
-    """Shuffle bound for n reports of an ε0-LDP randomizer: the generic stronger
-    clone (module docstring)."""
-    from crowdmix.aggregator.accounting.amplification import amplify
+def central_guarantee(
+    epsilon0: float, n: int, delta: float, randomizer: Randomizer | None = None
+) -> CentralGuarantee:
+    """Shuffle bound for n reports of an ε0-LDP randomizer: the best of the generic
+    stronger clone and, for a known ``randomizer``, its blanket bound
+    (``amplification.best_amplification``, the one place that picks)."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
 
-    cands: dict[str, float] = {}
-    generic = amplify(epsilon0, n, delta, bound="generic")
-    cands["generic"] = generic.epsilon
+    best = best_amplification(epsilon0, n, delta, randomizer)
+    cands = best.candidates
     name = min(cands, key=lambda k: cands[k])
     eps = cands[name]
     amplified = eps < epsilon0 * (1.0 - 1e-3)
@@ -143,6 +135,19 @@ def central_guarantee(epsilon0: float, n: int, delta: float) -> CentralGuarantee
         n_amplify=n,
         candidates=cands,
     )
+
+
+def randomizer_for(metric: MetricConfig, cohort_per_report: bool) -> Randomizer | None:
+    """The randomizer of one report of ``metric`` for the blanket bound, or None.
+
+    None for RAPPOR with a cohort drawn per report and m > 1: each report then
+    carries a random cohort whose Bloom sets differ, which the bit-vector
+    argument does not cover (the generic bound does)."""
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+    if metric.rappor is not None and cohort_per_report and metric.rappor.m > 1:
+        return None
+    return randomizer_of(basic=metric.basic, rappor=metric.rappor)
 
 
 def segment_of(
@@ -165,6 +170,7 @@ def segment_of(
         epsilon0=eps1,
         beta=beta,
         rappor=metric.rappor,
+        basic=metric.basic,
         hashing=metric.hashing,
         cohort_per_report=cohort_per_report and metric.num_cohorts > 1,
         crowd_failure=crowd_failure,

@@ -1,85 +1,18 @@
 """Central (ε, δ) of a shuffled histogram with fake reports. Pure math.
 
-The mechanism (``crowdmix.core.histogram``): each of n devices sends its value x
-(optionally k-RR with local ε_L) plus m slots, each filled independently
-w.p. q with a value uniform over d buckets. The analyst sees the histogram H
-of all reports (shuffled: no sender, no order).
+The mechanism (``crowdmix.core.histogram``): each device sends its value x (optionally
+k-RR with local ε_L) and m slots, each filled w.p. q with a value uniform over d buckets;
+the analyst sees the histogram of a batch's reports. Neighbours: one device's value
+replaced, x vs x'. Cover: the reports of ``n_honest`` honest devices besides the target
+in its batch (``histogram_crowd`` says how many); everything else — the target's own
+fakes, dishonest devices' reports — is treated as known to the analyst.
 
-Neighbouring datasets: one device's value replaced, x vs x' (n is public).
-
-Assumptions (stated with every figure):
-
-- At least ``n_honest`` devices *other than the target* follow the protocol
-  (draw their fakes as specified, with a CSPRNG) and are not colluding with
-  the analyst: ``n_honest = floor(honest_fraction·(n − 1))``. Everything
-  else is treated as known to the analyst: the target's own fakes, the
-  reports of dishonest or colluding devices, and the *real* reports of
-  honest devices (their values and their k-RR coins) — none of it counted as
-  cover, so the figure does not depend on the other devices' data.
-- Reports are sealed and the shuffler does not collude with the analyst.
-
-Lemma (exact reduction). Let F = (F_1..F_d) be the honest devices' fake
-counts: the N = n_honest·m slots are i.i.d. categorical (empty w.p. 1 − q,
-bucket j w.p. s = q/d), so F ~ Multinomial(N; s, ..., s, 1 − q). Without
-local randomization the view is (known part) + e_x + F under P and
-(known part) + e_x' + F under Q. Then, for every ε,
-
-    D_{e^ε}(P ‖ Q) = D_{e^ε}(Q ‖ P) = Σ_t Pr[M = t] · δ_t(ε),
-    M ~ Binomial(N, 2s)       (the honest fakes in buckets x and x'),
-    δ_t(ε) = D_{e^ε}(1 + Bin(t, ½) ‖ Bin(t, ½)).
-
-Proof. (i) Given (H_x, H_x'), the other buckets' conditional law is the same
-under P and Q: it depends only on F_x + F_x' = H_x + H_x' − (known) − 1, and
-F_rest | (F_x, F_x') is Multinomial over the remaining slots. So the full
-histogram is a post-processing (same kernel under P and Q) of (H_x, H_x'),
-and conversely (H_x, H_x') is a function of the histogram: the divergences
-are equal. (ii) Given M = F_x + F_x' = t (the same law under P and Q), F_x ~ Bin(t, ½).
-With a = H_x − (known part of bucket x), P gives a = 1 + F_x and Q gives
-a = F_x, and H_x' is then fixed by t: the conditional pair is exactly
-(1 + Bin(t, ½), Bin(t, ½)). Conditioning on the common M gives the
-mixture. Symmetry (swap x, x') gives D(P‖Q) = D(Q‖P). ∎
-
-δ_t in closed form. The likelihood ratio of 1 + Bin(t, ½) to Bin(t, ½) at a
-is B_t(a − 1)/B_t(a) = a/(t − a + 1), increasing in a, so with a0 the smallest
-a with a/(t − a + 1) > e^ε,
-
-    δ_t(ε) = Σ_{a = a0}^{t+1} B_t(a − 1) · (1 − e^ε (t − a + 1)/a),
-
-a sum of non-negative terms (no cancellation), evaluated in log space. For
-a ≥ a0 the terms' B_t(a − 1) fall by a factor ≤ e^−ε per step, so only
-``_TERMS(ε)`` terms are summed and the rest is bounded by Pr[Bin(t, ½) ≥ a0 + K − 1],
-which is added. δ_t is non-increasing in t (Bin(t+1, ½) = Bin(t, ½) + an
-independent coin: a post-processing), so M's tails outside a window
-[lo, hi] are bounded by Pr[M < lo]·1 + Pr[M > hi]·δ_hi and added. The
-result is an upper bound on δ(ε), multiplied by (1 + 1e-9) for float
-rounding (binomial pmfs from scipy's ``binom.pmf``, within ~1e-10 relative
-up to 4·10^9 trials; ``logpmf`` is not: its log-gamma differences are off by
-up to ~1e-5 there), plus 1e-300 for terms that underflow. It is also
-monotone in q, m and n_honest: M grows stochastically with each (a
-coupling), and δ_t falls with t.
-
-Local randomization. With k-RR the real report is, w.p. 1 − τ, the true
-value and, w.p. τ = d/(e^ε_L + d − 1), uniform over the domain (the same
-law under x and x'). Revealing which happened is a post-processing-superset
-of the view; given "uniform" P = Q, given "true" the Lemma applies. So
-
-    δ(ε) ≤ (1 − τ) · δ_fake(ε),     1 − τ = (e^ε_L − 1)/(e^ε_L + d − 1),
-
-and the view is also ε_L-DP with δ = 0 (post-processing of ε_L-LDP reports):
-the central ε is the smaller of the two. Against a colluding shuffler +
-aggregator the target's reports are seen together: ε_L-LDP with k-RR (the
-fakes are independent of x), no guarantee (ε = ∞) without.
-
-Literature. The protocol family: Balcer and Cheu (ITC 2020, arXiv:1911.06879)
-per-bucket fakes; Cheu and Zhilyaev (IEEE S&P 2022) fake users; Li et al.'s
-DUMP (uniform dummy points). The binomial split of a two-bucket count
-into Bin(t, ½) is the same device as the clone reduction of Feldman,
-McMillan and Talwar (FOCS 2021) used in ``pairs.py``. The bound here does
-not rely on any of their asymptotic theorems: it is the exact computation
-proved above.
-
-A valid *lower* bound for tests: ``exact_pair_delta`` (``tests``) enumerates
-the full histogram on a small domain and must agree with this to rounding.
+Two proved bounds on δ(ε): ``fake_delta``, the honest fakes alone (exact for it), and,
+with k-RR, ``histogram_blanket.blanket_delta``, which also counts the other devices' k-RR
+noise and the target's own; ``histogram_delta`` takes the smaller of that and the older
+(1 − γ)·fake_delta. The view is also ε_L-DP (post-processing of ε_L-LDP reports), so the
+central ε is at most ε_L. Against a colluding shuffler + aggregator only ε_L holds (∞
+without k-RR).
 """
 
 from __future__ import annotations
@@ -88,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from crowdmix.aggregator.accounting.histogram_blanket import blanket_delta
+from crowdmix.aggregator.accounting.histogram_crowd import dishonest_share, honest_others
 from crowdmix.core.histogram import HistogramParams
 
 __all__ = [
@@ -98,7 +33,6 @@ __all__ = [
     "format_up",
     "histogram_delta",
     "histogram_guarantee",
-    "honest_others",
     "shift_delta",
 ]
 
@@ -141,16 +75,6 @@ def format_g_up(x: float, digits: int = 2) -> str:
     return text
 
 
-def honest_others(n: int, honest_fraction: float) -> int:
-    """Devices other than the target assumed honest: floor(honest_fraction·(n − 1))."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    h = honest_fraction
-    if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 <= h <= 1.0:
-        raise ValueError(f"honest_fraction must be in [0, 1], got {h!r}")
-    return math.floor(h * (n - 1))
-
-
 def _terms(epsilon: float) -> int:
     # Terms past a0 shrink by e^-ε per step: after K of them the rest is below
     # e^-46 ≈ 1e-20 of the first, and it is bounded and added anyway.
@@ -158,7 +82,13 @@ def _terms(epsilon: float) -> int:
 
 
 def shift_delta(epsilon: float, t: Any) -> Any:
-    """δ_t(ε) = D_{e^ε}(1 + Bin(t, ½) ‖ Bin(t, ½)) for an array of t (upper bound, see above)."""
+    """δ_t(ε) = D_{e^ε}(1 + Bin(t, ½) ‖ Bin(t, ½)) for an array of t (an upper bound).
+
+    The likelihood ratio at a is B_t(a − 1)/B_t(a) = a/(t − a + 1), increasing in a, so with
+    a0 the smallest a where it exceeds e^ε, δ_t(ε) = Σ_{a ≥ a0} B_t(a − 1)(1 − e^ε(t − a + 1)/a),
+    non-negative terms falling by a factor ≤ e^−ε per step: ``_terms(ε)`` of them are
+    summed in log space and the rest bounded by Pr[Bin(t, ½) ≥ a0 + K − 1] and added.
+    """
     import numpy as np
     from scipy import special, stats
 
@@ -208,9 +138,25 @@ def _window(trials: int, prob: float) -> tuple[int, int]:
 def fake_delta(
     epsilon: float, *, n_honest: int, fake_slots: int, bucket_probability: float
 ) -> float:
-    """Upper bound on δ(ε) of e_x + F vs e_x' + F, F the honest fakes (the Lemma above).
+    """Upper bound on δ(ε) of e_x + F vs e_x' + F, F the honest devices' fakes; exact up to
+    float margins. ``bucket_probability`` is s = q/d, one slot's chance of one bucket.
 
-    ``bucket_probability`` is s = q/d, the chance one slot lands in one given bucket.
+    Lemma. The N = n_honest·m slots are i.i.d. (empty w.p. 1 − q, bucket j w.p. s), so
+    F ~ Multinomial(N; s, …, s, 1 − q), and for every ε
+
+        D_{e^ε}(P ‖ Q) = D_{e^ε}(Q ‖ P) = Σ_t Pr[M = t]·δ_t(ε),   M ~ Bin(N, 2s),
+        δ_t(ε) = D_{e^ε}(1 + Bin(t, ½) ‖ Bin(t, ½))   (``shift_delta``).
+
+    Proof. (i) Given (H_x, H_x') the other buckets' law is the same under P and Q (it
+    depends only on F_x + F_x'), so the histogram and (H_x, H_x') have equal divergences.
+    (ii) Given M = F_x + F_x' = t (same law under P and Q), F_x ~ Bin(t, ½); with a = H_x
+    less its known part, P gives a = 1 + F_x and Q gives a = F_x, and H_x' is fixed by t.
+    Symmetry (swap x, x') gives the reverse direction. ∎ The binomial split is the clone
+    device of Feldman, McMillan and Talwar (FOCS 2021). δ_t is non-increasing in t
+    (Bin(t + 1, ½) is Bin(t, ½) plus a coin: a post-processing), so M's tails outside a
+    window [lo, hi] are bounded by Pr[M < lo]·1 + Pr[M > hi]·δ_hi and added; pmfs from
+    boost's ``binom.pmf`` (within ~1e-10 relative up to 4·10^9 trials; ``logpmf`` is not),
+    the sum times (1 + 1e-9) plus 1e-300.
     """
     import numpy as np
     from scipy import stats
@@ -233,55 +179,91 @@ def fake_delta(
     return min(1.0, (inside + below + above) * (1.0 + _FLOAT_MARGIN) + _ABS_MARGIN)
 
 
-def histogram_delta(
-    epsilon: float, params: HistogramParams, n: int, *, honest_fraction: float = 1.0
-) -> float:
-    """δ(ε) of the analyst's view for ``params`` and n devices (an upper bound).
+def _honest(n_honest: int) -> int:
+    if isinstance(n_honest, bool) or not isinstance(n_honest, int) or n_honest < 0:
+        raise ValueError(f"n_honest must be a non-negative integer, got {n_honest!r}")
+    return n_honest
 
-    0 when ε ≥ ε_L (the view is then ε_L-DP outright).
+
+def histogram_delta(epsilon: float, params: HistogramParams, *, n_honest: int) -> float:
+    """δ(ε) of the analyst's view with ``n_honest`` honest devices besides the target in
+    its batch (an upper bound). 0 when ε ≥ ε_L (the view is then ε_L-DP outright).
+
+    Without k-RR: ``fake_delta``. With it, the smaller of two proved bounds: the k-RR
+    blanket (``histogram_blanket.blanket_delta``) and (1 − γ)·``fake_delta``,
+    1 − γ = (e^ε_L − 1)/(e^ε_L + d − 1), which reveals whether the target's report is its
+    value (w.p. 1 − γ) or a uniform draw (the same under x and x'; D_{e^ε} is jointly
+    convex, Liese and Vajda 2006) and counts only the fakes.
     """
-    if params.local_epsilon is not None and epsilon >= params.local_epsilon:
+    _honest(n_honest)
+    eps_l = params.local_epsilon
+    if eps_l is not None and epsilon >= eps_l:
         return 0.0
-    delta = fake_delta(
+    d = params.domain_size
+    fakes = fake_delta(
         epsilon,
-        n_honest=honest_others(n, honest_fraction),
+        n_honest=n_honest,
         fake_slots=params.fake_slots,
-        bucket_probability=params.fake_probability / params.domain_size,
+        bucket_probability=params.fake_probability / d,
     )
-    if params.local_epsilon is not None:
-        em1 = math.expm1(params.local_epsilon)
-        delta *= em1 / (em1 + params.domain_size)  # 1 − τ
-        delta = min(1.0, delta * (1.0 + _FLOAT_MARGIN))
-    return delta
+    if eps_l is None:
+        return fakes
+    em1 = math.expm1(eps_l)
+    older = min(1.0, fakes * em1 / (em1 + d) * (1.0 + _FLOAT_MARGIN))
+    blanket = blanket_delta(
+        epsilon,
+        n_honest=n_honest,
+        domain_size=d,
+        fake_slots=params.fake_slots,
+        fake_probability=params.fake_probability,
+        local_epsilon=eps_l,
+    )
+    return min(older, blanket)
 
 
-def central_epsilon(
-    params: HistogramParams, n: int, delta: float, *, honest_fraction: float = 1.0
-) -> float:
-    """Smallest ε (rounded up) with δ(ε) ≤ ``delta``; ``math.inf`` if none up to 60."""
+def central_epsilon(params: HistogramParams, delta: float, *, n_honest: int) -> float:
+    """Smallest ε (to a relative 1e-9, on the safe side) with δ(ε) ≤ ``delta``;
+    ε_L when that is smaller, ``math.inf`` without k-RR if no ε up to 60 meets it."""
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    _honest(n_honest)
     cap = _EPS_MAX if params.local_epsilon is None else params.local_epsilon
 
-    def ok(eps: float) -> bool:
-        return histogram_delta(eps, params, n, honest_fraction=honest_fraction) <= delta
+    def excess(eps: float) -> float:
+        """log δ(ε) − log δ: ≤ 0 exactly when ε meets the target."""
+        got = histogram_delta(eps, params, n_honest=n_honest)
+        return -math.inf if got <= 0.0 else math.log(got) - math.log(delta)
 
-    if not ok(cap):
+    f_hi = excess(cap)
+    if f_hi > 0.0:
         return math.inf if params.local_epsilon is None else params.local_epsilon
-    if ok(0.0):
+    f_lo = excess(0.0)
+    if f_lo <= 0.0:
         return 0.0
-    lo, hi = 0.0, cap
-    # Find a bracket quickly from above (δ(ε) is non-increasing in ε).
-    while hi > 1e-6 and ok(hi / 2.0):
-        hi /= 2.0
-    lo = hi / 2.0 if hi > 1e-6 else 0.0
-    while hi - lo > _EPS_RTOL * hi:
+    return _smallest_root(excess, 0.0, cap, f_hi)
+
+
+def _smallest_root(fn: Any, lo: float, hi: float, f_hi: float) -> float:
+    """The root of a non-increasing ``fn`` bracketed by fn(lo) > 0 ≥ f_hi, returned on the safe
+    side (fn ≤ 0) within a relative 1e-9: bisection until fn(hi) is finite (it is −∞ where
+    δ = 0), then Brent's method, then up in steps of the tolerance until fn ≤ 0."""
+    from scipy import optimize
+
+    while not math.isfinite(f_hi) and hi - lo > _EPS_RTOL * hi:
         mid = 0.5 * (lo + hi)
-        if ok(mid):
-            hi = mid
+        f_mid = fn(mid)
+        if f_mid <= 0.0:
+            hi, f_hi = mid, f_mid
         else:
             lo = mid
-    return hi  # ok(hi) holds: the safe side
+    if hi - lo <= _EPS_RTOL * hi:
+        return hi
+    tol = 0.25 * _EPS_RTOL * hi
+    x = float(optimize.brentq(fn, lo, hi, xtol=tol, rtol=1e-15))
+    x = min(hi, x + tol)
+    while x < hi and fn(x) > 0.0:
+        x = min(hi, x + tol)
+    return x
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,10 +275,12 @@ class HistogramGuarantee:
     local_epsilon: float  # shuffler + aggregator colluding (math.inf: none)
     n: int
     n_honest: int
-    honest_fraction: float
+    dishonest: int
+    honest_fraction: float | None  # None: the dishonest count was given
     domain_size: int
     fake_slots: int
     fake_probability: float
+    local_randomization: bool
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -306,11 +290,12 @@ class HistogramGuarantee:
             "local_epsilon": self.local_epsilon if math.isfinite(self.local_epsilon) else None,
             "n": self.n,
             "n_honest": self.n_honest,
+            "dishonest_devices": self.dishonest,
             "honest_fraction": self.honest_fraction,
             "domain_size": self.domain_size,
             "fake_slots": self.fake_slots,
             "fake_probability": self.fake_probability,
-            "bound": "exact fake-report pair (crowdmix.aggregator.accounting.histogram)",
+            "bound": _BOUND_BLANKET if self.local_randomization else _BOUND_FAKES,
         }
 
     def render(self) -> str:
@@ -320,28 +305,61 @@ class HistogramGuarantee:
             if math.isfinite(self.local_epsilon)
             else "none (ε = ∞: the real value is among the device's reports)"
         )
+        cover = "fakes and k-RR noise" if self.local_randomization else "fakes"
         return (
             f"central ε = {central}, δ = {format_g_up(self.delta, 6)} for the analyst "
             "(reports sealed, "
-            f"shuffler not colluding), counting only the fakes of {self.n_honest:,} honest "
-            f"devices besides the target (honest fraction {self.honest_fraction:g} of "
-            f"{self.n:,});\n  shuffler + aggregator colluding: {local}"
+            f"shuffler not colluding), counting only the {cover} of {self.n_honest:,} honest "
+            f"devices besides the target ({self.n:,} devices, {_dishonest_text(self)});"
+            f"\n  shuffler + aggregator colluding: {local}"
         )
 
 
+_BOUND_FAKES = "exact fake-report pair (crowdmix.aggregator.accounting.histogram)"
+_BOUND_BLANKET = (
+    "fake reports and k-RR blanket, exact given the cover count "
+    "(crowdmix.aggregator.accounting.histogram_blanket)"
+)
+
+
+def _dishonest_text(g: HistogramGuarantee) -> str:
+    if g.honest_fraction is None:
+        return f"at most {g.dishonest:,} dishonest, all assumed beside the target"
+    return (
+        f"at most {g.dishonest:,} dishonest — honest fraction {g.honest_fraction:g} — "
+        "all assumed beside the target"
+    )
+
+
 def histogram_guarantee(
-    params: HistogramParams, n: int, delta: float, *, honest_fraction: float = 1.0
+    params: HistogramParams,
+    n: int,
+    delta: float,
+    *,
+    honest_fraction: float = 1.0,
+    dishonest_devices: int | None = None,
 ) -> HistogramGuarantee:
-    """Both figures of one release of n devices' reports."""
-    eps = central_epsilon(params, n, delta, honest_fraction=honest_fraction)
+    """Both figures of one batch of exactly n devices' reports, at most D of them
+    dishonest (``dishonest_devices``, or D = ⌈(1 − h)·n⌉): n − 1 − D honest others
+    (``histogram_crowd.honest_others``)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if dishonest_devices is None:
+        dishonest, fraction = dishonest_share(n, honest_fraction), float(honest_fraction)
+    else:
+        dishonest, fraction = dishonest_devices, None
+    n_honest = honest_others(n, dishonest)
+    eps = central_epsilon(params, delta, n_honest=n_honest)
     return HistogramGuarantee(
         epsilon=eps,
         delta=delta,
         local_epsilon=params.local_epsilon if params.local_epsilon is not None else math.inf,
         n=n,
-        n_honest=honest_others(n, honest_fraction),
-        honest_fraction=float(honest_fraction),
+        n_honest=n_honest,
+        dishonest=dishonest,
+        honest_fraction=fraction,
         domain_size=params.domain_size,
         fake_slots=params.fake_slots,
         fake_probability=params.fake_probability,
+        local_randomization=params.local_epsilon is not None,
     )

@@ -1,25 +1,15 @@
 """Planner for shuffled histograms: target central (ε, δ), n, d and a cap on
-messages per device → fake slots m, fill probability q and local ε_L.
+messages per device → fake slots m, fill probability q and local ε_L. Pure math.
 
-Method (each step is monotone, and the answer is re-checked by
-``central_epsilon``, so a plan that misses its target is never returned):
-
-1. δ(ε) of ``crowdmix.aggregator.accounting.histogram`` falls as m, q or the honest
-   crowd grow (a coupling: M, the honest fakes in two buckets, grows
-   stochastically). m: the smallest number of slots for which q = 1 meets
-   the target (bisection on m within the cap), since for a fixed mean number
-   of fakes fewer slots give a more concentrated M (and a smaller variance
-   n·m·(q/d)(1 − q/d)) at fewer messages.
-2. q: the smallest multiple of 2^-20 in (0, 1] that meets the target
-   (bisection). Dyadic, so the device samples it with at most 20 coin words.
-3. Local ε_L (optional): a given value, or ``"auto"``: the smallest ε_L (to
-   0.01, rounded up) whose k-RR noise at most doubles the per-bucket variance
-   of the fakes alone. Planning m and q ignores the (1 − τ) factor ε_L brings
-   (it only helps), and the final check includes it.
-
-Expected error: the exact standard deviation of one bucket's unbiased count
-when no device holds it (``crowdmix.aggregator.decode.histogram.count_variance``,
-n known), and divided by n for the proportion scale.
+Each step is monotone (δ(ε) of ``crowdmix.aggregator.accounting.histogram`` falls as m, q
+or the honest crowd grow) and the answer is re-checked by ``central_epsilon``, so a plan
+that misses its target is never returned. m: the fewest slots for which q = 1 meets the
+target (within the cap); q: the smallest multiple of 2^-20 that meets it (dyadic: at most
+20 coin words on the device); ε_L: given, or ``"auto"``, the smallest (to 0.01, rounded
+up) whose k-RR noise at most doubles the fakes' per-bucket variance. Expected error: the
+exact standard deviation of an empty bucket's unbiased count
+(``crowdmix.aggregator.decode.histogram.count_variance``, n known), over n for
+proportions. Why each step: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations
@@ -28,7 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from crowdmix.aggregator.accounting.histogram import central_epsilon, histogram_delta, honest_others
+from crowdmix.aggregator.accounting.histogram import central_epsilon, histogram_delta
+from crowdmix.aggregator.accounting.histogram_crowd import dishonest_share, honest_others
 from crowdmix.aggregator.accounting.planner import PlanError
 from crowdmix.core.histogram import MAX_FAKE_SLOTS, HistogramParams
 
@@ -46,7 +37,9 @@ class HistogramPlan:
     target_epsilon: float
     delta: float
     n: int
-    honest_fraction: float
+    honest_fraction: float | None  # None: the dishonest count was given
+    dishonest: int  # D: dishonest devices, all assumed in the target's batch
+    n_honest: int  # honest others counted as cover (planned for)
     central_epsilon: float  # achieved (≤ target), analyst not colluding
     expected_messages: float  # per device
     max_messages: int  # per device, enforced by the shuffler
@@ -67,7 +60,8 @@ class HistogramPlan:
             "delta": self.delta,
             "n": self.n,
             "honest_fraction": self.honest_fraction,
-            "n_honest": honest_others(self.n, self.honest_fraction),
+            "dishonest_devices": self.dishonest,
+            "n_honest": self.n_honest,
             "expected_messages": self.expected_messages,
             "max_messages": self.max_messages,
             "expected_fakes_per_value": self.expected_fakes_per_value,
@@ -128,24 +122,38 @@ def plan_histogram(
     *,
     max_messages: int,
     honest_fraction: float = 1.0,
+    dishonest_devices: int | None = None,
     local_epsilon: float | Literal["auto"] | None = None,
+    n_honest: int | None = None,
 ) -> HistogramPlan:
-    """The cheapest (fewest expected messages) configuration meeting central (ε, δ)."""
+    """The cheapest (fewest expected messages) configuration meeting central (ε, δ) for
+    one batch of n devices, at most D of them dishonest (``dishonest_devices``, or
+    D = ⌈(1 − h)·n⌉): n − 1 − D honest others, or ``n_honest`` if given (a smaller
+    crowd, e.g. the one a statement will count; n then only sets the expected error)."""
     from crowdmix.aggregator.decode.histogram import count_variance
 
     _check(epsilon, delta, n, domain_size, max_messages)
-    honest_others(n, honest_fraction)  # validates
+    if dishonest_devices is None:
+        dishonest, fraction = dishonest_share(n, honest_fraction), float(honest_fraction)
+    else:
+        dishonest, fraction = dishonest_devices, None
+    crowd = honest_others(n, dishonest)
+    if n_honest is not None:
+        if isinstance(n_honest, bool) or not isinstance(n_honest, int) or n_honest < 0:
+            raise ValueError(f"n_honest must be a non-negative integer, got {n_honest!r}")
+        crowd = min(crowd, n_honest)
     d = domain_size
+    fixed = None if local_epsilon == "auto" else local_epsilon
 
     def meets(m: int, q: float) -> bool:
-        p = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q)
-        return histogram_delta(epsilon, p, n, honest_fraction=honest_fraction) <= delta
+        p = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q, local_epsilon=fixed)
+        return histogram_delta(epsilon, p, n_honest=crowd) <= delta
 
     top = max_messages - 1
     if not meets(top, 1.0):
         raise PlanError(
             f"central ε = {epsilon} at δ = {delta} needs more than {max_messages} messages per "
-            f"device for n = {n:,} (honest fraction {honest_fraction:g}) and d = {d:,}: "
+            f"device for n = {n:,} ({crowd:,} honest besides the target) and d = {d:,}: "
             "raise the cap, n or ε"
         )
     lo_m, hi_m = 0, top  # meets(hi_m, 1) holds
@@ -173,7 +181,7 @@ def plan_histogram(
     else:
         eps_l = float(local_epsilon)
     params = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q, local_epsilon=eps_l)
-    achieved = central_epsilon(params, n, delta, honest_fraction=honest_fraction)
+    achieved = central_epsilon(params, delta, n_honest=crowd)
     if not achieved <= epsilon:  # cannot happen (monotone); never return a plan that misses
         raise PlanError(f"internal: planned configuration gives ε = {achieved} > {epsilon}")
     var0 = float(count_variance(params, n, 0.0))
@@ -182,7 +190,9 @@ def plan_histogram(
         target_epsilon=float(epsilon),
         delta=float(delta),
         n=n,
-        honest_fraction=float(honest_fraction),
+        honest_fraction=fraction,
+        dishonest=dishonest,
+        n_honest=crowd,
         central_epsilon=achieved,
         expected_messages=params.expected_messages,
         max_messages=params.max_messages,

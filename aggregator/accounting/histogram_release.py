@@ -1,64 +1,15 @@
 """The privacy statement of one shuffled-histogram release. Pure math.
 
-``crowdmix.aggregator.accounting.histogram`` gives (ε, δ) for n devices. The
-aggregator does not know n: it sees T, the number of reports (real and fake
-alike, sealed, shuffled), not devices. The figure falls as n grows, so n
-must never be overstated. The statement uses a *lower confidence bound*
-
-    n_low(T) = min{ n ≥ 1 : Pr[S_n ≥ T] > β },
-    S_n = n_h + Bin(n_h·m, q) + (n − n_h)(1 + m),   n_h = floor(h·n),
-
-the largest report total n devices can produce when a share h of them
-(``honest_fraction``) follows the protocol (1 + Binomial(m, q) reports) and the
-rest send the most the shuffler lets one call carry (1 + m each). S_n grows
-stochastically with n (one more device adds an honest device or 1 + m
-reports), so Pr[S_n ≥ T] is non-decreasing in n and, for the true n,
-
-    Pr[n_low(T) > n] ≤ Pr[ Pr[S_n ≥ t]|_{t=T} ≤ β ] ≤ β
-
-(the survival function of the observed total is a valid p-value; S_n
-dominates the true total stochastically). So with probability ≥ 1 − β over
-the fakes n_low ≤ n, and then the stated ε, computed for n_low, is at least
-the true one (δ(ε) is non-increasing in the crowd). β is charged to δ: the
-accounting runs at δ − β and the statement prints δ. β = ``DEVICE_BOUND_SHARE``·δ.
-
-What it assumes: every report counted comes from a device in the crowd
-(someone who injects reports without being a device, e.g. a shuffler
-operator, is outside the model, as under every shuffle bound here), devices
-beyond the honest share send at most 1 + m reports (the shuffler's per-call
-cap, ``crowdmix.shuffler.validation``), and each device reports once per window.
-
-Batches, not the window, are the crowd. The shuffler forwards a window in
-batches and the aggregator sees each batch's histogram on its own, so the fakes
-that hide a device's real report are those of its own batch. Batches are formed
-by report count, independently of the values, and every other batch is then
-independent of the target's value; so the statement is that of the smallest
-batch (its size is recorded at ingest; unknown sizes fall back to the metric's
-``min_batch``, below which the shuffler releases nothing). A device's reports
-are stored contiguously (one call). Let K be the devices whose reports meet a
-batch of T_b reports: they are a run of consecutive devices, the first of which
-straddles the batch's start (chosen by count, so size-biased, but of at most
-1 + m reports) and the others fresh, so T_b ≤ (1 + m) + S_{K−1} ≤ S_{K+m}
-(every device sends at least one report) and Pr[K + m < n_low(T_b)] ≤ β. At most
-two of the K straddle an edge: the crowd is n_low(T_b) − (m + 2) devices whose
-whole report set lies in the batch (``edge_devices``). β is split over the
-batches (a union bound).
-
-A call stored twice (a shuffler retry after DEADLINE_EXCEEDED, ``store_not_replicated`` or
-an unknown outcome whose first attempt was stored: allowed by design) reaches the
-aggregator as repeated report ids; it drops the repeats, but it has seen which reports
-came together, i.e. that device's whole report set, which holds its real report. Without
-k-RR that is its value (δ at any ε is then at least (1 − q)^m), so no central figure holds
-for that window. The aggregator therefore counts the repeated ids per window, atomically
-with the counts (``crowdmix.aggregator.store.base.CountStore.duplicate_reports``), and a release
-with any (or with no record of them: unknown is not zero) states no central figure, only
-ε_L, the figure of a colluding shuffler and aggregator, which is what a linking
-aggregator is (``HistogramRelease.linked``).
-
-A release is stated per collection window: merging R windows would need each
-window's own report total for the device bound, so it is refused. Releases of
-several windows compose (basic composition: (R·ε, R·δ), R·ε_L colluding);
-``HistogramRelease.rounds`` is kept for that and is 1 today.
+``histogram`` gives (ε, δ) for n_h honest devices besides the target in its batch;
+``histogram_crowd`` bounds n_h from what the aggregator sees: report counts, not devices.
+Its confidence bounds fail with probability β = ``DEVICE_BOUND_SHARE``·δ, charged to δ
+(the accounting runs at δ − β and the statement prints δ). The crowd is the smallest
+batch, not the window (β split over batches by a union bound); dishonest devices are
+counted over the whole window, all in the target's batch. A window with repeated report
+ids (or no record of them) links a device's reports, so its release states no central
+figure, only ε_L (``HistogramRelease.linked``). A release covers one collection window;
+several compose by basic composition ((R·ε, R·δ), R·ε_L colluding).
+Reasons: docs/design.md, "Aggregator: accounting", shuffled-histogram release.
 """
 
 from __future__ import annotations
@@ -67,7 +18,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from crowdmix.aggregator.accounting.histogram import format_g_up, format_up, histogram_guarantee
+from crowdmix.aggregator.accounting.histogram import central_epsilon, format_g_up, format_up
+from crowdmix.aggregator.accounting.histogram_crowd import (
+    HonestCrowd,
+    dishonest_share,
+    honest_crowd,
+)
 from crowdmix.core.histogram import HistogramParams
 
 if TYPE_CHECKING:
@@ -76,15 +32,19 @@ if TYPE_CHECKING:
 __all__ = [
     "ASSUMPTIONS",
     "DEVICE_BOUND_SHARE",
+    "PLAN_MISS",
     "HistogramRelease",
-    "devices_lower_bound",
-    "edge_devices",
     "histogram_release",
     "plan_release",
+    "report_total_low",
 ]
 
-#: Share of δ charged for the device-count lower bound failing.
+#: Share of δ charged for the device-count confidence bounds failing.
 DEVICE_BOUND_SHARE = 0.1
+
+#: A plan's stated ε meets its target for every report total but the PLAN_MISS
+#: least likely ones (``plan_release``): all but one run in 10⁹.
+PLAN_MISS = 1e-9
 
 #: What the central figure assumes, printed with it. The aggregator opens every report
 #: and sees its report id and key id, so (a) a call stored twice (a retried
@@ -105,64 +65,38 @@ ASSUMPTIONS = (
 )
 
 
-def edge_devices(params: HistogramParams) -> int:
-    """Devices not counted per batch: m + 2 (see the module docstring)."""
-    return params.fake_slots + 2
-
-
-def _tail(n: int, total: int, params: HistogramParams, honest_fraction: float) -> float:
-    """Pr[S_n ≥ total] (see the module docstring)."""
-    from scipy import stats
-
-    n_h = math.floor(honest_fraction * n)
-    need = total - n_h - (n - n_h) * params.max_messages  # from the honest fakes
-    trials = n_h * params.fake_slots
-    if need <= 0:
-        return 1.0
-    if need > trials:
-        return 0.0
-    return float(stats.binom.sf(need - 1, trials, params.fake_probability))
-
-
-def devices_lower_bound(
-    total_reports: int, params: HistogramParams, *, failure: float, honest_fraction: float = 1.0
-) -> int:
-    """n_low(T): at most the true device count except with probability ``failure``."""
-    if isinstance(total_reports, bool) or not isinstance(total_reports, int) or total_reports < 1:
-        raise ValueError(f"total_reports must be a positive integer, got {total_reports!r}")
-    if not 0.0 < failure < 1.0:
-        raise ValueError(f"failure must be in (0, 1), got {failure!r}")
-    lo, hi = 1, total_reports  # S_T ≥ T always: n = T devices send at least T reports
-    if _tail(lo, total_reports, params, honest_fraction) > failure:
-        return lo
-    while hi - lo > 1:  # invariant: tail(lo) ≤ failure < tail(hi)
-        mid = (lo + hi) // 2
-        if _tail(mid, total_reports, params, honest_fraction) > failure:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistogramRelease:
-    """One release's statement: both figures, the device bound and its cost."""
+    """One release's statement: both figures, the crowd counted and its cost."""
 
     metric: str
     total_reports: int
     smallest_batch: int
-    devices_lower: int
-    device_failure: float
+    crowd: HonestCrowd
     rounds: int
     epsilon: float  # central, per window (analyst; shuffler not colluding)
     delta: float  # per window, β included
     local_epsilon: float  # per window, colluding shuffler + aggregator (inf: none)
-    honest_fraction: float
-    n_honest: int
     params: HistogramParams
     sealed: bool | None = None
     #: report ids seen twice in the window (None: not recorded, unknown)
     duplicate_reports: int | None = 0
+
+    @property
+    def n_honest(self) -> int:
+        return self.crowd.n_honest
+
+    @property
+    def honest_lower(self) -> int:
+        return self.crowd.honest_lower
+
+    @property
+    def device_failure(self) -> float:
+        return self.crowd.failure
+
+    @property
+    def honest_fraction(self) -> float | None:
+        return self.crowd.honest_fraction
 
     @property
     def linked(self) -> bool:
@@ -202,12 +136,15 @@ class HistogramRelease:
         def fin(x: float) -> float | None:
             return x if math.isfinite(x) else None
 
+        krr = self.params.local_epsilon is not None
         return {
             "encoding": "shuffled-histogram",
             "metric": self.metric,
             "total_reports": self.total_reports,
             "smallest_batch": self.smallest_batch,
-            "devices_lower_bound": self.devices_lower,
+            "honest_lower_bound": self.honest_lower,
+            "devices_upper_bound": self.crowd.devices_upper,
+            "dishonest_devices": self.crowd.dishonest,
             "device_bound_failure": self.device_failure,
             "honest_fraction": self.honest_fraction,
             "n_honest": self.n_honest,
@@ -225,9 +162,41 @@ class HistogramRelease:
             "domain_size": self.params.domain_size,
             "sealed": self.sealed,
             "assumptions": list(ASSUMPTIONS),
-            "bound": "exact fake-report pair (crowdmix.aggregator.accounting.histogram) at a lower "
-            "confidence bound on the device count (aggregator.accounting.histogram_release)",
+            "bound": (
+                "fake reports and k-RR blanket (crowdmix.aggregator.accounting.histogram_blanket)"
+                if krr
+                else "exact fake-report pair (crowdmix.aggregator.accounting.histogram)"
+            )
+            + " for the honest crowd of the smallest batch "
+            "(crowdmix.aggregator.accounting.histogram_crowd)",
         }
+
+    def _crowd_text(self) -> str:
+        c = self.crowd
+        where = "in the window" if c.batches == 1 else "in the smallest batch"
+        sending = "sending 1 + m reports each"
+        if c.batches > 1:
+            sending += ", all assumed in its batch"
+        if c.honest_fraction is None:
+            dishonest = f"beside at most {c.dishonest:,} dishonest devices (as given) {sending}"
+        elif c.honest_fraction == 1.0:
+            dishonest = "all devices assumed honest (honest fraction 1)"
+        elif c.devices_upper is None:
+            dishonest = (
+                f"beside dishonest devices up to a share {1.0 - c.honest_fraction:.6g} of "
+                f"the window's, {sending}"
+            )
+        else:
+            dishonest = (
+                f"beside up to {c.dishonest:,} dishonest devices (a share "
+                f"{1.0 - c.honest_fraction:.6g} of at most {c.devices_upper:,} in the "
+                f"window) {sending}"
+            )
+        return (
+            f"at least {c.honest_lower:,} honest devices {where} ({self.smallest_batch:,} "
+            f"reports), {dishonest}; the bounds fail with probability "
+            f"{format_g_up(c.failure)}, charged to δ"
+        )
 
     def render(self) -> str:
         if self.linked:
@@ -238,16 +207,13 @@ class HistogramRelease:
             if math.isfinite(self.local_epsilon)
             else "no guarantee (ε = ∞: the real value is among the device's reports)"
         )
+        cover = "fakes and k-RR noise" if self.params.local_epsilon is not None else "fakes"
         lines = [
             f"Privacy ({self.metric}, shuffled histogram, {self.total_reports:,} reports): "
             f"the analyst's histogram is (ε = {central}, δ = {format_g_up(self.delta)})-DP for one "
             f"device's value in this collection window (a device reporting in R windows: "
-            f"R·ε, R·δ by basic composition), counting as cover only the fakes of "
-            f"{self.n_honest:,} honest "
-            f"devices besides it in its batch (honest fraction {self.honest_fraction:g} of at "
-            f"least {self.devices_lower:,} devices in the smallest batch, "
-            f"{self.smallest_batch:,} reports: a lower bound that fails with probability "
-            f"{format_g_up(self.device_failure)}, charged to δ).",
+            f"R·ε, R·δ by basic composition), counting as cover only the {cover} of "
+            f"{self.n_honest:,} honest devices besides it in its batch ({self._crowd_text()}).",
             f"  Shuffler + aggregator colluding: {local}.",
         ]
         if self.rounds > 1:
@@ -278,25 +244,9 @@ class HistogramRelease:
         )
 
 
-def histogram_release(
-    metric: str,
-    params: HistogramParams,
-    total_reports: int,
-    *,
-    delta: float = 1e-6,
-    honest_fraction: float = 1.0,
-    rounds: int = 1,
-    sealed: bool | None = None,
-    batch_sizes: tuple[int, ...] | None = None,
-    min_batch: int | None = None,
-    duplicate_reports: int | None = 0,
-) -> HistogramRelease:
-    """The statement of a release of ``total_reports`` reports of one window, forwarded
-    in batches of ``batch_sizes`` reports (None: unknown, each at least ``min_batch``).
-
-    ``duplicate_reports``: report ids the aggregator saw twice in the window (None: not
-    recorded); anything but 0 withdraws the central figure (``HistogramRelease.linked``).
-    0 is the default for plans and what-ifs; the report job passes the store's count."""
+def _check_release(
+    delta: float, rounds: int, duplicate_reports: int | None, dishonest_devices: int | None
+) -> None:
     if duplicate_reports is not None and (
         isinstance(duplicate_reports, bool)
         or not isinstance(duplicate_reports, int)
@@ -304,6 +254,14 @@ def histogram_release(
     ):
         raise ValueError(
             f"duplicate_reports must be a non-negative integer or None, got {duplicate_reports!r}"
+        )
+    if dishonest_devices is not None and (
+        isinstance(dishonest_devices, bool)
+        or not isinstance(dishonest_devices, int)
+        or dishonest_devices < 0
+    ):
+        raise ValueError(
+            f"dishonest_devices must be a non-negative integer or None, got {dishonest_devices!r}"
         )
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
@@ -316,6 +274,31 @@ def histogram_release(
             f"a shuffled-histogram release is stated per collection window; these counts "
             f"merge {rounds} windows: report one window at a time (--windows W)"
         )
+
+
+def histogram_release(
+    metric: str,
+    params: HistogramParams,
+    total_reports: int,
+    *,
+    delta: float = 1e-6,
+    honest_fraction: float = 1.0,
+    dishonest_devices: int | None = None,
+    rounds: int = 1,
+    sealed: bool | None = None,
+    batch_sizes: tuple[int, ...] | None = None,
+    min_batch: int | None = None,
+    duplicate_reports: int | None = 0,
+) -> HistogramRelease:
+    """The statement of a release of ``total_reports`` reports of one window, forwarded
+    in batches of ``batch_sizes`` reports (None: unknown, each at least ``min_batch``).
+
+    Dishonest devices: ``dishonest_devices`` D if given, else a share 1 − ``honest_fraction``
+    of the window's devices (``histogram_crowd``). ``duplicate_reports``: report ids the
+    aggregator saw twice in the window (None: not recorded); anything but 0 withdraws the
+    central figure (``HistogramRelease.linked``). 0 is the default for plans and
+    what-ifs; the report job passes the store's count."""
+    _check_release(delta, rounds, duplicate_reports, dishonest_devices)
     failure = DEVICE_BOUND_SHARE * delta
     if batch_sizes is not None and (
         not batch_sizes or min(batch_sizes) < 1 or sum(batch_sizes) != total_reports
@@ -333,28 +316,74 @@ def histogram_release(
         floor_ = min_batch if min_batch is not None else total_reports
         smallest = max(1, min(total_reports, floor_))
         batches = max(1, math.ceil(total_reports / smallest))
-    n_low = devices_lower_bound(
-        smallest, params, failure=failure / batches, honest_fraction=honest_fraction
+    crowd = honest_crowd(
+        params,
+        smallest_batch=smallest,
+        batches=batches,
+        window_reports=total_reports,
+        failure=failure,
+        honest_fraction=honest_fraction,
+        dishonest_devices=dishonest_devices,
     )
-    n_low = max(1, n_low - edge_devices(params))
-    g = histogram_guarantee(params, n_low, delta - failure, honest_fraction=honest_fraction)
+    return _release(
+        metric, params, total_reports, smallest, crowd, delta, sealed, duplicate_reports
+    )
+
+
+def _release(
+    metric: str,
+    params: HistogramParams,
+    total_reports: int,
+    smallest: int,
+    crowd: HonestCrowd,
+    delta: float,
+    sealed: bool | None,
+    duplicate_reports: int | None,
+) -> HistogramRelease:
+    eps = central_epsilon(params, delta - crowd.failure, n_honest=crowd.n_honest)
     return HistogramRelease(
         metric=metric,
         total_reports=total_reports,
         smallest_batch=smallest,
-        devices_lower=n_low,
-        device_failure=failure,
-        rounds=rounds,
+        crowd=crowd,
+        rounds=1,
         # linked (or unknown): no central figure, not even in the value object
-        epsilon=g.epsilon if duplicate_reports == 0 else math.inf,
+        epsilon=eps if duplicate_reports == 0 else math.inf,
         delta=delta,
-        local_epsilon=g.local_epsilon,
-        honest_fraction=float(honest_fraction),
-        n_honest=g.n_honest,
+        local_epsilon=params.local_epsilon if params.local_epsilon is not None else math.inf,
         params=params,
         sealed=sealed,
         duplicate_reports=duplicate_reports,
     )
+
+
+def report_total_low(
+    params: HistogramParams,
+    n: int,
+    *,
+    miss: float = PLAN_MISS,
+    honest_fraction: float = 1.0,
+    dishonest_devices: int | None = None,
+) -> int:
+    """T_lo with Pr[T < T_lo] ≤ ``miss`` for the report total T of one window of n devices.
+
+    With D = ``dishonest_devices`` or ⌈(1 − h)·n⌉, at least n − D devices are honest and
+    send 1 + Bin(m, q) reports each, and every device sends at least one: T ≥ n +
+    Bin((n − D)·m, q). T_lo = n + the binomial's ``binom.ppf(miss)`` (the smallest k with
+    Pr[X ≤ k] ≥ miss, so Pr[X < k] < miss).
+    """
+    from scipy import stats
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not 0.0 < miss < 1.0:
+        raise ValueError(f"miss must be in (0, 1), got {miss!r}")
+    dishonest = (
+        dishonest_share(n, honest_fraction) if dishonest_devices is None else dishonest_devices
+    )
+    trials = (n - min(n, dishonest)) * params.fake_slots
+    low = int(stats.binom.ppf(miss, trials, params.fake_probability)) if trials else 0
+    return n + low
 
 
 def plan_release(
@@ -365,35 +394,60 @@ def plan_release(
     *,
     max_messages: int,
     honest_fraction: float = 1.0,
+    dishonest_devices: int | None = None,
     local_epsilon: float | Literal["auto"] | None = None,
+    miss: float = PLAN_MISS,
 ) -> tuple[HistogramPlan, HistogramRelease]:
-    """A plan whose *stated* figure meets (ε, δ): ``plan_histogram`` at δ − β and at
-    the device count the statement will count (the lower bound from the expected
-    report total, one batch), re-planned until the statement of that total meets ε.
+    """A plan whose *stated* figure meets (ε, δ) in all but ``miss`` of the windows of n
+    devices, each released as one batch, and the statement of its worst such window.
 
-    Raises ``PlanError`` when no plan within the cap does.
+    The statement of a window of T reports counts k_low(T) − 1 honest others
+    (``histogram_crowd.honest_crowd``), non-decreasing in T, and its ε is non-increasing in
+    them (the fixed cover grid of ``histogram_blanket`` keeps the computed figure so). So
+    every T ≥ T_lo (``report_total_low``: probability ≥ 1 − miss) states at most the ε of
+    T_lo. The fakes are planned (``plan_histogram`` at δ − β) for that statement's crowd,
+    re-planned until its ε meets the target. Raises ``PlanError`` when no plan within the
+    cap does.
     """
     from crowdmix.aggregator.accounting.histogram_plan import plan_histogram
     from crowdmix.aggregator.accounting.planner import PlanError
 
-    n_plan = n
-    for _ in range(6):
+    _check_release(delta, 1, 0, dishonest_devices)
+    failure = DEVICE_BOUND_SHARE * delta
+    n_honest: int | None = None  # first: the crowd of n devices known exactly
+    for _ in range(8):
         plan = plan_histogram(
             epsilon,
             (1.0 - DEVICE_BOUND_SHARE) * delta,
-            n_plan,
+            n,
             domain_size,
             max_messages=max_messages,
             honest_fraction=honest_fraction,
+            dishonest_devices=dishonest_devices,
             local_epsilon=local_epsilon,
+            n_honest=n_honest,
         )
-        total = max(1, round(n * plan.params.expected_messages))
-        stated = histogram_release(
-            "plan", plan.params, total, delta=delta, honest_fraction=honest_fraction
+        low = report_total_low(
+            plan.params,
+            n,
+            miss=miss,
+            honest_fraction=honest_fraction,
+            dishonest_devices=dishonest_devices,
         )
+        crowd = honest_crowd(
+            plan.params,
+            smallest_batch=low,
+            batches=1,
+            window_reports=low,
+            failure=failure,
+            honest_fraction=honest_fraction,
+            dishonest_devices=dishonest_devices,
+        )
+        stated = _release("plan", plan.params, low, low, crowd, delta, None, 0)
         if stated.epsilon <= epsilon:
             return plan, stated
-        n_plan = max(1, stated.devices_lower)
+        planned = plan.n_honest
+        n_honest = max(0, min(planned - 1, crowd.n_honest))  # plan for the crowd counted
     raise PlanError(
         f"no plan within {max_messages} reports per device states ε ≤ {epsilon} at n = {n}"
     )

@@ -1,59 +1,17 @@
 """Composition over time: (ε, δ) of many shuffled rounds that need not be alike. Pure math.
 
-A *segment* is what one release adds: ``rounds`` collection windows (a release
-that merges R windows is R rounds for every client in it), each a shuffle of
-``n_amplify`` reports of one local randomizer (ε0 = ε_1 of a report, β its total
-variation). Segments of one metric differ in params, crowd and rounds; this
-module bounds all of them together, and the statement of a single release and
-the ledger's running total both call it, so the two agree when the releases
-are alike.
-
-Fresh randomness every round (basic mechanisms, RAPPOR with f = 0). Each round
-is dominated by the generic stronger clone pair (``pairs``; Feldman, McMillan,
-Talwar SODA 2023, proved for every ε0-LDP randomizer by Wang et al., VLDB 2024,
-Lemma 4.4). The mechanism-specific (p, β, q) variation-ratio pair is not used:
-with β below the generic value it is not a dominating pair (for k-RR with d ≥ 4,
-OUE and PRR the exact shuffled mechanism exceeds it; pairs.py). A dominating
-pair of each round dominates their
-adaptive composition by the product of the pairs (Zhu, Dong, Wang, "Optimal
-accounting of differential privacy via characteristic function", AISTATS 2022),
-so the privacy-loss distributions (PLDs) of all rounds — different pairs,
-different n — are composed (Koskela, Jälkö, Honkela 2020; Doroshenko,
-Ghazi, Kamath, Kumar, Manurangsi 2022; google's ``dp_accounting``), losses
-rounded up and truncated mass charged as infinite loss. Rounds whose n is past
-``MAX_PLD_N`` enter as the PLD of their per-round (ε_r, δ_r) (δ_r = δ/(2·R)),
-which composed is Kairouz–Oh–Viswanath 2015's optimal composition; when every
-round is of that kind and alike, KOV's exact formula is used instead.
-RAPPOR with f = 0 may instead use the memoised argument below when it is smaller
-for its group of rounds.
-
-Memoised PRR (RAPPOR f > 0): rounds share the PRR, so per-round figures never
-compose. Rounds under one PRR (same hashing, k, h, f, m: the PRR is keyed on the
-client's secret, the metric and the Bloom bytes only) form a *group*: the K
-reports of a client are one ε_K-LDP randomizer, and every report is a
-post-processing of the PRR, an ε_∞-LDP randomizer with total variation β_PRR;
-unlinking rounds is post-processing of the linked view, so the group is
-bounded by amplifying min(ε_K, ε_∞) within its smallest crowd (generic bound).
-This assumes the same clients in every round (ledger.TOTAL_ASSUMPTION). When
-the cohort is drawn per report (m > 1), a
-client reports under up to min(K, m) cohorts whose PRRs share coins wherever two
-cohorts' Bloom filters of the value coincide, so neither the single-PRR argument
-nor min(K, m)·ε_∞ holds (an enumerated case exceeds it); the K reports are
-bounded through the IRR alone, K·k·max(ln(q/p), ln((1-p)/(1-q))) (``_irr_all_bits``),
-and that is amplified. Any change of PRR parameters (k, h, f, m)
-between releases whose Bloom filters have the same byte length shares PRR coins
-and is refused (``_check_shared_coins``). Independent groups and the
-fresh-randomness part compose by basic
-composition (Dwork, Roth 2014, Thm 3.16): ε and δ add across them.
-
-Disjoint device groups (a discovery's rounds: ``partition`` names the
-discovery, ``group`` the devices' group) compose in parallel: each group's
-segments are composed as above, and the partition costs the largest of its groups'
-(ε, δ) (McSherry, SIGMOD 2009, Thm 4; adaptive, since each group's guarantee
-holds for every fixed output of the others). A partition then adds to the rest by
-basic composition.
-
-Nothing here rounds down: every figure is an upper bound or ∞.
+A *segment* is what one release adds: ``rounds`` windows, each a shuffle of ``n_amplify``
+reports of one ε0-LDP randomizer. The statement of one release and the ledger's running
+total both call this module. Fresh randomness: each round is dominated by the generic
+stronger clone pair (``pairs``; Feldman, McMillan, Talwar SODA 2023; Wang et al. VLDB 2024,
+Lemma 4.4), the product of pairs dominates the adaptive composition (Zhu, Dong, Wang,
+AISTATS 2022), and the PLDs are composed with losses rounded up (Koskela et al. 2020;
+Doroshenko et al. 2022); large n enters as per-round (ε_r, δ/(2R)) under Kairouz–Oh–
+Viswanath 2015. Memoised PRR (RAPPOR f > 0): rounds under one PRR form a group bounded by
+amplifying min(ε_K, ε_∞) (per-report cohorts: the IRR bound K·k·max(ln(q/p),
+ln((1-p)/(1-q)))); groups add by basic composition (Dwork, Roth 2014, Thm 3.16); disjoint
+device groups compose in parallel (McSherry, SIGMOD 2009, Thm 4). Every figure is an
+upper bound or ∞. Proof: docs/design.md, "Aggregator: accounting", composition over time.
 """
 
 from __future__ import annotations
@@ -63,9 +21,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from crowdmix.core.basic import BasicParams
 from crowdmix.core.params import RapporParams
+
+if TYPE_CHECKING:
+    from crowdmix.aggregator.accounting.randomizers import Randomizer
 
 __all__ = [
     "Composed",
@@ -92,6 +54,9 @@ class Segment:
     epsilon0: float
     beta: float
     rappor: RapporParams | None = None
+    # The basic mechanism's params (None for RAPPOR, or a ledger entry written before
+    # they were kept): with them the mechanism's blanket bound is used.
+    basic: BasicParams | None = None
     hashing: str = "mmh3"
     cohort_per_report: bool = False
     # Per round: probability that an estimated crowd was smaller than n_amplify
@@ -146,14 +111,25 @@ def round_pair(epsilon0: float) -> Any:
     return ClonePair.stronger_clone(epsilon0)
 
 
-def _best_amplify(epsilon0: float, n: int, delta: float) -> float:
-    """One-round shuffle bound: the generic stronger clone, valid for every
-    ε0-LDP randomizer (the (p, β, q) pair is not a dominating pair, pairs.py)."""
-    from crowdmix.aggregator.accounting.amplification import amplify
+def _best_amplify(
+    epsilon0: float, n: int, delta: float, randomizer: Randomizer | None = None
+) -> float:
+    """One-round shuffle bound: ``amplification.best_amplification`` (the generic
+    stronger clone, and the randomizer's blanket bound when it is known)."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
 
     if math.isinf(epsilon0):
         return math.inf
-    return amplify(epsilon0, n, delta).epsilon
+    return best_amplification(epsilon0, n, delta, randomizer).result.epsilon
+
+
+def _report_randomizer(s: Segment) -> Randomizer | None:
+    """The randomizer of one report of ``s`` (fresh randomness), for its blanket bound."""
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+    if s.rappor is not None and s.cohort_per_report and s.rappor.m > 1:
+        return None
+    return randomizer_of(basic=s.basic, rappor=s.rappor)
 
 
 @lru_cache(maxsize=32)
@@ -161,6 +137,24 @@ def _pair_pld(epsilon0: float, n: int, tail: float) -> Any:
     from crowdmix.aggregator.accounting.pld import shuffle_pld
 
     return shuffle_pld(round_pair(epsilon0), n, tail=tail)
+
+
+@lru_cache(maxsize=32)
+def _round_pld(epsilon0: float, n: int, tail: float, randomizer: Randomizer | None, k: int) -> Any:
+    """The PLD of one round: the randomizer's blanket pair (``blanket_pld``) where it
+    gives the smaller ε over the ``k`` rounds' share of δ, else the generic pair.
+    Both dominate the round, so either choice is an upper bound."""
+    generic = _pair_pld(epsilon0, n, tail)
+    if randomizer is None:
+        return generic
+    from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
+
+    blanket = blanket_pld(randomizer, n, tail=tail)
+    if blanket is None:
+        return generic
+    probe = 1e-6 / max(1, k)
+    better = blanket.get_epsilon_for_delta(probe) < generic.get_epsilon_for_delta(probe)
+    return blanket if better else generic
 
 
 def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
@@ -173,10 +167,15 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         return math.inf, "no-bound"
     if all(s.epsilon0 == 0.0 for s in segs):
         return 0.0, "pld-composition"
-    by_pair: dict[tuple[float, int], int] = defaultdict(int)
-    by_round: dict[tuple[float, int], int] = defaultdict(int)
+    if total_rounds == 1:  # nothing to compose: the round's own (tighter) figure
+        (one,) = segs
+        return _best_amplify(one.epsilon0, one.n_amplify, delta, _report_randomizer(one)), (
+            "single-release"
+        )
+    by_pair: dict[tuple[float, int, Any], int] = defaultdict(int)
+    by_round: dict[tuple[float, int, Any], int] = defaultdict(int)
     for s in segs:
-        key = (s.epsilon0, s.n_amplify)
+        key = (s.epsilon0, s.n_amplify, _report_randomizer(s))
         if 2 <= s.n_amplify <= MAX_PLD_N and 0.0 < s.epsilon0 <= 50.0:
             by_pair[key] += s.rounds
         elif s.epsilon0 > 0.0:
@@ -185,8 +184,8 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     per_round = delta / (2.0 * max(1, fallback_rounds))
     if not by_pair and len(by_round) == 1:
         # All alike and past the PLD's reach: KOV's exact optimal composition.
-        ((eps0, n), k) = next(iter(by_round.items()))
-        eps_r = _best_amplify(eps0, n, per_round)
+        ((eps0, n, rand), k) = next(iter(by_round.items()))
+        eps_r = _best_amplify(eps0, n, per_round, rand)
         if k * per_round < delta:
             return compose_optimal(eps_r, per_round, k, delta), "optimal-composition"
         return k * eps_r, "basic-composition"
@@ -195,12 +194,12 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
 
     tail = min(1e-12, delta * 1e-4 / total_rounds)
     composed: Any = None
-    for (eps0, n), k in sorted(by_pair.items()):
-        one = _pair_pld(eps0, n, tail)
+    for (eps0, n, rand), k in sorted(by_pair.items(), key=lambda kv: kv[0][:2]):
+        one = _round_pld(eps0, n, tail, rand, k)
         part = one.self_compose(k) if k > 1 else one
         composed = part if composed is None else composed.compose(part)
-    for (eps0, n), k in sorted(by_round.items()):
-        eps_r = _best_amplify(eps0, n, per_round)
+    for (eps0, n, rand), k in sorted(by_round.items(), key=lambda kv: kv[0][:2]):
+        eps_r = _best_amplify(eps0, n, per_round, rand)
         one = pld_mod.from_privacy_parameters(
             common.DifferentialPrivacyParameters(eps_r, per_round),
             value_discretization_interval=GRID,
@@ -230,11 +229,17 @@ def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[
         cands["cohort-irr"] = _best_amplify(eps_irr, n, delta)
         return cands["cohort-irr"], "cohort-irr", cands
     if not math.isinf(eps_inf):
-        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta)
+        from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+        # One group shares k, h, m and f (``_check_shared_coins``): one PRR.
+        prr = randomizer_of(rappor=first, prr_only=True)
+        cands["memoised-prr-inf"] = _best_amplify(eps_inf, n, delta, prr)
     if same:
         eps_k = local.epsilon_k(first, k_total)
         if not math.isinf(eps_k):
-            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta)
+            # One round is one report (ε_1 = ε_k): its own randomizer's bound applies.
+            single = _report_randomizer(segs[0]) if k_total == 1 else None
+            cands["memoised-prr-k"] = _best_amplify(eps_k, n, delta, single)
     if not cands:
         return math.inf, "no-bound", cands
     name = min(cands, key=lambda key: cands[key])
@@ -430,6 +435,13 @@ def segment_to_dict(seg: Segment) -> dict[str, Any]:
         "rappor": None
         if r is None
         else {"k": r.k, "h": r.h, "m": r.m, "f": r.f, "p": r.p, "q": r.q},
+        "basic": None
+        if seg.basic is None
+        else {
+            "mechanism": seg.basic.mechanism,
+            "epsilon": seg.basic.epsilon,
+            "domain_size": seg.basic.domain_size,
+        },
         "hashing": seg.hashing,
         "cohort_per_report": seg.cohort_per_report,
         "crowd_failure": seg.crowd_failure,
@@ -443,8 +455,16 @@ def segment_from_dict(data: Any) -> Segment:
 
     r = data["rappor"]
     eps0 = data["epsilon0"]
+    b = data.get("basic")
     try:
         rappor = None if r is None else RapporParams(**{k: r[k] for k in "khmfpq"})
+        basic = (
+            None
+            if b is None
+            else BasicParams(
+                mechanism=b["mechanism"], epsilon=b["epsilon"], domain_size=b["domain_size"]
+            )
+        )
     except ParamsError as exc:
         raise ValueError(str(exc)) from None
     return Segment(
@@ -454,6 +474,7 @@ def segment_from_dict(data: Any) -> Segment:
         epsilon0=math.inf if eps0 is None else float(eps0),
         beta=float(data["beta"]),
         rappor=rappor,
+        basic=basic,
         hashing=str(data["hashing"]),
         cohort_per_report=bool(data["cohort_per_report"]),
         crowd_failure=float(data.get("crowd_failure", 0.0)),

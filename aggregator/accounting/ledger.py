@@ -1,37 +1,17 @@
 """The privacy ledger: every release of a metric, and a budget it must stay within.
 
-A report job asks the ledger before publishing: ``record`` validates the
-release (well-formed, not already recorded, cumulative guarantee within the
-metric's budget) and only then appends it, so a refused release leaves the
-ledger untouched. Storage sits behind ``LedgerStore`` (memory, a JSON file, or
-Redis; ``ledger_stores``); every backend offers one compare-and-append, so two report jobs
-racing on one metric cannot both spend the last of a budget.
-
-Cumulative guarantee of releases 1..k of a metric. Each release carries its
-*segment* (``history.Segment``: its own rounds — a release merging R windows
-is R rounds —, crowd, δ and local randomizer), and the total is
-``history.compose_segments`` of all of them: heterogeneous PLD composition of
-every fresh-randomness round, each memoised PRR bounded once over all its
-rounds at its smallest crowd, basic composition between independent parts.
-Then, so that the total can never go down and is never below any one release,
-it is raised to the largest of: each release's own cost, and the total recorded
-with the previous entry (``total_epsilon``/``total_delta``, written at append).
-Entries written before segments existed (no ``segment``) are added by basic
-composition of their longitudinal figure (or ε when they have none); a legacy
-memoised-PRR entry without a longitudinal figure is unbounded and refused, and so
-is a legacy memoised-PRR entry next to any other memoised-PRR release of the
-metric (its parameters are not on record, so its PRR coins cannot be shown
-independent of theirs).
-
-Errors (all ``AccountingError``)::
-
-    AccountingError
-    ├── BudgetExceededError     the release would exceed the budget; nothing recorded
-    ├── DuplicateReleaseError   a release with this id is already recorded
-    ├── ConcurrentUpdateError   another writer appended first; re-read and retry
-    ├── UnboundedReleaseError   shares randomness (memoised PRR) but has no longitudinal figure
-    ├── LedgerCorruptError      stored data cannot be read back
-    └── LedgerMissingError      the ledger file does not exist (never read as "0 releases")
+A report job asks the ledger before publishing: ``record`` validates the release
+(well-formed, not already recorded, cumulative guarantee within the metric's budget) and
+only then appends it, so a refused release leaves the ledger untouched. Storage sits
+behind ``LedgerStore`` (memory, a JSON file or Redis; ``ledger_stores``), each with one
+compare-and-append, so two report jobs racing on one metric cannot both spend the last of
+a budget. The cumulative guarantee is ``history.compose_segments`` of every release's
+segment, raised to at least each release's own cost and the previous total, so it never
+goes down. Errors are ``AccountingError``: ``BudgetExceededError`` (nothing recorded),
+``DuplicateReleaseError``, ``ConcurrentUpdateError`` (re-read and retry),
+``UnboundedReleaseError`` (memoised PRR without a longitudinal figure),
+``LedgerCorruptError``, ``LedgerMissingError`` (never read as "0 releases").
+Entries without a segment: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations

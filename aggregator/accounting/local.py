@@ -1,41 +1,15 @@
 """Local (per-client) privacy of one client's reports: pure math, no state.
 
-RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014). ``crowdmix.core.privacy`` holds p*, q*,
-ε_1 (one report) and ε_∞ (the PRR bound); this module adds
-
-- ``epsilon_k``: k reports of one value over the same memoised PRR. Per Bloom bit
-  the PRR keeps the bit w.p. 1-f/2, so with x the IRR likelihood ratio of the k
-  observed bits,
-
-      R(x) = ((1-f/2)·x + f/2) / ((f/2)·x + 1-f/2)
-
-  and, two values differing in at most 2h Bloom bits,
-
-      ε_k = h·[ ln R((q/p)^k) − ln R(((1−q)/(1−p))^k) ].
-
-  ε_1 equals crowdmix.core.privacy.epsilon_one and ε_k → ε_∞ as k → ∞. Computed in log
-  space (x = e^y, dividing through by e^max(y, 0)) so huge k never overflows.
-- ``total_variation``: β, the exact total variation distance between one report's
-  distributions for the worst-case pair of values (disjoint Bloom bits). β is the
-  parameter of the (p, β, q) variation-ratio amplification bound (Wang et al.,
-  VLDB 2024). The 2h differing bits are independent; the likelihood depends only
-  on (j1, j2), the ones among the h bits of each value, so
-
-      β = ½ Σ_{j1,j2} |B(j1;h,q*)B(j2;h,p*) − B(j1;h,p*)B(j2;h,q*)|.
-
-  Any pair sharing Bloom bits differs in fewer coordinates, a marginal of this
-  pair, so its distance is no larger.
-- ``prr_total_variation``: β of the PRR alone (the randomizer every memoised
-  report post-processes): the same sum with p* → f/2, q* → 1 − f/2. Its
-  ε is ε_∞, so (e^ε_∞, β_PRR, e^ε_∞) is a variation-ratio triple for it.
-- basic mechanisms (Wang, Blocki, Li, Jha, USENIX Security 2017): ε is the
-  configured parameter; β for a generic ε-LDP randomizer is (e^ε−1)/(e^ε+1),
-  for k-RR over d values (e^ε−1)/(e^ε+d−1). OUE: two values differ only in
-  their own two bits, Bern(½)×Bern(q) against Bern(q)×Bern(½) with
-  q = 1/(e^ε+1), so β = ½(1−2q) = ½·tanh(ε/2) (0.381 at ε = 2, against the
-  generic 0.762). OLH: given the hash, values hashed to different buckets see
-  k-RR over g buckets and values in one bucket see nothing, so for any hash
-  family β ≤ (e^ε−1)/(e^ε+g−1) (the collision discount is not claimed).
+RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014; p*, q*, ε_1, ε_∞ in ``crowdmix.core.privacy``):
+``epsilon_k``, k reports over one memoised PRR: with R(x) = ((1−f/2)x + f/2)/((f/2)x +
+1−f/2), ε_k = h·[ln R((q/p)^k) − ln R(((1−q)/(1−p))^k)] (computed in log space);
+``total_variation``, β of one report for the worst pair (disjoint Bloom bits):
+β = ½ Σ_{j1,j2} |B(j1;h,q*)B(j2;h,p*) − B(j1;h,p*)B(j2;h,q*)|;
+``prr_total_variation``, the same sum with p* → f/2, q* → 1 − f/2.
+Basic mechanisms (Wang, Blocki, Li, Jha, USENIX Security 2017): ε as configured; β is
+(e^ε−1)/(e^ε+1) generic, (e^ε−1)/(e^ε+d−1) for k-RR, ½·tanh(ε/2) for OUE, and
+≤ (e^ε−1)/(e^ε+g−1) for OLH. β parametrises the variation-ratio bound (Wang et al.,
+VLDB 2024). Derivations: docs/design.md, "Aggregator: accounting", local privacy.
 """
 
 from __future__ import annotations

@@ -1,40 +1,16 @@
 """The planner: a target central (ε, δ), expected n and candidate count → RAPPOR
 parameters (k, h, m, f, p, q), with the expected standard error and the smallest
-detectable frequency (google/rappor issue #9 asked for this guide).
+detectable frequency.
 
-Method (every step monotone, so the result is checked, not hoped for):
-
-1. The crowd one report hides in: the smallest of m cohorts of a shuffled
-   batch of n reports (n is the expected batch size: set the shuffle policy's
-   min_batch to it), estimated as in ``privacy_statement`` (the binomial
-   quantile whose failure probability is charged to δ).
-2. ε0_max: the largest local ε whose generic stronger-clone amplification
-   within that crowd meets the target ε (bisection on ε0; the bound is
-   monotone in ε0). With ``rounds`` > 1 the target applies to all rounds
-   together, and a memoised PRR bounds them by ε_R or ε_∞ (see statement.py),
-   so the local figure that must fit under ε0_max is min(ε_R, ε_∞).
-3. For h ∈ {1, 2} and f ∈ {1/8, 1/4, 1/2, 3/4}, the symmetric IRR q = 1 − p with
-   the largest q that keeps the local figure ≤ ε0_max (bisection: ε_1 and ε_R
-   grow with q). The RAPPOR-specific bound is never used to loosen the choice,
-   only reported (it can only be tighter).
-4. The idealised standard error of one candidate's frequency: h·n noisy bits
-   carry it, each with variance at most 1/4, scaled by the signal q* − p*:
-
-       se = 1 / (2·(q* − p*)·sqrt(h·n))
-
-   (a lower bound on the decoder's error: Bloom collisions among candidates
-   and the regression add to it). The smallest frequency detected with the
-   given power by a one-sided z-test at level α/candidates (Bonferroni):
-   (z_{1−α/C} + z_power)·se.
-5. k: a power of two ≥ 1.5·h·C (then fewer than half the Bloom bits are set
-   with every candidate present), within [16, 4096]; m: ``cohorts`` (default
-   4: enough that two candidates colliding in every cohort is negligible,
-   small enough to keep the crowd large).
-
-Each proposal (smallest standard error first) is fed back through
-``privacy_statement`` and the figures it prints come from there; the first
-whose ``meets_target`` holds is returned, and PlanError is raised if none does,
-so a plan that misses its target cannot be returned.
+It finds the crowd (the smallest of m cohorts of a batch of n, as in
+``privacy_statement``), the largest ε0 whose generic stronger-clone amplification meets
+the target, and for h ∈ {1, 2}, f ∈ {1/8, 1/4, 1/2, 3/4} the largest symmetric IRR q
+within it (then raised while ``amplification.best_amplification`` still meets the
+target). Standard error of one candidate: se = 1/(2·(q* − p*)·sqrt(h·n)) (a lower bound
+on the decoder's); detectable at power: (z_{1−α/C} + z_power)·se (Bonferroni). k is a
+power of two ≥ 1.5·h·C in [16, 4096]. Each proposal is checked by ``privacy_statement``
+and the first whose ``meets_target`` holds is returned; else ``PlanError``, so a plan
+that misses its target is never returned. Method: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations
@@ -49,6 +25,8 @@ __all__ = ["Plan", "PlanError", "plan"]
 _H_CHOICES = (1, 2)
 _F_CHOICES = (0.125, 0.25, 0.5, 0.75)
 _Q_MAX = 0.99
+# Resolution of the q refined with the blanket bound (each step computes one).
+_Q_STEP = 1e-3
 
 
 class PlanError(ValueError):
@@ -154,6 +132,77 @@ def _best_q(h: int, f: float, k: int, m: int, rounds: int, eps_max: float) -> Ra
     return make(lo) if lo > 0.5 else None
 
 
+def _meets(params: RapporParams, target: float, n_amp: int, delta: float, rounds: int) -> bool:
+    """Whether the best valid bounds (``amplification.best_amplification``) put one
+    release, and ``rounds`` releases by the memoised-PRR argument, within target."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
+    from crowdmix.aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one
+    from crowdmix.aggregator.accounting.randomizers import randomizer_of
+
+    eps1 = epsilon_one(params)
+    central = best_amplification(eps1, n_amp, delta, randomizer_of(rappor=params))
+    if central.result.epsilon > target:
+        return False
+    if rounds == 1:
+        return True
+    eps_k = epsilon_k(params, rounds)
+    if best_amplification(eps_k, n_amp, delta).result.epsilon <= target:
+        return True
+    prr = randomizer_of(rappor=params, prr_only=True)
+    return best_amplification(epsilon_inf(params), n_amp, delta, prr).result.epsilon <= target
+
+
+def _refined(
+    proposals: list[tuple[float, RapporParams]],
+    target: float,
+    n: int,
+    n_amp: int,
+    delta: float,
+    rounds: int,
+    local_cap: float | None,
+) -> list[tuple[float, RapporParams]]:
+    """Raise each proposal's q while the best valid bound still meets the target.
+
+    The proposals come from the generic bound; a mechanism's blanket bound may
+    allow a larger q (more signal). Proposals are refined in order of the error
+    they could reach at q = _Q_MAX, and refining stops once that cannot beat the
+    best refined error (each check computes a blanket bound). q is bisected to
+    _Q_STEP; the figures are checked again by ``privacy_statement`` in ``plan``."""
+    from crowdmix.aggregator.accounting.local import epsilon_one
+
+    def with_q(base: RapporParams, q: float) -> RapporParams:
+        return RapporParams(k=base.k, h=base.h, m=base.m, f=base.f, p=1.0 - q, q=q)
+
+    out = list(proposals)
+    order = sorted(proposals, key=lambda sp: std_error(with_q(sp[1], _Q_MAX), n))
+    best = min((se for se, _ in proposals), default=math.inf)
+    for _, base in order:
+        if std_error(with_q(base, _Q_MAX), n) >= best:
+            break
+        lo, hi = base.q, _Q_MAX
+
+        def ok(q: float, base: RapporParams = base) -> bool:
+            params = with_q(base, q)
+            if local_cap is not None and epsilon_one(params) > local_cap:
+                return False
+            return _meets(params, target, n_amp, delta, rounds)
+
+        if not ok(lo + _Q_STEP):
+            continue
+        lo += _Q_STEP
+        while hi - lo > _Q_STEP:
+            mid = 0.5 * (lo + hi)
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        refined = with_q(base, lo)
+        se = std_error(refined, n)
+        out.append((se, refined))
+        best = min(best, se)
+    return out
+
+
 def std_error(params: RapporParams, n: int) -> float:
     """Idealised standard error of one candidate's frequency (see module docstring)."""
     from crowdmix.core.privacy import p_star, q_star
@@ -232,6 +281,15 @@ def plan(
             if params is None:
                 continue
             proposals.append((std_error(params, n), params))
+    proposals = _refined(
+        proposals,
+        float(epsilon),
+        n,
+        n_amp,
+        amp_delta,
+        rounds,
+        None if max_local_epsilon is None else float(max_local_epsilon),
+    )
     if not proposals:
         raise PlanError(
             f"no RAPPOR parameters reach ε={epsilon} with δ={delta} for n={n} "

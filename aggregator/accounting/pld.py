@@ -1,25 +1,14 @@
 """Privacy-loss-distribution composition of per-round shuffle pairs.
 
-When every round uses fresh randomness (a basic mechanism, or RAPPOR with
-f = 0), R shuffled releases compose. Composing the per-round dominating pair's
-privacy-loss distribution (PLD; Koskela, Jälkö, Honkela 2020; Doroshenko,
-Ghazi, Kamath, Kumar, Manurangsi 2022, as implemented by google's
-``dp_accounting``) is much tighter than composing per-round (ε, δ): for
-n = 1e5, ε0 = 1.074286, δ = 1e-6 and 1000 rounds it gives ≈0.56 against 3.2 for
-optimal composition of per-round (ε, δ) and 21 for basic composition.
-
-The pair (``crowdmix.aggregator.accounting.pairs``) is over (a, t) = (N0, N0 + N1); under
-P its mass at t ≥ 1 is Pr[C=t−1]·B_t(a)/t·L_P(a) and the privacy loss is
-ln(L_P(a)/L_Q(a)) with
-
-    L_P(a) = 2pα·a + 2α·(t−a) + γρ(n−t),   L_Q(a) = 2α·a + 2pα·(t−a) + γρ(n−t).
-
-(t = 0 has loss 0.) Every point within many standard deviations of the mean is
-kept, losses are rounded up to a 1e-5 grid (pessimistic: R rounds add at most
-R·1e-5 to the composed ε), and all mass left out becomes infinite loss, so the
-composed ε is an upper bound. Cost grows like n (about 5e6 points at n = 1e5;
-2 s at n = 3e5, 14 s at 1e6), so n is capped at ``MAX_PLD_N``; above it use
-``compose_optimal`` of the per-round (ε, δ).
+When every round uses fresh randomness (a basic mechanism, or RAPPOR with f = 0), R
+shuffled releases compose by composing the per-round dominating pair's PLD (Koskela,
+Jälkö, Honkela 2020; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022, as in Google's
+``dp_accounting``): much tighter than composing per-round (ε, δ). Over (a, t) =
+(N0, N0 + N1) of ``pairs``, the loss is ln(L_P(a)/L_Q(a)) with
+L_P(a) = 2pα·a + 2α·(t−a) + γρ(n−t), L_Q(a) = 2α·a + 2pα·(t−a) + γρ(n−t) (0 at t = 0).
+Losses are rounded up to a 1e-5 grid and all mass left out becomes infinite loss, so
+the composed ε is an upper bound. n is capped at ``MAX_PLD_N`` (cost grows like n);
+above it use ``compose_optimal``. Figures: docs/design.md, "Aggregator: accounting".
 """
 
 from __future__ import annotations
@@ -29,7 +18,14 @@ from typing import Any
 
 from crowdmix.aggregator.accounting.pairs import ClonePair
 
-__all__ = ["GRID", "MAX_PLD_N", "pld_epsilon", "pld_lower_epsilon", "shuffle_pld"]
+__all__ = [
+    "GRID",
+    "MAX_PLD_N",
+    "pair_loss_counts",
+    "pld_epsilon",
+    "pld_lower_epsilon",
+    "shuffle_pld",
+]
 
 # ~2 s at 3e5 (14 s at 1e6): above it callers fall back to optimal composition.
 MAX_PLD_N = 300_000
@@ -50,8 +46,23 @@ def shuffle_pld(
     of a concrete mechanism whose exact pair this is): losses rounded down and
     the mass left out dropped, so the composed ε is at most the true one.
     """
-    import numpy as np
     from dp_accounting.pld import privacy_loss_distribution as pld_mod
+
+    counts, kept = pair_loss_counts(pair, n, tail=tail, grid=grid, pessimistic=pessimistic)
+    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite
+    # loss (pessimistic) or dropped (optimistic).
+    infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14) if pessimistic else 0.0
+    return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
+        counts, infinity_mass, grid, pessimistic_estimate=pessimistic, symmetric=True
+    )
+
+
+def pair_loss_counts(
+    pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = GRID, pessimistic: bool = True
+) -> tuple[dict[int, float], float]:
+    """The pair's privacy-loss PMF under P on the loss grid (index → mass), and the
+    mass it holds (the rest was left out)."""
+    import numpy as np
     from scipy import stats
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PLD_N:
@@ -95,12 +106,7 @@ def shuffle_pld(
             counts[key] = counts.get(key, 0.0) + float(summed[i])
         kept += math.fsum(mass)
         start = stop
-    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite
-    # loss (pessimistic) or dropped (optimistic).
-    infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14) if pessimistic else 0.0
-    return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
-        counts, infinity_mass, grid, pessimistic_estimate=pessimistic, symmetric=True
-    )
+    return counts, kept
 
 
 def pld_epsilon(pair: ClonePair, n: int, rounds: int, delta: float) -> float:

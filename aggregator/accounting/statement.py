@@ -1,26 +1,14 @@
 """The privacy statement of one release: every published number carries one.
 
-``privacy_statement(metric, n_reports, ...)`` gathers, for one metric:
-
-- local: ε_1 (one report, what a client is promised with no trust at all),
-  ε_∞ (RAPPOR's PRR bound for any number of reports of one value) and ε_R for R
-  reports over one memoised PRR;
-- central: (ε, δ) of the analyst's view after shuffling, the best of the valid
-  bounds, computed within the hiding crowd of one report (its batch and, for
-  persistent cohorts, the smallest cohort's share of it);
-- longitudinal (R > 1 releases from the same clients): ε_R or ε_∞ amplified
-  for a memoised PRR (never composed per round), PLD or optimal composition
-  for fresh randomness.
-
-Which bound and argument apply, and why, is in ``guarantees``; this module
-holds the statement itself and its JSON and plain-English forms.
-
-Assumptions the statement names in ``render()``: the shuffler and the
-aggregator do not collude; without ``batch_sizes`` the smallest batch the
-metric's shuffle policy allows (``min_batch``) is assumed, because a shuffler
-fed by a trickle of clients releases batches of about that size; with
-``shuffled=False`` (reports that never went through a shuffler) only the local
-guarantees hold.
+``privacy_statement(metric, n_reports, ...)`` gathers, for one metric: local ε_1 (one
+report, no trust at all), ε_∞ (RAPPOR's PRR bound) and ε_R (R reports over one memoised
+PRR); central (ε, δ) after shuffling, the best valid bound within one report's hiding
+crowd; longitudinal figures for R > 1 releases from the same clients. Which bound applies
+and why is in ``guarantees``; this module holds the statement and its JSON and
+plain-English forms. ``render()`` names its assumptions: the shuffler and aggregator do
+not collude; without ``batch_sizes`` the metric's ``min_batch`` is assumed (a shuffler fed
+by a trickle of clients releases batches of about that size); with ``shuffled=False``
+only the local guarantees hold.
 """
 
 from __future__ import annotations
@@ -38,6 +26,7 @@ from crowdmix.aggregator.accounting.guarantees import (
     central_guarantee,
     estimated_crowd,
     longitudinal_guarantee,
+    randomizer_for,
     segment_of,
     smallest_cohort_share,
 )
@@ -58,6 +47,8 @@ __all__ = [
 
 _BOUND_NAMES = {
     "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
+    "blanket": "mechanism-specific privacy-blanket bound (Balle-Bell-Gascon-Nissim 2019; "
+    "Su-Cheng-Wang 2025), evaluated exactly",
     "none": "no amplification",
 }
 
@@ -66,8 +57,8 @@ _ARGUMENTS = {
     "memoised-prr-k": "memoised PRR: the R reports of one client are one ε_R-LDP "
     "randomizer, amplified",
     "memoised-prr-inf": "memoised PRR: every report is a post-processing of the "
-    "ε_∞-LDP PRR, amplified by the generic stronger-clone bound (holds for any number "
-    "of rounds)",
+    "ε_∞-LDP PRR, amplified by the best of the generic stronger-clone bound and the "
+    "PRR's privacy-blanket bound (holds for any number of rounds)",
     "cohort-irr": "cohort drawn per report: cohorts whose Bloom filters of a value coincide "
     "share PRR coins, so neither one ε_∞ nor min(R, m)·ε_∞ bounds a client's reports; "
     "each report's IRR over all k bits bounds it whatever the PRRs, R·k·ε_bit, amplified",
@@ -469,7 +460,8 @@ def privacy_statement(
             epsilon=math.inf, delta=delta, bound="none", amplified=False, n_amplify=n_amp
         )
     else:
-        central = central_guarantee(eps1, n_amp, amp_delta)
+        randomizer = randomizer_for(metric, cohort_per_report)
+        central = central_guarantee(eps1, n_amp, amp_delta, randomizer)
         central = dataclasses.replace(central, delta=delta)  # + crowd_failure
 
     segment = segment_of(

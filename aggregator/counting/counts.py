@@ -1,33 +1,18 @@
-"""Per-cohort bit counts: the mergeable accumulator the aggregator keeps per
-metric and collection window.
+"""Per-cohort bit counts: the mergeable accumulator the aggregator keeps per metric and
+collection window.
 
     counts = CohortCounts.create(num_cohorts=m, nbits=k)   # create
     counts.add(cohorts, bits)                               # add a columnar batch
     counts.merge(other)                                     # merge partial counts
     totals, ones = counts.totals, counts.ones               # extract (int64)
 
-``totals[c]`` is the number of reports from cohort c; ``ones[c, i]`` how many of
-them had bit i set. Every accumulator (:class:`Counts`) stores exactly these two
-arrays, so storage, merging and the decoders are the same for RAPPOR and the
-basic mechanisms; only ``add`` differs (see :func:`accumulator_for` and
-``crowdmix.aggregator.counting.basic``). For a basic mechanism there is one cohort and
-``ones[0, v]`` is the *support* of domain value v (the reports that count for v).
-
-How a batch is counted (no per-report Python work, no per-batch allocation of a
-full histogram): reports are buffered in a block of ``BLOCK`` rows, each row
-zero-padded to whole 64-bit words. A full block is radix-sorted by cohort
-(skipped when it is already grouped), and then for each bit position j of a
-byte the words are masked with ``(w >> j) & 0x0101…01`` so that every byte lane
-holds a 0/1 bit; summing at most 255 such rows cannot carry between lanes
-(SWAR), so segment sums of one cohort's rows are bit counts for eight bytes at
-once. Segment sums are folded into int64 per cohort. Small batches therefore
-cost a copy into the block; extracting ``totals``/``ones`` flushes the block.
-
-Errors::
-
-    CountsError (ValueError)
-    └── CountsShapeError     a batch or merge does not fit (bit length, cohort range,
-                             padding bits, payload value out of range, unlike kinds)
+``totals[c]`` is the number of reports from cohort c; ``ones[c, i]`` how many had bit i
+set. Every accumulator (:class:`Counts`) stores exactly these two arrays, so storage,
+merging and decoders are shared by RAPPOR and the basic mechanisms (one cohort;
+``ones[0, v]`` is value v's support); only ``add`` differs (:func:`accumulator_for`).
+A batch is counted without per-report Python: blocks sorted by cohort, bits summed eight
+byte lanes at a time (SWAR; docs/design.md, "Aggregator: counting"). Errors:
+``CountsError`` (a ValueError) and ``CountsShapeError``, a batch or merge that does not fit.
 """
 
 from __future__ import annotations

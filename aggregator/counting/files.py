@@ -1,31 +1,17 @@
 """Counts on disk: the file the accumulator writes and ``crowdmix report --counts`` reads.
 
-A ``.npz`` archive (numpy's zip of arrays, read with ``allow_pickle=False``)::
+A ``.npz`` archive (read with ``allow_pickle=False``) with ``format``
+("crowdmix-counts/1"), ``metric``, ``encoding``, ``kind`` ("bits" | "index" | "olh"),
+``fingerprint`` (uint64), ``window`` (-1: unknown or merged), ``buckets`` (OLH g, else 0),
+``duplicate_reports`` (-1: not recorded), ``windows`` and ``batch_sizes`` (int64[],
+absent: not recorded), ``smallest_crowd`` (-1: not recorded), ``sealed`` (1 all sealed,
+0 some clear, -1 not recorded), ``params`` (the registry entry as JSON, so a mismatch
+names the field), ``totals`` (int64[m]) and ``ones`` (int64[m, nbits]).
 
-    format      "crowdmix-counts/1"
-    metric      metric name
-    encoding    "rappor" | "binary-rr" | "krr" | "oue" | "olh"
-    kind        accumulator kind ("bits" | "index" | "olh")
-    fingerprint params fingerprint (uint64) of the reports counted
-    window      collection window (-1: unknown / all windows merged)
-    buckets     OLH buckets g (0 for other kinds)
-    duplicate_reports  report ids the aggregator saw twice in these windows (-1: not
-                recorded)
-    windows     int64[]: the collection windows merged (absent: not recorded)
-    batch_sizes int64[]: the size of every shuffled batch counted (absent: not recorded)
-    smallest_crowd  the fewest same-cohort reports in any batch, measured at ingest (-1:
-                not recorded)
-    sealed      1: every batch was sealed, 0: some came in the clear, -1: not recorded
-    params      the metric's registry entry (JSON, ``describe_metric``; absent: not
-                recorded): a mismatch then names the field that differs
-    totals      int64[m]
-    ones        int64[m, nbits]
-
-The fingerprint ties counts to the exact params they were encoded under, so a
-report job run with another metric config is refused instead of mis-decoding.
-What the privacy statement needs beyond the counts (windows, batch sizes, the measured
-crowd, sealing) travels with them, so a report from the file states what one from the
-live store states. A field absent from an older file is unknown, never assumed.
+The fingerprint ties counts to the exact params they were encoded under, so a report job
+run with another metric config is refused instead of mis-decoding. What the privacy
+statement needs beyond the counts travels with them, so a report from the file states
+what one from the live store states. A field absent from the file is unknown, never assumed.
 """
 
 from __future__ import annotations

@@ -1,46 +1,17 @@
 """Ingest: validate a shuffled batch against the registry, count it, apply it once.
 
-This is the aggregator service's domain logic, free of gRPC: the servicer
+The aggregator service's domain logic, free of gRPC: the servicer
 (:mod:`crowdmix.aggregator.daemon.service`) converts the wire ``Batch`` into an
-:class:`IngestBatch` and calls :meth:`Ingestor.ingest`.
-
-Validation happens entirely before the store is touched (a rejected batch
-leaves no trace): a 16-byte batch id, a window not in the future, a metric the
-registry knows, its params fingerprint, the report length, the column lengths,
-cohorts in range and zero padding bits. Counting is one numpy pass over the
-whole batch (no per-report Python; the metric's accumulator from
-``crowdmix.aggregator.counting.counts.accumulator_for``, which also checks payload ranges of the
-basic mechanisms), then ``CountStore.apply_reports`` adds the counts and
-records the batch id and the report ids atomically: a batch applied before is
-acknowledged as a duplicate and counted zero times, and a report whose id was
-counted before in its window is dropped (a device retried a request whose first
-attempt was stored after all).
-
-Report ids: every report carries one (16 bytes, not all zero; a clear batch
-without them is refused, a sealed report with a zero id is dropped). A report id
-repeated *within* a batch is dropped here before the store is called (numpy: sort
-the ids' first 8 bytes, confirm equal neighbours byte for byte); then the store
-drops ids counted in earlier batches of the same window, and records how many ids
-were dropped either way per window, atomically with the counts
-(``CountStore.duplicate_reports``: a repeat links a shuffled histogram's report
-set). De-duplication is per (metric, window, report id): a report names its window
-and a shuffler files it there (a sealed report binds it in its seal), so every copy
-of a report is in one window, whatever the clocks or the delay of a retry.
-A batch whose id was applied before is answered as a duplicate once its O(1) header
-checks pass, before its reports are opened, checked and counted (a re-sent batch costs little).
-
-Sealed batches (:class:`crowdmix.aggregator.sealing.ingest.SealedBatch`) take the same path
-after opening: the batch-level checks (id, window, metric, lengths) refuse the
-batch as a whole, then each report is opened and screened and a report that
-fails is dropped and counted by reason (``IngestResult.dropped``), never failing
-the batch; the survivors are counted, de-duplicated by report id and applied
-with the batch id exactly once. A batch whose every report was dropped is still
-recorded as applied (a resend is then a duplicate).
-
-Retention (:meth:`Ingestor.dispose_ids`, run by the daemon): the batch ids and
-report ids of a window are deleted once the window is older than the metric's
-``disposal_days`` plus one window (by then the shuffler has disposed every batch
-of it), and a batch of such a window is refused as ``window_disposed``.
+:class:`IngestBatch` and calls :meth:`Ingestor.ingest`. Validation happens entirely
+before the store is touched (a rejected batch leaves no trace); counting is one numpy
+pass (``crowdmix.aggregator.counting.counts.accumulator_for``); then
+``CountStore.apply_reports`` adds the counts and records the batch id and report ids
+atomically, so a batch applied before is a duplicate counted zero times and a report
+whose id was counted before in its window is dropped. De-duplication is per (metric,
+window, report id). Sealed batches (:class:`crowdmix.aggregator.sealing.ingest.SealedBatch`)
+take the same path after opening, failed reports dropped and counted by reason
+(``IngestResult.dropped``). :meth:`Ingestor.dispose_ids` deletes a window's ids past
+retention. Details: docs/design.md, "Aggregator: daemon".
 """
 
 from __future__ import annotations

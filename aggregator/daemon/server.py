@@ -4,18 +4,12 @@
     server.port            # the bound port (read back when listening on :0)
     server.stop()          # NOT_SERVING, drain in-flight Ingest calls, stop
 
-``crowdmix aggregator serve`` (:mod:`crowdmix.aggregator_serve`) wraps this with signal
-handling; the demo and the tests call :func:`start_aggregator` in-process.
-
-The server is grpc's synchronous server on a thread pool: the shuffler issue
-measured it twice as fast as ``grpc.aio`` on this box, and Ingest's work
-(numpy counting, one Redis script) releases the GIL for most of its time.
-Alongside it run the standard gRPC health service (``""`` and
-``crowdmix.v2.Aggregator``), an optional Prometheus endpoint, and a thread
-that calls ``store.maintain()`` every second (Redis: fold per-batch deltas).
-
-Failures raise :mod:`crowdmix.aggregator.errors` (``BindError``, ``StoreUnavailable``);
-the command line maps them to exit codes (``crowdmix.cli.ExitCode``).
+``crowdmix aggregator serve`` (:mod:`crowdmix.aggregator_serve`) adds signal handling.
+The server is grpc's synchronous server on a thread pool (Ingest's numpy counting and
+Redis script release the GIL), with the standard health service (``""`` and
+``crowdmix.v2.Aggregator``), an optional Prometheus endpoint, and a thread calling
+``store.maintain()`` every second. Failures raise :mod:`crowdmix.aggregator.errors`
+(``BindError``, ``StoreUnavailable``), mapped to exit codes by ``crowdmix.cli.ExitCode``.
 """
 
 from __future__ import annotations

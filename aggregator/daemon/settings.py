@@ -1,24 +1,11 @@
 """The aggregator daemon's settings and the metric registry they sit beside.
 
-In increasing precedence: the defaults below, an optional ``[aggregator]`` table in
-the registry file (the shuffler's ``[shuffler]`` table may sit there too and is left
-to it), and command-line flags::
-
-    [aggregator]
-    listen = "127.0.0.1:7500"
-    redis = "redis://127.0.0.1:6380/0"     # omit for the in-memory store (lost at exit)
-    min_replicas_ack = 0                    # WAIT for N replicas before acknowledging
-    tls_cert = "/etc/crowdmix/agg.crt"      # with tls_key: serve TLS
-    tls_key = "/etc/crowdmix/agg.key"
-    tls_client_ca = "/etc/crowdmix/ca.crt"  # require shufflers' certificates (mTLS)
-    keys = "/etc/crowdmix/keys.json"        # private key set: open sealed batches
-    workers = 8                             # Ingest threads
-    open_workers = 0                        # processes opening sealed reports
-    metrics_port = 9101                     # Prometheus; omit for none
-    metrics_host = "127.0.0.1"
-    port_file = "/run/crowdmix/aggregator.port"
-    shutdown_grace_seconds = 10.0
-
+In increasing precedence: the defaults of ``AggregatorSettings``, an optional
+``[aggregator]`` table in the registry file (the shuffler's ``[shuffler]`` table may sit
+there too and is left to it), and command-line flags. The settings (``listen``,
+``redis``, ``min_replicas_ack``, TLS and mTLS, ``keys``, ``workers``, ``open_workers``,
+metrics, ``port_file``, ``shutdown_grace_seconds``) each have a row in docs/operating.md,
+"Aggregator settings". Without ``redis`` the store is in memory (lost at exit).
 An unknown field, or a value of the wrong kind, raises ``ConfigError`` naming it.
 """
 

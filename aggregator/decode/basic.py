@@ -1,27 +1,17 @@
-"""Closed-form estimators for the basic mechanisms (Wang, Blocki, Li, Jha,
-"Locally Differentially Private Protocols for Frequency Estimation", USENIX
-Security 2017, §3–4).
+"""Closed-form estimators for the basic mechanisms (Wang, Blocki, Li, Jha, "Locally
+Differentially Private Protocols for Frequency Estimation", USENIX Security 2017, §3–4).
 
-Every mechanism is a *pure* protocol: a report supports value v with
-probability p* when the client holds v and q* otherwise. With S_v reports
-supporting v out of n (``ones[0, v]``, ``totals[0]``; see
-``crowdmix.aggregator.counting.basic``):
+A report supports value v w.p. p* when the client holds v and q* otherwise. With S_v
+reports supporting v out of n (``ones[0, v]``, ``totals[0]``)::
 
     ĉ_v = (S_v − n·q*) / (p* − q*)                           (unbiased)
     Var(ĉ_v) = n·q*(1−q*)/(p*−q*)² + c_v·(1−p*−q*)/(p*−q*)    (Wang et al., eq. 2)
 
-with c_v the true count (the plug-in max(ĉ_v, 0) is used). The mechanisms'
-(p*, q*):
-
-    binary-rr   e^ε/(e^ε+1),       1/(e^ε+1)         (support of 1 = bit set)
-    krr         e^ε/(e^ε+d−1),     1/(e^ε+d−1)
-    oue         1/2,               1/(e^ε+1)
-    olh         e^ε/(e^ε+g−1),     1/g               (g = round(e^ε)+1)
-
-Optionally the estimated proportions are projected onto the probability
-simplex (Euclidean projection; Duchi, Shalev-Shwartz, Singer, Chandra, ICML
-2008), which trades unbiasedness for lower total error; standard errors stay
-those of the unbiased estimator.
+with the plug-in max(ĉ_v, 0) for c_v. (p*, q*): binary-rr e^ε/(e^ε+1), 1/(e^ε+1);
+krr e^ε/(e^ε+d−1), 1/(e^ε+d−1); oue 1/2, 1/(e^ε+1); olh e^ε/(e^ε+g−1), 1/g
+(g = round(e^ε)+1). Optionally proportions are projected onto the simplex (Duchi,
+Shalev-Shwartz, Singer, Chandra, ICML 2008), trading unbiasedness for lower total error;
+standard errors stay those of the unbiased estimator.
 """
 
 from __future__ import annotations

@@ -1,34 +1,15 @@
 """Estimator for shuffled histograms with fake reports.
 
-The aggregator holds Y_j, the number of reports (real and fake alike) with
-value j, and T = Σ_j Y_j. With n devices, m fake slots filled w.p. q with a
-uniform value, and k-RR probabilities p (true value) and r (each other value;
-p = 1, r = 0 without local randomization), for c_j devices holding j:
-
-    E[Y_j] = c_j·p + (n − c_j)·r + n·m·q/d.
-
-n known (from outside crowdmix: the aggregator sees reports, not devices):
-
-    ĉ_j = (Y_j − n·(r + m·q/d)) / (p − r)
-    Var(ĉ_j) = [c_j·p(1−p) + (n−c_j)·r(1−r) + n·m·(q/d)(1 − q/d)] / (p − r)²
-
-n unknown: n̂ = T/(1 + m·q) is unbiased (E[T] = n(1 + m·q)) and
-
-    ĉ_j = (Y_j − a·T) / (p − r),      a = (r + m·q/d)/(1 + m·q),
-
-is unbiased too (E[Y_j − a·T] = c_j(p − r)). Y_j − a·T is a sum over devices
-of independent terms (real report indicator − a) + Σ_slots g_s(1[v_s = j] − a),
-so with one slot's variance v = q·[(1−a)²/d + a²(1 − 1/d)] − q²(1/d − a)²,
-
-    Var(ĉ_j) = [c_j·p(1−p) + (n−c_j)·r(1−r) + n·m·v] / (p − r)².
-
-The variances are exact; the standard errors plug in c_j = clip(ĉ_j, 0, n)
-(and n̂ for n). Proportions are ĉ_j/n (ĉ_j/n̂ when n is estimated: then a
-ratio, consistent but not exactly unbiased). Intervals, p-values and
-significance are those of ``crowdmix.aggregator.decode.basic`` (Wald, one-sided z for
-H0: c_j = 0, Bonferroni/BH over the d buckets) and the distribution answer is
-the Euclidean projection onto the simplex (Norm-Sub). Counting is one
-``np.bincount`` over a batch of report indexes (``histogram_counts``).
+Y_j reports (real and fake) carry value j, T = Σ_j Y_j; n devices, m fake slots filled
+w.p. q uniformly, k-RR probabilities p (true value) and r (each other; p = 1, r = 0
+without local randomization), c_j devices holding j: E[Y_j] = c_j·p + (n − c_j)·r + n·m·q/d.
+n known: ĉ_j = (Y_j − n·(r + m·q/d))/(p − r). n unknown: n̂ = T/(1 + m·q) and
+ĉ_j = (Y_j − a·T)/(p − r), a = (r + m·q/d)/(1 + m·q), both unbiased. Exact variances
+(derivation: docs/design.md, "Aggregator: decode") with c_j = clip(ĉ_j, 0, n) plugged in
+for standard errors. Proportions are ĉ_j/n (ĉ_j/n̂, a ratio, when n is estimated).
+Intervals, p-values and significance as in ``crowdmix.aggregator.decode.basic``; the
+distribution answer is the Euclidean projection onto the simplex (Norm-Sub). Counting is
+one ``np.bincount`` per batch (``histogram_counts``).
 """
 
 from __future__ import annotations

@@ -1,62 +1,18 @@
-"""RAPPOR decoding: per-cohort Bloom bit counts + candidate values → frequencies
-with analytic standard errors (Erlingsson, Pihur, Korolova, CCS 2014, §5;
-google/rappor ``analysis/R/decode.R``), improved as described below.
+"""RAPPOR decoding: per-cohort Bloom bit counts + candidate values → frequencies with
+analytic standard errors (Erlingsson, Pihur, Korolova, CCS 2014, §5; google/rappor
+``analysis/R/decode.R``), improved as in docs/design.md, "Aggregator: decode".
 
-Model. A report's bit reads 1 with probability p01 if its Bloom bit is 0 and
-p11 if it is 1 (PRR then IRR; bits independent given the Bloom filter)::
-
-    p11 = q(1 - f/2) + p·f/2        p01 = p(1 - f/2) + q·f/2
-
-In cohort j (N_j reports, c_ji of them with bit i set) the fraction of reports
-whose Bloom bit i is set is estimated without bias by
-
-    y_ji = (c_ji/N_j - p01) / (p11 - p01)
-
-and, because every report's bit is an independent Bernoulli(π_ji) draw,
-π_ji = p01 + (p11 - p01)·E[y_ji],
-
-    Var(y_ji) = π_ji (1 - π_ji) / (N_j (p11 - p01)^2).
-
-With x_v the fraction of reports carrying candidate v and X the (m·k × C)
-0/1 design matrix (row j·k + i is 1 for v when v's Bloom filter in cohort j
-has bit i), E[y] = X x.
-
-Fit (what differs from the reference):
-
-1. Weighted least squares with the binomial variances above (the reference
-   fits unweighted, so cohorts and bits with more noise count as much as the
-   rest); weights are recomputed once from the first fit's π so they do not
-   correlate with the noise.
-2. Screening with a non-negative LASSO (scikit-learn, sparse X) only when the
-   candidates are many; then non-negative least squares (``scipy.optimize.nnls``)
-   on the screened set, and candidates the screen missed but whose score on
-   the residual passes z > add_z are added back and refitted (a KKT check).
-3. Analytic standard errors se = sqrt(φ · diag((X_A' W X_A)^-1)) on the active
-   set A, where φ = max(1, RSS_w / (rows - |A|)) inflates them when the model
-   does not explain the counts (e.g. true values missing from the candidates).
-4. Candidates with β̂/se < prune_z are dropped and the rest refitted until
-   none is (their mass would otherwise be mis-attributed to colliding
-   candidates); then one-sided z-tests and a multiple-testing correction over
-   all C candidates (default Benjamini–Hochberg, FDR 0.2).
-5. Wald or selection-adjusted 95% intervals; detection threshold
-   z_{α/C}·se_0, se_0 the standard error of an isolated candidate at the
-   observed noise level.
-
-Two answers (``DecodeResult``): the *detected list* (``significant``, with the
-correction's FDR or FWER control; ``proportion`` and its intervals are the
-fit above) answers "which values are present?". The *distribution*
-(``distribution`` with posterior intervals) answers "how are reports spread
-over the candidates?" for every candidate, consistently (non-negative, sum
-≤ 1): unbiased WLS estimates are denoised by empirical Bayes
-(``crowdmix.aggregator.decode.shrink``) and projected onto {x ≥ 0, Σx ≤ 1} (Norm-Sub;
-Wang, Lopuhaä-Zwakenberg, Li, Škorić, Li, NDSS 2020). The unbiased estimates
-come from an unconstrained WLS fit on every candidate when the candidates are
-few for the equations (no screening); when screening was needed that fit is
-too ill-conditioned, and the refit after selection on the detected values is
-used instead (the other candidates get 0); those values are there because
-they passed the test, so their prior is fitted with the likelihood truncated
-at the test's cutoff (the winner's curse; ``crowdmix.aggregator.decode.shrink``).
-bench/accuracy.py measured these choices (BENCHMARKS.md).
+Model: a report's bit reads 1 w.p. p11 = q(1 − f/2) + p·f/2 if its Bloom bit is set and
+p01 = p(1 − f/2) + q·f/2 if not. In cohort j (N_j reports, c_ji with bit i set)
+y_ji = (c_ji/N_j − p01)/(p11 − p01) estimates the share with Bloom bit i set, with
+Var(y_ji) = π_ji(1 − π_ji)/(N_j(p11 − p01)²); E[y] = X x for the 0/1 design matrix X.
+Fit: weighted least squares, LASSO screening when candidates are many, NNLS, analytic
+standard errors inflated by overdispersion, pruning, one-sided tests with a
+multiple-testing correction (default Benjamini–Hochberg, FDR 0.1). ``DecodeResult``
+gives two answers: the *detected list* (``significant``: which values are present) and
+the *distribution* over every candidate (empirical-Bayes shrinkage, ``shrink``, projected
+onto {x ≥ 0, Σx ≤ 1}, Norm-Sub: Wang et al., NDSS 2020); where the detected values hold
+little of the mass, a random-effects fit (``ridge``) spreads what the counts place.
 """
 
 from __future__ import annotations
@@ -85,6 +41,7 @@ from crowdmix.aggregator.decode.rappor_model import (
     report_probabilities,
 )
 from crowdmix.aggregator.decode.result import DecodeResult
+from crowdmix.aggregator.decode.ridge import norm_sub, random_effects_fit
 from crowdmix.aggregator.decode.shrink import npmle_posterior
 from crowdmix.aggregator.decode.stats import (
     INTERVALS,
@@ -99,9 +56,12 @@ from crowdmix.aggregator.decode.stats import (
 )
 from crowdmix.aggregator.decode.wls import (
     Fit,
+    centred_gram,
     fit_nnls,
     inverse_diagonal,
     lasso_screen,
+    spd_inverse,
+    symmetric_product,
 )
 from crowdmix.core.params import RapporParams
 
@@ -119,15 +79,17 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodeOptions:
-    """Tuning of the RAPPOR decoder (defaults are what bench/accuracy.py measured).
+    """Tuning of the RAPPOR decoder (defaults are what the benches measured).
 
-    The default test is Benjamini–Hochberg at a false discovery rate of 0.2:
-    on google/rappor's "small" grid it detects 6.6 points more true values
-    than google/rappor's decoder at half its false-positive rate, where
-    Bonferroni at 0.05 misses 72% of them (BENCHMARKS.md).
+    The default test is Benjamini–Hochberg at a false discovery rate of 0.1,
+    chosen on reports encoded by google/rappor's own client
+    (bench/accuracy_rappor_client.py, development seeds): the highest level
+    whose false positives stay at or below google/rappor's decoder's on every
+    case type (at 0.2 they exceeded them on five of nine); Bonferroni at 0.05
+    misses far more true values (BENCHMARKS.md).
     """
 
-    alpha: float = 0.2
+    alpha: float = 0.1
     correction: Correction = "bh"
     level: float = 0.95
     #: Intervals of detected rows: "selective" (selection-adjusted) or "wald".
@@ -149,6 +111,12 @@ class DecodeOptions:
     #: After screening, candidates the screen left out whose score on the
     #: residual exceeds this z are added back and refitted (0: never).
     add_z: float = 2.0
+    #: When the distribution is the detected values' refit and they hold less
+    #: than ``sparse_mass``, the other candidates share the mass left if a
+    #: random-effects fit finds it flat (``crowdmix.aggregator.decode.ridge``).
+    spread: bool = True
+    #: The distribution's summary of each posterior: "mean" or "median".
+    summary: str = "mean"
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -159,6 +127,8 @@ class DecodeOptions:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
         if self.interval not in INTERVALS:
             raise ValueError(f"interval must be wald or selective, got {self.interval!r}")
+        if self.summary not in ("mean", "median"):
+            raise ValueError(f"summary must be mean or median, got {self.summary!r}")
         if self.screen_z < 0 or self.screen_above <= 0 or not 0 < self.max_support <= 1:
             raise ValueError("screen_z >= 0, screen_above > 0 and 0 < max_support <= 1 required")
 
@@ -189,10 +159,10 @@ def _check_inputs(
 def _duplicate_columns(x: sp.csc_matrix, values: Sequence[str]) -> list[list[str]]:
     """Groups of candidates whose Bloom bits agree in every used cohort."""
     seen: dict[bytes, list[int]] = {}
+    x = x.sorted_indices() if not x.has_sorted_indices else x
     indptr, indices = x.indptr, x.indices
     for v in range(x.shape[1]):
-        key = np.sort(indices[indptr[v] : indptr[v + 1]]).tobytes()
-        seen.setdefault(key, []).append(v)
+        seen.setdefault(indices[indptr[v] : indptr[v + 1]].tobytes(), []).append(v)
     return [[values[i] for i in group] for group in seen.values() if len(group) > 1]
 
 
@@ -345,6 +315,7 @@ def _decode_rappor(
     )
     dist_from = "all candidates"
     cutoff: float | None = None
+    spread_mass = 0.0
     if screened:
         # Many candidates: when the detected values hold most reports (a sparse
         # distribution) refit after selection, on them only; when much mass is
@@ -359,14 +330,40 @@ def _decode_rappor(
             cutoff = selection_cutoff(
                 c, int(is_sig.sum()), alpha=opts.alpha, correction=opts.correction
             )
-            dist, dist_low, dist_high = _distribution(c, *refit, opts.level, cutoff_z=cutoff)
+            dist, dist_low, dist_high = _distribution(
+                c, *refit, opts.level, cutoff_z=cutoff, summary=opts.summary
+            )
             dist_from = "detected values"
+            if opts.spread and proportion[is_sig].sum() < opts.sparse_mass:
+                # Little of the mass was detected and the all-candidate fit does
+                # not exist: a random-effects fit spreads what the counts say
+                # is there, over every candidate if their shares look flat, else
+                # over the candidates outside the detected values if theirs do.
+                for fixed in (np.zeros(c, dtype=bool), is_sig):
+                    spread = _spread(xw, target, offset, norms, fixed, fit.dispersion)
+                    if spread is None:
+                        continue
+                    others, mean, upper = spread
+                    room = max(0.0, 1.0 - float(dist[fixed].sum()))
+                    share = norm_sub(mean, min(float(mean.sum()), room))
+                    dist[~fixed] = 0.0
+                    dist[others], dist_low[others] = share, 0.0
+                    dist_high[others] = np.maximum(share, upper)
+                    spread_mass = float(share.sum())
+                    dist_from = (
+                        "detected values and the rest spread (random effects)"
+                        if fixed.any()
+                        else "every candidate (random effects)"
+                    )
+                    break
         else:
             unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size)
-            dist, dist_low, dist_high = _distribution(c, *unbiased, opts.level)
+            dist, dist_low, dist_high = _distribution(
+                c, *unbiased, opts.level, summary=opts.summary
+            )
     else:
         assert unbiased is not None
-        dist, dist_low, dist_high = _distribution(c, *unbiased, opts.level)
+        dist, dist_low, dist_high = _distribution(c, *unbiased, opts.level, summary=opts.summary)
     # Candidates the distribution's fit left out (share 0) keep the detection
     # answer's Wald upper end: absent from the fit is not proved absent.
     left_out = dist_high <= 0
@@ -405,6 +402,10 @@ def _decode_rappor(
             # z the distribution's values had to pass (their prior is fitted as
             # selected values); None when the distribution involves no selection
             "distribution_selection_z": cutoff,
+            # mass the distribution gives candidates outside the detected values
+            # from the random-effects fit (0 when it was not used)
+            "distribution_spread_mass": spread_mass,
+            "distribution_mass": float(dist.sum()),
             "decode_seconds": time.perf_counter() - started,
         },
     )
@@ -423,19 +424,21 @@ def _unbiased_fit(
     """
     if support.size == 0:
         return support, np.zeros(0), np.zeros(0)
-    a = xw[:, support].toarray() - offset[:, None]
-    gram = a.T @ a
-    var = inverse_diagonal(gram)
-    ok = np.isfinite(var)
-    if not ok.all():
-        support, a = support[ok], a[:, ok]
-        gram = a.T @ a
-        var = var[ok]
-    try:
-        beta = np.linalg.solve(gram, a.T @ target)
-    except np.linalg.LinAlgError:
-        return support[:0], np.zeros(0), np.zeros(0)
-    resid = target - a @ beta
+    xs = xw[:, support]
+    gram = centred_gram(xs, offset)
+    corr = np.asarray(xs.T @ target).ravel() - float(offset @ target)
+    inv = spd_inverse(gram)
+    if inv is not None:
+        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
+    else:  # collinear: leave out what the fit cannot resolve
+        ok = np.isfinite(inverse_diagonal(gram))
+        support, xs, corr = support[ok], xs[:, ok], corr[ok]
+        gram = gram[np.ix_(ok, ok)]
+        inv = spd_inverse(gram) if ok.any() else None
+        if inv is None:
+            return support[:0], np.zeros(0), np.zeros(0)
+        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
+    resid = target - np.asarray(xs @ beta).ravel() + offset * float(beta.sum())
     dispersion = max(1.0, float(resid @ resid) / max(1, n_rows - support.size))
     return support, beta, np.sqrt(dispersion * var)
 
@@ -447,6 +450,7 @@ def _distribution(
     std_error: FloatArray,
     level: float,
     cutoff_z: float | None = None,
+    summary: str = "mean",
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Every candidate's share: EB posterior means on ``support`` (0 elsewhere),
     projected onto {x >= 0, Σx <= 1}; intervals contain their estimate.
@@ -460,12 +464,31 @@ def _distribution(
         # not: collisions correlate them), so it is widened to contain the
         # unbiased estimate's Wald interval too.
         wald_low, wald_high = confidence_interval(beta[good], std_error[good], level)
-        dist[idx] = post.mean
+        dist[idx] = post.median if summary == "median" else post.mean
         low[idx] = np.minimum(post.low, np.maximum(wald_low, 0.0))
         high[idx] = np.maximum(post.high, wald_high)
     if dist.sum() > 1.0:
         dist = project_to_simplex(dist)  # Norm-Sub: subtract a constant, clamp at 0
     return dist, np.minimum(low, dist), np.maximum(high, dist)
+
+
+def _spread(
+    xw: sp.csc_matrix,
+    target: FloatArray,
+    offset: FloatArray,
+    norms: FloatArray,
+    fixed: npt.NDArray[np.bool_],
+    dispersion: float,
+) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray] | None:
+    """(candidates outside ``fixed``, their posterior means, 95% upper ends) from a
+    random-effects fit, or None unless it finds their total mass present (> 2 sd)
+    and their shares flat (τ < μ; see ``crowdmix.aggregator.decode.ridge``)."""
+    rest = random_effects_fit(
+        xw, offset, target, norms, np.flatnonzero(fixed), dispersion=dispersion
+    )
+    if rest.others.size == 0 or not rest.spread_pays or rest.total <= 2.0 * rest.total_sd:
+        return None
+    return rest.others, rest.mean, rest.mean + 1.96 * rest.sd
 
 
 def _add_missed(

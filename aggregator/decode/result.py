@@ -77,6 +77,11 @@ class DecodeResult:
         """Sum of the significant values' proportions (1 if every report is explained)."""
         return float(self.proportion[self.significant].sum())
 
+    @property
+    def distribution_mass(self) -> float | None:
+        """Sum of the distribution answer (None without one): the share of reports it places."""
+        return None if self.distribution is None else float(self.distribution.sum())
+
     def order(self) -> npt.NDArray[np.intp]:
         """Row order for display: significant first, then by estimate, descending."""
         return np.lexsort((-self.proportion, ~self.significant))

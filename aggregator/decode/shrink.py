@@ -1,38 +1,17 @@
 """Empirical-Bayes denoising of many noisy frequencies (the "distribution" answer).
 
-Given unbiased estimates β̂_v ~ N(β_v, s_v²), v = 1..C, of frequencies β_v ≥ 0,
-the prior G of the β_v is estimated by nonparametric maximum likelihood on a
-grid 0 = u_0 < … < u_L (Kiefer & Wolfowitz, Ann. Math. Statist. 1956; the EM
-fixed point of Jiang & Zhang, Ann. Statist. 2009; Koenker & Mizera, JASA
-2014)::
+Given unbiased estimates β̂_v ~ N(β_v, s_v²) of frequencies β_v ≥ 0, the prior G is
+estimated by nonparametric maximum likelihood on a grid 0 = u_0 < … < u_L (Kiefer &
+Wolfowitz 1956; EM of Jiang & Zhang 2009; Koenker & Mizera 2014)::
 
     w ← mean_v [ w_l φ((β̂_v − u_l)/s_v) / Σ_l' w_l' φ((β̂_v − u_l')/s_v) ]
 
-and each β_v is estimated by its posterior mean E[β_v | β̂_v] under Ĝ, with a
-(1 − a) posterior interval from the posterior's quantiles. The estimates are
-non-negative by construction and shrink towards what the other candidates look
-like: a flat distribution pulls its noisy values together, a sparse one sends
-its small values to 0. Errors of the β̂_v are treated as independent (their
-correlation through Bloom collisions is ignored), so the intervals are
-approximate; bench/accuracy.py measures their coverage.
-
-Selected estimates (``cutoff_z``). When the β̂_v at hand are only those that
-passed a test β̂_v/s_v > z_c (the detected values), the plain fit above takes
-the winners' inflated estimates at face value and learns a prior with too
-little mass near 0 (the winner's curse passes into Ĝ). Given selection, β̂_v
-has the normal density truncated to (z_c·s_v, ∞) (Lee, Sun, Sun & Taylor, Ann.
-Statist. 2016), so the likelihood on the grid becomes::
-
-    φ((β̂_v − u_l)/s_v) / Φ̄((z_c·s_v − u_l)/s_v)
-
-and the same EM fits Ĝ*, the distribution of β among *selected* values (the
-truncated-data NPMLE). The posterior w*_l·L*_vl equals the posterior under the
-prior G of all candidates, ∝ g(u)·φ((β̂_v − u)/s_v), because g* ∝ g·Φ̄: a
-Bayesian answer needs no selection adjustment once the prior is estimated
-without selection bias (Efron, JASA 2011, "Tweedie's formula and selection
-bias"; Dawid 1994). A value just past the cutoff is then pulled towards the
-small values that are rarely selected. (With unequal s_v the shared Ĝ* is an
-approximation: P(selected | u) depends on s_v.)
+and each β_v is estimated by its posterior mean under Ĝ, with a (1 − a) posterior
+interval: non-negative, shrunk towards what the other candidates look like. Errors are
+treated as independent, so intervals are approximate (bench/accuracy.py measures their
+coverage). With ``cutoff_z`` (only values that passed β̂_v/s_v > z_c) the likelihood is
+truncated, φ((β̂_v − u_l)/s_v) / Φ̄((z_c·s_v − u_l)/s_v) (Lee, Sun, Sun & Taylor 2016),
+correcting the winner's curse (Efron, JASA 2011). Why: docs/design.md, "Aggregator: decode".
 """
 
 from __future__ import annotations
@@ -50,9 +29,10 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, slots=True)
 class Posterior:
-    """Posterior mean and equal-tailed interval of every β_v under the fitted prior Ĝ."""
+    """Posterior mean, median and equal-tailed interval of every β_v under the fitted prior Ĝ."""
 
     mean: FloatArray
+    median: FloatArray
     low: FloatArray
     high: FloatArray
     prior_grid: FloatArray
@@ -100,8 +80,9 @@ def npmle_posterior(
     mean = post @ grid
     cdf = np.cumsum(post, axis=1)
     tail = (1.0 - level) / 2.0
+    median = grid[np.argmax(cdf >= 0.5, axis=1)]
     low_idx = np.argmax(cdf >= tail, axis=1)
     high_idx = np.argmax(cdf >= 1.0 - tail, axis=1)
     low = np.minimum(grid[low_idx], mean)
     high = np.maximum(grid[high_idx], mean)
-    return Posterior(mean, low, high, grid, w)
+    return Posterior(mean, median, low, high, grid, w)

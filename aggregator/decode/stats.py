@@ -2,30 +2,17 @@
 multiple-testing corrections.
 
 - One-sided z-test of H0: frequency = 0 against > 0: p = Φ̄(β/se).
-- Bonferroni (default): reject when p ≤ α/C for C candidates tested
-  (family-wise error ≤ α).
-- Benjamini–Hochberg: sort p ascending, reject the first r with
-  p_(r) ≤ r·α/C (false discovery rate ≤ α under independence or positive
-  dependence; Benjamini & Hochberg, JRSS B 1995).
-- Two-sided (1 - level) Wald intervals β ± z_{1-(1-level)/2}·se. The lower
-  end is raised to 0 (a frequency cannot be negative) but never above the
-  estimate: a negative unbiased estimate keeps its whole interval.
-- Selection-adjusted intervals for values reported *because* they passed a
-  test β̂/se > z_c: conditional on selection β̂ follows N(β, se²) truncated to
-  (z_c·se, ∞), so the interval is {β : a/2 ≤ F_β(β̂) ≤ 1 - a/2} with
-  F_β(x) = 1 - Φ̄((x-β)/se) / Φ̄((z_c·se-β)/se) (Lee, Sun, Sun, Taylor, Ann.
-  Statist. 2016, the one-dimensional case). Plain Wald intervals of detected
-  values undercover (winner's curse); these keep their level given selection.
+- Bonferroni (default): reject when p ≤ α/C (family-wise error ≤ α).
+- Benjamini–Hochberg: reject the first r with p_(r) ≤ r·α/C (FDR ≤ α under independence
+  or positive dependence; Benjamini & Hochberg, JRSS B 1995).
+- Wald intervals β ± z·se, the lower end raised to 0 but never above the estimate.
+- Selection-adjusted intervals for values that passed β̂/se > z_c: β̂ ~ N(β, se²)
+  truncated to (z_c·se, ∞), interval {β : a/2 ≤ F_β(β̂) ≤ 1 − a/2} with
+  F_β(x) = 1 − Φ̄((x−β)/se)/Φ̄((z_c·se−β)/se) (Lee, Sun, Sun, Taylor, Ann. Statist.
+  2016); returned as the hull of (interval ∩ [0, ∞)) and β̂, a superset, so its
+  conditional coverage is at least the level (docs/design.md, "Aggregator: decode").
 
-  For β̂ just past the cutoff that interval lies wholly *below* β̂ (it is
-  valid, but it excludes its own estimate: F_β(β̂) → 1 for every β as
-  β̂ → z_c·se), and below 0 its part is impossible. What is returned is the
-  hull of (interval ∩ [0, ∞)) and β̂: a superset of the exact interval
-  within the parameter space β ≥ 0, so its conditional coverage is at least
-  the level, and it always contains the estimate. When the exact interval
-  lies wholly below 0 the result is [0, β̂].
-
-  Every interval these functions return satisfies low ≤ estimate ≤ high.
+Every interval these functions return satisfies low ≤ estimate ≤ high.
 """
 
 from __future__ import annotations

@@ -14,17 +14,20 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.linalg import solve_triangular
+from scipy.linalg import blas, lapack
 from scipy.optimize import nnls
 
 __all__ = [
     "MIN_EIGEN_RATIO",
     "Fit",
+    "centred_gram",
     "fit_nnls",
     "inverse_diagonal",
     "lasso_screen",
     "nnls_normal",
+    "spd_inverse",
     "sum_std_error",
+    "symmetric_product",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -78,16 +81,39 @@ def sum_std_error(a: FloatArray, beta: FloatArray) -> float:
     return math.sqrt(max(float(np.sum(sol)), 0.0))
 
 
+def centred_gram(xs: sp.spmatrix, offset: FloatArray) -> FloatArray:
+    """A'A for A = xs − offset·1' without densifying xs (xs is sparse: m·h ones per column)."""
+    u = np.asarray(xs.T @ offset).ravel()
+    gram = np.asarray((xs.T @ xs).toarray(), dtype=np.float64)
+    gram -= u[:, None]
+    gram -= u[None, :]
+    gram += float(offset @ offset)
+    return gram
+
+
+def spd_inverse(gram: FloatArray) -> FloatArray | None:
+    """G^-1 of a well-conditioned Gram matrix (Cholesky, LAPACK potrf/potri), its lower
+    triangle only (use ``np.diag`` and ``symmetric_product``); None otherwise."""
+    chol, info = lapack.dpotrf(gram, lower=1)
+    if info != 0:
+        return None
+    d = np.diag(chol)
+    if d.min() ** 2 <= MIN_EIGEN_RATIO * np.max(np.diag(gram)):
+        return None
+    inv, info = lapack.dpotri(chol, lower=1)  # fills the lower triangle
+    return np.asarray(inv, dtype=np.float64) if info == 0 else None
+
+
+def symmetric_product(lower: FloatArray, vector: FloatArray) -> FloatArray:
+    """S·v for the symmetric S whose lower triangle is ``lower`` (BLAS symv)."""
+    return np.asarray(blas.dsymv(1.0, lower, vector, lower=1), dtype=np.float64)
+
+
 def inverse_diagonal(gram: FloatArray) -> FloatArray:
     """diag(G^-1) for a Gram matrix; inf for directions G cannot resolve (collinear columns)."""
-    try:
-        chol = np.linalg.cholesky(gram)
-        d = np.diag(chol)
-        if d.min() ** 2 > MIN_EIGEN_RATIO * np.max(np.diag(gram)):
-            inv_l = solve_triangular(chol, np.eye(gram.shape[0]), lower=True)
-            return np.asarray(np.einsum("ij,ij->j", inv_l, inv_l), dtype=np.float64)
-    except np.linalg.LinAlgError:
-        pass
+    inv = spd_inverse(gram)
+    if inv is not None:
+        return np.diag(inv).copy()
     diag = np.diag(np.linalg.pinv(gram, hermitian=True))
     # pinv gives finite variances for unresolvable directions; call them infinite
     w, v = np.linalg.eigh(gram)

@@ -1,26 +1,17 @@
 """Decode one discovery round: counts of s·g + y → every kept prefix's children.
 
-A report (s, y) supports child c = prefix‖e exactly when h_s(c) = y. With
-e = hi·g + lo and g prime, h_s(prefix‖e) = (H_s(key(prefix, hi)) + m_s·lo) mod g
-(``crowdmix.client.discovery``), so for one (prefix, hi) each report supports
-exactly one lo = (y − H_s)·m_s^{-1} mod g: the supports of all K·E children
-cost K·⌈E/g⌉ operations per distinct (s, y) cell, never K·E, and nothing here
-loops over reports in Python.
-
-Estimator (optimised local hashing; Wang, Blocki, Li, Jha, USENIX Security
-2017, §4.4), with p = e^ε/(e^ε+g−1), q' = (1−p)/(g−1), N reports, support S_c:
+A report (s, y) supports child c = prefix‖e exactly when h_s(c) = y; with e = hi·g + lo
+and g prime, each report supports exactly one lo per (prefix, hi), so all K·E children
+cost K·⌈E/g⌉ operations per distinct (s, y) cell and nothing loops over reports in Python.
+Estimator (optimised local hashing; Wang, Blocki, Li, Jha, USENIX Security 2017, §4.4),
+p = e^ε/(e^ε+g−1), N reports, support S_c::
 
     n̂_c = (S_c − N/g) / (p − 1/g),
     Var[n̂_c] ≈ N·(1/g)(1 − 1/g)/(p − 1/g)² + n_c(1 − p − 1/g)/(p − 1/g).
 
-Devices draw their hash from S seeds, not from a 2-universal family: the share
-of seeds on which two values collide is 1/g only on average, which biases c by
-Σ_x n_x(φ_xc − 1/g) (std ≈ N·sqrt(Σf²/(S·g))), mostly from the heaviest
-values. So the ``correct_heaviest`` largest children of a first pass are taken
-out: each one's expected peak (p − q')·n̂_x/S at its cell (s, h_s(x)) of every
-seed is subtracted, and every child is re-estimated against the remaining
-mass N − Σ n̂_x (a heavy child keeps its own peak); only when that costs fewer
-cells than the reports themselves (heavy·S ≤ N).
+Hashes come from S seeds, not a 2-universal family, so collisions bias children by the
+heaviest values; the ``correct_heaviest`` largest children of a first pass are taken out
+and the rest re-estimated (docs/design.md, "Aggregator: decode").
 """
 
 from __future__ import annotations

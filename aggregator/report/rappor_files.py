@@ -1,20 +1,16 @@
 """google/rappor's analysis files, read and written so its users can switch.
 
 - ``params.csv``: header ``k,h,m,p,q,f``, then one row of values.
-- ``counts.csv``: no header; one row per cohort: N (reports in the cohort),
-  then the counts of bits 0..k-1. A multiple of m rows is summed per cohort
-  (row r adds to cohort r mod m), as google/rappor's ``AdjustCounts`` does.
-  Counts are whole numbers ("12" or "12.0"); "12.5" is refused, not truncated.
-- ``map.csv``: no header (a first row whose entries are not numbers is taken
-  as one and skipped); one row per candidate: the value, then m·h 1-based row
-  numbers ``cohort·k + bit + 1`` (cohort-major, h entries per cohort; two
-  hashes that hit one bit repeat it). A repeated value keeps its first row and
-  the rest are dropped, and an empty value reads as "Empty", both as
-  google/rappor's ``ReadMapFile`` does.
+- ``counts.csv``: no header; one row per cohort: N, then the counts of bits 0..k-1. A
+  multiple of m rows is summed per cohort (row r adds to cohort r mod m, as
+  ``AdjustCounts``). Counts are whole numbers ("12" or "12.0"); "12.5" is refused.
+- ``map.csv``: no header (a first row of non-numbers is skipped); one row per candidate:
+  the value, then m·h 1-based row numbers ``cohort·k + bit + 1`` (cohort-major, h per
+  cohort; two hashes on one bit repeat it). As in ``ReadMapFile``, a repeated value keeps
+  its first row and an empty value reads as "Empty".
 
-Errors::
-
-    RapporFileError (ValueError)   a file is missing or does not fit the params (names file/line)
+Errors: ``RapporFileError`` (a ValueError): a file is missing or does not fit the params
+(names file and line).
 """
 
 from __future__ import annotations
@@ -28,7 +24,12 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from crowdmix.core.errors import ParamsError
+from crowdmix.aggregator.report.rappor_hashing import (
+    CLIENT_HASHINGS,
+    ClientHashing,
+    check_client_hashing,
+    client_bloom_bits,
+)
 from crowdmix.core.hashing import bloom_bits
 from crowdmix.core.params import Hashing, RapporParams
 
@@ -210,19 +211,30 @@ def write_map_csv(
     path: str | os.PathLike[str],
     candidates: Sequence[str],
     params: RapporParams,
-    hashing: Hashing = "rappor-md5",
+    hashing: Hashing | ClientHashing = "rappor-md5",
 ) -> None:
-    """A map file from ``crowdmix.core.hashing``; a cohort with < h distinct bits repeats one."""
+    """A map file as ``bin/hash_candidates.py`` writes it: h entries per cohort.
+
+    ``rappor-md5``/``rappor-java``: as google/rappor's Python/Java client hashes
+    (``crowdmix.aggregator.report.rappor_hashing``; repeats kept, as the client sets
+    them); ``mmh3``: as crowdmix's SDK hashes (a cohort with < h distinct bits repeats one).
+    """
     try:
-        params.check_hashing(hashing)
-    except ParamsError as exc:
+        if hashing in CLIENT_HASHINGS:
+            check_client_hashing(params, hashing)
+        else:
+            params.check_hashing(hashing)
+    except ValueError as exc:  # ParamsError is one
         raise RapporFileError(str(exc)) from None
     with Path(path).open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         for value in candidates:
             row: list[object] = [value]
             for cohort in range(params.m):
-                bits = bloom_bits(value, cohort, params, hashing)
-                bits += [bits[-1]] * (params.h - len(bits))
+                if hashing == "rappor-md5" or hashing == "rappor-java":
+                    bits = client_bloom_bits(value, cohort, params, hashing)
+                else:
+                    bits = bloom_bits(value, cohort, params, hashing)
+                    bits += [bits[-1]] * (params.h - len(bits))
                 row.extend(cohort * params.k + b + 1 for b in bits)
             w.writerow(row)

@@ -1,31 +1,15 @@
 """google/rappor's own output files (``crowdmix report --format rappor``), for its users' scripts.
 
-google/rappor's ``bin/decode_dist.R`` writes three files; these are the same
-names and shapes, in ``<out>/rappor/``:
-
-- ``results.csv``: the *detected* strings only, largest estimate first, with the
-  columns ``string, estimate, std_error, proportion, prop_std_error,
-  prop_low_95, prop_high_95``. As in rappor's ``Decode``: ``estimate`` and
-  ``std_error`` are whole numbers of reports (rounded down), ``proportion =
-  estimate / N``, ``prop_std_error = std_error / N``, and the interval is
-  ``proportion ± 1.96 · prop_std_error`` clamped to [0, 1] (a plain Wald
-  interval, whatever interval crowdmix's own results.csv shows).
-- ``metrics.json``: ``sample_size``, ``allocated_mass``, ``num_detected``,
-  ``explained_var``, ``missing_var``, ``total_elapsed_time`` (seconds).
-- ``residual.png``: a histogram (as frequencies) of the residual, observed
-  minus explained, over the m × k Bloom bits of the cohorts with reports.
-
-The residual and the variance shares follow rappor's definitions
-(``analysis/R/decode.R``, ``PerformInference``), in proportion units: for
-cohort j with N_j reports and bit i, the observed true-bit share is
-``y_ji = (c_ji / N_j − p01) / (p11 − p01)``; the explained share is
-``ŷ_ji = Σ_v X[j·k + i, v] π_v`` over the detected values v (π: estimated
-proportion); residual ``y − ŷ``. With ``TSS = Σ (y − ȳ)²``, the share explained
-is ``Σ (ŷ − ȳ)² / TSS`` and the noise share is the binomial sampling variance
-of y summed over the bits, ``Σ p01'(1 − p01') / (N_j (p11 − p01)²) / TSS`` with
-``p01' = c_ji / N_j``; the missing share is what is left, ``1 − explained −
-noise``. rappor fits ŷ by least squares on the detected columns; here ŷ is
-crowdmix's own estimate, so the figures agree in meaning, not digit for digit.
+The three files of google/rappor's ``bin/decode_dist.R``, same names and shapes, in
+``<out>/rappor/``: ``results.csv`` (the detected strings, largest estimate first:
+``string, estimate, std_error, proportion, prop_std_error, prop_low_95, prop_high_95``,
+with rappor's rounding and plain Wald interval), ``metrics.json`` (``sample_size``,
+``allocated_mass``, ``num_detected``, ``explained_var``, ``missing_var``,
+``total_elapsed_time``) and ``residual.png`` (a histogram of observed minus explained
+over the m × k Bloom bits of the cohorts with reports). The residual and variance
+shares follow rappor's ``analysis/R/decode.R`` (``PerformInference``) in proportion units;
+ŷ is crowdmix's own estimate, so the figures agree in meaning, not digit for digit.
+Definitions: docs/design.md, "Aggregator: decode".
 """
 
 from __future__ import annotations

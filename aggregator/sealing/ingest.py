@@ -1,32 +1,15 @@
 """Sealed batches at the aggregator: open each report, screen it, keep the good ones.
 
 A sealed batch (``ReportColumns.sealed``) is opened with an ``Opener`` (one HPKE
-decapsulation per report, optionally in a process pool). Everything that can be
-wrong with *one* report drops that report and counts it by reason; it never
-fails the batch, since a shuffler cannot see inside a seal and so cannot have
-refused it. Reasons (the ``crowdmix_aggregator_sealed_dropped`` metric):
-
-==================  ============================================================
-unknown_key         no key with the report's key id
-expired_key         the key is past its grace period (its private key is erased)
-bad_length          not the metric's fixed sealed length for the key's suite
-not_authentic       HPKE open failed: tampered, or sealed under another metric,
-                    key id, window or protocol version (``info`` binds them): a
-                    report re-filed under another window than it names is one
-fingerprint         opened, but encoded under other params than the registry's
-cohort_range        opened, but its cohort is ≥ the metric's cohorts
-padding_bits        opened, but a bit past the metric's last bit is set
-payload             opened, but its payload is out of range (k-RR index, OLH fields)
-report_id           opened, but its report id is all zero (no SDK draws that)
-==================  ============================================================
-
-What is wrong with the *batch* (its id, window, metric, column lengths) is the
-shuffler's doing and stays a batch-level ``InvalidBatch``, as for clear batches.
-
-``KeyFile`` keeps an ``Opener`` in step with the private key file: the file is
-stat-ed before every batch (a few µs) and re-read when it changed, so a rotation
-(``crowdmix keys rotate``, which writes the private file before the public one)
-is picked up before any report sealed to the new key can arrive.
+decapsulation per report, optionally in a process pool). Whatever is wrong with one
+report drops that report and counts it by reason (``unknown_key``, ``expired_key``,
+``bad_length``, ``not_authentic``, ``fingerprint``, ``cohort_range``, ``padding_bits``,
+``payload``, ``report_id``: the ``crowdmix_aggregator_sealed_dropped`` metric); it never
+fails the batch, since the shuffler cannot see inside a seal. What is wrong with the
+batch (id, window, metric, column lengths) stays a batch-level ``InvalidBatch``.
+``KeyFile`` keeps an ``Opener`` in step with the private key file (stat-ed before every
+batch, re-read when changed), so a rotation is picked up before any report sealed to
+the new key arrives. Reasons in full: docs/design.md, "Aggregator: sealing".
 """
 
 from __future__ import annotations

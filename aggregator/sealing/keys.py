@@ -1,25 +1,15 @@
 """The aggregator's HPKE key set: private keys that rotate, and their public config.
 
-A key's state is a function of time, so nothing has to run at the moment a key
-changes state (times are unix seconds)::
-
-    pending ──not_before──▶ active ──not_after──▶ grace ──not_after+grace──▶ expired
-    (published, not yet     (devices seal    (devices no longer seal   (reports sealed to it
-     sealed to)              to it)           to it; it still opens)    are dropped; its private
-                                                                        key is erased on save)
-
-The public config (``PublicKeySet``, defined once in ``crowdmix.core.sealed``) lists
-pending and active keys only, with their not-before/not-after, so caches carry a
-new key before it is used and stop using an old one on time. The grace period
-must cover the longest a report can wait at the shuffler (``max_delay`` plus
-retries, up to ``disposal_days`` for a metric below its threshold): the default,
-31 days, covers the default disposal age of 30 days.
-
-Errors::
-
-    KeySetError (ValueError)      a bad key operation: unknown id, last active key, ...
-    └── KeyFileError              the key file is missing, unreadable, malformed or
-                                  readable by other users
+A key's state is a function of time (unix seconds), so nothing has to run when it
+changes: pending ─not_before▶ active ─not_after▶ grace ─not_after+grace▶ expired.
+Devices seal to active keys only; a grace key still opens; reports sealed to an expired
+key are dropped and its private key is erased on save. The public config
+(``PublicKeySet``, defined in ``crowdmix.core.sealed``) lists pending and active keys with
+their validity, so caches carry a new key before it is used and drop an old one on time.
+The grace period must cover the longest a report can wait at the shuffler (up to
+``disposal_days``): the default, 31 days, covers the default disposal age of 30 days.
+Errors: ``KeySetError`` (a ValueError: unknown id, last active key, ...) and its
+``KeyFileError`` (the key file is missing, unreadable, malformed or readable by others).
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """Open a batch of sealed reports into numpy columns, one HPKE decapsulation each.
 
-A report that does not open is dropped and counted by reason; it never fails
-the batch. Reasons, checked in this order:
-
-- ``unknown_key``: no key with the report's key id (or a key of another suite)
-- ``expired_key``: the key is past its grace period (its private key is gone)
-- ``bad_length``: the sealed value is not the metric's fixed length for the key's suite
-- ``not_authentic``: HPKE open failed — a tampered ciphertext, or one sealed under
-  another metric, key id, collection window or protocol version (``info`` binds
-  them; AEAD cannot tell these apart, by design): a report that a shuffler filed
-  under another window than the one it was sealed for never opens
-
-Reports that open but carry another params fingerprint are *kept* with
-``fingerprints_ok`` false, so ingest counts them as a params mismatch itself.
-
-Opening costs ~60 µs per report on one core (X25519), so ``Opener(workers=N)``
-spreads large batches over N processes; the private key set is shipped to each
-worker once, at pool start (``Opener.update_keys`` restarts the pool after a
-rotation). Workers use the ``spawn`` start method: forking a process that runs
-gRPC threads is unsafe.
+A report that does not open is dropped and counted by reason, never failing the batch.
+Reasons, in the order checked: ``unknown_key`` (no key with its id, or another suite),
+``expired_key`` (past its grace period), ``bad_length`` (not the metric's fixed length for
+the suite), ``not_authentic`` (HPKE open failed: tampered, or sealed under another metric,
+key id, window or protocol version, which ``info`` binds and AEAD cannot tell apart).
+Reports that open with another params fingerprint are kept with ``fingerprints_ok``
+false, so ingest counts them as a params mismatch. ``Opener(workers=N)`` spreads large
+batches over N ``spawn``-ed processes (opening costs ~60 µs per report with X25519;
+forking a process with gRPC threads is unsafe); the key set is shipped once per pool and
+``Opener.update_keys`` restarts it after a rotation.
 """
 
 from __future__ import annotations

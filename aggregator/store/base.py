@@ -1,34 +1,17 @@
 """The count store's contract: the protocol both backends keep, and its value types.
 
-A count store holds, per metric, the set of applied batch ids and, per
-collection window, the counts (:class:`StoredCounts`: an accumulator's totals and ones)
-and the report ids counted in that window.
-:meth:`CountStore.apply_reports` adds one batch's counts, records its id and its
-reports' ids in one atomic step, dropping every report whose id was already
-counted in the window (the counts added are those of the remaining reports), so a
-batch re-sent by the shuffler, or a report re-sent by a device whose first attempt
-was stored after all, is acknowledged but never counted twice, and a crash can
-never leave counts without their ids (or the reverse). A report names its window
-and keeps it through every retry, and the shuffler files it there, so all copies
-of a report are in one window: the check never looks at another.
-
-Repeated report ids are counted too, per (metric, window), in the same atomic step
-(:meth:`CountStore.duplicate_reports`): a repeat is harmless for the figures of a
-single-message encoding, but for a shuffled histogram it shows the aggregator which
-reports came from one device's call, so that window's central figure is withdrawn.
-
-Retention: :meth:`CountStore.dispose_ids` deletes the batch ids and report ids
-of windows before a cutoff (their counts stay) and from then on refuses
-batches of those windows (``WindowDisposed``), so deleting the ids can never
-let a late copy be counted twice.
-
-The backends: :mod:`crowdmix.aggregator.store.memory` (a dict and a lock; the embedded
-default) and :mod:`crowdmix.aggregator.store.redis` (Redis with AOF; a Lua script makes
-"record ids + store this batch's counts" atomic, and any number of aggregator
-processes may share it). Both pass one contract suite
-(tests/service/test_store_contract.py); what they serialise, and how, is in
-:mod:`crowdmix.aggregator.store.codec`. ``crowdmix.aggregator.store.open_store(url)`` picks one.
-Errors are in :mod:`crowdmix.aggregator.errors`.
+A count store holds, per metric, the applied batch ids and, per collection window, the
+counts (:class:`StoredCounts`) and the report ids counted in that window.
+:meth:`CountStore.apply_reports` adds a batch's counts and records its id and report ids
+in one atomic step, dropping reports whose id was already counted in the window, so a
+re-sent batch or report is acknowledged but never counted twice, and a crash never
+leaves counts without their ids. :meth:`CountStore.duplicate_reports` counts repeated
+ids per (metric, window) in the same step. :meth:`CountStore.dispose_ids` deletes the ids
+of windows before a cutoff (counts stay) and then refuses their batches
+(``WindowDisposed``). Backends: :mod:`crowdmix.aggregator.store.memory` and
+:mod:`crowdmix.aggregator.store.redis`, both passing tests/service/test_store_contract.py;
+``crowdmix.aggregator.store.open_store(url)`` picks one. Why: docs/design.md,
+"Aggregator: store".
 """
 
 from __future__ import annotations

@@ -1,79 +1,18 @@
 """The Redis count store: exactly-once batches, one compact write per batch.
 
-Why per-batch deltas and not counters: a batch of RAPPOR reports touches
-nearly every (cohort, bit) cell (m·k = 8192 cells at m=64, k=128), so
-"HINCRBY every cell" costs thousands of Redis commands per batch. Instead the
-aggregator counts the batch in numpy and a Lua script, atomically,
-
-1. checks the params fingerprint of the metric (counts under other params never mix)
-   and that the window is not past retention,
-2. checks the batch id against the metric's applied-ids set (already there → duplicate, stop),
-3. checks that the report-id list of the window (every copy of a report names its
-   window, so it is de-duplicated there alone) is the one the caller checked the batch's
-   report ids against: the same length and the same last blob (its first id, last id and
-   size; a length alone cannot tell a list that lost its tail, after a power cut with
-   ``appendfsync everysec`` or a failover to a lagging replica, and was refilled by other
-   processes). Else it changes nothing and the caller reads the list again (rebuilding
-   its index when the blob it read last is gone). Skipped for a batch without report ids
-   (``CountStore.apply``),
-4. ``SADD``s the batch id, ``RPUSH``es the batch's report ids as one blob, ``HSET``s the
-   batch's counts as one compact blob (``store_codec.encode_counts``) under its id in the
-   window's delta hash, and records the window,
-5. ``INCRBY``s the window's duplicate-report counter by the ids dropped (found counted
-   before, or repeated within the batch; by 0 if none: the key's presence says the
-   window's count is known).
-
-The membership test of report ids runs in this process, in numpy
-(:class:`crowdmix.aggregator.store.report_ids.ReportIdIndex`, a cache of the window's id list that
-reads only what other processes appended since), before the script: a report whose id
-was counted before is dropped and the batch recounted without it (rare). A process keeps
-the indexes of only the ``cached_windows`` newest windows it has seen (default 3: the
-shuffler takes the current window, the one before and, within its clock skew, the one
-after); a late batch of an older window rebuilds its index from the list, read
-``page_blobs`` blobs at a time, for that call. Step 3 makes
-that check and the count one atomic step, also across aggregator processes: if any id
-was appended in between, the script refuses and the check runs again on the new ids.
-A Redis set with ``SMISMEMBER``/``SADD`` inside the script would be simpler, but costs
-about 5 µs of Redis CPU and 84 bytes per id (BENCHMARKS.md); the list costs 16 bytes.
-
-So counts and ids change together (a Lua script runs atomically and Redis
-checks out-of-memory before its first write), and the AOF gets one entry per
-batch. ``bench/ingest_store.py`` measures both designs.
-
-Deltas are folded into one int64 total per window by :meth:`RedisCountStore.fold`
-(the aggregator daemon calls :meth:`maintain` every second), so reads stay
-cheap and memory stays bounded. A fold reads the window total, its version and
-up to N deltas in one MULTI (a consistent snapshot), sums them in numpy, and a
-second script writes the new total, bumps the version and deletes exactly
-those deltas — only if the version is unchanged. Ingest never conflicts with a
-fold (it only adds new fields); two folders racing retry. Several aggregator
-processes can therefore share one Redis, each ingesting and folding.
-
-Keys (hash-tagged by metric, so one metric's keys share a Redis Cluster slot)::
-
-    {prefix}:{metric}:meta           hash: fingerprint, description (registry entry, JSON)
-    {prefix}:{metric}:ids            set of applied batch ids (16 bytes each)
-    {prefix}:{metric}:windows        set of windows holding counts
-    {prefix}:{metric}:w:{W}:batches  set of the batch ids applied in window W (for retention)
-    {prefix}:{metric}:w:{W}:rids     list of blobs: the report ids counted in window W
-    {prefix}:{metric}:w:{W}:nrids    how many report ids that list holds
-    {prefix}:{metric}:w:{W}:deltas   hash: batch id -> counts blob (not yet folded)
-    {prefix}:{metric}:w:{W}:total    hash: counts (the folded sum, same blob format), version
-    {prefix}:{metric}:w:{W}:sizes    hash: batch size -> batches applied (privacy statement)
-    {prefix}:{metric}:w:{W}:crowd    the fewest same-cohort reports in any batch (ditto)
-    {prefix}:{metric}:w:{W}:notes    hash: "sealed" / "clear" -> 1 (the kinds of batch applied),
-                                     "seconds" -> the collection window's length
-    {prefix}:{metric}:w:{W}:dupids   report ids seen twice in W (kept by retention:
-                                     a shuffled histogram's statement needs it)
-
-Memory: a batch id costs about 80 bytes in each of two sets; a report id 16 bytes in
-Redis and 32-128 bytes in the index of each aggregator process that ingests the window,
-for at most ``cached_windows`` windows plus the one of a late batch (README, "Memory for
-report ids"): a window of 10 M reports holds 160 MB of ids in Redis until it is
-disposed. Retention
-(:meth:`RedisCountStore.dispose_ids`, called by the daemon for windows past the
-registry's ``disposal_days`` plus one window) deletes them; the meta hash's
-``ids_disposed_before`` makes the apply script refuse those windows from then on.
+The aggregator counts a batch in numpy; one Lua script then atomically checks the
+metric's params fingerprint and retention, the batch id (a duplicate changes nothing)
+and that the window's report-id list is the one the caller checked the batch's ids
+against (same length, same last blob; else the caller re-reads it), and then records
+the batch id, its report ids as one blob and its counts as one compact blob in the
+window's delta hash. Report-id membership is tested in this process
+(:class:`crowdmix.aggregator.store.report_ids.ReportIdIndex`). :meth:`RedisCountStore.fold`
+sums deltas into one total per window under a version check, so several aggregator
+processes can share one Redis. Keys are hash-tagged by metric (one Cluster slot):
+``{prefix}:{metric}:meta``, ``:ids``, ``:windows`` and per window ``:w:{W}:batches``,
+``rids``, ``nrids``, ``deltas``, ``total``, ``sizes``, ``crowd``, ``notes``, ``dupids``.
+:meth:`RedisCountStore.dispose_ids` deletes the ids of windows past retention. Why
+per-batch deltas, the key table and memory figures: docs/design.md, "Aggregator: store".
 """
 
 from __future__ import annotations

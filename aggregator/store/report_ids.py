@@ -1,20 +1,13 @@
 """The report ids counted in one collection window, in numpy: ``ReportIdIndex``.
 
-A Redis set costs about 5 µs of Redis CPU and 84 bytes of memory per 16-byte id
-(measured, BENCHMARKS.md "report ids"), which would cap ingest near 0.2 M
-reports/s. Here an id is two uint64 words (hi, lo) in an open-addressing hash
-table with linear probing, held in two numpy arrays and probed for a whole batch
-at once: each round looks up every still-open id's slot with one fancy index, so
-a batch costs a few vectorised rounds (the table is kept at most half full, and
-grows 4x at a time: 32 to 128 bytes per id), not a Python loop per report. The
-slot is a keyed mix of ``hi`` (a multiply by an odd constant after XOR with a
-per-process random salt), so ids crafted to collide
-cannot make the probing chains long for an attacker who does not know the salt.
-The all-zero id marks an empty slot, so it is never stored (no report has it: the
-shuffler and the aggregator refuse it).
-
-The stores keep the durable copy (Redis: one blob of 16-byte ids per batch in a
-list, 16 bytes per id) and this index as a cache of it.
+An id is two uint64 words (hi, lo) in an open-addressing hash table with linear probing,
+held in two numpy arrays and probed for a whole batch at once (a few vectorised rounds,
+no Python loop per report). The table is kept at most half full and grows 4x at a time
+(32 to 128 bytes per id). The slot is a keyed mix of ``hi`` (XOR with a per-process random
+salt, then a multiply by an odd constant), so crafted ids cannot make probing chains long.
+The all-zero id marks an empty slot and is never stored (the shuffler and the aggregator
+refuse it). The stores keep the durable copy (Redis: one blob of 16-byte ids per batch)
+and this index is a cache of it. Why not a Redis set: docs/design.md, "Aggregator: store".
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_pair_tail_is_charged_at_large_n() -> None:
 
 
 def test_reference_values() -> None:
-    # Computed with independent code (issue 6), δ = 1e-6.
+    # Computed with independent code, δ = 1e-6.
     assert amplify(4.0, 10**5, DELTA).epsilon == pytest.approx(0.11815, abs=5e-6)
     assert amplify(4.0, 10**5, DELTA, bound="fmt21").epsilon == pytest.approx(0.16977, abs=5e-6)
     assert amplify(4.0, 10**5, DELTA, bound="fmt21-closed").epsilon == pytest.approx(

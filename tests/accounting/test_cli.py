@@ -68,6 +68,37 @@ def test_amplify_rappor_from_params(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["bound"] == "generic" and "beta" not in data
 
 
+def test_amplify_a_known_mechanism_prints_the_smaller_of_its_bounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["privacy", "amplify", "--mechanism", "krr", "--domain", "32", "--epsilon0", "1"]
+    code, out, _ = run(capsys, *argv, "--n", "1e5", "--lower", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["bound"] == "blanket" and data["mechanism"] == "32-ary RR"
+    assert data["epsilon"] == min(data["candidates"].values()) < data["candidates"]["generic"]
+    assert 0 < data["rr_lower_bound"] <= data["epsilon"]
+    # the RAPPOR report of the -k.. flags: ε0 is their ε_1, its blanket bound is tried
+    code, out, _ = run(capsys, "privacy", "amplify", "--mechanism", "rappor", "--n", "300")
+    assert code == 0 and "RAPPOR report" in out and "candidates: generic" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--mechanism", "oue"], "needs --epsilon0"),
+        (["--epsilon0", "1", "--domain", "3"], "--domain needs --mechanism"),
+        (["--mechanism", "rappor", "--epsilon0", "1"], "not --epsilon0"),
+        (["--mechanism", "krr", "--epsilon0", "1", "--bound", "fmt21"], "--mechanism any only"),
+        (["--mechanism", "krr", "--epsilon0", "1", "--domain", "1"], "domain_size"),
+    ],
+)
+def test_amplify_refuses_an_inconsistent_mechanism(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, "privacy", "amplify", "--n", "100", *argv)
+    assert code == 1 and out == "" and message in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("extra", [["--bound", "rappor"], ["--beta", "0.19"]])
 def test_amplify_refuses_the_variation_ratio_bound(
     capsys: pytest.CaptureFixture[str], extra: list[str]

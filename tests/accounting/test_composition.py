@@ -21,7 +21,7 @@ from crowdmix.aggregator.accounting.pld import MAX_PLD_N, pld_epsilon, shuffle_p
 
 
 def test_reference_values() -> None:
-    # Kairouz-Oh-Viswanath optimal composition, δ' = 1e-6 (issue 6).
+    # Kairouz-Oh-Viswanath optimal composition, δ' = 1e-6.
     assert compose_optimal(0.5, 0.0, 100, 1e-6) == pytest.approx(33.3198, abs=5e-5)
     assert compose_optimal(0.5, 0.0, 1000, 1e-6) == pytest.approx(193.504, abs=5e-4)
     assert compose_optimal(0.5, 1e-8, 100, 1e-6) == pytest.approx(42.6521, abs=5e-5)
@@ -87,7 +87,7 @@ def test_pld_matches_single_round_and_beats_per_round_composition() -> None:
     exact = amplify(eps0, n, 1e-6).epsilon
     # Pessimistic rounding: never below the exact figure, and close to it.
     assert exact <= one_round <= exact * 1.01
-    # Issue 6 reference: ≈0.56 over 1000 rounds, vs 3.20 (optimal) and 21.1 (basic).
+    # Reference: ≈0.56 over 1000 rounds, vs 3.20 (optimal) and 21.1 (basic).
     thousand = pld_epsilon(pair, n, 1000, 1e-6)
     assert thousand == pytest.approx(0.56, abs=0.01)
     per_delta = 1e-6 / 2000

@@ -10,7 +10,7 @@ composed (the statement over R rounds, the ledger after R releases) — must hol
 the exact δ of every data set at the published ε is at most the published δ.
 An (ε, δ) pair with that property is exactly "ε ≥ the real mechanism's ε at δ".
 
-These are the outside review's counterexamples (finding 5): with the (p, β, q)
+These are counterexamples: with the (p, β, q)
 variation-ratio pair (removed) the OUE, 3-RR and PRR cells and the 5-RR n = 100
 regression failed. Deterministic (no sampling): no false failures.
 """

@@ -1,4 +1,4 @@
-"""Issue 11 through the command line: `crowdmix report --ledger` records a release
+"""Through the command line: `crowdmix report --ledger` records a release
 that merges R windows as R rounds (counts file and live Redis), `crowdmix privacy
 ledger FILE` shows every release with the running total, and a ledger file that
 does not exist is an error wherever a ledger is read."""

@@ -132,7 +132,7 @@ def test_basic_total_variation() -> None:
     krr = BasicParams(mechanism="krr", epsilon=2.0, domain_size=5)
     e = math.exp(2.0)
     assert basic_total_variation(krr) == pytest.approx((e - 1) / (e + 4))
-    # OUE's exact β is half the generic one (issue 11: 0.381 vs 0.762 at ε = 2).
+    # OUE's exact β is half the generic one.
     oue = BasicParams(mechanism="oue", epsilon=2.0, domain_size=5)
     assert basic_total_variation(oue) == pytest.approx(0.5 * math.tanh(1.0))
     assert round(basic_total_variation(oue), 3) == 0.381

@@ -1,4 +1,4 @@
-"""Sealing changes who can learn what, never a privacy figure (issue 15)."""
+"""Sealing changes who can learn what, never a privacy figure."""
 
 from __future__ import annotations
 

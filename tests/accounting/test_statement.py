@@ -8,12 +8,14 @@ import math
 import pytest
 
 from crowdmix.aggregator.accounting import amplify, privacy_statement
+from crowdmix.aggregator.accounting.amplification import best_amplification
 from crowdmix.aggregator.accounting.local import (
     epsilon_inf,
     epsilon_k,
     epsilon_one,
     total_variation,
 )
+from crowdmix.aggregator.accounting.randomizers import randomizer_of
 from crowdmix.core.basic import BasicParams
 from crowdmix.core.params import RapporParams
 from crowdmix.core.registry import MetricConfig, ShufflePolicy
@@ -126,8 +128,12 @@ def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
     assert lg.candidates["memoised-prr-k"] == pytest.approx(
         amplify(epsilon_k(params, 10), 10**5, DELTA).epsilon
     )
-    # ε_∞ amplified by the generic bound (the PRR-β (p, β, q) pair understated ε).
-    assert lg.candidates["memoised-prr-inf"] == amplify(epsilon_inf(params), 10**5, DELTA).epsilon
+    # ε_∞ amplified by the best of the generic bound and the PRR's blanket bound (the
+    # PRR-β (p, β, q) pair understated ε).
+    prr = randomizer_of(rappor=params, prr_only=True)
+    best = best_amplification(epsilon_inf(params), 10**5, DELTA, prr).result.epsilon
+    assert lg.candidates["memoised-prr-inf"] == best
+    assert best <= amplify(epsilon_inf(params), 10**5, DELTA).epsilon
     assert lg.argument in ("memoised-prr-k", "memoised-prr-inf")
     assert "pld-composition" not in lg.candidates  # rounds share the PRR: never composed
     assert lg.epsilon == min(lg.candidates.values())
@@ -142,14 +148,15 @@ def test_fresh_randomness_rounds_are_composed() -> None:
     stmt = privacy_statement(metric, 20_000, delta=DELTA, rounds=20)
     assert stmt.epsilon_inf is None
     assert stmt.longitudinal.argument == "pld-composition"
-    assert stmt.central.bound == "generic"
+    assert stmt.central.bound == "blanket"  # 4-ary RR's own bound beats the generic one
     assert stmt.central.epsilon < stmt.longitudinal.epsilon < 20 * stmt.central.epsilon
 
 
 def test_to_dict_is_json_and_render_is_quotable() -> None:
     stmt = privacy_statement(rappor_metric(m=8), 10**5, delta=DELTA, rounds=3)
     data = json.loads(json.dumps(stmt.to_dict(), allow_nan=False))
-    assert data["central"]["bound"] == "generic"
+    assert data["central"]["bound"] in ("generic", "blanket")
+    assert data["central"]["bound_description"] != data["central"]["bound"]
     assert data["central"]["delta"] == DELTA
     assert data["local"]["epsilon_1"] == pytest.approx(stmt.epsilon_local)
     assert data["longitudinal"]["argument"].startswith("memoised-prr")
@@ -202,7 +209,8 @@ def test_large_fresh_batches_fall_back_to_optimal_composition() -> None:
     n = 2 * MAX_PLD_N
     stmt = privacy_statement(metric, n, delta=DELTA, rounds=10)
     assert stmt.longitudinal.argument == "optimal-composition"
-    per_round = amplify(2.0, n, DELTA / 20).epsilon
+    oue = randomizer_of(basic=metric.basic)
+    per_round = best_amplification(2.0, n, DELTA / 20, oue).result.epsilon
     expected = compose_optimal(per_round, DELTA / 20, 10, DELTA)
     assert stmt.longitudinal.epsilon == pytest.approx(expected, rel=1e-12)
 
@@ -212,7 +220,7 @@ def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> 
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=8), shuffle=policy)
     # Measured shares over the release (smallest 1/8), applied to 1000-report batches.
     stmt = privacy_statement(metric, 80_000, delta=DELTA, cohort_sizes=[10_000] * 8)
-    # Issue 11: the exact binomial quantile whose failure probability, over every
+    # The exact binomial quantile whose failure probability, over every
     # cohort of every batch, is charged to δ (mean − 5 sd failed w.p. ≈ 8·80·Φ(−5)).
     from scipy.stats import binom
 

@@ -1,4 +1,4 @@
-"""Every interval a report prints is a real interval containing its estimate (issue 13 §2).
+"""Every interval a report prints is a real interval containing its estimate.
 
 Checked on what the user reads: results.csv, summary.json and the terminal table,
 for random inputs (Hypothesis) of both decoders and both interval methods.

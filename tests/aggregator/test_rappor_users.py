@@ -108,7 +108,7 @@ def test_format_rappor_writes_rappors_results_metrics_and_residual(
         detected, key=lambda v: -float(ours[v]["estimate"])
     )
     # (which strings are detected is the decoder's business, tested elsewhere: at the
-    # default BH 0.2 a false discovery here is allowed, so none is asserted absent)
+    # default BH 0.1 a false discovery here is allowed, so none is asserted absent)
     for r in rows:
         n = 100_000
         est, std = int(r["estimate"]), int(r["std_error"])

@@ -94,7 +94,7 @@ def test_selective_interval_stays_conservative_but_useful() -> None:
 
 
 def test_barely_selected_estimate_is_inside_its_interval() -> None:
-    # Issue 13: this gave (0, -1117) and the report printed "v7 698 [0, -1,118]".
+    # This gave (0, -1117) and the report printed "v7 698 [0, -1,118]".
     lo, hi = selective_interval([698.174], [208.762], critical_z(0.05 / 120))
     assert 0.0 <= lo[0] <= 698.174 <= hi[0]
     # k-RR printed "[0, -60]": a negative unbiased estimate keeps its Wald interval.

@@ -205,3 +205,14 @@ def test_the_reporter_bounds_its_outbox_by_default() -> None:
     params = inspect.signature(Reporter).parameters
     assert params["max_reports"].default == 1000 and params["max_bytes"].default == 1 << 20
     assert params["sealing"].default == "required"
+
+
+def test_next_group_leaves_out_the_groups_it_is_told_to_skip(tmp_path: Path) -> None:
+    """A group whose window has not begun on the server waits; the sender asks for the
+    next group past it, so it holds back no other metric's report."""
+    box = Outbox(tmp_path / "o.db")
+    assert box.claim("early", 20002, WS, lambda: _report("early")) is Claim.MADE
+    assert box.claim("today", 20000, WS, lambda: _report("today")) is Claim.MADE
+    assert [r.report.metric for r in box.next_group()] == ["early"]
+    assert [r.report.metric for r in box.next_group(skip=[("early", 20002)])] == ["today"]
+    assert box.next_group(skip=[("early", 20002), ("today", 20000)]) == []

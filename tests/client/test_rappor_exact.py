@@ -1,5 +1,5 @@
 """RAPPOR encoder with injected bits: every output is computed by hand or by an
-independent reimplementation of the rule in client/rappor.py's docstring."""
+independent reimplementation of the rule in docs/design.md ("Client", RAPPOR encoder)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Report ids (issue 12): 16 bytes from the CSPRNG per report, drawn at encode time,
+"""Report ids: 16 bytes from the CSPRNG per report, drawn at encode time,
 injectable for tests; the id links nothing (fresh per report, not part of equality)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lose a master under load, lose nothing acknowledged (issue 17), with real processes.
+"""Lose a master under load, lose nothing acknowledged, with real processes.
 
 A Redis Cluster of 3 masters and 3 replicas on loopback (AOF always), two ``crowdmix
 shuffler serve`` and two ``crowdmix aggregator serve`` processes on it, all with

@@ -24,6 +24,8 @@ from tests.redis_server import RedisClusterServers
 from tests.shuffler.conftest import LoopAppended
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry, unique_chunk
 
+WINDOW = 20_000  # the window every report of these writes names
+
 pytestmark = pytest.mark.slow
 
 KEY = QueueKey(window=20000, fingerprint=0xDEADBEEF12345678)
@@ -106,8 +108,12 @@ def test_a_flush_fails_only_for_the_requests_of_a_refusing_slot(cluster_url: str
             committer = GroupCommitter(store, registry, max_delay=0.05)
             try:
                 return await asyncio.gather(
-                    committer.commit({(RAPPOR, registry[RAPPOR].fingerprint): unique_chunk(20)}),
-                    committer.commit({(OUE, registry[OUE].fingerprint): unique_chunk(5, 50)}),
+                    committer.commit(
+                        {(RAPPOR, registry[RAPPOR].fingerprint, WINDOW): unique_chunk(20)}
+                    ),
+                    committer.commit(
+                        {(OUE, registry[OUE].fingerprint, WINDOW): unique_chunk(5, 50)}
+                    ),
                     return_exceptions=True,
                 )
             finally:
@@ -350,11 +356,13 @@ def test_a_request_partly_stored_is_not_told_nothing_was_stored(cluster_url: str
                 return await asyncio.gather(
                     committer.commit(
                         {
-                            (RAPPOR, registry[RAPPOR].fingerprint): unique_chunk(20),
-                            (OUE, registry[OUE].fingerprint): unique_chunk(5, 50),
+                            (RAPPOR, registry[RAPPOR].fingerprint, WINDOW): unique_chunk(20),
+                            (OUE, registry[OUE].fingerprint, WINDOW): unique_chunk(5, 50),
                         }
                     ),
-                    committer.commit({(OUE, registry[OUE].fingerprint): unique_chunk(3, 80)}),
+                    committer.commit(
+                        {(OUE, registry[OUE].fingerprint, WINDOW): unique_chunk(3, 80)}
+                    ),
                     return_exceptions=True,
                 )
             finally:

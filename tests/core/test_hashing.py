@@ -8,7 +8,7 @@ import pytest
 from crowdmix.core.hashing import bloom_bits, bloom_int
 from crowdmix.core.params import RapporParams
 
-# Produced by google/rappor's Python client (issue 2): (value, cohort, h, k) -> set bits.
+# Produced by google/rappor's Python client: (value, cohort, h, k) -> set bits.
 RAPPOR_MD5_VECTORS = [
     ("v1", 0, 2, 8, [0, 2]),
     ("v1", 1, 2, 8, [3, 6]),

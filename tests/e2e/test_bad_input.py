@@ -135,7 +135,7 @@ def _cases() -> list[Case]:
           (*serve_s, *cfg, "--tls-cert", "{missing}", "--tls-key", "{missing}"), "{missing}"),
         c("shuffler-processes-zero", (*serve_s, *cfg, "--processes", "0"), "--processes"),
         c("shuffler-rate-wrong-type", (*serve_s, *cfg, "--rate-limit", "fast"), "--rate-limit"),
-        # the threaded server is gone (issue 14): its setting is refused by name
+        # the threaded server is gone: its setting is refused by name
         c("shuffler-unknown-setting", (*serve_s, "--config", "{syncconfig}"), "['server']"),
         c("shuffler-server-flag-gone", (*serve_s, *cfg, "--server", "sync"), "--server"),
         # simulate

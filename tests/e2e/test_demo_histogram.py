@@ -55,7 +55,7 @@ def test_histogram_demo_counts_exactly_and_states_both_figures(tmp_path: Path) -
     assert local == params.local_epsilon
     assert central is not None and 0 < central <= local
     # the device count is never overstated: a lower bound below the devices that sent
-    assert statement["devices_lower_bound"] <= 3000
+    assert statement["honest_lower_bound"] <= 3000
     assert statement["smallest_batch"] == demo.acknowledged  # one batch: the window
     assert "Shuffler + aggregator colluding" in summary["privacy"]["text"]
     # its plot: shares of devices, estimated from the reports the aggregator counted

@@ -364,7 +364,7 @@ def test_the_example_ledger_states_what_the_current_bounds_give() -> None:
     today for its crowd and rounds (the removed variation-ratio figure understated it)."""
     from crowdmix.aggregator.accounting import JsonFileLedgerStore, PrivacyLedger
     from crowdmix.aggregator.accounting.statement import privacy_statement
-    from crowdmix.client.basic import BasicParams
+    from crowdmix.core.basic import BasicParams
     from crowdmix.core.registry import MetricConfig, ShufflePolicy
 
     ledger = PrivacyLedger(JsonFileLedgerStore(DEPLOY / "ledger.example.json", create=False))

@@ -1,4 +1,4 @@
-"""Shuffled histograms (issue 18) through the real daemons: `crowdmix shuffler serve`
+"""Shuffled histograms through the real daemons: `crowdmix shuffler serve`
 and `crowdmix aggregator serve` processes, each on a redis-server this test starts,
 sealed reports over real gRPC.
 
@@ -177,16 +177,16 @@ def test_unsealed_and_over_the_cap_calls_are_refused_with_a_reason(
 ) -> None:
     metric = load_registry(cluster.registry_path)[METRIC]
     assert metric.histogram is not None
+    window = load_registry(cluster.registry_path).window_of(time.time())
     clear = pb.Report(
         metric=METRIC, cohort=0, bits=b"\x03", params_fingerprint=metric.fingerprint,
-        report_id=os.urandom(16),
+        report_id=os.urandom(16), window=window,
     )  # fmt: skip
     code, details = _submit_error(cluster, clear)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details.startswith("histogram_unsealed"), details
 
     key = PublicKeySet.from_json(cluster.public_keys_path.read_text()).keys[-1]
-    window = load_registry(cluster.registry_path).window_of(time.time())
 
     def sealed() -> pb.Report:
         value = seal_report(

@@ -242,8 +242,8 @@ def test_sealing_required_never_sends_clear_reports_but_off_does(
         with caplog.at_level(logging.WARNING, logger="crowdmix.client"):
             assert r.flush(timeout=2) == 1  # kept, not downgraded
             assert r.flush(timeout=2) == 1
-        assert r.last_error is not None and "publishes no aggregator key" in r.last_error
-        warned = [m for m in caplog.messages if "publishes no aggregator key" in m]
+        assert r.last_error is not None and "takes clear reports only" in r.last_error
+        warned = [m for m in caplog.messages if "takes clear reports only" in m]
         assert len(warned) == 1, caplog.messages  # said once, not at every try
     with _online(_reporter(tmp_path / "b", target, background=False, sealing="off")) as r:
         assert r.report(RAPPOR, "x") and r.flush(timeout=10) == 0

@@ -178,6 +178,8 @@ def _window() -> int:
 def _submit_error(stub: crowdmix_pb2_grpc.ShufflerStub, md: tuple, *reports: pb.Report) -> tuple:
     with pytest.raises(grpc.RpcError) as info:
         request = pb.SubmitRequest(reports=list(reports), protocol=PROTOCOL_VERSION)
+        for r in request.reports:
+            r.window = r.window or _window()
         stub.Submit(request, metadata=md, timeout=10)
     err = info.value
     assert isinstance(err, grpc.Call)
@@ -256,7 +258,11 @@ def test_refusals_and_drops_by_reason(cluster: LocalCluster) -> None:
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("mixed_sealed")
     code, details = _submit_error(
-        stub, md, pb.Report(metric=A, cohort=1, bits=PATTERN, params_fingerprint=fa)
+        stub,
+        md,
+        pb.Report(
+            metric=A, cohort=1, bits=PATTERN, params_fingerprint=fa, report_id=os.urandom(16)
+        ),
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("sealing_required")
 
@@ -279,7 +285,10 @@ def test_refusals_and_drops_by_reason(cluster: LocalCluster) -> None:
         for m in (A, B)
         for r in ("not_authentic", "fingerprint", "cohort_range")
     }
-    assert stub.Submit(pb.SubmitRequest(reports=rows), metadata=md, timeout=10).accepted == 64
+    for r in rows:
+        r.window = _window()
+    request = pb.SubmitRequest(reports=rows, protocol=PROTOCOL_VERSION)
+    assert stub.Submit(request, metadata=md, timeout=10).accepted == 64
     assert _wait_counts(cluster, A, {8: 30})[8] == 30
     assert _wait_counts(cluster, B, {8: 30})[8] == 30
     deadline = time.monotonic() + 20
@@ -356,7 +365,12 @@ def test_an_expired_key_is_refused_at_the_shuffler_and_dropped_at_the_aggregator
     while True:  # the shuffler re-reads the public file within a second
         try:
             stub.Submit(
-                pb.SubmitRequest(reports=[pb.Report(metric=A, key_id=old.key_id, sealed=value)]),
+                pb.SubmitRequest(
+                    reports=[
+                        pb.Report(metric=A, key_id=old.key_id, sealed=value, window=_window())
+                    ],
+                    protocol=PROTOCOL_VERSION,
+                ),
                 metadata=md,
                 timeout=10,
             )

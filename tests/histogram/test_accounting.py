@@ -17,9 +17,9 @@ from crowdmix.aggregator.accounting.histogram import (
     format_up,
     histogram_delta,
     histogram_guarantee,
-    honest_others,
     shift_delta,
 )
+from crowdmix.aggregator.accounting.histogram_crowd import dishonest_share, honest_others
 from crowdmix.core.histogram import HistogramParams
 
 
@@ -85,10 +85,16 @@ def test_figure_equals_the_enumerated_full_histogram(
 
 @pytest.mark.parametrize("eps", [0.1, 0.5, 1.0])
 def test_local_randomization_figure_bounds_the_enumerated_view(eps: float) -> None:
+    """The target's k-RR report among the fakes of 4 honest others whose real reports are
+    k-RR'd too: the whole histogram enumerated with tests/histogram/test_statement_soundness.py's
+    brute force of the real mechanism (every value of the others)."""
+    from tests.histogram.test_statement_soundness import _hockey, _mechanism
+
     params = HistogramParams(domain_size=3, fake_slots=2, fake_probability=0.7, local_epsilon=1.5)
-    n = 5  # 4 honest others, 8 slots
-    exact = full_histogram_delta(eps, 3, 8, 0.7, params.keep_probability)
-    assert exact - 1e-12 <= histogram_delta(eps, params, n)
+    for others in itertools.product(range(3), repeat=4):
+        p, q = _mechanism(params, (0, *others)), _mechanism(params, (1, *others))
+        exact = max(_hockey(p, q, eps), _hockey(q, p, eps))
+        assert exact - 1e-12 <= histogram_delta(eps, params, n_honest=4)
 
 
 def _audit(
@@ -115,7 +121,7 @@ def _audit(
         if p_lo > delta and q_hi > 0:
             best_eps = max(best_eps, math.log((p_lo - delta) / q_hi))
         for e_test in (0.5 * eps, eps):
-            assert p_lo - math.exp(e_test) * q_hi <= histogram_delta(e_test, params, n)
+            assert p_lo - math.exp(e_test) * q_hi <= histogram_delta(e_test, params, n_honest=n - 1)
     return best_eps
 
 
@@ -130,9 +136,9 @@ def test_monte_carlo_privacy_audit_of_the_analysts_view() -> None:
     d, m, q, n = 3, 3, 1.0, 16
     params = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q)
     delta = 1e-3
-    eps = central_epsilon(params, n, delta)
+    eps = central_epsilon(params, delta, n_honest=n - 1)
     assert math.isfinite(eps)
-    trials = honest_others(n, 1.0) * m
+    trials = (n - 1) * m
     rng = np.random.default_rng(2018)
     reps = 400_000
     probs = [q / d] * d + [1 - q]
@@ -161,7 +167,7 @@ def test_monte_carlo_privacy_audit_through_the_real_encoder() -> None:
     d, m, q, n = 3, 3, 1.0, 16
     params = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q)
     delta = 1e-3
-    eps = central_epsilon(params, n, delta)
+    eps = central_epsilon(params, delta, n_honest=n - 1)
     reps = 60_000
 
     def views(x: int, seed: int) -> np.ndarray:
@@ -214,21 +220,30 @@ def test_delta_is_monotone_in_epsilon_noise_and_crowd(
 def test_epsilon_falls_with_the_noise_rate_and_honest_share(q: float, frac: float) -> None:
     p = HistogramParams(domain_size=20, fake_slots=2, fake_probability=q)
     p2 = HistogramParams(domain_size=20, fake_slots=2, fake_probability=min(1.0, q * 1.5))
-    e = central_epsilon(p, 2000, 1e-5, honest_fraction=frac)
-    assert central_epsilon(p2, 2000, 1e-5, honest_fraction=frac) <= e
-    assert central_epsilon(p, 2000, 1e-5, honest_fraction=min(1.0, frac + 0.1)) <= e
+
+    def crowd(h: float) -> int:
+        return honest_others(2000, dishonest_share(2000, h))
+
+    e = central_epsilon(p, 1e-5, n_honest=crowd(frac))
+    assert central_epsilon(p2, 1e-5, n_honest=crowd(frac)) <= e
+    assert central_epsilon(p, 1e-5, n_honest=crowd(min(1.0, frac + 0.1))) <= e
 
 
 def test_central_epsilon_is_on_the_safe_side_and_infinite_without_cover() -> None:
     p = HistogramParams(domain_size=1000, fake_slots=1, fake_probability=0.05)
-    eps = central_epsilon(p, 10**6, 1e-6)
-    assert histogram_delta(eps, p, 10**6) <= 1e-6 < histogram_delta(eps * (1 - 1e-6), p, 10**6)
+    crowd = 10**6 - 1
+    eps = central_epsilon(p, 1e-6, n_honest=crowd)
+    assert (
+        histogram_delta(eps, p, n_honest=crowd)
+        <= 1e-6
+        < histogram_delta(eps * (1 - 1e-6), p, n_honest=crowd)
+    )
     # δ(ε) >= E[2^-M] for all ε: ~e^-10 here, so no ε meets δ = 1e-6
     weak = HistogramParams(domain_size=10**5, fake_slots=1, fake_probability=1.0)
-    assert central_epsilon(weak, 10**6, 1e-6) == math.inf
+    assert central_epsilon(weak, 1e-6, n_honest=crowd) == math.inf
     # no fakes: no cover at all
     none = HistogramParams(domain_size=10, fake_slots=0, fake_probability=0.0)
-    assert central_epsilon(none, 10**6, 1e-6) == math.inf
+    assert central_epsilon(none, 1e-6, n_honest=crowd) == math.inf
 
 
 def test_local_epsilon_caps_the_central_figure_and_both_are_stated() -> None:
@@ -244,9 +259,15 @@ def test_local_epsilon_caps_the_central_figure_and_both_are_stated() -> None:
 
 
 def test_honest_fraction_validation_and_count() -> None:
-    assert honest_others(101, 0.5) == 50
+    assert dishonest_share(101, 0.5) == 51  # ⌈50.5⌉: never undercounted
+    assert dishonest_share(1000, 0.9) == 100  # (1 − 0.9)·1000 = 99.99999999999999
+    assert honest_others(101, 51) == 49
+    assert honest_others(10, 40) == 0
+    g = histogram_guarantee(HistogramParams(domain_size=10, fake_slots=1, fake_probability=0.5),
+                            101, 1e-6, honest_fraction=0.5)  # fmt: skip
+    assert (g.n_honest, g.dishonest) == (49, 51)
     with pytest.raises(ValueError, match="honest_fraction"):
-        honest_others(10, 1.5)
+        dishonest_share(10, 1.5)
 
 
 @pytest.mark.parametrize("x", [0.8962213582126424, 1.0, 0.99999, 12.3456, 1.23456e-5, 2.0000001])

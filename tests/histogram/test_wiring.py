@@ -13,11 +13,8 @@ import numpy as np
 import pytest
 
 from crowdmix.aggregator.accounting.histogram import central_epsilon
-from crowdmix.aggregator.accounting.histogram_release import (
-    devices_lower_bound,
-    edge_devices,
-    histogram_release,
-)
+from crowdmix.aggregator.accounting.histogram_crowd import honest_lower_bound
+from crowdmix.aggregator.accounting.histogram_release import histogram_release
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.basic import IndexCounts
 from crowdmix.aggregator.daemon.ingest import Ingestor
@@ -165,25 +162,28 @@ def test_counting_is_one_bincount_per_batch() -> None:
 
 
 @pytest.mark.slow
-def test_device_lower_bound_fails_at_most_at_its_rate() -> None:
-    """n_low(T) > n happens with probability <= β. 400 seeded trials at β = 0.05: the
+def test_honest_lower_bound_fails_at_most_at_its_rate() -> None:
+    """k_low(T) > n happens with probability <= β. 400 seeded trials at β = 0.05: the
     failures are at most Bin(400, 0.05) (mean 20); P(>= 45 of them) ~ 4e-7."""
     params = HistogramParams(domain_size=8, fake_slots=3, fake_probability=0.3)
     rng = np.random.default_rng(17)
     n = 500
     totals = n + rng.binomial(n * 3, 0.3, size=400)
-    failures = sum(devices_lower_bound(int(t), params, failure=0.05) > n for t in totals)
+    failures = sum(honest_lower_bound(int(t), params, failure=0.05) > n for t in totals)
     assert failures < 45
     # and it is not vacuous: close to T/(1 + m·q) at this size
-    assert devices_lower_bound(int(n * 1.9), params, failure=0.05) >= 0.9 * n
+    assert honest_lower_bound(int(n * 1.9), params, failure=0.05) >= 0.9 * n
 
 
-def test_device_lower_bound_counts_dishonest_devices_at_the_cap() -> None:
+def test_honest_lower_bound_counts_dishonest_devices_at_the_cap() -> None:
     params = HistogramParams(domain_size=8, fake_slots=3, fake_probability=0.3)
-    # 100 devices, 20 dishonest sending 1 + m = 4 each, 80 honest sending their minimum 1
+    # 80 honest devices sending their minimum 1 and 20 dishonest sending 1 + m = 4 each
     total = 80 + 20 * 4
-    assert devices_lower_bound(total, params, failure=1e-3, honest_fraction=0.8) <= 100
-    assert devices_lower_bound(7, HistogramParams(
+    assert honest_lower_bound(total, params, failure=1e-3, dishonest=20) <= 80
+    assert honest_lower_bound(total, params, failure=1e-3, dishonest_ratio=0.25) <= 80
+    # the dishonest alone can send them all: no honest device is certain
+    assert honest_lower_bound(80, params, failure=1e-3, dishonest=20) == 0
+    assert honest_lower_bound(7, HistogramParams(
         domain_size=8, fake_slots=0, fake_probability=0.0), failure=1e-3) == 7  # fmt: skip
 
 
@@ -193,9 +193,9 @@ def test_release_never_states_less_than_the_true_crowd_and_uses_the_smallest_bat
     n = 20_000
     total = int(n * (1 + 2 * 0.4))
     whole = histogram_release("h", params, total)
-    truth = central_epsilon(params, n, 1e-6)
+    truth = central_epsilon(params, 1e-6, n_honest=n - 1)
     assert whole.epsilon >= truth
-    assert whole.devices_lower <= n - edge_devices(params) + 1
+    assert whole.n_honest <= n - 1
     split = histogram_release("h", params, total, batch_sizes=(total - 5000, 5000))
     assert split.smallest_batch == 5000 and split.epsilon > whole.epsilon
     # unknown sizes: the metric's min_batch, below which nothing is released
@@ -288,7 +288,7 @@ def test_report_from_a_counts_file_one_window_only_and_no_ledger(
 @pytest.mark.slow
 def test_readme_figures_one_batch_per_window_against_batches_of_100k() -> None:
     """README: at n = 1e6, d = 1000 the plan (m = 1, q ≈ 0.043) states ε ≤ 0.999 from one
-    batch, and only the local ε_L from batches of 100,000 reports."""
+    batch, and far more from batches of 100,000 reports (the smallest: 43,090)."""
     from crowdmix.aggregator.accounting.histogram_plan import plan_histogram
 
     plan = plan_histogram(1.0, 0.9e-6, 1_000_000, 1000, max_messages=8, local_epsilon="auto")
@@ -300,7 +300,7 @@ def test_readme_figures_one_batch_per_window_against_batches_of_100k() -> None:
     tenth = 100_000
     sizes = (tenth,) * (total // tenth) + (total % tenth,)
     split = histogram_release("h", p, total, batch_sizes=sizes)
-    assert split.epsilon == p.local_epsilon
+    assert 4.5 < split.epsilon < 4.6 < p.local_epsilon
 
 
 def test_privacy_metric_states_both_figures_and_the_generic_statement_refuses(

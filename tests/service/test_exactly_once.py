@@ -1,4 +1,4 @@
-"""Exactly once from the device to the count (issue 12), with real processes.
+"""Exactly once from the device to the count, with real processes.
 
 Real ``crowdmix shuffler serve`` and ``crowdmix aggregator serve`` processes, a real
 redis-server (AOF everysec) and, where a Redis reply must be lost, a small TCP proxy

@@ -1,4 +1,4 @@
-"""``crowdmix report --redis`` for a shuffled histogram (review of issue 18): a statement
+"""``crowdmix report --redis`` for a shuffled histogram: a statement
 per collection window only, never for merged windows, and never into --ledger."""
 
 from __future__ import annotations

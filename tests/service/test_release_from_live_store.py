@@ -156,7 +156,7 @@ def test_an_aggregator_that_opened_every_report_states_them_sealed(
                 (bytes([int(v)]), 0, metric.fingerprint, os.urandom(16))
                 for v in rng.integers(0, 5, size=n)
             ]
-            sealed = seal_many(key.public(), "browser", rows)
+            sealed = seal_many(key.public(), "browser", WINDOW, rows)
             batch = SealedBatch(
                 batch_id=os.urandom(16),
                 window=WINDOW,

@@ -1,6 +1,6 @@
 """The Redis store's per-process index of report ids against a real redis-server: it must
 notice a list that lost its tail and was refilled (F1), keep only recent windows in
-memory (F4), and bound its retries (F7). Issue 12 review."""
+memory (F4), and bound its retries (F7)."""
 
 from __future__ import annotations
 

@@ -291,7 +291,7 @@ def test_describe_metric_roundtrip(registry: Registry, name: str) -> None:
     assert back.fingerprint == config.fingerprint and back.encoding == config.encoding
 
 
-# -- report ids (issue 12) ----------------------------------------------------------------
+# -- report ids ----------------------------------------------------------------
 
 
 def with_ids(batch: IngestBatch, ids: np.ndarray) -> IngestBatch:

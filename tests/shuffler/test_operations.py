@@ -224,7 +224,7 @@ def test_a_streams_stored_count_is_a_prefix_when_a_later_commit_succeeds(
     (already under way) succeeds, the answer counts only the prefix (message 1) and
     says that later reports were stored too: a sender without ids that resends the
     messages after the first M must know some of them may count twice.
-    (Found by an outside review: the old answer said "6 reports of 2 messages".)"""
+    (A wrong answer here once said "6 reports of 2 messages".)"""
     import asyncio
 
     from crowdmix.shuffler.commit import GroupCommitter

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,11 +25,13 @@ FAST = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
 
 
 def ids_chunk(ids: npt.NDArray[np.int64]) -> Chunk:
-    """Reports that encode a unique id: cohort = id >> 16, bits = id & 0xffff (k=16, m=8)."""
+    """Reports that encode a unique id: cohort = id >> 16, bits = id & 0xffff (k=16, m=8),
+    each with a fresh report id."""
     return Chunk(
         report_bytes=2,
         cohorts=(ids >> 16).astype(np.uint32),
         bits=(ids & 0xFFFF).astype("<u2").tobytes(),
+        ids=os.urandom(16 * len(ids)),
     )
 
 

@@ -189,10 +189,11 @@ def test_many_threads_submitting(shuffler: ShufflerHandle) -> None:
 
 
 def _readme_retry_table() -> dict[str, bool]:
-    """The README's retry table: status name -> whether the SDK retries it."""
+    """The operators' retry table (docs/operating.md): status name -> whether the SDK
+    retries it."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
     table = {}
     for line in readme.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -217,7 +218,7 @@ class RecordingShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[mis
 
 
 def test_the_transport_does_what_the_readme_retry_table_says() -> None:
-    """Every status in the README's table: retried ones are sent max_attempts times with
+    """Every status in the operators' table: retried ones are sent max_attempts times with
     the same report ids and the reports stay queued (ids unchanged); the others once,
     then the reports are dropped as failed."""
     table = _readme_retry_table()

@@ -1,6 +1,6 @@
-"""Regression tests from the outside privacy review of issue 18 (shuffled histograms).
+"""Shuffled histograms: the statement is sound.
 
-Each test names the defect it pins: a figure below a valid lower bound, a printed
+Each test names the defect it keeps out: a figure below a valid lower bound, a printed
 figure rounded down, or a statement made for a release it does not describe.
 """
 
@@ -80,7 +80,7 @@ def test_figure_bounds_the_brute_force_mechanism_with_the_targets_own_fakes(
         qv = _mechanism(params, (1, *others))
         for eps in (0.0, 0.2, 0.7, 1.5):
             exact = max(_hockey(p, qv, eps), _hockey(qv, p, eps))
-            assert exact <= histogram_delta(eps, params, n) + 1e-15
+            assert exact <= histogram_delta(eps, params, n_honest=n - 1) + 1e-15
 
 
 def test_colluding_view_of_one_call_is_within_local_epsilon() -> None:
@@ -250,7 +250,7 @@ def test_repeated_report_ids_withdraw_the_central_figure_and_leave_only_local() 
     assert "ε_L = 2.000-LDP" in text and "ε = " not in text
     with pytest.raises(ValueError, match="duplicate_reports"):
         histogram_release("h", params, 28_000, duplicate_reports=-1)
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).parents[2] / "docs" / "privacy.md").read_text().split())
     assert (
         "`N report ids were seen twice in this window: the aggregator may have linked a "
         "device's reports; no central guarantee`" in readme

@@ -1,4 +1,5 @@
-"""Loose ends of issue 13, each through the real command or the real store."""
+"""Operators' commands (demo on Redis, counts list/export, one cluster per directory,
+simulate and Ctrl-C), each through the real command or the real store."""
 
 from __future__ import annotations
 

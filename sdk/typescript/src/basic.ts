@@ -1,0 +1,113 @@
+/**
+ * Basic LDP mechanisms for small known domains (Wang, Blocki, Li, Jha, USENIX Security
+ * 2017), payloads byte for byte as `crowdmix.client.basic` (little-endian):
+ *
+ * - binary-rr: 1 byte, bit 0 the answer, kept w.p. e^ε/(e^ε+1).
+ * - krr: the index in indexBytes(d) bytes; true w.p. e^ε/(e^ε+d-1), else one of the others.
+ * - oue: d bits; the true bit set w.p. 1/2, every other w.p. 1/(e^ε+1).
+ * - olh: a (4 B), b (4 B), y (indexBytes(g) B), H(x) = ((a·x + b) mod P) mod g,
+ *   P = 2^31 - 1, then k-RR over g = round(e^ε)+1 buckets.
+ *
+ * Every report of a basic mechanism has cohort 0.
+ */
+import { ParamsError } from "./errors.js";
+import { type BasicParams, indexBytes } from "./params.js";
+import { type RandomBytes, bernoulliBits, coin, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
+import { type Report, newReportId } from "./report.js";
+
+export const OLH_PRIME = 2 ** 31 - 1;
+
+export function olhHash(a: number, b: number, x: number, g: number): number {
+  return Number((BigInt(a) * BigInt(x) + BigInt(b)) % BigInt(OLH_PRIME)) % g;
+}
+
+function le(n: number, bytes: number): Uint8Array {
+  const out = new Uint8Array(bytes);
+  for (let i = 0; i < bytes; i++) out[i] = Math.floor(n / 2 ** (8 * i)) & 0xff;
+  return out;
+}
+
+/** Domain look-up shared by the encoders of known domains. */
+export class Domain {
+  private readonly index: Map<string, number> | null;
+
+  constructor(
+    readonly size: number,
+    values: readonly string[] | null,
+  ) {
+    if (values && values.length) {
+      if (values.length !== size) throw new ParamsError(`domain has ${values.length} values but domain_size is ${size}`);
+      this.index = new Map(values.map((v, i) => [v, i]));
+      if (this.index.size !== values.length) throw new ParamsError("domain values must be distinct");
+    } else this.index = null;
+  }
+
+  /** An integer is taken as the index itself (checked); a string is looked up. */
+  indexOf(value: string | number): number {
+    if (typeof value === "number") {
+      if (!Number.isInteger(value) || value < 0 || value >= this.size)
+        throw new RangeError(`index must be an integer in [0, ${this.size}), got ${value}`);
+      return value;
+    }
+    if (!this.index) throw new RangeError("this metric has no domain: pass an index");
+    const i = this.index.get(String(value));
+    if (i === undefined) throw new RangeError(`value ${JSON.stringify(value)} is not in the metric's domain`);
+    return i;
+  }
+}
+
+export class BasicEncoder {
+  readonly fingerprint: bigint;
+  readonly domain: Domain;
+  private readonly rand: RandomBytes;
+
+  constructor(
+    readonly params: BasicParams,
+    readonly metric: string,
+    opts: { domain?: readonly string[] | null; randomBytes?: RandomBytes } = {},
+  ) {
+    if (!metric) throw new RangeError("metric must be a non-empty string");
+    this.domain = new Domain(params.domainSize, opts.domain ?? null);
+    this.fingerprint = params.fingerprint();
+    this.rand = opts.randomBytes ?? secureRandomBytes;
+  }
+
+  /** The mechanism's output for a domain index, as payload bytes. */
+  randomize(index: number): Uint8Array {
+    const { mechanism, domainSize: d } = this.params;
+    const rand = this.rand;
+    if (mechanism === "binary-rr") return Uint8Array.of(coin(rand, this.params.keepProbability) ? index : 1 - index);
+    if (mechanism === "krr") {
+      let out = index;
+      if (!coin(rand, this.params.keepProbability)) {
+        out = uniformBelow(rand, d - 1);
+        if (out >= index) out++;
+      }
+      return le(out, indexBytes(d));
+    }
+    if (mechanism === "oue") {
+      const bits = bernoulliBits(this.params.oueQ, d, randomWords(rand, d));
+      bits[index >> 3]! &= ~(1 << (index & 7));
+      if (coin(rand, 0.5)) bits[index >> 3]! |= 1 << (index & 7);
+      return bits;
+    }
+    const g = this.params.olhBuckets;
+    const a = 1 + uniformBelow(rand, OLH_PRIME - 1);
+    const b = uniformBelow(rand, OLH_PRIME);
+    let y = olhHash(a, b, index, g);
+    if (!coin(rand, this.params.keepProbability)) {
+      const other = uniformBelow(rand, g - 1);
+      y = other + (other >= y ? 1 : 0);
+    }
+    const out = new Uint8Array(8 + indexBytes(g));
+    out.set(le(a, 4), 0);
+    out.set(le(b, 4), 4);
+    out.set(le(y, indexBytes(g)), 8);
+    return out;
+  }
+
+  encode(value: string | number): Report {
+    const bits = this.randomize(this.domain.indexOf(value));
+    return { metric: this.metric, cohort: 0, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
+  }
+}

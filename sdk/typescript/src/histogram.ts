@@ -1,0 +1,64 @@
+/**
+ * Shuffled histograms with fake reports, the device side (`crowdmix.client.histogram`):
+ * one real report (the value, or its k-RR output with local ε_L) and Binomial(m, q)
+ * fake reports, each uniform over the domain, in a uniformly random order. Every
+ * payload is the index in indexBytes(d) bytes, so once sealed, real and fake reports
+ * are the same length and indistinguishable. Such a metric is sealed or not sent.
+ */
+import { Domain } from "./basic.js";
+import type { HistogramParams } from "./params.js";
+import { type RandomBytes, bernoulliBits, coin, popcount, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
+import { type Report, newReportId } from "./report.js";
+
+export class HistogramEncoder {
+  readonly fingerprint: bigint;
+  readonly domain: Domain;
+  private readonly rand: RandomBytes;
+
+  constructor(
+    readonly params: HistogramParams,
+    readonly metric: string,
+    opts: { domain?: readonly string[] | null; randomBytes?: RandomBytes } = {},
+  ) {
+    if (!metric) throw new RangeError("metric must be a non-empty string");
+    this.domain = new Domain(params.domainSize, opts.domain ?? null);
+    this.fingerprint = params.fingerprint();
+    this.rand = opts.randomBytes ?? secureRandomBytes;
+  }
+
+  /** The real report's value: `index`, or its k-RR output with local ε_L. */
+  realIndex(index: number): number {
+    const p = this.params;
+    if (p.localEpsilon === null || coin(this.rand, p.keepProbability)) return index;
+    const other = uniformBelow(this.rand, p.domainSize - 1);
+    return other + (other >= index ? 1 : 0);
+  }
+
+  /** Binomial(m, q) values, each uniform over the domain, independent of the value. */
+  fakeIndexes(): number[] {
+    const { fakeSlots: m, fakeProbability: q, domainSize: d } = this.params;
+    if (m === 0) return [];
+    const filled = popcount(bernoulliBits(q, m, randomWords(this.rand, m)));
+    return Array.from({ length: filled }, () => uniformBelow(this.rand, d));
+  }
+
+  /** All of one device's report values for `value`, in uniformly random order. */
+  indexes(value: string | number): number[] {
+    const out = [this.realIndex(this.domain.indexOf(value)), ...this.fakeIndexes()];
+    for (let i = out.length - 1; i > 0; i--) {
+      const j = uniformBelow(this.rand, i + 1);
+      [out[i], out[j]] = [out[j]!, out[i]!];
+    }
+    return out;
+  }
+
+  /** One device's reports for one window (1 + Binomial(m, q) of them). */
+  encode(value: string | number): Report[] {
+    const width = this.params.reportBytes;
+    return this.indexes(value).map((i) => {
+      const bits = new Uint8Array(width);
+      for (let b = 0; b < width; b++) bits[b] = Math.floor(i / 2 ** (8 * b)) & 0xff;
+      return { metric: this.metric, cohort: 0, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
+    });
+  }
+}

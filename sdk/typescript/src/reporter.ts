@@ -1,0 +1,473 @@
+/**
+ * `Reporter`: what an app embeds. A report claimed is a report delivered.
+ *
+ *     const reporter = await openReporter({ url: "https://shuffler.example:7443", token });
+ *     await reporter.report("theme", "dark");   // true: this window's report is made and queued
+ *     await reporter.flush(2000);               // the number still queued
+ *     await reporter.close();
+ *
+ * - Config from the shuffler (`GetConfig`): params, window length, keys and the server's
+ *   time; cached in the outbox with its lifetime. The device's clock is corrected once
+ *   per answer (offset = server_time - local receive time) and picks each report's window.
+ * - One report per (metric, window), durable (`Outbox`); it keeps its window and report
+ *   id through every retry, across restarts; the shuffler files it under that window or
+ *   refuses it (`window_closed`: dropped and counted; `window_ahead`: the server time is
+ *   re-learnt once and the report waits).
+ * - Sealing required by default: sealed when sent (HPKE to the aggregator's newest
+ *   usable key); a shuffler publishing no key gets nothing. `sealing: "off"` opts out.
+ * - Privacy ceiling: served params less private than `maxEpsilon` per report (RAPPOR's
+ *   ε_1, a basic mechanism's ε, a histogram's ε_L) or `maxEpsilonInf` (RAPPOR's ε_∞)
+ *   make no report; a histogram without local randomization needs
+ *   `allowUnrandomizedHistograms`.
+ * - Never throws into the app after construction: `report` resolves to false, `flush`
+ *   to the number still queued, and `lastError` says why.
+ */
+import { BasicEncoder } from "./basic.js";
+import { type DeviceConfig, type MetricConfig, parseConfig } from "./config.js";
+import { call } from "./connect.js";
+import { HistogramEncoder } from "./histogram.js";
+import { type Outbox, type StoredRow } from "./outbox.js";
+import { type Answer, type CachedConfig, type SendState, classify, decide, nextGroup, windowAt } from "./policy.js";
+import { epsilonInf, epsilonOne } from "./privacy.js";
+import { type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
+import { type RandomBytes, secureRandomBytes } from "./random.js";
+import { RapporEncoder } from "./rappor.js";
+import { type Report, fromHex, toHex } from "./report.js";
+import { PROTOCOL_VERSION, chooseKey, sealReport } from "./sealed.js";
+import type { WireKey } from "./proto.js";
+
+export interface ReporterOptions {
+  /** The shuffler's HTTP port, e.g. "https://shuffler.example:7443". */
+  url: string;
+  /** The app's bearer token. */
+  token?: string;
+  sealing?: "required" | "off";
+  maxEpsilon?: number;
+  maxEpsilonInf?: number;
+  allowUnrandomizedHistograms?: boolean;
+  maxReports?: number;
+  maxBytes?: number;
+  /** One request's timeout (ms). */
+  timeoutMs?: number;
+  backoffBaseMs?: number;
+  backoffCapMs?: number;
+  /** Send from a background timer (default true); false: only `flush` sends. */
+  background?: boolean;
+  /** Unix seconds (tests). */
+  clock?: () => number;
+  /** The encoders' randomness (tests); default crypto.getRandomValues. */
+  randomBytes?: RandomBytes;
+  fetch?: typeof fetch;
+  /**
+   * A GetConfig answer shipped with the app (`crowdmix config export`): the first report
+   * is made with it even offline; a fresh one is fetched as soon as the shuffler answers.
+   */
+  bundledConfig?: Uint8Array;
+}
+
+/** What `report` did (the Python SDK's `ReportStatus` values). */
+export type ReportStatus =
+  | "claimed"
+  | "already_reported_this_window"
+  | "no_config"
+  | "unknown_metric"
+  | "invalid_value"
+  | "refused_by_ceiling"
+  | "refused_unsealed"
+  | "outbox_full"
+  | "internal_error"
+  | "closed";
+
+export const MAX_EPSILON = 10;
+export const MAX_EPSILON_INF = 20;
+const CONFIG_WAIT_MS = 2000;
+const EARLIEST = 1577836800; // 2020-01-01: a server time before it is not plausible
+const LATEST = 4102444800; // 2100-01-01
+const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
+
+type Encoder = RapporEncoder | BasicEncoder | HistogramEncoder;
+
+/** Why `mc`'s served params are above the ceiling, or null. */
+export function ceilingProblem(
+  metric: string,
+  mc: MetricConfig,
+  o: { maxEpsilon: number; maxEpsilonInf: number; allowUnrandomizedHistograms: boolean },
+): string | null {
+  const figures: [string, number, string, number][] = [];
+  if (mc.rappor) {
+    figures.push(["ε_1", epsilonOne(mc.rappor), "maxEpsilon", o.maxEpsilon]);
+    figures.push(["ε_∞", epsilonInf(mc.rappor), "maxEpsilonInf", o.maxEpsilonInf]);
+  } else if (mc.basic) figures.push(["ε", mc.basic.epsilon, "maxEpsilon", o.maxEpsilon]);
+  else if (mc.histogram) {
+    const eps = mc.histogram.localEpsilon;
+    if (eps !== null) figures.push(["ε_L", eps, "maxEpsilon", o.maxEpsilon]);
+    else if (!o.allowUnrandomizedHistograms)
+      return `metric ${metric}: the served histogram sends the value without local randomization (ε_L = inf); allowed only with allowUnrandomizedHistograms`;
+  }
+  for (const [name, value, knob, ceiling] of figures)
+    if (!(value <= ceiling)) return `metric ${metric}: the served params give ${name} = ${value.toPrecision(6)}, above this device's ceiling ${knob} = ${ceiling}`;
+  return null;
+}
+
+function rowOf(r: Report, window: number, windowSeconds: number): StoredRow {
+  return { id: toHex(r.reportId), metric: r.metric, window, windowSeconds, cohort: r.cohort, bits: toHex(r.bits), fp: r.fingerprint.toString() };
+}
+
+function reportOf(r: StoredRow): Report {
+  return { metric: r.metric, cohort: r.cohort, bits: fromHex(r.bits), fingerprint: BigInt(r.fp), reportId: fromHex(r.id) };
+}
+
+export class Reporter {
+  /** Why the last report or send did not go through (null after a success). */
+  lastError: string | null = null;
+  /** What the last `report` call did. */
+  lastStatus: ReportStatus | null = null;
+  private cfg: CachedConfig | null = null;
+  private encoders = new Map<string, { fp: bigint; enc: Encoder }>();
+  private closed = false;
+  private round: Promise<boolean> | null = null;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private failures = 0;
+  private prepared: { ids: string[]; body: Uint8Array }[] = [];
+  private readonly o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes" | "bundledConfig">> & Pick<ReporterOptions, "token" | "fetch">;
+  private readonly rand: RandomBytes;
+
+  constructor(
+    private readonly outbox: Outbox,
+    private readonly secret: Uint8Array,
+    options: ReporterOptions,
+  ) {
+    if (!options.url) throw new RangeError("url must name the shuffler's HTTP port");
+    const sealing = options.sealing ?? "required";
+    if (sealing !== "required" && sealing !== "off") throw new RangeError(`sealing must be 'required' or 'off', got ${String(sealing)}`);
+    for (const k of ["maxEpsilon", "maxEpsilonInf"] as const) {
+      const v = options[k];
+      if (v !== undefined && !(typeof v === "number" && v > 0)) throw new RangeError(`${k} must be a positive number (Infinity: no ceiling)`);
+    }
+    this.o = {
+      url: options.url,
+      token: options.token,
+      sealing,
+      maxEpsilon: options.maxEpsilon ?? MAX_EPSILON,
+      maxEpsilonInf: options.maxEpsilonInf ?? MAX_EPSILON_INF,
+      allowUnrandomizedHistograms: options.allowUnrandomizedHistograms ?? false,
+      maxReports: options.maxReports ?? 1000,
+      maxBytes: options.maxBytes ?? 1 << 20,
+      timeoutMs: options.timeoutMs ?? 10000,
+      backoffBaseMs: options.backoffBaseMs ?? 1000,
+      backoffCapMs: options.backoffCapMs ?? 300000,
+      background: options.background ?? true,
+      clock: options.clock ?? (() => Date.now() / 1000),
+      fetch: options.fetch,
+    };
+    this.rand = options.randomBytes ?? secureRandomBytes;
+    const cached = outbox.snapshot.config;
+    if (cached) {
+      try {
+        this.cfg = { config: parseConfig(fromHex(cached.answer)), fetchedAt: cached.fetchedAt, offset: cached.offset };
+      } catch {
+        this.cfg = null; // a cached answer this SDK cannot read: fetch a new one
+      }
+    }
+    if (!this.cfg && options.bundledConfig) {
+      // made before this device's clock was ever compared with the server's: offset 0,
+      // and already expired, so the first chance to fetch a fresh one is taken
+      this.cfg = { config: parseConfig(options.bundledConfig), fetchedAt: -Infinity, offset: 0 };
+    }
+    if (this.o.background && outbox.snapshot.rows.length) this.schedule(0);
+  }
+
+  /** Reports claimed and not yet acknowledged. */
+  get queued(): number {
+    return this.outbox.snapshot.rows.length;
+  }
+
+  /** Reports delivered, and those that left without delivery, by reason. */
+  counters(): Record<string, number> {
+    return {
+      delivered: 0,
+      window_closed: 0,
+      window_changed: 0,
+      refused: 0,
+      refused_by_ceiling: 0,
+      params_changed: 0,
+      ...this.outbox.snapshot.counters,
+    };
+  }
+
+  /** The current collection window (server-corrected clock), or null without a config. */
+  window(): number | null {
+    return this.cfg ? windowAt(this.o.clock(), this.cfg.offset, this.cfg.config.windowSeconds) : null;
+  }
+
+  /**
+   * Make, store and queue this window's report of `value` for `metric`. Resolves to true
+   * when claimed, false when not; `lastStatus` says why (the Python SDK's ReportStatus
+   * values) and `lastError` in words. Every refusal but "already reported" is counted in
+   * `counters()` under its status.
+   */
+  async report(metric: string, value: string | number | Uint8Array): Promise<boolean> {
+    try {
+      if (this.closed) return this.refuse("closed", "the reporter is closed");
+      const now = this.o.clock();
+      if (!this.cfg || now - this.cfg.fetchedAt >= this.cfg.config.cacheSeconds) await this.fetchConfig(CONFIG_WAIT_MS);
+      const cfg = this.cfg;
+      if (!cfg) return this.refuse("no_config", `the shuffler was never reached and no bundledConfig was given (${this.lastError})`);
+      const mc = cfg.config.metrics.get(metric);
+      if (!mc) return this.refuse("unknown_metric", `metric ${String(metric)} is not in the shuffler's config`);
+      if (mc.histogram && this.o.sealing !== "required")
+        return this.refuse("refused_unsealed", `metric ${metric}: a shuffled histogram is sent sealed or not at all`);
+      const problem = ceilingProblem(metric, mc, this.o);
+      if (problem) return this.refuse("refused_by_ceiling", `${problem}; no report made`);
+      const ws = cfg.config.windowSeconds;
+      const window = windowAt(this.o.clock(), cfg.offset, ws);
+      const enc = this.encoder(metric, mc);
+      let reports: Report[];
+      try {
+        if (enc instanceof RapporEncoder) {
+          if (typeof value === "number") throw new RangeError("a value is a string or bytes");
+          reports = [enc.encode(value)];
+        } else {
+          if (typeof value !== "string" && typeof value !== "number") throw new RangeError("a value is a string or an index");
+          reports = enc instanceof HistogramEncoder ? enc.encode(value) : [enc.encode(value)];
+        }
+      } catch (e) {
+        return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
+      }
+      const claimedUntil = this.outbox.snapshot.claims[metric];
+      if (claimedUntil !== undefined && window * ws < claimedUntil) return this.refuse("already_reported_this_window", "");
+      const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
+      if (result === "full") return this.refuse("outbox_full", `the outbox holds ${this.o.maxReports} reports or ${this.o.maxBytes} bytes`);
+      if (result === "taken") return this.refuse("already_reported_this_window", "");
+      this.lastStatus = "claimed";
+      this.lastError = null;
+      if (this.o.background) this.schedule(0);
+      return true;
+    } catch (e) {
+      return this.refuse("internal_error", `report(${String(metric)}): ${(e as Error).message}`);
+    }
+  }
+
+  private async refuse(status: ReportStatus, detail: string): Promise<false> {
+    this.lastStatus = status;
+    this.lastError = detail || null;
+    if (status !== "already_reported_this_window" && status !== "closed")
+      await this.outbox.count(status).catch(() => undefined); // the result says it; the count is best effort
+    return false;
+  }
+
+  /** Send what waits for up to `timeoutMs`; resolves to the number still queued. */
+  async flush(timeoutMs = 5000): Promise<number> {
+    try {
+      if (!this.closed) {
+        // a background pass in progress goes first; the caller waits timeoutMs at most
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const timeout = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        });
+        await Promise.race([this.runRound(Date.now() + timeoutMs), timeout]);
+        clearTimeout(timer);
+      }
+    } catch (e) {
+      this.lastError = (e as Error).message;
+    }
+    return this.queued;
+  }
+
+  /** The platform says the network is back: send now, backoff reset. */
+  networkAvailable(): void {
+    this.failures = 0;
+    if (this.o.background && !this.closed && this.queued) this.schedule(0);
+  }
+
+  /** Stop sending and close the outbox (what waits stays stored; flush first to send it). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    try {
+      await this.round;
+    } catch {
+      // already recorded in lastError
+    }
+    await this.outbox.close().catch(() => undefined);
+  }
+
+  /**
+   * The page is going away (pagehide, or hidden): send what waits with `fetch` keepalive,
+   * synchronously, from bodies sealed in advance. Acknowledged rows are deleted if the
+   * page lives long enough to hear it; otherwise they are sent again later with the same
+   * ids (the aggregator counts an id once).
+   */
+  sendBeforeUnload(): void {
+    if (this.closed) return;
+    for (const p of this.prepared) {
+      void call(this.o.url, "Submit", p.body, { token: this.o.token, timeoutMs: this.o.timeoutMs, keepalive: true, fetch: this.o.fetch })
+        .then(async (r) => {
+          if (r.ok) await this.outbox.remove(p.ids, "delivered");
+        })
+        .catch(() => undefined);
+    }
+  }
+
+  // -- internals -------------------------------------------------------------
+
+  private fail(why: string): false {
+    this.lastError = why;
+    return false;
+  }
+
+  private encoder(metric: string, mc: MetricConfig): Encoder {
+    const have = this.encoders.get(metric);
+    if (have && have.fp === mc.fingerprint) return have.enc;
+    const opts = { randomBytes: this.rand, domain: mc.domain };
+    const enc = mc.rappor
+      ? new RapporEncoder(mc.rappor, metric, this.secret, { randomBytes: this.rand })
+      : mc.basic
+        ? new BasicEncoder(mc.basic, metric, opts)
+        : new HistogramEncoder(mc.histogram!, metric, opts);
+    this.encoders.set(metric, { fp: mc.fingerprint, enc });
+    return enc;
+  }
+
+  private async fetchConfig(timeoutMs: number): Promise<boolean> {
+    const r = await call(this.o.url, "GetConfig", new Uint8Array(0), { token: this.o.token, timeoutMs, fetch: this.o.fetch });
+    if (!r.ok) {
+      this.lastError = `GetConfig: ${r.code}: ${r.message}`;
+      return false;
+    }
+    const receivedAt = this.o.clock();
+    let config: DeviceConfig;
+    try {
+      config = parseConfig(r.body);
+    } catch (e) {
+      this.lastError = `GetConfig: ${(e as Error).message}`;
+      return false;
+    }
+    if (!(config.serverTime >= EARLIEST && config.serverTime <= LATEST)) {
+      this.lastError = `GetConfig: the server time ${config.serverTime} is not a plausible time`;
+      return false;
+    }
+    const offset = config.serverTime - receivedAt;
+    await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: receivedAt, offset });
+    this.cfg = { config, fetchedAt: receivedAt, offset };
+    return true;
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.closed) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.runRound(Date.now() + this.o.timeoutMs * 3).then((done) => {
+        if (done) this.failures = 0;
+        else {
+          this.failures++;
+          const cap = Math.min(this.o.backoffCapMs, this.o.backoffBaseMs * 2 ** Math.min(this.failures, 30));
+          this.schedule(Math.max(1, Math.random() * cap)); // full jitter
+        }
+      });
+    }, delayMs);
+    (this.timer as { unref?: () => void }).unref?.(); // never keeps a Node app alive
+  }
+
+  /** One sending round at a time; resolves true when nothing failed. */
+  private runRound(deadline: number): Promise<boolean> {
+    const prev = this.round ?? Promise.resolve(true);
+    const next = prev
+      .catch(() => true)
+      .then(() => this.sendAll(deadline))
+      .catch((e: Error) => this.fail(`the sender failed: ${e.message}`));
+    this.round = next;
+    return next;
+  }
+
+  /** Act on `decide` until it says to wait or to stop (see policy.ts); true unless offline. */
+  private async sendAll(deadline: number): Promise<boolean> {
+    let state: SendState = {
+      sealing: this.o.sealing,
+      ceiling: (m, mc) => ceilingProblem(m, mc, this.o),
+      refetched: false,
+      fetchFailure: null,
+      answer: null,
+    };
+    const refused = new Map<string, Answer>(); // this pass's refusals, per group
+    for (let step = 0; step < MAX_STEPS; step++) {
+      if (this.closed && step > 0) return false;
+      const left = deadline - Date.now();
+      if (left <= 0) return this.fail("out of time");
+      const rows = nextGroup((await this.outbox.load()).rows);
+      const group = rows.length ? `${rows[0]!.metric}\0${rows[0]!.window}` : "";
+      const d = decide(rows, this.cfg, this.o.clock(), { ...state, answer: refused.get(group) ?? null });
+      if (d.kind === "send") {
+        const body = await this.request(d.rows, d.window, d.key);
+        const r = await call(this.o.url, "Submit", body, { token: this.o.token, timeoutMs: Math.min(this.o.timeoutMs, left), fetch: this.o.fetch });
+        if (r.ok) {
+          decodeSubmitResponse(r.body);
+          await this.outbox.remove(d.rows.map((x) => x.id), "delivered");
+        } else refused.set(group, classify(r.code, r.message));
+      } else if (d.kind === "drop") {
+        await this.outbox.remove(d.ids, d.reason);
+      } else if (d.kind === "wait") {
+        this.lastError = d.problem ?? null;
+        if (!d.problem) this.prepared = [];
+        return d.problem === undefined;
+      } else if (d.kind === "offline") {
+        await this.prepare();
+        return this.fail(d.reason);
+      } else {
+        // refetch: at most once a pass, then send again what was refused
+        const failure = await this.fetchConfig(Math.min(this.o.timeoutMs, left)) ? null : this.lastError;
+        state = { ...state, refetched: true, fetchFailure: failure };
+        refused.clear();
+      }
+    }
+    return this.fail("too many steps in one sending pass");
+  }
+
+  /** One Submit body for one group of rows: sealed to `key`, or clear (key null). */
+  private async request(rows: readonly StoredRow[], window: number, key: WireKey | null): Promise<Uint8Array> {
+    const wire: WireReport[] = [];
+    for (const row of rows) {
+      const r = reportOf(row);
+      wire.push(
+        key
+          ? { metric: r.metric, window, keyId: key.keyId, sealed: await sealReport(key, window, r) }
+          : { metric: r.metric, window, cohort: r.cohort, bits: r.bits, fingerprint: r.fingerprint, reportId: r.reportId },
+      );
+    }
+    return encodeSubmitRequest(wire, PROTOCOL_VERSION);
+  }
+
+  /**
+   * Seal what waits now, so that a page going away can send it synchronously. Only the
+   * groups not sealed yet are sealed (to the key usable now); acknowledged ones are gone.
+   */
+  private async prepare(): Promise<void> {
+    const cfg = this.cfg;
+    if (!cfg) return;
+    const key = chooseKey(cfg.config.keys, this.o.clock() + cfg.offset);
+    if (this.o.sealing === "required" && !key) return; // nothing is sent clear
+    const groups = new Map<string, StoredRow[]>();
+    for (const r of this.outbox.snapshot.rows) {
+      const k = `${r.metric}\0${r.window}`;
+      groups.set(k, [...(groups.get(k) ?? []), r]);
+    }
+    const have = new Map(this.prepared.map((p) => [p.ids.join(","), p]));
+    const out: { ids: string[]; body: Uint8Array }[] = [];
+    for (const rows of groups.values()) {
+      const ids = rows.map((r) => r.id);
+      out.push(have.get(ids.join(",")) ?? { ids, body: await this.request(rows, rows[0]!.window, this.o.sealing === "off" ? null : key) });
+    }
+    this.prepared = out;
+  }
+
+  /** Seal the queued reports in advance (the browser entry calls it after each claim). */
+  async prepareForUnload(): Promise<void> {
+    try {
+      await this.prepare();
+    } catch {
+      // best effort
+    }
+  }
+}

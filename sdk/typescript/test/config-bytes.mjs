@@ -1,0 +1,40 @@
+// A ConfigResponse by hand (protobuf), as `crowdmix config export` would write one: one
+// krr metric "theme" over three values, protocol 2, daily windows, no keys (sealing off).
+import * as sdk from "../dist/node.js";
+
+function varint(n) {
+  const out = [];
+  let x = BigInt(n);
+  while (x >= 0x80n) {
+    out.push(Number(x & 0x7fn) | 0x80);
+    x >>= 7n;
+  }
+  out.push(Number(x));
+  return out;
+}
+const field = (n, wire, bytes) => [...varint((n << 3) | wire), ...(wire === 2 ? varint(bytes.length) : []), ...bytes];
+const str = (n, s) => field(n, 2, [...new TextEncoder().encode(s)]);
+const dbl = (n, x) => {
+  const b = new Uint8Array(8);
+  new DataView(b.buffer).setFloat64(0, x, true);
+  return field(n, 1, [...b]);
+};
+const fixed64 = (n, x) => {
+  const b = new Uint8Array(8);
+  new DataView(b.buffer).setBigUint64(0, x, true);
+  return field(n, 1, [...b]);
+};
+
+export function encodeConfigForTest() {
+  const params = new sdk.BasicParams({ mechanism: "krr", epsilon: 1, domainSize: 3 });
+  const basic = [...dbl(1, 1), ...field(2, 0, varint(3)), ...str(3, "light"), ...str(3, "dark"), ...str(3, "sepia")];
+  const metric = [...str(1, "theme"), ...str(2, "krr"), ...fixed64(3, params.fingerprint()), ...field(4, 0, varint(1)), ...field(6, 2, basic)];
+  return Uint8Array.from([
+    ...str(1, "v1"),
+    ...field(2, 0, varint(3600)),
+    ...field(3, 2, metric),
+    ...field(5, 0, varint(2)),
+    ...field(6, 0, varint(86400)),
+    ...dbl(7, 1_800_000_000),
+  ]);
+}

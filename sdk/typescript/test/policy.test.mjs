@@ -1,0 +1,107 @@
+// The delivery policy as a table of cases: decide(rows, config, now, state) and the
+// classification of the shuffler's refusals. No network, no storage.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import * as sdk from "../dist/node.js";
+
+const WS = 86400;
+const NOW = 1_800_000_000; // device clock
+const OFFSET = 100; // server is 100 s ahead
+const CUR = Math.floor((NOW + OFFSET) / WS);
+const rappor = new sdk.RapporParams({ k: 16, h: 2, m: 4, f: 0.5, p: 0.5, q: 0.75 });
+const hist = new sdk.HistogramParams({ domainSize: 4, fakeSlots: 1, fakeProbability: 0.5, localEpsilon: 1 });
+const key = { keyId: 3, suite: "x25519-hkdf-sha256-aes128gcm", publicKey: new Uint8Array(32).fill(9), notBefore: 0, notAfter: null };
+const metric = (name, params, extra = {}) => ({ name, encoding: "x", fingerprint: params.fingerprint(), reportBytes: 2, disposalSeconds: 0, domain: null, ...extra });
+const config = (o = {}) => ({
+  config: {
+    version: "v",
+    cacheSeconds: 3600,
+    windowSeconds: WS,
+    serverTime: NOW + OFFSET,
+    metrics: new Map([
+      ["m", metric("m", rappor, { rappor })],
+      ["h", metric("h", hist, { histogram: hist })],
+    ]),
+    keys: o.keys ?? [key],
+  },
+  fetchedAt: o.fetchedAt ?? NOW - 10,
+  offset: OFFSET,
+});
+const row = (o = {}) => ({ id: o.id ?? "01", metric: o.metric ?? "m", window: o.window ?? CUR, windowSeconds: o.windowSeconds ?? WS, cohort: 0, bits: "0000", fp: String(o.fp ?? (o.metric === "h" ? hist : rappor).fingerprint()) });
+const state = (o = {}) => ({ sealing: "required", ceiling: () => null, refetched: false, fetchFailure: null, answer: null, ...o });
+const kind = (d) => (d.kind === "drop" ? `drop:${d.reason}` : d.kind);
+
+const CASES = [
+  ["no config: fetch one", [row()], null, state(), "refetch"],
+  ["no config after a fetch: offline", [row()], null, state({ refetched: true, fetchFailure: "x" }), "offline"],
+  ["nothing waits", [], config(), state(), "wait"],
+  ["expired config: fetch", [row()], config({ fetchedAt: NOW - 3600 }), state(), "refetch"],
+  ["expired config, fetch failed: send with it", [row()], config({ fetchedAt: NOW - 3600 }), state({ refetched: true }), "send"],
+  ["current window", [row()], config(), state(), "send"],
+  ["previous window: within tolerance", [row({ window: CUR - 1 })], config(), state(), "send"],
+  ["two windows back: closed", [row({ window: CUR - 2 })], config(), state(), "drop:window_closed"],
+  ["window of another length", [row({ windowSeconds: 3600 })], config(), state(), "drop:window_changed"],
+  ["params not served: fetch", [row({ fp: 5 })], config(), state(), "refetch"],
+  ["params not served after a fetch", [row({ fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
+  ["unknown metric after a fetch", [row({ metric: "gone", fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
+  ["histogram never clear", [row({ metric: "h" })], config(), state({ sealing: "off" }), "drop:refused"],
+  ["above the ceiling", [row()], config(), state({ ceiling: () => "too loose" }), "drop:refused_by_ceiling"],
+  ["no key: fetch", [row()], config({ keys: [] }), state(), "refetch"],
+  ["no key after a fetch: wait, never clear", [row()], config({ keys: [] }), state({ refetched: true }), "wait"],
+  ["sealing off: send clear", [row()], config({ keys: [] }), state({ sealing: "off" }), "send"],
+  ["refused window_closed", [row()], config(), state({ answer: sdk.classify("failed_precondition", "window_closed: w") }), "drop:window_closed"],
+  ["refused window_ahead: fetch", [row()], config(), state({ answer: sdk.classify("failed_precondition", "window_ahead: w") }), "refetch"],
+  ["window_ahead after a fetch: back off", [row()], config(), state({ refetched: true, answer: sdk.classify("failed_precondition", "window_ahead: w") }), "offline"],
+  ["stale_key: fetch", [row()], config(), state({ answer: sdk.classify("failed_precondition", "stale_key: k") }), "refetch"],
+  ["invalid_argument: fetch", [row()], config(), state({ answer: sdk.classify("invalid_argument", "bad_length: x") }), "refetch"],
+  ["invalid_argument after a fetch: refused", [row()], config(), state({ refetched: true, answer: sdk.classify("invalid_argument", "bad_length: x") }), "drop:refused"],
+  ["unavailable: back off", [row()], config(), state({ answer: sdk.classify("unavailable", "down") }), "offline"],
+  ["unauthenticated: fatal", [row()], config(), state({ answer: sdk.classify("unauthenticated", "bad_token: x") }), "offline"],
+];
+
+for (const [name, rows, cfg, st, want] of CASES)
+  test(`decide: ${name}`, () => assert.equal(kind(sdk.decide(rows, cfg, NOW, st)), want));
+
+test("send carries the group's window and the newest usable key", () => {
+  const d = sdk.decide([row({ window: CUR - 1 })], config(), NOW, state());
+  assert.equal(d.kind, "send");
+  assert.equal(d.window, CUR - 1);
+  assert.equal(d.key.keyId, 3);
+  assert.equal(sdk.decide([row()], config(), NOW, state({ sealing: "off" })).key, null);
+});
+
+test("classify: the same table as the Python SDK", () => {
+  const t = (code, msg) => {
+    const a = sdk.classify(code, msg);
+    return `${a.action}/${a.reason}/${a.afterRefetch}`;
+  };
+  assert.equal(t("failed_precondition", "window_closed: x"), "drop/window_closed/retry");
+  assert.equal(t("failed_precondition", "window_ahead: x"), "refetch/window_ahead/retry");
+  assert.equal(t("invalid_argument", "protocol_unsupported: x"), "fatal/protocol_unsupported/retry");
+  assert.equal(t("invalid_argument", "unknown_metric: x"), "refetch/unknown_metric/drop");
+  assert.equal(t("unauthenticated", "no_token: x"), "fatal/unauthenticated/retry");
+  assert.equal(t("unavailable", "x"), "retry/unavailable/retry");
+  assert.equal(t("deadline_exceeded", ""), "retry/deadline_exceeded/retry");
+});
+
+test("nextGroup: the oldest row's metric and window, all of its rows", () => {
+  const rows = [row({ id: "a", metric: "h" }), row({ id: "b" }), row({ id: "c", metric: "h" }), row({ id: "d", metric: "h", window: CUR - 1 })];
+  assert.deepEqual(sdk.nextGroup(rows).map((r) => r.id), ["a", "c"]);
+});
+
+test("the privacy ceiling: ε_1, ε_∞, a basic ε, a histogram's ε_L or its absence", () => {
+  const o = { maxEpsilon: 10, maxEpsilonInf: 20, allowUnrandomizedHistograms: false };
+  const of = (params, kind) => ({ ...metric("x", params), [kind]: params });
+  assert.equal(sdk.ceilingProblem("x", of(rappor, "rappor"), o), null);
+  const clear = new sdk.RapporParams({ k: 16, h: 2, m: 4, f: 0, p: 0, q: 1 }); // the Bloom filter in the clear
+  assert.match(sdk.ceilingProblem("x", of(clear, "rappor"), o), /ε_1 = Infinity/);
+  const loose = new sdk.RapporParams({ k: 16, h: 4, m: 4, f: 0.01, p: 0.5, q: 0.75 });
+  assert.match(sdk.ceilingProblem("x", of(loose, "rappor"), o), /ε_∞ .* maxEpsilonInf = 20/);
+  const basic = new sdk.BasicParams({ mechanism: "krr", epsilon: 12, domainSize: 4 });
+  assert.match(sdk.ceilingProblem("x", of(basic, "basic"), o), /ε = 12.*maxEpsilon = 10/);
+  assert.equal(sdk.ceilingProblem("x", of(basic, "basic"), { ...o, maxEpsilon: Infinity }), null);
+  const bare = new sdk.HistogramParams({ domainSize: 4, fakeSlots: 1, fakeProbability: 0.5 });
+  assert.match(sdk.ceilingProblem("x", of(bare, "histogram"), o), /without local randomization/);
+  assert.equal(sdk.ceilingProblem("x", of(bare, "histogram"), { ...o, allowUnrandomizedHistograms: true }), null);
+  assert.equal(sdk.ceilingProblem("x", of(hist, "histogram"), o), null);
+});

@@ -1,0 +1,186 @@
+"""The blanket bounds hold for the real shuffled mechanisms, exhaustively.
+
+Tiny cells (k-ary RR, OUE, OLH over a small prime, RAPPOR bit vectors with one
+and two hashes; n = 3–6) are enumerated exactly: every data set (victim value
+x0 vs x1, every multiset of the others' values), the exact law of the shuffled
+output, and both hockey-stick divergences. At every ε of a grid and at the
+bound's own ε for the cell's δ, the bound's δ(ε) must be at least the exact
+worst δ(ε). The same harness rejects the (p, β, q) variation-ratio pair (a
+negative control: a harness that passed it could not catch an invalid bound).
+Deterministic (no sampling): no false failures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from crowdmix.aggregator.accounting.amplification import epsilon_from_profile
+from crowdmix.aggregator.accounting.blanket import krr_given, mixture
+from crowdmix.aggregator.accounting.pairs import ClonePair
+from crowdmix.aggregator.accounting.randomizers import (
+    BitVector,
+    KaryRR,
+    LocalHashing,
+    olh_collision,
+)
+from tests.accounting.test_exact_shuffle import krr, unary
+
+Randomizer = Callable[[int], Sequence[float]]
+EPS_GRID = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5)
+# Float rounding in the enumeration itself (sums of ~1e4 products); every failure
+# of a wrong bound seen is many orders larger (the negative control's is ≥ 1e-4).
+ROUNDING = 1e-12
+
+
+def exact_deltas(r: Randomizer, domain: int, n: int, eps: Sequence[float]) -> np.ndarray:
+    """max over data sets and ordered victim pairs of the exact δ(ε), per ε.
+
+    The shuffled output is the histogram of the n reports (coded as an integer in
+    base n + 1); the others' histogram law is convolved once per multiset."""
+    rows = [np.asarray(r(x), dtype=np.float64) for x in range(domain)]
+    outputs = len(rows[0])
+    weights = (n + 1) ** np.arange(outputs, dtype=np.int64)
+    worst = np.zeros(len(eps))
+    scale = np.exp(np.asarray(eps, dtype=np.float64))
+
+    def add(keys: np.ndarray, probs: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        nz = np.nonzero(row)[0]
+        ks = (keys[:, None] + weights[nz][None, :]).ravel()
+        ps = (probs[:, None] * row[nz][None, :]).ravel()
+        uniq, inv = np.unique(ks, return_inverse=True)
+        return uniq, np.bincount(inv, weights=ps)
+
+    for others in itertools.combinations_with_replacement(range(domain), n - 1):
+        keys, probs = np.zeros(1, dtype=np.int64), np.ones(1)
+        for x in others:
+            keys, probs = add(keys, probs, rows[x])
+        laws = {}
+        support = np.unique((keys[:, None] + weights[None, :]).ravel())
+        for v in range(domain):
+            k, p = add(keys, probs, rows[v])
+            full = np.zeros(len(support))
+            full[np.searchsorted(support, k)] = p
+            laws[v] = full
+        for a, b in itertools.permutations(range(domain), 2):
+            pa, pb = laws[a], laws[b]
+            d = np.maximum(pa[None, :] - scale[:, None] * pb[None, :], 0.0).sum(axis=1)
+            worst = np.maximum(worst, d)
+    return worst
+
+
+def olh(prime: int, buckets: int, eps: float) -> Randomizer:
+    """OLH with H(x) = ((a·x + b) mod P) mod g, (a, b) uniform: outputs (a, b, y)."""
+    e = math.exp(eps)
+    s = e + buckets - 1
+    hashes = [(a, b) for a in range(1, prime) for b in range(prime)]
+
+    def r(x: int) -> list[float]:
+        out = []
+        for a, b in hashes:
+            hx = ((a * x + b) % prime) % buckets
+            for y in range(buckets):
+                out.append((e if y == hx else 1.0) / s / len(hashes))
+        return out
+
+    return r
+
+
+def bloom(k: int, sets: Sequence[Sequence[int]], p: float, q: float) -> Randomizer:
+    """Bit vectors over k positions: value i sets ``sets[i]``; bit j is 1 w.p. q if
+    j is in the value's set, else p, independently (RAPPOR's p*, q*)."""
+
+    def r(x: int) -> list[float]:
+        hot = set(sets[x])
+        out = []
+        for y in range(2**k):
+            pr = 1.0
+            for j in range(k):
+                pj = q if j in hot else p
+                pr *= pj if (y >> j) & 1 else 1.0 - pj
+            out.append(pr)
+        return out
+
+    return r
+
+
+# Every (name, randomizer description, enumerated mechanism, domain, n, δ).
+CELLS = [
+    ("3-RR", KaryRR(epsilon0=1.5, domain=3), krr(3, 1.5), 3, 6, 0.05),
+    ("4-RR", KaryRR(epsilon0=2.0, domain=4), krr(4, 2.0), 4, 5, 0.05),
+    ("5-RR", KaryRR(epsilon0=1.0, domain=5), krr(5, 1.0), 5, 4, 0.1),
+    ("binary RR", KaryRR(epsilon0=1.0, domain=2), krr(2, 1.0), 2, 6, 0.05),
+    ("OUE d=3", BitVector(p=1 / (math.e**2 + 1), q=0.5, bits=1), None, 3, 5, 1e-3),
+    ("OUE d=4", BitVector(p=1 / (math.e + 1), q=0.5, bits=1), None, 4, 4, 0.01),
+    ("OLH P=5 g=2", LocalHashing(epsilon0=1.0, buckets=2, prime=5), olh(5, 2, 1.0), 3, 4, 0.05),
+    (
+        "RAPPOR h=1 k=3",
+        BitVector(p=0.3125, q=0.6875, bits=1),
+        bloom(3, [[0], [1], [2]], 0.3125, 0.6875),
+        3,
+        5,
+        0.05,
+    ),
+    (
+        "RAPPOR h=2 k=4",
+        BitVector(p=0.25, q=0.75, bits=2),
+        bloom(4, [[0, 1], [1, 2], [2, 3], [0], [3]], 0.25, 0.75),
+        5,
+        4,
+        0.1,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "rand", "mech", "domain", "n", "delta"), CELLS)
+def test_blanket_bound_is_above_the_exact_shuffled_mechanism(
+    name: str, rand: object, mech: Randomizer | None, domain: int, n: int, delta: float
+) -> None:
+    if mech is None:  # OUE: the true bit is 1 w.p. 1/2, every other w.p. p
+        assert isinstance(rand, BitVector)
+        mech = unary(domain, 0.5, rand.p)
+    profile = rand.profile(n, delta)  # type: ignore[attr-defined]
+    at_delta = epsilon_from_profile(profile, delta, rand.epsilon0)  # type: ignore[attr-defined]
+    grid = sorted({*EPS_GRID, at_delta})
+    exact = exact_deltas(mech, domain, n, grid)
+    for eps, ex in zip(grid, exact, strict=True):
+        bound = profile.delta(eps)
+        assert bound >= ex - ROUNDING, f"{name}: at ε = {eps} the bound's δ {bound} < exact {ex}"
+    assert exact[grid.index(at_delta)] <= delta, f"{name}: ε = {at_delta} misses δ = {delta}"
+
+
+def test_the_harness_rejects_the_variation_ratio_pair() -> None:
+    # OUE d = 3, ε0 = 2, n = 5: the (p, β, q) pair with OUE's β = ½·tanh(ε0/2)
+    # (α = β/(e^ε0 − 1), r = α) is not a dominating pair; the harness must see it.
+    eps0, n = 2.0, 5
+    e = math.exp(eps0)
+    beta = 0.5 * math.tanh(eps0 / 2)
+    alpha = beta / (e - 1)
+    invalid = ClonePair(p=e, alpha=alpha, r=alpha)
+    grid = [0.1, 0.2, 0.35, 0.5, 0.75, 1.0]
+    exact = exact_deltas(unary(3, 0.5, 1 / (e + 1)), 3, n, grid)
+    ev = invalid.evaluate(n, 1e-3)
+    gaps = [ex - (ev.delta(eps) - ev.tail) for eps, ex in zip(grid, exact, strict=True)]
+    assert max(gaps) > 1e-4, f"the variation-ratio pair should understate δ: gaps {gaps}"
+
+
+def test_the_harness_rejects_a_blanket_that_counts_every_user_as_cover() -> None:
+    # 3-RR, ε0 = 1.5, n = 6 with γ = 1 instead of 3/(e^1.5 + 2): too much cover.
+    fake = mixture(5, 1.0, lambda m: krr_given(1.5, 3, m, 0.05), 0.05)
+    grid = [0.1, 0.35, 0.75]
+    exact = exact_deltas(krr(3, 1.5), 3, 6, grid)
+    assert max(ex - fake.delta(eps) for eps, ex in zip(grid, exact, strict=True)) > 1e-2
+
+
+def test_olh_collision_is_exact_for_a_small_prime() -> None:
+    prime, g = 7, 3
+    same = sum(
+        ((a * 0 + b) % prime) % g == ((a * 1 + b) % prime) % g
+        for a in range(1, prime)
+        for b in range(prime)
+    )
+    assert olh_collision(g, prime) == pytest.approx(same / (prime * (prime - 1)), abs=0)
