@@ -155,6 +155,7 @@ def test_public_surface_of_decode() -> None:
         "simulate",
         "shrink",
         "histogram",
+        "ridge",
         "annotations",
     }
     for a, b in itertools.combinations(sorted(exported), 2):

@@ -109,13 +109,13 @@ def test_plan_meets_the_target_with_the_smallest_rate() -> None:
     plan = plan_histogram(1.0, 1e-6, 10**5, 1000, max_messages=16)
     p = plan.params
     assert plan.central_epsilon <= 1.0
-    assert histogram_delta(1.0, p, 10**5) <= 1e-6
+    assert histogram_delta(1.0, p, n_honest=10**5 - 1) <= 1e-6
     below = HistogramParams(domain_size=1000, fake_slots=p.fake_slots,
                             fake_probability=p.fake_probability - 2**-20)  # fmt: skip
-    assert histogram_delta(1.0, below, 10**5) > 1e-6
+    assert histogram_delta(1.0, below, n_honest=10**5 - 1) > 1e-6
     if p.fake_slots > 1:
         fewer = HistogramParams(domain_size=1000, fake_slots=p.fake_slots - 1, fake_probability=1.0)
-        assert histogram_delta(1.0, fewer, 10**5) > 1e-6
+        assert histogram_delta(1.0, fewer, n_honest=10**5 - 1) > 1e-6
     assert plan.max_messages == 1 + p.fake_slots <= 16
     assert math.isclose(plan.std_error_count, math.sqrt(float(count_variance(p, 10**5, 0.0))))
 
@@ -123,7 +123,7 @@ def test_plan_meets_the_target_with_the_smallest_rate() -> None:
 def test_plan_auto_local_epsilon_and_refusal() -> None:
     plan = plan_histogram(1.0, 1e-6, 10**6, 1000, max_messages=4, local_epsilon="auto")
     assert plan.params.local_epsilon is not None
-    assert central_epsilon(plan.params, 10**6, 1e-6) <= 1.0
+    assert central_epsilon(plan.params, 1e-6, n_honest=10**6 - 1) <= 1.0
     no_ldp = HistogramParams(domain_size=1000, fake_slots=plan.params.fake_slots,
                              fake_probability=plan.params.fake_probability)  # fmt: skip
     assert float(count_variance(plan.params, 10**6, 0.0)) <= 2 * float(

@@ -142,7 +142,7 @@ def test_params_changed_under_a_metric_name_is_failed_precondition(
         with pytest.raises(grpc.RpcError) as info:
             stub.Ingest(batch_to_proto(batch))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "fingerprint" in (info.value.details() or "")
+    assert "other params than the registry" in (info.value.details() or "")
     store = RedisCountStore.from_url(redis_url)
     assert load_counts(store, registry["pages"]) == direct_count(registry["pages"], [first])
     store.close()
