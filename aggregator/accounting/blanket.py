@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crowdmix.aggregator.accounting.pairs import binom_window
@@ -31,6 +31,7 @@ __all__ = [
     "Profile",
     "bins",
     "bit_vector_given",
+    "exceeds",
     "krr_given",
     "mixture",
     "positive_part_mean",
@@ -65,17 +66,25 @@ class Profile(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Mixed:
-    """Σ_i w_i·δ_{m_i}(ε) + ``below`` (the mass of m under the first bin)."""
+    """Σ_i w_i·δ_{m_i}(ε) + ``below`` (the mass of m under the first bin); each
+    δ_{m_i} = ``given(edges[i])`` is built when first read."""
 
     weights: tuple[float, ...]
-    parts: tuple[Profile, ...]
+    edges: tuple[int, ...]
+    given: Callable[[int], Profile]
     below: float
     scale: float
+    built: dict[int, Profile] = field(default_factory=dict, compare=False, repr=False)
+
+    def part(self, i: int) -> Profile:
+        if i not in self.built:
+            self.built[i] = self.given(self.edges[i])
+        return self.built[i]
 
     @property
     def tail(self) -> float:
-        pairs = zip(self.weights, self.parts, strict=True)
-        return self.scale * (self.below + sum(w * p.tail for w, p in pairs))
+        tails = (w * self.part(i).tail for i, w in enumerate(self.weights))
+        return self.scale * (self.below + sum(tails))
 
     def surrogate(self) -> Profile:
         """One bin near the median of m: cheap, with a root close to this profile's."""
@@ -85,12 +94,27 @@ class _Mixed:
             if acc >= 0.5:
                 median = i
                 break
-        return _Mixed(weights=(1.0,), parts=(self.parts[median],), below=0.0, scale=self.scale)
+        return _Mixed(
+            weights=(1.0,),
+            edges=(self.edges[median],),
+            given=lambda _m: self.part(median),
+            below=0.0,
+            scale=self.scale,
+        )
 
     def delta(self, epsilon: float) -> float:
-        pairs = zip(self.weights, self.parts, strict=True)
-        total = math.fsum(w * p.delta(epsilon) for w, p in pairs)
+        total = math.fsum(w * self.part(i).delta(epsilon) for i, w in enumerate(self.weights))
         return min(1.0, self.scale * (self.below + total) * (1.0 + FLOAT_SLACK))
+
+    def exceeds(self, epsilon: float, level: float) -> bool:
+        """Whether delta(ε) > level, building the heaviest bins first and stopping
+        once their part of the sum (every term is ≥ 0) is above level."""
+        acc = 0.0
+        for i in sorted(range(len(self.weights)), key=lambda j: -self.weights[j]):
+            acc += self.weights[i] * self.part(i).delta(epsilon)
+            if self.scale * (self.below + acc) > level:
+                return True
+        return self.delta(epsilon) > level
 
 
 def mixture(
@@ -118,18 +142,13 @@ def mixture(
     """
     if others == 0 or gamma >= 1.0:
         m = others if max_m is None else min(others, max_m)
-        return _Mixed(weights=(1.0,), parts=(given(m),), below=0.0, scale=scale)
+        return _Mixed(weights=(1.0,), edges=(m,), given=given, below=0.0, scale=scale)
     if gamma <= 0.0:
-        return _Mixed(weights=(1.0,), parts=(given(0),), below=0.0, scale=scale)
+        return _Mixed(weights=(1.0,), edges=(0,), given=given, below=0.0, scale=scale)
     edges, weights, below = bins(
         others, gamma, delta, MAX_BINS if max_bins is None else max_bins, max_m
     )
-    return _Mixed(
-        weights=tuple(weights),
-        parts=tuple(given(e) for e in edges),
-        below=below,
-        scale=scale,
-    )
+    return _Mixed(weights=tuple(weights), edges=tuple(edges), given=given, below=below, scale=scale)
 
 
 def bins(
@@ -191,14 +210,19 @@ class BitLaw:
     tilted_missing: float
 
 
-def _finish_law(values: Any, probs: Any, draws: int, missing: float, up: bool) -> BitLaw:
-    """Sort, merge onto at most _GRID cells (each cell's points become its largest
-    value if ``up`` else its smallest: both only raise E[(X − cY)_+]), and
-    precompute suffix sums."""
+def _sort_points(values: Any, probs: Any) -> tuple[Any, Any]:
     import numpy as np
 
     order = np.argsort(values, kind="stable")
-    values, probs = values[order], probs[order]
+    return values[order], probs[order]
+
+
+def _finish_sorted(values: Any, probs: Any, draws: int, missing: float, up: bool) -> BitLaw:
+    """A ``BitLaw`` of points sorted by value: merged onto at most _GRID cells (each
+    cell's points become its largest value if ``up`` else its smallest: both only
+    raise E[(X − cY)_+]), with suffix sums."""
+    import numpy as np
+
     tilted_kept = float(np.sum(probs * values)) / draws
     if len(values) > _GRID:
         lo, hi = float(values[0]), float(values[-1])
@@ -222,6 +246,15 @@ def _finish_law(values: Any, probs: Any, draws: int, missing: float, up: bool) -
 def bit_sum_law(bits: int, p: float, q: float, draws: int, delta: float, *, up: bool) -> BitLaw:
     """``BitLaw`` of X = Σ_{j<draws} Π_{i∈B} r(y_ji), r(1) = q/p, r(0) = (1−q)/(1−p),
     |B| = ``bits`` ∈ {1, 2}, the bits i.i.d. Bern(p) (the blanket W)."""
+    values, probs, missing = bit_sum_points(bits, p, q, draws, delta)
+    return _finish_sorted(values, probs, draws, missing, up)
+
+
+def bit_sum_points(
+    bits: int, p: float, q: float, draws: int, delta: float
+) -> tuple[Any, Any, float]:
+    """The points of ``bit_sum_law`` before its grid, sorted by value, and the mass
+    left out (one enumeration serves both roundings)."""
     import numpy as np
     from scipy import stats
 
@@ -235,7 +268,7 @@ def bit_sum_law(bits: int, p: float, q: float, draws: int, delta: float, *, up: 
         missing = (float(stats.binom.cdf(lo - 1, draws, p)) if lo > 0 else 0.0) + (
             float(stats.binom.sf(hi, draws, p)) if hi < draws else 0.0
         )
-        return _finish_law(values, probs, draws, missing, up)
+        return (*_sort_points(values, probs), missing)
     if bits != 2:
         raise ValueError(f"bits must be 1 or 2, got {bits!r}")
     # Counts (N1, N2) of draws with one and with two ones: N2 ~ Bin(draws, p²) and,
@@ -265,7 +298,7 @@ def bit_sum_law(bits: int, p: float, q: float, draws: int, delta: float, *, up: 
     ok = (n0a >= 0.0) & (probs > 0.0)
     probs, n0a, n1a, n2a = probs[ok], n0a[ok], n1a[ok], n2a[ok]
     values = r0 * r0 * n0a + r0 * r1 * n1a + r1 * r1 * n2a
-    return _finish_law(values, probs, draws, missing, up)
+    return (*_sort_points(values, probs), missing)
 
 
 def two_bit_points(draws: int, p: float, delta: float) -> int:
@@ -304,7 +337,7 @@ class _BitGiven:
 
 
 def bit_vector_given(
-    p: float, q: float, sizes: tuple[int, int], m: int, delta: float, cache: dict[Any, BitLaw]
+    p: float, q: float, sizes: tuple[int, int], m: int, delta: float, cache: dict[Any, Any]
 ) -> Profile:
     """δ_m for a bit-vector mechanism: value x sets a set B_x of at most h bits,
     every bit is Bern(q) if in B_x and Bern(p) otherwise (p < q), independently.
@@ -325,13 +358,21 @@ def bit_vector_given(
     grid rounded up and Y rounded down, which only raises δ_m.
     """
     draws = m + 1
-    key_x = (sizes[0], draws, True)
-    key_y = (sizes[1], draws, False)
-    if key_x not in cache:
-        cache[key_x] = bit_sum_law(sizes[0], p, q, draws, delta, up=True)
-    if key_y not in cache:
-        cache[key_y] = bit_sum_law(sizes[1], p, q, draws, delta, up=False)
-    return _BitGiven(x=cache[key_x], y=cache[key_y], draws=draws)
+
+    def law(bits: int, up: bool) -> BitLaw:
+        key = (bits, draws, up)
+        if key not in cache:
+            raw = (bits, draws)  # one enumeration for both roundings
+            if raw not in cache:
+                cache[raw] = bit_sum_points(bits, p, q, draws, delta)
+            values, probs, missing = cache[raw]
+            cache[key] = _finish_sorted(values, probs, draws, missing, up)
+            if (bits, draws, not up) in cache:
+                del cache[raw]
+        found: BitLaw = cache[key]
+        return found
+
+    return _BitGiven(x=law(sizes[0], True), y=law(sizes[1], False), draws=draws)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,3 +390,13 @@ class Worst:
 
     def delta(self, epsilon: float) -> float:
         return max(p.delta(epsilon) for p in self.parts)
+
+    def exceeds(self, epsilon: float, level: float) -> bool:
+        """Whether delta(ε) > level (each part's ``exceeds`` where it has one)."""
+        return any(exceeds(p, epsilon, level) for p in self.parts)
+
+
+def exceeds(profile: Profile, epsilon: float, level: float) -> bool:
+    """Whether profile.delta(ε) > level, building as little of it as it can."""
+    quick = getattr(profile, "exceeds", None)
+    return bool(quick(epsilon, level)) if quick is not None else profile.delta(epsilon) > level

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crowdmix.aggregator.accounting.blanket import (
-    BitLaw,
     Profile,
     Worst,
     bit_vector_given,
@@ -209,7 +208,7 @@ class BitVector:
             if cap < 0.5 * (n - 1) * self.blanket_mass:
                 return None  # capped at under half its cover: not worth its cost
         sizes = [(a, b) for a in range(1, self.bits + 1) for b in range(1, self.bits + 1)]
-        cache: dict[Any, BitLaw] = {}
+        cache: dict[Any, Any] = {}
 
         def given(ab: tuple[int, int]) -> Callable[[int], Profile]:
             return lambda m: bit_vector_given(self.p, self.q, ab, m, delta, cache)
