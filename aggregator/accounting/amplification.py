@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, get_args
 
 from crowdmix.aggregator.accounting.pairs import ClonePair, EvaluatedPair
@@ -34,6 +35,7 @@ __all__ = [
     "amplify",
     "amplify_randomizer",
     "best_amplification",
+    "best_within",
     "epsilon_from_pair",
     "epsilon_from_profile",
     "fmt21_closed_form",
@@ -58,6 +60,8 @@ _NO_CLONES = 50.0
 _XTOL = 1e-9
 # The blanket's root search stops here (each step costs a whole mixture); rounded up.
 _XTOL_PROFILE = 1e-6
+# Relative float noise allowed in δ(ε) when reading a profile's monotonicity.
+_MONOTONE_SLACK = 1e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,10 +199,22 @@ def _illinois(profile: Profile, delta: float, upper: float, guess: float) -> flo
 def amplify_randomizer(randomizer: Randomizer, n: int, delta: float) -> AmplificationResult:
     """Central (ε, δ) of n shuffled reports of a known randomizer by its blanket
     bound (``randomizers``, ``blanket``); ``bound = "none"`` where none is
-    implemented, with ε = ε0."""
+    implemented, with ε = ε0. Results are cached (the randomizers are frozen)."""
+    _check(randomizer.epsilon0, n, delta)
+    return _amplify_randomizer(randomizer, n, float(delta))
+
+
+@lru_cache(maxsize=256)
+def _amplify_randomizer(randomizer: Randomizer, n: int, delta: float) -> AmplificationResult:
     eps0 = randomizer.epsilon0
-    _check(eps0, n, delta)
     profile = None if eps0 > _NO_CLONES else randomizer.profile(n, delta)
+    return _blanket_result(randomizer, n, delta, profile)
+
+
+def _blanket_result(
+    randomizer: Randomizer, n: int, delta: float, profile: Profile | None
+) -> AmplificationResult:
+    eps0 = randomizer.epsilon0
     eps = eps0 if profile is None else epsilon_from_profile(profile, delta, eps0)
     amplified = eps < eps0 * (1.0 - AMPLIFIED_MARGIN)
     return AmplificationResult(
@@ -241,6 +257,46 @@ def best_amplification(
     return BestBound(result=best, candidates=cands)
 
 
+@lru_cache(maxsize=1024)
+def best_within(
+    epsilon0: float, n: int, delta: float, target: float, randomizer: Randomizer | None = None
+) -> bool:
+    """Whether ``best_amplification(epsilon0, n, delta, randomizer).result.epsilon``
+    is at most ``target``: the same answer, mostly without its root search.
+
+    The generic bound is cheap and decides first. Else the blanket profile is
+    read at ``target``: δ(ε) does not increase with ε and the root search returns
+    an ε with δ(ε) ≤ δ, so δ(target) > δ means the blanket's ε is above target
+    (``blanket.exceeds`` builds the heaviest bins first: often they suffice); and
+    δ(target·(1 − 3·_XTOL_PROFILE)) ≤ δ means the search's bracket [a, b] (δ(a) > δ,
+    b − a ≤ _XTOL_PROFILE·b) ends with b < target. Float margins keep both sides
+    strict; anything in between runs the search itself. Cached."""
+    from crowdmix.aggregator.accounting.blanket import exceeds
+
+    if amplify(epsilon0, n, delta).epsilon <= target:
+        return True
+    if randomizer is None or epsilon0 <= 0.0:
+        return False
+    if not math.isclose(randomizer.epsilon0, epsilon0, rel_tol=1e-9):
+        raise ValueError(
+            f"randomizer {randomizer.name} has ε0 = {randomizer.epsilon0}, not {epsilon0}"
+        )
+    eps0 = randomizer.epsilon0
+    if eps0 > _NO_CLONES:
+        return False  # no blanket bound: the generic one stands, above target
+    edge = target >= eps0 * (1.0 - AMPLIFIED_MARGIN) * (1.0 - 1e-5) or target < 1e-9 * eps0
+    if edge:  # "no amplification" rounding or a vanishing target: decide in full
+        return best_amplification(epsilon0, n, delta, randomizer).result.epsilon <= target
+    profile = randomizer.profile(n, float(delta))
+    if profile is None:
+        return False
+    if exceeds(profile, target, delta * (1.0 + _MONOTONE_SLACK)):
+        return False
+    if profile.delta(target * (1.0 - 3.0 * _XTOL_PROFILE)) <= delta * (1.0 - _MONOTONE_SLACK):
+        return True
+    return _blanket_result(randomizer, n, float(delta), profile).epsilon <= target
+
+
 def epsilon_from_pair(pair: ClonePair, n: int, delta: float, upper: float) -> float:
     """ε of n shuffled reports dominated by ``pair``, capped at ``upper`` (= ε0)."""
     return _safe_root(pair.evaluate(n, delta), delta, upper)
@@ -264,12 +320,17 @@ def amplify(
     *,
     bound: str = "generic",
 ) -> AmplificationResult:
-    """Central (ε, δ) after shuffling n reports of an ε0-LDP randomizer."""
+    """Central (ε, δ) after shuffling n reports of an ε0-LDP randomizer (cached)."""
     _check(epsilon0, n, delta)
     if bound == "rappor":
         raise ValueError(VARIATION_RATIO_REFUSAL)
     if bound not in BOUNDS:
         raise ValueError(f"bound must be one of {', '.join(BOUNDS)}, got {bound!r}")
+    return _amplify(float(epsilon0), n, float(delta), bound)
+
+
+@lru_cache(maxsize=1024)
+def _amplify(epsilon0: float, n: int, delta: float, bound: str) -> AmplificationResult:
     eps: float = epsilon0
     if epsilon0 == 0.0:
         eps = 0.0

@@ -134,22 +134,22 @@ def _best_q(h: int, f: float, k: int, m: int, rounds: int, eps_max: float) -> Ra
 
 def _meets(params: RapporParams, target: float, n_amp: int, delta: float, rounds: int) -> bool:
     """Whether the best valid bounds (``amplification.best_amplification``) put one
-    release, and ``rounds`` releases by the memoised-PRR argument, within target."""
-    from crowdmix.aggregator.accounting.amplification import best_amplification
+    release, and ``rounds`` releases by the memoised-PRR argument, within target
+    (decided by ``amplification.best_within``: the same answer, mostly without
+    the blanket bound's root search)."""
+    from crowdmix.aggregator.accounting.amplification import best_within
     from crowdmix.aggregator.accounting.local import epsilon_inf, epsilon_k, epsilon_one
     from crowdmix.aggregator.accounting.randomizers import randomizer_of
 
     eps1 = epsilon_one(params)
-    central = best_amplification(eps1, n_amp, delta, randomizer_of(rappor=params))
-    if central.result.epsilon > target:
+    if not best_within(eps1, n_amp, delta, target, randomizer_of(rappor=params)):
         return False
     if rounds == 1:
         return True
-    eps_k = epsilon_k(params, rounds)
-    if best_amplification(eps_k, n_amp, delta).result.epsilon <= target:
+    if best_within(epsilon_k(params, rounds), n_amp, delta, target):
         return True
     prr = randomizer_of(rappor=params, prr_only=True)
-    return best_amplification(epsilon_inf(params), n_amp, delta, prr).result.epsilon <= target
+    return best_within(epsilon_inf(params), n_amp, delta, target, prr)
 
 
 def _refined(
@@ -166,7 +166,8 @@ def _refined(
     The proposals come from the generic bound; a mechanism's blanket bound may
     allow a larger q (more signal). Proposals are refined in order of the error
     they could reach at q = _Q_MAX, and refining stops once that cannot beat the
-    best refined error (each check computes a blanket bound). q is bisected to
+    best refined error (each check computes a blanket bound); a proposal that
+    fails at the q it needs to beat that error is not refined. q is bisected to
     _Q_STEP; the figures are checked again by ``privacy_statement`` in ``plan``."""
     from crowdmix.aggregator.accounting.local import epsilon_one
 
@@ -189,6 +190,11 @@ def _refined(
 
         if not ok(lo + _Q_STEP):
             continue
+        # ok falls with q: if the q below which this proposal cannot beat the best
+        # error so far fails, refining it can only add a worse fallback. Skip it.
+        need = _q_for_error(base, best, n)
+        if lo + _Q_STEP < need < _Q_MAX and not ok(need):
+            continue
         lo += _Q_STEP
         while hi - lo > _Q_STEP:
             mid = 0.5 * (lo + hi)
@@ -201,6 +207,15 @@ def _refined(
         out.append((se, refined))
         best = min(best, se)
     return out
+
+
+def _q_for_error(base: RapporParams, se: float, n: int) -> float:
+    """A q at or below every symmetric q (p = 1 − q) whose ``std_error`` is below
+    ``se`` (q* − p* = (1 − f)(2q − 1)); 1.0 if none is."""
+    if not math.isfinite(se) or se <= 0.0 or base.f >= 1.0:
+        return 1.0
+    q = 0.5 * (1.0 + 1.0 / (2.0 * (1.0 - base.f) * se * math.sqrt(base.h * n)))
+    return min(1.0, q * (1.0 - 1e-9))
 
 
 def std_error(params: RapporParams, n: int) -> float:
