@@ -348,11 +348,13 @@ def compose_segments(segments: Sequence[Segment]) -> Composed:
 
 
 def _compose_group(segments: Sequence[Segment]) -> Composed:
-    """One group's rounds: a single fresh round is its own shuffle bound, more compose."""
+    """One group's rounds: a single fresh round is its own shuffle bound (the best of
+    the generic and its randomizer's blanket bound, as ``_pld_part``), more compose."""
     if len(segments) == 1 and segments[0].rounds == 1 and segments[0].fresh:
         s = segments[0]
-        eps = _best_amplify(s.epsilon0, s.n_amplify, s.delta)
-        return Composed(epsilon=eps, delta=min(1.0, s.delta + s.crowd_failure), argument="generic")
+        eps = _best_amplify(s.epsilon0, s.n_amplify, s.delta, _report_randomizer(s))
+        delta = min(1.0, s.delta + s.crowd_failure)
+        return Composed(epsilon=eps, delta=delta, argument="single-release")
     return _compose_sequence(segments)
 
 
