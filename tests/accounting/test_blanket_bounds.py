@@ -15,9 +15,12 @@ from crowdmix.aggregator.accounting.amplification import (
     amplify,
     amplify_randomizer,
     best_amplification,
+    best_within,
 )
 from crowdmix.aggregator.accounting.blanket import bit_vector_given, krr_given, mixture
 from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
+from crowdmix.aggregator.accounting.history import Segment, compose_segments
+from crowdmix.aggregator.accounting.local import basic_total_variation
 from crowdmix.aggregator.accounting.lower_bounds import bit_vector_lower, krr_lower
 from crowdmix.aggregator.accounting.pairs import ClonePair
 from crowdmix.aggregator.accounting.pld import pld_lower_epsilon
@@ -131,3 +134,48 @@ def test_randomizers_refuse_bad_parameters() -> None:
         LocalHashing(epsilon0=-1.0, buckets=3)
     with pytest.raises(ValueError, match=r"not 1\.0"):
         best_amplification(1.0, 100, DELTA, KaryRR(epsilon0=2.0, domain=3))
+
+
+@pytest.mark.parametrize(
+    ("rand", "n"),
+    [
+        (KaryRR(epsilon0=2.0, domain=32), 20_000),
+        (randomizer_of(rappor=RapporParams(k=64, h=2, m=16, f=0.25, p=0.25, q=0.75)), 464),
+        (BitVector(p=0.2, q=0.8, bits=1), 3000),
+    ],
+)
+def test_best_within_answers_as_the_best_bound_does(rand: object, n: int) -> None:
+    # The planner's quick test: the same yes/no as best_amplification ≤ target, at
+    # targets on, just around and far from the figure, and around the generic one.
+    eps0 = rand.epsilon0  # type: ignore[attr-defined]
+    ours = best_amplification(eps0, n, DELTA, rand).result.epsilon  # type: ignore[arg-type]
+    generic = amplify(eps0, n, DELTA).epsilon
+    assert ours < generic
+    for base in (ours, generic):
+        for factor in (0.5, 0.999, 1 - 2e-6, 1 - 1e-9, 1.0, 1 + 1e-9, 1 + 2e-6, 1.001, 1.5):
+            target = base * factor
+            quick = best_within(eps0, n, DELTA, target, rand)  # type: ignore[arg-type]
+            assert quick == (ours <= target), (base, factor)
+    assert best_within(eps0, n, DELTA, ours * 1.01) is False  # generic alone: above
+
+
+def test_a_partitioned_single_round_uses_its_randomizers_blanket_bound() -> None:
+    # Disjoint device groups (a partition) compose in parallel; one fresh round of a
+    # group is bounded by the same best bound as a statement's single release.
+    basic = BasicParams(mechanism="krr", epsilon=2.0, domain_size=32)
+    segments = [
+        Segment(
+            rounds=1,
+            n_amplify=20_000,
+            delta=DELTA,
+            epsilon0=2.0,
+            beta=basic_total_variation(basic),
+            basic=basic,
+            partition="groups",
+            group=g,
+        )
+        for g in (0, 1)
+    ]
+    best = best_amplification(2.0, 20_000, DELTA, KaryRR(epsilon0=2.0, domain=32)).result
+    assert best.bound == "blanket"
+    assert compose_segments(segments).epsilon == best.epsilon < amplify(2.0, 20_000, DELTA).epsilon
