@@ -200,7 +200,8 @@ class BitLaw:
     """The law of X = Σ_j Π_{i∈B} r(y_ji) over m+1 draws of i.i.d. Bern(p) bits
     (|B| = ``bits``), on sorted points with suffix sums; ``tilted_missing`` is the
     mass the victim-tilted law (density X/(m+1)) puts outside them, ``missing``
-    the W-mass outside them."""
+    the W-mass outside them; ``rel_error`` bounds the relative float error of
+    each point's probability."""
 
     values: Any  # np.ndarray, ascending
     probs: Any
@@ -208,6 +209,7 @@ class BitLaw:
     s1: Any  # s1[i] = Σ_{k≥i} probs[k]·values[k]
     missing: float
     tilted_missing: float
+    rel_error: float = 0.0
 
 
 def _sort_points(values: Any, probs: Any) -> tuple[Any, Any]:
@@ -217,13 +219,31 @@ def _sort_points(values: Any, probs: Any) -> tuple[Any, Any]:
     return values[order], probs[order]
 
 
-def _finish_sorted(values: Any, probs: Any, draws: int, missing: float, up: bool) -> BitLaw:
+@dataclass(frozen=True, slots=True)
+class _Points:
+    """A sum law's points before the grid, sorted by value (``bit_sum_points``)."""
+
+    values: Any
+    probs: Any
+    missing: float
+    # The tilted mass outside the points in closed form, or None: then 1 − the
+    # tilted mass kept (whose float deficit is charged too).
+    tilted_missing: float | None
+    rel_error: float
+
+
+def _finish_sorted(points: _Points, draws: int, up: bool) -> BitLaw:
     """A ``BitLaw`` of points sorted by value: merged onto at most _GRID cells (each
     cell's points become its largest value if ``up`` else its smallest: both only
     raise E[(X − cY)_+]), with suffix sums."""
     import numpy as np
 
-    tilted_kept = float(np.sum(probs * values)) / draws
+    values, probs = points.values, points.probs
+    if points.tilted_missing is None:
+        tilted_kept = float(np.sum(probs * values)) / draws
+        tilted_missing = max(0.0, 1.0 - tilted_kept) + _SUM_SLACK
+    else:
+        tilted_missing = points.tilted_missing
     if len(values) > _GRID:
         lo, hi = float(values[0]), float(values[-1])
         cell = np.floor((values - lo) / ((hi - lo) / _GRID)).astype(np.int64)
@@ -238,23 +258,34 @@ def _finish_sorted(values: Any, probs: Any, draws: int, missing: float, up: bool
         probs=probs,
         s0=s0,
         s1=s1,
-        missing=max(0.0, missing) + _SUM_SLACK,
-        tilted_missing=max(0.0, 1.0 - tilted_kept) + _SUM_SLACK,
+        missing=max(0.0, points.missing) + _SUM_SLACK,
+        tilted_missing=tilted_missing,
+        rel_error=points.rel_error,
     )
 
 
 def bit_sum_law(bits: int, p: float, q: float, draws: int, delta: float, *, up: bool) -> BitLaw:
     """``BitLaw`` of X = Σ_{j<draws} Π_{i∈B} r(y_ji), r(1) = q/p, r(0) = (1−q)/(1−p),
     |B| = ``bits`` ∈ {1, 2}, the bits i.i.d. Bern(p) (the blanket W)."""
-    values, probs, missing = bit_sum_points(bits, p, q, draws, delta)
-    return _finish_sorted(values, probs, draws, missing, up)
+    return _finish_sorted(bit_sum_points(bits, p, q, draws, delta), draws, up)
 
 
-def bit_sum_points(
-    bits: int, p: float, q: float, draws: int, delta: float
-) -> tuple[Any, Any, float]:
+def _pmf_error(draws: int, p: float) -> float:
+    """A bound on the relative error of exp(binom.logpmf(k, draws, p)) (scipy: log-gamma
+    terms and k·log p, each within a few ulps of magnitude ≤ draws·(ln(draws + 2) + |ln p| +
+    |ln(1 − p)|)): 16 ulps of that sum, and never below ``FLOAT_SLACK``."""
+    size = draws * (math.log(draws + 2.0) + abs(math.log(p)) + abs(math.log1p(-p))) + 10.0
+    return max(FLOAT_SLACK, 16.0 * 2.220446049250313e-16 * size)
+
+
+def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _Points:
     """The points of ``bit_sum_law`` before its grid, sorted by value, and the mass
-    left out (one enumeration serves both roundings)."""
+    left out (one enumeration serves both roundings).
+
+    One bit: X = r0·draws + (r1 − r0)·K, K ~ Bin(draws, p), kept on a window of K.
+    The tilted mass outside it, E[X·1{K ∉ window}]/draws, is in closed form by
+    k·Bin(k; n, p) = n·p·Bin(k − 1; n − 1, p): binomial tails, not 1 − a sum (whose
+    float deficit, ~1e-9 at 10⁶ draws, would be charged to δ)."""
     import numpy as np
     from scipy import stats
 
@@ -268,7 +299,20 @@ def bit_sum_points(
         missing = (float(stats.binom.cdf(lo - 1, draws, p)) if lo > 0 else 0.0) + (
             float(stats.binom.sf(hi, draws, p)) if hi < draws else 0.0
         )
-        return (*_sort_points(values, probs), missing)
+        # E[K·1{K ≤ lo − 1}] = n·p·P(K' ≤ lo − 2), E[K·1{K ≥ hi + 1}] = n·p·P(K' ≥ hi),
+        # K' ~ Bin(n − 1, p); cdf and sf are accurate to a few ulps (slack 1e-6).
+        k_low = float(stats.binom.cdf(lo - 2, draws - 1, p)) if lo >= 2 else 0.0
+        k_high = float(stats.binom.sf(hi - 1, draws - 1, p)) if hi < draws else 0.0
+        out_k = draws * p * (k_low + k_high)
+        tilted = (r0 * draws * missing + (r1 - r0) * out_k) / draws
+        sorted_values, sorted_probs = _sort_points(values, probs)
+        return _Points(
+            values=sorted_values,
+            probs=sorted_probs,
+            missing=missing,
+            tilted_missing=max(0.0, tilted) * (1.0 + 1e-6) + 1e-300,
+            rel_error=_pmf_error(draws, p),
+        )
     if bits != 2:
         raise ValueError(f"bits must be 1 or 2, got {bits!r}")
     # Counts (N1, N2) of draws with one and with two ones: N2 ~ Bin(draws, p²) and,
@@ -298,7 +342,9 @@ def bit_sum_points(
     ok = (n0a >= 0.0) & (probs > 0.0)
     probs, n0a, n1a, n2a = probs[ok], n0a[ok], n1a[ok], n2a[ok]
     values = r0 * r0 * n0a + r0 * r1 * n1a + r1 * r1 * n2a
-    return (*_sort_points(values, probs), missing)
+    sorted_values, sorted_probs = _sort_points(values, probs)
+    rel = _pmf_error(draws, p2) + _pmf_error(draws, cond)
+    return _Points(sorted_values, sorted_probs, missing, None, rel)
 
 
 def two_bit_points(draws: int, p: float, delta: float) -> int:
@@ -333,6 +379,7 @@ class _BitGiven:
 
     def delta(self, epsilon: float) -> float:
         kept = positive_part_mean(self.x, self.y.values, self.y.probs, math.exp(epsilon))
+        kept *= 1.0 + self.x.rel_error + self.y.rel_error  # the points' float error
         return min(1.0, kept / self.draws + self.tail)
 
 
@@ -365,8 +412,7 @@ def bit_vector_given(
             raw = (bits, draws)  # one enumeration for both roundings
             if raw not in cache:
                 cache[raw] = bit_sum_points(bits, p, q, draws, delta)
-            values, probs, missing = cache[raw]
-            cache[key] = _finish_sorted(values, probs, draws, missing, up)
+            cache[key] = _finish_sorted(cache[raw], draws, up)
             if (bits, draws, not up) in cache:
                 del cache[raw]
         found: BitLaw = cache[key]

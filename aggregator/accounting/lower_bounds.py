@@ -105,7 +105,8 @@ def _columns(p: float, q: float, bits: int, n: int, delta: float, upper: float) 
     # X rounded down and Y up: the opposite of the upper bound, so this only drops.
     x = bit_sum_law(bits, p, q, n, _TAIL / 1e-6, up=False)
     y = bit_sum_law(bits, p, q, n, _TAIL / 1e-6, up=True)
-    kept = _Kept(lambda eps: positive_part_mean(x, y.values, y.probs, math.exp(eps)) / n)
+    low = 1.0 - x.rel_error - y.rel_error  # the points' float error, taken off
+    kept = _Kept(lambda eps: low * positive_part_mean(x, y.values, y.probs, math.exp(eps)) / n)
     return _root_down(kept, delta, upper)
 
 
@@ -141,6 +142,7 @@ def _labelled(p: float, q: float, bits: int, n: int, delta: float, upper: float)
     configs = _likely_counts(n, label)
     grid = _LABEL_GRID_ONE_BIT if bits == 1 else _LABEL_GRID
     sums: dict[tuple[int, int, bool], tuple[Any, Any]] = {}
+    errors = [0.0]
 
     def group(c: int, g: int, up: bool) -> tuple[Any, Any]:
         key = (c, g, up)
@@ -149,6 +151,7 @@ def _labelled(p: float, q: float, bits: int, n: int, delta: float, upper: float)
                 sums[key] = (np.zeros(1), np.ones(1))
             else:
                 law = bit_sum_law(bits, p, q, g, _TAIL / 1e-6, up=up)
+                errors.append(law.rel_error)
                 v, pr = _coarse(law.values, law.probs, up, grid)
                 sums[key] = (weight[c] * v, pr)
         return sums[key]
@@ -161,9 +164,14 @@ def _labelled(p: float, q: float, bits: int, n: int, delta: float, upper: float)
         yv, yp = _convolve(ys, up=True, cells=grid)
         laws.append((prob, _law_down(xv, xp), yv, yp))
 
+    # Float error of the points: each of X's and Y's (h+1) parts and the label
+    # counts' probability, taken off.
+    low = 1.0 - (2 * (bits + 1) + 2) * max(errors)
+
     def delta_at(eps: float) -> float:
         c = math.exp(eps)
-        return math.fsum(w * positive_part_mean(x, yv, yp, c) for w, x, yv, yp in laws) / n
+        total = math.fsum(w * positive_part_mean(x, yv, yp, c) for w, x, yv, yp in laws)
+        return low * total / n
 
     return _root_down(_Kept(delta_at), delta, upper)
 
