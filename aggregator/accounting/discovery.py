@@ -1,14 +1,15 @@
 """Privacy of a discovery (prefix rounds + a value round): pure math.
 
 Every round r is one shuffled batch of n_r reports of an ε0_r-LDP randomizer (k-RR over
-hash buckets or candidates), so its central (ε_r, δ) is the generic stronger-clone bound
-(``amplification.amplify``; Feldman, McMillan, Talwar SODA 2023; Wang et al., VLDB 2024,
-Lemma 4.4). Rounds of disjoint device groups compose in *parallel*: the discovery is
-(max_g ε_g, max_g δ_g)-DP for replacing one device's value (McSherry, "Privacy integrated
-queries", SIGMOD 2009, Thm 4, adaptive); within a group rounds compose sequentially
-(``history.compose_segments``). ``plan_epsilon0`` inverts the one-round bound: the
-largest ε0 whose amplified ε over n reports is at most the target (bisection).
-Argument: docs/design.md, "Aggregator: accounting", discovery.
+hash buckets or candidates): its central (ε_r, δ) is the generic stronger-clone bound
+(Feldman, McMillan, Talwar SODA 2023; Wang et al., VLDB 2024, Lemma 4.4), or for plain
+k-RR over a known domain (the value round) the best of it and k-RR's blanket bound
+(``amplification.best_amplification``). Rounds of disjoint device groups compose in
+*parallel*: the discovery is (max_g ε_g, max_g δ_g)-DP for replacing one device's value
+(McSherry, "Privacy integrated queries", SIGMOD 2009, Thm 4, adaptive); within a group
+rounds compose sequentially (``history.compose_segments``). ``plan_epsilon0`` inverts
+the generic one-round bound: the largest ε0 whose amplified ε over n reports is at most
+the target (bisection). Argument: docs/design.md, "Aggregator: accounting", discovery.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from crowdmix.aggregator.accounting.amplification import amplify
+from crowdmix.aggregator.accounting.amplification import amplify, best_amplification
+from crowdmix.aggregator.accounting.randomizers import KaryRR
+from crowdmix.core.basic import MAX_DOMAIN, MAX_EPSILON, BasicParams
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.history import Segment
@@ -65,6 +68,24 @@ class RoundCost:
     group: int
     n_reports: int
     epsilon0: float
+    # Values of the round's k-RR when it is plain k-RR (a value round: candidates
+    # + "none"); None for hashed rounds, which only the generic bound covers.
+    domain: int | None = None
+
+    def randomizer(self) -> KaryRR | None:
+        """The round's k-RR for its blanket bound, or None (generic bound only)."""
+        if self.domain is None or not 2 <= self.domain <= MAX_DOMAIN:
+            return None
+        if not 0.0 < self.epsilon0 < math.inf:
+            return None
+        return KaryRR(epsilon0=self.epsilon0, domain=self.domain)
+
+    def basic(self) -> BasicParams | None:
+        """The round's mechanism as the ledger records it (None: unknown)."""
+        if self.randomizer() is None or not 0.0 < self.epsilon0 <= MAX_EPSILON:
+            return None
+        assert self.domain is not None
+        return BasicParams(mechanism="krr", epsilon=self.epsilon0, domain_size=self.domain)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,13 +112,17 @@ def round_segment(cost: RoundCost, delta: float, discovery: str) -> Segment:
     """The ledger segment of one round: one shuffle of its reports, in its group of
     the discovery's partition (so the ledger composes groups in parallel)."""
     from crowdmix.aggregator.accounting.history import Segment
+    from crowdmix.aggregator.accounting.local import basic_total_variation
 
+    basic = cost.basic()
     return Segment(
         rounds=1,
         n_amplify=cost.n_reports,
         delta=delta,
         epsilon0=cost.epsilon0,
-        beta=math.tanh(cost.epsilon0 / 2.0),  # any ε0-LDP randomizer's total variation
+        # any ε0-LDP randomizer's total variation, or the round's k-RR's
+        beta=math.tanh(cost.epsilon0 / 2.0) if basic is None else basic_total_variation(basic),
+        basic=basic,
         partition=discovery,
         group=cost.group,
     )
@@ -114,7 +139,12 @@ def discovery_guarantee(
         raise ValueError("a discovery has at least one round")
     live = [c for c in rounds if c.n_reports > 0]
     per_round = tuple(
-        (c.round, amplify(c.epsilon0, c.n_reports, delta).epsilon if c.n_reports else 0.0)
+        (
+            c.round,
+            best_amplification(c.epsilon0, c.n_reports, delta, c.randomizer()).result.epsilon
+            if c.n_reports
+            else 0.0,
+        )
         for c in rounds
     )
     local: dict[int, float] = defaultdict(float)

@@ -118,6 +118,8 @@ def absorb(
     table = discovered(settings.plan, state, decode_value_round(params, c))
     done = replace(state, next_round=state.next_round + 1, costs=costs)
     rounds = [RoundCost(round=r, group=g, n_reports=k, epsilon0=e) for r, g, k, e in costs]
+    # The value round (this one) is plain k-RR over its cells: k-RR's blanket bound applies.
+    rounds[-1] = replace(rounds[-1], domain=params.cells)
     guarantee = discovery_guarantee(rounds, settings.delta)
     return RoundOutcome(state=done, cost=cost, table=table, guarantee=guarantee)
 

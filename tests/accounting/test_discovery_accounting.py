@@ -9,7 +9,11 @@ from collections import Counter
 import pytest
 
 from crowdmix.aggregator.accounting import MemoryLedgerStore, PrivacyLedger, Release
-from crowdmix.aggregator.accounting.amplification import amplify, shuffled_rr_lower_bound
+from crowdmix.aggregator.accounting.amplification import (
+    amplify,
+    best_amplification,
+    shuffled_rr_lower_bound,
+)
 from crowdmix.aggregator.accounting.discovery import (
     RoundCost,
     discovery_guarantee,
@@ -17,6 +21,8 @@ from crowdmix.aggregator.accounting.discovery import (
     round_segment,
 )
 from crowdmix.aggregator.accounting.history import segment_to_dict
+from crowdmix.aggregator.accounting.lower_bounds import krr_lower
+from crowdmix.aggregator.accounting.randomizers import KaryRR
 
 
 def test_planned_epsilon0_is_the_largest_that_meets_the_target() -> None:
@@ -128,3 +134,21 @@ def test_parallel_groups_by_exact_enumeration() -> None:
             for _, pc in c.items()
         )
         assert exact <= claimed.delta + 1e-12
+
+
+def test_a_value_round_uses_k_rr_s_blanket_bound() -> None:
+    # The value round is plain k-RR over candidates + "none": its figure is the best of
+    # the generic and k-RR's blanket bound, above k-RR's own lower bound; hashed prefix
+    # rounds (no domain) keep the generic bound.
+    prefix = RoundCost(round=0, group=0, n_reports=60_000, epsilon0=3.0)
+    value = RoundCost(round=1, group=1, n_reports=40_000, epsilon0=3.0, domain=33)
+    g = discovery_guarantee([prefix, value], 1e-6)
+    best = best_amplification(3.0, 40_000, 1e-6, KaryRR(epsilon0=3.0, domain=33)).result
+    assert best.bound == "blanket"
+    assert dict(g.per_round) == {0: amplify(3.0, 60_000, 1e-6).epsilon, 1: best.epsilon}
+    assert krr_lower(3.0, 33, 40_000, 1e-6) <= best.epsilon < amplify(3.0, 40_000, 1e-6).epsilon
+    assert g.epsilon == pytest.approx(max(dict(g.per_round).values()), rel=1e-12)
+    generic = discovery_guarantee(
+        [prefix, RoundCost(round=1, group=1, n_reports=40_000, epsilon0=3.0)], 1e-6
+    )
+    assert g.epsilon <= generic.epsilon
