@@ -1,114 +1,128 @@
 """Tightness of the privacy figures: ours vs the best lower bound we can compute.
 
-Each row: the figure crowdmix states (an upper bound, the generic stronger
-clone since the soundness fix), the figure it printed before that fix where it
-differs (the (p, β, q) variation-ratio pair, which is not a dominating pair and
-understated ε: the 5-RR n = 100 row's "before" is below the exact lower bound),
-and a lower bound — the exact privacy of a concrete
-mechanism on a concrete data set (or a post-processing of its output),
-evaluated exactly and rounded down (``_lower_root``) or by an optimistic PLD
-(losses rounded down, tails dropped). Every valid upper bound is ≥ the lower
-bound; the ratio says how much room is left. δ = 1e-6 throughout.
+"Ours" is the central ε a statement prints for one shuffled batch of n reports
+(``best_amplification``: the smaller of the generic stronger clone and the
+mechanism's blanket bound). "Lower" is the largest ε the real shuffled mechanism
+provably needs on a concrete pair of neighbouring data sets (``lower_bounds``,
+rounded down). Every valid upper bound is ≥ every lower bound; ours ÷ lower says how
+much room is left. Target: ≤ 1.1 for k-RR (k = 2…1024) and OUE over n = 1e4…1e7,
+ε0 = 0.25…4, δ = 1e-6…1e-10. Then RAPPOR at the demo's parameters (k=64 h=2 m=16
+f=¼ p=¼ q=¾) and its smallest same-cohort crowds.
 
-    .venv/bin/python bench/tightness.py
+    .venv/bin/python bench/tightness.py [--jobs 2] [--full]
 """
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import math
+import os
+import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 
-from crowdmix.aggregator.accounting.amplification import (
-    _lower_root,
-    amplify,
-    shuffled_rr_lower_bound,
-)
-from crowdmix.aggregator.accounting.history import Segment, compose_segments
-from crowdmix.aggregator.accounting.local import basic_total_variation, epsilon_inf
-from crowdmix.aggregator.accounting.pairs import ClonePair
-from crowdmix.aggregator.accounting.pld import shuffle_pld
-from crowdmix.aggregator.accounting.statement import privacy_statement
+from crowdmix.aggregator.accounting.amplification import best_amplification
+from crowdmix.aggregator.accounting.lower_bounds import bit_vector_lower, krr_lower
+from crowdmix.aggregator.accounting.randomizers import BitVector, KaryRR, randomizer_of
 from crowdmix.core.basic import BasicParams
 from crowdmix.core.params import RapporParams
-from crowdmix.core.registry import MetricConfig
 
-DELTA = 1e-6
-
-
-def krr_pair(eps: float, d: int) -> ClonePair:
-    e = math.exp(eps)
-    return ClonePair(p=e, alpha=1.0 / (e + d - 1), r=1.0 / (e + d - 1))
+TARGET = 1.1
+DEMO = RapporParams(k=64, h=2, m=16, f=0.25, p=0.25, q=0.75)
+# Smallest same-cohort crowds of the demo: 30 000 clients (105–140 across runs), 300 000 (464).
+DEMO_CROWDS = ((30_000, 105), (30_000, 140), (300_000, 464))
 
 
-def optimistic(parts: list[tuple[ClonePair, int, int]]) -> float:
-    composed = None
-    for pair, n, rounds in parts:
-        one = shuffle_pld(pair, n, tail=1e-14, pessimistic=False)
-        one = one.self_compose(rounds) if rounds > 1 else one
-        composed = one if composed is None else composed.compose(one)
-    assert composed is not None
-    return float(composed.get_epsilon_for_delta(DELTA))
+def grid(full: bool) -> list[tuple[str, int, float, int, float]]:
+    """(mechanism, k, ε0, n, δ) cells: every corner of the target's range and its middle."""
+    ks = (2, 3, 8, 32, 128, 1024) if full else (2, 5, 32, 1024)
+    eps = (0.25, 0.5, 1.0, 2.0, 4.0) if full else (0.25, 1.0, 4.0)
+    ns = (10**4, 10**5, 10**6, 10**7)
+    deltas = (1e-6, 1e-8, 1e-10) if full else (1e-6, 1e-10)
+    cells = [("k-RR", k, e, n, d) for k, e, n, d in itertools.product(ks, eps, ns, deltas)]
+    cells += [("OUE", 0, e, n, d) for e, n, d in itertools.product(eps, ns, deltas)]
+    return cells
 
 
-def krr_segment(eps: float, d: int, n: int, rounds: int) -> Segment:
-    beta = basic_total_variation(BasicParams(mechanism="krr", epsilon=eps, domain_size=d))
-    return Segment(rounds=rounds, n_amplify=n, delta=DELTA, epsilon0=eps, beta=beta)
+def cell(
+    c: tuple[str, int, float, int, float],
+) -> tuple[str, int, float, int, float, float, float, str, float]:
+    """(…cell, ours, lower, bound that gave ours, seconds)."""
+    mech, k, eps0, n, delta = c
+    started = time.process_time()
+    rand: KaryRR | BitVector
+    if mech == "k-RR":
+        rand = KaryRR(epsilon0=eps0, domain=k)
+        lower = krr_lower(eps0, k, n, delta)
+    else:
+        oue = randomizer_of(basic=BasicParams(mechanism="oue", epsilon=eps0, domain_size=8))
+        assert isinstance(oue, BitVector)
+        rand = oue
+        lower = max(bit_vector_lower(oue.p, oue.q, 1, n, delta).values())
+    best = best_amplification(rand.epsilon0, n, delta, rand)
+    return (*c, best.result.epsilon, lower, best.result.bound, time.process_time() - started)
 
 
-def rows() -> list[tuple[str, float, float | None, float]]:
-    out: list[tuple[str, float, float | None, float]] = []
-    # 0. the review's regression: exact over the full (N0, N1, N2), victim 0 vs 1,
-    # everyone else 2 (tests/accounting/test_exact_shuffle.py); before: 1.1353
-    ours = compose_segments([krr_segment(2.0, 5, 100, 1)]).epsilon
-    out.append(("k-RR ε=2 d=5, n=100, 1 release", ours, 1.1353, 1.1564))
-    # 1. one k-RR release (lower: (N0, N1) of the data set above; before: 0.2297)
-    ours = compose_segments([krr_segment(2.0, 5, 2000, 1)]).epsilon
-    lower = _lower_root(krr_pair(2.0, 5).evaluate(2000, DELTA), DELTA, 2.0)
-    out.append(("k-RR ε=2 d=5, n=2,000, 1 release", ours, 0.2297, lower))
-    # 2. ten fresh rounds: stronger-clone PLD (before: the (p, β, q) pair's PLD)
-    ours = compose_segments([krr_segment(2.0, 5, 2000, 10)]).epsilon
-    lower = optimistic([(krr_pair(2.0, 5), 2000, 10)])
-    out.append(("k-RR ε=2 d=5, n=2,000, 10 rounds (PLD)", ours, 0.7867, lower))
-    # 3. a ledger: n=2,000 then n=200,000
-    ours = compose_segments([krr_segment(2.0, 5, 2000, 1), krr_segment(2.0, 5, 200_000, 1)])
-    lower = optimistic([(krr_pair(2.0, 5), 2000, 1), (krr_pair(2.0, 5), 200_000, 1)])
-    out.append(("ledger: k-RR n=2,000 then n=200,000", ours.epsilon, 0.2310, lower))
-    # 4. OUE ε=2, n=1e4 (lower: reports whose w-bit is 0, bits (x, x') = (1,0) / (0,1))
-    oue = MetricConfig(name="o", basic=BasicParams(mechanism="oue", epsilon=2.0, domain_size=8))
-    ours = privacy_statement(oue, 10**4, batch_sizes=[10**4]).central.epsilon
-    q = 1.0 / (math.exp(2.0) + 1.0)
-    pair = ClonePair(p=math.exp(2.0), alpha=(1 - q) * q / 2, r=0.5 * q * (1 - q))
-    lower = _lower_root(pair.evaluate(10**4, DELTA), DELTA, 2.0)
-    out.append(("OUE ε=2, n=1e4", ours, 0.0788, lower))
-    # 5, 6. memoised PRR, any number of rounds: generic (before: the PRR-β pair)
-    for h, f, n in ((2, 0.5, 10**5), (2, 0.25, 10**4)):
-        params = RapporParams(k=16, h=h, m=1, f=f)
-        metric = MetricConfig(name="r", rappor=params)
-        lg = privacy_statement(metric, n, batch_sizes=[n], rounds=10**6).longitudinal
-        keep, flip = 1 - f / 2, f / 2
-        pair = ClonePair(p=(keep / flip) ** (2 * h), alpha=flip ** (2 * h), r=(flip * keep) ** h)
-        lower = _lower_root(pair.evaluate(n, DELTA), DELTA, epsilon_inf(params))
-        old = {0.5: 0.1221, 0.25: 3.5562}[f]
-        out.append((f"RAPPOR PRR h={h} f={f}, n={n:.0e}, ∞ rounds", lg.epsilon, old, lower))
-    # 7. generic bound vs the largest known lower bound
-    ours = amplify(0.5, 1000, DELTA).epsilon
-    lower = max(
-        shuffled_rr_lower_bound(0.5, 1000, DELTA),
-        shuffled_rr_lower_bound(0.5, 1000, DELTA, domain=2),
-    )
-    out.append(("generic ε0=0.5, n=1e3 (lower: binary RR)", ours, None, lower))
+def rappor_rows() -> list[tuple[int, int, float, float, float, dict[str, float]]]:
+    """(clients, crowd, ε1, ours, lower, every lower bound) at the demo's parameters."""
+    rand = randomizer_of(rappor=DEMO)
+    assert isinstance(rand, BitVector)
+    out = []
+    for clients, crowd in DEMO_CROWDS:
+        ours = best_amplification(rand.epsilon0, crowd, 1e-6, rand).result.epsilon
+        lowers = bit_vector_lower(rand.p, rand.q, rand.bits, crowd, 1e-6)
+        out.append((clients, crowd, rand.epsilon0, ours, max(lowers.values()), lowers))
     return out
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--full", action="store_true", help="a denser grid (about 4× the cells)")
+    args = ap.parse_args()
     started = time.perf_counter()
-    print(f"{'cell':<44} {'ours':>9} {'before':>9} {'lower':>9} {'ours/lower':>10}")
-    for name, ours, old, lower in rows():
-        before = "—" if old is None else f"{old:.4f}"
-        ratio = ours / lower if lower > 0 else math.inf
-        assert ours >= lower, (name, ours, lower)
-        print(f"{name:<44} {ours:>9.4f} {before:>9} {lower:>9.4f} {ratio:>10.2f}")
-    print(f"({time.perf_counter() - started:.1f} s)")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min); 2 cores", flush=True)
+    cells = grid(args.full)
+    print(
+        f"{'mech':<5} {'k':>5} {'ε0':>5} {'n':>8} {'δ':>6} {'ours':>9} {'lower':>9} "
+        f"{'ratio':>6} {'bound':>8} {'cpu s':>6}",
+        flush=True,
+    )
+    by_mech: dict[str, list[tuple[float, tuple[object, ...]]]] = {}
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for mech, k, eps0, n, delta, ours, lower, bound, secs in pool.map(cell, cells):
+            assert ours >= lower, (mech, k, eps0, n, delta, ours, lower)
+            ratio = ours / lower if lower > 0 else math.inf
+            by_mech.setdefault(mech, []).append((ratio, (k, eps0, n, delta)))
+            flag = "  > target" if ratio > TARGET else ""
+            print(
+                f"{mech:<5} {k:>5} {eps0:>5} {n:>8.0e} {delta:>6.0e} {ours:>9.5f} {lower:>9.5f} "
+                f"{ratio:>6.3f} {bound:>8} {secs:>6.1f}{flag}",
+                flush=True,
+            )
+    print()
+    for mech, rows in by_mech.items():
+        ratios = [r for r, _ in rows]
+        worst = max(rows, key=lambda rc: rc[0])
+        over = [c for r, c in rows if r > TARGET]
+        print(
+            f"{mech}: {len(rows)} cells, ours/lower max {max(ratios):.3f} at (k, ε0, n, δ) = "
+            f"{worst[1]}, median {statistics.median(ratios):.3f}; "
+            f"{len(over)} over {TARGET}×" + (f": {over}" if over else "")
+        )
+    print()
+    print(
+        f"{'RAPPOR demo':<12} {'crowd':>6} {'ε1':>7} {'ours':>8} {'lower':>8} {'ratio':>6}  lowers"
+    )
+    for clients, crowd, eps1, ours, lower, lowers in rappor_rows():
+        assert ours >= lower
+        detail = ", ".join(f"{k} {v:.4f}" for k, v in lowers.items())
+        print(
+            f"{clients:>12,} {crowd:>6} {eps1:>7.4f} {ours:>8.4f} {lower:>8.4f} "
+            f"{ours / lower:>6.2f}  {detail}"
+        )
+    print(f"({time.perf_counter() - started:.0f} s wall, {args.jobs} workers)")
 
 
 if __name__ == "__main__":
