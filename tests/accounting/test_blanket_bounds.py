@@ -17,7 +17,12 @@ from crowdmix.aggregator.accounting.amplification import (
     best_amplification,
     best_within,
 )
-from crowdmix.aggregator.accounting.blanket import bit_vector_given, krr_given, mixture
+from crowdmix.aggregator.accounting.blanket import (
+    bit_sum_law,
+    bit_vector_given,
+    krr_given,
+    mixture,
+)
 from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
 from crowdmix.aggregator.accounting.history import Segment, compose_segments
 from crowdmix.aggregator.accounting.local import basic_total_variation
@@ -179,3 +184,40 @@ def test_a_partitioned_single_round_uses_its_randomizers_blanket_bound() -> None
     best = best_amplification(2.0, 20_000, DELTA, KaryRR(epsilon0=2.0, domain=32)).result
     assert best.bound == "blanket"
     assert compose_segments(segments).epsilon == best.epsilon < amplify(2.0, 20_000, DELTA).epsilon
+
+
+def test_one_bit_tilted_tail_is_the_exact_binomial_tail() -> None:
+    # The tilted mass outside a one-bit law's window, in closed form, against a direct
+    # sum over every count (float64 is exact enough at this size), and never below it.
+    import numpy as np
+    from scipy import stats
+
+    p, q, draws = 0.3, 0.5, 400
+    law = bit_sum_law(1, p, q, draws, 1e-3, up=True)
+    r1, r0 = q / p, (1 - q) / (1 - p)
+    k = np.arange(draws + 1)
+    x = r0 * draws + (r1 - r0) * k
+    pmf = stats.binom.pmf(k, draws, p)
+    lo, hi = (
+        round((law.values[0] - r0 * draws) / (r1 - r0)),
+        round((law.values[-1] - r0 * draws) / (r1 - r0)),
+    )
+    outside = (k < lo) | (k > hi)
+    exact = float(np.sum(pmf[outside] * x[outside])) / draws
+    assert exact > 0.0
+    assert exact <= law.tilted_missing <= exact * (1 + 1e-5) + 1e-300
+
+
+@pytest.mark.parametrize(("eps0", "n"), [(1.0, 10**6), (0.25, 10**6)])
+def test_oue_is_amplified_at_a_small_delta_and_stays_above_its_lower_bound(
+    eps0: float, n: int
+) -> None:
+    # At δ = 1e-10 and 10⁶ reports the laws' float round-off must not be charged as
+    # tail (it was ~2e-9 > δ): the blanket bound applies, above the filtered lower bound.
+    delta = 1e-10
+    oue = BitVector(p=1 / (math.exp(eps0) + 1), q=0.5, bits=1, label="OUE")
+    best = best_amplification(eps0, n, delta, oue).result
+    assert best.bound == "blanket"
+    lowers = bit_vector_lower(oue.p, oue.q, 1, n, delta, labelled=False)
+    assert max(lowers.values()) <= best.epsilon < amplify(eps0, n, delta).epsilon
+    assert best.epsilon <= 1.2 * max(lowers.values())
