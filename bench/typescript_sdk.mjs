@@ -7,12 +7,14 @@
 //   uses it, bundled by esbuild (minify, tree-shaking, browser, ESM), gzip -9. The
 //   reporter opened carries the IndexedDB outbox, HPKE sealing and the Connect
 //   transport: `@crowdmix/client/rappor` (an app of RAPPOR metrics), `@crowdmix/client`
-//   (every encoding), and an X25519/HKDF-SHA256/AES-128-GCM seal of @hpke/core alone.
+//   (every encoding), and an X25519/HKDF-SHA256/AES-128-GCM seal of @hpke/core alone;
+//   "+se": the same with @hpke's `"sideEffects": false` honoured (its esm/package.json
+//   hides it from bundlers), as in the prebuilt dist/crowdmix.rappor.browser.js.
 //   --anchors=DIR: DIR/node_modules holds @mozilla/glean and @divviup/dap, bundled the
 //   same way (`import Glean from "@mozilla/glean/web"`, `import Task from "@divviup/dap"`).
 // - Seal: median time of one sealReport (HPKE X25519 + AES-128-GCM on WebCrypto) over
 //   --n reports after a warm-up; RAPPOR k=128 encode too.
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -21,6 +23,7 @@ import { gzipSync } from "node:zlib";
 const SDK = new URL("../sdk/typescript/", import.meta.url);
 const esbuild = createRequire(SDK)("esbuild");
 const sdk = await import(new URL("dist/node.js", SDK));
+const { hpkeSideEffectFree } = await import(new URL("scripts/build.mjs", SDK));
 const arg = (name, d) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? d;
 const n = Number(arg("n", 3000));
 const anchors = arg("anchors", null);
@@ -30,11 +33,11 @@ const app = mkdtempSync(join(tmpdir(), "crowdmix-bundle-"));
 mkdirSync(join(app, "node_modules", "@crowdmix"), { recursive: true });
 symlinkSync(SDK.pathname, join(app, "node_modules", "@crowdmix", "client"));
 
-async function gzipped(source, dir = app) {
+async function gzipped(source, dir = app, plugins = []) {
   const entry = join(dir, `entry-${Math.random().toString(36).slice(2)}.mjs`);
   writeFileSync(entry, source);
   try {
-    const r = await esbuild.build({ entryPoints: [entry], bundle: true, minify: true, format: "esm", platform: "browser", write: false, logLevel: "error" });
+    const r = await esbuild.build({ entryPoints: [entry], bundle: true, minify: true, format: "esm", platform: "browser", write: false, logLevel: "error", plugins });
     const bytes = r.outputFiles[0].contents;
     return { min: bytes.length, gz: gzipSync(bytes, { level: 9 }).length };
   } finally {
@@ -44,7 +47,9 @@ async function gzipped(source, dir = app) {
 const use = (mod, name = "openReporter") => `import { ${name} } from "${mod}"; globalThis.x = ${name};`;
 const sizes = {
   rappor: await gzipped(use("@crowdmix/client/rappor")),
+  "rappor+se": await gzipped(use("@crowdmix/client/rappor"), app, [hpkeSideEffectFree]),
   all: await gzipped(use("@crowdmix/client")),
+  "all+se": await gzipped(use("@crowdmix/client"), app, [hpkeSideEffectFree]),
   hpke: await gzipped(
     `import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
      const s = new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Aes128Gcm() });
@@ -52,6 +57,8 @@ const sizes = {
     new URL("node_modules/", SDK).pathname,
   ),
 };
+const prebuilt = readFileSync(new URL("dist/crowdmix.rappor.browser.js", SDK));
+sizes["prebuilt rappor"] = { min: prebuilt.length, gz: gzipSync(prebuilt, { level: 9 }).length };
 if (anchors) {
   sizes.glean = await gzipped(`import Glean from "@mozilla/glean/web"; globalThis.x = Glean;`, anchors);
   sizes.divviup = await gzipped(`import Task from "@divviup/dap"; globalThis.x = Task;`, anchors);
