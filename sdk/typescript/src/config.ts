@@ -27,6 +27,8 @@ export interface DeviceConfig {
   readonly version: string;
   readonly cacheSeconds: number;
   readonly windowSeconds: number;
+  /** the shuffler takes the current window and this many before it */
+  readonly windowTolerance: number;
   readonly serverTime: number;
   readonly metrics: ReadonlyMap<string, MetricConfig>;
   readonly keys: readonly WireKey[];
@@ -66,5 +68,5 @@ export function parseConfig(answer: Uint8Array): DeviceConfig {
       throw new ParamsError(`metric ${JSON.stringify(m.name)}: the served fingerprint is not that of the served params`);
     metrics.set(m.name, mc);
   }
-  return { version: wire.version, cacheSeconds: wire.cacheSeconds, windowSeconds: wire.windowSeconds, serverTime: wire.serverTime, metrics, keys: wire.keys };
+  return { version: wire.version, cacheSeconds: wire.cacheSeconds, windowSeconds: wire.windowSeconds, windowTolerance: wire.windowTolerance, serverTime: wire.serverTime, metrics, keys: wire.keys };
 }

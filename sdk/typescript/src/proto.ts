@@ -161,6 +161,7 @@ export interface WireConfig {
   windowSeconds: number;
   serverTime: number;
   window: number;
+  windowTolerance: number;
 }
 
 function decodeMetric(buf: Uint8Array): WireMetric {
@@ -207,7 +208,7 @@ function decodeMetric(buf: Uint8Array): WireMetric {
 }
 
 export function decodeConfigResponse(buf: Uint8Array): WireConfig {
-  const c: WireConfig = { version: "", cacheSeconds: 0, metrics: [], keys: [], protocol: 0, windowSeconds: 0, serverTime: 0, window: 0 };
+  const c: WireConfig = { version: "", cacheSeconds: 0, metrics: [], keys: [], protocol: 0, windowSeconds: 0, serverTime: 0, window: 0, windowTolerance: 0 };
   for (const f of fields(buf)) {
     if (f.n === 1) c.version = str(f);
     else if (f.n === 2) c.cacheSeconds = num(f);
@@ -216,6 +217,7 @@ export function decodeConfigResponse(buf: Uint8Array): WireConfig {
     else if (f.n === 6) c.windowSeconds = num(f);
     else if (f.n === 7) c.serverTime = dbl(f);
     else if (f.n === 8) c.window = num(f);
+    else if (f.n === 10) c.windowTolerance = num(f);
     else if (f.n === 4) {
       const k: WireKey = { keyId: 0, suite: "", publicKey: new Uint8Array(0), notBefore: 0, notAfter: null };
       for (const g of fields(f.data)) {
