@@ -116,7 +116,7 @@ def raw_open_rate(keys_path: Path, fingerprint: int, n: int = 2000) -> float:
     from crowdmix.core.sealed import report_info
 
     key = load_keyset(keys_path).keys[-1]
-    rows = [(bytes(16), 0, fingerprint, bytes(16))] * n
+    rows = [(bytes(16), 0, fingerprint, os.urandom(16)) for _ in range(n)]
     sealed = seal_many(key.public(), METRIC, 0, rows)
     suite, sk = hpke_suite(key.suite), key.hpke_private_key()
     info = report_info(METRIC, key.key_id, 0)
