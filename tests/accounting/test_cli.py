@@ -242,6 +242,7 @@ def test_plan_prints_a_registry_block_that_loads_with_the_exact_params(
 def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from crowdmix.aggregator.accounting.ledger import PrivacyLedger, Release
     from crowdmix.aggregator.accounting.ledger_stores import JsonFileLedgerStore
+    from tests.accounting.test_ledger import own_segment
 
     path = tmp_path / "ledger.json"
     PrivacyLedger(JsonFileLedgerStore(path)).record(
@@ -252,8 +253,9 @@ def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
             n_reports=10,
             mechanism="rr",
             epsilon=0.3,
-            delta=0.0,
+            delta=1e-9,
             fresh_randomness=True,
+            segment=own_segment(0.3, 1e-9, "w1"),
         ),
     )
     code, out, _ = run(
