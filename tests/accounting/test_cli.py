@@ -296,11 +296,7 @@ def test_entry_point_lists_privacy_and_plan() -> None:
     assert "privacy" in result.stdout and "plan" in result.stdout
 
 
-def test_compose_k_is_a_deprecated_spelling_of_releases(capsys: pytest.CaptureFixture[str]) -> None:
-    # -k means Bloom bits everywhere else; --k still works for old scripts, with a warning
-    code, out, err = run(capsys, "privacy", "compose", "--epsilon", "0.5", "--k", "3",
-                         "--method", "basic", "--json")  # fmt: skip
-    assert code == 0 and json.loads(out)["releases"] == 3 and "--releases" in err
+def test_compose_needs_releases(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "privacy", "compose", "--epsilon", "0.5", "--method", "basic")
     assert code == 1 and "--releases" in err
 
