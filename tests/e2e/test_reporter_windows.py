@@ -37,10 +37,10 @@ def B(day: int) -> float:
 
 class Clocks:
     """One true time ``t``: the device's wall clock reads ``t + device_ahead`` (its
-    monotonic clock just ``t``), the shuffler's ``t + server_ahead``."""
+    monotonic clock just ``t``), the shuffler's ``t``."""
 
     def __init__(self, t: float, device_ahead: float = 0.0) -> None:
-        self.t, self.device_ahead, self.server_ahead = t, device_ahead, 0.0
+        self.t, self.device_ahead = t, device_ahead
 
     def device(self) -> float:
         return self.t + self.device_ahead
@@ -49,7 +49,7 @@ class Clocks:
         return self.t
 
     def server(self) -> float:
-        return self.t + self.server_ahead
+        return self.t
 
 
 @pytest.fixture
@@ -157,24 +157,6 @@ def test_a_report_whose_window_closed_while_retrying_is_dropped(
         assert r.counters() == {"window_closed": 1}
         assert len(r.sent) == 1  # type: ignore[attr-defined]  # no request for a closed window
     assert _windows(shuffler) == {D: 1}
-
-
-def test_a_report_of_a_window_ahead_is_kept_until_the_window_opens(
-    shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
-) -> None:
-    clocks.t = B(D) + 3600
-    with _reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks) as r:
-        clocks.server_ahead = DAY  # the shuffler's clock a day ahead when the device asks
-        assert r.flush(timeout=10) == 0
-        clocks.server_ahead = 0.0  # and put right
-        assert r.report(OUE, "a")  # claimed in day D + 1
-        # window_ahead: the server time is fetched again once, the report kept
-        assert r.flush(timeout=10) == 1
-        assert r.last_error is not None and "window_ahead" in r.last_error
-        assert r.counters() == {}
-        clocks.t += DAY  # the server's day D + 1
-        assert r.flush(timeout=10) == 0
-    assert _windows(shuffler) == {D + 1: 1}
 
 
 def test_a_new_window_length_neither_blocks_the_metric_nor_sends_a_stale_window(

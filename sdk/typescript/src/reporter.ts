@@ -240,8 +240,6 @@ export class Reporter {
       } catch (e) {
         return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
       }
-      const claimedUntil = this.outbox.snapshot.claims[metric];
-      if (claimedUntil !== undefined && window * ws < claimedUntil) return this.refuse("already_reported_this_window", "");
       const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
       if (result === "full") return this.refuse("outbox_full", `the outbox holds ${this.o.maxReports} reports or ${this.o.maxBytes} bytes`);
       if (result === "taken") return this.refuse("already_reported_this_window", "");
