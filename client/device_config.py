@@ -96,4 +96,5 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
             m.name: m.disposal_seconds for m in message.metrics if m.disposal_seconds
         },
         plaintext=message.plaintext,
+        window_tolerance=message.window_tolerance,
     )

@@ -38,12 +38,14 @@ from crowdmix.client.delivery import (
     CachedConfig,
     Drop,
     Offline,
+    Reading,
     Send,
     SendState,
     Wait,
-    clock_offset,
+    check_server_time,
     decide,
 )
+from crowdmix.client.delivery import monotonic as device_monotonic
 from crowdmix.client.errors import CrowdmixClientError
 from crowdmix.client.outbox import Claim, Outbox, OutboxError
 from crowdmix.client.target import check_target
@@ -166,7 +168,7 @@ def _value_problem(encoder: object, value: object) -> str | None:
     return None
 
 
-def _load_bundled(path: str | os.PathLike[str]) -> CachedConfig:
+def _load_bundled(path: str | os.PathLike[str], now: Reading) -> CachedConfig:
     """A config bundled with the app (``crowdmix config export``); ``ValueError`` naming
     the file when it is not one."""
     from crowdmix.client.device_config import from_proto
@@ -183,8 +185,9 @@ def _load_bundled(path: str | os.PathLike[str]) -> CachedConfig:
             f"bundled_config {str(path)!r} is not a config this SDK reads "
             f"(write one with `crowdmix config export`): {exc}"
         ) from None
-    # never fetched: the sender fetches a fresh one at once; its time is the export's
-    return CachedConfig(config, fetched=-math.inf, offset=0.0)
+    # never fetched: the device's wall clock stands in for the server's until the sender
+    # fetches a fresh one, at once
+    return CachedConfig(config, now.wall, now, age=math.inf)
 
 
 class Reporter:
@@ -196,6 +199,9 @@ class Reporter:
     by ``crowdmix config export``, used until the shuffler is reached. ``max_reports``
     and ``max_bytes`` bound the outbox. ``max_epsilon``, ``max_epsilon_inf`` and
     ``allow_unrandomized_histograms`` set the privacy ceiling (``math.inf``: none).
+    ``clock`` (Unix seconds) and ``monotonic`` are the device's wall and monotonic
+    clocks (tests set them): windows follow the server time of the last ``GetConfig``
+    plus the monotonic time since (``crowdmix.client.delivery.CachedConfig``).
     """
 
     def __init__(
@@ -215,6 +221,7 @@ class Reporter:
         backoff_cap: float = 300.0,
         background: bool = True,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = device_monotonic,
         jitter: random.Random | None = None,
         max_epsilon: float = MAX_EPSILON,
         max_epsilon_inf: float = MAX_EPSILON_INF,
@@ -229,7 +236,10 @@ class Reporter:
             allow_unrandomized_histograms=allow_unrandomized_histograms,
         )
         _check_extra(sealing)
-        self._bundled = None if bundled_config is None else _load_bundled(bundled_config)
+        self._clock, self._monotonic = clock, monotonic
+        self._bundled = (
+            None if bundled_config is None else _load_bundled(bundled_config, self._now())
+        )
         self.app_dir = Path(app_dir)
         try:
             self.app_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -247,7 +257,6 @@ class Reporter:
         self.sealing: Sealing = sealing
         self._timeout = timeout
         self._backoff = (backoff_base, backoff_cap)
-        self._clock = clock
         # timing jitter only (no privacy depends on it); injectable for tests
         self._jitter = jitter if jitter is not None else random.Random()
         self._cached: CachedConfig | None = None
@@ -282,8 +291,8 @@ class Reporter:
 
                 raw, fetched, offset = cached
                 try:
-                    self._cached = CachedConfig(
-                        from_proto(pb.ConfigResponse.FromString(raw)), fetched, offset
+                    self._cached = CachedConfig.restored(
+                        from_proto(pb.ConfigResponse.FromString(raw)), fetched, offset, self._now()
                     )
                 except Exception as exc:  # a damaged cache is refetched, never trusted
                     log.warning("ignoring the cached config: %s", exc)
@@ -299,15 +308,19 @@ class Reporter:
             raw = self._get_link().get_config(timeout)
         except LinkError as exc:
             return classify(exc.code, exc.details)
-        received = self._clock()
+        received = self._now()
         try:
             answer = pb.ConfigResponse.FromString(raw)
-            config, offset = from_proto(answer), clock_offset(answer.server_time, received)
+            config, server_time = from_proto(answer), check_server_time(answer.server_time)
         except Exception as exc:  # DecodeError, ParamsError, ValueError: unusable here
             return Answer(Action.FATAL, "bad_config", f"GetConfig: bad answer: {exc}")
-        self._outbox.store_config(raw, received, offset)
-        self._cached = CachedConfig(config, received, offset)
+        # for a later process: the wall clock's offset (CachedConfig.restored)
+        self._outbox.store_config(raw, received.wall, server_time - received.wall)
+        self._cached = CachedConfig(config, server_time, received)
         return None
+
+    def _now(self) -> Reading:
+        return Reading(self._clock(), self._monotonic())
 
     def config(self) -> DeviceConfig | None:
         """The config in use (fetched, cached or bundled; None when there is none)."""
@@ -357,7 +370,7 @@ class Reporter:
         if self._closed:
             return ReportResult(ReportStatus.CLOSED, "the reporter is closed")
         in_use = self._in_use()
-        now = self._clock()
+        now = self._now()
         if in_use is None or in_use.expired(now):
             self._poke()  # the sender fetches one; this report uses what is in hand
         if in_use is None:
@@ -440,7 +453,7 @@ class Reporter:
             rows = self._outbox.next_group(skip=ahead)
             group = (rows[0].report.metric, rows[0].window) if rows else ("", 0)
             action = decide(
-                rows, self._in_use(), self._clock(), replace(state, answer=refused.get(group))
+                rows, self._in_use(), self._now(), replace(state, answer=refused.get(group))
             )
             if isinstance(action, Send):
                 answer = self._deliver(action, deadline, connect_wait)

@@ -43,6 +43,8 @@ class DeviceConfig:
     #: the shuffler says it takes clear reports only (started without public keys): an
     #: SDK that requires sealing can name the cause instead of waiting for a key
     plaintext: bool = False
+    #: the shuffler takes the current window and this many before it (its setting)
+    window_tolerance: int = 1
 
     @property
     def sealed(self) -> bool:
@@ -60,7 +62,7 @@ class DeviceConfig:
     @property
     def version(self) -> str:
         h = hashlib.sha256(self.keys.version.encode())
-        h.update(f"|window:{self.window_seconds}".encode())
+        h.update(f"|window:{self.window_seconds}:{self.window_tolerance}".encode())
         if self.plaintext:
             h.update(b"|plaintext")
         for name in sorted(self.metrics):
@@ -76,9 +78,11 @@ class DeviceConfig:
         cache_seconds: int = DEFAULT_CACHE_SECONDS,
         *,
         plaintext: bool = False,
+        window_tolerance: int = 1,
     ) -> DeviceConfig:
         return cls(
             plaintext=plaintext,
+            window_tolerance=window_tolerance,
             metrics=dict(registry.metrics),
             keys=keys,
             cache_seconds=cache_seconds,
@@ -148,4 +152,5 @@ def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigR
         protocol=PROTOCOL_VERSION,
         window_seconds=config.window_seconds,
         plaintext=config.plaintext,
+        window_tolerance=config.window_tolerance,
     )

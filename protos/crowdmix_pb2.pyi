@@ -171,7 +171,7 @@ class PublicKey(_message.Message):
     def __init__(self, key_id: _Optional[int] = ..., suite: _Optional[str] = ..., public_key: _Optional[bytes] = ..., not_before: _Optional[int] = ..., not_after: _Optional[int] = ...) -> None: ...
 
 class ConfigResponse(_message.Message):
-    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time", "window", "plaintext")
+    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time", "window", "plaintext", "window_tolerance")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CACHE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,7 @@ class ConfigResponse(_message.Message):
     SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     PLAINTEXT_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     version: str
     cache_seconds: int
     metrics: _containers.RepeatedCompositeFieldContainer[MetricInfo]
@@ -190,4 +191,5 @@ class ConfigResponse(_message.Message):
     server_time: float
     window: int
     plaintext: bool
-    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ..., window: _Optional[int] = ..., plaintext: _Optional[bool] = ...) -> None: ...
+    window_tolerance: int
+    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ..., window: _Optional[int] = ..., plaintext: _Optional[bool] = ..., window_tolerance: _Optional[int] = ...) -> None: ...

@@ -141,11 +141,13 @@ class ConfigService:
         keys: PublishedKeys | None,
         *,
         cache_seconds: int = DEFAULT_CACHE_SECONDS,
+        window_tolerance: int = 1,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry = registry
         self.keys = keys
         self.cache_seconds = cache_seconds
+        self.window_tolerance = window_tolerance
         # the clock the store files reports by: every answer carries its reading
         self._clock = clock
         self._cached: tuple[str, pb.ConfigResponse] | None = None
@@ -153,7 +155,13 @@ class ConfigService:
     def config(self) -> DeviceConfig:
         keys = self.keys.keys if self.keys is not None else PublicKeySet(())
         # no key file: clear reports only, and the answer says so (SDKs can name it)
-        return DeviceConfig.of(self.registry, keys, self.cache_seconds, plaintext=self.keys is None)
+        return DeviceConfig.of(
+            self.registry,
+            keys,
+            self.cache_seconds,
+            plaintext=self.keys is None,
+            window_tolerance=self.window_tolerance,
+        )
 
     def answer(self, raw: bytes) -> pb.ConfigResponse:
         try:
@@ -173,7 +181,7 @@ class ConfigService:
                 cached = self._cached = (version, to_proto(config))
             answer = pb.ConfigResponse()
             answer.CopyFrom(cached[1])
-        # read last, as close to the reply as possible: the device corrects its clock by it
+        # read last, as close to the reply as possible: the device's server time starts here
         now = self._clock()
         answer.server_time = now
         answer.window = self.registry.window_of(now)

@@ -95,7 +95,13 @@ class Intake:
         self._clock = clock
         # the aggregator's public keys (None: a plaintext shuffler) and GetConfig's answers
         self.keys = keys
-        self.config = ConfigService(registry, keys, cache_seconds=config_cache_seconds, clock=clock)
+        self.config = ConfigService(
+            registry,
+            keys,
+            cache_seconds=config_cache_seconds,
+            window_tolerance=window_tolerance,
+            clock=clock,
+        )
         # Compare digests, so lookups do not time the token's bytes.
         self._token_digests = None if tokens is None else frozenset(_digest(t) for t in tokens)
         self._max_reports = max_reports_per_request

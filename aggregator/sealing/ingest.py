@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
 from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
-from crowdmix.aggregator.sealing.opening import DROP_REASONS, OpenedBatch, Opener
+from crowdmix.aggregator.sealing.opening import OpenedBatch, Opener
 from crowdmix.core.registry import MetricConfig
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
 log = logging.getLogger("crowdmix.aggregator")
 
 SCREEN_REASONS = ("fingerprint", "cohort_range", "padding_bits", "payload", "report_id")
-ALL_REASONS = (*DROP_REASONS, *SCREEN_REASONS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -275,25 +275,6 @@ def test_prr_parameter_changes_sharing_coins_are_refused() -> None:
     assert len(ledger.releases("q")) == 2
 
 
-def test_a_legacy_memoised_entry_is_not_added_to_a_new_prr_as_independent() -> None:
-    # Review finding 3 (legacy path): an entry written before segments existed, with a
-    # memoised PRR, was added by basic composition to a new memoised group over the
-    # same PRR coins. Its params are not on record: refused.
-    from crowdmix.aggregator.accounting import Release, UnboundedReleaseError
-
-    ledger = PrivacyLedger(MemoryLedgerStore())
-    legacy = Release(release_id="old", window=0, n_reports=10_000, mechanism="rappor",
-                     epsilon=0.1, delta=1e-7, fresh_randomness=False,
-                     longitudinal_epsilon=0.1, longitudinal_delta=1e-7)  # fmt: skip
-    ledger.record("pages", legacy)
-    metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1, f=0.5))
-    with pytest.raises(UnboundedReleaseError, match="written before releases carried"):
-        record_release(ledger, metric, 10_000, release_id="new", window=1)
-    # A fresh-randomness release next to it is independent: still added.
-    krr_release, _ = record_release(ledger, krr(1.0), 10_000, release_id="k", window=1)
-    assert len(ledger.releases("pages")) == 2 and krr_release.central.epsilon > 0
-
-
 # --- properties --------------------------------------------------------------------------
 
 

@@ -44,6 +44,8 @@ export interface DeviceConfig {
   readonly version: string;
   readonly cacheSeconds: number;
   readonly windowSeconds: number;
+  /** the shuffler takes the current window and this many before it */
+  readonly windowTolerance: number;
   readonly serverTime: number;
   readonly metrics: ReadonlyMap<string, MetricConfig>;
   readonly keys: readonly WireKey[];
@@ -74,5 +76,5 @@ export function readConfig(answer: Uint8Array, encodings: readonly Encoding[]): 
     const { encoding, fingerprint, reportBytes, disposalSeconds } = m;
     metrics.set(m.name, { name: m.name, encoding, fingerprint, reportBytes, disposalSeconds, ...params });
   }
-  return { version: wire.version, cacheSeconds: wire.cacheSeconds, windowSeconds: wire.windowSeconds, serverTime: wire.serverTime, metrics, keys: wire.keys };
+  return { version: wire.version, cacheSeconds: wire.cacheSeconds, windowSeconds: wire.windowSeconds, windowTolerance: wire.windowTolerance, serverTime: wire.serverTime, metrics, keys: wire.keys };
 }

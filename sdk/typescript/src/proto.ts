@@ -158,6 +158,7 @@ export interface WireConfig {
   windowSeconds: number;
   serverTime: number;
   window: number;
+  windowTolerance: number;
 }
 
 // A message's schema: per field number, its name and how to read it. A scalar's default is
@@ -215,6 +216,7 @@ const CONFIG: Schema = {
   6: ["windowSeconds", "u"],
   7: ["serverTime", "d"],
   8: ["window", "u"],
+  10: ["windowTolerance", "u"],
 };
 
 export function decodeConfigResponse(buf: Uint8Array): WireConfig {

@@ -6,9 +6,10 @@
  *     await reporter.flush(2000);               // the number still queued
  *     await reporter.close();
  *
- * - Config from the shuffler (`GetConfig`): params, window length, keys and the server's
- *   time; cached in the outbox with its lifetime. The device's clock is corrected once
- *   per answer (offset = server_time - local receive time) and picks each report's window.
+ * - Config from the shuffler (`GetConfig`): params, window length and tolerance, keys and
+ *   the server's time; cached in the outbox with its lifetime. The server's time is the
+ *   answer's plus the monotonic time since (`performance.now()`), so a wall clock set by
+ *   the user moves no window; it picks each report's window (policy.ts).
  * - One report per (metric, window), durable (`Outbox`); it keeps its window and report
  *   id through every retry, across restarts; the shuffler files it under that window or
  *   refuses it (`window_closed`: dropped and counted; `window_ahead`: the server time is
@@ -25,7 +26,7 @@
 import { type DeviceConfig, type Encoding, type MetricConfig, readConfig } from "./config.js";
 import { call } from "./connect.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
-import { type Answer, type CachedConfig, type SendState, classify, decide, nextGroup, windowAt } from "./policy.js";
+import { type Answer, type CachedConfig, type Reading, type SendState, classify, decide, expired, nextGroup, restored, serverNow, windowOf } from "./policy.js";
 import { epsilonInf, epsilonOne } from "./privacy.js";
 import { type WireKey, type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
 import { type RandomBytes, secureRandomBytes } from "./random.js";
@@ -49,8 +50,10 @@ export interface ReporterOptions {
   backoffCapMs?: number;
   /** Send from a background timer (default true); false: only `flush` sends. */
   background?: boolean;
-  /** Unix seconds (tests). */
+  /** The wall clock, unix seconds (tests). */
   clock?: () => number;
+  /** A monotonic clock, seconds (tests); default performance.now() / 1000. */
+  monotonic?: () => number;
   /** The encoders' randomness (tests); default crypto.getRandomValues. */
   randomBytes?: RandomBytes;
   fetch?: typeof fetch;
@@ -156,21 +159,25 @@ export class Reporter {
       backoffCapMs: options.backoffCapMs ?? 300000,
       background: options.background ?? true,
       clock: options.clock ?? (() => Date.now() / 1000),
+      monotonic: options.monotonic ?? (() => performance.now() / 1000),
       fetch: options.fetch,
     };
     this.rand = options.randomBytes ?? secureRandomBytes;
     const cached = outbox.snapshot.config;
     if (cached) {
       try {
-        this.cfg = { config: readConfig(fromHex(cached.answer), encodings), fetchedAt: cached.fetchedAt, offset: cached.offset };
+        // a monotonic reading of another page or process means nothing here: the wall
+        // clock and the offset stored with the answer, until it expires
+        this.cfg = restored(readConfig(fromHex(cached.answer), encodings), cached.fetchedAt, cached.offset, this.now());
       } catch {
         this.cfg = null; // a cached answer this SDK cannot read: fetch a new one
       }
     }
     if (!this.cfg && options.bundledConfig) {
-      // made before this device's clock was ever compared with the server's: offset 0,
-      // and already expired, so the first chance to fetch a fresh one is taken
-      this.cfg = { config: readConfig(options.bundledConfig, encodings), fetchedAt: -Infinity, offset: 0 };
+      // made before this device's clock was ever compared with the server's: the wall
+      // clock stands in, and it is already expired, so a fresh one is fetched at once
+      const now = this.now();
+      this.cfg = { config: readConfig(options.bundledConfig, encodings), serverTime: now.wall, at: now, age: Infinity };
     }
     if (this.o.background && outbox.snapshot.rows.length) this.schedule(0);
   }
@@ -195,7 +202,7 @@ export class Reporter {
 
   /** The current collection window (server-corrected clock), or null without a config. */
   window(): number | null {
-    return this.cfg ? windowAt(this.o.clock(), this.cfg.offset, this.cfg.config.windowSeconds) : null;
+    return this.cfg ? windowOf(this.cfg, this.now()) : null;
   }
 
   /**
@@ -207,8 +214,7 @@ export class Reporter {
   async report(metric: string, value: string | number | Uint8Array): Promise<boolean> {
     try {
       if (this.closed) return this.refuse("closed", "the reporter is closed");
-      const now = this.o.clock();
-      if (!this.cfg || now - this.cfg.fetchedAt >= this.cfg.config.cacheSeconds) await this.fetchConfig(CONFIG_WAIT_MS);
+      if (!this.cfg || expired(this.cfg, this.now())) await this.fetchConfig(CONFIG_WAIT_MS);
       const cfg = this.cfg;
       if (!cfg) return this.refuse("no_config", `the shuffler was never reached and no bundledConfig was given (${this.lastError})`);
       const mc = cfg.config.metrics.get(metric);
@@ -218,7 +224,7 @@ export class Reporter {
       const problem = ceilingProblem(metric, mc, this.o);
       if (problem) return this.refuse("refused_by_ceiling", `${problem}; no report made`);
       const ws = cfg.config.windowSeconds;
-      const window = windowAt(this.o.clock(), cfg.offset, ws);
+      const window = windowOf(cfg, this.now());
       const enc = this.encoder(metric, mc);
       if (!enc) return this.refuse("unknown_metric", `metric ${metric}: its encoding ${mc.encoding} is not in this build (import @crowdmix/client for every encoding)`);
       let reports: Report[];
@@ -227,8 +233,6 @@ export class Reporter {
       } catch (e) {
         return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
       }
-      const claimedUntil = this.outbox.snapshot.claims[metric];
-      if (claimedUntil !== undefined && window * ws < claimedUntil) return this.refuse("already_reported_this_window", "");
       const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
       if (result === "full") return this.refuse("outbox_full", `the outbox holds ${this.o.maxReports} reports or ${this.o.maxBytes} bytes`);
       if (result === "taken") return this.refuse("already_reported_this_window", "");
@@ -305,6 +309,10 @@ export class Reporter {
 
   // -- internals -------------------------------------------------------------
 
+  private now(): Reading {
+    return { wall: this.o.clock(), mono: this.o.monotonic() };
+  }
+
   private fail(why: string): false {
     this.lastError = why;
     return false;
@@ -329,7 +337,7 @@ export class Reporter {
       this.lastError = `GetConfig: ${r.code}: ${r.message}`;
       return false;
     }
-    const receivedAt = this.o.clock();
+    const received = this.now();
     let config: DeviceConfig;
     try {
       config = readConfig(r.body, this.encodings);
@@ -341,9 +349,9 @@ export class Reporter {
       this.lastError = `GetConfig: the server time ${config.serverTime} is not a plausible time`;
       return false;
     }
-    const offset = config.serverTime - receivedAt;
-    await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: receivedAt, offset });
-    this.cfg = { config, fetchedAt: receivedAt, offset };
+    // stored with the wall clock's offset, for a later page or process (`restored`)
+    await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: received.wall, offset: config.serverTime - received.wall });
+    this.cfg = { config, serverTime: config.serverTime, at: received, age: 0 };
     return true;
   }
 
@@ -391,7 +399,7 @@ export class Reporter {
       if (left <= 0) return this.fail("out of time");
       const rows = nextGroup((await this.outbox.load()).rows);
       const group = rows.length ? `${rows[0]!.metric}\0${rows[0]!.window}` : "";
-      const d = decide(rows, this.cfg, this.o.clock(), { ...state, answer: refused.get(group) ?? null });
+      const d = decide(rows, this.cfg, this.now(), { ...state, answer: refused.get(group) ?? null });
       if (d.kind === "send") {
         const body = await this.request(d.rows, d.window, d.key);
         const r = await call(this.o.url, "Submit", body, { token: this.o.token, timeoutMs: Math.min(this.o.timeoutMs, left), fetch: this.o.fetch });
@@ -439,7 +447,7 @@ export class Reporter {
   private async prepare(): Promise<void> {
     const cfg = this.cfg;
     if (!cfg) return;
-    const key = chooseKey(cfg.config.keys, this.o.clock() + cfg.offset);
+    const key = chooseKey(cfg.config.keys, serverNow(cfg, this.now()));
     if (this.o.sealing === "required" && !key) return; // nothing is sent clear
     const groups = new Map<string, StoredRow[]>();
     for (const r of this.outbox.snapshot.rows) {
