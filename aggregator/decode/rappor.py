@@ -61,7 +61,7 @@ from crowdmix.aggregator.decode.wls import (
     inverse_diagonal,
     lasso_screen,
     spd_inverse,
-    symmetric_product,
+    spd_solve,
 )
 from crowdmix.core.params import RapporParams
 
@@ -117,6 +117,12 @@ class DecodeOptions:
     spread: bool = True
     #: The distribution's summary of each posterior: "mean" or "median".
     summary: str = "mean"
+    #: Detected rows' intervals take the larger of the model's and a robust
+    #: (sandwich) standard error, which holds the bias from colliding values
+    #: outside the fit; the test keeps the model's (``_robust_std_error``).
+    robust_intervals: bool = False
+    #: ... and the test uses it as well.
+    robust_test: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -211,7 +217,8 @@ def _decode_rappor(
     y, _ = bit_estimates(tot, cnt, params)
     used = np.repeat(tot > 0, params.k)
     rows = np.flatnonzero(used)
-    x = x_all[rows]
+    x = sp.csc_matrix(x_all[rows])
+    x.sum_duplicates()  # a copy: canonical, so rows scale entry by entry (``whiten``)
     c = len(values)
     dups = _duplicate_columns(x, values)
     if dups:
@@ -237,10 +244,11 @@ def _decode_rappor(
     def whiten(pi: FloatArray) -> tuple[sp.csc_matrix, FloatArray, FloatArray, FloatArray]:
         pi = np.clip(pi, p01, p11)
         sw = np.sqrt(n_of_row) * span / np.sqrt(pi * (1 - pi))
-        xw = sp.csc_matrix(sp.diags(sw) @ x)
+        xw = sp.csc_matrix((x.data * sw[x.indices], x.indices, x.indptr), shape=x.shape)
         offset = sw * background
         # ‖xw_v - offset‖ without densifying xw
-        sq = np.asarray(xw.multiply(xw).sum(axis=0)).ravel()
+        sq = np.asarray(sp.csc_matrix((xw.data**2, x.indices, x.indptr), shape=x.shape).sum(0))
+        sq = sq.ravel()
         norms = np.sqrt(np.maximum(sq - 2 * (xw.T @ offset) + offset @ offset, 0.0))
         return xw, sw * y_obs - offset, offset, norms
 
@@ -264,17 +272,20 @@ def _decode_rappor(
     )
     t_screen = time.perf_counter() - t_screen
     n_screened = int(support.size)
-    fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
+    fit = fit_nnls(xw[:, support], target, offset, support)
     # Stage 1: re-weight from the fitted bit rates (noise-free weights), refit.
     fitted = background * (1 - fit.beta.sum()) + np.asarray(x[:, support] @ fit.beta).ravel()
     xw, target, offset, norms = whiten(p01 + span * fitted)
-    fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
-    if screened and opts.add_z > 0:
-        support, fit = _add_missed(xw, target, offset, norms, support, fit, opts)
     # The distribution answer starts from unbiased estimates of every candidate
     # when the candidates are few enough for an unconstrained fit to be stable.
     full_ok = c <= opts.full_fit_share * rows.size
-    unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size) if not screened else None
+    grams = _Grams(xw, offset, whole=full_ok)
+    fit = fit_nnls(xw[:, support], target, offset, support, grams(support))
+    if screened and opts.add_z > 0:
+        support, fit = _add_missed(xw, target, offset, norms, support, fit, opts, grams)
+    unbiased = (
+        _unbiased_fit(xw, target, offset, np.arange(c), rows.size, grams) if not screened else None
+    )
     # Stage 2: prune candidates whose estimates are indistinguishable from zero
     # (z < prune_z) and refit, until none is pruned: dropping them lowers the
     # others' variance inflation from collisions (see the module docstring).
@@ -284,7 +295,7 @@ def _decode_rappor(
         if keep.all() or not keep.any():
             break
         support = support[keep]
-        fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
+        fit = fit_nnls(xw[:, support], target, offset, support, grams(support))
 
     proportion = np.zeros(c)
     std_error = np.full(c, np.inf)
@@ -292,14 +303,20 @@ def _decode_rappor(
     proportion[support] = fit.beta
     std_error[support] = fit.std_error
     p_value[support] = one_sided_p_values(fit.beta, fit.std_error)
+    width_error: FloatArray | None = None
+    if opts.robust_test:
+        robust = _robust_std_error(xw, target, offset, fit, grams)
+        std_error[support] = robust
+        p_value[support] = one_sided_p_values(fit.beta, robust)
     is_sig = significant(p_value, alpha=opts.alpha, correction=opts.correction)
-    if is_sig.any():
-        xa = xw[:, np.flatnonzero(is_sig)].toarray() - offset[:, None]
-        if not np.all(np.isfinite(inverse_diagonal(xa.T @ xa))):
-            raise IllPosedError(
-                "the significant candidates are collinear in the design (the counts cannot "
-                "separate them); use more cohorts or Bloom bits, or fewer candidates"
-            )
+    if opts.robust_intervals and not opts.robust_test and is_sig.any():
+        width_error = std_error.copy()
+        width_error[support] = _robust_std_error(xw, target, offset, fit, grams, is_sig[support])
+    if is_sig.any() and not np.all(np.isfinite(inverse_diagonal(grams(np.flatnonzero(is_sig))))):
+        raise IllPosedError(
+            "the significant candidates are collinear in the design (the counts cannot "
+            "separate them); use more cohorts or Bloom bits, or fewer candidates"
+        )
     # Candidates not in the fit: the SE an isolated candidate would have.
     null_se = np.sqrt(fit.dispersion) / np.maximum(norms, 1e-300)
     unfitted = ~np.isfinite(std_error)
@@ -312,6 +329,7 @@ def _decode_rappor(
         alpha=opts.alpha,
         correction=opts.correction,
         level=opts.level,
+        width_error=width_error,
     )
     dist_from = "all candidates"
     cutoff: float | None = None
@@ -322,7 +340,7 @@ def _decode_rappor(
         # spread below the detection threshold (a smooth distribution over many
         # values) and the all-candidate fit exists, shrink that one instead.
         if not full_ok or proportion[is_sig].sum() >= opts.sparse_mass:
-            refit = _unbiased_fit(xw, target, offset, np.flatnonzero(is_sig), rows.size)
+            refit = _unbiased_fit(xw, target, offset, np.flatnonzero(is_sig), rows.size, grams)
             # These values are there because they passed the test: their prior
             # is fitted with the truncated likelihood (winner's curse; see
             # aggregator.decode.shrink). The cutoff is the test's, applied to
@@ -357,7 +375,7 @@ def _decode_rappor(
                     )
                     break
         else:
-            unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size)
+            unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size, grams)
             dist, dist_low, dist_high = _distribution(
                 c, *unbiased, opts.level, summary=opts.summary
             )
@@ -411,12 +429,33 @@ def _decode_rappor(
     )
 
 
+class _Grams:
+    """A'A of subsets of the centred whitened columns A = xw − offset·1'.
+
+    With few candidates (``whole``: an all-candidate fit may be made) the C × C
+    Gram is formed once and every subset takes its rows and columns from it;
+    otherwise each subset's is formed from its sparse columns (the same sums).
+    """
+
+    def __init__(self, xw: sp.csc_matrix, offset: FloatArray, whole: bool) -> None:
+        self.xw, self.offset = xw, offset
+        self.whole = centred_gram(xw, offset) if whole else None
+
+    def __call__(self, idx: npt.NDArray[np.intp]) -> FloatArray:
+        if self.whole is None:
+            return centred_gram(self.xw[:, idx], self.offset)
+        if idx.size == self.whole.shape[0] and np.array_equal(idx, np.arange(idx.size)):
+            return self.whole  # not copied: no caller writes to a Gram
+        return np.asarray(self.whole[np.ix_(idx, idx)])
+
+
 def _unbiased_fit(
     xw: sp.csc_matrix,
     target: FloatArray,
     offset: FloatArray,
     support: npt.NDArray[np.intp],
     n_rows: int,
+    grams: _Grams,
 ) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray]:
     """Unconstrained WLS on ``support``: (support, β̂, se), se = sqrt(φ·diag((A'A)^-1)).
 
@@ -425,19 +464,17 @@ def _unbiased_fit(
     if support.size == 0:
         return support, np.zeros(0), np.zeros(0)
     xs = xw[:, support]
-    gram = centred_gram(xs, offset)
+    gram = grams(support)
     corr = np.asarray(xs.T @ target).ravel() - float(offset @ target)
-    inv = spd_inverse(gram)
-    if inv is not None:
-        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
-    else:  # collinear: leave out what the fit cannot resolve
+    solved = spd_solve(gram, corr)
+    if solved is None:  # collinear: leave out what the fit cannot resolve
         ok = np.isfinite(inverse_diagonal(gram))
         support, xs, corr = support[ok], xs[:, ok], corr[ok]
         gram = gram[np.ix_(ok, ok)]
-        inv = spd_inverse(gram) if ok.any() else None
-        if inv is None:
+        solved = spd_solve(gram, corr) if ok.any() else None
+        if solved is None:
             return support[:0], np.zeros(0), np.zeros(0)
-        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
+    beta, var = solved
     resid = target - np.asarray(xs @ beta).ravel() + offset * float(beta.sum())
     dispersion = max(1.0, float(resid @ resid) / max(1, n_rows - support.size))
     return support, beta, np.sqrt(dispersion * var)
@@ -491,6 +528,43 @@ def _spread(
     return rest.others, rest.mean, rest.mean + 1.96 * rest.sd
 
 
+def _robust_std_error(
+    xw: sp.csc_matrix,
+    target: FloatArray,
+    offset: FloatArray,
+    fit: Fit,
+    grams: _Grams,
+    want: npt.NDArray[np.bool_] | None = None,
+) -> FloatArray:
+    """max(model se, sandwich se) of the fit's estimates (``want``: only those;
+    the model's se elsewhere, inf where it is inf).
+
+    Values outside the fit (left out of the candidates, or pruned) put their
+    mass on their own bits; a fitted value sharing bits with them absorbs it.
+    Over random hashing that bias has mean 0 (the background term centres it)
+    and the variance the residuals show on the value's own rows: the
+    heteroskedasticity-consistent (HC1) variance (A'A)^-1 A' diag(r²) A (A'A)^-1
+    · rows/(rows − p) (White, Econometrica 1980) estimates it per value.
+    """
+    out = fit.std_error.copy()
+    active = np.isfinite(fit.std_error)
+    want = active if want is None else want & active
+    if not want.any():
+        return out
+    xs = xw[:, fit.support[active]]
+    inv = spd_inverse(grams(fit.support[active]))
+    if inv is None:
+        return out
+    inv = np.tril(inv) + np.tril(inv, -1).T
+    cols = inv[:, np.flatnonzero(want[active])]
+    b = np.asarray(xs @ cols) - np.outer(offset, cols.sum(axis=0))  # A (A'A)^-1, wanted columns
+    resid = target - np.asarray(xs @ fit.beta[active]).ravel() + offset * float(fit.beta.sum())
+    rows = xs.shape[0]
+    var = (b * b).T @ (resid * resid) * rows / max(1, rows - int(active.sum()))
+    out[want] = np.maximum(out[want], np.sqrt(var))
+    return out
+
+
 def _add_missed(
     xw: sp.csc_matrix,
     target: FloatArray,
@@ -499,6 +573,7 @@ def _add_missed(
     support: npt.NDArray[np.intp],
     fit: Fit,
     opts: DecodeOptions,
+    grams: _Grams,
 ) -> tuple[npt.NDArray[np.intp], Fit]:
     """Add back what LASSO screening missed (its penalty shrinks, so true values
     collide out of the screened set): a KKT check of the NNLS fit on the
@@ -509,8 +584,8 @@ def _add_missed(
     """
     cap = max(1, int(opts.max_support * xw.shape[0]))
     for _ in range(5):
-        a = xw[:, support].toarray() - offset[:, None]
-        resid = target - a @ fit.beta
+        resid = target - np.asarray(xw[:, support] @ fit.beta).ravel()
+        resid += offset * float(fit.beta.sum())
         score = (np.asarray(xw.T @ resid).ravel() - offset @ resid) / np.maximum(norms, 1e-300)
         score /= np.sqrt(fit.dispersion)
         score[support] = -np.inf
@@ -520,5 +595,5 @@ def _add_missed(
             break
         new = new[np.argsort(-score[new])[: min(room, max(1, support.size))]]
         support = np.sort(np.concatenate([support, new]))
-        fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
+        fit = fit_nnls(xw[:, support], target, offset, support, grams(support))
     return support, fit

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from crowdmix.aggregator.decode import (
     DecodeOptions,
@@ -256,3 +257,34 @@ def test_default_test_keeps_its_false_discovery_promise() -> None:
         power.append(res.significant[:20].mean())
     assert np.mean(fdp) <= 0.2
     assert np.mean(power) > 0.8
+
+
+def test_the_fit_from_the_sparse_gram_is_the_dense_least_squares_fit() -> None:
+    """The NNLS fit forms A'A from the sparse design (no dense A): the same β and
+    standard errors as NNLS on the dense centred A and a plain inverse of A'A."""
+    from scipy.optimize import nnls
+
+    from crowdmix.aggregator.decode.wls import fit_nnls
+
+    rng = np.random.default_rng(7)
+    params = RapporParams(k=32, h=2, m=32, p=0.25, q=0.75, f=0.5)
+    values = [f"v{i}" for i in range(300)]
+    x = design_matrix(values, params)
+    weights = rng.uniform(50.0, 150.0, x.shape[0])
+    xw = sp.csc_matrix(sp.diags(weights) @ x)
+    offset = 0.06 * weights
+    share = np.zeros(300)
+    share[:60] = 0.6 * rng.dirichlet(np.ones(60))  # well below 1: no sum constraint
+    a = xw.toarray() - offset[:, None]
+    target = a @ share + rng.normal(size=x.shape[0])
+    support = np.arange(300)
+    fit = fit_nnls(xw, target, offset, support)
+    beta, _ = nnls(a, target, maxiter=30_000)
+    active = beta > 0
+    np.testing.assert_array_equal(fit.beta > 0, active)
+    np.testing.assert_allclose(fit.beta, beta, rtol=1e-8, atol=1e-12)
+    resid = target - a @ beta
+    phi = max(1.0, float(resid @ resid) / (x.shape[0] - active.sum()))
+    se = np.sqrt(phi * np.diag(np.linalg.inv(a[:, active].T @ a[:, active])))
+    np.testing.assert_allclose(fit.std_error[active], se, rtol=1e-8)
+    assert np.all(np.isinf(fit.std_error[~active]))
