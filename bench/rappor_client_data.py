@@ -5,7 +5,7 @@
 PATH is a google/rappor checkout (or its bare git directory, exported to a temp
 directory). Not run by CI: it encodes ~10^6 reports per case in google/rappor's
 Python client (~25 µs each) and needs R (``apt-get install r-base-core
-r-cran-glmnet r-cran-quadprog r-cran-matrix``) for the reference; ``--no-r``
+r-cran-glmnet r-cran-quadprog r-cran-matrix r-cran-jsonlite``) for the reference; ``--no-r``
 skips it. Every case is seeded; rerunning writes the same files.
 
 For each case, DIR/<split>/<case>-s<seed>/ holds google/rappor's three analysis

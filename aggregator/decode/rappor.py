@@ -60,7 +60,6 @@ from crowdmix.aggregator.decode.wls import (
     fit_nnls,
     inverse_diagonal,
     lasso_screen,
-    spd_inverse,
     spd_solve,
 )
 from crowdmix.core.params import RapporParams
@@ -117,12 +116,13 @@ class DecodeOptions:
     spread: bool = True
     #: The distribution's summary of each posterior: "mean" or "median".
     summary: str = "mean"
-    #: Detected rows' intervals take the larger of the model's and a robust
-    #: (sandwich) standard error, which holds the bias from colliding values
-    #: outside the fit; the test keeps the model's (``_robust_std_error``).
-    robust_intervals: bool = False
-    #: ... and the test uses it as well.
-    robust_test: bool = False
+    #: Detected rows' intervals take their width from this multiple of the
+    #: standard error (the test's cutoff stays where it was): values outside
+    #: the fit (left out of the candidates, or too small to keep) collide with
+    #: fitted ones and add error the model's se does not hold. 1.15: the
+    #: smallest of 1, 1.15, 1.3, 1.45 covering >= 95% on development cases
+    #: (google/rappor's client and bench/accuracy.py --dev; BENCHMARKS.md).
+    interval_scale: float = 1.15
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -135,6 +135,8 @@ class DecodeOptions:
             raise ValueError(f"interval must be wald or selective, got {self.interval!r}")
         if self.summary not in ("mean", "median"):
             raise ValueError(f"summary must be mean or median, got {self.summary!r}")
+        if not self.interval_scale >= 1.0:
+            raise ValueError(f"interval_scale must be >= 1, got {self.interval_scale}")
         if self.screen_z < 0 or self.screen_above <= 0 or not 0 < self.max_support <= 1:
             raise ValueError("screen_z >= 0, screen_above > 0 and 0 < max_support <= 1 required")
 
@@ -303,15 +305,7 @@ def _decode_rappor(
     proportion[support] = fit.beta
     std_error[support] = fit.std_error
     p_value[support] = one_sided_p_values(fit.beta, fit.std_error)
-    width_error: FloatArray | None = None
-    if opts.robust_test:
-        robust = _robust_std_error(xw, target, offset, fit, grams)
-        std_error[support] = robust
-        p_value[support] = one_sided_p_values(fit.beta, robust)
     is_sig = significant(p_value, alpha=opts.alpha, correction=opts.correction)
-    if opts.robust_intervals and not opts.robust_test and is_sig.any():
-        width_error = std_error.copy()
-        width_error[support] = _robust_std_error(xw, target, offset, fit, grams, is_sig[support])
     if is_sig.any() and not np.all(np.isfinite(inverse_diagonal(grams(np.flatnonzero(is_sig))))):
         raise IllPosedError(
             "the significant candidates are collinear in the design (the counts cannot "
@@ -329,7 +323,7 @@ def _decode_rappor(
         alpha=opts.alpha,
         correction=opts.correction,
         level=opts.level,
-        width_error=width_error,
+        width_error=None if opts.interval_scale == 1.0 else opts.interval_scale * std_error,
     )
     dist_from = "all candidates"
     cutoff: float | None = None
@@ -526,43 +520,6 @@ def _spread(
     if rest.others.size == 0 or not rest.spread_pays or rest.total <= 2.0 * rest.total_sd:
         return None
     return rest.others, rest.mean, rest.mean + 1.96 * rest.sd
-
-
-def _robust_std_error(
-    xw: sp.csc_matrix,
-    target: FloatArray,
-    offset: FloatArray,
-    fit: Fit,
-    grams: _Grams,
-    want: npt.NDArray[np.bool_] | None = None,
-) -> FloatArray:
-    """max(model se, sandwich se) of the fit's estimates (``want``: only those;
-    the model's se elsewhere, inf where it is inf).
-
-    Values outside the fit (left out of the candidates, or pruned) put their
-    mass on their own bits; a fitted value sharing bits with them absorbs it.
-    Over random hashing that bias has mean 0 (the background term centres it)
-    and the variance the residuals show on the value's own rows: the
-    heteroskedasticity-consistent (HC1) variance (A'A)^-1 A' diag(r²) A (A'A)^-1
-    · rows/(rows − p) (White, Econometrica 1980) estimates it per value.
-    """
-    out = fit.std_error.copy()
-    active = np.isfinite(fit.std_error)
-    want = active if want is None else want & active
-    if not want.any():
-        return out
-    xs = xw[:, fit.support[active]]
-    inv = spd_inverse(grams(fit.support[active]))
-    if inv is None:
-        return out
-    inv = np.tril(inv) + np.tril(inv, -1).T
-    cols = inv[:, np.flatnonzero(want[active])]
-    b = np.asarray(xs @ cols) - np.outer(offset, cols.sum(axis=0))  # A (A'A)^-1, wanted columns
-    resid = target - np.asarray(xs @ fit.beta[active]).ravel() + offset * float(fit.beta.sum())
-    rows = xs.shape[0]
-    var = (b * b).T @ (resid * resid) * rows / max(1, rows - int(active.sum()))
-    out[want] = np.maximum(out[want], np.sqrt(var))
-    return out
 
 
 def _add_missed(

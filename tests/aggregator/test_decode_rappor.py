@@ -288,3 +288,24 @@ def test_the_fit_from_the_sparse_gram_is_the_dense_least_squares_fit() -> None:
     se = np.sqrt(phi * np.diag(np.linalg.inv(a[:, active].T @ a[:, active])))
     np.testing.assert_allclose(fit.std_error[active], se, rtol=1e-8)
     assert np.all(np.isinf(fit.std_error[~active]))
+
+
+def test_interval_scale_widens_the_detected_rows_intervals_and_nothing_else() -> None:
+    rng = np.random.default_rng(11)
+    cands = VALUES + [f"absent-{i}" for i in range(20)]
+    x_true = design_matrix(VALUES, PARAMS)
+    totals, ones = simulate_rappor_counts(rng.multinomial(50_000, SHARES), x_true, PARAMS, rng)
+    x = design_matrix(cands, PARAMS)
+    plain = decode_rappor(totals, ones, PARAMS, x, cands)
+    wide = decode_rappor(totals, ones, PARAMS, x, cands, DecodeOptions(interval_scale=1.3))
+    sig = plain.significant
+    assert sig.any() and not sig.all()
+    np.testing.assert_array_equal(wide.significant, sig)
+    np.testing.assert_array_equal(wide.p_value, plain.p_value)
+    np.testing.assert_array_equal(wide.proportion, plain.proportion)
+    assert np.all(wide.ci_low[sig] <= plain.ci_low[sig])
+    assert np.all(wide.ci_high[sig] > plain.ci_high[sig])
+    np.testing.assert_array_equal(wide.ci_low[~sig], plain.ci_low[~sig])
+    np.testing.assert_array_equal(wide.ci_high[~sig], plain.ci_high[~sig])
+    with pytest.raises(ValueError, match="interval_scale"):
+        DecodeOptions(interval_scale=0.5)
