@@ -281,7 +281,8 @@ def _decode_rappor(
     # The distribution answer starts from unbiased estimates of every candidate
     # when the candidates are few enough for an unconstrained fit to be stable.
     full_ok = c <= opts.full_fit_share * rows.size
-    grams = _Grams(xw, offset, whole=full_ok)
+    # (at most 2 000 candidates: 32 MB; beyond, as many bytes as the fits need)
+    grams = _Grams(xw, offset, whole=full_ok and c <= 2000)
     fit = fit_nnls(xw[:, support], target, offset, support, grams(support))
     if screened and opts.add_z > 0:
         support, fit = _add_missed(xw, target, offset, norms, support, fit, opts, grams)
