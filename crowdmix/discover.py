@@ -1,14 +1,16 @@
 """``crowdmix discover``: heavy hitters without a candidate list.
 
-    crowdmix discover simulate [--words N | --values FILE] --devices N
-                               [--epsilon 1] [--delta 1e-6] [--spans 3,6,...] [--keep K]
-                               [--candidates C] [--top T] [--seed S] [--json]
+    crowdmix discover simulate [--words N | --values FILE] --devices N [...]
+    crowdmix discover open --config FILE --metric NAME --rounds FILE --state FILE [--window W]
+    crowdmix discover step --config FILE --metric NAME --rounds FILE --state FILE --redis URL
+                           [--window W] [--ledger FILE [--new-ledger]] [--top T] [--json]
+    crowdmix discover demo [--words N | --values FILE] [--devices N] [--seed S]
 
-Simulates the devices (numpy), runs every prefix round and the value round
-through the real decoders and prints the discovered values with their shares,
-95% intervals and the privacy statement. ``--words N``: the N most frequent
-English words with their frequencies (``pip install 'crowdmix[words]'``);
-``--values FILE``: one value per line, optionally ``value<TAB>weight``.
+``simulate``: devices simulated in numpy, every round through the real decoders.
+``open``/``step``: the round job of a registry's heavy-hitters metric (served to devices
+by the shuffler from the round file); ``step`` decodes the round whose window is over and
+serves the next, or prints the result. ``demo``: all of it through real daemons.
+``--words N``: English words (``crowdmix[words]``); ``--values FILE``: ``value[<TAB>weight]``.
 """
 
 from __future__ import annotations
@@ -44,8 +46,207 @@ def register(sub: Any) -> None:
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=_simulate)
 
+    op = dsub.add_parser("open", help="start a registry metric's discovery: serve round 0")
+    _job_arguments(op)
+    op.add_argument("--window", type=int, help="round 0's window (default: the next one)")
+    op.set_defaults(func=_open)
+    st = dsub.add_parser(
+        "step", help="decode the round whose window is over; serve the next or print the result"
+    )
+    _job_arguments(st)
+    st.add_argument("--redis", metavar="URL", required=True, help="the aggregator's Redis")
+    st.add_argument("--window", type=int, help="the next round's window (default: the next one)")
+    led = st.add_argument_group("privacy ledger (each round is recorded; over budget: refused)")
+    led.add_argument("--ledger", metavar="FILE", help="JSON ledger of the metric's releases")
+    led.add_argument("--new-ledger", action="store_true", help="start --ledger FILE empty")
+    led.add_argument("--budget-epsilon", type=float, metavar="E", help="total ε allowed")
+    led.add_argument("--budget-delta", type=float, default=1e-5, metavar="D", help="(1e-5)")
+    st.add_argument("--top", type=positive_count, default=20, help="rows to print")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_step)
 
-def _population(args: argparse.Namespace) -> tuple[list[str], list[float]]:
+    from crowdmix.discover_demo import add_demo_parser
+
+    add_demo_parser(dsub)
+
+
+def _job_arguments(p: Any) -> None:
+    p.add_argument("--config", metavar="FILE", required=True, help="metric registry")
+    p.add_argument("--metric", metavar="NAME", required=True, help="a heavy-hitters metric")
+    p.add_argument(
+        "--rounds", metavar="FILE", required=True, help="the round file the shufflers serve"
+    )
+    p.add_argument("--state", metavar="FILE", required=True, help="this job's state file")
+
+
+def _job_metric(args: argparse.Namespace) -> tuple[Any, Any]:
+    from crowdmix.cli import CliError
+    from crowdmix.core.registry import load_registry
+
+    registry = load_registry(args.config)
+    metric = registry.get(args.metric)
+    if metric is None:
+        known = ", ".join(sorted(registry.metrics))
+        raise CliError(f"metric {args.metric!r} is not in {args.config} (known: {known})")
+    return registry, metric
+
+
+def _describe(served: Any) -> str:
+    if served.candidates:
+        return f"the value round over {len(served.candidates)} candidates"
+    return f"prefix symbols {served.start}-{served.stop}, {served.seeds} seeds x {served.buckets}"
+
+
+def _open(args: argparse.Namespace) -> int:
+    import time
+
+    from crowdmix.aggregator.discovery.pipeline import DiscoveryError, open_discovery
+    from crowdmix.cli import CliError
+    from crowdmix.core.errors import ParamsError
+
+    registry, metric = _job_metric(args)
+    try:
+        served = open_discovery(
+            registry,
+            metric,
+            rounds_file=args.rounds,
+            state_file=args.state,
+            now=time.time(),
+            window=args.window,
+        )
+    except (DiscoveryError, ParamsError) as exc:
+        raise CliError(str(exc)) from None
+    print(
+        f"{metric.name}: round 0 ({_describe(served)}, local ε0 = {served.epsilon:.4f}) "
+        f"served in window {served.window} (from {_utc(served.window * registry.window_seconds)})"
+    )
+    return 0
+
+
+def _utc(t: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _step(args: argparse.Namespace) -> int:
+    import time
+
+    from crowdmix.aggregator.accounting import AccountingError
+    from crowdmix.aggregator.discovery.pipeline import DiscoveryError, step_discovery
+    from crowdmix.aggregator.errors import StoreError
+    from crowdmix.aggregator.store import open_store
+    from crowdmix.cli import CliError
+    from crowdmix.core.errors import ParamsError
+
+    registry, metric = _job_metric(args)
+    ledger = None
+    if args.ledger:
+        from crowdmix.aggregator.accounting import Budget, JsonFileLedgerStore, PrivacyLedger
+
+        budget = (
+            Budget(epsilon=args.budget_epsilon, delta=args.budget_delta)
+            if args.budget_epsilon is not None
+            else None
+        )
+        lstore = JsonFileLedgerStore(args.ledger, create=False)
+        if args.new_ledger:
+            lstore.init()
+        ledger = PrivacyLedger(lstore, budget)
+    elif args.new_ledger:
+        raise CliError("--new-ledger needs --ledger FILE")
+    try:
+        store = open_store(args.redis)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        result = step_discovery(
+            registry,
+            metric,
+            store,
+            rounds_file=args.rounds,
+            state_file=args.state,
+            now=time.time(),
+            window=args.window,
+            ledger=ledger,
+        )
+    except (DiscoveryError, ParamsError, StoreError, LookupError) as exc:
+        raise CliError(str(exc).strip("'\"")) from None
+    except AccountingError as exc:
+        raise CliError(f"round refused by the ledger {args.ledger}: {exc}") from None
+    finally:
+        store.close()
+    if result.table is None:
+        assert result.served is not None
+        print(
+            f"{metric.name}: round {result.round} decoded from {result.reports:,} reports of "
+            f"window {result.window}"
+            + (f" ({result.outside:,} outside its index range, ignored)" if result.outside else "")
+            + f"; round {result.served.round} ({_describe(result.served)}, local ε0 = "
+            f"{result.served.epsilon:.4f}) served in window {result.served.window} (from "
+            f"{_utc(result.served.window * registry.window_seconds)})"
+        )
+        return 0
+    assert result.guarantee is not None
+    print_result(result.table, result.guarantee, result.costs, top=args.top, as_json=args.json,
+                 ledger=result.ledger)  # fmt: skip
+    return 0
+
+
+def result_rows(table: Any, top: int) -> list[dict[str, Any]]:
+    """The significant discovered values (at most ``top``), as printed."""
+    return [
+        {
+            "value": v,
+            "share": float(table.share[i]),
+            "ci_low": float(table.ci_low[i]),
+            "ci_high": float(table.ci_high[i]),
+            "significant": bool(table.significant[i]),
+        }
+        for i, v in enumerate(table.values)
+        if table.significant[i]
+    ][:top]
+
+
+def print_result(
+    table: Any,
+    guarantee: Any,
+    costs: Any,
+    *,
+    top: int,
+    as_json: bool = False,
+    ledger: dict[str, Any] | None = None,
+) -> None:
+    """The discovered values with shares and 95% intervals, and the privacy statement."""
+    rows = result_rows(table, top)
+    rounds = [{"round": r, "group": g, "reports": n, "epsilon0": e} for r, g, n, e in costs]
+    if as_json:
+        out: dict[str, Any] = {"values": rows, "rounds": rounds, "privacy": guarantee.to_dict()}
+        if ledger is not None:
+            out["ledger"] = ledger
+        print(json.dumps(out))
+        return
+    print(f"{'value':<18} {'share':>9}   95% interval")
+    for row in rows:
+        print(
+            f"{row['value']:<18} {row['share']:>9.5f}   [{row['ci_low']:.5f}, {row['ci_high']:.5f}]"
+        )
+    print(
+        f"\nprivacy: central (ε={guarantee.epsilon:.4f}, δ={guarantee.delta:.1e}) over "
+        f"{len(rounds)} rounds ({guarantee.argument}); each device reports once, "
+        f"local ε0 ≤ {guarantee.local_epsilon:.3f}"
+    )
+    for r in rounds:
+        print(f"  round {r['round']}: {r['reports']} reports, ε0 = {r['epsilon0']:.3f}")
+    if ledger is not None:
+        print(
+            f"ledger: {ledger['releases']} releases of this metric, total "
+            f"(ε={ledger['total_epsilon']:.4f}, δ={ledger['total_delta']:.1e})"
+        )
+
+
+def population(args: argparse.Namespace) -> tuple[list[str], list[float]]:
+    """(values, weights) of ``--words N`` or ``--values FILE``."""
     from crowdmix.cli import CliError
     from crowdmix.options import read_input
 
@@ -103,7 +304,7 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     except (ValueError, ParamsError) as exc:
         raise CliError(str(exc)) from None
-    values, weights = _population(args)
+    values, weights = population(args)
     rng = np.random.default_rng(args.seed)
     w = np.asarray(weights, dtype=np.float64)
     holders = rng.choice(len(values), size=args.devices, p=w / w.sum())
@@ -115,33 +316,5 @@ def _simulate(args: argparse.Namespace) -> int:
     table, guarantee = outcome.table, outcome.guarantee
     if table is None or guarantee is None:  # simulate always ends with the value round
         raise CliError("the discovery did not finish")
-    rows = [
-        {
-            "value": v,
-            "share": float(table.share[i]),
-            "ci_low": float(table.ci_low[i]),
-            "ci_high": float(table.ci_high[i]),
-            "significant": bool(table.significant[i]),
-        }
-        for i, v in enumerate(table.values)
-        if table.significant[i]
-    ][: args.top]
-    rounds = [
-        {"round": r, "group": g, "reports": n, "epsilon0": e} for r, g, n, e in outcome.state.costs
-    ]
-    if args.json:
-        print(json.dumps({"values": rows, "rounds": rounds, "privacy": guarantee.to_dict()}))
-        return 0
-    print(f"{'value':<18} {'share':>9}   95% interval")
-    for row in rows:
-        print(
-            f"{row['value']:<18} {row['share']:>9.5f}   [{row['ci_low']:.5f}, {row['ci_high']:.5f}]"
-        )
-    print(
-        f"\nprivacy: central (ε={guarantee.epsilon:.4f}, δ={guarantee.delta:.1e}) over "
-        f"{len(rounds)} rounds ({guarantee.argument}); each device reports once, "
-        f"local ε0 ≤ {guarantee.local_epsilon:.3f}"
-    )
-    for r in rounds:
-        print(f"  round {r['round']}: {r['reports']} reports, ε0 = {r['epsilon0']:.3f}")
+    print_result(table, guarantee, outcome.state.costs, top=args.top, as_json=args.json)
     return 0
