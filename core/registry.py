@@ -204,11 +204,6 @@ class MetricConfig:
                 f"metric {self.name!r}: release = 'window' is for shuffled histograms and "
                 "heavy hitters only"
             )
-        if self.heavy_hitters is not None and self.shuffle.release != "window":
-            raise ParamsError(
-                f"metric {self.name!r}: a heavy-hitters round is one shuffle of its window: "
-                "its shuffle release must be 'window'"
-            )
         if self.rappor is not None:
             self.rappor.check_hashing(self.hashing)
             fp = self.rappor.fingerprint(self.hashing)
@@ -465,6 +460,11 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
                     f"{where}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
                     f"required for {HEAVY_HITTERS} (the plan and the privacy target are "
                     "stated, none defaulted)"
+                )
+            if shuffle.release != "window":
+                raise RegistryError(
+                    f"{where}: a heavy-hitters round is one shuffle of its window: its "
+                    "shuffle release must be 'window'"
                 )
             heavy = HeavyHittersParams(**{key: table[key] for key in _HEAVY_PARAMS})
             return MetricConfig(name=name, heavy_hitters=heavy, shuffle=shuffle)
