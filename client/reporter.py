@@ -7,14 +7,12 @@
     reporter.flush(timeout=2.0)                 # at exit: the number still queued
     reporter.close()
 
-Config comes from ``GetConfig`` (cached; a bundled config allows the first report
-offline). One report per metric per window, claimed and stored in one transaction of
-``app_dir/outbox.sqlite3``. After construction ``report`` never raises or blocks: a
-background thread does all network I/O; what to do is ``crowdmix.client.delivery.decide``.
-Params above the privacy ceiling (``crowdmix.client.ceiling``) make no report. Programmer
-errors raise at construction. Imports neither grpc nor protobuf. A heavy-hitters metric
-encodes against the round served for the report's window; none served: ``NO_ROUND``, nothing
-made, the config fetched again. More: docs/design.md, "Client".
+Config comes from ``GetConfig`` (cached; a bundled config allows the first report offline).
+One report per metric per window, claimed and stored in one transaction of
+``app_dir/outbox.sqlite3``; ``report`` then never raises or blocks: a background thread does
+all network I/O, as ``crowdmix.client.delivery.decide`` says. Params above the ceiling
+(``crowdmix.client.ceiling``), or a heavy-hitters metric without its window's round, make no
+report. Programmer errors raise at construction. No grpc/protobuf import. docs/design.md, "Client".
 """
 
 from __future__ import annotations

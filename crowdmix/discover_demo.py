@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     from crowdmix.aggregator.discovery.pipeline import DiscoveryError
     from crowdmix.cli import CliError
     from crowdmix.core.errors import ParamsError
-    from crowdmix.discover import print_result
+    from crowdmix.discover_support import print_result
 
     if args.words is None and args.values is None:
         if not SHIPPED.exists():
@@ -92,7 +92,7 @@ def run_discovery_demo(
     from crowdmix.core.errors import ParamsError
     from crowdmix.core.registry import MetricConfig, Registry, ShufflePolicy
     from crowdmix.demo_support import say
-    from crowdmix.discover import population
+    from crowdmix.discover_support import population
     from crowdmix.shuffler.config import ShufflerSettings
     from crowdmix.shuffler.memory_store import MemoryStore
     from crowdmix.shuffler.server import start_shuffler
@@ -165,10 +165,13 @@ def run_discovery_demo(
             now[0] = window * ws + ws / 2
             group = holders[cuts[r] : cuts[r + 1]]
             with ShufflerClient(target, background=False, sealing="off") as sender:
-                config = sender.config(refresh=True)  # GetConfig: the round of this window
-                mine = config.round_of(METRIC, window)
-                if mine is None:
-                    raise RuntimeError(f"the shuffler serves no round in window {window}")
+                # GetConfig: the round of this window (the shuffler re-reads the round
+                # file at most once a second: a device without it waits and asks again)
+                deadline = time.monotonic() + 10.0
+                while (mine := sender.config(refresh=True).round_of(METRIC, window)) is None:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the shuffler serves no round in window {window}")
+                    time.sleep(0.2)
                 encoder = WindowEncoder(
                     mine.params(hh), metric=METRIC, fingerprint=metric.fingerprint, window=window
                 )
