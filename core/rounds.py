@@ -53,8 +53,14 @@ class ServedRound:
             return ValueRound(
                 symbols=metric.symbols, epsilon=self.epsilon, candidates=self.candidates
             )
-        if not 0 <= self.round < len(metric.spans) or self.stop != metric.spans[self.round]:
-            raise ParamsError(f"round {self.round} does not extend prefixes to {self.stop}")
+        r = self.round
+        if not 0 <= r < len(metric.spans) or (self.start, self.stop) != (
+            metric.spans[r - 1] if r else 0,
+            metric.spans[r],
+        ):
+            raise ParamsError(
+                f"round {r} does not extend prefixes from {self.start} to {self.stop}"
+            )
         return PrefixRound(
             symbols=metric.symbols,
             start=self.start,

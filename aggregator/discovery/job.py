@@ -101,7 +101,14 @@ def cells_bound(params: HeavyHittersParams) -> int:
     settings = settings_of(params)
     eps0 = settings.epsilon0s()
     plan = settings.plan
-    prefix = [plan.prefix_round(r, eps0[r]).cells for r in range(len(plan.spans))]
+    try:
+        prefix = [plan.prefix_round(r, eps0[r]).cells for r in range(len(plan.spans))]
+    except ValueError as exc:
+        raise ValueError(
+            f"the target (ε={params.epsilon}, δ={params.delta}) over {params.devices} devices "
+            f"leaves a round local ε0 = {min(eps0):.4g}, too small for its hashing ({exc}): "
+            "expect more devices, or a larger target"
+        ) from None
     return max(*prefix, plan.candidates + 1)
 
 

@@ -101,6 +101,7 @@ def _heavy(metric: MetricConfig) -> DiscoverySettings:
             f"metric {metric.name!r} is {metric.encoding}, not a heavy-hitters metric"
         )
     try:
+        cells_bound(metric.heavy_hitters)  # every round can be planned
         return settings_of(metric.heavy_hitters)
     except ValueError as exc:  # no local ε0 meets the target over a group
         raise DiscoveryError(f"metric {metric.name!r}: {exc}") from None

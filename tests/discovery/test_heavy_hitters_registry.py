@@ -76,3 +76,13 @@ def test_a_bad_field_is_named(field: str, value: Any, message: str) -> None:
 def test_a_round_is_one_shuffle_of_its_window() -> None:
     with pytest.raises(RegistryError, match="its shuffle release must be 'window'"):
         _parse({**ENTRY, "shuffle": {"release": "max_batch"}})
+
+
+def test_the_aggregator_refuses_at_start_a_target_no_round_can_meet() -> None:
+    from crowdmix.aggregator.daemon.ingest import Ingestor
+    from crowdmix.aggregator.errors import ConfigError
+    from crowdmix.aggregator.store import open_store
+
+    registry = parse_registry({"metrics": {"words": {**ENTRY, "epsilon": 1e-3}}})
+    with pytest.raises(ConfigError, match=r"metric 'words': the target \(ε=0.001"):
+        Ingestor(registry, open_store(None))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from crowdmix.aggregator.discovery.pipeline import (
     open_discovery,
     step_discovery,
 )
+from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import load_batch_sizes, open_store
 from crowdmix.core.registry import parse_registry
 from crowdmix.demo import demo_redis_urls
@@ -87,8 +89,9 @@ def _wait(cond: object, timeout: float = 30.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize("sealing", ["required", "off"])
 def test_a_discovery_over_three_windows_finds_the_planted_values(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, sealing: Literal["required", "off"]
 ) -> None:
     registry = parse_registry(_registry_dict())
     metric = registry[METRIC]
@@ -97,13 +100,28 @@ def test_a_discovery_over_three_windows_finds_the_planted_values(
     start = registry.window_of(time.time())
     now = [start * HOUR + HOUR / 2]  # the daemons' and the devices' clock
     counts = open_store(aggregator_url)
-    aggregator = start_aggregator(registry, counts, listen="127.0.0.1:0", clock=lambda: now[0])
+    keys_file = public = None
+    if sealing == "required":  # the SDK's default: reports sealed to the aggregator's key
+        t = int(time.time())
+        keys, _ = KeySet().with_new_key(t - HOUR)
+        keys_file, public = tmp_path / "keys.json", tmp_path / "public.json"
+        save_keyset(keys_file, keys, now=t, create=True)
+        write_public_config(public, keys, now=t)
+    aggregator = start_aggregator(
+        registry,
+        counts,
+        listen="127.0.0.1:0",
+        clock=lambda: now[0],
+        keys_file=None if keys_file is None else str(keys_file),
+    )
     rounds_file, state_file = tmp_path / "rounds.json", tmp_path / "state.json"
     shuffler = start_shuffler(
         registry,
         RedisStore(shuffler_url),
         f"127.0.0.1:{aggregator.port}",
-        settings=ShufflerSettings(rounds_file=str(rounds_file)),
+        settings=ShufflerSettings(
+            rounds_file=str(rounds_file), public_keys=None if public is None else str(public)
+        ),
         clock=lambda: now[0],
         owns_store=True,
     )
@@ -112,7 +130,7 @@ def test_a_discovery_over_three_windows_finds_the_planted_values(
     devices: list[client.Reporter] = []
     try:
         # before any round is served, a device makes nothing and says why
-        with client.Reporter(tmp_path / "early", target, tls=False, sealing="off",
+        with client.Reporter(tmp_path / "early", target, tls=False, sealing=sealing,
                              background=False, clock=lambda: now[0]) as early:  # fmt: skip
             assert early.flush(timeout=20) == 0  # the config is fetched
             refused = early.report(METRIC, "apple")
@@ -122,7 +140,7 @@ def test_a_discovery_over_three_windows_finds_the_planted_values(
             window=start,
         )  # fmt: skip
         devices = [
-            client.Reporter(tmp_path / f"dev{i}", target, tls=False, sealing="off",
+            client.Reporter(tmp_path / f"dev{i}", target, tls=False, sealing=sealing,
                             background=False, clock=lambda: now[0])
             for i in range(DEVICES)
         ]  # fmt: skip
