@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.redis_url import redis_url_problem
 from crowdmix.core.registry import Registry, RegistryError, parse_registry
 from crowdmix.shuffler.errors import ConfigError
 
@@ -103,17 +103,9 @@ class ShufflerSettings:
             h, s, p = self.aggregator.rpartition(":")
             if not s or not h or not p.isdigit():
                 raise ConfigError(f"aggregator must be HOST:PORT, got {self.aggregator!r}")
-        if self.redis is not None:
-            if not is_redis_url(self.redis):
-                raise ConfigError(
-                    "redis must be a redis://, rediss://, unix:// or "
-                    f"redis+cluster://host:port,... URL, got {self.redis!r}"
-                )
-            if is_cluster_url(self.redis):
-                try:
-                    parse_cluster_url(self.redis)
-                except ValueError as exc:
-                    raise ConfigError(f"redis: {exc}") from None
+        problem = self.redis and redis_url_problem("redis", self.redis)
+        if problem:
+            raise ConfigError(problem)
         n = self.min_replicas_ack
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigError(f"min_replicas_ack must be >= 0, got {self.min_replicas_ack}")

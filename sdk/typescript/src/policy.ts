@@ -107,8 +107,11 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
     if (!state.refetched) return { kind: "refetch", reason: `metric ${first.metric}: the reports' params are not in the config` };
     return { kind: "drop", ids, reason: "params_changed" };
   }
-  if (mc.histogram && state.sealing === "off")
-    return { kind: "drop", ids, reason: "refused", message: `metric ${first.metric}: a shuffled histogram is never sent clear` };
+  if (state.sealing === "off" && (mc.histogram || !(mc.rappor || mc.basic))) {
+    // nor is a report of an encoding this build does not carry (another build made it)
+    const why = mc.histogram ? "a shuffled histogram" : `encoding ${mc.encoding}, not in this build,`;
+    return { kind: "drop", ids, reason: "refused", message: `metric ${first.metric}: ${why} is never sent clear` };
+  }
   const refusal = state.ceiling(first.metric, mc);
   if (refusal !== null) return { kind: "drop", ids, reason: "refused_by_ceiling", message: refusal };
   if (state.sealing === "off") return { kind: "send", rows: [...rows], window: first.window, key: null };

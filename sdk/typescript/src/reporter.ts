@@ -22,19 +22,15 @@
  * - Never throws into the app after construction: `report` resolves to false, `flush`
  *   to the number still queued, and `lastError` says why.
  */
-import { BasicEncoder } from "./basic.js";
-import { type DeviceConfig, type MetricConfig, parseConfig } from "./config.js";
+import { type DeviceConfig, type Encoding, type MetricConfig, readConfig } from "./config.js";
 import { call } from "./connect.js";
-import { HistogramEncoder } from "./histogram.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
 import { type Answer, type CachedConfig, type SendState, classify, decide, nextGroup, windowAt } from "./policy.js";
 import { epsilonInf, epsilonOne } from "./privacy.js";
-import { type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
+import { type WireKey, type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
 import { type RandomBytes, secureRandomBytes } from "./random.js";
-import { RapporEncoder } from "./rappor.js";
-import { type Report, fromHex, toHex } from "./report.js";
-import { PROTOCOL_VERSION, chooseKey, sealReport } from "./sealed.js";
-import type { WireKey } from "./proto.js";
+import { PROTOCOL_VERSION, type Report, fromHex, toHex } from "./report.js";
+import { chooseKey, sealReport } from "./sealed.js";
 
 export interface ReporterOptions {
   /** The shuffler's HTTP port, e.g. "https://shuffler.example:7443". */
@@ -85,7 +81,7 @@ const EARLIEST = 1577836800; // 2020-01-01: a server time before it is not plaus
 const LATEST = 4102444800; // 2100-01-01
 const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
 
-type Encoder = RapporEncoder | BasicEncoder | HistogramEncoder;
+type Encode = (value: string | number | Uint8Array) => Report[];
 
 /** Why `mc`'s served params are above the ceiling, or null. */
 export function ceilingProblem(
@@ -123,7 +119,7 @@ export class Reporter {
   /** What the last `report` call did. */
   lastStatus: ReportStatus | null = null;
   private cfg: CachedConfig | null = null;
-  private encoders = new Map<string, { fp: bigint; enc: Encoder }>();
+  private encoders = new Map<string, { fp: bigint; enc: Encode }>();
   private closed = false;
   private round: Promise<boolean> | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
@@ -132,10 +128,12 @@ export class Reporter {
   private readonly o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes" | "bundledConfig">> & Pick<ReporterOptions, "token" | "fetch">;
   private readonly rand: RandomBytes;
 
+  /** `encodings`: the kinds of metric this reporter reports (the entry point's). */
   constructor(
     private readonly outbox: Outbox,
     private readonly secret: Uint8Array,
     options: ReporterOptions,
+    private readonly encodings: readonly Encoding[],
   ) {
     if (!options.url) throw new RangeError("url must name the shuffler's HTTP port");
     const sealing = options.sealing ?? "required";
@@ -164,7 +162,7 @@ export class Reporter {
     const cached = outbox.snapshot.config;
     if (cached) {
       try {
-        this.cfg = { config: parseConfig(fromHex(cached.answer)), fetchedAt: cached.fetchedAt, offset: cached.offset };
+        this.cfg = { config: readConfig(fromHex(cached.answer), encodings), fetchedAt: cached.fetchedAt, offset: cached.offset };
       } catch {
         this.cfg = null; // a cached answer this SDK cannot read: fetch a new one
       }
@@ -172,7 +170,7 @@ export class Reporter {
     if (!this.cfg && options.bundledConfig) {
       // made before this device's clock was ever compared with the server's: offset 0,
       // and already expired, so the first chance to fetch a fresh one is taken
-      this.cfg = { config: parseConfig(options.bundledConfig), fetchedAt: -Infinity, offset: 0 };
+      this.cfg = { config: readConfig(options.bundledConfig, encodings), fetchedAt: -Infinity, offset: 0 };
     }
     if (this.o.background && outbox.snapshot.rows.length) this.schedule(0);
   }
@@ -222,15 +220,10 @@ export class Reporter {
       const ws = cfg.config.windowSeconds;
       const window = windowAt(this.o.clock(), cfg.offset, ws);
       const enc = this.encoder(metric, mc);
+      if (!enc) return this.refuse("unknown_metric", `metric ${metric}: its encoding ${mc.encoding} is not in this build (import @crowdmix/client for every encoding)`);
       let reports: Report[];
       try {
-        if (enc instanceof RapporEncoder) {
-          if (typeof value === "number") throw new RangeError("a value is a string or bytes");
-          reports = [enc.encode(value)];
-        } else {
-          if (typeof value !== "string" && typeof value !== "number") throw new RangeError("a value is a string or an index");
-          reports = enc instanceof HistogramEncoder ? enc.encode(value) : [enc.encode(value)];
-        }
+        reports = enc(value);
       } catch (e) {
         return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
       }
@@ -317,17 +310,17 @@ export class Reporter {
     return false;
   }
 
-  private encoder(metric: string, mc: MetricConfig): Encoder {
+  private encoder(metric: string, mc: MetricConfig): Encode | undefined {
     const have = this.encoders.get(metric);
     if (have && have.fp === mc.fingerprint) return have.enc;
-    const opts = { randomBytes: this.rand, domain: mc.domain };
-    const enc = mc.rappor
-      ? new RapporEncoder(mc.rappor, metric, this.secret, { randomBytes: this.rand })
-      : mc.basic
-        ? new BasicEncoder(mc.basic, metric, opts)
-        : new HistogramEncoder(mc.histogram!, metric, opts);
-    this.encoders.set(metric, { fp: mc.fingerprint, enc });
-    return enc;
+    for (const e of this.encodings) {
+      const enc = e.encoder(metric, mc, this.secret, this.rand);
+      if (enc) {
+        this.encoders.set(metric, { fp: mc.fingerprint, enc });
+        return enc;
+      }
+    }
+    return undefined;
   }
 
   private async fetchConfig(timeoutMs: number): Promise<boolean> {
@@ -339,7 +332,7 @@ export class Reporter {
     const receivedAt = this.o.clock();
     let config: DeviceConfig;
     try {
-      config = parseConfig(r.body);
+      config = readConfig(r.body, this.encodings);
     } catch (e) {
       this.lastError = `GetConfig: ${(e as Error).message}`;
       return false;

@@ -21,6 +21,7 @@ const config = (o = {}) => ({
     metrics: new Map([
       ["m", metric("m", rappor, { rappor })],
       ["h", metric("h", hist, { histogram: hist })],
+      ["b", metric("b", rappor)], // of an encoding this build leaves out: no params
     ]),
     keys: o.keys ?? [key],
   },
@@ -45,6 +46,8 @@ const CASES = [
   ["params not served after a fetch", [row({ fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
   ["unknown metric after a fetch", [row({ metric: "gone", fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
   ["histogram never clear", [row({ metric: "h" })], config(), state({ sealing: "off" }), "drop:refused"],
+  ["encoding not in this build: sealed", [row({ metric: "b" })], config(), state(), "send"],
+  ["encoding not in this build: never clear", [row({ metric: "b" })], config(), state({ sealing: "off" }), "drop:refused"],
   ["above the ceiling", [row()], config(), state({ ceiling: () => "too loose" }), "drop:refused_by_ceiling"],
   ["no key: fetch", [row()], config({ keys: [] }), state(), "refetch"],
   ["no key after a fetch: wait, never clear", [row()], config({ keys: [] }), state({ refetched: true }), "wait"],
