@@ -7,12 +7,12 @@
     reporter.flush(timeout=2.0)                 # at exit: the number still queued
     reporter.close()
 
-Config comes from ``GetConfig`` (cached; a bundled config allows the first report
-offline). One report per metric per window, claimed and stored in one transaction of
-``app_dir/outbox.sqlite3``. After construction ``report`` never raises or blocks: a
-background thread does all network I/O; what to do is ``crowdmix.client.delivery.decide``.
-Params above the privacy ceiling (``crowdmix.client.ceiling``) make no report. Programmer
-errors raise at construction. Imports neither grpc nor protobuf. More: docs/design.md, "Client".
+Config comes from ``GetConfig`` (cached; a bundled config allows the first report offline).
+One report per metric per window, claimed and stored in one transaction of
+``app_dir/outbox.sqlite3``; ``report`` then never raises or blocks: a background thread does
+all network I/O, as ``crowdmix.client.delivery.decide`` says. Params above the ceiling
+(``crowdmix.client.ceiling``), or a heavy-hitters metric without its window's round, make no
+report. Programmer errors raise at construction. No grpc/protobuf import. docs/design.md, "Client".
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from crowdmix.client.target import check_target
 
 if TYPE_CHECKING:
     from crowdmix.client.basic import BasicEncoder
+    from crowdmix.client.discovery import WindowEncoder
     from crowdmix.client.histogram import HistogramEncoder
     from crowdmix.client.link import Link
     from crowdmix.client.rappor import RapporEncoder
@@ -64,6 +65,9 @@ log = logging.getLogger("crowdmix.client")
 
 Sealing = Literal["required", "off"]
 SECRET_BYTES = 32
+#: A heavy-hitters report without a served round for its window fetches the config
+#: again, at most once per this many seconds (device clock) of the config's age.
+ROUND_REFETCH_SECONDS = 10.0
 #: How long the background sender waits for a connection before it backs off.
 BACKGROUND_CONNECT_WAIT = 1.0
 
@@ -79,6 +83,8 @@ class ReportStatus(enum.Enum):
     INVALID_VALUE = "invalid_value"  # not a value of the metric's domain or type
     REFUSED_BY_CEILING = "refused_by_ceiling"  # served params above the privacy ceiling
     REFUSED_UNSEALED = "refused_unsealed"  # a shuffled histogram with sealing="off"
+    NO_ROUND = "no_round"  # heavy hitters: no round served for this window (yet)
+    NOT_THIS_ROUND = "not_this_round"  # heavy hitters: this device is in another round
     OUTBOX_FULL = "outbox_full"  # max_reports or max_bytes reached
     OUTBOX_UNUSABLE = "outbox_unusable"  # the outbox file cannot be written
     CLOSED = "closed"  # report() after close()
@@ -154,8 +160,13 @@ def _check_extra(sealing: Sealing) -> None:
 def _value_problem(encoder: object, value: object) -> str | None:
     """Why ``value`` cannot be encoded by ``encoder``, or None."""
     from crowdmix.client.basic import BasicEncoder
+    from crowdmix.client.discovery import WindowEncoder
     from crowdmix.client.histogram import HistogramEncoder
 
+    if isinstance(encoder, WindowEncoder):
+        if not isinstance(value, str):
+            return f"metric {encoder.metric!r}: a heavy-hitters value is a str, got {value!r}"
+        return None
     if isinstance(encoder, BasicEncoder | HistogramEncoder):
         if isinstance(value, bool) or not isinstance(value, str | int):
             return f"metric {encoder.metric!r}: a value is a str or an int, got {value!r}"
@@ -261,6 +272,7 @@ class Reporter:
         self._jitter = jitter if jitter is not None else random.Random()
         self._cached: CachedConfig | None = None
         self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder | HistogramEncoder] = {}
+        self._window_encoders: dict[str, WindowEncoder] = {}  # heavy hitters: this window's
         self._link: Link | None = None
         self._reset_link = False
         self._send_lock = threading.Lock()
@@ -393,13 +405,21 @@ class Reporter:
         refusal = self._ceiling.refusal(metric, mc)
         if refusal is not None:
             return self._refused(ReportStatus.REFUSED_BY_CEILING, refusal)
-        encoder = self._encoder(metric, mc)
+        window = in_use.window(now)
+        encoder: RapporEncoder | BasicEncoder | HistogramEncoder | WindowEncoder
+        if mc.heavy_hitters is not None:
+            made = self._window_encoder(metric, mc, in_use, window, now)
+            if isinstance(made, ReportResult):
+                return made
+            encoder = made
+        else:
+            encoder = self._encoder(metric, mc)
         problem = _value_problem(encoder, value)
         if problem is not None:
             return self._refused(ReportStatus.INVALID_VALUE, problem)
         claim = self._outbox.claim(
             metric,
-            in_use.window(now),
+            window,
             in_use.config.window_seconds,
             lambda: encoder.encode(value),  # type: ignore[arg-type]
         )
@@ -412,6 +432,50 @@ class Reporter:
             return ReportResult(ReportStatus.OUTBOX_FULL, detail)
         self._poke()
         return _CLAIMED
+
+    def _window_encoder(
+        self, metric: str, mc: MetricConfig, in_use: CachedConfig, window: int, now: Reading
+    ) -> WindowEncoder | ReportResult:
+        """The encoder of the round served for ``window``; without one, NO_ROUND (and
+        the config is fetched again: the round may have been written since)."""
+        from crowdmix.client.discovery import WindowEncoder, device_round
+
+        assert mc.heavy_hitters is not None  # the caller's test
+        served = in_use.config.round_of(metric, window)
+        if served is None:
+            if in_use.held(now) >= ROUND_REFETCH_SECONDS and in_use is self._cached:
+                self._cached = replace(in_use, age=math.inf)  # the sender refetches
+                self._poke()
+            return self._refused(
+                ReportStatus.NO_ROUND,
+                f"metric {metric!r}: no discovery round is served for window {window} yet "
+                "(nothing is made: a report is encoded only against its window's round)",
+            )
+        mine = device_round(
+            self._secret, metric, mc.fingerprint, served.opened, mc.heavy_hitters.weights
+        )
+        if mine != served.round:
+            return self._refused(
+                ReportStatus.NOT_THIS_ROUND,
+                f"metric {metric!r}: this device reports in round {mine} of the discovery, "
+                f"not in round {served.round} (window {window}): each device is in one round",
+            )
+        if not served.epsilon <= self._ceiling.max_epsilon:
+            return self._refused(
+                ReportStatus.REFUSED_BY_CEILING,
+                f"metric {metric!r}: the served round gives ε = {served.epsilon:.6g}, above "
+                f"this device's ceiling max_epsilon = {self._ceiling.max_epsilon:g}",
+            )
+        enc = self._window_encoders.get(metric)
+        if enc is None or enc.window != window or enc.fingerprint != mc.fingerprint:
+            enc = WindowEncoder(
+                served.params(mc.heavy_hitters),
+                metric=metric,
+                fingerprint=mc.fingerprint,
+                window=window,
+            )
+            self._window_encoders[metric] = enc
+        return enc
 
     def _refused(self, status: ReportStatus, detail: str) -> ReportResult:
         log.info("no report made (%s): %s", status.value, detail)

@@ -362,6 +362,11 @@ def _metric(args: argparse.Namespace) -> int:
         metric = registry.get(args.metric)
         if metric is None:
             raise ValueError(f"metric {args.metric!r} is not in {args.config}")
+        if metric.heavy_hitters is not None:
+            raise ValueError(
+                f"metric {args.metric!r} is a heavy-hitters metric: its statement comes with "
+                "`crowdmix discover step` (each round's ε0 is planned from its target)"
+            )
         # The question asked is "this release of --n reports": one batch unless told
         # otherwise; said below the statement, since the figure depends on it.
         assumed = batches is None

@@ -75,6 +75,9 @@ class ShufflerSettings:
     # The aggregator's public key config (never a private key): with it the shuffler takes
     # sealed reports only and serves the keys in GetConfig; re-read when the file changes.
     public_keys: str | None = None
+    # The round file of heavy-hitter discoveries (crowdmix.core.rounds, written by
+    # `crowdmix discover`): GetConfig serves each window's round; re-read when it changes.
+    rounds_file: str | None = None
     config_cache_seconds: int = 3600
     # A report names its collection window; it is taken iff
     # cur - window_tolerance <= window <= window_of(now + max_clock_skew_seconds)

@@ -100,11 +100,15 @@ def screen(
     if extra and bits.shape[0]:
         drop((bits[:, -1] >> (8 - extra)) != 0, "padding_bits")
     basic = config.basic
-    indexed = config.histogram is not None or (basic is not None and basic.mechanism == "krr")
+    counts = accumulator(config)
+    indexed = (
+        config.histogram is not None
+        or config.heavy_hitters is not None
+        or (basic is not None and basic.mechanism == "krr")
+    )
     if indexed and bits.shape[0]:
         index = bits.astype(np.int64) @ (256 ** np.arange(nb, dtype=np.int64))
-        drop(index >= (config.domain_size or 0), "payload")
-    counts = accumulator(config)
+        drop(index >= counts.nbits, "payload")
     rows = np.flatnonzero(keep)
     try:
         if rows.size:
