@@ -338,6 +338,7 @@ def main() -> None:
     ap.add_argument("--add-z", type=float, default=DecodeOptions().add_z)
     ap.add_argument("--max-support", type=float, default=DecodeOptions().max_support)
     ap.add_argument("--interval", default="selective", choices=("selective", "wald"))
+    ap.add_argument("--interval-scale", type=float, default=DecodeOptions().interval_scale)
     args = ap.parse_args()
     global OPTIONS
     OPTIONS = DecodeOptions(
@@ -349,6 +350,7 @@ def main() -> None:
         max_support=args.max_support,
         add_z=args.add_z,
         interval=args.interval,
+        interval_scale=args.interval_scale,
     )
     if not 1 <= args.reps < DEV_OFFSET // 1000:
         ap.error(f"--reps must be 1..{DEV_OFFSET // 1000 - 1} (more would reach the --dev seeds)")

@@ -18,7 +18,8 @@ over the five distributions):
   list's total; decode seconds (the files already read, as the reference is timed).
 
 Development seeds choose knobs; held-out seeds and the held-out case types are
-read once to report (see rappor_client_data.py for both).
+read once to report (see rappor_client_data.py for both); cases whose seeds a
+held-out split already spent are skipped.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from crowdmix.aggregator.report.rappor_files import (
     read_map_csv,
     read_params_csv,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rappor_client_data import split_of
 
 Score = dict[str, float]
 
@@ -248,8 +252,8 @@ def main() -> None:
     for split in splits:
         rows = []
         for case_dir in sorted((args.data / split).glob("*")):
-            if not (case_dir / "truth.csv").exists():
-                continue
+            if not (case_dir / "truth.csv").exists() or split_of(case_dir.name) != split:
+                continue  # also: cases of a held-out split already read (spent seeds)
             if args.only and not re.search(args.only, case_dir.name):
                 continue
             ours, ref = score_case(case_dir, options)

@@ -7,8 +7,12 @@ A local cluster on loopback (``crowdmix.cluster.LocalCluster``): ``--shufflers``
 shuffler processes sharing one redis-server (AOF, appendfsync everysec), bearer
 tokens on; one aggregator with a redis-server of its own (as deployed).
 ``--clients`` load processes × ``--threads`` threads send columnar ``Submit``
-requests of 1000 reports (m=64, k=128: 16 bytes a report), pre-serialised from a
-pool of 64 distinct requests, round-robin over the shufflers.
+requests of 1000 reports (m=64, k=128: 16 bytes a report) as the SDK makes them
+(``crowdmix.client.request.submit_request``: protocol 2, the window a device learns
+from ``GetConfig``'s server time), round-robin over the shufflers. The bits and cohorts
+come from a pool of 64 requests; every report gets a fresh 16-byte CSPRNG report id when
+its request is first sent, kept through retries (``crowdmix.client.answers``: RETRY
+answers are retried with the same bytes), so each report is counted once.
 
 Printed: the acknowledged rate while sending (shuffler intake), and the end-to-end
 rate = reports counted / (first send → last report counted by the aggregator). The
@@ -22,17 +26,18 @@ Target: >= 1 M reports/s sustained end to end with 1000-report requests.
 
 ``--sealed``: the cluster runs with a key set (shufflers hold the public
 config, the aggregator opens with ``--open-workers N``) and the requests carry sealed
-columns (X25519 HPKE, 92 bytes a report) from a pool of 16 requests sealed before the
-clock starts, with zero report ids (so re-sending a pooled request counts again, as
-in the plaintext run, instead of being de-duplicated). The ceiling measured in the
-same run: the raw ``cryptography`` HPKE open rate on one core (a ``Suite.decrypt``
-loop over the same ciphertexts), before and after the run; opening is the
-aggregator's bound, so end to end cannot exceed it times the cores opening.
+columns (X25519 HPKE, 92 bytes a report), every report sealed with its own fresh id
+before the clock starts (about 0.1 ms a report: keep ``--reports`` small) and sent
+once. The ceiling measured in the same run: the raw ``cryptography`` HPKE open rate on
+one core (a ``Suite.decrypt`` loop over the same ciphertexts), before and after the
+run; opening is the aggregator's bound, so end to end cannot exceed it times the cores
+opening.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import sys
@@ -40,6 +45,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,38 +58,54 @@ from crowdmix.core.registry import load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
 
 M, K, PER_REQUEST, POOL = 64, 128, 1000, 64
-SEALED_POOL = 16  # sealing costs ~0.1 ms a report: fewer distinct requests to prepare
 METRIC = "e2e"
+#: Attempts of one request on RETRY answers (the same bytes, so the same report ids).
+ATTEMPTS = 100
 
 
-def sealed_payloads(public_keys: Path, fingerprint: int, n: int) -> list[bytes]:
-    """``n`` pooled requests as sealed columns (zero report ids: re-sends count again)."""
-    from crowdmix.client.sealing import seal_many
+def server_window(target: str, token: str) -> int:
+    """The current window as a device learns it: ``GetConfig``'s server time."""
+    import grpc
+
+    from crowdmix.protos import crowdmix_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        answer = crowdmix_pb2_grpc.ShufflerStub(channel).GetConfig(
+            pb.GetConfigRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=30
+        )
+    return int(answer.server_time // answer.window_seconds)
+
+
+def pool_requests(fingerprint: int, window: int) -> list[pb.SubmitRequest]:
+    """The pool's requests, clear, built by the SDK's builder (ids set at send time)."""
+    return [_request(k, fingerprint, window, None, lambda: bytes(16)) for k in range(POOL)]
+
+
+def sealed_payloads(public_keys: Path, fingerprint: int, window: int, n: int) -> list[bytes]:
+    """``n`` requests sealed by the SDK's builder, request i from pool entry i % POOL,
+    every report with a fresh id: each is sent once."""
     from crowdmix.core.sealed import PublicKeySet
 
     key = PublicKeySet.from_json(public_keys.read_text()).keys[-1]
+    return [
+        _request(i % POOL, fingerprint, window, key, lambda: os.urandom(16)).SerializeToString()
+        for i in range(n)
+    ]
+
+
+def _request(k: int, fingerprint: int, window: int, key: Any, report_id: Any) -> pb.SubmitRequest:
+    """Pool entry ``k``'s reports in one request (``crowdmix.client.request``)."""
+    from crowdmix.client.report import make_report
+    from crowdmix.client.request import submit_request
+
     cohorts, bits = pool_arrays()
-    out = []
-    for i in range(n):
-        rows = [
-            (bits[i, j].tobytes(), int(cohorts[i, j]), fingerprint, bytes(16))
-            for j in range(PER_REQUEST)
-        ]
-        sealed = seal_many(key, METRIC, int(time.time() // 86400), rows)
-        out.append(
-            pb.SubmitRequest(
-                columns=[
-                    pb.ReportColumns(
-                        metric=METRIC,
-                        count=PER_REQUEST,
-                        key_ids=[key.key_id] * PER_REQUEST,
-                        sealed=b"".join(sealed),
-                        sealed_bytes=len(sealed[0]),
-                    )
-                ]
-            ).SerializeToString()
-        )
-    return out
+    return submit_request(
+        [
+            (make_report(METRIC, int(c), b.tobytes(), fingerprint, report_id()), window)
+            for c, b in zip(cohorts[k], bits[k], strict=True)
+        ],
+        key=key,
+    )
 
 
 def raw_open_rate(keys_path: Path, fingerprint: int, n: int = 2000) -> float:
@@ -94,7 +116,7 @@ def raw_open_rate(keys_path: Path, fingerprint: int, n: int = 2000) -> float:
     from crowdmix.core.sealed import report_info
 
     key = load_keyset(keys_path).keys[-1]
-    rows = [(bytes(16), 0, fingerprint, bytes(16))] * n
+    rows = [(bytes(16), 0, fingerprint, os.urandom(16)) for _ in range(n)]
     sealed = seal_many(key.public(), METRIC, 0, rows)
     suite, sk = hpke_suite(key.suite), key.hpke_private_key()
     info = report_info(METRIC, key.key_id, 0)
@@ -116,6 +138,7 @@ def registry_text(max_batch: int, max_delay: float) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1)
 def pool_arrays() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(2026)
     cohorts = rng.integers(0, M, (POOL, PER_REQUEST), dtype=np.uint32)
@@ -135,27 +158,25 @@ def client_process(
 ) -> None:
     import grpc
 
-    cohorts, bits = pool_arrays()
-    pool_size = POOL if public_keys is None else SEALED_POOL
-    payloads = (
-        sealed_payloads(public_keys, fingerprint, pool_size)
-        if public_keys
-        else [
-            pb.SubmitRequest(
-                columns=[
-                    pb.ReportColumns(
-                        metric=METRIC,
-                        params_fingerprint=fingerprint,
-                        count=PER_REQUEST,
-                        report_bytes=K // 8,
-                        cohorts=cohorts[i].tolist(),
-                        bits=bits[i].tobytes(),
-                    )
-                ]
-            ).SerializeToString()
-            for i in range(POOL)
-        ]
+    from crowdmix.client.answers import Action, classify
+
+    def deliver(submit: Any, payload: bytes, metadata: Any) -> bool:
+        """Submit, retrying RETRY answers with the same bytes: acknowledged or not."""
+        for _ in range(ATTEMPTS):
+            try:
+                submit(payload, metadata=metadata, timeout=30)
+                return True
+            except grpc.RpcError as exc:
+                if classify(exc.code().name, exc.details() or "").action is not Action.RETRY:
+                    return False
+                time.sleep(0.01)  # backpressure: back off a little
+        return False
+
+    window = server_window(targets[0], token)
+    sealed = (
+        None if public_keys is None else sealed_payloads(public_keys, fingerprint, window, requests)
     )
+    templates = pool_requests(fingerprint, window) if sealed is None else []
     acked = np.zeros(POOL, dtype=np.int64)
     failed = [0]
     lock = threading.Lock()
@@ -163,6 +184,7 @@ def client_process(
 
     def worker(j: int) -> None:
         target = targets[j % len(targets)]
+        mine = [pb.SubmitRequest.FromString(t.SerializeToString()) for t in templates]
         with grpc.insecure_channel(target) as channel:
             submit = channel.unary_unary(
                 "/crowdmix.v2.Shuffler/Submit",
@@ -175,16 +197,18 @@ def client_process(
                     i = next(counter, None)
                 if i is None:
                     return
-                k = i % pool_size
-                try:
-                    submit(payloads[k], metadata=metadata, timeout=30)
-                except grpc.RpcError:
-                    with lock:
-                        failed[0] += 1
-                    time.sleep(0.01)  # backpressure: back off a little, move on
-                    continue
+                k = i % POOL
+                if sealed is not None:
+                    payload = sealed[i]
+                else:  # this request's reports: fresh ids, as each device draws its own
+                    mine[k].columns[0].report_ids = os.urandom(16 * PER_REQUEST)
+                    payload = mine[k].SerializeToString()
+                ok = deliver(submit, payload, metadata)
                 with lock:
-                    acked[k] += 1
+                    if ok:
+                        acked[k] += 1
+                    else:
+                        failed[0] += 1
 
     out.put("ready")
     go.wait()
@@ -297,7 +321,7 @@ def main() -> int:
                 break
             time.sleep(0.02)
         t_counted = time.time()
-        print(f"acknowledged {total:,} reports ({failed} requests refused and not retried)")
+        print(f"acknowledged {total:,} reports ({failed} requests not acknowledged, given up)")
         print(f"shuffler intake while sending: {total / (t_sent - t0) / 1e6:6.2f} M reports/s")
         print(
             f"end to end, first send -> all counted: {counted / (t_counted - t0) / 1e6:6.2f} "

@@ -5,7 +5,7 @@
 PATH is a google/rappor checkout (or its bare git directory, exported to a temp
 directory). Not run by CI: it encodes ~10^6 reports per case in google/rappor's
 Python client (~25 µs each) and needs R (``apt-get install r-base-core
-r-cran-glmnet r-cran-quadprog r-cran-matrix``) for the reference; ``--no-r``
+r-cran-glmnet r-cran-quadprog r-cran-matrix r-cran-jsonlite``) for the reference; ``--no-r``
 skips it. Every case is seeded; rerunning writes the same files.
 
 For each case, DIR/<split>/<case>-s<seed>/ holds google/rappor's three analysis
@@ -105,7 +105,14 @@ HELD_OUT_TYPES = {
     "exp-n1e5": Case("exp", 100, 100_000, 1, 16, 2, 16, 0.25, 0.75, 0.5, 20, True),
 }
 #: Seed bases: development and held-out seeds never meet (and differ from bench/accuracy.py's).
-SEEDS = {"dev": 5_100_000, "held-out": 5_200_000}
+#: A held-out split is read once; the next one takes fresh seeds (5 200 000 + …: read, spent).
+SEEDS = {"dev": 5_100_000, "held-out": 5_300_000}
+
+
+def split_of(case_dir: str) -> str | None:
+    """The split whose seeds made a case directory (<case>-s<seed>), None for spent seeds."""
+    seed = int(case_dir.rsplit("-s", 1)[1])
+    return next((s for s, base in SEEDS.items() if base <= seed < base + 100_000), None)
 
 
 def cases_of(split: str, reps: int, grid_reps: int) -> list[tuple[str, Case, int]]:

@@ -1,35 +1,71 @@
-// The TypeScript SDK's footprint in Node 20 and in a browser bundle.
+// The TypeScript SDK's footprint in a browser bundle and its seal time in Node.
 //
-//   (cd sdk/typescript && npm ci && npm run build) && node bench/typescript_sdk.mjs
+//   (cd sdk/typescript && npm ci && npm run build) && node bench/typescript_sdk.mjs [--n=3000] [--anchors=DIR]
 //
-// - The browser bundle of report + sealing + outbox: esbuild (minify, tree-shaking) of an
-//   entry that opens a reporter (IndexedDB outbox, every encoder, HPKE sealing, the
-//   Connect transport), gzip -9; with @hpke/core alone for scale.
+// - Bundles as an app makes them: an entry that imports `openReporter` from the built
+//   package (dist/, through its package.json exports, @hpke/core from node_modules) and
+//   uses it, bundled by esbuild (minify, tree-shaking, browser, ESM), gzip -9. The
+//   reporter opened carries the IndexedDB outbox, HPKE sealing and the Connect
+//   transport: `@crowdmix/client/rappor` (an app of RAPPOR metrics), `@crowdmix/client`
+//   (every encoding), and an X25519/HKDF-SHA256/AES-128-GCM seal of @hpke/core alone;
+//   "+se": the same with @hpke's `"sideEffects": false` honoured (its esm/package.json
+//   hides it from bundlers), as in the prebuilt dist/crowdmix.rappor.browser.js.
+//   --anchors=DIR: DIR/node_modules holds @mozilla/glean and @divviup/dap, bundled the
+//   same way (`import Glean from "@mozilla/glean/web"`, `import Task from "@divviup/dap"`).
 // - Seal: median time of one sealReport (HPKE X25519 + AES-128-GCM on WebCrypto) over
-//   --n reports after a warm-up; RAPPOR encode and the whole send path's proto encoding too.
-import { writeFileSync } from "node:fs";
+//   --n reports after a warm-up; RAPPOR k=128 encode too.
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { createRequire } from "node:module";
 
 const SDK = new URL("../sdk/typescript/", import.meta.url);
-const require = createRequire(SDK);
-const esbuild = require("esbuild");
+const esbuild = createRequire(SDK)("esbuild");
 const sdk = await import(new URL("dist/node.js", SDK));
-const n = Number(process.argv.find((a) => a.startsWith("--n="))?.slice(4) ?? 3000);
+const { hpkeSideEffectFree } = await import(new URL("scripts/build.mjs", SDK));
+const arg = (name, d) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? d;
+const n = Number(arg("n", 3000));
+const anchors = arg("anchors", null);
 
-async function gzipped(source) {
-  const entry = join(tmpdir(), `crowdmix-bench-${process.pid}-${Math.random().toString(36).slice(2)}.ts`);
+// an app directory whose node_modules/@crowdmix/client is this package
+const app = mkdtempSync(join(tmpdir(), "crowdmix-bundle-"));
+mkdirSync(join(app, "node_modules", "@crowdmix"), { recursive: true });
+symlinkSync(SDK.pathname, join(app, "node_modules", "@crowdmix", "client"));
+
+async function gzipped(source, dir = app, plugins = []) {
+  const entry = join(dir, `entry-${Math.random().toString(36).slice(2)}.mjs`);
   writeFileSync(entry, source);
-  const r = await esbuild.build({ entryPoints: [entry], bundle: true, minify: true, format: "esm", platform: "browser", write: false, nodePaths: [new URL("node_modules", SDK).pathname] });
-  const bytes = r.outputFiles[0].contents;
-  return [bytes.length, gzipSync(bytes, { level: 9 }).length];
+  try {
+    const r = await esbuild.build({ entryPoints: [entry], bundle: true, minify: true, format: "esm", platform: "browser", write: false, logLevel: "error", plugins });
+    const bytes = r.outputFiles[0].contents;
+    return { min: bytes.length, gz: gzipSync(bytes, { level: 9 }).length };
+  } finally {
+    rmSync(entry);
+  }
 }
-const src = new URL("src/", SDK).pathname;
-const [fullRaw, fullGz] = await gzipped(`import { openReporter } from "${src}index.ts"; (globalThis as any).x = openReporter;`);
-const [hpkeRaw, hpkeGz] = await gzipped(`import { sealReport } from "${src}sealed.ts"; (globalThis as any).x = sealReport;`);
-console.log(`browser bundle (report + sealing + outbox): ${(fullGz / 1024).toFixed(1)} KiB gzipped (${(fullRaw / 1024).toFixed(1)} KiB minified); of it the HPKE seal with @hpke/core ${(hpkeGz / 1024).toFixed(1)} KiB gzipped`);
+const use = (mod, name = "openReporter") => `import { ${name} } from "${mod}"; globalThis.x = ${name};`;
+const sizes = {
+  rappor: await gzipped(use("@crowdmix/client/rappor")),
+  "rappor+se": await gzipped(use("@crowdmix/client/rappor"), app, [hpkeSideEffectFree]),
+  all: await gzipped(use("@crowdmix/client")),
+  "all+se": await gzipped(use("@crowdmix/client"), app, [hpkeSideEffectFree]),
+  hpke: await gzipped(
+    `import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
+     const s = new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Aes128Gcm() });
+     globalThis.x = (pk, info, pt) => s.seal({ recipientPublicKey: pk, info }, pt);`,
+    new URL("node_modules/", SDK).pathname,
+  ),
+};
+const prebuilt = readFileSync(new URL("dist/crowdmix.rappor.browser.js", SDK));
+sizes["prebuilt rappor"] = { min: prebuilt.length, gz: gzipSync(prebuilt, { level: 9 }).length };
+if (anchors) {
+  sizes.glean = await gzipped(`import Glean from "@mozilla/glean/web"; globalThis.x = Glean;`, anchors);
+  sizes.divviup = await gzipped(`import Task from "@divviup/dap"; globalThis.x = Task;`, anchors);
+}
+rmSync(app, { recursive: true });
+const kib = (b) => `${(b / 1024).toFixed(1)} KiB`;
+for (const [what, s] of Object.entries(sizes)) console.log(`bundle ${what}: ${s.gz} B gzipped (${kib(s.gz)}), ${kib(s.min)} minified`);
 
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
@@ -55,4 +91,4 @@ for (let i = 0; i < n; i++) {
   encode.push(performance.now() - t0);
 }
 console.log(`Node ${process.version}: seal median ${(median(seal) * 1000).toFixed(0)} us (p90 ${(seal.sort((a, b) => a - b)[Math.floor(n * 0.9)] * 1000).toFixed(0)} us) over ${n}; RAPPOR k=128 encode median ${(median(encode) * 1000).toFixed(0)} us`);
-console.log(JSON.stringify({ bundle_gzip: fullGz, bundle_min: fullRaw, hpke_gzip: hpkeGz, seal_median_ms: median(seal), encode_median_ms: median(encode) }));
+console.log(JSON.stringify({ sizes, seal_median_ms: median(seal), encode_median_ms: median(encode) }));

@@ -5,17 +5,21 @@ metric, one window: a report, or a shuffled histogram's real report and its fake
 answers with one action; ``crowdmix.client.reporter`` does the I/O and asks again.
 ``Send`` the group with its window and report ids; ``Drop`` it, counted under
 ``reason``, when never deliverable (window closed, params gone, above the privacy
-ceiling, refused); ``Refetch`` the config first (none, expired, or said outdated: at most
-once per pass); ``Wait`` (``seconds``; None: until woken), possibly with a ``problem``
-for the app; ``Offline``: stop and back off. A report's window is fixed at its claim
-(``CachedConfig.window``); one more than ``TOLERANCE_WINDOWS`` behind the current window
-is closed at the shuffler and dropped without asking it.
+ceiling, refused); ``Refetch`` the config first (none, expired, clocks drifted apart, or
+said outdated: at most once per pass); ``Wait`` (``seconds``; None: until woken),
+possibly with a ``problem`` for the app; ``Offline``: stop and back off. ``now`` is a
+``Reading`` of the device's wall and monotonic clocks; the server's time is the one
+``GetConfig`` gave plus the monotonic time since (``CachedConfig.server_now``), so a wall
+clock set by the user moves no window. A report's window is fixed at its claim; one more
+than the served ``window_tolerance`` behind the current window is dropped unasked.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -28,57 +32,110 @@ if TYPE_CHECKING:
     from crowdmix.core.sealed import PublicKeyConfig
 
 __all__ = [
+    "CLOCK_SLACK",
     "SERVER_TIME_RANGE",
-    "TOLERANCE_WINDOWS",
     "CachedConfig",
     "Decision",
     "Drop",
     "Offline",
+    "Reading",
     "Refetch",
     "Send",
     "SendState",
     "Wait",
-    "clock_offset",
+    "check_server_time",
     "decide",
+    "monotonic",
+    "read_clocks",
 ]
 
-#: A report's window is closed once the current window is this many windows later.
-TOLERANCE_WINDOWS = 1
 #: The server times a device believes (Unix seconds, 2020-01-01 to 2100-01-01): taken
 #: for the server's clock, an absurd one would put the claimed windows far away.
 SERVER_TIME_RANGE = (1_577_836_800.0, 4_102_444_800.0)
 #: Shortest wait for a config that publishes no key to be fetched again (seconds).
 MIN_KEY_WAIT = 60.0
+#: Seconds the wall clock may gain on the monotonic clock (or lose) since the config
+#: was fetched before the server time learnt is doubted and fetched again: the wall
+#: clock was set, or the device slept on a monotonic clock that stops in suspend.
+CLOCK_SLACK = 60.0
+
+#: The device's monotonic clock: CLOCK_BOOTTIME where the OS has it (Linux: it counts
+#: the time the device was suspended), else ``time.monotonic``.
+monotonic: Callable[[], float] = (
+    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    if hasattr(time, "CLOCK_BOOTTIME")
+    else time.monotonic
+)
 
 
-def clock_offset(server_time: float, received: float) -> float:
-    """server − device seconds from a ``GetConfig`` answer's ``server_time`` and the
-    device time it arrived; ``ValueError`` for a time no server clock shows."""
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The device's two clocks read together: ``wall`` (Unix seconds; the user or NTP
+    may set it) and ``mono`` (seconds from any origin; only moves forward, and is only
+    compared within one process)."""
+
+    wall: float
+    mono: float
+
+
+def read_clocks(
+    wall: Callable[[], float] = time.time, mono: Callable[[], float] = monotonic
+) -> Reading:
+    return Reading(wall(), mono())
+
+
+def check_server_time(server_time: float) -> float:
+    """A ``GetConfig`` answer's ``server_time``; ``ValueError`` for one no server clock shows."""
     lo, hi = SERVER_TIME_RANGE
     if not lo <= server_time <= hi:  # NaN and ±inf too
         raise ValueError(
             f"server_time {server_time!r} is not a plausible time "
             f"(Unix seconds {lo:.0f} to {hi:.0f})"
         )
-    return server_time - received
+    return server_time
 
 
 @dataclass(frozen=True, slots=True)
 class CachedConfig:
-    """The config in use: the ``GetConfig`` answer, when it was received (device
-    clock; ``-inf`` for one bundled with the app: fetch a new one at once) and the
-    server's clock offset it gave (server − device seconds; 0 for a bundled one)."""
+    """The config in use: the ``GetConfig`` answer, the server's clock ``server_time``
+    when the device's clocks read ``at``, and how long the answer had been held then
+    (``age``: 0 for one fetched in this process; ``inf`` for a bundled one, fetched
+    again at once). Within a process the server time runs on the monotonic clock."""
 
     config: DeviceConfig
-    fetched: float
-    offset: float = 0.0
+    server_time: float
+    at: Reading
+    age: float = 0.0
 
-    def window(self, now: float) -> int:
-        """The collection window at device time ``now``: ⌊(now + offset) / window_seconds⌋."""
-        return math.floor((now + self.offset) / self.config.window_seconds)
+    @classmethod
+    def restored(
+        cls, config: DeviceConfig, fetched: float, offset: float, now: Reading
+    ) -> CachedConfig:
+        """An answer stored by an earlier process (``fetched``: its wall clock then;
+        ``offset``: server − wall seconds): its monotonic reading means nothing here, so
+        the server time is the wall clock corrected by ``offset`` until the config
+        expires; aged by the wall clock (one set back since: expired at once)."""
+        age = now.wall - fetched
+        return cls(config, now.wall + offset, now, age if age >= 0 else math.inf)
 
-    def expired(self, now: float) -> bool:
-        return now >= self.fetched + self.config.cache_seconds
+    def server_now(self, now: Reading) -> float:
+        """The server's clock at ``now``: its time at the fetch + the monotonic time since."""
+        return self.server_time + (now.mono - self.at.mono)
+
+    def window(self, now: Reading) -> int:
+        """The collection window at ``now``: ⌊server time / window_seconds⌋."""
+        return math.floor(self.server_now(now) / self.config.window_seconds)
+
+    def held(self, now: Reading) -> float:
+        """Seconds since the answer was fetched."""
+        return self.age + (now.mono - self.at.mono)
+
+    def drifted(self, now: Reading) -> bool:
+        """The wall and monotonic clocks moved apart by more than ``CLOCK_SLACK``."""
+        return abs((now.wall - self.at.wall) - (now.mono - self.at.mono)) > CLOCK_SLACK
+
+    def expired(self, now: Reading) -> bool:
+        return self.held(now) >= self.config.cache_seconds or self.drifted(now)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,10 +192,10 @@ def _failed(answer: Answer | None, fallback: str) -> Offline:
 
 
 def decide(
-    rows: Sequence[PendingReport], config: CachedConfig | None, now: float, state: SendState
+    rows: Sequence[PendingReport], config: CachedConfig | None, now: Reading, state: SendState
 ) -> Decision:
     """The next action for ``rows`` (one group, oldest first; empty: nothing waits) at
-    device time ``now``."""
+    ``now``."""
     if state.backoff > 0:
         return Wait(state.backoff)
     if config is None:  # no config ever: nothing can be sent, nor made without one
@@ -146,7 +203,11 @@ def decide(
             return Refetch("no config yet")
         return _failed(state.fetch_failure, "no config yet")
     if config.expired(now) and not state.refetched:
-        return Refetch("the config expired")
+        return Refetch(
+            "the device's clock was set (or it slept)"
+            if config.drifted(now)
+            else "the config expired"
+        )
     if not rows:
         return Wait(None)
     metric, window = rows[0].report.metric, rows[0].window
@@ -154,7 +215,7 @@ def decide(
     if rows[0].window_seconds != config.config.window_seconds:
         # the server's windows changed length: an index of the old length names no window
         return Drop(ids, "window_changed")
-    if window < config.window(now) - TOLERANCE_WINDOWS:
+    if window < config.window(now) - config.config.window_tolerance:
         return Drop(ids, "window_closed")
     answer = state.answer
     if answer is not None:
@@ -185,7 +246,7 @@ def decide(
             return Refetch("no aggregator key usable now")
         # never downgraded to clear reports: they wait for a config with a key
         return Wait(
-            max(config.fetched + config.config.cache_seconds - now, MIN_KEY_WAIT),
+            max(config.config.cache_seconds - config.held(now), MIN_KEY_WAIT),
             (
                 "the shuffler takes clear reports only (it was started without the "
                 "aggregator's public keys)"
@@ -197,11 +258,11 @@ def decide(
     return Send(tuple(rows), window, key, mc.report_bytes)
 
 
-def _usable_key(config: CachedConfig, now: float) -> PublicKeyConfig | None:
+def _usable_key(config: CachedConfig, now: Reading) -> PublicKeyConfig | None:
     """The newest key usable at the server's time now, or None."""
     from crowdmix.core.sealed import SealingError, choose_key
 
     try:
-        return choose_key(config.config.keys.keys, now + config.offset)
+        return choose_key(config.config.keys.keys, config.server_now(now))
     except SealingError:
         return None

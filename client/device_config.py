@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from crowdmix.core.basic import BasicParams
 from crowdmix.core.device_config import DeviceConfig
+from crowdmix.core.discovery import HeavyHittersParams
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.histogram import HistogramParams
 from crowdmix.core.params import RapporParams
 from crowdmix.core.registry import MIN_WINDOW_SECONDS, MetricConfig
+from crowdmix.core.rounds import ServedRound
 from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeyConfig, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 
@@ -53,6 +55,23 @@ def _metric_from_proto(info: pb.MetricInfo) -> MetricConfig:
             ),
             domain=tuple(hc.domain) or None,
         )
+    elif kind == "heavy_hitters":
+        hh = info.heavy_hitters
+        metric = MetricConfig(
+            name=info.name,
+            heavy_hitters=HeavyHittersParams(
+                alphabet=hh.alphabet,
+                max_length=hh.max_length,
+                spans=tuple(hh.spans),
+                keep=hh.keep,
+                candidates=hh.candidates,
+                seeds=hh.seeds,
+                weights=tuple(hh.weights),
+                epsilon=hh.epsilon,
+                delta=hh.delta,
+                devices=hh.devices,
+            ),
+        )
     else:
         raise ParamsError(f"metric {info.name!r}: the config carries no params")
     if metric.fingerprint != info.params_fingerprint:
@@ -61,6 +80,33 @@ def _metric_from_proto(info: pb.MetricInfo) -> MetricConfig:
             f"is not that of the served params ({metric.fingerprint:#018x})"
         )
     return metric
+
+
+def _rounds_from_proto(info: pb.MetricInfo, metric: MetricConfig) -> tuple[ServedRound, ...]:
+    """A heavy-hitters metric's served rounds, each checked against its params."""
+    assert metric.heavy_hitters is not None
+    rounds = tuple(
+        ServedRound(
+            round=r.round,
+            window=r.window,
+            opened=r.opened,
+            epsilon=r.epsilon,
+            start=r.start,
+            stop=r.stop,
+            seeds=r.seeds,
+            buckets=r.buckets,
+            candidates=tuple(r.candidates),
+        )
+        for r in info.heavy_hitters.rounds
+    )
+    for r in rounds:
+        try:
+            r.params(metric.heavy_hitters)
+        except ParamsError as exc:
+            raise ParamsError(f"metric {info.name!r}: served round {r.round}: {exc}") from None
+    if len({r.window for r in rounds}) != len(rounds):
+        raise ParamsError(f"metric {info.name!r}: two served rounds name one window")
+    return rounds
 
 
 def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
@@ -75,6 +121,11 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
             f"window ({MIN_WINDOW_SECONDS} s)"
         )
     metrics = {m.name: _metric_from_proto(m) for m in message.metrics}
+    rounds = {
+        m.name: _rounds_from_proto(m, metrics[m.name])
+        for m in message.metrics
+        if metrics[m.name].heavy_hitters is not None
+    }
     keys = PublicKeySet(
         tuple(
             PublicKeyConfig(
@@ -96,4 +147,6 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
             m.name: m.disposal_seconds for m in message.metrics if m.disposal_seconds
         },
         plaintext=message.plaintext,
+        window_tolerance=message.window_tolerance,
+        rounds=rounds,
     )

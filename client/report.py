@@ -26,11 +26,10 @@ class Report:
 
     ``report_id`` is 16 fresh CSPRNG bytes, drawn when the report is encoded
     (``new_report_id``) and kept through every retry of the transport: the
-    aggregator counts an id at most once per collection window (and the one after
-    it), so a retry after an unknown outcome cannot count the report twice. It is independent
-    of the value, the client secret and every other report, so it links
-    nothing. It is not part of equality: two reports with the same content are
-    equal whatever their ids.
+    aggregator counts an id at most once in the window the report names, so a retry
+    after an unknown outcome cannot count the report twice. It is independent of the
+    value, the client secret and every other report, so it links nothing. It is not
+    part of equality: two reports with the same content are equal whatever their ids.
     """
 
     metric: str
@@ -38,10 +37,6 @@ class Report:
     bits: bytes
     params_fingerprint: int
     report_id: bytes = field(default_factory=new_report_id, compare=False)
-
-    def bit_list(self, nbits: int | None = None) -> list[int]:
-        """Set bit positions, ascending."""
-        return unpack_bits(self.bits, nbits if nbits is not None else 8 * len(self.bits))
 
 
 # A frozen dataclass's __init__ sets each field through object.__setattr__

@@ -7,12 +7,12 @@
     reporter.flush(timeout=2.0)                 # at exit: the number still queued
     reporter.close()
 
-Config comes from ``GetConfig`` (cached; a bundled config allows the first report
-offline). One report per metric per window, claimed and stored in one transaction of
-``app_dir/outbox.sqlite3``. After construction ``report`` never raises or blocks: a
-background thread does all network I/O; what to do is ``crowdmix.client.delivery.decide``.
-Params above the privacy ceiling (``crowdmix.client.ceiling``) make no report. Programmer
-errors raise at construction. Imports neither grpc nor protobuf. More: docs/design.md, "Client".
+Config comes from ``GetConfig`` (cached; a bundled config allows the first report offline).
+One report per metric per window, claimed and stored in one transaction of
+``app_dir/outbox.sqlite3``; ``report`` then never raises or blocks: a background thread does
+all network I/O, as ``crowdmix.client.delivery.decide`` says. Params above the ceiling
+(``crowdmix.client.ceiling``), or a heavy-hitters metric without its window's round, make no
+report. Programmer errors raise at construction. No grpc/protobuf import. docs/design.md, "Client".
 """
 
 from __future__ import annotations
@@ -38,18 +38,21 @@ from crowdmix.client.delivery import (
     CachedConfig,
     Drop,
     Offline,
+    Reading,
     Send,
     SendState,
     Wait,
-    clock_offset,
+    check_server_time,
     decide,
 )
+from crowdmix.client.delivery import monotonic as device_monotonic
 from crowdmix.client.errors import CrowdmixClientError
 from crowdmix.client.outbox import Claim, Outbox, OutboxError
 from crowdmix.client.target import check_target
 
 if TYPE_CHECKING:
     from crowdmix.client.basic import BasicEncoder
+    from crowdmix.client.discovery import WindowEncoder
     from crowdmix.client.histogram import HistogramEncoder
     from crowdmix.client.link import Link
     from crowdmix.client.rappor import RapporEncoder
@@ -62,6 +65,9 @@ log = logging.getLogger("crowdmix.client")
 
 Sealing = Literal["required", "off"]
 SECRET_BYTES = 32
+#: A heavy-hitters report without a served round for its window fetches the config
+#: again, at most once per this many seconds (device clock) of the config's age.
+ROUND_REFETCH_SECONDS = 10.0
 #: How long the background sender waits for a connection before it backs off.
 BACKGROUND_CONNECT_WAIT = 1.0
 
@@ -77,6 +83,8 @@ class ReportStatus(enum.Enum):
     INVALID_VALUE = "invalid_value"  # not a value of the metric's domain or type
     REFUSED_BY_CEILING = "refused_by_ceiling"  # served params above the privacy ceiling
     REFUSED_UNSEALED = "refused_unsealed"  # a shuffled histogram with sealing="off"
+    NO_ROUND = "no_round"  # heavy hitters: no round served for this window (yet)
+    NOT_THIS_ROUND = "not_this_round"  # heavy hitters: this device is in another round
     OUTBOX_FULL = "outbox_full"  # max_reports or max_bytes reached
     OUTBOX_UNUSABLE = "outbox_unusable"  # the outbox file cannot be written
     CLOSED = "closed"  # report() after close()
@@ -152,8 +160,13 @@ def _check_extra(sealing: Sealing) -> None:
 def _value_problem(encoder: object, value: object) -> str | None:
     """Why ``value`` cannot be encoded by ``encoder``, or None."""
     from crowdmix.client.basic import BasicEncoder
+    from crowdmix.client.discovery import WindowEncoder
     from crowdmix.client.histogram import HistogramEncoder
 
+    if isinstance(encoder, WindowEncoder):
+        if not isinstance(value, str):
+            return f"metric {encoder.metric!r}: a heavy-hitters value is a str, got {value!r}"
+        return None
     if isinstance(encoder, BasicEncoder | HistogramEncoder):
         if isinstance(value, bool) or not isinstance(value, str | int):
             return f"metric {encoder.metric!r}: a value is a str or an int, got {value!r}"
@@ -166,7 +179,7 @@ def _value_problem(encoder: object, value: object) -> str | None:
     return None
 
 
-def _load_bundled(path: str | os.PathLike[str]) -> CachedConfig:
+def _load_bundled(path: str | os.PathLike[str], now: Reading) -> CachedConfig:
     """A config bundled with the app (``crowdmix config export``); ``ValueError`` naming
     the file when it is not one."""
     from crowdmix.client.device_config import from_proto
@@ -183,8 +196,9 @@ def _load_bundled(path: str | os.PathLike[str]) -> CachedConfig:
             f"bundled_config {str(path)!r} is not a config this SDK reads "
             f"(write one with `crowdmix config export`): {exc}"
         ) from None
-    # never fetched: the sender fetches a fresh one at once; its time is the export's
-    return CachedConfig(config, fetched=-math.inf, offset=0.0)
+    # never fetched: the device's wall clock stands in for the server's until the sender
+    # fetches a fresh one, at once
+    return CachedConfig(config, now.wall, now, age=math.inf)
 
 
 class Reporter:
@@ -196,6 +210,9 @@ class Reporter:
     by ``crowdmix config export``, used until the shuffler is reached. ``max_reports``
     and ``max_bytes`` bound the outbox. ``max_epsilon``, ``max_epsilon_inf`` and
     ``allow_unrandomized_histograms`` set the privacy ceiling (``math.inf``: none).
+    ``clock`` (Unix seconds) and ``monotonic`` are the device's wall and monotonic
+    clocks (tests set them): windows follow the server time of the last ``GetConfig``
+    plus the monotonic time since (``crowdmix.client.delivery.CachedConfig``).
     """
 
     def __init__(
@@ -215,6 +232,7 @@ class Reporter:
         backoff_cap: float = 300.0,
         background: bool = True,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = device_monotonic,
         jitter: random.Random | None = None,
         max_epsilon: float = MAX_EPSILON,
         max_epsilon_inf: float = MAX_EPSILON_INF,
@@ -229,7 +247,10 @@ class Reporter:
             allow_unrandomized_histograms=allow_unrandomized_histograms,
         )
         _check_extra(sealing)
-        self._bundled = None if bundled_config is None else _load_bundled(bundled_config)
+        self._clock, self._monotonic = clock, monotonic
+        self._bundled = (
+            None if bundled_config is None else _load_bundled(bundled_config, self._now())
+        )
         self.app_dir = Path(app_dir)
         try:
             self.app_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -247,11 +268,11 @@ class Reporter:
         self.sealing: Sealing = sealing
         self._timeout = timeout
         self._backoff = (backoff_base, backoff_cap)
-        self._clock = clock
         # timing jitter only (no privacy depends on it); injectable for tests
         self._jitter = jitter if jitter is not None else random.Random()
         self._cached: CachedConfig | None = None
         self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder | HistogramEncoder] = {}
+        self._window_encoders: dict[str, WindowEncoder] = {}  # heavy hitters: this window's
         self._link: Link | None = None
         self._reset_link = False
         self._send_lock = threading.Lock()
@@ -282,8 +303,8 @@ class Reporter:
 
                 raw, fetched, offset = cached
                 try:
-                    self._cached = CachedConfig(
-                        from_proto(pb.ConfigResponse.FromString(raw)), fetched, offset
+                    self._cached = CachedConfig.restored(
+                        from_proto(pb.ConfigResponse.FromString(raw)), fetched, offset, self._now()
                     )
                 except Exception as exc:  # a damaged cache is refetched, never trusted
                     log.warning("ignoring the cached config: %s", exc)
@@ -299,15 +320,19 @@ class Reporter:
             raw = self._get_link().get_config(timeout)
         except LinkError as exc:
             return classify(exc.code, exc.details)
-        received = self._clock()
+        received = self._now()
         try:
             answer = pb.ConfigResponse.FromString(raw)
-            config, offset = from_proto(answer), clock_offset(answer.server_time, received)
+            config, server_time = from_proto(answer), check_server_time(answer.server_time)
         except Exception as exc:  # DecodeError, ParamsError, ValueError: unusable here
             return Answer(Action.FATAL, "bad_config", f"GetConfig: bad answer: {exc}")
-        self._outbox.store_config(raw, received, offset)
-        self._cached = CachedConfig(config, received, offset)
+        # for a later process: the wall clock's offset (CachedConfig.restored)
+        self._outbox.store_config(raw, received.wall, server_time - received.wall)
+        self._cached = CachedConfig(config, server_time, received)
         return None
+
+    def _now(self) -> Reading:
+        return Reading(self._clock(), self._monotonic())
 
     def config(self) -> DeviceConfig | None:
         """The config in use (fetched, cached or bundled; None when there is none)."""
@@ -357,7 +382,7 @@ class Reporter:
         if self._closed:
             return ReportResult(ReportStatus.CLOSED, "the reporter is closed")
         in_use = self._in_use()
-        now = self._clock()
+        now = self._now()
         if in_use is None or in_use.expired(now):
             self._poke()  # the sender fetches one; this report uses what is in hand
         if in_use is None:
@@ -380,13 +405,21 @@ class Reporter:
         refusal = self._ceiling.refusal(metric, mc)
         if refusal is not None:
             return self._refused(ReportStatus.REFUSED_BY_CEILING, refusal)
-        encoder = self._encoder(metric, mc)
+        window = in_use.window(now)
+        encoder: RapporEncoder | BasicEncoder | HistogramEncoder | WindowEncoder
+        if mc.heavy_hitters is not None:
+            made = self._window_encoder(metric, mc, in_use, window, now)
+            if isinstance(made, ReportResult):
+                return made
+            encoder = made
+        else:
+            encoder = self._encoder(metric, mc)
         problem = _value_problem(encoder, value)
         if problem is not None:
             return self._refused(ReportStatus.INVALID_VALUE, problem)
         claim = self._outbox.claim(
             metric,
-            in_use.window(now),
+            window,
             in_use.config.window_seconds,
             lambda: encoder.encode(value),  # type: ignore[arg-type]
         )
@@ -399,6 +432,50 @@ class Reporter:
             return ReportResult(ReportStatus.OUTBOX_FULL, detail)
         self._poke()
         return _CLAIMED
+
+    def _window_encoder(
+        self, metric: str, mc: MetricConfig, in_use: CachedConfig, window: int, now: Reading
+    ) -> WindowEncoder | ReportResult:
+        """The encoder of the round served for ``window``; without one, NO_ROUND (and
+        the config is fetched again: the round may have been written since)."""
+        from crowdmix.client.discovery import WindowEncoder, device_round
+
+        assert mc.heavy_hitters is not None  # the caller's test
+        served = in_use.config.round_of(metric, window)
+        if served is None:
+            if in_use.held(now) >= ROUND_REFETCH_SECONDS and in_use is self._cached:
+                self._cached = replace(in_use, age=math.inf)  # the sender refetches
+                self._poke()
+            return self._refused(
+                ReportStatus.NO_ROUND,
+                f"metric {metric!r}: no discovery round is served for window {window} yet "
+                "(nothing is made: a report is encoded only against its window's round)",
+            )
+        mine = device_round(
+            self._secret, metric, mc.fingerprint, served.opened, mc.heavy_hitters.weights
+        )
+        if mine != served.round:
+            return self._refused(
+                ReportStatus.NOT_THIS_ROUND,
+                f"metric {metric!r}: this device reports in round {mine} of the discovery, "
+                f"not in round {served.round} (window {window}): each device is in one round",
+            )
+        if not served.epsilon <= self._ceiling.max_epsilon:
+            return self._refused(
+                ReportStatus.REFUSED_BY_CEILING,
+                f"metric {metric!r}: the served round gives ε = {served.epsilon:.6g}, above "
+                f"this device's ceiling max_epsilon = {self._ceiling.max_epsilon:g}",
+            )
+        enc = self._window_encoders.get(metric)
+        if enc is None or enc.window != window or enc.fingerprint != mc.fingerprint:
+            enc = WindowEncoder(
+                served.params(mc.heavy_hitters),
+                metric=metric,
+                fingerprint=mc.fingerprint,
+                window=window,
+            )
+            self._window_encoders[metric] = enc
+        return enc
 
     def _refused(self, status: ReportStatus, detail: str) -> ReportResult:
         log.info("no report made (%s): %s", status.value, detail)
@@ -440,7 +517,7 @@ class Reporter:
             rows = self._outbox.next_group(skip=ahead)
             group = (rows[0].report.metric, rows[0].window) if rows else ("", 0)
             action = decide(
-                rows, self._in_use(), self._clock(), replace(state, answer=refused.get(group))
+                rows, self._in_use(), self._now(), replace(state, answer=refused.get(group))
             )
             if isinstance(action, Send):
                 answer = self._deliver(action, deadline, connect_wait)

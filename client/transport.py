@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from crowdmix.client.answers import RETRY_CODES, Action, Answer, classify
-from crowdmix.client.delivery import CachedConfig, clock_offset
+from crowdmix.client.delivery import CachedConfig, check_server_time, read_clocks
 from crowdmix.client.errors import CrowdmixClientError, TransportError
 from crowdmix.client.report import REPORT_ID_BYTES, Report
 from crowdmix.client.target import check_target
@@ -213,20 +213,19 @@ class ShufflerClient:
         each metric's params (build encoders from them instead of hard-coding params
         that must match the server's), the window and the aggregator's public keys.
         ``grpc.RpcError`` when the call fails, ``TransportError`` for a bad answer."""
-        now = time.time()
-        if refresh or self._cached is None or self._cached.expired(now):
+        if refresh or self._cached is None or self._cached.expired(read_clocks()):
             from crowdmix.client.device_config import from_proto
 
             answer = self._stub.GetConfig(
                 pb.GetConfigRequest(), metadata=self._metadata, timeout=self._timeout
             )
-            received = time.time()
+            received = read_clocks()
             try:
                 config = from_proto(answer)
-                offset = clock_offset(answer.server_time, received)
+                server_time = check_server_time(answer.server_time)
             except (CrowdmixClientError, ValueError) as exc:
                 raise TransportError(f"shuffler {self.target}: bad config: {exc}") from None
-            self._cached = CachedConfig(config, received, offset)
+            self._cached = CachedConfig(config, server_time, received)
         assert self._cached is not None
         return self._cached.config
 
@@ -234,12 +233,11 @@ class ShufflerClient:
         return self.sealing == "required" or self._window_seconds is None
 
     def _current_window(self) -> int:
-        now = time.time()
         if self._window_seconds is not None:
-            return int(now // self._window_seconds)
+            return int(time.time() // self._window_seconds)
         self.config()
         assert self._cached is not None
-        return self._cached.window(now)
+        return self._cached.window(read_clocks())
 
     # -- sending --------------------------------------------------------------
 
@@ -273,7 +271,7 @@ class ShufflerClient:
 
             assert config is not None and self._cached is not None
             try:
-                key = choose_key(config.keys.keys, time.time() + self._cached.offset)
+                key = choose_key(config.keys.keys, self._cached.server_now(read_clocks()))
             except SealingError:
                 raise _Refused(
                     Answer(

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from crowdmix.core.registry import MetricConfig, Registry
+from crowdmix.core.rounds import ServedRound
 from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 
@@ -43,6 +44,18 @@ class DeviceConfig:
     #: the shuffler says it takes clear reports only (started without public keys): an
     #: SDK that requires sealing can name the cause instead of waiting for a key
     plaintext: bool = False
+    #: the shuffler takes the current window and this many before it (its setting)
+    window_tolerance: int = 1
+    #: per heavy-hitters metric, the rounds served around the current window (one per
+    #: window; a report encodes against the round of its own window)
+    rounds: dict[str, tuple[ServedRound, ...]] = field(default_factory=dict)
+
+    def round_of(self, metric: str, window: int) -> ServedRound | None:
+        """The round a heavy-hitters report of ``window`` encodes against, or None."""
+        for r in self.rounds.get(metric, ()):
+            if r.window == window:
+                return r
+        return None
 
     @property
     def sealed(self) -> bool:
@@ -60,12 +73,14 @@ class DeviceConfig:
     @property
     def version(self) -> str:
         h = hashlib.sha256(self.keys.version.encode())
-        h.update(f"|window:{self.window_seconds}".encode())
+        h.update(f"|window:{self.window_seconds}:{self.window_tolerance}".encode())
         if self.plaintext:
             h.update(b"|plaintext")
         for name in sorted(self.metrics):
             fp, age = self.metrics[name].fingerprint, self.disposal_seconds.get(name, 0)
             h.update(f"|{name}:{fp:016x}:{age}".encode())
+            for r in self.rounds.get(name, ()):
+                h.update(f"|round:{sorted(r.to_dict().items())!r}".encode())
         return h.hexdigest()[:16]
 
     @classmethod
@@ -76,9 +91,13 @@ class DeviceConfig:
         cache_seconds: int = DEFAULT_CACHE_SECONDS,
         *,
         plaintext: bool = False,
+        window_tolerance: int = 1,
+        rounds: dict[str, tuple[ServedRound, ...]] | None = None,
     ) -> DeviceConfig:
         return cls(
             plaintext=plaintext,
+            window_tolerance=window_tolerance,
+            rounds=dict(rounds or {}),
             metrics=dict(registry.metrics),
             keys=keys,
             cache_seconds=cache_seconds,
@@ -90,7 +109,9 @@ class DeviceConfig:
         )
 
 
-def _metric_to_proto(m: MetricConfig, disposal_seconds: int) -> pb.MetricInfo:
+def _metric_to_proto(
+    m: MetricConfig, disposal_seconds: int, rounds: tuple[ServedRound, ...] = ()
+) -> pb.MetricInfo:
     info = pb.MetricInfo(
         name=m.name,
         encoding=m.encoding,
@@ -102,6 +123,36 @@ def _metric_to_proto(m: MetricConfig, disposal_seconds: int) -> pb.MetricInfo:
         r = m.rappor
         info.rappor.CopyFrom(
             pb.RapporConfig(k=r.k, h=r.h, m=r.m, f=r.f, p=r.p, q=r.q, hashing=m.hashing)
+        )
+    elif m.heavy_hitters is not None:
+        hh = m.heavy_hitters
+        info.heavy_hitters.CopyFrom(
+            pb.HeavyHittersConfig(
+                alphabet=hh.alphabet,
+                max_length=hh.max_length,
+                spans=list(hh.spans),
+                keep=hh.keep,
+                candidates=hh.candidates,
+                seeds=hh.seeds,
+                weights=list(hh.weights),
+                epsilon=hh.epsilon,
+                delta=hh.delta,
+                devices=hh.devices,
+                rounds=[
+                    pb.HeavyHittersRound(
+                        round=r.round,
+                        window=r.window,
+                        opened=r.opened,
+                        epsilon=r.epsilon,
+                        start=r.start,
+                        stop=r.stop,
+                        seeds=r.seeds,
+                        buckets=r.buckets,
+                        candidates=list(r.candidates),
+                    )
+                    for r in rounds
+                ],
+            )
         )
     elif m.histogram is not None:
         h = m.histogram
@@ -133,7 +184,10 @@ def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigR
         version=config.version,
         cache_seconds=config.cache_seconds,
         metrics=[
-            _metric_to_proto(config.metrics[n], config.disposal_seconds.get(n, 0)) for n in chosen
+            _metric_to_proto(
+                config.metrics[n], config.disposal_seconds.get(n, 0), config.rounds.get(n, ())
+            )
+            for n in chosen
         ],
         keys=[
             pb.PublicKey(
@@ -148,4 +202,5 @@ def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigR
         protocol=PROTOCOL_VERSION,
         window_seconds=config.window_seconds,
         plaintext=config.plaintext,
+        window_tolerance=config.window_tolerance,
     )

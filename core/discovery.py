@@ -25,7 +25,9 @@ from crowdmix.core.errors import ParamsError
 __all__ = [
     "ENCODING",
     "MAX_CELLS",
+    "REPORT_BYTES",
     "SEED_SALTS",
+    "HeavyHittersParams",
     "PrefixRound",
     "SymbolMap",
     "ValueRound",
@@ -41,6 +43,9 @@ ENCODING = "heavy-hitters"
 #: Most index values one round's report may take (S·g or C + 1): the aggregator's
 #: dense count vector per window.
 MAX_CELLS = 1 << 24
+#: The wire length of every round's report (the index in little-endian): one length per
+#: metric whatever its round, so shufflers and stores keep fixed-length rows.
+REPORT_BYTES = index_bytes(MAX_CELLS)
 MAX_ALPHABET = 254
 MAX_LENGTH = 64
 MAX_EXTENSIONS = 1 << 20
@@ -286,3 +291,103 @@ class ValueRound:
         for v in self.candidates:
             h.update(self.symbols.symbols(v) + b"\xff")
         return int.from_bytes(h.digest(), "little")
+
+
+def _positive_int(name: str, v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ParamsError(f"{name} must be a positive integer, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeavyHittersParams:
+    """A heavy-hitters metric as the registry states it: the plan (alphabet,
+    ``max_length``, the prefix lengths ``spans`` after each prefix round, ``keep``
+    prefixes per round, ``candidates`` in the value round, ``seeds`` hash functions,
+    each round's share ``weights`` of the devices) and the central target
+    (``epsilon``, ``delta``) over the ``devices`` expected in all rounds. Each
+    round's params (its local ε0 among them) follow from these: the aggregator's
+    round job fixes them, the shuffler serves them per window."""
+
+    alphabet: str
+    max_length: int
+    spans: tuple[int, ...]
+    keep: int
+    candidates: int
+    seeds: int
+    weights: tuple[float, ...]
+    epsilon: float
+    delta: float
+    devices: int
+
+    def __post_init__(self) -> None:
+        sm = SymbolMap(alphabet=self.alphabet, max_length=self.max_length)
+        spans = self.spans
+        if not isinstance(spans, list | tuple) or not spans:
+            raise ParamsError(f"spans must be a non-empty list of integers, got {spans!r}")
+        for s in spans:
+            _positive_int("each span", s)
+        spans = tuple(spans)
+        object.__setattr__(self, "spans", spans)
+        if any(b <= a for a, b in zip((0, *spans), spans, strict=False)):
+            raise ParamsError(f"spans must be increasing, got {list(spans)}")
+        if spans[-1] != sm.length:
+            raise ParamsError(
+                f"the last span must be {sm.length} (max_length + 1), got {spans[-1]}"
+            )
+        for a, b in zip((0, *spans), spans, strict=False):
+            if sm.size ** (b - a) > MAX_EXTENSIONS:
+                raise ParamsError(
+                    f"spans {a} -> {b}: {sm.size}^{b - a} extensions, more than "
+                    f"{MAX_EXTENSIONS}: use shorter rounds"
+                )
+        for name in ("keep", "candidates", "seeds", "devices"):
+            _positive_int(name, getattr(self, name))
+        if self.candidates >= MAX_CELLS or self.seeds * 3 > MAX_CELLS:
+            raise ParamsError(f"candidates and seeds x 3 must stay below {MAX_CELLS}")
+        w = self.weights
+        if not isinstance(w, list | tuple) or any(
+            isinstance(x, bool) or not isinstance(x, int | float) for x in w
+        ):
+            raise ParamsError(f"weights must be a list of numbers, got {w!r}")
+        w = tuple(float(x) for x in w)
+        object.__setattr__(self, "weights", w)
+        if len(w) != len(spans) + 1:
+            raise ParamsError(
+                f"weights needs {len(spans) + 1} shares (one per round: {len(spans)} prefix "
+                f"rounds and the value round), got {len(w)}"
+            )
+        if any(not x > 0 for x in w) or not math.isclose(math.fsum(w), 1.0, rel_tol=1e-9):
+            raise ParamsError(f"weights must be positive and sum to 1, got {list(w)}")
+        eps = self.epsilon
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < math.inf:
+            raise ParamsError(f"epsilon must be a positive number, got {eps!r}")
+        d = self.delta
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0.0 < d < 1.0:
+            raise ParamsError(f"delta must be in (0, 1), got {d!r}")
+        object.__setattr__(self, "epsilon", float(eps))
+        object.__setattr__(self, "delta", float(d))
+        if self.devices < self.rounds:
+            raise ParamsError(f"devices must be at least {self.rounds} (one per round)")
+
+    @property
+    def symbols(self) -> SymbolMap:
+        return SymbolMap(alphabet=self.alphabet, max_length=self.max_length)
+
+    @property
+    def rounds(self) -> int:
+        """Prefix rounds and the value round."""
+        return len(self.spans) + 1
+
+    @property
+    def report_bytes(self) -> int:
+        return REPORT_BYTES
+
+    def fingerprint(self) -> int:
+        canon = (
+            f"{ENCODING}/metric/v1;alphabet={self.alphabet!r};max_length={self.max_length};"
+            f"spans={list(self.spans)};keep={self.keep};candidates={self.candidates};"
+            f"seeds={self.seeds};weights={[repr(x) for x in self.weights]};"
+            f"epsilon={self.epsilon!r};delta={self.delta!r};devices={self.devices}"
+        )
+        return int.from_bytes(hashlib.blake2b(canon.encode(), digest_size=8).digest(), "little")

@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-__all__ = ["CLUSTER_SCHEME", "ClusterUrl", "is_cluster_url", "is_redis_url", "parse_cluster_url"]
+__all__ = [
+    "CLUSTER_SCHEME",
+    "ClusterUrl",
+    "is_cluster_url",
+    "is_redis_url",
+    "parse_cluster_url",
+    "redis_url_problem",
+]
 
 CLUSTER_SCHEME = "redis+cluster://"
 _SINGLE = ("redis://", "rediss://", "unix://")
@@ -80,3 +87,18 @@ def parse_cluster_url(url: str) -> ClusterUrl:
             raise ValueError(f"{url!r}: each seed node must be HOST:PORT, got {seed!r}")
         nodes.append((host.strip("[]"), int(port)))
     return ClusterUrl(tuple(nodes), username, password)
+
+
+def redis_url_problem(name: str, url: str) -> str | None:
+    """What is wrong with a setting ``name`` holding the Redis URL ``url``, or None."""
+    if not is_redis_url(url):
+        return (
+            f"{name} must be a redis://, rediss://, unix:// or "
+            f"redis+cluster://host:port,... URL, got {url!r}"
+        )
+    if is_cluster_url(url):
+        try:
+            parse_cluster_url(url)
+        except ValueError as exc:
+            return f"{name}: {exc}"
+    return None

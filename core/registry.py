@@ -36,15 +36,29 @@
     max_batch = 2000000            # the reports a window may hold (default and ceiling:
                                    # what one aggregator batch carries, window_batch_limit)
 
+    [metrics.words]                # heavy hitters without a candidate list (discovery)
+    encoding = "heavy-hitters"
+    alphabet = "abcdefghijklmnopqrstuvwxyz'"
+    max_length = 16                # longer values are truncated
+    spans = [3, 6, 9, 12, 15, 17]  # prefix length after each prefix round (last: max_length+1)
+    keep = 300                     # prefixes kept per prefix round
+    candidates = 300               # values estimated in the value round
+    seeds = 1024                   # hash functions a prefix round's devices draw from
+    weights = [0.14, 0.14, 0.14, 0.14, 0.14, 0.15, 0.15]  # each round's share of devices
+    epsilon = 1.0                  # central target of the whole discovery
+    delta = 1e-6
+    devices = 1000000              # devices expected over all rounds (sets each round's ε0)
+                                   # released per window, like a histogram (one shuffle per round)
+
     [collection]
     window_seconds = 86400         # counts are kept per window (a day by default)
 
     [shuffler]                     # optional daemon settings (crowdmix.shuffler.config)
 
 Nothing that sets a privacy figure is filled in: ``encoding``, RAPPOR's ``k``, ``h``,
-``m``, ``f``, ``p``, ``q`` and a basic mechanism's or histogram's ``domain`` (or
-``domain_size``; binary RR's is 2) are required. A bad or missing entry raises
-``RegistryError`` naming the metric and the field.
+``m``, ``f``, ``p``, ``q``, a basic mechanism's or histogram's ``domain`` (or
+``domain_size``; binary RR's is 2) and every field of a heavy-hitters metric are
+required. A bad or missing entry raises ``RegistryError`` naming the metric and the field.
 """
 
 from __future__ import annotations
@@ -57,6 +71,8 @@ from pathlib import Path
 from typing import Any
 
 from crowdmix.core.basic import MECHANISMS, BasicParams, index_bytes
+from crowdmix.core.discovery import ENCODING as HEAVY_HITTERS
+from crowdmix.core.discovery import HeavyHittersParams
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.histogram import ENCODING as HISTOGRAM
 from crowdmix.core.histogram import HistogramParams
@@ -161,6 +177,7 @@ class MetricConfig:
     hashing: Hashing = "mmh3"
     basic: BasicParams | None = None
     histogram: HistogramParams | None = None
+    heavy_hitters: HeavyHittersParams | None = None
     domain: tuple[str, ...] | None = None
     shuffle: ShufflePolicy = field(default_factory=ShufflePolicy)
     honest_fraction: float = 1.0
@@ -168,24 +185,32 @@ class MetricConfig:
     _fingerprint: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        set_ = [x for x in (self.rappor, self.basic, self.histogram) if x is not None]
+        set_ = [
+            x
+            for x in (self.rappor, self.basic, self.histogram, self.heavy_hitters)
+            if x is not None
+        ]
         if len(set_) != 1:
             raise ParamsError(
-                f"metric {self.name!r}: exactly one of rappor/basic/histogram must be set"
+                f"metric {self.name!r}: exactly one of rappor/basic/histogram/heavy_hitters "
+                "must be set"
             )
         h = self.honest_fraction
         if isinstance(h, bool) or not isinstance(h, int | float) or not 0.0 < h <= 1.0:
             raise ParamsError(f"metric {self.name!r}: honest_fraction must be in (0, 1], got {h!r}")
         object.__setattr__(self, "honest_fraction", float(h))
-        if self.shuffle.release == "window" and self.histogram is None:
+        if self.shuffle.release == "window" and self.histogram is None and not self.windowed:
             raise ParamsError(
-                f"metric {self.name!r}: release = 'window' is for shuffled histograms only"
+                f"metric {self.name!r}: release = 'window' is for shuffled histograms and "
+                "heavy hitters only"
             )
         if self.rappor is not None:
             self.rappor.check_hashing(self.hashing)
             fp = self.rappor.fingerprint(self.hashing)
         elif self.basic is not None:
             fp = self.basic.fingerprint()
+        elif self.heavy_hitters is not None:
+            fp = self.heavy_hitters.fingerprint()
         else:
             assert self.histogram is not None
             fp = self.histogram.fingerprint()
@@ -197,7 +222,14 @@ class MetricConfig:
             return "rappor"
         if self.basic is not None:
             return self.basic.mechanism
+        if self.heavy_hitters is not None:
+            return HEAVY_HITTERS
         return HISTOGRAM
+
+    @property
+    def windowed(self) -> bool:
+        """A heavy-hitters metric: its params change with the window (one round each)."""
+        return self.heavy_hitters is not None
 
     @property
     def requires_sealing(self) -> bool:
@@ -207,7 +239,8 @@ class MetricConfig:
 
     @property
     def domain_size(self) -> int | None:
-        """The known domain's size (basic mechanisms, histograms); None for RAPPOR."""
+        """The known domain's size (basic mechanisms, histograms); None for RAPPOR and
+        heavy hitters (each round has its own: ``core.rounds``)."""
         if self.basic is not None:
             return self.basic.domain_size
         if self.histogram is not None:
@@ -220,6 +253,8 @@ class MetricConfig:
             return self.rappor.report_bytes
         if self.basic is not None:
             return self.basic.report_bytes
+        if self.heavy_hitters is not None:
+            return self.heavy_hitters.report_bytes
         assert self.histogram is not None
         return self.histogram.report_bytes
 
@@ -263,6 +298,8 @@ class Registry:
 _RAPPOR_PARAMS = ("k", "h", "m", "f", "p", "q")
 _RAPPOR_KEYS = {"encoding", "hashing", *_RAPPOR_PARAMS, "shuffle"}
 _BASIC_KEYS = {"encoding", "epsilon", "domain", "domain_size", "shuffle"}
+_HEAVY_PARAMS = tuple(HeavyHittersParams.__dataclass_fields__)
+_HEAVY_KEYS = {"encoding", *_HEAVY_PARAMS, "shuffle"}
 _HISTOGRAM_KEYS = {
     "encoding",
     "domain",
@@ -306,22 +343,28 @@ _SHUFFLE_KEYS = set(ShufflePolicy.__dataclass_fields__)
 def _histogram_shuffle(
     where: str, table: dict[str, Any], shuffle_t: dict[str, Any]
 ) -> dict[str, Any]:
-    """A histogram's shuffle table with its defaults: released per window, and
-    ``max_batch`` (the reports a window may hold) at most, and by default, what one
-    aggregator batch carries — a window is never split by ``max_batch``."""
+    """A histogram's (or heavy-hitters metric's) shuffle table with its defaults:
+    released per window, and ``max_batch`` (the reports a window may hold) at most, and
+    by default, what one aggregator batch carries — a window is never split by
+    ``max_batch``."""
     out = dict(shuffle_t)
     release = out.setdefault("release", "window")
     if release != "window":
         if "release_grace_seconds" in out:
             raise RegistryError(f"{where}: release_grace_seconds is for release = 'window'")
         return out
-    size = table.get("domain_size", 2)
-    domain = table.get("domain")
-    if isinstance(domain, list):
-        size = len(domain)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 2:
-        return out  # HistogramParams names the error
-    limit = window_batch_limit(index_bytes(size))
+    if table.get("encoding") == HEAVY_HITTERS:
+        from crowdmix.core.discovery import REPORT_BYTES
+
+        limit = window_batch_limit(REPORT_BYTES)
+    else:
+        size = table.get("domain_size", 2)
+        domain = table.get("domain")
+        if isinstance(domain, list):
+            size = len(domain)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+            return out  # HistogramParams names the error
+        limit = window_batch_limit(index_bytes(size))
     max_batch = out.setdefault("max_batch", max(limit, out.get("min_batch", 1)))
     if isinstance(max_batch, int) and not isinstance(max_batch, bool) and max_batch > limit:
         raise RegistryError(
@@ -340,8 +383,8 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
         raise RegistryError(f"{where}: must be a table")
     if "encoding" not in table:
         raise RegistryError(
-            f'{where}: encoding is required ("rappor", {HISTOGRAM!r} or one of '
-            f"{', '.join(MECHANISMS)})"
+            f'{where}: encoding is required ("rappor", {HISTOGRAM!r}, {HEAVY_HITTERS!r} or '
+            f"one of {', '.join(MECHANISMS)})"
         )
     encoding = table["encoding"]
     try:
@@ -351,7 +394,7 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
         unknown = set(shuffle_t) - _SHUFFLE_KEYS
         if unknown:
             raise RegistryError(f"{where}: unknown shuffle field(s) {sorted(unknown)}")
-        if encoding == HISTOGRAM:
+        if encoding in (HISTOGRAM, HEAVY_HITTERS):
             shuffle_t = _histogram_shuffle(where, table, shuffle_t)
         elif "release_grace_seconds" in shuffle_t:
             raise RegistryError(
@@ -407,8 +450,26 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
                 shuffle=shuffle,
                 honest_fraction=table.get("honest_fraction", 1.0),
             )
+        if encoding == HEAVY_HITTERS:
+            unknown = set(table) - _HEAVY_KEYS
+            if unknown:
+                raise RegistryError(f"{where}: unknown field(s) {sorted(unknown)}")
+            missing = [key for key in _HEAVY_PARAMS if key not in table]
+            if missing:
+                raise RegistryError(
+                    f"{where}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                    f"required for {HEAVY_HITTERS} (the plan and the privacy target are "
+                    "stated, none defaulted)"
+                )
+            if shuffle.release != "window":
+                raise RegistryError(
+                    f"{where}: a heavy-hitters round is one shuffle of its window: its "
+                    "shuffle release must be 'window'"
+                )
+            heavy = HeavyHittersParams(**{key: table[key] for key in _HEAVY_PARAMS})
+            return MetricConfig(name=name, heavy_hitters=heavy, shuffle=shuffle)
         raise RegistryError(
-            f"{where}: encoding must be 'rappor', {HISTOGRAM!r} or one of "
+            f"{where}: encoding must be 'rappor', {HISTOGRAM!r}, {HEAVY_HITTERS!r} or one of "
             f"{', '.join(MECHANISMS)}, got {encoding!r}"
         )
     except RegistryError:

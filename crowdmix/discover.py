@@ -1,20 +1,21 @@
 """``crowdmix discover``: heavy hitters without a candidate list.
 
-    crowdmix discover simulate [--words N | --values FILE] --devices N
-                               [--epsilon 1] [--delta 1e-6] [--spans 3,6,...] [--keep K]
-                               [--candidates C] [--top T] [--seed S] [--json]
+    crowdmix discover simulate [--words N | --values FILE] --devices N [...]
+    crowdmix discover open --config FILE --metric NAME --rounds FILE --state FILE [--window W]
+    crowdmix discover step --config FILE --metric NAME --rounds FILE --state FILE --redis URL
+                           [--window W] [--ledger FILE [--new-ledger]] [--top T] [--json]
+    crowdmix discover demo [--words N | --values FILE] [--devices N] [--seed S]
 
-Simulates the devices (numpy), runs every prefix round and the value round
-through the real decoders and prints the discovered values with their shares,
-95% intervals and the privacy statement. ``--words N``: the N most frequent
-English words with their frequencies (``pip install 'crowdmix[words]'``);
-``--values FILE``: one value per line, optionally ``value<TAB>weight``.
+``simulate``: devices simulated in numpy, every round through the real decoders.
+``open``/``step``: the round job of a registry's heavy-hitters metric (served to devices
+by the shuffler from the round file); ``step`` decodes the round whose window is over and
+serves the next, or prints the result. ``demo``: all of it through real daemons.
+``--words N``: English words (``crowdmix[words]``); ``--values FILE``: ``value[<TAB>weight]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import string
 from typing import Any
 
@@ -44,38 +45,153 @@ def register(sub: Any) -> None:
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=_simulate)
 
+    op = dsub.add_parser("open", help="start a registry metric's discovery: serve round 0")
+    _job_arguments(op)
+    op.add_argument("--window", type=int, help="round 0's window (default: the next one)")
+    op.set_defaults(func=_open)
+    st = dsub.add_parser(
+        "step", help="decode the round whose window is over; serve the next or print the result"
+    )
+    _job_arguments(st)
+    st.add_argument("--redis", metavar="URL", required=True, help="the aggregator's Redis")
+    st.add_argument("--window", type=int, help="the next round's window (default: the next one)")
+    led = st.add_argument_group("privacy ledger (each round is recorded; over budget: refused)")
+    led.add_argument("--ledger", metavar="FILE", help="JSON ledger of the metric's releases")
+    led.add_argument("--new-ledger", action="store_true", help="start --ledger FILE empty")
+    led.add_argument("--budget-epsilon", type=float, metavar="E", help="total ε allowed")
+    led.add_argument("--budget-delta", type=float, default=1e-5, metavar="D", help="(1e-5)")
+    st.add_argument("--top", type=positive_count, default=20, help="rows to print")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_step)
 
-def _population(args: argparse.Namespace) -> tuple[list[str], list[float]]:
+    from crowdmix.discover_demo import add_demo_parser
+
+    add_demo_parser(dsub)  # the demo's module imports nothing of this one
+
+
+def _job_arguments(p: Any) -> None:
+    p.add_argument("--config", metavar="FILE", required=True, help="metric registry")
+    p.add_argument("--metric", metavar="NAME", required=True, help="a heavy-hitters metric")
+    p.add_argument(
+        "--rounds", metavar="FILE", required=True, help="the round file the shufflers serve"
+    )
+    p.add_argument("--state", metavar="FILE", required=True, help="this job's state file")
+
+
+def _job_metric(args: argparse.Namespace) -> tuple[Any, Any]:
     from crowdmix.cli import CliError
-    from crowdmix.options import read_input
+    from crowdmix.core.registry import load_registry
 
-    if args.words is not None:
-        try:
-            import wordfreq
-        except ImportError:
-            raise CliError(
-                "--words needs the wordfreq package: pip install 'crowdmix[words]'"
-            ) from None
+    registry = load_registry(args.config)
+    metric = registry.get(args.metric)
+    if metric is None:
+        known = ", ".join(sorted(registry.metrics))
+        raise CliError(f"metric {args.metric!r} is not in {args.config} (known: {known})")
+    return registry, metric
 
-        values = list(wordfreq.top_n_list("en", args.words))
-        return values, [wordfreq.word_frequency(v, "en") for v in values]
-    text = read_input(args.values, "values file").decode("utf-8", errors="replace")
-    values, weights = [], []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        value, _, weight = line.partition("\t")
-        try:
-            w = float(weight) if weight else 1.0
-        except ValueError:
-            raise CliError(f"{args.values}:{i}: weight {weight!r} is not a number") from None
-        if not w > 0:
-            raise CliError(f"{args.values}:{i}: weight must be positive, got {weight!r}")
-        values.append(value)
-        weights.append(w)
-    if not values:
-        raise CliError(f"{args.values}: no values")
-    return values, weights
+
+def _describe(served: Any) -> str:
+    if served.candidates:
+        return f"the value round over {len(served.candidates)} candidates"
+    return f"prefix symbols {served.start}-{served.stop}, {served.seeds} seeds x {served.buckets}"
+
+
+def _open(args: argparse.Namespace) -> int:
+    import time
+
+    from crowdmix.aggregator.discovery.pipeline import DiscoveryError, open_discovery
+    from crowdmix.cli import CliError
+    from crowdmix.core.errors import ParamsError
+
+    registry, metric = _job_metric(args)
+    try:
+        served = open_discovery(
+            registry,
+            metric,
+            rounds_file=args.rounds,
+            state_file=args.state,
+            now=time.time(),
+            window=args.window,
+        )
+    except (DiscoveryError, ParamsError) as exc:
+        raise CliError(str(exc)) from None
+    print(
+        f"{metric.name}: round 0 ({_describe(served)}, local ε0 = {served.epsilon:.4f}) "
+        f"served in window {served.window} (from {_utc(served.window * registry.window_seconds)})"
+    )
+    return 0
+
+
+def _utc(t: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _step(args: argparse.Namespace) -> int:
+    import time
+
+    from crowdmix.aggregator.accounting import AccountingError
+    from crowdmix.aggregator.discovery.pipeline import DiscoveryError, step_discovery
+    from crowdmix.aggregator.errors import StoreError
+    from crowdmix.aggregator.store import open_store
+    from crowdmix.cli import CliError
+    from crowdmix.core.errors import ParamsError
+
+    registry, metric = _job_metric(args)
+    ledger = None
+    if args.ledger:
+        from crowdmix.aggregator.accounting import Budget, JsonFileLedgerStore, PrivacyLedger
+
+        budget = (
+            Budget(epsilon=args.budget_epsilon, delta=args.budget_delta)
+            if args.budget_epsilon is not None
+            else None
+        )
+        lstore = JsonFileLedgerStore(args.ledger, create=False)
+        if args.new_ledger:
+            lstore.init()
+        ledger = PrivacyLedger(lstore, budget)
+    elif args.new_ledger:
+        raise CliError("--new-ledger needs --ledger FILE")
+    try:
+        store = open_store(args.redis)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        result = step_discovery(
+            registry,
+            metric,
+            store,
+            rounds_file=args.rounds,
+            state_file=args.state,
+            now=time.time(),
+            window=args.window,
+            ledger=ledger,
+        )
+    except (DiscoveryError, ParamsError, StoreError, LookupError) as exc:
+        raise CliError(str(exc).strip("'\"")) from None
+    except AccountingError as exc:
+        raise CliError(f"round refused by the ledger {args.ledger}: {exc}") from None
+    finally:
+        store.close()
+    if result.table is None:
+        assert result.served is not None
+        print(
+            f"{metric.name}: round {result.round} decoded from {result.reports:,} reports of "
+            f"window {result.window}"
+            + (f" ({result.outside:,} outside its index range, ignored)" if result.outside else "")
+            + f"; round {result.served.round} ({_describe(result.served)}, local ε0 = "
+            f"{result.served.epsilon:.4f}) served in window {result.served.window} (from "
+            f"{_utc(result.served.window * registry.window_seconds)})"
+        )
+        return 0
+    assert result.guarantee is not None
+    from crowdmix.discover_support import print_result
+
+    print_result(result.table, result.guarantee, result.costs, top=args.top, as_json=args.json,
+                 ledger=result.ledger)  # fmt: skip
+    return 0
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -103,7 +219,9 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     except (ValueError, ParamsError) as exc:
         raise CliError(str(exc)) from None
-    values, weights = _population(args)
+    from crowdmix.discover_support import population, print_result
+
+    values, weights = population(args)
     rng = np.random.default_rng(args.seed)
     w = np.asarray(weights, dtype=np.float64)
     holders = rng.choice(len(values), size=args.devices, p=w / w.sum())
@@ -115,33 +233,5 @@ def _simulate(args: argparse.Namespace) -> int:
     table, guarantee = outcome.table, outcome.guarantee
     if table is None or guarantee is None:  # simulate always ends with the value round
         raise CliError("the discovery did not finish")
-    rows = [
-        {
-            "value": v,
-            "share": float(table.share[i]),
-            "ci_low": float(table.ci_low[i]),
-            "ci_high": float(table.ci_high[i]),
-            "significant": bool(table.significant[i]),
-        }
-        for i, v in enumerate(table.values)
-        if table.significant[i]
-    ][: args.top]
-    rounds = [
-        {"round": r, "group": g, "reports": n, "epsilon0": e} for r, g, n, e in outcome.state.costs
-    ]
-    if args.json:
-        print(json.dumps({"values": rows, "rounds": rounds, "privacy": guarantee.to_dict()}))
-        return 0
-    print(f"{'value':<18} {'share':>9}   95% interval")
-    for row in rows:
-        print(
-            f"{row['value']:<18} {row['share']:>9.5f}   [{row['ci_low']:.5f}, {row['ci_high']:.5f}]"
-        )
-    print(
-        f"\nprivacy: central (ε={guarantee.epsilon:.4f}, δ={guarantee.delta:.1e}) over "
-        f"{len(rounds)} rounds ({guarantee.argument}); each device reports once, "
-        f"local ε0 ≤ {guarantee.local_epsilon:.3f}"
-    )
-    for r in rounds:
-        print(f"  round {r['round']}: {r['reports']} reports, ε0 = {r['epsilon0']:.3f}")
+    print_result(table, guarantee, outcome.state.costs, top=args.top, as_json=args.json)
     return 0

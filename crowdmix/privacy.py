@@ -2,7 +2,7 @@
 
     crowdmix privacy amplify --epsilon0 E --n N --delta D [--bound B] [--json]
     crowdmix privacy compose --epsilon E --delta D --releases R --target-delta D2 --method M
-                             [--json]     (--k R: the old spelling, deprecated and hidden)
+                             [--json]
     crowdmix privacy rounds  --epsilon0 E --n N --rounds R --delta D [--json]
     crowdmix privacy metric  --config FILE --metric NAME --n N [--rounds R]
                              [--cohort-share S] [--batch-sizes B1,B2,..] [--json]
@@ -73,8 +73,6 @@ def register(sub: Any) -> None:
     comp.add_argument("--epsilon", type=float, required=True)
     comp.add_argument("--delta", type=float, default=0.0)
     comp.add_argument("--releases", type=int, help="number of releases composed (required)")
-    # -k is Bloom bits everywhere else; the old spelling of --releases still works, unlisted
-    comp.add_argument("--k", dest="releases_deprecated", type=int, help=argparse.SUPPRESS)
     comp.add_argument("--target-delta", type=float, default=1e-6)
     comp.add_argument("--method", default="optimal", choices=("basic", "advanced", "optimal"))
     comp.add_argument("--json", action="store_true")
@@ -285,17 +283,10 @@ def _lower_bounds(args: argparse.Namespace, randomizer: Any, eps0: float) -> dic
 
 
 def _compose(args: argparse.Namespace) -> int:
-    import sys
-
     from crowdmix.aggregator.accounting.composition import compose
     from crowdmix.cli import CliError
 
     releases = args.releases
-    if args.releases_deprecated is not None:
-        if releases is not None:
-            raise CliError("give --releases only (--k is its deprecated spelling)")
-        print("crowdmix: warning: --k is deprecated, use --releases", file=sys.stderr)
-        releases = args.releases_deprecated
     if releases is None:
         raise CliError("the following argument is required: --releases")
     if releases < 1:
@@ -371,6 +362,11 @@ def _metric(args: argparse.Namespace) -> int:
         metric = registry.get(args.metric)
         if metric is None:
             raise ValueError(f"metric {args.metric!r} is not in {args.config}")
+        if metric.heavy_hitters is not None:
+            raise ValueError(
+                f"metric {args.metric!r} is a heavy-hitters metric: its statement comes with "
+                "`crowdmix discover step` (each round's ε0 is planned from its target)"
+            )
         # The question asked is "this release of --n reports": one batch unless told
         # otherwise; said below the statement, since the figure depends on it.
         assumed = batches is None

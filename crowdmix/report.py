@@ -549,6 +549,11 @@ def _report(args: argparse.Namespace) -> int:
     if args.no_privacy_statement and args.ledger:
         raise CliError("--no-privacy-statement cannot record a release in --ledger")
     job = jobs[0]
+    if job.metric.heavy_hitters is not None:
+        raise CliError(
+            f"metric {job.metric.name!r} is a heavy-hitters metric: each window is one round "
+            "of its discovery, decoded by `crowdmix discover step`"
+        )
     privacy: Any = None
     if args.ledger and job.metric.histogram is not None:
         raise CliError(

@@ -61,6 +61,9 @@ def register(subparsers: Any) -> None:
     a("--public-keys", metavar="FILE",
       help="the aggregator's public key config (crowdmix keys export): take sealed reports "
       "only and serve the keys in GetConfig; re-read when it changes. Omit: plaintext")  # fmt: skip
+    a("--rounds-file", metavar="FILE",
+      help="the round file of heavy-hitter discoveries (crowdmix discover writes it): "
+      "GetConfig serves each window's round; re-read when it changes")  # fmt: skip
     a("--max-request-bytes", type=int, metavar="N")
     a("--max-reports-per-request", type=int, metavar="N")
     a("--rate-limit", dest="rate_limit_reports", type=float, metavar="REPORTS_PER_S",
@@ -103,6 +106,7 @@ _FLAGS = {
     "max_concurrent_rpcs": "--max-concurrent-rpcs",
     "commit_max_delay_ms": "--commit-delay-ms",
     "shutdown_grace_seconds": "--grace", "public_keys": "--public-keys",
+    "rounds_file": "--rounds-file",
     "window_tolerance": "--window-tolerance", "max_clock_skew_seconds": "--max-clock-skew",
 }  # fmt: skip
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
@@ -115,6 +119,7 @@ _OVERRIDES = (
     "max_concurrent_rpcs",
     "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
     "metrics_host", "allow_unauthenticated", "public_keys", "http_port", "http_allow_origins",
+    "rounds_file",
     "window_tolerance", "max_clock_skew_seconds",
 )  # fmt: skip
 

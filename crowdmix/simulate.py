@@ -101,7 +101,11 @@ def encode_population(metric: MetricConfig, values: list[str]) -> list[Report]:
         henc = HistogramEncoder(metric.histogram, metric=metric.name, domain=metric.domain)
         named = metric.domain is not None
         return [r for v in values for r in henc.encode(v if named else int(v))]
-    assert metric.basic is not None
+    if metric.basic is None:  # heavy hitters: encoded per window against a served round
+        raise ValueError(
+            f"metric {metric.name!r} is a heavy-hitters metric: use `crowdmix discover "
+            "simulate` or `crowdmix discover demo`"
+        )
     enc = BasicEncoder(metric.basic, metric=metric.name, domain=metric.domain)
     if metric.domain is not None:
         return [enc.encode(v) for v in values]

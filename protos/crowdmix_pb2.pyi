@@ -136,8 +136,56 @@ class HistogramConfig(_message.Message):
     domain: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, domain_size: _Optional[int] = ..., fake_slots: _Optional[int] = ..., fake_probability: _Optional[float] = ..., local_epsilon: _Optional[float] = ..., domain: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class HeavyHittersRound(_message.Message):
+    __slots__ = ("round", "window", "epsilon", "start", "stop", "seeds", "buckets", "candidates", "opened")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    window: int
+    epsilon: float
+    start: int
+    stop: int
+    seeds: int
+    buckets: int
+    candidates: _containers.RepeatedScalarFieldContainer[str]
+    opened: int
+    def __init__(self, round: _Optional[int] = ..., window: _Optional[int] = ..., epsilon: _Optional[float] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., seeds: _Optional[int] = ..., buckets: _Optional[int] = ..., candidates: _Optional[_Iterable[str]] = ..., opened: _Optional[int] = ...) -> None: ...
+
+class HeavyHittersConfig(_message.Message):
+    __slots__ = ("alphabet", "max_length", "spans", "keep", "candidates", "seeds", "weights", "epsilon", "delta", "devices", "rounds")
+    ALPHABET_FIELD_NUMBER: _ClassVar[int]
+    MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    alphabet: str
+    max_length: int
+    spans: _containers.RepeatedScalarFieldContainer[int]
+    keep: int
+    candidates: int
+    seeds: int
+    weights: _containers.RepeatedScalarFieldContainer[float]
+    epsilon: float
+    delta: float
+    devices: int
+    rounds: _containers.RepeatedCompositeFieldContainer[HeavyHittersRound]
+    def __init__(self, alphabet: _Optional[str] = ..., max_length: _Optional[int] = ..., spans: _Optional[_Iterable[int]] = ..., keep: _Optional[int] = ..., candidates: _Optional[int] = ..., seeds: _Optional[int] = ..., weights: _Optional[_Iterable[float]] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., devices: _Optional[int] = ..., rounds: _Optional[_Iterable[_Union[HeavyHittersRound, _Mapping]]] = ...) -> None: ...
+
 class MetricInfo(_message.Message):
-    __slots__ = ("name", "encoding", "params_fingerprint", "report_bytes", "rappor", "basic", "histogram", "disposal_seconds")
+    __slots__ = ("name", "encoding", "params_fingerprint", "report_bytes", "rappor", "basic", "histogram", "heavy_hitters", "disposal_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +193,7 @@ class MetricInfo(_message.Message):
     RAPPOR_FIELD_NUMBER: _ClassVar[int]
     BASIC_FIELD_NUMBER: _ClassVar[int]
     HISTOGRAM_FIELD_NUMBER: _ClassVar[int]
+    HEAVY_HITTERS_FIELD_NUMBER: _ClassVar[int]
     DISPOSAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     encoding: str
@@ -153,8 +202,9 @@ class MetricInfo(_message.Message):
     rappor: RapporConfig
     basic: BasicConfig
     histogram: HistogramConfig
+    heavy_hitters: HeavyHittersConfig
     disposal_seconds: int
-    def __init__(self, name: _Optional[str] = ..., encoding: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., report_bytes: _Optional[int] = ..., rappor: _Optional[_Union[RapporConfig, _Mapping]] = ..., basic: _Optional[_Union[BasicConfig, _Mapping]] = ..., histogram: _Optional[_Union[HistogramConfig, _Mapping]] = ..., disposal_seconds: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., encoding: _Optional[str] = ..., params_fingerprint: _Optional[int] = ..., report_bytes: _Optional[int] = ..., rappor: _Optional[_Union[RapporConfig, _Mapping]] = ..., basic: _Optional[_Union[BasicConfig, _Mapping]] = ..., histogram: _Optional[_Union[HistogramConfig, _Mapping]] = ..., heavy_hitters: _Optional[_Union[HeavyHittersConfig, _Mapping]] = ..., disposal_seconds: _Optional[int] = ...) -> None: ...
 
 class PublicKey(_message.Message):
     __slots__ = ("key_id", "suite", "public_key", "not_before", "not_after")
@@ -171,7 +221,7 @@ class PublicKey(_message.Message):
     def __init__(self, key_id: _Optional[int] = ..., suite: _Optional[str] = ..., public_key: _Optional[bytes] = ..., not_before: _Optional[int] = ..., not_after: _Optional[int] = ...) -> None: ...
 
 class ConfigResponse(_message.Message):
-    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time", "window", "plaintext")
+    __slots__ = ("version", "cache_seconds", "metrics", "keys", "protocol", "window_seconds", "server_time", "window", "plaintext", "window_tolerance")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CACHE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +231,7 @@ class ConfigResponse(_message.Message):
     SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     PLAINTEXT_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     version: str
     cache_seconds: int
     metrics: _containers.RepeatedCompositeFieldContainer[MetricInfo]
@@ -190,4 +241,5 @@ class ConfigResponse(_message.Message):
     server_time: float
     window: int
     plaintext: bool
-    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ..., window: _Optional[int] = ..., plaintext: _Optional[bool] = ...) -> None: ...
+    window_tolerance: int
+    def __init__(self, version: _Optional[str] = ..., cache_seconds: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ..., keys: _Optional[_Iterable[_Union[PublicKey, _Mapping]]] = ..., protocol: _Optional[int] = ..., window_seconds: _Optional[int] = ..., server_time: _Optional[float] = ..., window: _Optional[int] = ..., plaintext: _Optional[bool] = ..., window_tolerance: _Optional[int] = ...) -> None: ...

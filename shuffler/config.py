@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.redis_url import redis_url_problem
 from crowdmix.core.registry import Registry, RegistryError, parse_registry
 from crowdmix.shuffler.errors import ConfigError
 
@@ -75,6 +75,9 @@ class ShufflerSettings:
     # The aggregator's public key config (never a private key): with it the shuffler takes
     # sealed reports only and serves the keys in GetConfig; re-read when the file changes.
     public_keys: str | None = None
+    # The round file of heavy-hitter discoveries (crowdmix.core.rounds, written by
+    # `crowdmix discover`): GetConfig serves each window's round; re-read when it changes.
+    rounds_file: str | None = None
     config_cache_seconds: int = 3600
     # A report names its collection window; it is taken iff
     # cur - window_tolerance <= window <= window_of(now + max_clock_skew_seconds)
@@ -100,17 +103,9 @@ class ShufflerSettings:
             h, s, p = self.aggregator.rpartition(":")
             if not s or not h or not p.isdigit():
                 raise ConfigError(f"aggregator must be HOST:PORT, got {self.aggregator!r}")
-        if self.redis is not None:
-            if not is_redis_url(self.redis):
-                raise ConfigError(
-                    "redis must be a redis://, rediss://, unix:// or "
-                    f"redis+cluster://host:port,... URL, got {self.redis!r}"
-                )
-            if is_cluster_url(self.redis):
-                try:
-                    parse_cluster_url(self.redis)
-                except ValueError as exc:
-                    raise ConfigError(f"redis: {exc}") from None
+        problem = self.redis and redis_url_problem("redis", self.redis)
+        if problem:
+            raise ConfigError(problem)
         n = self.min_replicas_ack
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigError(f"min_replicas_ack must be >= 0, got {self.min_replicas_ack}")

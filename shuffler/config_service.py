@@ -9,7 +9,9 @@ the report; without keys (plaintext setups, google/rappor imports, benchmarks) c
 reports only. Sealed reports travel through the store as opaque fixed-length rows in the
 ordinary chunk format (``crowdmix.shuffler.columns``): key id in the cohort column, the
 sealed value in the bits column, no report ids (inside the seal), in a queue whose
-fingerprint is ``SEALED_QUEUE[suite]``.
+fingerprint is ``SEALED_QUEUE[suite]``. ``RoundFile``: the heavy-hitter rounds per
+window (``crowdmix.core.rounds``), re-read like the keys; ``GetConfig`` serves each
+heavy-hitters metric's rounds of the windows around the current one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Final
 
 from crowdmix.core.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
 from crowdmix.core.errors import ParamsError
-from crowdmix.core.registry import Registry
+from crowdmix.core.registry import MetricConfig, Registry
+from crowdmix.core.rounds import RoundBook, ServedRound, read_rounds
 from crowdmix.core.sealed import SUITES, PublicKeyConfig, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.errors import ConfigError, InvalidRequest
@@ -34,6 +37,7 @@ __all__ = [
     "SEALED_SUITE_OF_QUEUE",
     "ConfigService",
     "PublishedKeys",
+    "RoundFile",
     "is_sealed_queue",
 ]
 
@@ -132,6 +136,55 @@ class PublishedKeys:
         return key
 
 
+class RoundFile:
+    """The heavy-hitter round file, re-read when it changes (at most once per
+    ``check_seconds``, on use); a file that cannot be read keeps the last good book."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        check_seconds: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self._check_seconds = check_seconds
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        try:
+            self._book = read_rounds(self.path)
+        except ParamsError as exc:
+            raise ConfigError(str(exc)) from None
+        self._checked = monotonic()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    @property
+    def book(self) -> RoundBook:
+        now = self._monotonic()
+        if now - self._checked >= self._check_seconds:
+            with self._lock:
+                self._checked = now
+                stamp = self._stat()
+                if stamp is not None and stamp != self._stamp:
+                    try:
+                        self._book = read_rounds(self.path)
+                        self._stamp = stamp
+                        log.info("heavy-hitter rounds reloaded from %s", self.path)
+                    except ParamsError as exc:
+                        log.warning("keeping the previous heavy-hitter rounds: %s", exc)
+        return self._book
+
+    def round_of(self, metric: MetricConfig, window: int) -> ServedRound | None:
+        return self.book.round_of(metric.name, metric.fingerprint, window)
+
+
 class ConfigService:
     """Answers GetConfig from the registry and the published keys (cached per version)."""
 
@@ -141,19 +194,44 @@ class ConfigService:
         keys: PublishedKeys | None,
         *,
         cache_seconds: int = DEFAULT_CACHE_SECONDS,
+        window_tolerance: int = 1,
         clock: Callable[[], float] = time.time,
+        rounds: RoundFile | None = None,
     ) -> None:
         self.registry = registry
         self.keys = keys
+        self.rounds = rounds
         self.cache_seconds = cache_seconds
+        self.window_tolerance = window_tolerance
         # the clock the store files reports by: every answer carries its reading
         self._clock = clock
         self._cached: tuple[str, pb.ConfigResponse] | None = None
 
-    def config(self) -> DeviceConfig:
+    def served_rounds(self, window: int) -> dict[str, tuple[ServedRound, ...]]:
+        """Per heavy-hitters metric, its rounds of windows ``window - 1`` to ``window + 1``
+        (a device near a window's edge finds its own)."""
+        if self.rounds is None:
+            return {}
+        book = self.rounds.book
+        return {
+            name: tuple(r for r in book.rounds(name, m.fingerprint) if abs(r.window - window) <= 1)
+            for name, m in self.registry.metrics.items()
+            if m.windowed
+        }
+
+    def config(self, window: int | None = None) -> DeviceConfig:
         keys = self.keys.keys if self.keys is not None else PublicKeySet(())
+        if window is None:
+            window = self.registry.window_of(self._clock())
         # no key file: clear reports only, and the answer says so (SDKs can name it)
-        return DeviceConfig.of(self.registry, keys, self.cache_seconds, plaintext=self.keys is None)
+        return DeviceConfig.of(
+            self.registry,
+            keys,
+            self.cache_seconds,
+            plaintext=self.keys is None,
+            window_tolerance=self.window_tolerance,
+            rounds=self.served_rounds(window),
+        )
 
     def answer(self, raw: bytes) -> pb.ConfigResponse:
         try:
@@ -163,7 +241,7 @@ class ConfigService:
         unknown = [n for n in request.metrics if n not in self.registry.metrics]
         if unknown:
             raise InvalidRequest("unknown_metric", f"unknown metric {unknown[0][:128]!r}")
-        config = self.config()
+        config = self.config(self.registry.window_of(self._clock()))
         if request.metrics:
             answer = to_proto(config, list(request.metrics))
         else:
@@ -173,7 +251,7 @@ class ConfigService:
                 cached = self._cached = (version, to_proto(config))
             answer = pb.ConfigResponse()
             answer.CopyFrom(cached[1])
-        # read last, as close to the reply as possible: the device corrects its clock by it
+        # read last, as close to the reply as possible: the device's server time starts here
         now = self._clock()
         answer.server_time = now
         answer.window = self.registry.window_of(now)

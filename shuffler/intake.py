@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 
 from crowdmix.core.registry import Registry
 from crowdmix.shuffler.columns import Pending
-from crowdmix.shuffler.config_service import ConfigService, PublishedKeys
-from crowdmix.shuffler.errors import Overloaded, Unauthenticated
+from crowdmix.shuffler.config_service import ConfigService, PublishedKeys, RoundFile
+from crowdmix.shuffler.errors import ConfigError, Overloaded, Unauthenticated
 from crowdmix.shuffler.validation import (
     ColumnsIn,
     RowsIn,
     SealedIn,
+    check_rounds,
     refuse_unsealed_histograms,
     validate,
 )
@@ -83,9 +84,17 @@ class Intake:
         window_tolerance: int = 1,
         max_clock_skew_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
+        rounds: RoundFile | None = None,
     ) -> None:
         if keys is None:
             refuse_unsealed_histograms(registry)
+        windowed = sorted(n for n, m in registry.metrics.items() if m.windowed)
+        if windowed and rounds is None:
+            raise ConfigError(
+                f"metric {windowed[0]!r} is a heavy-hitters metric: start the shuffler with "
+                "rounds_file (the round file that crowdmix discover writes), or remove it"
+            )
+        self.rounds = rounds
         self.registry = registry
         self.windows = WindowRule(
             window_seconds=registry.window_seconds,
@@ -95,7 +104,14 @@ class Intake:
         self._clock = clock
         # the aggregator's public keys (None: a plaintext shuffler) and GetConfig's answers
         self.keys = keys
-        self.config = ConfigService(registry, keys, cache_seconds=config_cache_seconds, clock=clock)
+        self.config = ConfigService(
+            registry,
+            keys,
+            cache_seconds=config_cache_seconds,
+            window_tolerance=window_tolerance,
+            clock=clock,
+            rounds=rounds,
+        )
         # Compare digests, so lookups do not time the token's bytes.
         self._token_digests = None if tokens is None else frozenset(_digest(t) for t in tokens)
         self._max_reports = max_reports_per_request
@@ -145,6 +161,8 @@ class Intake:
             disposal = math.inf if metric is None else metric.shuffle.disposal_days * 86400.0
             self.windows.check(part.window, now, disposal)
         chunks = validate(self.registry, parts, max_reports=self._max_reports, keys=self.keys)
+        if self.rounds is not None:
+            check_rounds(self.registry, parts, self.rounds.round_of)
         n = sum(c.count for c in chunks.values())
         if self._limiter is not None and not self._limiter.admit(connection, n):
             raise Overloaded("rate_limited", "this connection is over its report rate")

@@ -30,7 +30,7 @@ from crowdmix.core.registry import Registry
 from crowdmix.shuffler.aggregator_client import AggregatorSender
 from crowdmix.shuffler.commit import GroupCommitter
 from crowdmix.shuffler.config import ShufflerSettings, load_tokens
-from crowdmix.shuffler.config_service import PublishedKeys
+from crowdmix.shuffler.config_service import PublishedKeys, RoundFile
 from crowdmix.shuffler.errors import BindError, ConfigError
 from crowdmix.shuffler.forwarding import Releaser, Sender
 from crowdmix.shuffler.intake import Intake
@@ -205,6 +205,7 @@ def start_shuffler(
         rate_limit_reports=settings.rate_limit_reports,
         max_buffered_reports=settings.max_buffered_reports,
         keys=None if settings.public_keys is None else PublishedKeys(settings.public_keys),
+        rounds=None if settings.rounds_file is None else RoundFile(settings.rounds_file),
         config_cache_seconds=settings.config_cache_seconds,
         window_tolerance=settings.window_tolerance,
         max_clock_skew_seconds=settings.max_clock_skew_seconds,

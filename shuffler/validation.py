@@ -15,13 +15,16 @@ The table of reasons and statuses: docs/design.md, "Shuffler".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from crowdmix.core.discovery import HeavyHittersParams
 from crowdmix.core.registry import MetricConfig, Registry
+from crowdmix.core.rounds import ServedRound
 from crowdmix.core.sealed import sealed_length
 from crowdmix.shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
 from crowdmix.shuffler.config_service import SEALED_QUEUE, PublishedKeys
@@ -147,6 +150,45 @@ def refuse_unsealed_histograms(registry: Registry) -> None:
             f"metric {names[0]!r} is a shuffled histogram and needs sealed reports: start the "
             "shuffler with --public-keys (the aggregator's public key config), or remove it"
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _round_cells(served: ServedRound, params: HeavyHittersParams) -> int:
+    return served.params(params).cells
+
+
+def check_rounds(
+    registry: Registry,
+    parts: Sequence[ColumnsIn | RowsIn | SealedIn],
+    round_of: Callable[[MetricConfig, int], ServedRound | None] | None,
+) -> None:
+    """A heavy-hitters report names a window that serves a round (``round_of``), and
+    a clear one carries an index of that round (below its S·g or C + 1 cells)."""
+    for part in parts:
+        metric = registry.get(part.metric)
+        if metric is None or metric.heavy_hitters is None or part.count == 0:
+            continue
+        served = None if round_of is None else round_of(metric, part.window)
+        if served is None:
+            raise InvalidRequest(
+                "no_round",
+                f"metric {metric.name!r}: window {part.window} serves no discovery round "
+                "(a device reports only in a window whose round GetConfig served)",
+            )
+        if isinstance(part, SealedIn) or part.report_bytes != metric.report_bytes:
+            continue  # sealed: the aggregator drops what no round holds; a bad length: below
+        cells = _round_cells(served, metric.heavy_hitters)
+        nb = metric.report_bytes
+        bits = np.frombuffer(part.bits, dtype=np.uint8)
+        if bits.size % nb:
+            continue  # malformed: the header checks name it
+        index = bits.reshape(-1, nb).astype(np.int64) @ (256 ** np.arange(nb, dtype=np.int64))
+        if index.size and int(index.max()) >= cells:
+            raise InvalidRequest(
+                "value_range",
+                f"metric {metric.name!r}: index out of range [0, {cells}) of round "
+                f"{served.round} (window {part.window})",
+            )
 
 
 def check_message_cap(registry: Registry, counts: dict[str, int]) -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-import shlex
 from pathlib import Path
 
 import pytest
 
 from crowdmix.cli import build_parser
+from tests.doc_pages import crowdmix_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,48 +29,10 @@ _PATH = re.compile(
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
-def _blocks(text: str) -> list[tuple[str, str]]:
-    """(info string, body) of every fenced code block."""
-    out, current, info = [], None, ""
-    for line in text.splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current, info = [], line[3:].strip()
-            else:
-                out.append((info, "\n".join(current) + "\n"))
-                current = None
-        elif current is not None:
-            current.append(line)
-    return out
-
-
-def _crowdmix_commands(text: str) -> list[list[str]]:
-    """``crowdmix`` command lines of the plain code blocks; ``[...]`` marks optional parts."""
-    commands = []
-    for info, body in _blocks(text):
-        if info not in ("", "sh", "shell", "console"):
-            continue
-        for line in body.replace("\\\n", " ").splitlines():
-            line = line.split(" #")[0].strip()
-            if not line or "▶" in line:  # a diagram, not a command
-                continue
-            words = shlex.split(line)
-            if words[0] not in ("crowdmix", "scripts/crowdmix"):
-                continue
-            cleaned, depth = [], 0
-            for w in words[1:]:
-                depth += w.count("[")
-                if depth == 0:
-                    cleaned.append(w)
-                depth -= w.count("]")
-            commands.append(cleaned)
-    return commands
-
-
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_crowdmix_command_parses(page: Path) -> None:
     parser = build_parser()
-    for argv in _crowdmix_commands(page.read_text()):
+    for argv in crowdmix_commands(page.read_text()):
         try:
             args = parser.parse_args(argv)
         except SystemExit:

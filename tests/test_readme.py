@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from crowdmix.cli import build_parser
+from tests.doc_pages import code_blocks, crowdmix_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -20,45 +21,11 @@ DOCS = [README, *(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))]
 
 
 def _code_blocks(lang: str = "", text: str = README) -> list[str]:
-    """Fenced blocks of ``text`` whose info string is ``lang`` ("" for plain shell blocks)."""
-    blocks, current, info = [], None, ""
-    for line in text.splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current, info = [], line[3:].strip()
-            else:
-                if info == lang:
-                    blocks.append("\n".join(current) + "\n")
-                current = None
-        elif current is not None:
-            current.append(line)
-    return blocks
-
-
-def _command_lines(texts: list[str] = DOCS) -> list[list[str]]:
-    """Shell lines of the pages' plain code blocks, continuations joined, comments cut."""
-    lines = []
-    for block in (b for text in texts for b in _code_blocks(text=text)):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #")[0].strip()
-            if line:
-                lines.append(shlex.split(line))
-    return lines
+    return code_blocks(text, lang)
 
 
 def _crowdmix_commands(texts: list[str] = DOCS) -> list[list[str]]:
-    out = []
-    for words in _command_lines(texts):
-        if words[0] in ("crowdmix", "scripts/crowdmix"):
-            # "[--flag X]" marks optional parts in the prose; drop the brackets' contents
-            cleaned, depth = [], 0
-            for w in words[1:]:
-                depth += w.count("[")
-                if depth == 0:
-                    cleaned.append(w)
-                depth -= w.count("]")
-            out.append(cleaned)
-    return out
+    return [argv for text in texts for argv in crowdmix_commands(text)]
 
 
 def test_readme_names_the_two_commands_and_ci_runs_the_test_one() -> None:

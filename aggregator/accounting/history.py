@@ -54,8 +54,8 @@ class Segment:
     epsilon0: float
     beta: float
     rappor: RapporParams | None = None
-    # The basic mechanism's params (None for RAPPOR, or a ledger entry written before
-    # they were kept): with them the mechanism's blanket bound is used.
+    # The basic mechanism's params (None for RAPPOR, and for a generic ε0-LDP
+    # randomizer): with them the mechanism's blanket bound is used.
     basic: BasicParams | None = None
     hashing: str = "mmh3"
     cohort_per_report: bool = False
@@ -457,7 +457,7 @@ def segment_from_dict(data: Any) -> Segment:
 
     r = data["rappor"]
     eps0 = data["epsilon0"]
-    b = data.get("basic")
+    b = data["basic"]
     try:
         rappor = None if r is None else RapporParams(**{k: r[k] for k in "khmfpq"})
         basic = (
@@ -479,7 +479,7 @@ def segment_from_dict(data: Any) -> Segment:
         basic=basic,
         hashing=str(data["hashing"]),
         cohort_per_report=bool(data["cohort_per_report"]),
-        crowd_failure=float(data.get("crowd_failure", 0.0)),
+        crowd_failure=float(data["crowd_failure"]),
         partition=str(data.get("partition", "")),
         group=int(data.get("group", 0)),
     )

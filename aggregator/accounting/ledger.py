@@ -9,9 +9,9 @@ a budget. The cumulative guarantee is ``history.compose_segments`` of every rele
 segment, raised to at least each release's own cost and the previous total, so it never
 goes down. Errors are ``AccountingError``: ``BudgetExceededError`` (nothing recorded),
 ``DuplicateReleaseError``, ``ConcurrentUpdateError`` (re-read and retry),
-``UnboundedReleaseError`` (memoised PRR without a longitudinal figure),
-``LedgerCorruptError``, ``LedgerMissingError`` (never read as "0 releases").
-Entries without a segment: docs/design.md, "Aggregator: accounting".
+``UnboundedReleaseError`` (memoised PRRs sharing coins under different params),
+``LedgerCorruptError`` (also an entry without a segment: one no released version
+writes), ``LedgerMissingError`` (never read as "0 releases").
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ConcurrentUpdateError(AccountingError):
 
 
 class UnboundedReleaseError(AccountingError, ValueError):
-    """Shared randomness and no longitudinal figure: the total cannot be bounded."""
+    """Releases share PRR coins in a way no bound covers: the total cannot be bounded."""
 
 
 class LedgerCorruptError(AccountingError):
@@ -117,13 +117,12 @@ class Release:
     epsilon: float
     delta: float
     fresh_randomness: bool
+    #: what the release adds to the metric's total (``history.segment_to_dict``)
+    segment: Mapping[str, Any]
     bound: str = "generic"
     batch_sizes: tuple[int, ...] = ()
-    longitudinal_epsilon: float | None = None
-    longitudinal_delta: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     rounds: int = 1
-    segment: Mapping[str, Any] | None = None
     total_epsilon: float | None = None
     total_delta: float | None = None
 
@@ -142,25 +141,20 @@ class Release:
         object.__setattr__(self, "batch_sizes", tuple(self.batch_sizes))
         if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch_sizes must be positive integers, got {self.batch_sizes!r}")
-        if (self.longitudinal_epsilon is None) != (self.longitudinal_delta is None):
-            raise ValueError("longitudinal_epsilon and longitudinal_delta go together")
-        if self.longitudinal_epsilon is not None:
-            _check_eps_delta("longitudinal_", self.longitudinal_epsilon, self.longitudinal_delta)
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
             raise ValueError(f"rounds must be a positive integer, got {self.rounds!r}")
         if (self.total_epsilon is None) != (self.total_delta is None):
             raise ValueError("total_epsilon and total_delta go together")
         if self.total_epsilon is not None:
             _check_eps_delta("total_", self.total_epsilon, self.total_delta)
-        if self.segment is not None:
-            from crowdmix.aggregator.accounting.history import segment_from_dict
+        from crowdmix.aggregator.accounting.history import segment_from_dict
 
-            try:
-                seg = segment_from_dict(self.segment)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"segment is not a valid segment: {exc!r}") from None
-            if seg.rounds != self.rounds:
-                raise ValueError(f"segment rounds {seg.rounds} != rounds {self.rounds}")
+        try:
+            seg = segment_from_dict(self.segment)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"segment is not a valid segment: {exc!r}") from None
+        if seg.rounds != self.rounds:
+            raise ValueError(f"segment rounds {seg.rounds} != rounds {self.rounds}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,17 +167,21 @@ class Release:
             "fresh_randomness": self.fresh_randomness,
             "bound": self.bound,
             "batch_sizes": list(self.batch_sizes),
-            "longitudinal_epsilon": self.longitudinal_epsilon,
-            "longitudinal_delta": self.longitudinal_delta,
             "extra": dict(self.extra),
             "rounds": self.rounds,
-            "segment": None if self.segment is None else dict(self.segment),
+            "segment": dict(self.segment),
             "total_epsilon": self.total_epsilon,
             "total_delta": self.total_delta,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Release:
+        if isinstance(data, Mapping) and data.get("segment") is None:
+            raise LedgerCorruptError(
+                f"ledger entry {data.get('release_id')!r} cannot be read: it has no segment "
+                "(written before releases carried one, its share of the total cannot be "
+                "recomputed); record the metric in a new ledger"
+            )
         try:
             return cls(
                 release_id=data["release_id"],
@@ -193,15 +191,13 @@ class Release:
                 epsilon=data["epsilon"],
                 delta=data["delta"],
                 fresh_randomness=data["fresh_randomness"],
-                bound=data.get("bound", "generic"),
-                batch_sizes=tuple(data.get("batch_sizes", ())),
-                longitudinal_epsilon=data.get("longitudinal_epsilon"),
-                longitudinal_delta=data.get("longitudinal_delta"),
-                extra=dict(data.get("extra", {})),
-                rounds=data.get("rounds", 1),
-                segment=data.get("segment"),
-                total_epsilon=data.get("total_epsilon"),
-                total_delta=data.get("total_delta"),
+                bound=data["bound"],
+                batch_sizes=tuple(data["batch_sizes"]),
+                extra=dict(data["extra"]),
+                rounds=data["rounds"],
+                segment=data["segment"],
+                total_epsilon=data["total_epsilon"],
+                total_delta=data["total_delta"],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LedgerCorruptError(f"ledger entry cannot be read: {exc}") from None
@@ -235,47 +231,11 @@ class PrivacyLedger:
 
         if not releases:
             return 0.0, 0.0
-        segments = [segment_from_dict(r.segment) for r in releases if r.segment is not None]
-        legacy = [r for r in releases if r.segment is None]
-        for r in legacy:
-            if not r.fresh_randomness and r.longitudinal_epsilon is None:
-                raise UnboundedReleaseError(
-                    f"release {r.release_id!r} shares randomness (a memoised PRR) with "
-                    "other releases and carries neither a segment nor a longitudinal "
-                    "figure, so the total cannot be bounded"
-                )
-        # A legacy memoised entry has no parameters on record, so nothing shows that its
-        # PRR coins are independent of another memoised release of this metric (they are
-        # the same coins whenever the Bloom bytes match): adding the two as independent
-        # could understate. Conservative: refuse the total.
-        memo_legacy = [r for r in legacy if not r.fresh_randomness]
-        memo_segments = [s for s in segments if s.rappor is not None and s.rappor.f > 0.0]
-        if memo_legacy and len(memo_legacy) + len(memo_segments) > 1:
-            raise UnboundedReleaseError(
-                f"release {memo_legacy[0].release_id!r} is a memoised-PRR entry written "
-                "before releases carried their segment: its PRR may share coins with the "
-                "other memoised-PRR releases of this metric, so their total cannot be "
-                "bounded; record new releases under a new metric name"
-            )
         try:
-            total = compose_segments(segments)
+            total = compose_segments([segment_from_dict(r.segment) for r in releases])
         except SharedCoinsError as exc:
             raise UnboundedReleaseError(str(exc)) from None
-        eps = math.fsum(
-            [total.epsilon]
-            + [
-                r.longitudinal_epsilon if r.longitudinal_epsilon is not None else r.epsilon
-                for r in legacy
-            ]
-        )
-        delta = math.fsum(
-            [total.delta]
-            + [
-                r.longitudinal_delta if r.longitudinal_delta is not None else r.delta
-                for r in legacy
-            ]
-        )
-        return eps, min(1.0, delta)
+        return total.epsilon, min(1.0, total.delta)
 
     @classmethod
     def cumulative(cls, releases: list[Release]) -> tuple[float, float]:

@@ -100,7 +100,7 @@ class PrivacyStatement:
     fresh_randomness: bool = False
     crowd_measured: bool = False
     hashing: str = "mmh3"
-    segment: Segment | None = None
+    segment: Segment
     # Whether the reports reached the shuffler sealed to the aggregator (HPKE): None =
     # not known here. It changes who can learn what (``who_learns_what``), never a figure.
     sealed: bool | None = None
@@ -264,7 +264,6 @@ class PrivacyStatement:
         from crowdmix.aggregator.accounting.ledger import Release
 
         lg = self.longitudinal
-        seg = self.segment
         return Release(
             release_id=release_id,
             window=window,
@@ -276,7 +275,7 @@ class PrivacyStatement:
             bound=self.central.bound,
             batch_sizes=self.batch_sizes,
             rounds=lg.rounds,
-            segment=None if seg is None else segment_to_dict(seg),
+            segment=segment_to_dict(self.segment),
             extra={"argument": lg.argument, "n_amplify": self.central.n_amplify},
         )
 

@@ -34,6 +34,8 @@ def accumulator_for(
     shuffled-     IndexCounts(d)               (real or fake alike) carrying value i
     histogram
     olh           OlhSupportCounts(d, g)       whose (a, b, y) has H(i) = y
+    heavy-        IndexCounts(cells, 4)        carrying index i (of its window's
+    hitters                                    round; cells: the largest round's)
     ============  ===========================  ======================================
 
     Every accumulator takes ``add(cohorts, bits)`` with the columnar batch as
@@ -43,6 +45,11 @@ def accumulator_for(
     acc: Counts
     if metric.rappor is not None:
         acc = CohortCounts(metric.rappor.m, metric.rappor.k)
+    elif metric.heavy_hitters is not None:
+        from crowdmix.aggregator.discovery.job import cells_bound
+
+        hh = metric.heavy_hitters
+        acc = IndexCounts(cells_bound(hh), hh.report_bytes)
     elif metric.histogram is not None:
         # one np.bincount per batch (IndexCounts.add): no per-report Python work
         acc = IndexCounts(metric.histogram.domain_size)

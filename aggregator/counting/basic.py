@@ -56,21 +56,25 @@ def olh_hashes(
 
 
 class IndexCounts(Counts):
-    """k-RR: ``ones[0, v]`` = reports carrying index v; payload ``index_bytes(d)`` bytes."""
+    """k-RR: ``ones[0, v]`` = reports carrying index v; payload ``index_bytes(d)`` bytes
+    (or ``report_bytes``: a heavy-hitters metric's fixed length, whatever its round)."""
 
-    __slots__ = ()
+    __slots__ = ("_width",)
 
     kind: ClassVar[str] = "index"
 
-    def __init__(self, domain_size: int) -> None:
+    def __init__(self, domain_size: int, report_bytes: int | None = None) -> None:
         super().__init__(1, domain_size)
+        self._width = index_bytes(domain_size) if report_bytes is None else report_bytes
+        if self._width < index_bytes(domain_size):
+            raise CountsShapeError(f"{report_bytes} bytes cannot hold an index below {domain_size}")
 
     @property
     def report_bytes(self) -> int:
-        return index_bytes(self.nbits)
+        return self._width
 
     def _empty_like(self) -> IndexCounts:
-        return IndexCounts(self.nbits)
+        return IndexCounts(self.nbits, self._width)
 
     def _indexes(self, cohorts: Any, bits: Any) -> npt.NDArray[np.uint64]:
         c, b = self._as_batch(cohorts, bits)

@@ -91,6 +91,10 @@ def _nbits_of(metric: MetricConfig) -> int:
         return metric.rappor.k
     if metric.histogram is not None:
         return metric.histogram.domain_size
+    if metric.heavy_hitters is not None:
+        from crowdmix.aggregator.discovery.job import cells_bound
+
+        return cells_bound(metric.heavy_hitters)
     assert metric.basic is not None  # MetricConfig holds exactly one encoding
     return 1 if metric.basic.mechanism == "binary-rr" else metric.basic.domain_size
 

@@ -89,6 +89,14 @@ class Ingestor:
                     f"metric {hist[0]!r} is a shuffled histogram and needs sealed reports: "
                     "start the aggregator with --keys (its key set), or remove it"
                 )
+        for name, metric in registry.metrics.items():
+            if metric.heavy_hitters is not None:
+                from crowdmix.aggregator.discovery.job import cells_bound
+
+                try:  # every round's ε0 is planned from the target: one must exist
+                    cells_bound(metric.heavy_hitters)
+                except ValueError as exc:
+                    raise ConfigError(f"metric {name!r}: {exc}") from None
         self.registry = registry
         self.keys = keys  # opens sealed batches; None: sealed batches are refused
         self.store = store

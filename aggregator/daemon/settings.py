@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdmix.aggregator.errors import ConfigError
-from crowdmix.core.redis_url import is_cluster_url, is_redis_url, parse_cluster_url
+from crowdmix.core.redis_url import redis_url_problem
 from crowdmix.core.registry import Registry, RegistryError, parse_registry, read_registry_file
 
 __all__ = ["AggregatorSettings", "load_config"]
@@ -80,17 +80,9 @@ class AggregatorSettings:
         host, sep, port = self.listen.rpartition(":")
         if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise ConfigError(f"{_name('listen')} must be HOST:PORT, got {self.listen!r}")
-        if self.redis is not None:
-            if not is_redis_url(self.redis):
-                raise ConfigError(
-                    f"{_name('redis')} must be a redis://, rediss://, unix:// or "
-                    f"redis+cluster://host:port,... URL, got {self.redis!r}"
-                )
-            if is_cluster_url(self.redis):
-                try:
-                    parse_cluster_url(self.redis)
-                except ValueError as exc:
-                    raise ConfigError(f"{_name('redis')}: {exc}") from None
+        problem = self.redis and redis_url_problem(_name("redis"), self.redis)
+        if problem:
+            raise ConfigError(problem)
         _integer("min_replicas_ack", self.min_replicas_ack, low=0)
         if self.min_replicas_ack and self.redis is None:
             raise ConfigError(f"{_name('min_replicas_ack')} needs redis (a Redis with replicas)")

@@ -60,8 +60,7 @@ from crowdmix.aggregator.decode.wls import (
     fit_nnls,
     inverse_diagonal,
     lasso_screen,
-    spd_inverse,
-    symmetric_product,
+    spd_solve,
 )
 from crowdmix.core.params import RapporParams
 
@@ -117,6 +116,13 @@ class DecodeOptions:
     spread: bool = True
     #: The distribution's summary of each posterior: "mean" or "median".
     summary: str = "mean"
+    #: Detected rows' intervals take their width from this multiple of the
+    #: standard error (the test's cutoff stays where it was): values outside
+    #: the fit (left out of the candidates, or too small to keep) collide with
+    #: fitted ones and add error the model's se does not hold. 1.15: the
+    #: smallest of 1, 1.15, 1.3, 1.45 covering >= 95% on development cases
+    #: (google/rappor's client and bench/accuracy.py --dev; BENCHMARKS.md).
+    interval_scale: float = 1.15
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -129,6 +135,8 @@ class DecodeOptions:
             raise ValueError(f"interval must be wald or selective, got {self.interval!r}")
         if self.summary not in ("mean", "median"):
             raise ValueError(f"summary must be mean or median, got {self.summary!r}")
+        if not self.interval_scale >= 1.0:
+            raise ValueError(f"interval_scale must be >= 1, got {self.interval_scale}")
         if self.screen_z < 0 or self.screen_above <= 0 or not 0 < self.max_support <= 1:
             raise ValueError("screen_z >= 0, screen_above > 0 and 0 < max_support <= 1 required")
 
@@ -211,7 +219,8 @@ def _decode_rappor(
     y, _ = bit_estimates(tot, cnt, params)
     used = np.repeat(tot > 0, params.k)
     rows = np.flatnonzero(used)
-    x = x_all[rows]
+    x = sp.csc_matrix(x_all[rows])
+    x.sum_duplicates()  # a copy: canonical, so rows scale entry by entry (``whiten``)
     c = len(values)
     dups = _duplicate_columns(x, values)
     if dups:
@@ -237,10 +246,11 @@ def _decode_rappor(
     def whiten(pi: FloatArray) -> tuple[sp.csc_matrix, FloatArray, FloatArray, FloatArray]:
         pi = np.clip(pi, p01, p11)
         sw = np.sqrt(n_of_row) * span / np.sqrt(pi * (1 - pi))
-        xw = sp.csc_matrix(sp.diags(sw) @ x)
+        xw = sp.csc_matrix((x.data * sw[x.indices], x.indices, x.indptr), shape=x.shape)
         offset = sw * background
         # ‖xw_v - offset‖ without densifying xw
-        sq = np.asarray(xw.multiply(xw).sum(axis=0)).ravel()
+        sq = np.asarray(sp.csc_matrix((xw.data**2, x.indices, x.indptr), shape=x.shape).sum(0))
+        sq = sq.ravel()
         norms = np.sqrt(np.maximum(sq - 2 * (xw.T @ offset) + offset @ offset, 0.0))
         return xw, sw * y_obs - offset, offset, norms
 
@@ -264,17 +274,21 @@ def _decode_rappor(
     )
     t_screen = time.perf_counter() - t_screen
     n_screened = int(support.size)
-    fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
+    fit = fit_nnls(xw[:, support], target, offset, support)
     # Stage 1: re-weight from the fitted bit rates (noise-free weights), refit.
     fitted = background * (1 - fit.beta.sum()) + np.asarray(x[:, support] @ fit.beta).ravel()
     xw, target, offset, norms = whiten(p01 + span * fitted)
-    fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
-    if screened and opts.add_z > 0:
-        support, fit = _add_missed(xw, target, offset, norms, support, fit, opts)
     # The distribution answer starts from unbiased estimates of every candidate
     # when the candidates are few enough for an unconstrained fit to be stable.
     full_ok = c <= opts.full_fit_share * rows.size
-    unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size) if not screened else None
+    # (at most 2 000 candidates: 32 MB; beyond, as many bytes as the fits need)
+    grams = _Grams(xw, offset, whole=full_ok and c <= 2000)
+    fit = fit_nnls(xw[:, support], target, offset, support, grams(support))
+    if screened and opts.add_z > 0:
+        support, fit = _add_missed(xw, target, offset, norms, support, fit, opts, grams)
+    unbiased = (
+        _unbiased_fit(xw, target, offset, np.arange(c), rows.size, grams) if not screened else None
+    )
     # Stage 2: prune candidates whose estimates are indistinguishable from zero
     # (z < prune_z) and refit, until none is pruned: dropping them lowers the
     # others' variance inflation from collisions (see the module docstring).
@@ -284,7 +298,7 @@ def _decode_rappor(
         if keep.all() or not keep.any():
             break
         support = support[keep]
-        fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
+        fit = fit_nnls(xw[:, support], target, offset, support, grams(support))
 
     proportion = np.zeros(c)
     std_error = np.full(c, np.inf)
@@ -293,13 +307,11 @@ def _decode_rappor(
     std_error[support] = fit.std_error
     p_value[support] = one_sided_p_values(fit.beta, fit.std_error)
     is_sig = significant(p_value, alpha=opts.alpha, correction=opts.correction)
-    if is_sig.any():
-        xa = xw[:, np.flatnonzero(is_sig)].toarray() - offset[:, None]
-        if not np.all(np.isfinite(inverse_diagonal(xa.T @ xa))):
-            raise IllPosedError(
-                "the significant candidates are collinear in the design (the counts cannot "
-                "separate them); use more cohorts or Bloom bits, or fewer candidates"
-            )
+    if is_sig.any() and not np.all(np.isfinite(inverse_diagonal(grams(np.flatnonzero(is_sig))))):
+        raise IllPosedError(
+            "the significant candidates are collinear in the design (the counts cannot "
+            "separate them); use more cohorts or Bloom bits, or fewer candidates"
+        )
     # Candidates not in the fit: the SE an isolated candidate would have.
     null_se = np.sqrt(fit.dispersion) / np.maximum(norms, 1e-300)
     unfitted = ~np.isfinite(std_error)
@@ -312,6 +324,7 @@ def _decode_rappor(
         alpha=opts.alpha,
         correction=opts.correction,
         level=opts.level,
+        width_error=None if opts.interval_scale == 1.0 else opts.interval_scale * std_error,
     )
     dist_from = "all candidates"
     cutoff: float | None = None
@@ -322,7 +335,7 @@ def _decode_rappor(
         # spread below the detection threshold (a smooth distribution over many
         # values) and the all-candidate fit exists, shrink that one instead.
         if not full_ok or proportion[is_sig].sum() >= opts.sparse_mass:
-            refit = _unbiased_fit(xw, target, offset, np.flatnonzero(is_sig), rows.size)
+            refit = _unbiased_fit(xw, target, offset, np.flatnonzero(is_sig), rows.size, grams)
             # These values are there because they passed the test: their prior
             # is fitted with the truncated likelihood (winner's curse; see
             # aggregator.decode.shrink). The cutoff is the test's, applied to
@@ -357,7 +370,7 @@ def _decode_rappor(
                     )
                     break
         else:
-            unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size)
+            unbiased = _unbiased_fit(xw, target, offset, np.arange(c), rows.size, grams)
             dist, dist_low, dist_high = _distribution(
                 c, *unbiased, opts.level, summary=opts.summary
             )
@@ -411,12 +424,33 @@ def _decode_rappor(
     )
 
 
+class _Grams:
+    """A'A of subsets of the centred whitened columns A = xw − offset·1'.
+
+    With few candidates (``whole``: an all-candidate fit may be made) the C × C
+    Gram is formed once and every subset takes its rows and columns from it;
+    otherwise each subset's is formed from its sparse columns (the same sums).
+    """
+
+    def __init__(self, xw: sp.csc_matrix, offset: FloatArray, whole: bool) -> None:
+        self.xw, self.offset = xw, offset
+        self.whole = centred_gram(xw, offset) if whole else None
+
+    def __call__(self, idx: npt.NDArray[np.intp]) -> FloatArray:
+        if self.whole is None:
+            return centred_gram(self.xw[:, idx], self.offset)
+        if idx.size == self.whole.shape[0] and np.array_equal(idx, np.arange(idx.size)):
+            return self.whole  # not copied: no caller writes to a Gram
+        return np.asarray(self.whole[np.ix_(idx, idx)])
+
+
 def _unbiased_fit(
     xw: sp.csc_matrix,
     target: FloatArray,
     offset: FloatArray,
     support: npt.NDArray[np.intp],
     n_rows: int,
+    grams: _Grams,
 ) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray]:
     """Unconstrained WLS on ``support``: (support, β̂, se), se = sqrt(φ·diag((A'A)^-1)).
 
@@ -425,19 +459,17 @@ def _unbiased_fit(
     if support.size == 0:
         return support, np.zeros(0), np.zeros(0)
     xs = xw[:, support]
-    gram = centred_gram(xs, offset)
+    gram = grams(support)
     corr = np.asarray(xs.T @ target).ravel() - float(offset @ target)
-    inv = spd_inverse(gram)
-    if inv is not None:
-        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
-    else:  # collinear: leave out what the fit cannot resolve
+    solved = spd_solve(gram, corr)
+    if solved is None:  # collinear: leave out what the fit cannot resolve
         ok = np.isfinite(inverse_diagonal(gram))
         support, xs, corr = support[ok], xs[:, ok], corr[ok]
         gram = gram[np.ix_(ok, ok)]
-        inv = spd_inverse(gram) if ok.any() else None
-        if inv is None:
+        solved = spd_solve(gram, corr) if ok.any() else None
+        if solved is None:
             return support[:0], np.zeros(0), np.zeros(0)
-        var, beta = np.diag(inv).copy(), symmetric_product(inv, corr)
+    beta, var = solved
     resid = target - np.asarray(xs @ beta).ravel() + offset * float(beta.sum())
     dispersion = max(1.0, float(resid @ resid) / max(1, n_rows - support.size))
     return support, beta, np.sqrt(dispersion * var)
@@ -499,6 +531,7 @@ def _add_missed(
     support: npt.NDArray[np.intp],
     fit: Fit,
     opts: DecodeOptions,
+    grams: _Grams,
 ) -> tuple[npt.NDArray[np.intp], Fit]:
     """Add back what LASSO screening missed (its penalty shrinks, so true values
     collide out of the screened set): a KKT check of the NNLS fit on the
@@ -509,8 +542,8 @@ def _add_missed(
     """
     cap = max(1, int(opts.max_support * xw.shape[0]))
     for _ in range(5):
-        a = xw[:, support].toarray() - offset[:, None]
-        resid = target - a @ fit.beta
+        resid = target - np.asarray(xw[:, support] @ fit.beta).ravel()
+        resid += offset * float(fit.beta.sum())
         score = (np.asarray(xw.T @ resid).ravel() - offset @ resid) / np.maximum(norms, 1e-300)
         score /= np.sqrt(fit.dispersion)
         score[support] = -np.inf
@@ -520,5 +553,5 @@ def _add_missed(
             break
         new = new[np.argsort(-score[new])[: min(room, max(1, support.size))]]
         support = np.sort(np.concatenate([support, new]))
-        fit = fit_nnls(xw[:, support].toarray(), target, offset, support)
+        fit = fit_nnls(xw[:, support], target, offset, support, grams(support))
     return support, fit

@@ -118,10 +118,14 @@ def confidence_interval(
 
 
 def selective_interval(
-    estimate: npt.ArrayLike, std_error: npt.ArrayLike, cutoff_z: float, level: float = 0.95
+    estimate: npt.ArrayLike,
+    std_error: npt.ArrayLike,
+    cutoff_z: float | npt.ArrayLike,
+    level: float = 0.95,
 ) -> tuple[FloatArray, FloatArray]:
     """Intervals for β given β̂ was selected because β̂/se > cutoff_z (see module docstring).
 
+    ``cutoff_z`` may be one z per estimate (a truncation point cutoff_z·se each).
     Solved by bisection on β ∈ [0, β̂ + 40·se] (F_β(β̂) decreases in β), in
     log space so far tails stay exact; returned as the hull of the interval
     ∩ [0, ∞) and β̂ (see the module docstring), so low ≤ β̂ ≤ high always.
@@ -132,7 +136,7 @@ def selective_interval(
     se = np.asarray(std_error, dtype=np.float64)
     if np.any(se <= 0) or np.any(~np.isfinite(se)):
         raise ValueError("standard errors must be positive and finite")
-    c = cutoff_z * se
+    c = np.asarray(cutoff_z, dtype=np.float64) * se
     tail = (1.0 - level) / 2.0
 
     def log_upper_tail(mu: FloatArray) -> FloatArray:
@@ -186,10 +190,16 @@ def report_intervals(
     alpha: float,
     correction: Correction,
     level: float = 0.95,
+    width_error: npt.ArrayLike | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """The intervals a report prints: Wald for every row, or (``selective``)
     selection-adjusted for the significant rows. low ≤ estimate ≤ high holds
-    for every row (a non-finite se gives the whole line, not NaN)."""
+    for every row (a non-finite se gives the whole line, not NaN).
+
+    ``width_error`` (default ``std_error``): the estimates' actual sd, when it is
+    larger than the test's ``std_error`` (e.g. a robust one): the significant rows'
+    intervals take their width from it, truncated where the test (on
+    ``std_error``) selected them."""
     if method not in INTERVALS:
         raise ValueError(f"interval method must be one of {', '.join(INTERVALS)}, got {method!r}")
     est = np.asarray(estimate, dtype=np.float64)
@@ -200,8 +210,13 @@ def report_intervals(
     high = np.full(est.shape, np.inf)
     low[finite], high[finite] = confidence_interval(est[finite], se[finite], level)
     use = sig & finite & (se > 0)
+    wide = se if width_error is None else np.maximum(np.asarray(width_error, np.float64), se)
+    if width_error is not None and use.any():
+        low[use], high[use] = confidence_interval(est[use], wide[use], level)
     if method == "selective" and use.any():
         cutoff = selection_cutoff(est.size, int(sig.sum()), alpha=alpha, correction=correction)
-        low[use], high[use] = selective_interval(est[use], se[use], cutoff, level)
+        # truncated at cutoff·se (the test's), in units of the wider sd
+        z_c = cutoff * se[use] / wide[use]
+        low[use], high[use] = selective_interval(est[use], wide[use], z_c, level)
     low = np.where(est >= 0, np.maximum(low, 0.0), low)
     return np.minimum(low, est), np.maximum(high, est)

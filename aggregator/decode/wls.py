@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "lasso_screen",
     "nnls_normal",
     "spd_inverse",
+    "spd_solve",
     "sum_std_error",
     "symmetric_product",
 ]
@@ -68,14 +70,13 @@ def lasso_screen(
     return keep[np.argsort(-model.coef_[keep])[:cap]]
 
 
-def sum_std_error(a: FloatArray, beta: FloatArray) -> float:
-    """Standard error of Σβ over the active columns (unit-variance whitened rows)."""
+def sum_std_error(gram: FloatArray, beta: FloatArray) -> float:
+    """Standard error of Σβ over the active columns (unit-variance whitened rows; G = A'A)."""
     active = beta > 0
     if not active.any():
         return 0.0
-    aa = a[:, active]
     try:
-        sol = np.linalg.solve(aa.T @ aa, np.ones(int(active.sum())))
+        sol = np.linalg.solve(gram[np.ix_(active, active)], np.ones(int(active.sum())))
     except np.linalg.LinAlgError:
         return math.inf
     return math.sqrt(max(float(np.sum(sol)), 0.0))
@@ -104,6 +105,25 @@ def spd_inverse(gram: FloatArray) -> FloatArray | None:
     return np.asarray(inv, dtype=np.float64) if info == 0 else None
 
 
+def spd_solve(gram: FloatArray, rhs: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """(G^-1 rhs, diag(G^-1)) for a Gram matrix ``spd_inverse`` accepts, else None.
+
+    With G = LL', diag(G^-1) holds the squared column norms of L^-1 (LAPACK trtri):
+    half the work of forming G^-1 (potri) when only its diagonal is needed.
+    """
+    chol, info = lapack.dpotrf(gram, lower=1, clean=1)
+    if info != 0:
+        return None
+    d = np.diag(chol)
+    if d.min() ** 2 <= MIN_EIGEN_RATIO * np.max(np.diag(gram)):
+        return None
+    linv, info = lapack.dtrtri(chol, lower=1)
+    if info != 0:
+        return None
+    diag = np.einsum("ij,ij->j", linv, linv)
+    return np.asarray(linv.T @ (linv @ rhs), dtype=np.float64), diag
+
+
 def symmetric_product(lower: FloatArray, vector: FloatArray) -> FloatArray:
     """S·v for the symmetric S whose lower triangle is ``lower`` (BLAS symv)."""
     return np.asarray(blas.dsymv(1.0, lower, vector, lower=1), dtype=np.float64)
@@ -111,9 +131,9 @@ def symmetric_product(lower: FloatArray, vector: FloatArray) -> FloatArray:
 
 def inverse_diagonal(gram: FloatArray) -> FloatArray:
     """diag(G^-1) for a Gram matrix; inf for directions G cannot resolve (collinear columns)."""
-    inv = spd_inverse(gram)
-    if inv is not None:
-        return np.diag(inv).copy()
+    solved = spd_solve(gram, np.zeros(gram.shape[0]))
+    if solved is not None:
+        return solved[1]
     diag = np.diag(np.linalg.pinv(gram, hermitian=True))
     # pinv gives finite variances for unresolvable directions; call them infinite
     w, v = np.linalg.eigh(gram)
@@ -131,15 +151,18 @@ class Fit:
     rss: float
 
 
-def nnls_normal(gram: FloatArray, corr: FloatArray, a: FloatArray, t: FloatArray) -> FloatArray:
+def nnls_normal(
+    gram: FloatArray, corr: FloatArray, a: Callable[[], FloatArray], t: FloatArray
+) -> FloatArray:
     """argmin_{β>=0} ‖aβ − t‖² through the small normal equations when a is tall.
 
     With G = a'a = R'R (Cholesky), ‖aβ − t‖² = ‖Rβ − R'⁻¹a't‖² + const, an
     NNLS problem with as many rows as columns (8192 → 245 rows: ~10× faster).
-    Falls back to the tall problem when G is not numerically positive definite.
+    Falls back to the tall problem (``a()`` makes the dense matrix) when G is
+    not numerically positive definite or the columns are not few.
     """
     maxiter = 50 * max(10, gram.shape[0])
-    if a.shape[0] > 2 * a.shape[1]:
+    if t.shape[0] > 2 * gram.shape[0]:
         try:
             upper = np.linalg.cholesky(gram).T
             rhs = np.linalg.solve(upper.T, corr)
@@ -147,23 +170,33 @@ def nnls_normal(gram: FloatArray, corr: FloatArray, a: FloatArray, t: FloatArray
             return np.asarray(beta, dtype=np.float64)
         except (np.linalg.LinAlgError, RuntimeError):
             pass
-    beta, _ = nnls(a, t, maxiter=maxiter)
+    beta, _ = nnls(a(), t, maxiter=maxiter)
     return np.asarray(beta, dtype=np.float64)
 
 
 def fit_nnls(
-    xd: FloatArray, target: FloatArray, offset: FloatArray, support: npt.NDArray[np.intp]
+    xs: sp.spmatrix,
+    target: FloatArray,
+    offset: FloatArray,
+    support: npt.NDArray[np.intp],
+    gram: FloatArray | None = None,
 ) -> Fit:
-    """NNLS of ``target`` on centred whitened columns ``xd - offset`` and analytic SEs."""
-    n_rows = xd.shape[0]
+    """NNLS of ``target`` on the centred whitened columns A = ``xs - offset`` (``xs``
+    sparse: A'A is formed without densifying, or given as ``gram``) and analytic SEs."""
+    n_rows = xs.shape[0]
     if support.size == 0:
         rss = float(target @ target)
         return Fit(support, np.zeros(0), np.zeros(0), max(1.0, rss / n_rows), rss)
-    a = xd - offset[:, None]
-    gram = a.T @ a
-    corr = a.T @ target
-    beta = nnls_normal(gram, corr, a, target)
-    if beta.sum() > 1.0 + 3.0 * sum_std_error(a, beta):
+    xs = sp.csc_matrix(xs)
+    if gram is None:
+        gram = centred_gram(xs, offset)
+    corr = np.asarray(xs.T @ target).ravel() - float(offset @ target)
+
+    def dense() -> FloatArray:
+        return np.asarray(xs.toarray() - offset[:, None], dtype=np.float64)
+
+    beta = nnls_normal(gram, corr, dense, target)
+    if beta.sum() > 1.0 + 3.0 * sum_std_error(gram, beta):
         # Frequencies cannot sum past 1. Only an excess beyond noise is corrected
         # (clamping every excess would bias all estimates down when Σx = 1):
         # refit with Σβ = 1 as a heavily weighted extra equation w·(1'β − 1).
@@ -171,16 +204,15 @@ def fit_nnls(
         beta = nnls_normal(
             gram + w2,
             corr + w2,
-            np.vstack([a, np.full((1, a.shape[1]), math.sqrt(w2))]),
+            lambda: np.vstack([dense(), np.full((1, gram.shape[0]), math.sqrt(w2))]),
             np.append(target, math.sqrt(w2)),
         )
     active = beta > 0
-    resid = target - a @ beta
+    resid = target - np.asarray(xs @ beta).ravel() + offset * float(beta.sum())
     rss = float(resid @ resid)
     dof = max(1, n_rows - int(active.sum()))
     dispersion = max(1.0, rss / dof)
     se = np.full(support.size, np.inf)
     if active.any():
-        aa = a[:, active]
-        se[active] = np.sqrt(dispersion * inverse_diagonal(aa.T @ aa))
+        se[active] = np.sqrt(dispersion * inverse_diagonal(gram[np.ix_(active, active)]))
     return Fit(support, beta, se, dispersion, rss)

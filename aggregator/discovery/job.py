@@ -7,7 +7,8 @@ whose generic shuffle bound over the group's expected size meets the target).
 (served by ``GetConfig`` for that round's window); ``absorb`` decodes a round's
 counts and returns the next state, and after the value round the result table and
 the privacy guarantee, computed from the report counts actually received.
-``simulate`` runs a whole discovery in memory (benchmarks, the ``discover`` command).
+``simulate`` runs a whole discovery in memory (benchmarks, the ``discover`` command);
+``settings_of`` reads a registry entry, ``cells_bound`` sizes its count vector.
 """
 
 from __future__ import annotations
@@ -34,9 +35,17 @@ from crowdmix.aggregator.discovery.plan import (
 )
 from crowdmix.aggregator.discovery.prefixes import decode_prefix_round
 from crowdmix.aggregator.discovery.values import decode_value_round
-from crowdmix.core.discovery import PrefixRound, ValueRound
+from crowdmix.core.discovery import HeavyHittersParams, PrefixRound, ValueRound
 
-__all__ = ["DiscoverySettings", "RoundOutcome", "absorb", "round_params", "simulate"]
+__all__ = [
+    "DiscoverySettings",
+    "RoundOutcome",
+    "absorb",
+    "cells_bound",
+    "round_params",
+    "settings_of",
+    "simulate",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +76,40 @@ class DiscoverySettings:
             _epsilon0(self.group_size(r), float(self.epsilon), float(self.delta))
             for r in range(self.plan.rounds)
         )
+
+
+@functools.lru_cache(maxsize=64)
+def settings_of(params: HeavyHittersParams) -> DiscoverySettings:
+    """The discovery a heavy-hitters registry entry states."""
+    plan = DiscoveryPlan(
+        symbols=params.symbols,
+        spans=params.spans,
+        keep=params.keep,
+        candidates=params.candidates,
+        seeds=params.seeds,
+        weights=params.weights,
+    )
+    return DiscoverySettings(
+        plan=plan, epsilon=params.epsilon, delta=params.delta, devices=params.devices
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def cells_bound(params: HeavyHittersParams) -> int:
+    """The most index values any round of ``params`` takes (every prefix round's S·g,
+    the value round's C + 1): the length of the metric's count vector per window."""
+    settings = settings_of(params)
+    eps0 = settings.epsilon0s()
+    plan = settings.plan
+    try:
+        prefix = [plan.prefix_round(r, eps0[r]).cells for r in range(len(plan.spans))]
+    except ValueError as exc:
+        raise ValueError(
+            f"the target (ε={params.epsilon}, δ={params.delta}) over {params.devices} devices "
+            f"leaves a round local ε0 = {min(eps0):.4g}, too small for its hashing ({exc}): "
+            "expect more devices, or a larger target"
+        ) from None
+    return max(*prefix, plan.candidates + 1)
 
 
 @functools.lru_cache(maxsize=128)
@@ -101,12 +144,21 @@ class RoundOutcome:
 
 
 def absorb(
-    settings: DiscoverySettings, state: DiscoveryState, counts: npt.ArrayLike
+    settings: DiscoverySettings,
+    state: DiscoveryState,
+    counts: npt.ArrayLike,
+    *,
+    crowd: int | None = None,
 ) -> RoundOutcome:
-    """Decode round ``state.next_round`` from its counts (one per report index)."""
+    """Decode round ``state.next_round`` from its counts (one per report index).
+    ``crowd``: the reports of the round's smallest shuffle when it was shuffled in
+    several batches (disjoint devices: the round is as private as that one); the
+    round's cost then counts that many reports."""
     params = round_params(settings, state)
     c = np.asarray(counts)
     n = int(c.sum()) if c.size else 0
+    if crowd is not None:
+        n = min(n, crowd)
     cost = RoundCost(
         round=state.next_round, group=state.next_round, n_reports=n, epsilon0=params.epsilon
     )

@@ -544,7 +544,3 @@ def _p(p: float) -> str:
 
 def _clip(value: str, width: int = 40) -> str:
     return value if len(value) <= width else value[: width - 1] + "…"
-
-
-def sorted_values(result: DecodeResult) -> Sequence[str]:
-    return [result.values[i] for i in result.order()]

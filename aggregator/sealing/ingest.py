@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
 from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
-from crowdmix.aggregator.sealing.opening import DROP_REASONS, OpenedBatch, Opener
+from crowdmix.aggregator.sealing.opening import OpenedBatch, Opener
 from crowdmix.core.registry import MetricConfig
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
 log = logging.getLogger("crowdmix.aggregator")
 
 SCREEN_REASONS = ("fingerprint", "cohort_range", "padding_bits", "payload", "report_id")
-ALL_REASONS = (*DROP_REASONS, *SCREEN_REASONS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,11 +100,15 @@ def screen(
     if extra and bits.shape[0]:
         drop((bits[:, -1] >> (8 - extra)) != 0, "padding_bits")
     basic = config.basic
-    indexed = config.histogram is not None or (basic is not None and basic.mechanism == "krr")
+    counts = accumulator(config)
+    indexed = (
+        config.histogram is not None
+        or config.heavy_hitters is not None
+        or (basic is not None and basic.mechanism == "krr")
+    )
     if indexed and bits.shape[0]:
         index = bits.astype(np.int64) @ (256 ** np.arange(nb, dtype=np.int64))
-        drop(index >= (config.domain_size or 0), "payload")
-    counts = accumulator(config)
+        drop(index >= counts.nbits, "payload")
     rows = np.flatnonzero(keep)
     try:
         if rows.size:

@@ -58,10 +58,6 @@ class OpenedBatch:
     def opened(self) -> int:
         return int(self.cohorts.shape[0])
 
-    @property
-    def dropped_total(self) -> int:
-        return sum(self.dropped.values())
-
 
 class _OpenState:
     """Per-process: HPKE suites, private key objects and per-key expected lengths."""

@@ -135,6 +135,12 @@ def describe_metric(config: MetricConfig) -> str:
             table["domain"] = list(config.domain)
         else:
             table["domain_size"] = h.domain_size
+    elif config.heavy_hitters is not None:
+        hh = config.heavy_hitters
+        table = {"encoding": "heavy-hitters", "alphabet": hh.alphabet,
+                 "max_length": hh.max_length, "spans": list(hh.spans), "keep": hh.keep,
+                 "candidates": hh.candidates, "seeds": hh.seeds, "weights": list(hh.weights),
+                 "epsilon": hh.epsilon, "delta": hh.delta, "devices": hh.devices}  # fmt: skip
     else:
         assert config.basic is not None  # MetricConfig holds exactly one of the two
         b = config.basic

@@ -206,6 +206,7 @@ def test_metric_statement_json(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert code == 1 and "--batch-sizes" in err
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
         capsys, "plan", "--epsilon", "1", "--n", "1000000", "--candidates", "100", "--json"
@@ -216,6 +217,7 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["central"]["epsilon"] <= 1.0
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_plan_prints_a_registry_block_that_loads_with_the_exact_params(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -242,6 +244,7 @@ def test_plan_prints_a_registry_block_that_loads_with_the_exact_params(
 def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from crowdmix.aggregator.accounting.ledger import PrivacyLedger, Release
     from crowdmix.aggregator.accounting.ledger_stores import JsonFileLedgerStore
+    from tests.accounting.test_ledger import own_segment
 
     path = tmp_path / "ledger.json"
     PrivacyLedger(JsonFileLedgerStore(path)).record(
@@ -252,8 +255,9 @@ def test_ledger_show(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
             n_reports=10,
             mechanism="rr",
             epsilon=0.3,
-            delta=0.0,
+            delta=1e-9,
             fresh_randomness=True,
+            segment=own_segment(0.3, 1e-9, "w1"),
         ),
     )
     code, out, _ = run(
@@ -294,11 +298,7 @@ def test_entry_point_lists_privacy_and_plan() -> None:
     assert "privacy" in result.stdout and "plan" in result.stdout
 
 
-def test_compose_k_is_a_deprecated_spelling_of_releases(capsys: pytest.CaptureFixture[str]) -> None:
-    # -k means Bloom bits everywhere else; --k still works for old scripts, with a warning
-    code, out, err = run(capsys, "privacy", "compose", "--epsilon", "0.5", "--k", "3",
-                         "--method", "basic", "--json")  # fmt: skip
-    assert code == 0 and json.loads(out)["releases"] == 3 and "--releases" in err
+def test_compose_needs_releases(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "privacy", "compose", "--epsilon", "0.5", "--method", "basic")
     assert code == 1 and "--releases" in err
 

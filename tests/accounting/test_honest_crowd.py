@@ -90,6 +90,7 @@ def test_all_honest_batches_are_counted_close_to_what_they_hold() -> None:
     assert 0.8 * fewest <= stated.n_honest <= fewest
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 @pytest.mark.parametrize("honest_fraction", [0.5, 0.9])
 def test_a_window_released_whole_counts_its_honest_devices_from_the_share(
     honest_fraction: float,

@@ -17,7 +17,6 @@ from crowdmix.aggregator.accounting.ledger import (
     LedgerCorruptError,
     PrivacyLedger,
     Release,
-    UnboundedReleaseError,
 )
 from crowdmix.aggregator.accounting.ledger_stores import (
     JsonFileLedgerStore,
@@ -25,6 +24,16 @@ from crowdmix.aggregator.accounting.ledger_stores import (
     MemoryLedgerStore,
     RedisLedgerStore,
 )
+
+
+def own_segment(eps: float, delta: float, partition: str) -> dict[str, object]:
+    """A segment that costs exactly ``eps``: one report hiding among nobody, in a
+    partition of its own, so releases of such segments add up (basic composition)."""
+    return {
+        "rounds": 1, "n_amplify": 1, "delta": delta, "epsilon0": eps, "beta": 0.0,
+        "rappor": None, "basic": None, "hashing": "mmh3", "cohort_per_report": False,
+        "crowd_failure": 0.0, "partition": partition, "group": 0,
+    }  # fmt: skip
 
 
 def release(rid: str, eps: float = 0.5, delta: float = 1e-7, **kw: object) -> Release:
@@ -36,6 +45,7 @@ def release(rid: str, eps: float = 0.5, delta: float = 1e-7, **kw: object) -> Re
         epsilon=eps,
         delta=delta,
         fresh_randomness=kw.pop("fresh_randomness", True),  # type: ignore[arg-type]
+        segment=kw.pop("segment", own_segment(eps, delta, rid)),  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]
     )
 
@@ -106,25 +116,15 @@ def test_append_is_compare_and_append(store: LedgerStore) -> None:
     assert [e["release_id"] for e in store.load("pages")] == ["r1"]
 
 
-def test_legacy_entries_without_a_segment_compose_basically(store: LedgerStore) -> None:
-    # Entries written before segments existed: each one's longitudinal figure (or ε)
-    # is added; none can lower the total.
-    ledger = PrivacyLedger(store, Budget(epsilon=5.0, delta=1e-5))
-    ledger.record("pages", release("r1", eps=0.4))
-    capped = release("r2", eps=0.4, longitudinal_epsilon=0.7, longitudinal_delta=1e-6)
-    eps, delta = ledger.record("pages", capped)
-    assert eps == pytest.approx(1.1) and delta == pytest.approx(1.1e-6)
-
-
-def test_legacy_shared_randomness_without_a_figure_is_refused(store: LedgerStore) -> None:
-    ledger = PrivacyLedger(store, Budget(epsilon=5.0, delta=1e-5))
-    memo = {"fresh_randomness": False}
-    ledger.record(
-        "pages", release("r1", eps=0.1, longitudinal_epsilon=0.1, longitudinal_delta=1e-7, **memo)
-    )  # type: ignore[arg-type]
-    with pytest.raises(UnboundedReleaseError, match="shares randomness"):
-        ledger.record("pages", release("r2", eps=0.1, **memo))  # type: ignore[arg-type]
-    assert len(store.load("pages")) == 1
+def test_an_entry_without_a_segment_is_refused_by_name(store: LedgerStore) -> None:
+    ledger = PrivacyLedger(store)
+    ledger.record("pages", release("r1"))
+    old = {**release("old").to_dict(), "segment": None}  # no released version writes one
+    store.append("pages", old, 1)
+    for read in (lambda: ledger.spent("pages"), lambda: ledger.record("pages", release("r2"))):
+        with pytest.raises(LedgerCorruptError, match="'old' cannot be read: it has no segment"):
+            read()
+    assert len(store.load("pages")) == 2
 
 
 def test_release_validation() -> None:
@@ -136,8 +136,6 @@ def test_release_validation() -> None:
         release("x", delta=1.0)
     with pytest.raises(ValueError, match="batch_sizes"):
         release("x", batch_sizes=(0,))
-    with pytest.raises(ValueError, match="together"):
-        release("x", longitudinal_epsilon=0.1)
     with pytest.raises(ValueError, match="fresh_randomness"):
         release("x", fresh_randomness=1)
     with pytest.raises(ValueError, match="budget"):
@@ -171,6 +169,7 @@ def test_redis_store_reports_corruption(redis_url: str) -> None:
         client.close()
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
     from crowdmix.aggregator.accounting import privacy_statement
     from crowdmix.core.params import RapporParams
@@ -192,6 +191,7 @@ def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
     assert not any(r.fresh_randomness for r in ledger.releases("pages"))
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
     from crowdmix.aggregator.accounting import privacy_statement, record_release
     from crowdmix.core.params import RapporParams
@@ -222,10 +222,7 @@ def test_record_release_retries_when_another_writer_wins() -> None:
         def append(self, metric: str, entry: dict[str, object], expected_length: int) -> None:
             if not self.raced:
                 self.raced = True
-                # A legacy *fresh* entry: a legacy memoised one next to this memoised
-                # release is refused (test_history: legacy memoised entry).
-                other = release("other", fresh_randomness=True, longitudinal_epsilon=0.05,
-                                longitudinal_delta=1e-6)  # fmt: skip
+                other = release("other", eps=0.05, delta=1e-6)
                 super().append(metric, other.to_dict(), expected_length)
             super().append(metric, entry, expected_length)
 
@@ -239,9 +236,7 @@ def test_record_release_retries_when_another_writer_wins() -> None:
 def test_a_recorded_total_is_a_floor(store: LedgerStore) -> None:
     # The total stamped on an entry at append time is never undercut later.
     ledger = PrivacyLedger(store)
-    memo = {"fresh_randomness": False}
-    first = release("r1", eps=0.3, longitudinal_epsilon=0.3, longitudinal_delta=1e-7, **memo)  # type: ignore[arg-type]
-    assert ledger.record("pages", first) == (0.3, 1e-7)
+    assert ledger.record("pages", release("r1", eps=0.3)) == (0.3, 1e-7)
     stamped = ledger.releases("pages")[0]
     assert (stamped.total_epsilon, stamped.total_delta) == (0.3, 1e-7)
     entry = store.load("pages")[0]

@@ -14,6 +14,7 @@ from crowdmix.core.registry import MetricConfig
     ("epsilon", "n", "candidates", "rounds"),
     [(1.0, 10**6, 100, 1), (0.3, 10**5, 20, 1), (1.0, 10**6, 200, 30), (0.5, 50_000, 8, 5)],
 )
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_plan_round_trip_meets_target(epsilon: float, n: int, candidates: int, rounds: int) -> None:
     proposal = plan(epsilon, 1e-6, n, candidates, rounds=rounds)
     assert proposal.meets_target
@@ -28,6 +29,7 @@ def test_plan_round_trip_meets_target(epsilon: float, n: int, candidates: int, r
     assert 0 < proposal.std_error < proposal.detectable_frequency <= 1
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_more_reports_buy_a_smaller_error() -> None:
     small = plan(0.5, 1e-6, 50_000, 10)
     large = plan(0.5, 1e-6, 5_000_000, 10)
@@ -49,6 +51,7 @@ def test_unreachable_and_bad_targets() -> None:
         plan(0.0, 1e-6, 1000, 10)
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_local_caps_are_respected_and_the_target_still_met() -> None:
     from crowdmix.core.privacy import epsilon_inf, epsilon_one
 

@@ -87,6 +87,7 @@ def test_empty_cohorts_are_ignored_and_bad_sizes_rejected() -> None:
         privacy_statement(rappor_metric(m=2), 3, cohort_sizes=[1, 1, 1])
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_unknown_batches_assume_the_policys_smallest_batch() -> None:
     policy = ShufflePolicy(min_batch=5000, max_batch=50_000)
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1), shuffle=policy)
@@ -143,6 +144,7 @@ def test_memoised_prr_longitudinal_amplifies_eps_k_or_eps_inf() -> None:
     assert many.longitudinal.argument == "memoised-prr-inf"
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_fresh_randomness_rounds_are_composed() -> None:
     metric = basic_metric("krr", 1.0, 4)
     stmt = privacy_statement(metric, 20_000, delta=DELTA, rounds=20)
@@ -238,6 +240,7 @@ def test_cohort_counts_within_a_smaller_batch_are_estimated_conservatively() -> 
     assert unknown.central.n_amplify < 1000 / 8
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_a_measured_crowd_replaces_the_estimate() -> None:
     metric = rappor_metric(m=8)
     estimated = privacy_statement(metric, 10**5, delta=DELTA, batch_sizes=[50_000, 50_000],

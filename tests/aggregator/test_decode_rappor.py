@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from crowdmix.aggregator.decode import (
     DecodeOptions,
@@ -89,7 +90,9 @@ def test_estimates_are_unbiased_and_intervals_cover_95_percent() -> None:
     est = np.empty((reps, len(VALUES)))
     covered = 0
     truth = None
-    options = DecodeOptions(correction="none")
+    # every value is a candidate (nothing outside the fit): the model's se at 1×,
+    # not the default's 1.15× widening for values outside the fit
+    options = DecodeOptions(correction="none", interval_scale=1.0)
     for r in range(reps):
         n_v = rng.multinomial(n, SHARES)
         truth = n_v / n
@@ -256,3 +259,55 @@ def test_default_test_keeps_its_false_discovery_promise() -> None:
         power.append(res.significant[:20].mean())
     assert np.mean(fdp) <= 0.2
     assert np.mean(power) > 0.8
+
+
+def test_the_fit_from_the_sparse_gram_is_the_dense_least_squares_fit() -> None:
+    """The NNLS fit forms A'A from the sparse design (no dense A): the same β and
+    standard errors as NNLS on the dense centred A and a plain inverse of A'A."""
+    from scipy.optimize import nnls
+
+    from crowdmix.aggregator.decode.wls import fit_nnls
+
+    rng = np.random.default_rng(7)
+    params = RapporParams(k=32, h=2, m=32, p=0.25, q=0.75, f=0.5)
+    values = [f"v{i}" for i in range(300)]
+    x = design_matrix(values, params)
+    weights = rng.uniform(50.0, 150.0, x.shape[0])
+    xw = sp.csc_matrix(sp.diags(weights) @ x)
+    offset = 0.06 * weights
+    share = np.zeros(300)
+    share[:60] = 0.6 * rng.dirichlet(np.ones(60))  # well below 1: no sum constraint
+    a = xw.toarray() - offset[:, None]
+    target = a @ share + rng.normal(size=x.shape[0])
+    support = np.arange(300)
+    fit = fit_nnls(xw, target, offset, support)
+    beta, _ = nnls(a, target, maxiter=30_000)
+    active = beta > 0
+    np.testing.assert_array_equal(fit.beta > 0, active)
+    np.testing.assert_allclose(fit.beta, beta, rtol=1e-8, atol=1e-12)
+    resid = target - a @ beta
+    phi = max(1.0, float(resid @ resid) / (x.shape[0] - active.sum()))
+    se = np.sqrt(phi * np.diag(np.linalg.inv(a[:, active].T @ a[:, active])))
+    np.testing.assert_allclose(fit.std_error[active], se, rtol=1e-8)
+    assert np.all(np.isinf(fit.std_error[~active]))
+
+
+def test_interval_scale_widens_the_detected_rows_intervals_and_nothing_else() -> None:
+    rng = np.random.default_rng(11)
+    cands = VALUES + [f"absent-{i}" for i in range(20)]
+    x_true = design_matrix(VALUES, PARAMS)
+    totals, ones = simulate_rappor_counts(rng.multinomial(50_000, SHARES), x_true, PARAMS, rng)
+    x = design_matrix(cands, PARAMS)
+    plain = decode_rappor(totals, ones, PARAMS, x, cands)
+    wide = decode_rappor(totals, ones, PARAMS, x, cands, DecodeOptions(interval_scale=1.3))
+    sig = plain.significant
+    assert sig.any() and not sig.all()
+    np.testing.assert_array_equal(wide.significant, sig)
+    np.testing.assert_array_equal(wide.p_value, plain.p_value)
+    np.testing.assert_array_equal(wide.proportion, plain.proportion)
+    assert np.all(wide.ci_low[sig] <= plain.ci_low[sig])
+    assert np.all(wide.ci_high[sig] > plain.ci_high[sig])
+    np.testing.assert_array_equal(wide.ci_low[~sig], plain.ci_low[~sig])
+    np.testing.assert_array_equal(wide.ci_high[~sig], plain.ci_high[~sig])
+    with pytest.raises(ValueError, match="interval_scale"):
+        DecodeOptions(interval_scale=0.5)

@@ -1,4 +1,4 @@
-"""The delivery policy as a table: rows, config, time and sender state in, one action out.
+"""The delivery policy as a table: rows, config, clocks and sender state in, one action out.
 
 No SQLite, no gRPC: ``crowdmix.client.delivery.decide`` is a pure function; the
 reporter only does what it answers (tests/e2e/test_reporter.py shows that wiring).
@@ -14,15 +14,17 @@ import pytest
 from crowdmix.client.answers import classify
 from crowdmix.client.ceiling import Ceiling
 from crowdmix.client.delivery import (
+    CLOCK_SLACK,
     MIN_KEY_WAIT,
     CachedConfig,
     Decision,
     Drop,
+    Reading,
     Refetch,
     Send,
     SendState,
     Wait,
-    clock_offset,
+    check_server_time,
     decide,
 )
 from crowdmix.client.outbox import PendingReport
@@ -36,6 +38,14 @@ from crowdmix.core.sealed import X25519_SUITE, PublicKeyConfig, PublicKeySet
 WS = 86400
 D = 20000  # a window (day) index
 NOW = D * WS + 3600.0  # one hour into window D, device clock
+
+
+def at(wall: float, set_by: float = 0.0) -> Reading:
+    """The device's clocks when its wall clock reads ``wall``, after the wall clock was
+    set ``set_by`` seconds forward (the monotonic clock counts from boot, a day ago)."""
+    return Reading(wall, wall - set_by - NOW + 86400.0)
+
+
 THEME = MetricConfig(
     name="theme",
     basic=BasicParams(mechanism="krr", epsilon=1.0, domain_size=3),
@@ -52,18 +62,24 @@ OLD_KEY = PublicKeyConfig(
 
 
 def config(
-    *keys: PublicKeyConfig, fetched: float = NOW - 60, offset: float = 0.0, cache: int = 3600
+    *keys: PublicKeyConfig,
+    fetched: float = NOW - 60,
+    offset: float = 0.0,
+    cache: int = 3600,
+    tolerance: int = 1,
 ) -> CachedConfig:
-    return CachedConfig(
-        DeviceConfig(
-            metrics={"theme": THEME, "screen": SCREEN},
-            keys=PublicKeySet(keys),
-            cache_seconds=cache,
-            window_seconds=WS,
-        ),
-        fetched=fetched,
-        offset=offset,
+    """Fetched at device time ``fetched`` (-inf: bundled) from a server ``offset``
+    seconds ahead, serving ``tolerance``."""
+    dc = DeviceConfig(
+        metrics={"theme": THEME, "screen": SCREEN},
+        keys=PublicKeySet(keys),
+        cache_seconds=cache,
+        window_seconds=WS,
+        window_tolerance=tolerance,
     )
+    if fetched == -math.inf:
+        return CachedConfig(dc, NOW, at(NOW), age=math.inf)
+    return CachedConfig(dc, fetched + offset, at(fetched))
 
 
 def rows(
@@ -82,6 +98,7 @@ def rows(
 
 
 SEALED = config(KEY)
+AT_NOW = at(NOW)
 STATE = SendState()
 
 
@@ -89,7 +106,7 @@ STATE = SendState()
 class Case:
     rows: list[PendingReport] = field(default_factory=rows)
     config: CachedConfig | None = SEALED
-    now: float = NOW
+    now: Reading = AT_NOW
     state: SendState = STATE
 
 
@@ -156,6 +173,22 @@ TABLE: dict[str, tuple[Case, tuple[object, ...]]] = {
     "the server's clock is behind: a report of its window is still open": (
         Case(rows=rows(window=D - 2), config=config(KEY, offset=-2 * 3600.0)),
         ("send", D - 2, 7, 1)),
+    "the shuffler serves a tolerance of two: two windows back still sent": (
+        Case(rows=rows(window=D - 2), config=config(KEY, tolerance=2)), ("send", D - 2, 7, 1)),
+    "the shuffler serves a tolerance of zero: the window before is dropped": (
+        Case(rows=rows(window=D - 1), config=config(KEY, tolerance=0)),
+        ("drop", "window_closed", 1)),
+    # the device's wall clock set since the fetch: the server time runs on the monotonic one
+    "the wall clock set two days back: fetch the server time again": (
+        Case(now=at(NOW - 2 * WS, set_by=-2 * WS)), ("refetch",)),
+    "the wall clock set two days back, the fetch failed: the window is still the server's": (
+        Case(now=at(NOW - 2 * WS, set_by=-2 * WS), state=REFETCHED), ("send", D, 7, 1)),
+    "the wall clock set two days forward: the report is not taken for closed": (
+        Case(now=at(NOW + 2 * WS, set_by=2 * WS), state=REFETCHED), ("send", D, 7, 1)),
+    "the wall clock set by less than the slack: no refetch": (
+        Case(now=at(NOW + CLOCK_SLACK / 2, set_by=CLOCK_SLACK / 2)), ("send", D, 7, 1)),
+    "the device slept on a monotonic clock that stops in suspend: fetch again": (
+        Case(now=at(NOW + 8 * 3600, set_by=8 * 3600)), ("refetch",)),
     # the shuffler's answers to this group's last attempt
     "window_closed answer: dropped": (
         Case(state=replace(STATE, answer=classify("FAILED_PRECONDITION", "window_closed: w"))),
@@ -216,18 +249,33 @@ def test_decide(name: str) -> None:
 
 def test_send_carries_the_rows_and_the_metrics_length() -> None:
     group = rows("screen", n=2)
-    action = decide(group, SEALED, NOW, STATE)
+    action = decide(group, SEALED, at(NOW), STATE)
     assert isinstance(action, Send)
     assert action.rows == tuple(group) and action.report_bytes == SCREEN.report_bytes
 
 
-def test_the_config_window_is_the_corrected_clock() -> None:
-    c = config(offset=-100.0)
-    assert c.window(D * WS + 50) == D - 1 and c.window(D * WS + 100) == D
-    assert clock_offset(1_700_000_100.0, 1_700_000_000.0) == 100.0
+def test_the_window_is_the_server_time_learnt_plus_the_monotonic_time_since() -> None:
+    c = config(offset=-100.0)  # fetched at NOW - 60: the server read NOW - 160
+    assert c.server_now(at(NOW)) == NOW - 100.0
+    assert c.window(at(D * WS + 50)) == D - 1 and c.window(at(D * WS + 100)) == D
+    # the wall clock set a day forward moves neither the server time nor the window
+    assert c.server_now(at(NOW + WS, set_by=WS)) == NOW - 100.0
+    assert c.window(at(NOW + WS, set_by=WS)) == D
+
+
+def test_a_config_restored_in_a_new_process_runs_on_the_wall_clock_offset() -> None:
+    dc = config().config
+    # stored by an earlier process 10 minutes ago, from a server 100 s ahead
+    c = CachedConfig.restored(dc, fetched=NOW - 600, offset=100.0, now=at(NOW))
+    assert c.server_now(at(NOW)) == NOW + 100.0 and c.held(at(NOW)) == 600.0
+    assert not c.expired(at(NOW)) and c.expired(at(NOW + 3000))
+    # the wall clock was set back while the app was down: expired, fetched again
+    back = CachedConfig.restored(dc, fetched=NOW + 600, offset=100.0, now=at(NOW))
+    assert back.expired(at(NOW))
 
 
 @pytest.mark.parametrize("server_time", [0.0, -5.0, math.nan, math.inf, 32503680000.0])
 def test_a_server_time_no_clock_shows_is_refused(server_time: float) -> None:
     with pytest.raises(ValueError, match="server_time"):
-        clock_offset(server_time, NOW)
+        check_server_time(server_time)
+    assert check_server_time(1_700_000_100.0) == 1_700_000_100.0

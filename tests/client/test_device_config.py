@@ -27,9 +27,10 @@ def test_window_and_disposal_age_travel_with_the_params() -> None:
             },
         }
     )
-    config = DeviceConfig.of(registry, PublicKeySet(()), cache_seconds=60)
+    config = DeviceConfig.of(registry, PublicKeySet(()), cache_seconds=60, window_tolerance=2)
     back = from_proto(pb.ConfigResponse.FromString(to_proto(config).SerializeToString()))
     assert back.window_seconds == 7200 and back.cache_seconds == 60
+    assert back.window_tolerance == 2
     assert back.disposal_seconds == {"a": 30 * 86400, "b": 129600}
     assert back.version == config.version
     # an answer without a window is refused, never given a default one

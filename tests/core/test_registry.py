@@ -206,7 +206,7 @@ def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling(
                     }
                 }
             },
-            "release = 'window' is for shuffled histograms only",
+            "release = 'window' is for shuffled histograms and heavy hitters only",
         ),
         (
             {

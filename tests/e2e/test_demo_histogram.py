@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from crowdmix.cli import build_parser
 from crowdmix.demo_histogram import run_histogram_demo
 from tests.client.bitsources import SeededBits
 
 
+@pytest.mark.slow  # a whole demo run in process: seconds, left to the full check
 def test_histogram_demo_counts_exactly_and_states_both_figures(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         [

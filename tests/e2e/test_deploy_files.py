@@ -382,4 +382,5 @@ def test_the_example_ledger_states_what_the_current_bounds_give() -> None:
             metric, r.n_reports, batch_sizes=r.batch_sizes, rounds=r.rounds,
             smallest_crowd=min(r.batch_sizes),
         )  # fmt: skip
-        assert r.epsilon == stated.longitudinal.epsilon
+        # the same figure up to the PLD library's floating-point noise across platforms
+        assert r.epsilon == pytest.approx(stated.longitudinal.epsilon, rel=1e-12)

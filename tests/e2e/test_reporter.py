@@ -314,7 +314,8 @@ def test_an_expired_config_makes_the_report_and_the_sender_renews_it(tmp_path: P
     app = tmp_path / "app"
     with start_shuffler(registry, tokens=frozenset({TOKEN}), clock=lambda: now[0]) as s:
         target = f"127.0.0.1:{s.port}"
-        kw: dict[str, Any] = {"background": False, "sealing": "off", "clock": lambda: now[0]}
+        kw: dict[str, Any] = {"background": False, "sealing": "off"}
+        kw |= {"clock": lambda: now[0], "monotonic": lambda: now[0]}
         with _online(_reporter(app, target, **kw)):
             pass
         _tamper_cached_config(app, _older_params, fetched=now[0] - 3601)  # past its hour

@@ -1,11 +1,12 @@
-"""A report claimed in a window that has not begun must not hold back the others.
+"""A clock set on the device moves no window, and an early report holds back no other.
 
-A device's clock set forward after its last ``GetConfig`` (or a server time that was
-wrong) makes the device claim a report in a window days ahead; the shuffler answers
-``window_ahead`` and the device keeps it. The reports claimed after it, once the
-clock is right again, name the current window: they must be delivered in it, not
-wait behind the early one until their own window has closed and they are dropped.
-Real shuffler on loopback, the device's and the shuffler's clocks set by the test.
+The device takes the server's time from ``GetConfig`` and runs it on its monotonic
+clock: its wall clock set days forward or back after the fetch changes no report's
+window. A report that does name a window days ahead (the server's own clock was wrong
+when the device fetched the config) is refused ``window_ahead`` and kept; the reports
+claimed after it, once the server time is right again, name the current window and are
+delivered in it, not held behind the early one until their window closed. Real shuffler
+on loopback, the device's clocks and the shuffler's set by the test.
 """
 
 from __future__ import annotations
@@ -29,16 +30,20 @@ D = 20000  # a day's window index
 
 
 class Clocks:
-    """One fake time: the device reads ``t + device_ahead``, the shuffler ``t``."""
+    """One true time ``t``: the device's wall clock reads ``t + device_ahead`` (its
+    monotonic clock just ``t``), the shuffler's ``t + server_ahead``."""
 
     def __init__(self, t: float) -> None:
-        self.t, self.device_ahead = t, 0.0
+        self.t, self.device_ahead, self.server_ahead = t, 0.0, 0.0
 
     def device(self) -> float:
         return self.t + self.device_ahead
 
-    def server(self) -> float:
+    def mono(self) -> float:
         return self.t
+
+    def server(self) -> float:
+        return self.t + self.server_ahead
 
 
 @pytest.fixture
@@ -61,31 +66,43 @@ def _windows(s: ShufflerHandle, metric: str) -> dict[int, int]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a group refused window_ahead no longer holds back the groups behind it "
-    "(Reporter._send_pass skips it), but the device corrects its clock by one offset: "
-    "learnt while the wall clock was two days ahead, it is stale once the clock is set "
-    "back, so the next report names a window two days old and is dropped (window_closed) "
-    "until the next GetConfig; detecting a wall-clock jump needs a monotonic anchor",
-)
+def _reporter(app: Path, s: ShufflerHandle, clocks: Clocks) -> client.Reporter:
+    kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
+    return client.Reporter(
+        app, f"127.0.0.1:{s.port}", clock=clocks.device, monotonic=clocks.mono, **kw
+    )
+
+
+def test_a_wall_clock_set_days_forward_then_back_moves_no_window(
+    shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
+) -> None:
+    with _reporter(tmp_path / "app", shuffler, clocks) as r:
+        assert r.flush(timeout=10) == 0  # the config and the server's time
+        clocks.device_ahead = 2 * DAY  # the clock set two days forward
+        assert r.report(OUE, "a") and r.flush(timeout=10) == 0  # claimed in day D
+        clocks.device_ahead = 0.0  # and right again
+        assert r.report(RAPPOR, "x") and r.flush(timeout=10) == 0  # day D as well
+        clocks.t += 2 * DAY
+        assert r.flush(timeout=10) == 0
+        assert r.counters() == {"delivered": 2}
+    assert _windows(shuffler, OUE) == {D: 1} and _windows(shuffler, RAPPOR) == {D: 1}
+
+
 def test_a_report_in_a_window_days_ahead_does_not_hold_back_a_report_of_the_current_window(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
-    kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
-    with client.Reporter(
-        tmp_path / "app", f"127.0.0.1:{shuffler.port}", clock=clocks.device, **kw
-    ) as r:
-        assert r.flush(timeout=10) == 0  # the config, offset 0
-        clocks.device_ahead = 2 * DAY  # the clock set two days forward
-        assert r.report(OUE, "a")  # claimed in day D + 2 (the offset is stale)
-        assert r.flush(timeout=10) == 1  # window_ahead: refetched once, kept
-        clocks.device_ahead = 0.0  # the clock is right again
+    with _reporter(tmp_path / "app", shuffler, clocks) as r:
+        clocks.server_ahead = 2 * DAY  # the shuffler's clock is wrong when the device asks
+        assert r.flush(timeout=10) == 0
+        clocks.server_ahead = 0.0  # and is put right
+        assert r.report(OUE, "a")  # claimed in day D + 2
+        assert r.flush(timeout=10) == 1  # window_ahead: the server time learnt again, kept
         assert r.report(RAPPOR, "x")  # claimed in day D
         r.flush(timeout=10)
         delivered_in_time = _windows(shuffler, RAPPOR)
         clocks.t += 2 * DAY  # day D + 2: the early report's window opens, day D is closed
-        r.flush(timeout=10)
+        assert r.flush(timeout=10) == 0
         counters = r.counters()
     assert delivered_in_time == {D: 1}, "the report of day D waited behind one of day D + 2"
-    assert "window_closed" not in counters, counters
+    assert _windows(shuffler, OUE) == {D + 2: 1}
+    assert counters == {"delivered": 2}, counters

@@ -137,12 +137,22 @@ def test_kill_9_of_the_node_app_loses_none_and_counts_none_twice(
     devices = 30
     job = _job(cluster, base, devices, [["crash_rappor", "v$i"], ["crash_krr", "3"]])
     rng = random.Random(20261125)
+    progress = base / "progress"
     kills = 0
     for _ in range(6):
+        # a random point of the run (it writes two progress lines per device), plus a
+        # random fraction of a step: mid-claim, mid-write, mid-request
+        seen = len(progress.read_text().splitlines()) if progress.exists() else 0
+        target = seen + rng.randrange(2 * devices)
         proc = _devices(job)
-        time.sleep(rng.uniform(0.3, 2.5))
+        deadline = time.monotonic() + 60
+        while not (progress.exists() and len(progress.read_text().splitlines()) >= target):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the Node app made no progress"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.05))
         if proc.poll() is None:
-            proc.kill()  # SIGKILL, wherever it is: mid-claim, mid-write, mid-request
+            proc.kill()  # SIGKILL
             kills += 1
         proc.communicate(timeout=60)
     assert kills >= 3

@@ -83,6 +83,7 @@ def test_figure_equals_the_enumerated_full_histogram(
     assert exact - 1e-12 <= ours <= exact * (1 + 1e-6) + 1e-12
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 @pytest.mark.parametrize("eps", [0.1, 0.5, 1.0])
 def test_local_randomization_figure_bounds_the_enumerated_view(eps: float) -> None:
     """The target's k-RR report among the fakes of 4 honest others whose real reports are

@@ -269,6 +269,7 @@ def test_blanket_figure_is_never_above_the_older_one(
             assert blanket <= older * (1 + 1e-6) + 1e-15, (n_honest, eps, blanket, older)
 
 
+@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_figure_is_monotone_in_the_crowd() -> None:
     """The fixed cover grid keeps the computed figure non-increasing as honest devices
     are added (what the planner and the plan's quantile argument rely on)."""

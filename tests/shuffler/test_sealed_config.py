@@ -114,3 +114,11 @@ def test_config_service_stamps_every_answer_with_its_clock() -> None:
     assert service.answer(raw).server_time == T + 7.5  # the cached answer is not reused as is
     named = pb.GetConfigRequest(metrics=["browser"]).SerializeToString()
     assert service.answer(named).server_time == T + 7.5
+
+
+def test_get_config_serves_the_window_tolerance_the_shuffler_applies() -> None:
+    settings = ShufflerSettings(window_tolerance=2)
+    with start_shuffler(make_registry(), settings=settings) as shuffler:
+        sender = ShufflerClient(f"127.0.0.1:{shuffler.port}", sealing="off", background=False)
+        assert sender.config().window_tolerance == 2 == shuffler.intake.windows.tolerance
+        sender.close(flush=False)

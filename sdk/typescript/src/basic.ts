@@ -11,7 +11,8 @@
  * Every report of a basic mechanism has cohort 0.
  */
 import { ParamsError } from "./errors.js";
-import { type BasicParams, indexBytes } from "./params.js";
+import type { Encoding } from "./config.js";
+import { BasicParams, indexBytes } from "./params.js";
 import { type RandomBytes, bernoulliBits, coin, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
 import { type Report, newReportId } from "./report.js";
 
@@ -111,3 +112,23 @@ export class BasicEncoder {
     return { metric: this.metric, cohort: 0, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
   }
 }
+
+/** A value of a known domain: its string, or its index (the basic mechanisms, histograms). */
+export function domainValue(value: string | number | Uint8Array): string | number {
+  if (typeof value !== "string" && typeof value !== "number") throw new RangeError("a value is a string or an index");
+  return value;
+}
+
+/** The basic mechanisms for the reporter (`Encoding`). */
+export const basicEncoding: Encoding = {
+  read(m) {
+    if (!m.basic) return undefined;
+    const basic = new BasicParams({ mechanism: m.encoding, epsilon: m.basic.epsilon, domainSize: m.basic.domainSize });
+    return [{ basic, domain: m.basic.domain.length ? m.basic.domain : null }, basic.fingerprint()];
+  },
+  encoder(metric, mc, _secret, rand) {
+    if (!mc.basic) return undefined;
+    const enc = new BasicEncoder(mc.basic, metric, { randomBytes: rand, domain: mc.domain });
+    return (value) => [enc.encode(domainValue(value))];
+  },
+};

@@ -5,8 +5,9 @@
  * payload is the index in indexBytes(d) bytes, so once sealed, real and fake reports
  * are the same length and indistinguishable. Such a metric is sealed or not sent.
  */
-import { Domain } from "./basic.js";
-import type { HistogramParams } from "./params.js";
+import { Domain, domainValue } from "./basic.js";
+import type { Encoding } from "./config.js";
+import { HistogramParams } from "./params.js";
 import { type RandomBytes, bernoulliBits, coin, popcount, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
 import { type Report, newReportId } from "./report.js";
 
@@ -62,3 +63,18 @@ export class HistogramEncoder {
     });
   }
 }
+
+/** Shuffled histograms for the reporter (`Encoding`): sealed or not sent. */
+export const histogramEncoding: Encoding = {
+  read(m) {
+    const h = m.histogram;
+    if (!h) return undefined;
+    const histogram = new HistogramParams({ ...h, localEpsilon: h.localEpsilon || null });
+    return [{ histogram, domain: h.domain.length ? h.domain : null }, histogram.fingerprint()];
+  },
+  encoder(metric, mc, _secret, rand) {
+    if (!mc.histogram) return undefined;
+    const enc = new HistogramEncoder(mc.histogram, metric, { randomBytes: rand, domain: mc.domain });
+    return (value) => enc.encode(domainValue(value));
+  },
+};

@@ -9,6 +9,7 @@
 import { constants, readFileSync, unlinkSync } from "node:fs";
 import { link, mkdir, open, readFile, readdir, rename, unlink } from "node:fs/promises";
 import { basename, join } from "node:path";
+import { ALL_ENCODINGS } from "./encodings.js";
 import { CrowdmixError } from "./errors.js";
 import { type Backend, type ClaimResult, type Op, type OutboxState, Outbox, applyOp, emptyState } from "./outbox.js";
 import { Reporter, type ReporterOptions } from "./reporter.js";
@@ -183,5 +184,5 @@ export async function openReporter(appDir: string, options: ReporterOptions): Pr
     if (e instanceof CrowdmixError) throw e;
     throw new CrowdmixError(`cannot use the app directory ${appDir}: ${(e as Error).message}`);
   }
-  return new Reporter(outbox, secret, options);
+  return new Reporter(outbox, secret, options, ALL_ENCODINGS);
 }

@@ -11,6 +11,7 @@
  */
 import { blake2b } from "./blake2b.js";
 import { ParamsError } from "./errors.js";
+import { leBigInt, utf8 } from "./report.js";
 
 export type Hashing = "mmh3";
 export type Mechanism = "binary-rr" | "krr" | "oue" | "olh";
@@ -24,7 +25,6 @@ const MAX_EPSILON = 30;
 const MAX_OLH_EPSILON = 20;
 const MAX_FAKE_SLOTS = 4096;
 
-const utf8 = new TextEncoder();
 
 /** Python's `repr(float(x))`: shortest round-trip digits, Python's layout. */
 export function pyFloatRepr(x: number): string {
@@ -48,10 +48,7 @@ export function pyFloatRepr(x: number): string {
 
 /** BLAKE2b-64 of `canon` as an unsigned 64-bit integer (little-endian). */
 export function fingerprintOf(canon: string): bigint {
-  const d = blake2b(utf8.encode(canon), { outlen: 8 });
-  let x = 0n;
-  for (let i = 7; i >= 0; i--) x = (x << 8n) | BigInt(d[i]!);
-  return x;
+  return leBigInt(blake2b(utf8(canon), { outlen: 8 }));
 }
 
 function checkInt(name: string, v: unknown, lo: number, hi: number): number {

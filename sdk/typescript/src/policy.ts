@@ -12,28 +12,63 @@
  * - wait: nothing to do now (`problem`: something the app should hear of);
  * - offline: stop and back off (unreachable, or a refusal retrying now cannot fix).
  *
- * A report's window is fixed when it is claimed (the device clock corrected once by the
- * server time of the config); one more than TOLERANCE_WINDOWS behind the current one is
- * closed at the shuffler and dropped without asking it.
+ * `now` is a `Reading` of the device's wall clock and monotonic clock taken together
+ * (`decide` reads no clock). The server's time is the config's `server_time` plus the
+ * monotonic time since it arrived, so a wall clock set by the user moves no window; the
+ * config is fetched again when it is `cacheSeconds` old on the monotonic clock or when the
+ * two clocks drifted more than CLOCK_SLACK apart (the clock was set, or the device slept on
+ * a monotonic clock that stops in suspend). A config restored by a new page or process runs
+ * on the wall clock and the offset stored with it until it expires. A report's window is
+ * fixed when it is claimed; one more than the served `windowTolerance` behind the current
+ * one is closed at the shuffler and dropped without asking it.
  */
 import type { DeviceConfig, MetricConfig } from "./config.js";
 import type { StoredRow } from "./outbox.js";
 import type { WireKey } from "./proto.js";
 import { chooseKey } from "./sealed.js";
 
-export const TOLERANCE_WINDOWS = 1;
+/** Seconds the wall and monotonic clocks may drift apart before the server time is fetched again. */
+export const CLOCK_SLACK = 60;
 
-/** The config in use, when it arrived (local unix s) and the server's clock offset. */
+/** The device's clocks read together: `wall` (unix s; may be set) and `mono` (s, any origin; this page or process only). */
+export interface Reading {
+  wall: number;
+  mono: number;
+}
+
+/**
+ * The config in use: the server's clock `serverTime` when the device's clocks read `at`,
+ * and how long the answer had been held then (`age`: 0 when fetched by this page or
+ * process, Infinity for a bundled one: fetched again at once).
+ */
 export interface CachedConfig {
   config: DeviceConfig;
-  fetchedAt: number;
-  offset: number;
+  serverTime: number;
+  at: Reading;
+  age: number;
 }
 
-/** The collection window at local time `now`: ⌊(now + offset) / window_seconds⌋. */
-export function windowAt(now: number, offset: number, windowSeconds: number): number {
-  return Math.floor((now + offset) / windowSeconds);
+/**
+ * An answer stored by an earlier page or process (`fetchedAt`: its wall clock then;
+ * `offset`: server − wall seconds): the server time is the wall clock corrected by the
+ * offset until the config expires, aged by the wall clock (set back since: expired).
+ */
+export function restored(config: DeviceConfig, fetchedAt: number, offset: number, now: Reading): CachedConfig {
+  const age = now.wall - fetchedAt;
+  return { config, serverTime: now.wall + offset, at: now, age: age >= 0 ? age : Infinity };
 }
+
+/** The server's clock at `now`: its time at the fetch plus the monotonic time since. */
+export const serverNow = (c: CachedConfig, now: Reading): number => c.serverTime + (now.mono - c.at.mono);
+
+/** The collection window at `now`: ⌊server time / window_seconds⌋. */
+export const windowOf = (c: CachedConfig, now: Reading): number => Math.floor(serverNow(c, now) / c.config.windowSeconds);
+
+/** The wall and monotonic clocks moved apart by more than CLOCK_SLACK since the fetch. */
+export const drifted = (c: CachedConfig, now: Reading): boolean => Math.abs(now.wall - c.at.wall - (now.mono - c.at.mono)) > CLOCK_SLACK;
+
+export const expired = (c: CachedConfig, now: Reading): boolean =>
+  c.age + (now.mono - c.at.mono) >= c.config.cacheSeconds || drifted(c, now);
 
 export type Action = "retry" | "refetch" | "drop" | "fatal";
 
@@ -83,16 +118,17 @@ export type Decision =
 const failed = (a: Answer | null, fallback: string): Decision =>
   a ? { kind: "offline", reason: a.message, fatal: a.action === "fatal" } : { kind: "offline", reason: fallback };
 
-/** The next action for `rows` (one group, oldest first; empty: nothing waits) at local time `now`. */
-export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, now: number, state: SendState): Decision {
+/** The next action for `rows` (one group, oldest first; empty: nothing waits) at `now`. */
+export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, now: Reading, state: SendState): Decision {
   if (!cached) return state.refetched ? { kind: "offline", reason: state.fetchFailure ?? "no config yet" } : { kind: "refetch", reason: "no config yet" };
   const { config } = cached;
-  if (now >= cached.fetchedAt + config.cacheSeconds && !state.refetched) return { kind: "refetch", reason: "the config expired" };
+  if (expired(cached, now) && !state.refetched)
+    return { kind: "refetch", reason: drifted(cached, now) ? "the device's clock was set (or it slept)" : "the config expired" };
   if (!rows.length) return { kind: "wait" };
   const first = rows[0]!;
   const ids = rows.map((r) => r.id);
   if (first.windowSeconds !== config.windowSeconds) return { kind: "drop", ids, reason: "window_changed" };
-  if (first.window < windowAt(now, cached.offset, config.windowSeconds) - TOLERANCE_WINDOWS) return { kind: "drop", ids, reason: "window_closed" };
+  if (first.window < windowOf(cached, now) - config.windowTolerance) return { kind: "drop", ids, reason: "window_closed" };
   const answer = state.answer;
   if (answer) {
     if (answer.action === "drop") return { kind: "drop", ids, reason: answer.reason, message: answer.message };
@@ -107,12 +143,15 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
     if (!state.refetched) return { kind: "refetch", reason: `metric ${first.metric}: the reports' params are not in the config` };
     return { kind: "drop", ids, reason: "params_changed" };
   }
-  if (mc.histogram && state.sealing === "off")
-    return { kind: "drop", ids, reason: "refused", message: `metric ${first.metric}: a shuffled histogram is never sent clear` };
+  if (state.sealing === "off" && (mc.histogram || !(mc.rappor || mc.basic))) {
+    // nor is a report of an encoding this build does not carry (another build made it)
+    const why = mc.histogram ? "a shuffled histogram" : `encoding ${mc.encoding}, not in this build,`;
+    return { kind: "drop", ids, reason: "refused", message: `metric ${first.metric}: ${why} is never sent clear` };
+  }
   const refusal = state.ceiling(first.metric, mc);
   if (refusal !== null) return { kind: "drop", ids, reason: "refused_by_ceiling", message: refusal };
   if (state.sealing === "off") return { kind: "send", rows: [...rows], window: first.window, key: null };
-  const key = chooseKey(config.keys, now + cached.offset);
+  const key = chooseKey(config.keys, serverNow(cached, now));
   if (!key) {
     if (!state.refetched) return { kind: "refetch", reason: "no aggregator key usable now" };
     // never downgraded to clear reports: they wait for a config with a key

@@ -3,6 +3,7 @@
  * (no generated code, no runtime dependency): SubmitRequest and GetConfigRequest out,
  * SubmitResponse and ConfigResponse in. Field numbers are the .proto's.
  */
+import { utf8 } from "./report.js";
 
 class Writer {
   private parts: number[] = [];
@@ -33,7 +34,7 @@ class Writer {
   }
 
   string(field: number, s: string): this {
-    return this.bytes(field, new TextEncoder().encode(s));
+    return this.bytes(field, utf8(s));
   }
 
   message(field: number, b: Uint8Array): this {
@@ -120,16 +121,12 @@ export function fields(buf: Uint8Array): Field[] {
   return out;
 }
 
-const utf8 = new TextDecoder();
-const str = (f: Field): string => utf8.decode(f.data);
-const dbl = (f: Field): number => new DataView(f.data.buffer, f.data.byteOffset, 8).getFloat64(0, true);
-const u64 = (f: Field): bigint => new DataView(f.data.buffer, f.data.byteOffset, 8).getBigUint64(0, true);
-const num = (f: Field): number => Number(f.int);
-const i64 = (f: Field): number => Number(BigInt.asIntN(64, f.int));
+const utf8d = /* @__PURE__ */ new TextDecoder();
+const view = (f: Field): DataView => new DataView(f.data.buffer, f.data.byteOffset, 8);
 
 export function decodeSubmitResponse(buf: Uint8Array): number {
   let accepted = 0;
-  for (const f of fields(buf)) if (f.n === 1 && f.wire === 0) accepted = num(f);
+  for (const f of fields(buf)) if (f.n === 1 && f.wire === 0) accepted = Number(f.int);
   return accepted;
 }
 
@@ -161,72 +158,69 @@ export interface WireConfig {
   windowSeconds: number;
   serverTime: number;
   window: number;
+  windowTolerance: number;
 }
 
-function decodeMetric(buf: Uint8Array): WireMetric {
-  const m: WireMetric = { name: "", encoding: "", fingerprint: 0n, reportBytes: 0, disposalSeconds: 0 };
-  for (const f of fields(buf)) {
-    if (f.n === 1) m.name = str(f);
-    else if (f.n === 2) m.encoding = str(f);
-    else if (f.n === 3) m.fingerprint = u64(f);
-    else if (f.n === 4) m.reportBytes = num(f);
-    else if (f.n === 7) m.disposalSeconds = num(f);
-    else if (f.n === 5) {
-      const r = { k: 0, h: 0, m: 0, f: 0, p: 0, q: 0, hashing: "" };
-      for (const g of fields(f.data)) {
-        if (g.n === 1) r.k = num(g);
-        else if (g.n === 2) r.h = num(g);
-        else if (g.n === 3) r.m = num(g);
-        else if (g.n === 4) r.f = dbl(g);
-        else if (g.n === 5) r.p = dbl(g);
-        else if (g.n === 6) r.q = dbl(g);
-        else if (g.n === 7) r.hashing = str(g);
-      }
-      m.rappor = r;
-    } else if (f.n === 6) {
-      const b = { epsilon: 0, domainSize: 0, domain: [] as string[] };
-      for (const g of fields(f.data)) {
-        if (g.n === 1) b.epsilon = dbl(g);
-        else if (g.n === 2) b.domainSize = num(g);
-        else if (g.n === 3) b.domain.push(str(g));
-      }
-      m.basic = b;
-    } else if (f.n === 8) {
-      const h = { domainSize: 0, fakeSlots: 0, fakeProbability: 0, localEpsilon: 0, domain: [] as string[] };
-      for (const g of fields(f.data)) {
-        if (g.n === 1) h.domainSize = num(g);
-        else if (g.n === 2) h.fakeSlots = num(g);
-        else if (g.n === 3) h.fakeProbability = dbl(g);
-        else if (g.n === 4) h.localEpsilon = dbl(g);
-        else if (g.n === 5) h.domain.push(str(g));
-      }
-      m.histogram = h;
-    }
-  }
-  return m;
+// A message's schema: per field number, its name and how to read it. A scalar's default is
+// 0 (or "", 0n, empty bytes); a repeated field ("*"-suffixed kind) starts as [].
+type Kind = "u" | "s" | "d" | "x" | "i" | "b" | "s*" | Schema | [Schema];
+interface Schema {
+  [n: number]: [string, Kind];
 }
+const READ: Record<string, (f: Field) => unknown> = {
+  u: (f) => Number(f.int), // varint
+  s: (f) => utf8d.decode(f.data), // string
+  d: (f) => view(f).getFloat64(0, true), // double
+  x: (f) => view(f).getBigUint64(0, true), // fixed64
+  i: (f) => Number(BigInt.asIntN(64, f.int)), // int64
+  b: (f) => f.data.slice(), // bytes
+};
+const DEFAULT: Record<string, () => unknown> = { u: () => 0, s: () => "", d: () => 0, x: () => 0n, i: () => 0, b: () => new Uint8Array(0) };
+
+function decode(buf: Uint8Array, schema: Schema): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [name, kind] of Object.values(schema))
+    if (Array.isArray(kind) || kind === "s*") out[name] = [];
+    else if (typeof kind === "string") out[name] = DEFAULT[kind]!();
+  for (const f of fields(buf)) {
+    const [name, kind] = schema[f.n] ?? [];
+    if (!name) continue;
+    if (Array.isArray(kind)) (out[name] as unknown[]).push(decode(f.data, kind[0]));
+    else if (kind === "s*") (out[name] as unknown[]).push(READ.s!(f));
+    else out[name] = typeof kind === "object" ? decode(f.data, kind) : READ[kind!]!(f);
+  }
+  return out;
+}
+
+// protos/crowdmix.proto: ConfigResponse, MetricConfig, its params, PublicKey
+const CONFIG: Schema = {
+  1: ["version", "s"],
+  2: ["cacheSeconds", "u"],
+  3: [
+    "metrics",
+    [
+      {
+        1: ["name", "s"],
+        2: ["encoding", "s"],
+        3: ["fingerprint", "x"],
+        4: ["reportBytes", "u"],
+        7: ["disposalSeconds", "u"],
+        5: ["rappor", { 1: ["k", "u"], 2: ["h", "u"], 3: ["m", "u"], 4: ["f", "d"], 5: ["p", "d"], 6: ["q", "d"], 7: ["hashing", "s"] }],
+        6: ["basic", { 1: ["epsilon", "d"], 2: ["domainSize", "u"], 3: ["domain", "s*"] }],
+        8: ["histogram", { 1: ["domainSize", "u"], 2: ["fakeSlots", "u"], 3: ["fakeProbability", "d"], 4: ["localEpsilon", "d"], 5: ["domain", "s*"] }],
+      },
+    ],
+  ],
+  4: ["keys", [{ 1: ["keyId", "u"], 2: ["suite", "s"], 3: ["publicKey", "b"], 4: ["notBefore", "i"], 5: ["notAfter", "i"] }]],
+  5: ["protocol", "u"],
+  6: ["windowSeconds", "u"],
+  7: ["serverTime", "d"],
+  8: ["window", "u"],
+  10: ["windowTolerance", "u"],
+};
 
 export function decodeConfigResponse(buf: Uint8Array): WireConfig {
-  const c: WireConfig = { version: "", cacheSeconds: 0, metrics: [], keys: [], protocol: 0, windowSeconds: 0, serverTime: 0, window: 0 };
-  for (const f of fields(buf)) {
-    if (f.n === 1) c.version = str(f);
-    else if (f.n === 2) c.cacheSeconds = num(f);
-    else if (f.n === 3) c.metrics.push(decodeMetric(f.data));
-    else if (f.n === 5) c.protocol = num(f);
-    else if (f.n === 6) c.windowSeconds = num(f);
-    else if (f.n === 7) c.serverTime = dbl(f);
-    else if (f.n === 8) c.window = num(f);
-    else if (f.n === 4) {
-      const k: WireKey = { keyId: 0, suite: "", publicKey: new Uint8Array(0), notBefore: 0, notAfter: null };
-      for (const g of fields(f.data)) {
-        if (g.n === 1) k.keyId = num(g);
-        else if (g.n === 2) k.suite = str(g);
-        else if (g.n === 3) k.publicKey = g.data.slice();
-        else if (g.n === 4) k.notBefore = i64(g);
-        else if (g.n === 5) k.notAfter = i64(g) || null;
-      }
-      c.keys.push(k);
-    }
-  }
+  const c = decode(buf, CONFIG) as unknown as WireConfig;
+  for (const k of c.keys) k.notAfter ||= null; // 0: no end
   return c;
 }

@@ -21,7 +21,7 @@ export const secureRandomBytes: RandomBytes = (n) => {
   return out;
 };
 
-const digitCache = new Map<number, Uint8Array>();
+const digitCache = /* @__PURE__ */ new Map<number, Uint8Array>();
 
 /** The binary digits b1 b2 ... of `p` in [0, 1): finite for a float, each step exact. */
 export function probabilityDigits(p: number): Uint8Array {

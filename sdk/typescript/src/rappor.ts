@@ -15,14 +15,14 @@
  */
 import { Blake2b, blake2b } from "./blake2b.js";
 import { mmh3Words } from "./mmh3.js";
-import type { RapporParams } from "./params.js";
+import type { Encoding } from "./config.js";
+import { RapporParams } from "./params.js";
 import { type RandomBytes, bernoulliBits, maskTail, randomWords, secureRandomBytes } from "./random.js";
-import { type Report, newReportId } from "./report.js";
+import { type Report, leBigInt, newReportId, utf8 } from "./report.js";
 
 export const MIN_SECRET_BYTES = 16;
-const utf8 = new TextEncoder();
-const PERSON_PRR = utf8.encode("crowdmix.prr.v1");
-const PERSON_COHORT = utf8.encode("crowdmix.cht.v1");
+const PERSON_PRR = /* @__PURE__ */ utf8("crowdmix.prr.v1");
+const PERSON_COHORT = /* @__PURE__ */ utf8("crowdmix.cht.v1");
 
 function prfKey(secret: Uint8Array): Uint8Array {
   return secret.length <= 64 ? secret : blake2b(secret);
@@ -36,15 +36,13 @@ function checkSecret(secret: Uint8Array): void {
 /** The client's cohort in [0, m): a PRF of its secret, never re-drawn per report. */
 export function cohortForSecret(secret: Uint8Array, m: number): number {
   checkSecret(secret);
-  const d = blake2b(utf8.encode("cohort"), { key: prfKey(secret), person: PERSON_COHORT, outlen: 16 });
-  let x = 0n;
-  for (let i = 15; i >= 0; i--) x = (x << 8n) | BigInt(d[i]!);
-  return Number(x % BigInt(m));
+  const d = blake2b(utf8("cohort"), { key: prfKey(secret), person: PERSON_COHORT, outlen: 16 });
+  return Number(leBigInt(d) % BigInt(m));
 }
 
 /** Bloom bits of `value` in `cohort`, as ceil(k/8) little-endian bytes. */
 export function bloomBits(value: string | Uint8Array, cohort: number, params: RapporParams): Uint8Array {
-  const data = typeof value === "string" ? utf8.encode(value) : value;
+  const data = typeof value === "string" ? utf8(value) : value;
   const words = mmh3Words(data, cohort);
   const out = new Uint8Array(params.reportBytes);
   for (let i = 0; i < params.h; i++) {
@@ -89,7 +87,7 @@ export class RapporEncoder {
     this.cohort = cohort;
     this.fingerprint = params.fingerprint();
     this.rand = opts.randomBytes ?? secureRandomBytes;
-    const mb = utf8.encode(metric);
+    const mb = utf8(metric);
     const head = new Uint8Array(4 + mb.length);
     new DataView(head.buffer).setUint32(0, mb.length, true);
     head.set(mb, 4);
@@ -146,3 +144,20 @@ export class RapporEncoder {
     return { metric: this.metric, cohort: this.cohort, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
   }
 }
+
+/** RAPPOR for the reporter (`Encoding`): a value is a string or bytes. */
+export const rapporEncoding: Encoding = {
+  read(m) {
+    if (!m.rappor) return undefined;
+    const rappor = new RapporParams({ ...m.rappor, hashing: m.rappor.hashing || "mmh3" });
+    return [{ rappor, domain: null }, rappor.fingerprint()];
+  },
+  encoder(metric, mc, secret, rand) {
+    if (!mc.rappor) return undefined;
+    const enc = new RapporEncoder(mc.rappor, metric, secret, { randomBytes: rand });
+    return (value) => {
+      if (typeof value === "number") throw new RangeError("a value is a string or bytes");
+      return [enc.encode(value)];
+    };
+  },
+};

@@ -2,6 +2,8 @@
 import type { RandomBytes } from "./random.js";
 
 export const REPORT_ID_BYTES = 16;
+/** The protocol this SDK speaks (a report names its window; HPKE info binds it). */
+export const PROTOCOL_VERSION = 2;
 
 export interface Report {
   readonly metric: string;
@@ -20,6 +22,18 @@ export function newReportId(rand: RandomBytes): Uint8Array {
     if (id.length !== REPORT_ID_BYTES) throw new RangeError(`a report id is ${REPORT_ID_BYTES} bytes`);
     if (id.some((b) => b !== 0)) return id;
   }
+}
+
+const encoder = /* @__PURE__ */ new TextEncoder();
+
+/** UTF-8 bytes of a string. */
+export const utf8 = (s: string): Uint8Array => encoder.encode(s);
+
+/** Little-endian bytes as an unsigned integer. */
+export function leBigInt(b: Uint8Array): bigint {
+  let x = 0n;
+  for (let i = b.length - 1; i >= 0; i--) x = (x << 8n) | BigInt(b[i]!);
+  return x;
 }
 
 export function toHex(b: Uint8Array): string {

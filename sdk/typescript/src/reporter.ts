@@ -6,9 +6,10 @@
  *     await reporter.flush(2000);               // the number still queued
  *     await reporter.close();
  *
- * - Config from the shuffler (`GetConfig`): params, window length, keys and the server's
- *   time; cached in the outbox with its lifetime. The device's clock is corrected once
- *   per answer (offset = server_time - local receive time) and picks each report's window.
+ * - Config from the shuffler (`GetConfig`): params, window length and tolerance, keys and
+ *   the server's time; cached in the outbox with its lifetime. The server's time is the
+ *   answer's plus the monotonic time since (`performance.now()`), so a wall clock set by
+ *   the user moves no window; it picks each report's window (policy.ts).
  * - One report per (metric, window), durable (`Outbox`); it keeps its window and report
  *   id through every retry, across restarts; the shuffler files it under that window or
  *   refuses it (`window_closed`: dropped and counted; `window_ahead`: the server time is
@@ -22,19 +23,15 @@
  * - Never throws into the app after construction: `report` resolves to false, `flush`
  *   to the number still queued, and `lastError` says why.
  */
-import { BasicEncoder } from "./basic.js";
-import { type DeviceConfig, type MetricConfig, parseConfig } from "./config.js";
+import { type DeviceConfig, type Encoding, type MetricConfig, readConfig } from "./config.js";
 import { call } from "./connect.js";
-import { HistogramEncoder } from "./histogram.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
-import { type Answer, type CachedConfig, type SendState, classify, decide, nextGroup, windowAt } from "./policy.js";
+import { type Answer, type CachedConfig, type Reading, type SendState, classify, decide, expired, nextGroup, restored, serverNow, windowOf } from "./policy.js";
 import { epsilonInf, epsilonOne } from "./privacy.js";
-import { type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
+import { type WireKey, type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
 import { type RandomBytes, secureRandomBytes } from "./random.js";
-import { RapporEncoder } from "./rappor.js";
-import { type Report, fromHex, toHex } from "./report.js";
-import { PROTOCOL_VERSION, chooseKey, sealReport } from "./sealed.js";
-import type { WireKey } from "./proto.js";
+import { PROTOCOL_VERSION, type Report, fromHex, toHex } from "./report.js";
+import { chooseKey, sealReport } from "./sealed.js";
 
 export interface ReporterOptions {
   /** The shuffler's HTTP port, e.g. "https://shuffler.example:7443". */
@@ -53,8 +50,10 @@ export interface ReporterOptions {
   backoffCapMs?: number;
   /** Send from a background timer (default true); false: only `flush` sends. */
   background?: boolean;
-  /** Unix seconds (tests). */
+  /** The wall clock, unix seconds (tests). */
   clock?: () => number;
+  /** A monotonic clock, seconds (tests); default performance.now() / 1000. */
+  monotonic?: () => number;
   /** The encoders' randomness (tests); default crypto.getRandomValues. */
   randomBytes?: RandomBytes;
   fetch?: typeof fetch;
@@ -85,7 +84,7 @@ const EARLIEST = 1577836800; // 2020-01-01: a server time before it is not plaus
 const LATEST = 4102444800; // 2100-01-01
 const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
 
-type Encoder = RapporEncoder | BasicEncoder | HistogramEncoder;
+type Encode = (value: string | number | Uint8Array) => Report[];
 
 /** Why `mc`'s served params are above the ceiling, or null. */
 export function ceilingProblem(
@@ -123,7 +122,7 @@ export class Reporter {
   /** What the last `report` call did. */
   lastStatus: ReportStatus | null = null;
   private cfg: CachedConfig | null = null;
-  private encoders = new Map<string, { fp: bigint; enc: Encoder }>();
+  private encoders = new Map<string, { fp: bigint; enc: Encode }>();
   private closed = false;
   private round: Promise<boolean> | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
@@ -132,10 +131,12 @@ export class Reporter {
   private readonly o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes" | "bundledConfig">> & Pick<ReporterOptions, "token" | "fetch">;
   private readonly rand: RandomBytes;
 
+  /** `encodings`: the kinds of metric this reporter reports (the entry point's). */
   constructor(
     private readonly outbox: Outbox,
     private readonly secret: Uint8Array,
     options: ReporterOptions,
+    private readonly encodings: readonly Encoding[],
   ) {
     if (!options.url) throw new RangeError("url must name the shuffler's HTTP port");
     const sealing = options.sealing ?? "required";
@@ -158,21 +159,25 @@ export class Reporter {
       backoffCapMs: options.backoffCapMs ?? 300000,
       background: options.background ?? true,
       clock: options.clock ?? (() => Date.now() / 1000),
+      monotonic: options.monotonic ?? (() => performance.now() / 1000),
       fetch: options.fetch,
     };
     this.rand = options.randomBytes ?? secureRandomBytes;
     const cached = outbox.snapshot.config;
     if (cached) {
       try {
-        this.cfg = { config: parseConfig(fromHex(cached.answer)), fetchedAt: cached.fetchedAt, offset: cached.offset };
+        // a monotonic reading of another page or process means nothing here: the wall
+        // clock and the offset stored with the answer, until it expires
+        this.cfg = restored(readConfig(fromHex(cached.answer), encodings), cached.fetchedAt, cached.offset, this.now());
       } catch {
         this.cfg = null; // a cached answer this SDK cannot read: fetch a new one
       }
     }
     if (!this.cfg && options.bundledConfig) {
-      // made before this device's clock was ever compared with the server's: offset 0,
-      // and already expired, so the first chance to fetch a fresh one is taken
-      this.cfg = { config: parseConfig(options.bundledConfig), fetchedAt: -Infinity, offset: 0 };
+      // made before this device's clock was ever compared with the server's: the wall
+      // clock stands in, and it is already expired, so a fresh one is fetched at once
+      const now = this.now();
+      this.cfg = { config: readConfig(options.bundledConfig, encodings), serverTime: now.wall, at: now, age: Infinity };
     }
     if (this.o.background && outbox.snapshot.rows.length) this.schedule(0);
   }
@@ -197,7 +202,7 @@ export class Reporter {
 
   /** The current collection window (server-corrected clock), or null without a config. */
   window(): number | null {
-    return this.cfg ? windowAt(this.o.clock(), this.cfg.offset, this.cfg.config.windowSeconds) : null;
+    return this.cfg ? windowOf(this.cfg, this.now()) : null;
   }
 
   /**
@@ -209,8 +214,7 @@ export class Reporter {
   async report(metric: string, value: string | number | Uint8Array): Promise<boolean> {
     try {
       if (this.closed) return this.refuse("closed", "the reporter is closed");
-      const now = this.o.clock();
-      if (!this.cfg || now - this.cfg.fetchedAt >= this.cfg.config.cacheSeconds) await this.fetchConfig(CONFIG_WAIT_MS);
+      if (!this.cfg || expired(this.cfg, this.now())) await this.fetchConfig(CONFIG_WAIT_MS);
       const cfg = this.cfg;
       if (!cfg) return this.refuse("no_config", `the shuffler was never reached and no bundledConfig was given (${this.lastError})`);
       const mc = cfg.config.metrics.get(metric);
@@ -220,22 +224,15 @@ export class Reporter {
       const problem = ceilingProblem(metric, mc, this.o);
       if (problem) return this.refuse("refused_by_ceiling", `${problem}; no report made`);
       const ws = cfg.config.windowSeconds;
-      const window = windowAt(this.o.clock(), cfg.offset, ws);
+      const window = windowOf(cfg, this.now());
       const enc = this.encoder(metric, mc);
+      if (!enc) return this.refuse("unknown_metric", `metric ${metric}: its encoding ${mc.encoding} is not in this build (import @crowdmix/client for every encoding)`);
       let reports: Report[];
       try {
-        if (enc instanceof RapporEncoder) {
-          if (typeof value === "number") throw new RangeError("a value is a string or bytes");
-          reports = [enc.encode(value)];
-        } else {
-          if (typeof value !== "string" && typeof value !== "number") throw new RangeError("a value is a string or an index");
-          reports = enc instanceof HistogramEncoder ? enc.encode(value) : [enc.encode(value)];
-        }
+        reports = enc(value);
       } catch (e) {
         return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
       }
-      const claimedUntil = this.outbox.snapshot.claims[metric];
-      if (claimedUntil !== undefined && window * ws < claimedUntil) return this.refuse("already_reported_this_window", "");
       const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
       if (result === "full") return this.refuse("outbox_full", `the outbox holds ${this.o.maxReports} reports or ${this.o.maxBytes} bytes`);
       if (result === "taken") return this.refuse("already_reported_this_window", "");
@@ -312,22 +309,26 @@ export class Reporter {
 
   // -- internals -------------------------------------------------------------
 
+  private now(): Reading {
+    return { wall: this.o.clock(), mono: this.o.monotonic() };
+  }
+
   private fail(why: string): false {
     this.lastError = why;
     return false;
   }
 
-  private encoder(metric: string, mc: MetricConfig): Encoder {
+  private encoder(metric: string, mc: MetricConfig): Encode | undefined {
     const have = this.encoders.get(metric);
     if (have && have.fp === mc.fingerprint) return have.enc;
-    const opts = { randomBytes: this.rand, domain: mc.domain };
-    const enc = mc.rappor
-      ? new RapporEncoder(mc.rappor, metric, this.secret, { randomBytes: this.rand })
-      : mc.basic
-        ? new BasicEncoder(mc.basic, metric, opts)
-        : new HistogramEncoder(mc.histogram!, metric, opts);
-    this.encoders.set(metric, { fp: mc.fingerprint, enc });
-    return enc;
+    for (const e of this.encodings) {
+      const enc = e.encoder(metric, mc, this.secret, this.rand);
+      if (enc) {
+        this.encoders.set(metric, { fp: mc.fingerprint, enc });
+        return enc;
+      }
+    }
+    return undefined;
   }
 
   private async fetchConfig(timeoutMs: number): Promise<boolean> {
@@ -336,10 +337,10 @@ export class Reporter {
       this.lastError = `GetConfig: ${r.code}: ${r.message}`;
       return false;
     }
-    const receivedAt = this.o.clock();
+    const received = this.now();
     let config: DeviceConfig;
     try {
-      config = parseConfig(r.body);
+      config = readConfig(r.body, this.encodings);
     } catch (e) {
       this.lastError = `GetConfig: ${(e as Error).message}`;
       return false;
@@ -348,9 +349,9 @@ export class Reporter {
       this.lastError = `GetConfig: the server time ${config.serverTime} is not a plausible time`;
       return false;
     }
-    const offset = config.serverTime - receivedAt;
-    await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: receivedAt, offset });
-    this.cfg = { config, fetchedAt: receivedAt, offset };
+    // stored with the wall clock's offset, for a later page or process (`restored`)
+    await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: received.wall, offset: config.serverTime - received.wall });
+    this.cfg = { config, serverTime: config.serverTime, at: received, age: 0 };
     return true;
   }
 
@@ -398,7 +399,7 @@ export class Reporter {
       if (left <= 0) return this.fail("out of time");
       const rows = nextGroup((await this.outbox.load()).rows);
       const group = rows.length ? `${rows[0]!.metric}\0${rows[0]!.window}` : "";
-      const d = decide(rows, this.cfg, this.o.clock(), { ...state, answer: refused.get(group) ?? null });
+      const d = decide(rows, this.cfg, this.now(), { ...state, answer: refused.get(group) ?? null });
       if (d.kind === "send") {
         const body = await this.request(d.rows, d.window, d.key);
         const r = await call(this.o.url, "Submit", body, { token: this.o.token, timeoutMs: Math.min(this.o.timeoutMs, left), fetch: this.o.fetch });
@@ -446,7 +447,7 @@ export class Reporter {
   private async prepare(): Promise<void> {
     const cfg = this.cfg;
     if (!cfg) return;
-    const key = chooseKey(cfg.config.keys, this.o.clock() + cfg.offset);
+    const key = chooseKey(cfg.config.keys, serverNow(cfg, this.now()));
     if (this.o.sealing === "required" && !key) return; // nothing is sent clear
     const groups = new Map<string, StoredRow[]>();
     for (const r of this.outbox.snapshot.rows) {

@@ -13,14 +13,14 @@
  */
 import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
 import type { WireKey } from "./proto.js";
-import type { Report } from "./report.js";
+import { PROTOCOL_VERSION, type Report, utf8 } from "./report.js";
 
-export const PROTOCOL_VERSION = 2;
+export { PROTOCOL_VERSION };
 export const X25519_SUITE = "x25519-hkdf-sha256-aes128gcm";
-const LABEL = new TextEncoder().encode("crowdmix/sealed-report\0");
+const LABEL = /* @__PURE__ */ utf8("crowdmix/sealed-report\0");
 
 export function reportInfo(metric: string, keyId: number, window: number): Uint8Array {
-  const name = new TextEncoder().encode(metric);
+  const name = utf8(metric);
   if (!name.length || name.length > 0xffff) throw new RangeError("metric name must be 1..65535 UTF-8 bytes");
   const out = new Uint8Array(LABEL.length + 11 + name.length);
   out.set(LABEL);

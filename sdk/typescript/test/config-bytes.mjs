@@ -1,5 +1,6 @@
 // A ConfigResponse by hand (protobuf), as `crowdmix config export` would write one: one
-// krr metric "theme" over three values, protocol 2, daily windows, no keys (sealing off).
+// krr metric "theme" over three values, protocol 2, daily windows taken one window late,
+// no keys (sealing off), the server's clock at `serverTime`.
 import * as sdk from "../dist/node.js";
 
 function varint(n) {
@@ -25,7 +26,7 @@ const fixed64 = (n, x) => {
   return field(n, 1, [...b]);
 };
 
-export function encodeConfigForTest() {
+export function encodeConfigForTest(serverTime = 1_800_000_000) {
   const params = new sdk.BasicParams({ mechanism: "krr", epsilon: 1, domainSize: 3 });
   const basic = [...dbl(1, 1), ...field(2, 0, varint(3)), ...str(3, "light"), ...str(3, "dark"), ...str(3, "sepia")];
   const metric = [...str(1, "theme"), ...str(2, "krr"), ...fixed64(3, params.fingerprint()), ...field(4, 0, varint(1)), ...field(6, 2, basic)];
@@ -35,6 +36,7 @@ export function encodeConfigForTest() {
     ...field(3, 2, metric),
     ...field(5, 0, varint(2)),
     ...field(6, 0, varint(86400)),
-    ...dbl(7, 1_800_000_000),
+    ...dbl(7, serverTime),
+    ...field(10, 0, varint(1)),
   ]);
 }

@@ -109,3 +109,32 @@ test("one process per app directory: a live holder is refused, a dead one's lock
   const c = await sdk.openReporter(d, { url: "http://127.0.0.1:9", background: false });
   await c.close();
 });
+
+test("a wall clock set days forward after the fetch moves no window", async () => {
+  const { encodeConfigForTest } = await import("./config-bytes.mjs");
+  let t = 1_800_000_000 + 3600; // the true time: the shuffler's clock and the device's monotonic one
+  let ahead = 0; // how far the device's wall clock was set forward
+  let submits = 0;
+  const shuffler = async (url) => {
+    if (url.endsWith("/GetConfig")) return new Response(encodeConfigForTest(t), { status: 200 });
+    submits++;
+    return new Response(new Uint8Array(0), { status: 200 });
+  };
+  const r = await sdk.openReporter(dir(), { url: "http://shuffler.test", background: false, sealing: "off", fetch: shuffler, clock: () => t + ahead, monotonic: () => t });
+  assert.equal(await r.report("theme", "dark"), true, r.lastError);
+  const day = Math.floor(t / 86400);
+  assert.equal(r.window(), day);
+  ahead = 2 * 86400; // the user sets the clock two days forward
+  assert.equal(r.window(), day);
+  assert.equal(await r.report("theme", "dark"), false); // still the server's day: made already
+  assert.equal(r.lastStatus, "already_reported_this_window");
+  assert.equal(await r.flush(2000), 0);
+  assert.equal(submits, 1);
+  ahead = 0; // and back
+  t += 86400; // a day later
+  assert.equal(r.window(), day + 1);
+  assert.equal(await r.report("theme", "light"), true, r.lastError);
+  assert.equal(await r.flush(2000), 0);
+  assert.deepEqual([submits, r.counters().delivered, r.counters().window_closed], [2, 2, 0]);
+  await r.close();
+});

@@ -1,5 +1,5 @@
 // The delivery policy as a table of cases: decide(rows, config, now, state) and the
-// classification of the shuffler's refusals. No network, no storage.
+// classification of the shuffler's refusals. No network, no storage, no clock read.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import * as sdk from "../dist/node.js";
@@ -8,6 +8,9 @@ const WS = 86400;
 const NOW = 1_800_000_000; // device clock
 const OFFSET = 100; // server is 100 s ahead
 const CUR = Math.floor((NOW + OFFSET) / WS);
+// the device's clocks when its wall clock reads `wall`, after the wall clock was set
+// `setBy` seconds forward (the monotonic clock counts from boot, a day ago)
+const at = (wall, setBy = 0) => ({ wall, mono: wall - setBy - NOW + 86400 });
 const rappor = new sdk.RapporParams({ k: 16, h: 2, m: 4, f: 0.5, p: 0.5, q: 0.75 });
 const hist = new sdk.HistogramParams({ domainSize: 4, fakeSlots: 1, fakeProbability: 0.5, localEpsilon: 1 });
 const key = { keyId: 3, suite: "x25519-hkdf-sha256-aes128gcm", publicKey: new Uint8Array(32).fill(9), notBefore: 0, notAfter: null };
@@ -17,15 +20,18 @@ const config = (o = {}) => ({
     version: "v",
     cacheSeconds: 3600,
     windowSeconds: WS,
+    windowTolerance: o.tolerance ?? 1,
     serverTime: NOW + OFFSET,
     metrics: new Map([
       ["m", metric("m", rappor, { rappor })],
       ["h", metric("h", hist, { histogram: hist })],
+      ["b", metric("b", rappor)], // of an encoding this build leaves out: no params
     ]),
     keys: o.keys ?? [key],
   },
-  fetchedAt: o.fetchedAt ?? NOW - 10,
-  offset: OFFSET,
+  serverTime: (o.fetchedAt ?? NOW - 10) + OFFSET,
+  at: at(o.fetchedAt ?? NOW - 10),
+  age: 0,
 });
 const row = (o = {}) => ({ id: o.id ?? "01", metric: o.metric ?? "m", window: o.window ?? CUR, windowSeconds: o.windowSeconds ?? WS, cohort: 0, bits: "0000", fp: String(o.fp ?? (o.metric === "h" ? hist : rappor).fingerprint()) });
 const state = (o = {}) => ({ sealing: "required", ceiling: () => null, refetched: false, fetchFailure: null, answer: null, ...o });
@@ -40,11 +46,15 @@ const CASES = [
   ["current window", [row()], config(), state(), "send"],
   ["previous window: within tolerance", [row({ window: CUR - 1 })], config(), state(), "send"],
   ["two windows back: closed", [row({ window: CUR - 2 })], config(), state(), "drop:window_closed"],
+  ["a tolerance of two served: two windows back still sent", [row({ window: CUR - 2 })], config({ tolerance: 2 }), state(), "send"],
+  ["a tolerance of zero served: the window before is closed", [row({ window: CUR - 1 })], config({ tolerance: 0 }), state(), "drop:window_closed"],
   ["window of another length", [row({ windowSeconds: 3600 })], config(), state(), "drop:window_changed"],
   ["params not served: fetch", [row({ fp: 5 })], config(), state(), "refetch"],
   ["params not served after a fetch", [row({ fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
   ["unknown metric after a fetch", [row({ metric: "gone", fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
   ["histogram never clear", [row({ metric: "h" })], config(), state({ sealing: "off" }), "drop:refused"],
+  ["encoding not in this build: sealed", [row({ metric: "b" })], config(), state(), "send"],
+  ["encoding not in this build: never clear", [row({ metric: "b" })], config(), state({ sealing: "off" }), "drop:refused"],
   ["above the ceiling", [row()], config(), state({ ceiling: () => "too loose" }), "drop:refused_by_ceiling"],
   ["no key: fetch", [row()], config({ keys: [] }), state(), "refetch"],
   ["no key after a fetch: wait, never clear", [row()], config({ keys: [] }), state({ refetched: true }), "wait"],
@@ -60,14 +70,36 @@ const CASES = [
 ];
 
 for (const [name, rows, cfg, st, want] of CASES)
-  test(`decide: ${name}`, () => assert.equal(kind(sdk.decide(rows, cfg, NOW, st)), want));
+  test(`decide: ${name}`, () => assert.equal(kind(sdk.decide(rows, cfg, at(NOW), st)), want));
+
+test("the wall clock set after the fetch moves no window; the server time is fetched again", () => {
+  for (const setBy of [2 * WS, -2 * WS]) {
+    const now = at(NOW + setBy, setBy);
+    assert.equal(sdk.windowOf(config(), now), CUR);
+    assert.equal(kind(sdk.decide([row()], config(), now, state())), "refetch");
+    const d = sdk.decide([row()], config(), now, state({ refetched: true }));
+    assert.equal(d.kind, "send");
+    assert.equal(d.window, CUR);
+  }
+  // within the slack: no refetch; asleep on a clock that stops in suspend: refetch
+  assert.equal(kind(sdk.decide([row()], config(), at(NOW + 30, 30), state())), "send");
+  assert.equal(kind(sdk.decide([row()], config(), at(NOW + 8 * 3600, 8 * 3600), state())), "refetch");
+});
+
+test("a config restored by a new process runs on the wall clock and its stored offset", () => {
+  const c = sdk.restored(config().config, NOW - 600, OFFSET, at(NOW));
+  assert.equal(sdk.serverNow(c, at(NOW)), NOW + OFFSET);
+  assert.equal(sdk.expired(c, at(NOW)), false);
+  assert.equal(sdk.expired(c, at(NOW + 3000)), true);
+  assert.equal(sdk.expired(sdk.restored(config().config, NOW + 600, OFFSET, at(NOW)), at(NOW)), true); // set back since
+});
 
 test("send carries the group's window and the newest usable key", () => {
-  const d = sdk.decide([row({ window: CUR - 1 })], config(), NOW, state());
+  const d = sdk.decide([row({ window: CUR - 1 })], config(), at(NOW), state());
   assert.equal(d.kind, "send");
   assert.equal(d.window, CUR - 1);
   assert.equal(d.key.keyId, 3);
-  assert.equal(sdk.decide([row()], config(), NOW, state({ sealing: "off" })).key, null);
+  assert.equal(sdk.decide([row()], config(), at(NOW), state({ sealing: "off" })).key, null);
 });
 
 test("classify: the same table as the Python SDK", () => {
