@@ -160,7 +160,12 @@ def absorb(
     if crowd is not None:
         n = min(n, crowd)
     cost = RoundCost(
-        round=state.next_round, group=state.next_round, n_reports=n, epsilon0=params.epsilon
+        round=state.next_round,
+        group=state.next_round,
+        n_reports=n,
+        epsilon0=params.epsilon,
+        # A value round is plain k-RR over its cells: k-RR's blanket bound applies to it.
+        domain=params.cells if isinstance(params, ValueRound) else None,
     )
     costs = (*state.costs, (cost.round, cost.group, cost.n_reports, cost.epsilon0))
     if isinstance(params, PrefixRound):
@@ -170,8 +175,7 @@ def absorb(
     table = discovered(settings.plan, state, decode_value_round(params, c))
     done = replace(state, next_round=state.next_round + 1, costs=costs)
     rounds = [RoundCost(round=r, group=g, n_reports=k, epsilon0=e) for r, g, k, e in costs]
-    # The value round (this one) is plain k-RR over its cells: k-RR's blanket bound applies.
-    rounds[-1] = replace(rounds[-1], domain=params.cells)
+    rounds[-1] = cost  # this value round, with its domain
     guarantee = discovery_guarantee(rounds, settings.delta)
     return RoundOutcome(state=done, cost=cost, table=table, guarantee=guarantee)
 

@@ -236,7 +236,7 @@ def step_discovery(
         next_served = ServedRound.of(state.next_round, nxt, job.windows[0], next_params)
     recorded = None
     if ledger is not None:
-        from crowdmix.aggregator.accounting.amplification import amplify
+        from crowdmix.aggregator.accounting.amplification import best_amplification
         from crowdmix.aggregator.accounting.ledger import DuplicateReleaseError
 
         content = hashlib.sha256(
@@ -244,7 +244,9 @@ def step_discovery(
             + np.ascontiguousarray(counts, dtype="<i8").tobytes()
         ).hexdigest()[:32]
         per_round = (
-            amplify(cost.epsilon0, cost.n_reports, settings.delta).epsilon
+            best_amplification(
+                cost.epsilon0, cost.n_reports, settings.delta, cost.randomizer()
+            ).result.epsilon
             if cost.n_reports
             else 0.0
         )
