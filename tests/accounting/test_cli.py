@@ -206,7 +206,6 @@ def test_metric_statement_json(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert code == 1 and "--batch-sizes" in err
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
         capsys, "plan", "--epsilon", "1", "--n", "1000000", "--candidates", "100", "--json"
@@ -217,7 +216,6 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["central"]["epsilon"] <= 1.0
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_plan_prints_a_registry_block_that_loads_with_the_exact_params(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -98,7 +98,6 @@ def test_total_does_not_drop_when_params_change_under_one_name() -> None:
     assert t2 >= t1 >= s1.central.epsilon  # was 0.0108
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_budget_check_uses_the_sound_total_and_records_nothing_when_refused() -> None:
     first = privacy_statement(krr(2.0), 2000, batch_sizes=[2000]).central.epsilon
     # The old total after the second release (0.0332) would fit a budget of 0.2;
@@ -112,7 +111,6 @@ def test_budget_check_uses_the_sound_total_and_records_nothing_when_refused() ->
     assert store.load("pages") == before
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_a_release_merging_windows_is_recorded_as_that_many_rounds() -> None:
     # The issue: `--rounds 7` recorded ε 0.333 while the statement said 1.115 over 7.
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
@@ -420,7 +418,6 @@ def test_krr_rounds_compose_the_generic_pair_and_stay_above_a_lower_bound() -> N
     assert ours == float(generic.get_epsilon_for_delta(DELTA))
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_memoised_prr_uses_the_prr_blanket_and_stays_above_a_lower_bound() -> None:
     # The issue's tightening (0.1474 → 0.1221, 7.78 → 3.56) used the PRR's own β in the
     # (p, β, q) pair, which is not a dominating pair. The PRR's blanket bound (a bit

@@ -169,7 +169,6 @@ def test_redis_store_reports_corruption(redis_url: str) -> None:
         client.close()
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
     from crowdmix.aggregator.accounting import privacy_statement
     from crowdmix.core.params import RapporParams
@@ -191,7 +190,6 @@ def test_alike_statements_compose_to_the_homogeneous_figure() -> None:
     assert not any(r.fresh_randomness for r in ledger.releases("pages"))
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_record_release_counts_rounds_and_refuses_over_budget() -> None:
     from crowdmix.aggregator.accounting import privacy_statement, record_release
     from crowdmix.core.params import RapporParams

@@ -14,7 +14,6 @@ from crowdmix.core.registry import MetricConfig
     ("epsilon", "n", "candidates", "rounds"),
     [(1.0, 10**6, 100, 1), (0.3, 10**5, 20, 1), (1.0, 10**6, 200, 30), (0.5, 50_000, 8, 5)],
 )
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_plan_round_trip_meets_target(epsilon: float, n: int, candidates: int, rounds: int) -> None:
     proposal = plan(epsilon, 1e-6, n, candidates, rounds=rounds)
     assert proposal.meets_target
@@ -51,7 +50,6 @@ def test_unreachable_and_bad_targets() -> None:
         plan(0.0, 1e-6, 1000, 10)
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_local_caps_are_respected_and_the_target_still_met() -> None:
     from crowdmix.core.privacy import epsilon_inf, epsilon_one
 

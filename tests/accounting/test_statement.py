@@ -87,7 +87,6 @@ def test_empty_cohorts_are_ignored_and_bad_sizes_rejected() -> None:
         privacy_statement(rappor_metric(m=2), 3, cohort_sizes=[1, 1, 1])
 
 
-@pytest.mark.slow  # PLD accounting: seconds, left to the full check
 def test_unknown_batches_assume_the_policys_smallest_batch() -> None:
     policy = ShufflePolicy(min_batch=5000, max_batch=50_000)
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1), shuffle=policy)
