@@ -13,7 +13,7 @@ first, it measures applied reports/s of
 - ``memory``: ``MemoryCountStore.apply`` (the embedded default), for reference.
 
 Redis runs with AOF, appendfsync everysec, on loopback. The store alone must not be
-the bottleneck of the issue's ingest target (>= 10 M reports/s).
+the bottleneck of the ingest target (>= 10 M reports/s).
 """
 
 from __future__ import annotations

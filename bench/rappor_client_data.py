@@ -84,7 +84,7 @@ def _grid() -> dict[str, Case]:
 
 
 GRID = _grid()
-#: The case types of the issue, run on development and held-out seeds.
+#: The case types, run on development and held-out seeds.
 TYPES = {
     # exponential over 100 values at rappor.Params()'s defaults (k=16, h=2, m=64, p=.5, q=.75, f=.5)
     "exp-defaults": Case("exp", 100, 1_000_000, 1, 16, 2, 64, 0.5, 0.75, 0.5, 20, True),

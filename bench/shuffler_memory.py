@@ -9,7 +9,7 @@ senders, or heavy coalescing) and 1 (the worst case: a lone device report per
 write). Memory store: tracemalloc of the store's allocations. Redis (AOF
 everysec, started here): INFO used_memory before and after.
 
-No target in the issue; the figure sizes max_buffered_reports (a 1 GiB budget
+No target; the figure sizes max_buffered_reports (a 1 GiB budget
 holds 1 GiB / bytes-per-report reports).
 """
 

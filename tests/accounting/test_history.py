@@ -1,6 +1,6 @@
 """Accounting over time never understates.
 
-Regression tests carry the issue's numbers (each fails on the code before the
+Regression tests carry the audit's figures (each fails on the code before the
 fix: the ledger took min(Σε, the newest release's figure at the newest crowd));
 property tests (Hypothesis, small crowds so every example is milliseconds) show
 the total never decreases, is never below a single release, and equals the
@@ -53,13 +53,13 @@ def krr(epsilon: float, d: int = 5) -> MetricConfig:
     )
 
 
-# --- 1. the defects, with the issue's numbers -------------------------------------------
+# --- 1. the defects, with the audit's figures -------------------------------------------
 
 
 @pytest.mark.slow  # statistical: the full check runs it
 def test_total_does_not_drop_when_a_larger_crowd_follows() -> None:
     # k-RR ε=2, d=5: release 1 at n=2,000 costs 0.2304 (5-RR's blanket bound; the
-    # generic stronger clone gives 0.2720, the issue's 0.2297 came from the (p, β, q)
+    # generic stronger clone gives 0.2720, the audit's 0.2297 came from the (p, β, q)
     # pair, which understates: the exact shuffled 5-RR needs ≥ 0.22984 there); after
     # release 2 at n=200,000 the old total read 0.0332.
     ledger = PrivacyLedger(MemoryLedgerStore())
@@ -85,8 +85,8 @@ def test_total_does_not_drop_when_a_larger_crowd_follows() -> None:
 @pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_total_does_not_drop_when_params_change_under_one_name() -> None:
     # Different params under one metric name: release 1 alone costs 0.2980 (blanket;
-    # generic 0.3403; the issue's 0.2965 cell used the unsound (p, β, q) pair), the
-    # old total after release 2 read 0.0108 (issue: 0.0110).
+    # generic 0.3403; the audit's 0.2965 cell used the unsound (p, β, q) pair), the
+    # old total after release 2 read 0.0108 (audit: 0.0110).
     ledger = PrivacyLedger(MemoryLedgerStore())
     s1, (t1, _) = record_release(
         ledger, krr(2.3), 2000, release_id="r1", window=1, batch_sizes=[2000]
@@ -471,7 +471,7 @@ def test_lower_uses_the_largest_known_lower_bound(capsys: pytest.CaptureFixture[
 
     from crowdmix.cli import main
 
-    # Binary RR beats 3-RR at ε0 = 0.5, n = 1e3 (issue: 0.0569 vs 0.0527).
+    # Binary RR beats 3-RR at ε0 = 0.5, n = 1e3 (audit: 0.0569 vs 0.0527).
     assert main(["privacy", "amplify", "--epsilon0", "0.5", "--n", "1e3", "--lower", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert round(out["lower_bounds"]["binary-rr"], 4) == 0.0569

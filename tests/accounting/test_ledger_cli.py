@@ -68,7 +68,7 @@ def test_counts_merging_seven_windows_are_recorded_as_seven_rounds(
     statement = privacy["statement"]
     assert statement["longitudinal"]["rounds"] == 7
     seven = statement["longitudinal"]["epsilon"]
-    assert seven > statement["central"]["epsilon"]  # the issue: 0.333 recorded vs 1.115
+    assert seven > statement["central"]["epsilon"]  # once recorded as 0.333 against 1.115
     assert privacy["ledger"]["total_epsilon"] == seven and privacy["ledger"]["rounds"] == 7
     (entry,) = json.loads(ledger.read_text())["browser"]
     assert entry["rounds"] == 7 and entry["epsilon"] == seven

@@ -145,7 +145,7 @@ def test_basic_report_intervals_contain_estimates(
 def test_krr_negative_estimate_prints_a_real_interval(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The exact report from the issue: k-RR printed "[0, -60]" for a negative estimate."""
+    """The exact case once reported: k-RR printed "[0, -60]" for a negative estimate."""
     job = ReportJob(
         metric=KRR,
         totals=np.array([10_000]),

@@ -47,7 +47,7 @@ def test_java_hashing_matches_the_java_clients_own_vectors(
 
 
 def test_java_hashing_reads_two_bytes_high_byte_first() -> None:
-    # the "little-endian" reading would give bits 2 and 4 for Whizbang/0
+    # a "little-endian" reading would give bits 2 and 4 for Whizbang/0
     params = RapporParams(k=12, h=2, m=1, p=0.25, q=0.75, f=0.5)
     assert sorted(client_bloom_bits("Whizbang", 0, params, "rappor-java")) == [2, 7]
 
