@@ -21,6 +21,7 @@ import pytest
 
 from crowdmix.cluster import LocalCluster
 from tests.daemons import local_cluster, stored_counts
+from tests.doc_pages import code_blocks
 from tests.typescript import built_sdk, node
 
 pytestmark = pytest.mark.integration
@@ -223,4 +224,28 @@ def test_the_node_example_reports(cluster: LocalCluster, tmp_path: Path) -> None
     ).stdout
     assert "theme: reported" in out and "nope: not reported" in out
     assert json.loads(out.splitlines()[-1])["counters"]["delivered"] == 1
+    _eventually(lambda: _total(cluster, "theme") == before + 1)
+
+
+def test_the_readmes_typescript_snippet_reports_from_node(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """README.md's TypeScript snippet, as written, in a Node app that installed the package."""
+    snippet = code_blocks((REPO / "README.md").read_text(), "js")[0]
+    assert "shuffler.example:7480" in snippet
+    modules = tmp_path / "node_modules" / "@crowdmix"
+    modules.mkdir(parents=True)
+    (modules / "client").symlink_to(REPO / "sdk" / "typescript")
+    app = tmp_path / "app.mjs"
+    app.write_text(
+        f"const APP_DIR = {json.dumps(str(tmp_path / 'app'))};\n"
+        f"const APP_TOKEN = {json.dumps(cluster.token)};\n"
+        + snippet.replace("https://shuffler.example:7480", cluster.http_urls[0])
+        + "console.log(JSON.stringify(reporter.counters()));\nawait reporter.close();\n"
+    )
+    before = _total(cluster, "theme")
+    out = subprocess.run(
+        [node(), str(app)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert json.loads(out.splitlines()[-1])["delivered"] == 1
     _eventually(lambda: _total(cluster, "theme") == before + 1)
