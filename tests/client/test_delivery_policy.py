@@ -279,3 +279,24 @@ def test_a_server_time_no_clock_shows_is_refused(server_time: float) -> None:
     with pytest.raises(ValueError, match="server_time"):
         check_server_time(server_time)
     assert check_server_time(1_700_000_100.0) == 1_700_000_100.0
+
+
+def test_a_restored_config_on_a_clock_set_forward_drops_nothing_unasked() -> None:
+    """A new process, its wall clock set two days forward while the app was down, the
+    fetch failed: the server time is only the wall clock plus the stored offset, so the
+    queued report of day D is not taken for closed; the shuffler says whether it is."""
+    later = at(NOW + 2 * WS, set_by=2 * WS)
+    c = CachedConfig.restored(config(KEY).config, fetched=NOW - 600, offset=0.0, now=later)
+    assert c.window(later) == D + 2 and c.expired(later)
+    assert summary(decide(rows(window=D), c, later, REFETCHED)) == ("send", D, 7, 1)
+    # a bundled config (never fetched) is only the wall clock as well
+    b = config(KEY, fetched=-math.inf)
+    assert summary(decide(rows(window=D - 2), b, at(NOW), REFETCHED)) == ("send", D - 2, 7, 1)
+    # fetched in this process: its server time runs on the monotonic clock, trusted
+    # even when the config expired and the fetch failed
+    fresh = config(KEY)
+    assert summary(decide(rows(window=D - 2), fresh, at(NOW + 2 * WS), REFETCHED)) == (
+        "drop",
+        "window_closed",
+        1,
+    )

@@ -1,0 +1,85 @@
+"""A wall clock set while the app was down, against real shufflers on loopback.
+
+A new process has no monotonic reading of the last ``GetConfig``: the cached answer
+runs on the wall clock and its stored offset. Set far forward, that clock makes the
+device claim a window that has not begun; once the server time is learnt again the
+claim must neither hold the metric nor keep the report until that window opens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crowdmix import client
+from crowdmix.shuffler.memory_store import MemoryStore
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
+from tests.e2e.config_server import TOKEN
+from tests.shuffler.helpers import OUE, make_registry
+
+pytestmark = pytest.mark.slow  # real servers, seconds each
+
+DAY = 86400
+D = 20000
+
+
+class Clocks:
+    def __init__(self, t: float) -> None:
+        self.t, self.device_ahead = t, 0.0
+
+    def device(self) -> float:
+        return self.t + self.device_ahead
+
+    def mono(self) -> float:
+        return self.t
+
+    def server(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clocks() -> Clocks:
+    return Clocks(D * DAY + 3600.0)
+
+
+@pytest.fixture
+def shuffler(clocks: Clocks) -> Iterator[ShufflerHandle]:
+    with start_shuffler(
+        make_registry(min_batch=1), MemoryStore(), tokens=frozenset({TOKEN}), clock=clocks.server
+    ) as s:
+        yield s
+
+
+def _reporter(app: Path, s: ShufflerHandle, clocks: Clocks) -> client.Reporter:
+    kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
+    return client.Reporter(
+        app, f"127.0.0.1:{s.port}", clock=clocks.device, monotonic=clocks.mono, **kw
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="report() claims from the restored, expired config (wall clock + stored offset) "
+    "without waiting for GetConfig: the claim names day D + 30, the report waits 30 days "
+    "(window_ahead) and every report of the metric until then is already_reported",
+)
+def test_a_restart_on_a_clock_set_forward_does_not_block_the_metric(
+    shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
+) -> None:
+    app = tmp_path / "app"
+    with _reporter(app, shuffler, clocks) as r:
+        assert r.flush(timeout=10) == 0  # the config cached, offset 0
+    clocks.t += 600
+    clocks.device_ahead = 30 * DAY  # set forward while the app was down
+    with _reporter(app, shuffler, clocks) as r:
+        first = r.report(OUE, "a")
+        r.flush(timeout=10)  # the server time learnt again
+        second = r.report(OUE, "b")
+        r.flush(timeout=10)
+        # one report of day D is delivered, today, whichever call made it
+        assert (first.status, second.status).count(client.ReportStatus.CLAIMED) >= 1
+        assert r.queued == 0, "a report waits for a window 30 days ahead"
+    assert {k.window for k in shuffler.store.pending(OUE)} == {D}
