@@ -137,6 +137,13 @@ class CachedConfig:
     def expired(self, now: Reading) -> bool:
         return self.held(now) >= self.config.cache_seconds or self.drifted(now)
 
+    def trusted(self, now: Reading) -> bool:
+        """The server time is believed: learnt in this process (run on the monotonic
+        clock since, even once expired), or restored and not expired. A bundled answer,
+        or a restored one past its lifetime, is only the wall clock: a report is not
+        taken for closed on it, the shuffler says so."""
+        return self.age == 0 or not self.expired(now)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendState:
@@ -215,7 +222,7 @@ def decide(
     if rows[0].window_seconds != config.config.window_seconds:
         # the server's windows changed length: an index of the old length names no window
         return Drop(ids, "window_changed")
-    if window < config.window(now) - config.config.window_tolerance:
+    if window < config.window(now) - config.config.window_tolerance and config.trusted(now):
         return Drop(ids, "window_closed")
     answer = state.answer
     if answer is not None:

@@ -70,6 +70,13 @@ export const drifted = (c: CachedConfig, now: Reading): boolean => Math.abs(now.
 export const expired = (c: CachedConfig, now: Reading): boolean =>
   c.age + (now.mono - c.at.mono) >= c.config.cacheSeconds || drifted(c, now);
 
+/**
+ * The server time is believed: learnt by this page or process (run on the monotonic clock
+ * since, even once expired), or restored and not expired. A bundled answer, or a restored
+ * one past its lifetime, is only the wall clock: no report is taken for closed on it.
+ */
+export const trusted = (c: CachedConfig, now: Reading): boolean => c.age === 0 || !expired(c, now);
+
 export type Action = "retry" | "refetch" | "drop" | "fatal";
 
 /** A classified refusal of the shuffler (`classify`). */
@@ -128,7 +135,7 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
   const first = rows[0]!;
   const ids = rows.map((r) => r.id);
   if (first.windowSeconds !== config.windowSeconds) return { kind: "drop", ids, reason: "window_changed" };
-  if (first.window < windowOf(cached, now) - config.windowTolerance) return { kind: "drop", ids, reason: "window_closed" };
+  if (first.window < windowOf(cached, now) - config.windowTolerance && trusted(cached, now)) return { kind: "drop", ids, reason: "window_closed" };
   const answer = state.answer;
   if (answer) {
     if (answer.action === "drop") return { kind: "drop", ids, reason: answer.reason, message: answer.message };

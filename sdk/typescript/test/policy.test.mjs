@@ -94,6 +94,17 @@ test("a config restored by a new process runs on the wall clock and its stored o
   assert.equal(sdk.expired(sdk.restored(config().config, NOW + 600, OFFSET, at(NOW)), at(NOW)), true); // set back since
 });
 
+test("a restored or bundled config on a clock set forward drops nothing unasked", () => {
+  const later = at(NOW + 2 * WS, 2 * WS); // set two days forward while the app was down
+  const c = sdk.restored(config().config, NOW - 600, OFFSET, later);
+  assert.equal(sdk.windowOf(c, later), CUR + 2);
+  assert.equal(kind(sdk.decide([row()], c, later, state({ refetched: true }))), "send");
+  const bundled = { ...config(), age: Infinity };
+  assert.equal(kind(sdk.decide([row({ window: CUR - 2 })], bundled, at(NOW), state({ refetched: true }))), "send");
+  // fetched by this process: the monotonic clock is believed even once expired
+  assert.equal(kind(sdk.decide([row({ window: CUR - 2 })], config(), at(NOW + 2 * WS), state({ refetched: true }))), "drop:window_closed");
+});
+
 test("send carries the group's window and the newest usable key", () => {
   const d = sdk.decide([row({ window: CUR - 1 })], config(), at(NOW), state());
   assert.equal(d.kind, "send");
