@@ -11,7 +11,7 @@ possibly with a ``problem`` for the app; ``Offline``: stop and back off. ``now``
 ``Reading`` of the device's wall and monotonic clocks; the server's time is the one
 ``GetConfig`` gave plus the monotonic time since (``CachedConfig.server_now``), so a wall
 clock set by the user moves no window. A report's window is fixed at its claim; one more
-than the served ``window_tolerance`` behind the current window is dropped unasked.
+than the served ``window_tolerance`` behind is dropped unasked (``CachedConfig.trusted``).
 """
 
 from __future__ import annotations
