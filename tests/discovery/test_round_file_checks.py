@@ -1,0 +1,79 @@
+"""A round file never lets a device report twice in a discovery, nor serve a window twice.
+
+Each device reports in the one round ``device_round`` picks, so a discovery's rounds
+must sit one per window with consecutive indexes under one ``opened``; a new discovery
+of the metric starts after every window already served; a round that does not fit
+the metric's params is refused with a status at the shuffler, not an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crowdmix.core.errors import ParamsError
+from crowdmix.core.rounds import RoundBook, ServedRound, read_rounds, write_rounds
+from crowdmix.shuffler.config_service import RoundFile
+from crowdmix.shuffler.errors import InvalidRequest
+from crowdmix.shuffler.intake import Intake
+from tests.discovery.test_round_config import HOUR, W, _prefix, _registry, _rows
+
+
+def _two_rounds() -> RoundBook:
+    second = ServedRound(
+        round=1, window=W + 1, opened=W, epsilon=3.0, start=3, stop=7, seeds=16, buckets=23
+    )
+    return RoundBook().with_round("words", 1, _prefix(W)).with_round("words", 1, second)
+
+
+def test_a_new_discovery_never_rewrites_a_served_window() -> None:
+    book = _two_rounds()
+    for window in (W, W + 1):  # served by the discovery opened in W
+        with pytest.raises(ParamsError, match="later window"):
+            book.with_round("words", 1, _prefix(window))
+    with pytest.raises(ParamsError, match="later window"):  # other params: still served
+        book.with_round("words", 2, _prefix(W + 1))
+    assert book.with_round("words", 1, _prefix(W + 2)).rounds("words", 1) == (_prefix(W + 2),)
+
+
+def _written(tmp_path: Path, edit: dict[str, object], at: int = 1) -> Path:
+    data = _two_rounds().to_dict()
+    data["metrics"]["words"]["rounds"][at].update(edit)
+    path = tmp_path / "rounds.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "at", "match"),
+    [
+        ({"round": 0}, 1, "round 0"),  # round 0 in two windows: its group reports twice
+        ({"round": 2}, 1, "round 2"),  # a gap
+        ({"window": W}, 1, "later window"),  # one window, two rounds
+        ({"opened": W + 1}, 1, "opened"),  # two discoveries' rounds mixed
+        ({"opened": W - 1}, 0, "opened"),  # round 0 names another window
+        ({"epsilon": float("nan")}, 0, "epsilon"),
+        ({"epsilon": 0}, 0, "epsilon"),
+    ],
+)
+def test_a_round_file_where_a_device_could_report_twice_is_refused(
+    tmp_path: Path, edit: dict[str, object], at: int, match: str
+) -> None:
+    with pytest.raises(ParamsError, match=match):
+        read_rounds(_written(tmp_path, edit, at))
+
+
+def test_the_shuffler_refuses_with_a_status_a_round_that_does_not_fit_the_metric(
+    tmp_path: Path,
+) -> None:
+    registry = _registry()
+    fp = registry["words"].fingerprint
+    bad = ServedRound(round=0, window=W, opened=W, epsilon=3.0, start=0, stop=3, seeds=16, buckets=24)
+    path = tmp_path / "rounds.json"
+    write_rounds(path, RoundBook().with_round("words", fp, bad))
+    intake = Intake(registry, clock=lambda: W * HOUR + 60, rounds=RoundFile(path))
+    with pytest.raises(InvalidRequest, match="buckets") as info:
+        intake.admit([_rows(W, [0], fp)], connection="t")
+    assert info.value.reason == "no_round"
