@@ -70,7 +70,9 @@ def test_the_shuffler_refuses_with_a_status_a_round_that_does_not_fit_the_metric
 ) -> None:
     registry = _registry()
     fp = registry["words"].fingerprint
-    bad = ServedRound(round=0, window=W, opened=W, epsilon=3.0, start=0, stop=3, seeds=16, buckets=24)
+    bad = ServedRound(
+        round=0, window=W, opened=W, epsilon=3.0, start=0, stop=3, seeds=16, buckets=24
+    )
     path = tmp_path / "rounds.json"
     write_rounds(path, RoundBook().with_round("words", fp, bad))
     intake = Intake(registry, clock=lambda: W * HOUR + 60, rounds=RoundFile(path))
