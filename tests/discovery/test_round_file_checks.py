@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from crowdmix.client.device_config import from_proto
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.rounds import RoundBook, ServedRound, read_rounds, write_rounds
-from crowdmix.shuffler.config_service import RoundFile
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.shuffler.config_service import ConfigService, RoundFile
 from crowdmix.shuffler.errors import InvalidRequest
 from crowdmix.shuffler.intake import Intake
 from tests.discovery.test_round_config import HOUR, W, _prefix, _registry, _rows
@@ -79,3 +81,16 @@ def test_the_shuffler_refuses_with_a_status_a_round_that_does_not_fit_the_metric
     with pytest.raises(InvalidRequest, match="buckets") as info:
         intake.admit([_rows(W, [0], fp)], connection="t")
     assert info.value.reason == "no_round"
+
+
+def test_get_config_leaves_out_a_round_that_does_not_fit_the_metric(tmp_path: Path) -> None:
+    registry = _registry()
+    fp = registry["words"].fingerprint
+    bad = ServedRound(
+        round=0, window=W, opened=W, epsilon=3.0, start=0, stop=3, seeds=16, buckets=24
+    )
+    path = tmp_path / "rounds.json"
+    write_rounds(path, RoundBook().with_round("words", fp, bad))
+    service = ConfigService(registry, None, clock=lambda: W * HOUR, rounds=RoundFile(path))
+    config = from_proto(service.answer(pb.GetConfigRequest().SerializeToString()))
+    assert "words" in config.metrics and config.round_of("words", W) is None
