@@ -16,7 +16,7 @@ import pytest
 
 from crowdmix.aggregator.accounting import JsonFileLedgerStore, PrivacyLedger
 from crowdmix.aggregator.counting import accumulator_for
-from crowdmix.aggregator.discovery.pipeline import open_discovery, step_discovery
+from crowdmix.aggregator.discovery.pipeline import DiscoveryError, open_discovery, step_discovery
 from crowdmix.aggregator.store import load_batch_sizes
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.client.device_config import from_proto
@@ -127,3 +127,24 @@ def test_every_batch_of_a_rounds_window_is_within_the_ledgers_crowd(tmp_path: Pa
     _batch(store, metric, W, 3, b"shuffler-b")  # released late: 3 devices, ε near ε0
     crowds = [min(r.batch_sizes) for r in ledger.releases("words") if r.window == W]
     assert min(crowds) <= min(load_batch_sizes(store, "words", [W]))
+
+
+def test_a_release_id_taken_by_other_counts_is_never_read_as_recorded(tmp_path: Path) -> None:
+    """The job reads a duplicate release id as its own re-run only when the counts are
+    the same; a discovery reopened in the same window (its files removed) decodes other
+    counts under the same id, and skipping them would understate the ledger."""
+    registry = _registry()
+    metric = registry["words"]
+    files = {"rounds_file": tmp_path / "rounds.json", "state_file": tmp_path / "state.json"}
+    store = MemoryCountStore()
+    ledger = PrivacyLedger(JsonFileLedgerStore(tmp_path / "ledger.json", create=True))
+    open_discovery(registry, metric, now=W * HOUR - 10.0, window=W, **files)
+    _batch(store, metric, W, 300, b"first")
+    after = (W + 1) * HOUR + 1.0
+    assert step_discovery(registry, metric, store, now=after, ledger=ledger, **files).ledger
+    for f in files.values():
+        f.unlink()
+    open_discovery(registry, metric, now=W * HOUR - 10.0, window=W, **files)
+    _batch(store, metric, W, 200, b"second")
+    with pytest.raises(DiscoveryError, match="other counts"):
+        step_discovery(registry, metric, store, now=after, ledger=ledger, **files)
