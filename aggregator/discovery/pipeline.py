@@ -266,6 +266,13 @@ def step_discovery(
             eps, delta = ledger.record(metric.name, release)
             fresh = True
         except DuplicateReleaseError:  # a re-run after a failure below: recorded once
+            before = [x for x in ledger.releases(metric.name) if x.release_id == release.release_id]
+            if any(x.extra.get("content") != content for x in before):
+                raise DiscoveryError(
+                    f"the ledger holds {release.release_id!r} for other counts of window {w}: "
+                    "this is not a re-run of that round (a discovery reopened in its window); "
+                    "nothing was recorded or served"
+                ) from None
             eps, delta = ledger.spent(metric.name)
             fresh = False
         recorded = {
