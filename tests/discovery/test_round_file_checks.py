@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -118,7 +119,10 @@ def test_every_batch_of_a_rounds_window_is_within_the_ledgers_crowd(tmp_path: Pa
     second, smaller batch reaches the aggregator afterwards and no release covers it."""
     registry = _registry()
     metric = registry["words"]
-    files = {"rounds_file": tmp_path / "rounds.json", "state_file": tmp_path / "state.json"}
+    files: dict[str, Any] = {
+        "rounds_file": tmp_path / "rounds.json",
+        "state_file": tmp_path / "state.json",
+    }
     open_discovery(registry, metric, now=W * HOUR - 10.0, window=W, **files)
     store = MemoryCountStore()
     ledger = PrivacyLedger(JsonFileLedgerStore(tmp_path / "ledger.json", create=True))
@@ -135,7 +139,10 @@ def test_a_release_id_taken_by_other_counts_is_never_read_as_recorded(tmp_path: 
     counts under the same id, and skipping them would understate the ledger."""
     registry = _registry()
     metric = registry["words"]
-    files = {"rounds_file": tmp_path / "rounds.json", "state_file": tmp_path / "state.json"}
+    files: dict[str, Any] = {
+        "rounds_file": tmp_path / "rounds.json",
+        "state_file": tmp_path / "state.json",
+    }
     store = MemoryCountStore()
     ledger = PrivacyLedger(JsonFileLedgerStore(tmp_path / "ledger.json", create=True))
     open_discovery(registry, metric, now=W * HOUR - 10.0, window=W, **files)
