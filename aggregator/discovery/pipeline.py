@@ -71,13 +71,18 @@ def read_state(path: str | os.PathLike[str]) -> JobState:
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-        return JobState(
+        job = JobState(
             metric=str(data["metric"]),
             fingerprint=int(data["fingerprint"], 16),
             discovery=str(data["discovery"]),
             windows=tuple(int(w) for w in data["windows"]),
             state=DiscoveryState.from_dict(data["state"]),
         )
+        # one window per opened round: the round in progress (if any) and those before
+        r = job.state.next_round
+        if r < 0 or len(job.windows) not in (r, r + 1) or not job.windows:
+            raise ValueError(f"{len(job.windows)} round windows for next round {r}")
+        return job
     except FileNotFoundError:
         raise DiscoveryError(
             f"no discovery state at {p}: start one with `crowdmix discover open`"

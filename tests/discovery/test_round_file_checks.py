@@ -17,7 +17,12 @@ import pytest
 
 from crowdmix.aggregator.accounting import JsonFileLedgerStore, PrivacyLedger
 from crowdmix.aggregator.counting import accumulator_for
-from crowdmix.aggregator.discovery.pipeline import DiscoveryError, open_discovery, step_discovery
+from crowdmix.aggregator.discovery.pipeline import (
+    DiscoveryError,
+    open_discovery,
+    read_state,
+    step_discovery,
+)
 from crowdmix.aggregator.store import load_batch_sizes
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.client.device_config import from_proto
@@ -155,3 +160,17 @@ def test_a_release_id_taken_by_other_counts_is_never_read_as_recorded(tmp_path: 
     _batch(store, metric, W, 200, b"second")
     with pytest.raises(DiscoveryError, match="other counts"):
         step_discovery(registry, metric, store, now=after, ledger=ledger, **files)
+
+
+@pytest.mark.parametrize(("windows", "next_round"), [([], 0), ([W], 7), ([W], -1)])
+def test_a_state_file_whose_windows_do_not_match_its_round_is_refused(
+    tmp_path: Path, windows: list[int], next_round: int
+) -> None:
+    registry = _registry()
+    files: dict[str, Any] = {"rounds_file": tmp_path / "r.json", "state_file": tmp_path / "s.json"}
+    open_discovery(registry, registry["words"], now=W * HOUR - 10.0, window=W, **files)
+    data = json.loads(files["state_file"].read_text())
+    data["windows"], data["state"]["next_round"] = windows, next_round
+    files["state_file"].write_text(json.dumps(data))
+    with pytest.raises(DiscoveryError, match="not a discovery state"):
+        read_state(files["state_file"])
