@@ -19,10 +19,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crowdmix.core.discovery import HeavyHittersParams, PrefixRound, ValueRound
+from crowdmix.core.discovery import MAX_EPSILON, HeavyHittersParams, PrefixRound, ValueRound
 from crowdmix.core.errors import ParamsError
 
 __all__ = ["RoundBook", "ServedRound", "read_rounds", "write_rounds"]
+
+
+def _check_discovery(metric: str, rounds: tuple[ServedRound, ...]) -> None:
+    """One discovery's rounds: indexes 0, 1, ... under one ``opened`` (round 0's window)
+    in increasing windows, so each device (one round, ``device_round``) reports once."""
+    for i, r in enumerate(rounds):
+        if r.round != i:
+            raise ParamsError(
+                f"metric {metric!r}: round {r.round} is listed where round {i} belongs"
+            )
+        if r.opened != rounds[0].window:
+            raise ParamsError(
+                f"metric {metric!r}: round {i} names opened={r.opened}, not its discovery's "
+                f"first window {rounds[0].window}"
+            )
+        if i and r.window <= rounds[i - 1].window:
+            raise ParamsError(
+                f"metric {metric!r}: round {i} must have a later window than {rounds[i - 1].window}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,8 +141,14 @@ class ServedRound:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ParamsError(f"round field {key} must be an integer >= 0, got {v!r}")
         eps = data["epsilon"]
-        if isinstance(eps, bool) or not isinstance(eps, int | float):
-            raise ParamsError(f"round field epsilon must be a number, got {eps!r}")
+        if (
+            isinstance(eps, bool)
+            or not isinstance(eps, int | float)
+            or not 0.0 < eps <= MAX_EPSILON  # NaN fails too
+        ):
+            raise ParamsError(
+                f"round field epsilon must be a number in (0, {MAX_EPSILON}], got {eps!r}"
+            )
         cands = data.get("candidates", [])
         if not isinstance(cands, list) or not all(isinstance(c, str) for c in cands):
             raise ParamsError("round field candidates must be a list of strings")
@@ -162,7 +187,15 @@ class RoundBook:
         entry = self.metrics.get(metric)
         rounds = entry[1] if entry is not None and entry[0] == fingerprint else ()
         if served.round == 0:
-            rounds = ()  # a new discovery of this metric replaces the old one
+            # a new discovery of this metric replaces the old one, after every window it
+            # served (whatever its params): a device may hold that window's round cached
+            last = entry[1][-1].window if entry is not None and entry[1] else None
+            if last is not None and served.window <= last:
+                raise ParamsError(
+                    f"metric {metric!r}: a new discovery must open in a later window than "
+                    f"{last} (a served window is never rewritten)"
+                )
+            rounds = ()
         elif (
             not rounds or rounds[-1].round != served.round - 1 or rounds[-1].opened != served.opened
         ):
@@ -172,6 +205,7 @@ class RoundBook:
                 f"metric {metric!r}: round {served.round} must have a later window than "
                 f"{rounds[-1].window} (a served window is never rewritten)"
             )
+        _check_discovery(metric, (*rounds, served))
         metrics = dict(self.metrics)
         metrics[metric] = (fingerprint, (*rounds, served))
         return RoundBook(metrics)
@@ -195,6 +229,7 @@ class RoundBook:
                 rounds = tuple(ServedRound.from_dict(r) for r in entry["rounds"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise ParamsError(f"metric {name!r}: {exc}") from None
+            _check_discovery(name, rounds)
             metrics[name] = (fp, rounds)
         return cls(metrics)
 

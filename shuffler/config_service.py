@@ -185,6 +185,18 @@ class RoundFile:
         return self.book.round_of(metric.name, metric.fingerprint, window)
 
 
+def _fits(name: str, metric: MetricConfig, served: ServedRound) -> bool:
+    assert metric.heavy_hitters is not None  # windowed metrics are heavy hitters
+    try:
+        served.params(metric.heavy_hitters)
+    except ParamsError as exc:
+        log.warning(
+            "metric %r: not serving round %d of the round file: %s", name, served.round, exc
+        )
+        return False
+    return True
+
+
 class ConfigService:
     """Answers GetConfig from the registry and the published keys (cached per version)."""
 
@@ -209,12 +221,17 @@ class ConfigService:
 
     def served_rounds(self, window: int) -> dict[str, tuple[ServedRound, ...]]:
         """Per heavy-hitters metric, its rounds of windows ``window - 1`` to ``window + 1``
-        (a device near a window's edge finds its own)."""
+        (a device near a window's edge finds its own). A round that does not fit its
+        metric's params is left out (and logged): devices refuse a whole config holding one."""
         if self.rounds is None:
             return {}
         book = self.rounds.book
         return {
-            name: tuple(r for r in book.rounds(name, m.fingerprint) if abs(r.window - window) <= 1)
+            name: tuple(
+                r
+                for r in book.rounds(name, m.fingerprint)
+                if abs(r.window - window) <= 1 and _fits(name, m, r)
+            )
             for name, m in self.registry.metrics.items()
             if m.windowed
         }

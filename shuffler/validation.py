@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from crowdmix.core.discovery import HeavyHittersParams
+from crowdmix.core.errors import ParamsError
 from crowdmix.core.registry import MetricConfig, Registry
 from crowdmix.core.rounds import ServedRound
 from crowdmix.core.sealed import sealed_length
@@ -177,7 +178,14 @@ def check_rounds(
             )
         if isinstance(part, SealedIn) or part.report_bytes != metric.report_bytes:
             continue  # sealed: the aggregator drops what no round holds; a bad length: below
-        cells = _round_cells(served, metric.heavy_hitters)
+        try:
+            cells = _round_cells(served, metric.heavy_hitters)
+        except ParamsError as exc:  # the round file's round does not fit the registry
+            raise InvalidRequest(
+                "no_round",
+                f"metric {metric.name!r}: window {part.window}'s round does not fit the "
+                f"metric's params ({exc}): the round file is not this registry's",
+            ) from None
         nb = metric.report_bytes
         bits = np.frombuffer(part.bits, dtype=np.uint8)
         if bits.size % nb:

@@ -71,13 +71,18 @@ def read_state(path: str | os.PathLike[str]) -> JobState:
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-        return JobState(
+        job = JobState(
             metric=str(data["metric"]),
             fingerprint=int(data["fingerprint"], 16),
             discovery=str(data["discovery"]),
             windows=tuple(int(w) for w in data["windows"]),
             state=DiscoveryState.from_dict(data["state"]),
         )
+        # one window per opened round: the round in progress (if any) and those before
+        r = job.state.next_round
+        if r < 0 or len(job.windows) not in (r, r + 1) or not job.windows:
+            raise ValueError(f"{len(job.windows)} round windows for next round {r}")
+        return job
     except FileNotFoundError:
         raise DiscoveryError(
             f"no discovery state at {p}: start one with `crowdmix discover open`"
@@ -266,6 +271,13 @@ def step_discovery(
             eps, delta = ledger.record(metric.name, release)
             fresh = True
         except DuplicateReleaseError:  # a re-run after a failure below: recorded once
+            before = [x for x in ledger.releases(metric.name) if x.release_id == release.release_id]
+            if any(x.extra.get("content") != content for x in before):
+                raise DiscoveryError(
+                    f"the ledger holds {release.release_id!r} for other counts of window {w}: "
+                    "this is not a re-run of that round (a discovery reopened in its window); "
+                    "nothing was recorded or served"
+                ) from None
             eps, delta = ledger.spent(metric.name)
             fresh = False
         recorded = {
