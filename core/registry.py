@@ -47,8 +47,11 @@
     weights = [0.14, 0.14, 0.14, 0.14, 0.14, 0.15, 0.15]  # each round's share of devices
     epsilon = 1.0                  # central target of the whole discovery
     delta = 1e-6
-    devices = 1000000              # devices expected over all rounds (sets each round's ε0)
-                                   # released per window, like a histogram (one shuffle per round)
+    devices = 1000000              # devices expected over all rounds (min_batch <= each group)
+
+    [metrics.words.shuffle]        # released per window, like a histogram (one shuffle per round)
+    min_batch = 60000              # every batch's fewest reports: each round's ε0 is planned
+                                   # over it (expected group size / shufflers, with margin)
 
     [collection]
     window_seconds = 86400         # counts are kept per window (a day by default)
@@ -211,6 +214,14 @@ class MetricConfig:
             fp = self.basic.fingerprint()
         elif self.heavy_hitters is not None:
             fp = self.heavy_hitters.fingerprint()
+            hh = self.heavy_hitters
+            smallest = max(1, int(hh.devices * min(hh.weights)))
+            if self.shuffle.min_batch > smallest:  # ε0 is planned over min_batch reports
+                raise RegistryError(
+                    f"metric {self.name!r}: shuffle.min_batch ({self.shuffle.min_batch}) "
+                    f"exceeds the smallest expected round group (devices x min weights = "
+                    f"{smallest}): its rounds would never be released"
+                )
         else:
             assert self.histogram is not None
             fp = self.histogram.fingerprint()

@@ -3,13 +3,15 @@
     crowdmix discover simulate [--words N | --values FILE] --devices N [...]
     crowdmix discover open --config FILE --metric NAME --rounds FILE --state FILE [--window W]
     crowdmix discover step --config FILE --metric NAME --rounds FILE --state FILE --redis URL
-                           [--window W] [--ledger FILE [--new-ledger]] [--top T] [--json]
+                           [--window W] [--ledger FILE [--new-ledger]] [--accept-over-target]
+                           [--top T] [--json]
     crowdmix discover demo [--words N | --values FILE] [--devices N] [--seed S]
 
 ``simulate``: devices simulated in numpy, every round through the real decoders.
 ``open``/``step``: the round job of a registry's heavy-hitters metric (served to devices
 by the shuffler from the round file); ``step`` decodes the round whose window is over and
-serves the next, or prints the result. ``demo``: all of it through real daemons.
+serves the next, or prints the result (and each round's central ε against the target).
+``demo``: all of it through real daemons.
 ``--words N``: English words (``crowdmix[words]``); ``--values FILE``: ``value[<TAB>weight]``.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import string
+import sys
 from typing import Any
 
 from crowdmix.options import positive_count
@@ -34,6 +37,11 @@ def register(sub: Any) -> None:
     sim.add_argument("--devices", type=positive_count, required=True, help="devices in all")
     sim.add_argument("--epsilon", type=float, default=1.0, help="central ε (default 1)")
     sim.add_argument("--delta", type=float, default=1e-6, help="δ (default 1e-6)")
+    sim.add_argument(
+        "--min-batch",
+        type=positive_count,
+        help="fewest reports per shuffled batch, ε0 is planned over it (default: a group)",
+    )
     sim.add_argument("--max-length", type=positive_count, default=16)
     sim.add_argument("--alphabet", default=string.ascii_lowercase + "'")
     sim.add_argument("--spans", default="3,6,9,12,15,17", help="prefix length after each round")
@@ -60,6 +68,11 @@ def register(sub: Any) -> None:
     led.add_argument("--new-ledger", action="store_true", help="start --ledger FILE empty")
     led.add_argument("--budget-epsilon", type=float, metavar="E", help="total ε allowed")
     led.add_argument("--budget-delta", type=float, default=1e-5, metavar="D", help="(1e-5)")
+    st.add_argument(
+        "--accept-over-target",
+        action="store_true",
+        help="record a round above the target (a batch under min_batch) instead of refusing",
+    )
     st.add_argument("--top", type=positive_count, default=20, help="rows to print")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_step)
@@ -168,6 +181,7 @@ def _step(args: argparse.Namespace) -> int:
             now=time.time(),
             window=args.window,
             ledger=ledger,
+            accept_over_target=args.accept_over_target,
         )
     except (DiscoveryError, ParamsError, StoreError, LookupError) as exc:
         raise CliError(str(exc).strip("'\"")) from None
@@ -175,6 +189,13 @@ def _step(args: argparse.Namespace) -> int:
         raise CliError(f"round refused by the ledger {args.ledger}: {exc}") from None
     finally:
         store.close()
+    print(
+        f"{metric.name}: round {result.round} central ε = {result.epsilon:.4f} over its "
+        f"smallest batch, {result.stated_epsilon:.4f} stated over {result.cost.n_reports:,} "
+        f"reports (min_batch {result.min_batch:,}; target {result.target:g})"
+        + (" ABOVE TARGET" if result.stated_epsilon > result.target else ""),
+        file=sys.stderr if args.json else sys.stdout,
+    )
     if result.table is None:
         assert result.served is not None
         print(
@@ -214,8 +235,13 @@ def _simulate(args: argparse.Namespace) -> int:
             seeds=args.seeds,
             weights=(1.0 / (len(spans) + 1),) * (len(spans) + 1),
         )
+        groups = min(int(args.devices * w) for w in plan.weights)  # one shuffler: whole group
         settings = DiscoverySettings(
-            plan=plan, epsilon=args.epsilon, delta=args.delta, devices=args.devices
+            plan=plan,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            devices=args.devices,
+            min_batch=args.min_batch or max(1, groups),
         )
     except (ValueError, ParamsError) as exc:
         raise CliError(str(exc)) from None

@@ -117,7 +117,12 @@ def run_discovery_demo(
         delta=args.delta,
         devices=args.devices,
     )
-    policy = ShufflePolicy(min_batch=1, release="window", release_grace_seconds=GRACE_SECONDS)
+    # one shuffler: every round's batch is its whole group; min_batch (the crowd each
+    # round's ε0 is planned over) leaves a margin for the groups' random sizes
+    group = max(1, int(args.devices * min(hh.weights)))
+    policy = ShufflePolicy(
+        min_batch=max(1, int(0.9 * group)), release="window", release_grace_seconds=GRACE_SECONDS
+    )
     metric = MetricConfig(name=METRIC, heavy_hitters=hh, shuffle=policy)
     registry = Registry(metrics={METRIC: metric}, window_seconds=3600)
     ws = registry.window_seconds

@@ -49,7 +49,7 @@ def accumulator_for(
         from crowdmix.aggregator.discovery.job import cells_bound
 
         hh = metric.heavy_hitters
-        acc = IndexCounts(cells_bound(hh), hh.report_bytes)
+        acc = IndexCounts(cells_bound(hh, metric.shuffle.min_batch), hh.report_bytes)
     elif metric.histogram is not None:
         # one np.bincount per batch (IndexCounts.add): no per-report Python work
         acc = IndexCounts(metric.histogram.domain_size)

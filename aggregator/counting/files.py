@@ -94,7 +94,7 @@ def _nbits_of(metric: MetricConfig) -> int:
     if metric.heavy_hitters is not None:
         from crowdmix.aggregator.discovery.job import cells_bound
 
-        return cells_bound(metric.heavy_hitters)
+        return cells_bound(metric.heavy_hitters, metric.shuffle.min_batch)
     assert metric.basic is not None  # MetricConfig holds exactly one encoding
     return 1 if metric.basic.mechanism == "binary-rr" else metric.basic.domain_size
 

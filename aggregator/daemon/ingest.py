@@ -94,7 +94,7 @@ class Ingestor:
                 from crowdmix.aggregator.discovery.job import cells_bound
 
                 try:  # every round's ε0 is planned from the target: one must exist
-                    cells_bound(metric.heavy_hitters)
+                    cells_bound(metric.heavy_hitters, metric.shuffle.min_batch)
                 except ValueError as exc:
                     raise ConfigError(f"metric {name!r}: {exc}") from None
         self.registry = registry

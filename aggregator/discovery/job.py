@@ -2,7 +2,9 @@
 
 ``DiscoverySettings`` is a heavy-hitters metric's plan and privacy target; every
 round's ε0 is fixed from it before any report is made (``epsilon0s``: the largest
-whose generic shuffle bound over the group's expected size meets the target).
+whose generic shuffle bound over ``min_batch`` reports meets the target: no shuffler
+releases fewer, so every batch of every round meets it, whichever shuffler releases
+it and whenever it arrives; parallel composition over disjoint batches).
 ``round_params`` gives the params the devices of the next round encode with
 (served by ``GetConfig`` for that round's window); ``absorb`` decodes a round's
 counts and returns the next state, and after the value round the result table and
@@ -50,12 +52,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DiscoverySettings:
-    """A discovery's plan, central target (ε, δ) and the devices expected over all rounds."""
+    """A discovery's plan, central target (ε, δ), the devices expected over all rounds
+    and ``min_batch``: the fewest reports any batch of a round holds (the shuffle
+    policy's release rule), the crowd every round's ε0 is planned over."""
 
     plan: DiscoveryPlan
     epsilon: float
     delta: float
     devices: int
+    min_batch: int
 
     def __post_init__(self) -> None:
         if not (isinstance(self.epsilon, int | float) and 0.0 < self.epsilon < math.inf):
@@ -65,22 +70,30 @@ class DiscoverySettings:
         d = self.devices
         if isinstance(d, bool) or not isinstance(d, int) or d < self.plan.rounds:
             raise ValueError(f"devices must be an integer >= {self.plan.rounds}, got {d!r}")
+        m = self.min_batch
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(f"min_batch must be a positive integer, got {m!r}")
+        smallest = min(self.group_size(r) for r in range(self.plan.rounds))
+        if m > smallest:
+            raise ValueError(
+                f"min_batch ({m}) exceeds the smallest expected round group (devices x min "
+                f"weight = {smallest}): its rounds would never be released"
+            )
 
     def group_size(self, r: int) -> int:
         """Devices expected in round r's group: ⌊devices·weights[r]⌋."""
         return max(1, int(self.devices * self.plan.weights[r]))
 
     def epsilon0s(self) -> tuple[float, ...]:
-        """Each round's local ε0 (``plan_epsilon0`` over its expected group)."""
-        return tuple(
-            _epsilon0(self.group_size(r), float(self.epsilon), float(self.delta))
-            for r in range(self.plan.rounds)
-        )
+        """Each round's local ε0: ``plan_epsilon0`` over ``min_batch`` reports."""
+        eps0 = _epsilon0(self.min_batch, float(self.epsilon), float(self.delta))
+        return (eps0,) * self.plan.rounds
 
 
 @functools.lru_cache(maxsize=64)
-def settings_of(params: HeavyHittersParams) -> DiscoverySettings:
-    """The discovery a heavy-hitters registry entry states."""
+def settings_of(params: HeavyHittersParams, min_batch: int) -> DiscoverySettings:
+    """The discovery a heavy-hitters registry entry states (``min_batch``: its shuffle
+    policy's)."""
     plan = DiscoveryPlan(
         symbols=params.symbols,
         spans=params.spans,
@@ -90,24 +103,28 @@ def settings_of(params: HeavyHittersParams) -> DiscoverySettings:
         weights=params.weights,
     )
     return DiscoverySettings(
-        plan=plan, epsilon=params.epsilon, delta=params.delta, devices=params.devices
+        plan=plan,
+        epsilon=params.epsilon,
+        delta=params.delta,
+        devices=params.devices,
+        min_batch=min_batch,
     )
 
 
 @functools.lru_cache(maxsize=64)
-def cells_bound(params: HeavyHittersParams) -> int:
-    """The most index values any round of ``params`` takes (every prefix round's S·g,
-    the value round's C + 1): the length of the metric's count vector per window."""
-    settings = settings_of(params)
+def cells_bound(params: HeavyHittersParams, min_batch: int) -> int:
+    """The most index values any round of ``params`` (with ``min_batch``) takes (every
+    prefix round's S·g, the value round's C + 1): the metric's count vector per window."""
+    settings = settings_of(params, min_batch)
     eps0 = settings.epsilon0s()
     plan = settings.plan
     try:
         prefix = [plan.prefix_round(r, eps0[r]).cells for r in range(len(plan.spans))]
     except ValueError as exc:
         raise ValueError(
-            f"the target (ε={params.epsilon}, δ={params.delta}) over {params.devices} devices "
-            f"leaves a round local ε0 = {min(eps0):.4g}, too small for its hashing ({exc}): "
-            "expect more devices, or a larger target"
+            f"the target (ε={params.epsilon}, δ={params.delta}) over batches of min_batch = "
+            f"{min_batch} reports leaves a round local ε0 = {min(eps0):.4g}, too small for "
+            f"its hashing ({exc}): raise min_batch (and devices), or the target"
         ) from None
     return max(*prefix, plan.candidates + 1)
 

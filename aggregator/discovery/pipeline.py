@@ -4,9 +4,11 @@
 ``step_discovery`` decodes the round whose window is over from the aggregator's
 counts of that window (``job.absorb``), records the round in the ledger (one segment
 per round, its device group a group of the discovery's partition: parallel
-composition), then serves the next round in a later window, or after the value round
-returns the result table and the guarantee. The job's own state (harvest, parents,
-costs, each round's window) is a JSON file next to the round file, never served.
+composition; its crowd the smaller of ``min_batch`` and the smallest stored batch, so a
+batch stored later is covered too), then serves the next round in a later window, or
+after the value round returns the result table and the guarantee. The job's own state
+(harvest, parents, costs, each round's window) is a JSON file next to the round file,
+never served.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +108,8 @@ def _heavy(metric: MetricConfig) -> DiscoverySettings:
             f"metric {metric.name!r} is {metric.encoding}, not a heavy-hitters metric"
         )
     try:
-        cells_bound(metric.heavy_hitters)  # every round can be planned
-        return settings_of(metric.heavy_hitters)
+        cells_bound(metric.heavy_hitters, metric.shuffle.min_batch)  # every round is planned
+        return settings_of(metric.heavy_hitters, metric.shuffle.min_batch)
     except ValueError as exc:  # no local ε0 meets the target over a group
         raise DiscoveryError(f"metric {metric.name!r}: {exc}") from None
 
@@ -155,18 +157,34 @@ def open_discovery(
 class StepResult:
     """One round decoded: its reports (and those outside its index range, ignored),
     its cost, the next round served (None after the value round), and after the value
-    round the table and the guarantee."""
+    round the table and the guarantee. ``epsilon``: the round's central ε over its
+    smallest stored batch; ``stated_epsilon``: over its cost's crowd (what the ledger
+    records, covering any batch of at least ``min_batch`` stored later)."""
 
     round: int
     window: int
     reports: int
     outside: int
+    epsilon: float
+    stated_epsilon: float
+    target: float
+    min_batch: int
     cost: RoundCost
     served: ServedRound | None
     table: DiscoveredValues | None
     guarantee: DiscoveryGuarantee | None
     ledger: dict[str, Any] | None
     costs: tuple[tuple[int, int, int, float], ...]
+
+
+def _round_epsilon(cost: RoundCost, settings: DiscoverySettings) -> float:
+    """One round's central ε over its cost's crowd (its ε0 when that is smaller)."""
+    from crowdmix.aggregator.accounting.amplification import best_amplification
+
+    if not cost.n_reports:
+        return 0.0
+    amp = best_amplification(cost.epsilon0, cost.n_reports, settings.delta, cost.randomizer())
+    return min(amp.result.epsilon, cost.epsilon0)
 
 
 def step_discovery(
@@ -179,11 +197,14 @@ def step_discovery(
     now: float,
     window: int | None = None,
     ledger: Any = None,
+    accept_over_target: bool = False,
 ) -> StepResult:
     """Decode the round in progress from ``store`` (a ``CountStore``), once its window
     is over and counted; then serve the next round in ``window`` (default: the next
     window) or finish. ``ledger`` (a ``PrivacyLedger``) records the round first: a
-    refused release changes nothing."""
+    refused release changes nothing. A round whose smallest stored batch is above the
+    target (fewer than ``min_batch`` reports: the shuffler did not enforce it) is refused
+    unless ``accept_over_target`` (then recorded with its true figure)."""
     from crowdmix.aggregator.accounting.discovery import round_segment
     from crowdmix.aggregator.accounting.history import segment_to_dict
     from crowdmix.aggregator.accounting.ledger import Release
@@ -220,14 +241,28 @@ def step_discovery(
             "release_grace_seconds); run this again then"
         )
     ones = np.asarray(load_counts(store, metric, [w]).ones).reshape(-1)
-    if ones.size != cells_bound(metric.heavy_hitters):  # type: ignore[arg-type]
+    if ones.size != cells_bound(metric.heavy_hitters, settings.min_batch):  # type: ignore[arg-type]
         raise DiscoveryError(f"stored counts of window {w} have {ones.size} cells")
     counts = ones[: params.cells]
     outside = int(ones[params.cells :].sum())
     # the round's shuffles: one batch per shuffler, each over disjoint devices, so the
-    # round is as private as its smallest batch (parallel composition)
-    outcome = absorb(settings, job.state, counts, crowd=min(sizes))
+    # round is as private as its smallest batch (parallel composition). Every batch any
+    # shuffler releases, now or later, holds at least min_batch reports (its release
+    # rule), and ε0 was planned over min_batch: the ledger's crowd is the smaller of the
+    # two, never more than a batch that may still arrive.
+    smallest = min(sizes)
+    outcome = absorb(settings, job.state, counts, crowd=min(smallest, settings.min_batch))
     cost = outcome.cost
+    actual = _round_epsilon(replace(cost, n_reports=min(smallest, int(counts.sum()))), settings)
+    stated = _round_epsilon(cost, settings)
+    if max(actual, stated) > settings.epsilon and not accept_over_target:
+        raise DiscoveryError(
+            f"round {r} of {metric.name!r} is above its target: ε = {max(actual, stated):.4g} > "
+            f"{settings.epsilon:g}, its smallest batch holds {smallest} reports, fewer than "
+            f"min_batch = {settings.min_batch} (a shuffler did not enforce it); nothing was "
+            "recorded or served (accept it with --accept-over-target: the ledger records "
+            "its true figure)"
+        )
     state = outcome.state
     next_served = None
     if outcome.table is None:  # planned before anything is recorded or written
@@ -241,31 +276,35 @@ def step_discovery(
         next_served = ServedRound.of(state.next_round, nxt, job.windows[0], next_params)
     recorded = None
     if ledger is not None:
-        from crowdmix.aggregator.accounting.amplification import best_amplification
         from crowdmix.aggregator.accounting.ledger import DuplicateReleaseError
 
         content = hashlib.sha256(
             f"{metric.name}|{metric.fingerprint:016x}|{w}|".encode()
             + np.ascontiguousarray(counts, dtype="<i8").tobytes()
         ).hexdigest()[:32]
-        per_round = (
-            best_amplification(
-                cost.epsilon0, cost.n_reports, settings.delta, cost.randomizer()
-            ).result.epsilon
-            if cost.n_reports
-            else 0.0
-        )
         release = Release(
             release_id=f"{job.discovery}/round-{r}",
             window=w,
             n_reports=int(counts.sum()),
             mechanism="heavy-hitters",
-            epsilon=min(per_round, cost.epsilon0),
+            epsilon=stated,
             delta=settings.delta,
             fresh_randomness=True,
             batch_sizes=tuple(sizes),
             segment=segment_to_dict(round_segment(cost, settings.delta, job.discovery)),
-            extra={"content": content, "round": r, "discovery": job.discovery},
+            extra={
+                "content": content,
+                "round": r,
+                "discovery": job.discovery,
+                "min_batch": settings.min_batch,
+                "crowd": cost.n_reports,
+                "statement": (
+                    f"every batch of this round holds at least min_batch = "
+                    f"{settings.min_batch} reports (the shuffler's release rule), each of "
+                    f"disjoint devices: each, and the round, is (ε, δ)-DP with ε at most "
+                    f"this release's, over a crowd of {cost.n_reports}, whenever it arrives"
+                ),
+            },
         )
         try:
             eps, delta = ledger.record(metric.name, release)
@@ -306,6 +345,10 @@ def step_discovery(
         window=w,
         reports=int(counts.sum()),
         outside=outside,
+        epsilon=actual,
+        stated_epsilon=stated,
+        target=settings.epsilon,
+        min_batch=settings.min_batch,
         cost=cost,
         served=next_served,
         table=outcome.table,

@@ -20,9 +20,11 @@ PLAN = DiscoveryPlan(
 
 
 def test_round_params_follow_the_plan_and_the_state() -> None:
-    settings = DiscoverySettings(plan=PLAN, epsilon=1.0, delta=1e-6, devices=200_000)
+    settings = DiscoverySettings(
+        plan=PLAN, epsilon=1.0, delta=1e-6, devices=200_000, min_batch=25_000
+    )
     eps0 = settings.epsilon0s()
-    assert len(eps0) == 4 and len(set(eps0)) == 1  # equal groups, equal ε0
+    assert len(eps0) == 4 and len(set(eps0)) == 1  # every round planned over min_batch
     first = round_params(settings, DiscoveryState())
     assert isinstance(first, PrefixRound) and (first.start, first.stop) == (0, 2)
     with pytest.raises(ValueError, match="no complete value"):

@@ -86,3 +86,15 @@ def test_the_aggregator_refuses_at_start_a_target_no_round_can_meet() -> None:
     registry = parse_registry({"metrics": {"words": {**ENTRY, "epsilon": 1e-3}}})
     with pytest.raises(ConfigError, match=r"metric 'words': the target \(ε=0.001"):
         Ingestor(registry, open_store(None))
+
+
+def test_a_min_batch_above_the_smallest_group_is_refused() -> None:
+    """Each round's ε0 is planned over min_batch reports: a min_batch above the smallest
+    expected group (devices x min weight) would hold its rounds back for ever."""
+    assert _parse({**ENTRY, "shuffle": {"min_batch": 30_000}})["words"].shuffle.min_batch == 30_000
+    with pytest.raises(
+        RegistryError,
+        match=r"^metric 'words': shuffle.min_batch \(30001\) exceeds the smallest expected "
+        r"round group \(devices x min weights = 30000\): its rounds would never be released$",
+    ):
+        _parse({**ENTRY, "shuffle": {"min_batch": 30_001}})

@@ -64,7 +64,7 @@ def _registry_dict() -> dict[str, object]:
                 "epsilon": EPSILON,
                 "delta": 1e-6,
                 "devices": DEVICES,
-                "shuffle": {"min_batch": 1, "release_grace_seconds": GRACE},
+                "shuffle": {"min_batch": 50, "release_grace_seconds": GRACE},  # of ~100
             }
         },
         "collection": {"window_seconds": HOUR},
