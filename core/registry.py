@@ -214,14 +214,6 @@ class MetricConfig:
             fp = self.basic.fingerprint()
         elif self.heavy_hitters is not None:
             fp = self.heavy_hitters.fingerprint()
-            hh = self.heavy_hitters
-            smallest = max(1, int(hh.devices * min(hh.weights)))
-            if self.shuffle.min_batch > smallest:  # ε0 is planned over min_batch reports
-                raise RegistryError(
-                    f"metric {self.name!r}: shuffle.min_batch ({self.shuffle.min_batch}) "
-                    f"exceeds the smallest expected round group (devices x min weights = "
-                    f"{smallest}): its rounds would never be released"
-                )
         else:
             assert self.histogram is not None
             fp = self.histogram.fingerprint()
@@ -478,6 +470,13 @@ def _metric_from_table(name: str, table: dict[str, Any]) -> MetricConfig:
                     "shuffle release must be 'window'"
                 )
             heavy = HeavyHittersParams(**{key: table[key] for key in _HEAVY_PARAMS})
+            smallest = max(1, int(heavy.devices * min(heavy.weights)))
+            if shuffle.min_batch > smallest:  # every round's ε0 is planned over min_batch
+                raise RegistryError(
+                    f"{where}: shuffle.min_batch ({shuffle.min_batch}) exceeds the smallest "
+                    f"expected round group (devices x min weights = {smallest}): its rounds "
+                    "would never be released"
+                )
             return MetricConfig(name=name, heavy_hitters=heavy, shuffle=shuffle)
         raise RegistryError(
             f"{where}: encoding must be 'rappor', {HISTOGRAM!r}, {HEAVY_HITTERS!r} or one of "

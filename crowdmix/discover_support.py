@@ -54,7 +54,7 @@ def print_result(
         f"local ε0 ≤ {guarantee.local_epsilon:.3f}"
     )
     for r in rounds:
-        print(f"  round {r['round']}: {r['reports']} reports, ε0 = {r['epsilon0']:.3f}")
+        print(f"  round {r['round']}: over {r['reports']} reports, ε0 = {r['epsilon0']:.3f}")
     if ledger is not None:
         print(
             f"ledger: {ledger['releases']} releases of this metric, total "

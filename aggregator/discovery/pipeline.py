@@ -298,6 +298,8 @@ def step_discovery(
                 "discovery": job.discovery,
                 "min_batch": settings.min_batch,
                 "crowd": cost.n_reports,
+                "smallest_batch": smallest,
+                "smallest_batch_epsilon": actual,
                 "statement": (
                     f"every batch of this round holds at least min_batch = "
                     f"{settings.min_batch} reports (the shuffler's release rule), each of "

@@ -116,7 +116,8 @@ def sum_blobs(blobs: Sequence[bytes], into: StoredCounts | None = None) -> Store
 
 
 def describe_metric(config: MetricConfig) -> str:
-    """A metric's registry entry (encoding and params, not its shuffle policy) as JSON."""
+    """A metric's registry entry (encoding and params, not its shuffle policy but a
+    heavy-hitters metric's ``min_batch``, which its rounds are planned over) as JSON."""
     table: dict[str, object]
     if config.rappor is not None:
         r = config.rappor
@@ -140,7 +141,9 @@ def describe_metric(config: MetricConfig) -> str:
         table = {"encoding": "heavy-hitters", "alphabet": hh.alphabet,
                  "max_length": hh.max_length, "spans": list(hh.spans), "keep": hh.keep,
                  "candidates": hh.candidates, "seeds": hh.seeds, "weights": list(hh.weights),
-                 "epsilon": hh.epsilon, "delta": hh.delta, "devices": hh.devices}  # fmt: skip
+                 "epsilon": hh.epsilon, "delta": hh.delta, "devices": hh.devices,
+                 # each round's ε0, so the count vector's length, is planned over it
+                 "shuffle": {"min_batch": config.shuffle.min_batch}}  # fmt: skip
     else:
         assert config.basic is not None  # MetricConfig holds exactly one of the two
         b = config.basic
