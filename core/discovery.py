@@ -306,8 +306,9 @@ class HeavyHittersParams:
     prefixes per round, ``candidates`` in the value round, ``seeds`` hash functions,
     each round's share ``weights`` of the devices) and the central target
     (``epsilon``, ``delta``) over the ``devices`` expected in all rounds. Each
-    round's params (its local ε0 among them) follow from these: the aggregator's
-    round job fixes them, the shuffler serves them per window."""
+    round's params follow from these and the metric's shuffle ``min_batch`` (its local
+    ε0 is planned over that many reports): the aggregator's round job fixes them, the
+    shuffler serves them per window."""
 
     alphabet: str
     max_length: int
