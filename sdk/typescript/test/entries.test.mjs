@@ -38,6 +38,13 @@ test("readConfig checks the fingerprints of the encodings it carries, keeps the 
   assert.deepEqual(sdk.parseConfig(answer).metrics.get("theme").domain, ["light", "dark", "sepia"]);
 });
 
+test("a config answer without window_tolerance reads as the shuffler's default, 0 as 0", () => {
+  const read = (t) => sdk.readConfig(encodeConfigForTest(1_800_000_000, t), [sdk.basicEncoding]).windowTolerance;
+  assert.equal(read(null), 1); // absent: not proto3's 0, which would drop the previous window unasked
+  assert.equal(read(0), 0);
+  assert.equal(read(2), 2);
+});
+
 const dist = (f) => new URL(`../dist/${f}`, import.meta.url).pathname;
 
 async function appBundle(file) {
