@@ -533,7 +533,10 @@ class Reporter:
                         action.reason,
                         action.message,
                     )
-                self._outbox.drop(action.report_ids, action.reason)
+                if action.reason == "window_ahead":  # never taken: the claim moves back
+                    self._outbox.withdraw(action.report_ids)
+                else:
+                    self._outbox.drop(action.report_ids, action.reason)
             elif (
                 isinstance(action, Offline)
                 and not action.fatal

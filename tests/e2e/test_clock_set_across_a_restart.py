@@ -60,12 +60,6 @@ def _reporter(app: Path, s: ShufflerHandle, clocks: Clocks) -> client.Reporter:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report() claims from the restored, expired config (wall clock + stored offset) "
-    "without waiting for GetConfig: the claim names day D + 30, the report waits 30 days "
-    "(window_ahead) and every report of the metric until then is already_reported",
-)
 def test_a_restart_on_a_clock_set_forward_does_not_block_the_metric(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
