@@ -195,6 +195,7 @@ export class Reporter {
       window_changed: 0,
       refused: 0,
       refused_by_ceiling: 0,
+      window_ahead: 0,
       params_changed: 0,
       ...this.outbox.snapshot.counters,
     };
@@ -408,7 +409,8 @@ export class Reporter {
           await this.outbox.remove(d.rows.map((x) => x.id), "delivered");
         } else refused.set(group, classify(r.code, r.message));
       } else if (d.kind === "drop") {
-        await this.outbox.remove(d.ids, d.reason);
+        if (d.reason === "window_ahead") await this.outbox.withdraw(d.ids); // never taken: the claim moves back
+        else await this.outbox.remove(d.ids, d.reason);
       } else if (d.kind === "wait") {
         this.lastError = d.problem ?? null;
         if (!d.problem) this.prepared = [];
