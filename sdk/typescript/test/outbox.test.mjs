@@ -196,3 +196,29 @@ test("a wall clock set a month forward while the app was down: the report claime
   assert.deepEqual([submits, r.counters().delivered], [1, 1]);
   await r.close();
 });
+
+test("a clock set while running, the fetch failing: the restart names the server's window", async () => {
+  const { encodeConfigForTest } = await import("./config-bytes.mjs");
+  const t = 1_800_000_000 + 3600;
+  let online = true;
+  const shuffler = async (url) => {
+    if (!online) throw new TypeError("fetch failed");
+    return new Response(url.endsWith("/GetConfig") ? encodeConfigForTest(t) : new Uint8Array(0), { status: 200 });
+  };
+  const d = dir();
+  const month = 30 * 86400;
+  let ahead = 0;
+  const opts = { url: "http://shuffler.test", background: false, sealing: "off", fetch: shuffler, timeoutMs: 300 };
+  const a = await sdk.openReporter(d, { ...opts, clock: () => t + ahead, monotonic: () => 0 });
+  assert.equal(await a.flush(2000), 0); // the config cached, offset 0
+  online = false;
+  ahead = month; // set forward while the app runs, offline
+  assert.equal(await a.report("theme", "dark"), true, a.lastError);
+  await a.close();
+  const day = Math.floor(t / 86400);
+  const r = await sdk.openReporter(d, { ...opts, clock: () => t + month + 60, monotonic: () => 7 });
+  assert.equal(r.window(), day); // on the old offset: day + 30
+  assert.equal(await r.report("theme", "dark"), false);
+  assert.equal(r.lastStatus, "already_reported_this_window");
+  await r.close();
+});
