@@ -4,10 +4,10 @@
 metric, one window: a report, or a shuffled histogram's real report and its fakes) and
 answers with one action; ``crowdmix.client.reporter`` does the I/O and asks again.
 ``Send`` the group with its window and report ids; ``Drop`` it, counted under
-``reason``, when never deliverable (window closed, params gone, above the privacy
-ceiling, refused; or more than a window ahead of a server time learnt in this process:
-``window_ahead``, withdrawn with its claim); ``Refetch`` the config first (none,
-expired, clocks drifted apart, or said outdated: at most once per pass); ``Wait`` (``seconds``; None: until woken),
+``reason``, when never deliverable (window closed, params gone, above the ceiling,
+refused; more than a window ahead of a server time learnt here: ``window_ahead``, its
+claim withdrawn); ``Refetch`` the config first (none, expired, clocks drifted apart, or
+said outdated: at most once per pass); ``Wait`` (``seconds``; None: until woken),
 possibly with a ``problem`` for the app; ``Offline``: stop and back off. ``now`` is a
 ``Reading`` of the device's wall and monotonic clocks; the server's time is the one
 ``GetConfig`` gave plus the monotonic time since (``CachedConfig.server_now``), so a wall

@@ -1,19 +1,17 @@
 """The device's durable outbox: claimed reports until the shuffler acknowledges them.
 
-One SQLite file in the app's directory holds ``claims`` (per metric, the last window a
-report was claimed in, and the last whose report left the outbox: ``settled``), ``outbox`` (every claimed, unacknowledged report: id, metric,
-window, cohort, params fingerprint, encoded bits), ``config`` (the last ``GetConfig``
-answer and its clock offset) and ``counters``. Each promise is one transaction
-(``BEGIN IMMEDIATE``, WAL, ``synchronous=FULL``), so a killed process leaves the state
-before or after it: ``claim`` allows at most one report per (metric, window), windows
-only move forward, and claim and report(s) are written together or not at all;
-``acknowledged`` deletes rows only after the shuffler acknowledged them; ``withdraw``
-deletes a report named in a window that never began and moves the claim back to the
-last window still held or settled; the file is
-bounded (``max_reports``, ``max_bytes``; when full a report is refused, ``FULL``). A file
-of another schema version (``PRAGMA user_version``) is refused. Only encoded (randomized)
-reports are stored, never values; deleted rows are zeroed (``secure_delete``) and the
-WAL truncated after every delete. More: docs/design.md, "Client".
+One SQLite file in the app's directory holds ``claims`` (per metric, the last window
+claimed and the last ``settled``: its report left the outbox), ``outbox`` (every claimed,
+unacknowledged report: id, metric, window, cohort, params fingerprint, encoded bits),
+``config`` (the last ``GetConfig`` answer, its clock offset) and ``counters``. Each
+promise is one transaction (``BEGIN IMMEDIATE``, WAL, ``synchronous=FULL``): ``claim``
+allows at most one report per (metric, window), windows move forward, claim and
+report(s) written together or not at all; ``acknowledged`` deletes rows only once the
+shuffler acknowledged them; ``withdraw`` deletes a report named in a window not begun and
+moves the claim back to the last window waiting or settled. Bounded (``max_reports``,
+``max_bytes``: when full, ``FULL``). Schema versions 1 (upgraded) and 2 are read, others
+refused. Only encoded (randomized) reports are stored, never values; deleted rows are
+zeroed (``secure_delete``), the WAL truncated after every delete. docs/design.md, "Client".
 """
 
 from __future__ import annotations
@@ -136,7 +134,9 @@ class Outbox:
         if version == 1:  # no settled window: the claim stands for it (never moved back)
             db.execute("ALTER TABLE claims ADD COLUMN settled_window INTEGER")
             db.execute("ALTER TABLE claims ADD COLUMN settled_seconds INTEGER")
-            db.execute("UPDATE claims SET settled_window = window, settled_seconds = window_seconds")
+            db.execute(
+                "UPDATE claims SET settled_window = window, settled_seconds = window_seconds"
+            )
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return
         if version == 0 and not db.execute("SELECT 1 FROM sqlite_master").fetchone():
