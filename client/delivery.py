@@ -4,8 +4,9 @@
 metric, one window: a report, or a shuffled histogram's real report and its fakes) and
 answers with one action; ``crowdmix.client.reporter`` does the I/O and asks again.
 ``Send`` the group with its window and report ids; ``Drop`` it, counted under
-``reason``, when never deliverable (window closed, params gone, above the privacy
-ceiling, refused); ``Refetch`` the config first (none, expired, clocks drifted apart, or
+``reason``, when never deliverable (window closed, params gone, above the ceiling,
+refused; more than a window ahead of a server time learnt here: ``window_ahead``, its
+claim withdrawn); ``Refetch`` the config first (none, expired, clocks drifted apart, or
 said outdated: at most once per pass); ``Wait`` (``seconds``; None: until woken),
 possibly with a ``problem`` for the app; ``Offline``: stop and back off. ``now`` is a
 ``Reading`` of the device's wall and monotonic clocks; the server's time is the one
@@ -137,12 +138,16 @@ class CachedConfig:
     def expired(self, now: Reading) -> bool:
         return self.held(now) >= self.config.cache_seconds or self.drifted(now)
 
+    def learnt(self) -> bool:
+        """The server time was learnt in this process (and runs on the monotonic clock)."""
+        return self.age == 0
+
     def trusted(self, now: Reading) -> bool:
         """The server time is believed: learnt in this process (run on the monotonic
         clock since, even once expired), or restored and not expired. A bundled answer,
         or a restored one past its lifetime, is only the wall clock: a report is not
         taken for closed on it, the shuffler says so."""
-        return self.age == 0 or not self.expired(now)
+        return self.learnt() or not self.expired(now)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,6 +229,16 @@ def decide(
         return Drop(ids, "window_changed")
     if window < config.window(now) - config.config.window_tolerance and config.trusted(now):
         return Drop(ids, "window_closed")
+    if window > config.window(now) + 1 and config.learnt():
+        # a wall clock set forward named it (a restart on the stored offset): no
+        # shuffler took it (its skew allowance is under one window), so it is withdrawn
+        # and its claim moved back, instead of holding the metric until it begins
+        return Drop(
+            ids,
+            "window_ahead",
+            f"metric {metric!r}: window {window} is {window - config.window(now)} windows "
+            "ahead of the server's time (the device's clock was set forward); withdrawn",
+        )
     answer = state.answer
     if answer is not None:
         if answer.action is Action.DROP:

@@ -10,7 +10,7 @@ or with a window below the registry's shortest. Importing it loads protobuf.
 from __future__ import annotations
 
 from crowdmix.core.basic import BasicParams
-from crowdmix.core.device_config import DeviceConfig
+from crowdmix.core.device_config import DEFAULT_WINDOW_TOLERANCE, DeviceConfig
 from crowdmix.core.discovery import HeavyHittersParams
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.histogram import HistogramParams
@@ -147,6 +147,11 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
             m.name: m.disposal_seconds for m in message.metrics if m.disposal_seconds
         },
         plaintext=message.plaintext,
-        window_tolerance=message.window_tolerance,
+        # absent (an answer from before the field): the shuffler's default, not proto3's 0
+        window_tolerance=(
+            message.window_tolerance
+            if message.HasField("window_tolerance")
+            else DEFAULT_WINDOW_TOLERANCE
+        ),
         rounds=rounds,
     )

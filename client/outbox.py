@@ -1,17 +1,17 @@
 """The device's durable outbox: claimed reports until the shuffler acknowledges them.
 
-One SQLite file in the app's directory holds ``claims`` (per metric, the last window a
-report was claimed in), ``outbox`` (every claimed, unacknowledged report: id, metric,
-window, cohort, params fingerprint, encoded bits), ``config`` (the last ``GetConfig``
-answer and its clock offset) and ``counters``. Each promise is one transaction
-(``BEGIN IMMEDIATE``, WAL, ``synchronous=FULL``), so a killed process leaves the state
-before or after it: ``claim`` allows at most one report per (metric, window), windows
-only move forward, and claim and report(s) are written together or not at all;
-``acknowledged`` deletes rows only after the shuffler acknowledged them; the file is
-bounded (``max_reports``, ``max_bytes``; when full a report is refused, ``FULL``). A file
-of another schema version (``PRAGMA user_version``) is refused. Only encoded (randomized)
-reports are stored, never values; deleted rows are zeroed (``secure_delete``) and the
-WAL truncated after every delete. More: docs/design.md, "Client".
+One SQLite file in the app's directory holds ``claims`` (per metric, the last window
+claimed and the last ``settled``: its report left the outbox), ``outbox`` (every claimed,
+unacknowledged report: id, metric, window, cohort, params fingerprint, encoded bits),
+``config`` (the last ``GetConfig`` answer, its clock offset) and ``counters``. Each
+promise is one transaction (``BEGIN IMMEDIATE``, WAL, ``synchronous=FULL``): ``claim``
+allows at most one report per (metric, window), windows move forward, claim and
+report(s) written together or not at all; ``acknowledged`` deletes rows only once the
+shuffler acknowledged them; ``withdraw`` deletes a report named in a window not begun and
+moves the claim back to the last window waiting or settled. Bounded (``max_reports``,
+``max_bytes``: when full, ``FULL``). Schema versions 1 (upgraded) and 2 are read, others
+refused. Only encoded (randomized) reports are stored, never values; deleted rows are
+zeroed (``secure_delete``), the WAL truncated after every delete. docs/design.md, "Client".
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ from crowdmix.client.report import Report, make_report
 __all__ = ["SCHEMA_VERSION", "Claim", "Outbox", "OutboxError", "PendingReport"]
 
 #: The outbox file's schema (``PRAGMA user_version``); any other is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE claims (
     metric TEXT PRIMARY KEY,
     window INTEGER NOT NULL,
-    window_seconds INTEGER NOT NULL
+    window_seconds INTEGER NOT NULL,
+    settled_window INTEGER,
+    settled_seconds INTEGER
 );
 CREATE TABLE outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -129,6 +131,14 @@ class Outbox:
         (version,) = db.execute("PRAGMA user_version").fetchone()
         if version == SCHEMA_VERSION:
             return
+        if version == 1:  # no settled window: the claim stands for it (never moved back)
+            db.execute("ALTER TABLE claims ADD COLUMN settled_window INTEGER")
+            db.execute("ALTER TABLE claims ADD COLUMN settled_seconds INTEGER")
+            db.execute(
+                "UPDATE claims SET settled_window = window, settled_seconds = window_seconds"
+            )
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return
         if version == 0 and not db.execute("SELECT 1 FROM sqlite_master").fetchone():
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -137,8 +147,8 @@ class Outbox:
             return
         made_by = "an unreleased SDK (no version)" if version == 0 else f"schema version {version}"
         raise OutboxError(
-            f"the outbox {self.path} was written by {made_by}; this SDK reads schema version "
-            f"{SCHEMA_VERSION} only (move the file away to start afresh)"
+            f"the outbox {self.path} was written by {made_by}; this SDK reads schema versions "
+            f"1 to {SCHEMA_VERSION} only (move the file away to start afresh)"
         )
 
     # -- transactions ---------------------------------------------------------
@@ -281,13 +291,37 @@ class Outbox:
         """Delete rows that will never be delivered, counted under ``reason``."""
         return self._delete(list(report_ids), reason)
 
-    def _delete(self, report_ids: Sequence[bytes], counter: str) -> int:
+    def withdraw(self, report_ids: Iterable[bytes]) -> int:
+        """Delete rows whose window never began on the server (a wall clock set forward
+        named it), counted as ``window_ahead``, and move each metric's claim back to the
+        latest window of its rows still waiting or settled (its report left the outbox
+        otherwise): no report of a window after that was ever accepted, so the metric
+        can be reported in its right window, still at most once per window."""
+        return self._delete(list(report_ids), "window_ahead", withdrawn=True)
+
+    def _delete(self, report_ids: Sequence[bytes], counter: str, withdrawn: bool = False) -> int:
         def body(db: sqlite3.Connection) -> int:
-            n = db.execute(
-                f"DELETE FROM outbox WHERE report_id IN ({_marks(len(report_ids))})",
+            marks = _marks(len(report_ids))
+            gone = db.execute(
+                f"SELECT DISTINCT metric, window, window_seconds FROM outbox"
+                f" WHERE report_id IN ({marks})",
                 list(report_ids),
+            ).fetchall()
+            n = db.execute(
+                f"DELETE FROM outbox WHERE report_id IN ({marks})", list(report_ids)
             ).rowcount
             self._add(db, counter, n)
+            if withdrawn:
+                for metric in {m for m, _, _ in gone}:
+                    self._move_claim_back(db, metric)
+            else:  # these windows may have reached a shuffler: never claimed again
+                for metric, w, ws in gone:
+                    db.execute(
+                        "UPDATE claims SET settled_window = ?, settled_seconds = ?"
+                        " WHERE metric = ? AND (settled_window IS NULL"
+                        " OR (settled_window + 1) * settled_seconds < ?)",
+                        (w, ws, metric, (w + 1) * ws),
+                    )
             return int(n)
 
         if not report_ids:
@@ -296,6 +330,25 @@ class Outbox:
         self._checkpoint()
         assert isinstance(deleted, int)
         return deleted
+
+    @staticmethod
+    def _move_claim_back(db: sqlite3.Connection, metric: str) -> None:
+        """The claim of ``metric`` := the latest window (by its end) of its rows still
+        waiting and of its settled window; none: no claim."""
+        held = db.execute(
+            "SELECT w, ws FROM (SELECT window AS w, window_seconds AS ws FROM outbox"
+            " WHERE metric = ? UNION ALL SELECT settled_window, settled_seconds FROM claims"
+            " WHERE metric = ? AND settled_window IS NOT NULL)"
+            " ORDER BY (w + 1) * ws DESC LIMIT 1",
+            (metric, metric),
+        ).fetchone()
+        if held is None:
+            db.execute("DELETE FROM claims WHERE metric = ?", (metric,))
+        else:
+            db.execute(
+                "UPDATE claims SET window = ?, window_seconds = ? WHERE metric = ?",
+                (held[0], held[1], metric),
+            )
 
     def _checkpoint(self) -> None:
         """Fold the WAL into the database and truncate it: with ``secure_delete`` the

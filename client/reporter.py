@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Literal
 from crowdmix.client.answers import Action, Answer, classify
 from crowdmix.client.ceiling import MAX_EPSILON, MAX_EPSILON_INF, Ceiling
 from crowdmix.client.delivery import (
+    CLOCK_SLACK,
     CachedConfig,
     Drop,
     Offline,
@@ -331,6 +332,20 @@ class Reporter:
         self._cached = CachedConfig(config, server_time, received)
         return None
 
+    def _keep_server_time(self) -> None:
+        """The wall clock was set since this process learnt the server time, and the
+        fetch that would correct it failed: store the offset of the server time this
+        process uses (the monotonic one) against the wall clock as it now reads, so a
+        restart before the next fetch names the windows this process names, not ones
+        the old offset puts a clock-change away."""
+        c, now = self._cached, self._now()
+        if c is None or not c.learnt() or not c.drifted(now):
+            return
+        stored = self._outbox.cached_config()
+        offset = c.server_now(now) - now.wall
+        if stored is not None and abs(stored[2] - offset) > CLOCK_SLACK:
+            self._outbox.store_config(stored[0], now.wall - c.held(now), offset)
+
     def _now(self) -> Reading:
         return Reading(self._clock(), self._monotonic())
 
@@ -533,7 +548,10 @@ class Reporter:
                         action.reason,
                         action.message,
                     )
-                self._outbox.drop(action.report_ids, action.reason)
+                if action.reason == "window_ahead":  # never taken: the claim moves back
+                    self._outbox.withdraw(action.report_ids)
+                else:
+                    self._outbox.drop(action.report_ids, action.reason)
             elif (
                 isinstance(action, Offline)
                 and not action.fatal
@@ -547,6 +565,8 @@ class Reporter:
                 return action
             else:  # Refetch: at most once a pass, then send again what was refused
                 failure = self._fetch(min(self._timeout, left))
+                if failure is not None:
+                    self._keep_server_time()
                 state = replace(state, refetched=True, fetch_failure=failure)
                 refused.clear()
 

@@ -20,6 +20,7 @@ from crowdmix.protos import crowdmix_pb2 as pb
 __all__ = [
     "DEFAULT_CACHE_SECONDS",
     "DEFAULT_WINDOW_SECONDS",
+    "DEFAULT_WINDOW_TOLERANCE",
     "DeviceConfig",
     "to_proto",
 ]
@@ -28,6 +29,9 @@ __all__ = [
 DEFAULT_CACHE_SECONDS = 3600
 #: The registry's default collection window (``Registry.window_seconds``).
 DEFAULT_WINDOW_SECONDS = 86400
+#: The shuffler's default ``window_tolerance``; also what a device reads from an answer
+#: that does not carry the field (one from before it), never proto3's 0.
+DEFAULT_WINDOW_TOLERANCE = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +49,7 @@ class DeviceConfig:
     #: SDK that requires sealing can name the cause instead of waiting for a key
     plaintext: bool = False
     #: the shuffler takes the current window and this many before it (its setting)
-    window_tolerance: int = 1
+    window_tolerance: int = DEFAULT_WINDOW_TOLERANCE
     #: per heavy-hitters metric, the rounds served around the current window (one per
     #: window; a report encodes against the round of its own window)
     rounds: dict[str, tuple[ServedRound, ...]] = field(default_factory=dict)
@@ -91,7 +95,7 @@ class DeviceConfig:
         cache_seconds: int = DEFAULT_CACHE_SECONDS,
         *,
         plaintext: bool = False,
-        window_tolerance: int = 1,
+        window_tolerance: int = DEFAULT_WINDOW_TOLERANCE,
         rounds: dict[str, tuple[ServedRound, ...]] | None = None,
     ) -> DeviceConfig:
         return cls(

@@ -4,20 +4,12 @@ previous window's reports unasked: proto3 reads the missing field as 0."""
 
 from __future__ import annotations
 
-import pytest
-
 from crowdmix.client.device_config import from_proto
 from crowdmix.core.device_config import DeviceConfig, to_proto
 from crowdmix.core.registry import parse_registry
 from crowdmix.core.sealed import PublicKeySet
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="window_tolerance is a plain proto3 uint32: absent reads as 0, the device then "
-    "drops the previous window's reports that a tolerance-1 shuffler still takes; "
-    "needs `optional` (presence) and a default of 1",
-)
 def test_an_answer_without_window_tolerance_keeps_the_shufflers_default() -> None:
     registry = parse_registry(
         {

@@ -167,6 +167,11 @@ TABLE: dict[str, tuple[Case, tuple[object, ...]]] = {
         Case(rows=rows(window=D - 2)), ("drop", "window_closed", 1)),
     "a window ahead of ours (a clock set back): the shuffler decides": (
         Case(rows=rows(window=D + 1)), ("send", D + 1, 7, 1)),
+    "two windows ahead of a server time learnt here (a clock set forward): withdrawn": (
+        Case(rows=rows(window=D + 2)), ("drop", "window_ahead", 1)),
+    "thirty windows ahead, on a restored config's wall clock: the shuffler decides": (
+        Case(rows=rows(window=D + 30), config=replace(SEALED, age=10.0)),
+        ("send", D + 30, 7, 1)),
     "the server's clock is ahead: its window counts, not ours": (
         Case(rows=rows(window=D - 1), config=config(KEY, offset=WS)),
         ("drop", "window_closed", 1)),

@@ -147,7 +147,7 @@ def test_an_outbox_of_another_schema_version_is_refused_by_name(tmp_path: Path) 
     db.execute("PRAGMA user_version = 7")
     db.close()
     with pytest.raises(
-        OutboxError, match=r"o\.db was written by schema version 7; .* reads schema version 1"
+        OutboxError, match=r"o\.db was written by schema version 7; .* reads schema versions 1 to 2"
     ):
         Outbox(tmp_path / "o.db")
     # a file made before outboxes had a version: tables, no version
@@ -216,3 +216,67 @@ def test_next_group_leaves_out_the_groups_it_is_told_to_skip(tmp_path: Path) -> 
     assert [r.report.metric for r in box.next_group()] == ["early"]
     assert [r.report.metric for r in box.next_group(skip=[("early", 20002)])] == ["today"]
     assert box.next_group(skip=[("early", 20002), ("today", 20000)]) == []
+
+
+def test_withdrawing_a_report_named_ahead_moves_the_claim_back_never_below_a_settled_one(
+    tmp_path: Path,
+) -> None:
+    box = Outbox(tmp_path / "o.db")
+    assert box.claim("m", 10, WS, _report) is Claim.MADE
+    (r10,) = box.pending()
+    box.acknowledged([r10.report.report_id])  # window 10 may have reached a shuffler
+    assert box.claim("m", 11, WS, _report) is Claim.MADE  # waits
+    assert box.claim("m", 40, WS, _report) is Claim.MADE  # a clock set forward
+    assert box.claim("m", 41, WS, _report) is Claim.MADE
+    ahead = [r for r in box.pending() if r.window >= 40]
+    assert box.withdraw([ahead[1].report.report_id]) == 1
+    assert box.last_window("m") == (40, WS)
+    assert box.withdraw([ahead[0].report.report_id]) == 1
+    assert box.last_window("m") == (11, WS)  # still waiting: held
+    assert box.claim("m", 11, WS, _report) is Claim.USED
+    assert box.counters()["window_ahead"] == 2
+    (r11,) = box.pending()
+    box.drop([r11.report.report_id], "window_closed")
+    assert box.claim("m", 12, WS, _report) is Claim.MADE
+    (r12,) = box.pending()
+    box.withdraw([r12.report.report_id])
+    assert box.last_window("m") == (11, WS)  # settled: never claimed again
+    assert box.claim("m", 11, WS, _report) is Claim.USED
+    assert box.claim("m", 12, WS, _report) is Claim.MADE
+    # a metric with nothing before its withdrawn report has no claim left
+    assert box.claim("n", 40, WS, lambda: _report("n")) is Claim.MADE
+    box.withdraw([r.report.report_id for r in box.pending() if r.report.metric == "n"])
+    assert box.last_window("n") is None
+
+
+def test_an_outbox_of_schema_version_1_is_upgraded_its_claims_kept_as_settled(
+    tmp_path: Path,
+) -> None:
+    db = sqlite3.connect(tmp_path / "v1.db")
+    db.executescript(
+        "CREATE TABLE claims (metric TEXT PRIMARY KEY, window INTEGER NOT NULL,"
+        " window_seconds INTEGER NOT NULL);"
+        "CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, report_id BLOB NOT NULL"
+        " UNIQUE, metric TEXT NOT NULL, window INTEGER NOT NULL, window_seconds INTEGER NOT"
+        " NULL, cohort INTEGER NOT NULL, fingerprint INTEGER NOT NULL, bits BLOB NOT NULL);"
+        "CREATE INDEX outbox_group ON outbox(metric, window);"
+        "CREATE TABLE config (id INTEGER PRIMARY KEY CHECK (id = 1), answer BLOB NOT NULL,"
+        " fetched REAL NOT NULL, offset REAL NOT NULL);"
+        "CREATE TABLE counters (name TEXT PRIMARY KEY, n INTEGER NOT NULL);"
+        "PRAGMA user_version = 1;"
+    )
+    db.execute("INSERT INTO claims VALUES ('m', 40, ?)", (WS,))
+    db.execute(
+        "INSERT INTO outbox(report_id, metric, window, window_seconds, cohort, fingerprint,"
+        " bits) VALUES (?, 'm', 40, ?, 0, 0, x'00')",
+        (b"r" * 16, WS),
+    )
+    db.commit()
+    db.close()
+    box = Outbox(tmp_path / "v1.db")
+    assert box.withdraw([b"r" * 16]) == 1
+    # a version-1 claim is not known to be ahead of the one before it: it stays
+    assert box.last_window("m") == (40, WS)
+    box.close()
+    db = sqlite3.connect(tmp_path / "v1.db")
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)

@@ -4,12 +4,12 @@
  * `fetch` keepalive when the page is hidden or goes away.
  */
 import { CrowdmixError } from "./errors.js";
-import { type Backend, type CachedConfig, type ClaimResult, type Op, type OutboxState, Outbox, type StoredRow, emptyState } from "./outbox.js";
+import { type Backend, type CachedConfig, type ClaimResult, type Op, type OutboxState, Outbox, type StoredRow, emptyState, endOf } from "./outbox.js";
 import type { Encoding } from "./config.js";
 import { Reporter, type ReporterOptions } from "./reporter.js";
 
 const ROWS = "rows"; // one record per report, keyed by report id, `seq` = claim order
-const META = "meta"; // "claim:<metric>", "counters", "config", "bytes", "seq", "secret"
+const META = "meta"; // "claim:<metric>", "settled:<metric>", "counters", "config", "bytes", "seq", "secret"
 
 function promised<T>(req: IDBRequest<T>): Promise<T> {
   return new Promise((resolve, reject) => {
@@ -29,10 +29,24 @@ export class IdbBackend implements Backend {
   constructor(private readonly db: IDBDatabase) {}
 
   static async open(name: string): Promise<IdbBackend> {
-    const req = indexedDB.open(name, 1);
-    req.onupgradeneeded = () => {
-      req.result.createObjectStore(ROWS, { keyPath: "id" });
-      req.result.createObjectStore(META);
+    // version 2: "settled:<metric>" records (Outbox.withdraw moves a claim back to them)
+    const req = indexedDB.open(name, 2);
+    req.onupgradeneeded = (e) => {
+      if (e.oldVersion < 1) {
+        req.result.createObjectStore(ROWS, { keyPath: "id" });
+        req.result.createObjectStore(META);
+      } else if (e.oldVersion < 2) {
+        // a database from before: its claims stand for the settled windows (never moved back)
+        const meta = req.transaction!.objectStore(META);
+        const cursor = meta.openCursor();
+        cursor.onsuccess = () => {
+          const c = cursor.result;
+          if (!c) return;
+          const k = String(c.key);
+          if (k.startsWith("claim:")) meta.put(c.value, `settled:${k.slice(6)}`);
+          c.continue();
+        };
+      }
     };
     return new IdbBackend(await promised(req));
   }
@@ -57,6 +71,7 @@ export class IdbBackend implements Backend {
       const values = await promised(meta.getAll());
       keys.forEach((k, i) => {
         if (k.startsWith("claim:")) s.claims[k.slice(6)] = values[i] as number;
+        else if (k.startsWith("settled:")) s.settled[k.slice(8)] = values[i] as number;
         else if (k === "counters") s.counters = values[i] as Record<string, number>;
         else if (k === "config") s.config = values[i] as CachedConfig;
       });
@@ -86,21 +101,37 @@ export class IdbBackend implements Backend {
         return "claimed";
       }
       const bytes = await get("bytes", 0);
-      if (op.kind === "remove") {
-        let n = 0;
+      if (op.kind === "remove" || op.kind === "withdraw") {
+        const removed: Row[] = [];
         let freed = 0;
         for (const id of op.ids) {
           const r = (await promised(rows.get(id))) as Row | undefined;
           if (!r) continue;
           rows.delete(id);
-          n++;
+          removed.push(r);
           freed += r.bits.length / 2;
         }
+        const n = removed.length;
         if (n) {
+          const outcome = op.kind === "remove" ? op.outcome : "window_ahead";
           const counters = await get<Record<string, number>>("counters", {});
-          counters[op.outcome] = (counters[op.outcome] ?? 0) + n;
+          counters[outcome] = (counters[outcome] ?? 0) + n;
           meta.put(counters, "counters");
           meta.put(bytes - freed, "bytes");
+        }
+        const metrics = new Set(removed.map((r) => r.metric));
+        if (op.kind === "remove")
+          for (const m of metrics) {
+            const end = Math.max(...removed.filter((r) => r.metric === m).map(endOf));
+            if (end > (await get(`settled:${m}`, 0))) meta.put(end, `settled:${m}`);
+          }
+        else if (metrics.size) {
+          const left = (await promised(rows.getAll())) as Row[];
+          for (const m of metrics) {
+            const held = Math.max(await get(`settled:${m}`, 0), ...left.filter((r) => r.metric === m).map(endOf));
+            if (held > 0) meta.put(held, `claim:${m}`);
+            else meta.delete(`claim:${m}`);
+          }
         }
         return n;
       }

@@ -40,6 +40,10 @@ export interface Encoding {
   encoder(metric: string, mc: MetricConfig, secret: Uint8Array, rand: RandomBytes): ((value: string | number | Uint8Array) => Report[]) | undefined;
 }
 
+/** The shuffler's default window_tolerance: what an answer without the field (one from
+ * before it) is read as, never proto3's 0. */
+export const DEFAULT_WINDOW_TOLERANCE = 1;
+
 export interface DeviceConfig {
   readonly version: string;
   readonly cacheSeconds: number;
@@ -78,5 +82,5 @@ export function readConfig(answer: Uint8Array, encodings: readonly Encoding[]): 
     const { encoding, fingerprint, reportBytes, disposalSeconds } = m;
     metrics.set(m.name, { name: m.name, encoding, fingerprint, reportBytes, disposalSeconds, ...params });
   }
-  return { version: wire.version, cacheSeconds: wire.cacheSeconds, windowSeconds: wire.windowSeconds, windowTolerance: wire.windowTolerance, serverTime: wire.serverTime, metrics, keys: wire.keys };
+  return { version: wire.version, cacheSeconds: wire.cacheSeconds, windowSeconds: wire.windowSeconds, windowTolerance: wire.windowTolerance ?? DEFAULT_WINDOW_TOLERANCE, serverTime: wire.serverTime, metrics, keys: wire.keys };
 }

@@ -74,7 +74,8 @@ export class FileBackend implements Backend {
     try {
       const s = JSON.parse(text) as OutboxState;
       if (!Array.isArray(s.rows) || typeof s.claims !== "object") throw new Error("not an outbox");
-      this.state = { ...emptyState(), ...s };
+      // a document from before `settled`: its claims stand for it (never moved back)
+      this.state = { ...emptyState(), ...s, settled: s.settled ?? { ...s.claims } };
       this.text = text;
     } catch (e) {
       // refuse rather than start afresh: afresh could make a second report in a window

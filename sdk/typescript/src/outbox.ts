@@ -13,7 +13,12 @@
  *   report in a window only if no time of that window was claimed for it already: at
  *   most one report per (metric, window), even when the clock goes back.
  * - `remove` deletes rows only after the shuffler acknowledged them (or the policy
- *   dropped them), counting each row actually removed once.
+ *   dropped them), counting each row actually removed once, and records their windows
+ *   as settled (they may have reached a shuffler: never claimed again).
+ * - `withdraw` deletes rows named in a window that never began on the server (a wall
+ *   clock set forward), counted as `window_ahead`, and moves the metric's claim back to
+ *   the latest window of its rows still waiting or settled: none after it was ever
+ *   accepted, so the metric is reported in its right window, still once per window.
  * - Bounded: a claim that would pass `maxReports` rows or `maxBytes` of payload is
  *   refused ("full"), claiming nothing; the reports already promised are kept.
  */
@@ -38,16 +43,22 @@ export interface OutboxState {
   rows: StoredRow[];
   /** per metric, the end (unix s, server clock) of the last window claimed */
   claims: Record<string, number>;
+  /** per metric, the end of the last window whose report left otherwise than withdrawn */
+  settled: Record<string, number>;
   counters: Record<string, number>;
   config: CachedConfig | null;
 }
 
-export const emptyState = (): OutboxState => ({ rows: [], claims: {}, counters: {}, config: null });
+export const emptyState = (): OutboxState => ({ rows: [], claims: {}, settled: {}, counters: {}, config: null });
+
+/** The end (unix s) of a row's window. */
+export const endOf = (r: { window: number; windowSeconds: number }): number => (r.window + 1) * r.windowSeconds;
 
 /** One change of the outbox; `applyOp` is what it does to the document. */
 export type Op =
   | { kind: "claim"; metric: string; window: number; windowSeconds: number; rows: StoredRow[]; maxReports: number; maxBytes: number }
   | { kind: "remove"; ids: readonly string[]; outcome: string }
+  | { kind: "withdraw"; ids: readonly string[] }
   | { kind: "config"; config: CachedConfig }
   | { kind: "count"; name: string };
 
@@ -64,12 +75,20 @@ export function applyOp(s: OutboxState, op: Op): ClaimResult | number {
     s.rows.push(...op.rows);
     return "claimed";
   }
-  if (op.kind === "remove") {
+  if (op.kind === "remove" || op.kind === "withdraw") {
     const gone = new Set(op.ids);
-    const before = s.rows.length;
+    const removed = s.rows.filter((r) => gone.has(r.id));
     s.rows = s.rows.filter((r) => !gone.has(r.id));
-    const n = before - s.rows.length;
-    if (n) s.counters[op.outcome] = (s.counters[op.outcome] ?? 0) + n;
+    const n = removed.length;
+    const outcome = op.kind === "remove" ? op.outcome : "window_ahead";
+    if (n) s.counters[outcome] = (s.counters[outcome] ?? 0) + n;
+    if (op.kind === "remove") for (const r of removed) s.settled[r.metric] = Math.max(s.settled[r.metric] ?? 0, endOf(r));
+    else
+      for (const metric of new Set(removed.map((r) => r.metric))) {
+        const held = Math.max(s.settled[metric] ?? 0, ...s.rows.filter((r) => r.metric === metric).map(endOf));
+        if (held > 0) s.claims[metric] = held;
+        else delete s.claims[metric];
+      }
     return n;
   }
   if (op.kind === "count") {
@@ -128,6 +147,16 @@ export class Outbox {
     this.snapshot.rows = this.snapshot.rows.filter((r) => !gone.has(r.id));
     const left = before - this.snapshot.rows.length;
     if (left) this.snapshot.counters[outcome] = (this.snapshot.counters[outcome] ?? 0) + Math.min(left, n);
+    return n;
+  }
+
+  /**
+   * Delete rows whose window never began on the server (counted as `window_ahead`) and
+   * move their metrics' claims back to the latest window still waiting or settled.
+   */
+  async withdraw(ids: readonly string[]): Promise<number> {
+    const n = (await this.backend.apply({ kind: "withdraw", ids })) as number;
+    await this.load(); // the claims moved: the backend's word
     return n;
   }
 

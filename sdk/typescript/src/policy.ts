@@ -6,7 +6,9 @@
  *
  * - send: seal (or not) and submit the group, with its window and report ids;
  * - drop: never deliverable (window closed or of another length, params no longer
- *   served, above the privacy ceiling, refused): delete it, counted under `reason`;
+ *   served, above the privacy ceiling, refused): delete it, counted under `reason`; or
+ *   more than a window ahead of a server time learnt here (`window_ahead`: a wall clock
+ *   set forward named it): withdrawn, its claim moved back (`Outbox.withdraw`);
  * - refetch: fetch the config first (none yet, expired, or an answer saying ours is
  *   outdated — at most once per pass);
  * - wait: nothing to do now (`problem`: something the app should hear of);
@@ -75,7 +77,10 @@ export const expired = (c: CachedConfig, now: Reading): boolean =>
  * since, even once expired), or restored and not expired. A bundled answer, or a restored
  * one past its lifetime, is only the wall clock: no report is taken for closed on it.
  */
-export const trusted = (c: CachedConfig, now: Reading): boolean => c.age === 0 || !expired(c, now);
+export const trusted = (c: CachedConfig, now: Reading): boolean => learnt(c) || !expired(c, now);
+
+/** The server time was learnt by this page or process (and runs on the monotonic clock). */
+export const learnt = (c: CachedConfig): boolean => c.age === 0;
 
 export type Action = "retry" | "refetch" | "drop" | "fatal";
 
@@ -136,6 +141,12 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
   const ids = rows.map((r) => r.id);
   if (first.windowSeconds !== config.windowSeconds) return { kind: "drop", ids, reason: "window_changed" };
   if (first.window < windowOf(cached, now) - config.windowTolerance && trusted(cached, now)) return { kind: "drop", ids, reason: "window_closed" };
+  const current = windowOf(cached, now);
+  if (first.window > current + 1 && learnt(cached)) {
+    // a wall clock set forward named it (a restart on the stored offset): no shuffler took
+    // it (its skew allowance is under one window); withdrawn, so the metric is not held
+    return { kind: "drop", ids, reason: "window_ahead", message: `metric ${first.metric}: window ${first.window} has not begun (a clock set forward)` };
+  }
   const answer = state.answer;
   if (answer) {
     if (answer.action === "drop") return { kind: "drop", ids, reason: answer.reason, message: answer.message };

@@ -158,17 +158,20 @@ export interface WireConfig {
   windowSeconds: number;
   serverTime: number;
   window: number;
-  windowTolerance: number;
+  /** absent (an answer from before the field): undefined, read as the shuffler's default */
+  windowTolerance: number | undefined;
 }
 
 // A message's schema: per field number, its name and how to read it. A scalar's default is
-// 0 (or "", 0n, empty bytes); a repeated field ("*"-suffixed kind) starts as [].
-type Kind = "u" | "s" | "d" | "x" | "i" | "b" | "s*" | Schema | [Schema];
+// 0 (or "", 0n, empty bytes); an `optional` one ("?"-suffixed kind) stays undefined when
+// absent; a repeated field ("*"-suffixed kind) starts as [].
+type Kind = "u" | "u?" | "s" | "d" | "x" | "i" | "b" | "s*" | Schema | [Schema];
 interface Schema {
   [n: number]: [string, Kind];
 }
 const READ: Record<string, (f: Field) => unknown> = {
   u: (f) => Number(f.int), // varint
+  "u?": (f) => Number(f.int), // optional varint
   s: (f) => utf8d.decode(f.data), // string
   d: (f) => view(f).getFloat64(0, true), // double
   x: (f) => view(f).getBigUint64(0, true), // fixed64
@@ -181,7 +184,7 @@ function decode(buf: Uint8Array, schema: Schema): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [name, kind] of Object.values(schema))
     if (Array.isArray(kind) || kind === "s*") out[name] = [];
-    else if (typeof kind === "string") out[name] = DEFAULT[kind]!();
+    else if (typeof kind === "string" && !kind.endsWith("?")) out[name] = DEFAULT[kind]!();
   for (const f of fields(buf)) {
     const [name, kind] = schema[f.n] ?? [];
     if (!name) continue;
@@ -216,7 +219,7 @@ const CONFIG: Schema = {
   6: ["windowSeconds", "u"],
   7: ["serverTime", "d"],
   8: ["window", "u"],
-  10: ["windowTolerance", "u"],
+  10: ["windowTolerance", "u?"],
 };
 
 export function decodeConfigResponse(buf: Uint8Array): WireConfig {

@@ -26,7 +26,7 @@
 import { type DeviceConfig, type Encoding, type MetricConfig, readConfig } from "./config.js";
 import { call } from "./connect.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
-import { type Answer, type CachedConfig, type Reading, type SendState, classify, decide, expired, nextGroup, restored, serverNow, windowOf } from "./policy.js";
+import { type Answer, type CachedConfig, type Reading, type SendState, CLOCK_SLACK, classify, decide, drifted, expired, learnt, nextGroup, restored, serverNow, windowOf } from "./policy.js";
 import { epsilonInf, epsilonOne } from "./privacy.js";
 import { type WireKey, type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
 import { type RandomBytes, secureRandomBytes } from "./random.js";
@@ -195,6 +195,7 @@ export class Reporter {
       window_changed: 0,
       refused: 0,
       refused_by_ceiling: 0,
+      window_ahead: 0,
       params_changed: 0,
       ...this.outbox.snapshot.counters,
     };
@@ -335,6 +336,7 @@ export class Reporter {
     const r = await call(this.o.url, "GetConfig", new Uint8Array(0), { token: this.o.token, timeoutMs, fetch: this.o.fetch });
     if (!r.ok) {
       this.lastError = `GetConfig: ${r.code}: ${r.message}`;
+      await this.keepServerTime();
       return false;
     }
     const received = this.now();
@@ -353,6 +355,22 @@ export class Reporter {
     await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: received.wall, offset: config.serverTime - received.wall });
     this.cfg = { config, serverTime: config.serverTime, at: received, age: 0 };
     return true;
+  }
+
+  /**
+   * The wall clock was set since this process learnt the server time and the fetch that
+   * would correct it failed: store the offset of the server time in use (the monotonic
+   * one) against the wall clock as it now reads, so a restart before the next fetch names
+   * the windows this process names.
+   */
+  private async keepServerTime(): Promise<void> {
+    const c = this.cfg;
+    const now = this.now();
+    const stored = this.outbox.snapshot.config;
+    if (!c || !stored || !learnt(c) || !drifted(c, now)) return;
+    const offset = serverNow(c, now) - now.wall;
+    if (Math.abs(stored.offset - offset) > CLOCK_SLACK)
+      await this.outbox.setConfig({ answer: stored.answer, fetchedAt: now.wall - (now.mono - c.at.mono), offset });
   }
 
   private schedule(delayMs: number): void {
@@ -408,7 +426,8 @@ export class Reporter {
           await this.outbox.remove(d.rows.map((x) => x.id), "delivered");
         } else refused.set(group, classify(r.code, r.message));
       } else if (d.kind === "drop") {
-        await this.outbox.remove(d.ids, d.reason);
+        if (d.reason === "window_ahead") await this.outbox.withdraw(d.ids); // never taken: the claim moves back
+        else await this.outbox.remove(d.ids, d.reason);
       } else if (d.kind === "wait") {
         this.lastError = d.problem ?? null;
         if (!d.problem) this.prepared = [];

@@ -26,7 +26,8 @@ const fixed64 = (n, x) => {
   return field(n, 1, [...b]);
 };
 
-export function encodeConfigForTest(serverTime = 1_800_000_000) {
+// `tolerance`: the window_tolerance field; null leaves it out (an answer from before it)
+export function encodeConfigForTest(serverTime = 1_800_000_000, tolerance = 1) {
   const params = new sdk.BasicParams({ mechanism: "krr", epsilon: 1, domainSize: 3 });
   const basic = [...dbl(1, 1), ...field(2, 0, varint(3)), ...str(3, "light"), ...str(3, "dark"), ...str(3, "sepia")];
   const metric = [...str(1, "theme"), ...str(2, "krr"), ...fixed64(3, params.fingerprint()), ...field(4, 0, varint(1)), ...field(6, 2, basic)];
@@ -37,6 +38,6 @@ export function encodeConfigForTest(serverTime = 1_800_000_000) {
     ...field(5, 0, varint(2)),
     ...field(6, 0, varint(86400)),
     ...dbl(7, serverTime),
-    ...field(10, 0, varint(1)),
+    ...(tolerance === null ? [] : field(10, 0, varint(tolerance))),
   ]);
 }

@@ -138,3 +138,87 @@ test("a wall clock set days forward after the fetch moves no window", async () =
   assert.deepEqual([submits, r.counters().delivered, r.counters().window_closed], [2, 2, 0]);
   await r.close();
 });
+
+test("withdrawing a report named ahead moves the claim back, never below a settled window", async () => {
+  const d = dir();
+  const o = await open(d);
+  assert.equal(await o.claim("m", 10, 3600, [row("a", "m", 10)]), "claimed");
+  await o.remove(["a"], "delivered"); // window 10 may have reached a shuffler
+  assert.equal(await o.claim("m", 11, 3600, [row("b", "m", 11)]), "claimed"); // waits
+  assert.equal(await o.claim("m", 40, 3600, [row("c", "m", 40)]), "claimed"); // a clock set forward
+  assert.equal(await o.withdraw(["c"]), 1);
+  assert.equal(await o.claim("m", 11, 3600, [row("x", "m", 11)]), "taken"); // still waiting: held
+  await o.remove(["b"], "window_closed");
+  assert.equal(await o.claim("m", 12, 3600, [row("e", "m", 12)]), "claimed");
+  await o.withdraw(["e"]);
+  assert.equal(await o.claim("m", 11, 3600, [row("x", "m", 11)]), "taken"); // settled
+  assert.equal(await o.claim("m", 12, 3600, [row("f", "m", 12)]), "claimed");
+  assert.equal(await o.claim("n", 40, 3600, [row("g", "n", 40)]), "claimed");
+  await o.withdraw(["g"]);
+  assert.equal((await open(d)).snapshot.claims.n, undefined); // nothing before it: no claim
+  assert.equal((await open(d)).snapshot.counters.window_ahead, 3);
+  // a document from before settled windows: its claims stand for them
+  const old = dir();
+  writeFileSync(join(old, "outbox.json"), JSON.stringify({ rows: [row("h", "m", 40)], claims: { m: 41 * 3600 }, counters: {}, config: null }));
+  const o2 = await open(old);
+  await o2.withdraw(["h"]);
+  assert.equal(o2.snapshot.claims.m, 41 * 3600);
+});
+
+test("a wall clock set a month forward while the app was down: the report claimed on it is withdrawn", async () => {
+  const { encodeConfigForTest } = await import("./config-bytes.mjs");
+  const t = 1_800_000_000 + 3600;
+  let online = true;
+  let submits = 0;
+  const shuffler = async (url) => {
+    if (!online) throw new TypeError("fetch failed");
+    if (url.endsWith("/GetConfig")) return new Response(encodeConfigForTest(t + 600), { status: 200 });
+    submits++;
+    return new Response(new Uint8Array(0), { status: 200 });
+  };
+  const d = dir();
+  const opts = { url: "http://shuffler.test", background: false, sealing: "off", fetch: shuffler, timeoutMs: 300 };
+  const a = await sdk.openReporter(d, { ...opts, clock: () => t, monotonic: () => 0 });
+  assert.equal(await a.flush(2000), 0); // the config cached, offset 0
+  await a.close();
+  online = false; // restarted offline, the wall clock a month ahead
+  const month = 30 * 86400;
+  const r = await sdk.openReporter(d, { ...opts, clock: () => t + 600 + month, monotonic: () => 5 });
+  assert.equal(await r.report("theme", "dark"), true, r.lastError); // claimed on the wall clock
+  const day = Math.floor(t / 86400);
+  assert.equal(r.outbox.snapshot.rows[0].window, day + 30);
+  online = true;
+  assert.equal(await r.flush(2000), 0); // the server time learnt: withdrawn, not kept a month
+  assert.equal(r.counters().window_ahead, 1);
+  assert.equal(await r.report("theme", "dark"), true, r.lastError); // the metric is not held
+  assert.equal(r.outbox.snapshot.rows[0].window, day);
+  assert.equal(await r.flush(2000), 0);
+  assert.deepEqual([submits, r.counters().delivered], [1, 1]);
+  await r.close();
+});
+
+test("a clock set while running, the fetch failing: the restart names the server's window", async () => {
+  const { encodeConfigForTest } = await import("./config-bytes.mjs");
+  const t = 1_800_000_000 + 3600;
+  let online = true;
+  const shuffler = async (url) => {
+    if (!online) throw new TypeError("fetch failed");
+    return new Response(url.endsWith("/GetConfig") ? encodeConfigForTest(t) : new Uint8Array(0), { status: 200 });
+  };
+  const d = dir();
+  const month = 30 * 86400;
+  let ahead = 0;
+  const opts = { url: "http://shuffler.test", background: false, sealing: "off", fetch: shuffler, timeoutMs: 300 };
+  const a = await sdk.openReporter(d, { ...opts, clock: () => t + ahead, monotonic: () => 0 });
+  assert.equal(await a.flush(2000), 0); // the config cached, offset 0
+  online = false;
+  ahead = month; // set forward while the app runs, offline
+  assert.equal(await a.report("theme", "dark"), true, a.lastError);
+  await a.close();
+  const day = Math.floor(t / 86400);
+  const r = await sdk.openReporter(d, { ...opts, clock: () => t + month + 60, monotonic: () => 7 });
+  assert.equal(r.window(), day); // on the old offset: day + 30
+  assert.equal(await r.report("theme", "dark"), false);
+  assert.equal(r.lastStatus, "already_reported_this_window");
+  await r.close();
+});
