@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,8 +23,11 @@ class _CountingUrandom:
 
 
 @pytest.fixture
-def fresh_shared_source() -> None:
-    """Empty the shared default source's buffer so the next draw reads os.urandom."""
+def fresh_shared_source() -> Iterator[None]:
+    """Empty the shared default source's buffer so the next draw reads os.urandom, and
+    again after the test: the fake stream it buffered must not serve later tests."""
+    shared_secure_bits()._discard()
+    yield
     shared_secure_bits()._discard()
 
 
