@@ -164,9 +164,9 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
 
 def baselines(args: argparse.Namespace) -> None:
-    """pure-ldp's PEM, TreeHist and SFP at local ε = 1 and at this system's ε0, on
-    ``--baseline-n`` devices (seed 0), beside this system at the same n."""
-    import os
+    """pure-ldp's baselines (``--baseline-methods``) at local ε = 1 and at this system's
+    ε0, on ``--baseline-n`` devices for each seed, beside this system on the same devices;
+    then the median and min recall per method and ε. One process at a time."""
     import subprocess
     import tempfile
 
@@ -179,35 +179,57 @@ def baselines(args: argparse.Namespace) -> None:
         subprocess.run([str(py), "-m", "pip", "install", "-q", *VENV_PINS], check=True)
     harness = Path(__file__).with_name("heavy_hitters_baselines.py")
     names = ("zipf", "words") if args.data == "both" else (args.data,)
+    methods = [m for m in args.baseline_methods.split(",") if m]
     for name in names:
-        data = zipf_data(0) if name == "zipf" else words_data()
-        ours = run_once(data, argparse.Namespace(**{**vars(args), "n": args.baseline_n}), 0)
-        print(json.dumps({"data": name, "method": "crowdmix", "n": args.baseline_n, **ours}))
-        alphabet = ALPHABETS[name]
-        clean = ["".join(c if c in alphabet else "'" for c in v)[:16] for v in data.values]
-        rng = np.random.default_rng(0)
-        holders = sample(data, args.baseline_n, rng)
-        counts = np.bincount(holders, minlength=len(clean))
-        truth = [clean[i] for i in np.argsort(-counts, kind="stable")[: args.top]]
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(
-                {"values": [clean[i] for i in holders], "truth": truth, "alphabet": alphabet}, f
+        runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            data = zipf_data(seed) if name == "zipf" else words_data()
+            ours = run_once(data, argparse.Namespace(**{**vars(args), "n": args.baseline_n}), seed)
+            eps0 = round(min(ours["epsilon0"]), 3)
+            row = {"data": name, "method": "crowdmix", "n": args.baseline_n, **ours}
+            print(json.dumps(row), flush=True)
+            runs.setdefault(("crowdmix", f"central {args.epsilon}; eps0 {eps0}"), []).append(
+                (ours["recall"], ours["precision"])
             )
-        for eps in (1.0, round(min(ours["epsilon0"]), 3)):
-            for method in ("PEM", "TreeHist", "SFP"):
-                try:
-                    out = subprocess.run(
-                        [str(py), str(harness), f.name, method, str(eps)],
-                        capture_output=True,
-                        text=True,
-                        timeout=args.baseline_timeout,
-                    )
-                    line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-                    res = json.loads(line) if line.startswith("{") else {"error": out.stderr[-300:]}
-                except subprocess.TimeoutExpired:
-                    res = {"method": method, "epsilon": eps, "error": "timeout"}
-                print(json.dumps({"data": name, **res}), flush=True)
-        os.unlink(f.name)
+            alphabet = ALPHABETS[name]
+            clean = ["".join(c if c in alphabet else "'" for c in v)[:16] for v in data.values]
+            holders = sample(data, args.baseline_n, np.random.default_rng(seed))  # as run_once
+            counts = np.bincount(holders, minlength=len(clean))
+            truth = [clean[i] for i in np.argsort(-counts, kind="stable")[: args.top]]
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(
+                    {"values": [clean[i] for i in holders], "truth": truth, "alphabet": alphabet}, f
+                )
+            for eps in (1.0, eps0):
+                for method in methods:
+                    try:
+                        out = subprocess.run(
+                            [str(py), str(harness), f.name, method, str(eps)],
+                            capture_output=True,
+                            text=True,
+                            timeout=args.baseline_timeout,
+                        )
+                        line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+                        res = (
+                            json.loads(line)
+                            if line.startswith("{")
+                            else {"method": method, "epsilon": eps, "error": out.stderr[-300:]}
+                        )
+                    except subprocess.TimeoutExpired:
+                        res = {"method": method, "epsilon": eps, "error": "timeout"}
+                    print(json.dumps({"data": name, "seed": seed, **res}), flush=True)
+                    if "recall" in res:
+                        key = (method, f"local {1.0 if eps == 1.0 else 'eps0'}")
+                        runs.setdefault(key, []).append((res["recall"], res["precision"]))
+            os.unlink(f.name)
+        for (method, privacy), got in runs.items():
+            rec, prec = [r for r, _ in got], [p for _, p in got]
+            print(
+                f"{name} n={args.baseline_n} {method} ({privacy}): recall@{args.top} median "
+                f"{statistics.median(rec):.2f}, min {min(rec):.2f}; precision median "
+                f"{statistics.median(prec):.2f}, min {min(prec):.2f}; {len(rec)} seeds",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -229,6 +251,7 @@ def main() -> None:
     ap.add_argument("--baselines", action="store_true")
     ap.add_argument("--baseline-n", type=int, default=100_000)
     ap.add_argument("--baseline-timeout", type=float, default=3600.0)
+    ap.add_argument("--baseline-methods", default="PEM,TreeHist,SFP")
     args = ap.parse_args()
     if args.baselines:
         sys.path.insert(0, str(Path(__file__).parent))

@@ -7,9 +7,10 @@ virtual environment under /tmp (``VENV_PINS``), one method per process:
     python heavy_hitters_baselines.py DATA.json METHOD EPSILON
 
 DATA.json holds {"values": [...], "truth": [...]}: one value per device and
-the true top-k. Each method uses the library's own setup (Apple's count-mean
-sketch, k = 128 hash functions, m = 1024, as in pure-ldp's paper experiments),
-one character per round, strings padded to 17 with "*". Prints one JSON line.
+the true top-k. The library's own setup (Apple's count-mean sketch, k = 128,
+m = 1024), one character per round, "*" as an alphabet end symbol, top-k search
+for all three; TreeHist pads with "#"; SFP's server gets one patch (a set copy
+of its alphabet). Why each: bench/README.md. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -49,25 +50,24 @@ def main() -> None:
         "max_string_length": 17,
         "fragment_length": 1,
         "start_length": 1,
-        "alphabet": alphabet + ([] if method == "TreeHist" else ["*"]),
+        "alphabet": [*alphabet, "*"],
         "index_mapper": lambda x: x,
-        "padding_char": "*",
+        "padding_char": "#" if method == "TreeHist" else "*",
     }
     client = create_hh_client_instance(method, dict(params, fo_client=client_fo))
     server = create_hh_server_instance(method, dict(params, fo_server=server_fo))
+    if method == "SFP":
+        server.alphabet = set(server.alphabet)  # pure-ldp 1.2.0 bug: find_heavy_hitters calls .add
     t0 = time.time()
     for v in values:
-        server.aggregate(client.privatise(v[:16]))
+        server.aggregate(
+            client.privatise(v[:16].ljust(17, "*") if method == "TreeHist" else v[:16])
+        )
     t1 = time.time()
     k = len(truth)
-    if method == "PEM":
-        found, _ = server.find_heavy_hitters(k=k)
-    else:
-        found, freq = server.find_heavy_hitters(threshold=0.5 / k)
-        ranked = sorted(zip(found, freq, strict=False), key=lambda t: -t[1])[:k]
-        found = [v for v, _ in ranked]
+    found, _ = server.find_heavy_hitters(k=k)
     t2 = time.time()
-    clean = {v.split("*")[0] for v in found}
+    clean = {v.split("*")[0].split("#")[0] for v in found}
     hit = len(clean & truth)
     print(
         json.dumps(
