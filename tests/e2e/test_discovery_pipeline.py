@@ -57,7 +57,7 @@ PLANTED = {"apple": 0.40, "banana": 0.30, "cherry": 0.20}  # the rest: one-off s
 DEVICES = 300
 EPSILON = 9.5  # central target over groups of ~100: no amplification, each ε0 is 9.5
 SEED = 1  # the devices' values, secrets and coins (see the module docstring)
-START = 490_896  # the discovery's first window (2026-01-01 00:00 UTC): it names the groups
+START = 525_960  # the discovery's first window (2030-01-01 00:00 UTC): it names the groups
 
 
 def _registry_dict() -> dict[str, object]:
