@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
@@ -37,11 +38,13 @@ from crowdmix import client
 from crowdmix.client.discovery import device_round
 from crowdmix.cluster import DaemonProcess, LocalCluster
 from crowdmix.core.registry import load_registry
+from crowdmix.protos import crowdmix_pb2 as pb
+from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.redis_store import RedisStore
 from tests.daemons import local_cluster
 from tests.e2e import test_discovery_pipeline as seeded
 
-pytestmark = pytest.mark.slow  # real processes, seconds
+pytestmark = pytest.mark.slow  # real processes: ~5 s, and ~90 s for the whole discovery
 
 METRIC = "words"
 HOUR, GRACE = 3600, 60
@@ -157,7 +160,21 @@ class FakeClock:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(f"{self.offset:+d}\n")
         os.replace(tmp, self.path)
-        time.sleep(1.2)  # the daemons' cache of the file, and the shuffler's round file
+        time.sleep(1.1)  # the shuffler re-reads the round file at most once a second
+
+    def reached(self, target: str, token: str, timeout: float = 10.0) -> None:
+        """Wait until the daemon at ``target`` tells this time (libfaketime re-reads the
+        file once its cache of one to two seconds is over)."""
+        with grpc.insecure_channel(target) as channel:
+            stub = crowdmix_pb2_grpc.ShufflerStub(channel)
+            md = (("authorization", f"Bearer {token}"),)
+            deadline = time.monotonic() + timeout
+            while True:
+                told = stub.GetConfig(pb.GetConfigRequest(), metadata=md, timeout=5).server_time
+                if abs(told - self.now()) < 30 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        assert abs(told - self.now()) < 30, (told, self.now())
 
     def now(self) -> float:
         return time.time() + self.offset
@@ -204,6 +221,7 @@ def test_a_discovery_through_the_cluster_and_the_discover_commands(tmp_path: Pat
         window, made, out = seeded.START, [], None
         for r in range(3):
             clock.set(window * HOUR + 600)
+            clock.reached(cluster.shuffler_targets[0], cluster.token)
             made.append(0)
             for i, value in enumerate(values):
                 if mine[i] != r:
