@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from crowdmix.client.discovery import WindowEncoder
     from crowdmix.client.histogram import HistogramEncoder
     from crowdmix.client.link import Link
+    from crowdmix.client.randomness import BitSource
     from crowdmix.client.rappor import RapporEncoder
     from crowdmix.core.device_config import DeviceConfig
     from crowdmix.core.registry import MetricConfig
@@ -214,6 +215,9 @@ class Reporter:
     ``clock`` (Unix seconds) and ``monotonic`` are the device's wall and monotonic
     clocks (tests set them): windows follow the server time of the last ``GetConfig``
     plus the monotonic time since (``crowdmix.client.delivery.CachedConfig``).
+    ``rand`` is where the encoders' coins come from: the shared CSPRNG unless a test
+    injects a seeded ``BitSource`` (with a secret file it wrote in ``app_dir``, the
+    device's reports are then deterministic).
     """
 
     def __init__(
@@ -238,6 +242,7 @@ class Reporter:
         max_epsilon: float = MAX_EPSILON,
         max_epsilon_inf: float = MAX_EPSILON_INF,
         allow_unrandomized_histograms: bool = False,
+        rand: BitSource | None = None,
     ) -> None:
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
@@ -271,6 +276,7 @@ class Reporter:
         self._backoff = (backoff_base, backoff_cap)
         # timing jitter only (no privacy depends on it); injectable for tests
         self._jitter = jitter if jitter is not None else random.Random()
+        self._rand = rand  # None: each encoder's default, the shared CSPRNG
         self._cached: CachedConfig | None = None
         self._encoders: dict[tuple[str, int], RapporEncoder | BasicEncoder | HistogramEncoder] = {}
         self._window_encoders: dict[str, WindowEncoder] = {}  # heavy hitters: this window's
@@ -365,18 +371,24 @@ class Reporter:
                 from crowdmix.client.rappor import RapporEncoder
 
                 enc = RapporEncoder(
-                    mc.rappor, secret=self._secret, metric=metric, hashing=mc.hashing
+                    mc.rappor,
+                    secret=self._secret,
+                    metric=metric,
+                    hashing=mc.hashing,
+                    rand=self._rand,
                 )
             elif mc.histogram is not None:
                 from crowdmix.client.histogram import HistogramEncoder
 
                 # the default coins: the shared CSPRNG; report ids from os.urandom
-                enc = HistogramEncoder(mc.histogram, metric=metric, domain=mc.domain)
+                enc = HistogramEncoder(
+                    mc.histogram, metric=metric, domain=mc.domain, rand=self._rand
+                )
             else:
                 from crowdmix.client.basic import BasicEncoder
 
                 assert mc.basic is not None  # MetricConfig holds one of the three
-                enc = BasicEncoder(mc.basic, metric=metric, domain=mc.domain)
+                enc = BasicEncoder(mc.basic, metric=metric, domain=mc.domain, rand=self._rand)
             self._encoders[(metric, mc.fingerprint)] = enc
         return enc
 
@@ -488,6 +500,7 @@ class Reporter:
                 metric=metric,
                 fingerprint=mc.fingerprint,
                 window=window,
+                rand=self._rand,
             )
             self._window_encoders[metric] = enc
         return enc

@@ -410,6 +410,12 @@ def _lock_directory(workdir: Path) -> int | None:
     return fd
 
 
+def _has_heavy_hitters(registry_path: Path) -> bool:
+    from crowdmix.core.registry import load_registry
+
+    return any(m.heavy_hitters is not None for m in load_registry(registry_path).metrics.values())
+
+
 def write_demo_registry(
     path: Path, *, min_batch: int = 1000, max_delay_seconds: float = 1.0
 ) -> Path:
@@ -481,6 +487,11 @@ class LocalCluster:
             Path(registry_path)
             if registry_path is not None
             else write_demo_registry(self.workdir / "metrics.toml", min_batch=min_batch)
+        )
+        # A registry with a heavy-hitters metric: the shufflers serve the round file
+        # here (``crowdmix discover open/step --rounds`` writes it; none yet: no round).
+        self.rounds_path: Path | None = (
+            self.workdir / "rounds.json" if _has_heavy_hitters(self.registry_path) else None
         )
         self.token = secrets.token_hex(
             24
@@ -606,6 +617,7 @@ class LocalCluster:
             *self._wait_args(),
             "--tokens", str(self.tokens_path),
             *(["--public-keys", str(self.public_keys_path)] if self.sealed else []),
+            *(["--rounds-file", str(self.rounds_path)] if self.rounds_path else []),
             "--http-port", str(http_port),
             *origins,
             *self._extra_shuffler_args,
@@ -802,6 +814,8 @@ def _run(args: argparse.Namespace) -> int:
     for s in cluster.shufflers:
         print(f"  {s.name:<11} {s.target}")
     print(f"  registry    {cluster.registry_path}")
+    if cluster.rounds_path is not None:
+        print(f"  rounds      {cluster.rounds_path} (heavy hitters: crowdmix discover --rounds)")
     if cluster.sealed:
         print(f"  keys        {cluster.keys_path} (aggregator, private)")
         print(f"  public keys {cluster.public_keys_path} (shufflers; sealed reports only)")
