@@ -112,7 +112,7 @@ def _in_memory(metric: MetricConfig, seed: int) -> tuple[list[int], RoundOutcome
     (``device_round``) and index (its encoder, with its coins), counted and absorbed
     round by round. Returns the reports per round and the value round's outcome."""
     assert metric.heavy_hitters is not None
-    settings = settings_of(metric.heavy_hitters)
+    settings = settings_of(metric.heavy_hitters, metric.shuffle.min_batch)
     values = _values(np.random.default_rng(seed))
     rounds = [
         device_round(_secret(seed, i), METRIC, metric.fingerprint, START, settings.plan.weights)
