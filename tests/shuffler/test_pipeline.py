@@ -444,7 +444,8 @@ def test_a_refused_batch_is_offered_again_after_parked_retry_seconds(
             )  # fmt: skip
             stub.Submit(submit_request(columns=[oue]), timeout=10)
             wait_for(lambda: aggregator.refused == 1)
-            assert handle.metrics.parked_batches._value.get() == 1
+            # the gauge moves when the refusal reaches the shuffler, just after the count
+            wait_for(lambda: handle.metrics.parked_batches._value.get() == 1)
             aggregator.refuse = set()
             wait_for(lambda: aggregator.total() == 20)
             wait_for(lambda: not store.inflight_ids(OUE))
