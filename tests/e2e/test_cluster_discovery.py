@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -222,10 +223,8 @@ def test_a_discovery_through_the_cluster_and_the_discover_commands(tmp_path: Pat
         for r in range(3):
             clock.set(window * HOUR + 600)
             clock.reached(cluster.shuffler_targets[0], cluster.token)
-            made.append(0)
-            for i, value in enumerate(values):
-                if mine[i] != r:
-                    continue
+
+            def device(i: int, value: str) -> None:
                 with client.Reporter(
                     seeded._device_dir(tmp_path, seeded.SEED, i),
                     cluster.shuffler_targets[0], cluster.token, tls=False, sealing="off",
@@ -235,7 +234,13 @@ def test_a_discovery_through_the_cluster_and_the_discover_commands(tmp_path: Pat
                     got = dev.report(METRIC, value)
                     assert got.status is client.ReportStatus.CLAIMED, got
                     assert dev.flush(timeout=20) == 0
-                    made[-1] += 1
+
+            # the round's devices report at once (each its own app directory and coins)
+            round_devices = [(i, v) for i, v in enumerate(values) if mine[i] == r]
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                for done in [pool.submit(device, i, v) for i, v in round_devices]:
+                    done.result()
+            made.append(len(round_devices))
             # closed (window_tolerance 1) and its grace over: the shuffler releases it
             clock.set((window + 2) * HOUR + GRACE + 5)
             deadline = time.monotonic() + 20
