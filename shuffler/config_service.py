@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from crowdmix.core.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
 from crowdmix.core.errors import ParamsError
@@ -41,6 +41,7 @@ __all__ = [
     "is_sealed_queue",
 ]
 
+T = TypeVar("T")
 log = logging.getLogger("crowdmix.shuffler")
 
 # Queue "fingerprints" of sealed reports, one per suite (suites differ in length).
@@ -71,6 +72,62 @@ def _read_public(path: Path) -> PublicKeySet:
         ) from None
 
 
+class WatchedFile(Generic[T]):
+    """A file's parsed contents, re-read when the file changes (its mtime, size or inode;
+    looked at on use, at most once per ``check_seconds``). A change that cannot be read
+    keeps the last good value, with a warning naming ``what``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        read: Callable[[Path], T],
+        what: str,
+        *,
+        check_seconds: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self._read = read
+        self._what = what
+        self._check_seconds = check_seconds
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._stamp = self._stat()
+        self._value = read(self.path)
+        self._checked = monotonic()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Re-read a changed file now if due (or ``force``); True when the value changed."""
+        now = self._monotonic()
+        if not force and now - self._checked < self._check_seconds:
+            return False
+        with self._lock:
+            self._checked = now
+            stamp = self._stat()
+            if stamp is None or stamp == self._stamp:
+                return False
+            try:
+                self._value = self._read(self.path)
+            except ConfigError as exc:
+                log.warning("keeping the previous %s: %s", self._what, exc)
+                return False
+            self._stamp = stamp
+            log.info("%s reloaded from %s", self._what, self.path)
+            return True
+
+    @property
+    def value(self) -> T:
+        self.refresh()
+        return self._value
+
+
 class PublishedKeys:
     """The aggregator's public keys from a file, re-read when the file changes."""
 
@@ -82,61 +139,37 @@ class PublishedKeys:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.path = Path(path)
-        self._check_seconds = check_seconds
+        self._file = WatchedFile(
+            path, _read_public, "public keys", check_seconds=check_seconds, monotonic=monotonic
+        )
+        self.path = self._file.path
         self._clock = clock
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._stamp = self._stat()
-        self._set(_read_public(self.path))
-        if not self._keys.keys:
+        if not self._file.value.keys:
             raise ConfigError(f"public key file {self.path} lists no key")
-        self._checked = monotonic()
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-    def _set(self, keys: PublicKeySet) -> None:
-        self._keys = keys
-        self._by_id = {k.key_id: k for k in keys.keys}
 
     def refresh(self, *, force: bool = False) -> None:
-        now = self._monotonic()
-        if not force and now - self._checked < self._check_seconds:
-            return
-        with self._lock:
-            self._checked = now
-            stamp = self._stat()
-            if stamp is None or stamp == self._stamp:
-                return
-            try:
-                keys = _read_public(self.path)
-            except ConfigError as exc:  # keep serving the last good keys
-                log.warning("keeping the previous public keys: %s", exc)
-                return
-            self._stamp = stamp
-            self._set(keys)
-            log.info("public keys reloaded: version %s, ids %s", keys.version, sorted(self._by_id))
+        self._file.refresh(force=force)
 
     @property
     def keys(self) -> PublicKeySet:
-        self.refresh()
-        return self._keys
+        return self._file.value
 
     def accepted(self, key_id: int) -> PublicKeyConfig | None:
         """The key a sealed report may name: published and not past its end."""
-        self.refresh()
-        key = self._by_id.get(key_id)
+        key = next((k for k in self.keys.keys if k.key_id == key_id), None)
         if key is None or (key.not_after is not None and self._clock() >= key.not_after):
             return None
         return key
 
 
-class RoundFile:
+def _read_rounds(path: Path) -> RoundBook:
+    try:
+        return read_rounds(path)
+    except ParamsError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+class RoundFile(WatchedFile[RoundBook]):
     """The heavy-hitter round file, re-read when it changes (at most once per
     ``check_seconds``, on use); a file that cannot be read keeps the last good book."""
 
@@ -147,39 +180,14 @@ class RoundFile:
         check_seconds: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.path = Path(path)
-        self._check_seconds = check_seconds
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._stamp = self._stat()
-        try:
-            self._book = read_rounds(self.path)
-        except ParamsError as exc:
-            raise ConfigError(str(exc)) from None
-        self._checked = monotonic()
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        super().__init__(
+            path, _read_rounds, "heavy-hitter rounds", check_seconds=check_seconds,
+            monotonic=monotonic,
+        )  # fmt: skip
 
     @property
     def book(self) -> RoundBook:
-        now = self._monotonic()
-        if now - self._checked >= self._check_seconds:
-            with self._lock:
-                self._checked = now
-                stamp = self._stat()
-                if stamp is not None and stamp != self._stamp:
-                    try:
-                        self._book = read_rounds(self.path)
-                        self._stamp = stamp
-                        log.info("heavy-hitter rounds reloaded from %s", self.path)
-                    except ParamsError as exc:
-                        log.warning("keeping the previous heavy-hitter rounds: %s", exc)
-        return self._book
+        return self.value
 
     def round_of(self, metric: MetricConfig, window: int) -> ServedRound | None:
         return self.book.round_of(metric.name, metric.fingerprint, window)
