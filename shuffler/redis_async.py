@@ -86,8 +86,11 @@ class AsyncScriptConnection:
         sock = writer.get_extra_info("socket")
         if sock is None:
             return False
-        readable, _, _ = select.select([sock.fileno()], [], [], 0)
-        return bool(readable)
+        # poll, not select: select() refuses a descriptor >= FD_SETSIZE (1024), which a
+        # shuffler holding many client connections reaches
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
 
     async def _call(self, *command: Any) -> Any:
         conn = self._connection

@@ -11,6 +11,7 @@ use ``redis://``; the store contract suite runs the same connection over
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import shutil
 import socket
@@ -465,3 +466,27 @@ def test_async_cancelled_call_closes_its_connection() -> None:
             client.run(cancel_midway())
         finally:
             client.close()
+
+
+def test_a_connection_on_a_descriptor_above_1024_works(
+    connect: Connect, private_redis: RedisServer
+) -> None:
+    """A shuffler holding many client connections gets socket descriptors past select()'s
+    FD_SETSIZE: the liveness check before each call must not refuse them."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"the descriptor limit ({hard}) is below 1300")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        client = connect(private_redis.port)
+        assert client.eval(INCR, [b"fd"]) == 1  # connects: its socket's descriptor > 1100
+        assert client.eval(INCR, [b"fd"]) == 2  # the liveness check runs on it
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
