@@ -12,35 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from crowdmix import client
 from crowdmix.client.outbox import Outbox
-from crowdmix.shuffler.memory_store import MemoryStore
-from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.e2e.config_server import TOKEN
-from tests.shuffler.helpers import OUE, make_registry
+from crowdmix.shuffler.server import ShufflerHandle
+from tests.e2e.clocks import DAY, Clocks, D, clocked_shuffler, reporter
+from tests.shuffler.helpers import OUE
 
 pytestmark = pytest.mark.slow  # real servers, seconds each
-
-DAY = 86400
-D = 20000
-
-
-class Clocks:
-    def __init__(self, t: float) -> None:
-        self.t, self.device_ahead = t, 0.0
-
-    def device(self) -> float:
-        return self.t + self.device_ahead
-
-    def mono(self) -> float:
-        return self.t
-
-    def server(self) -> float:
-        return self.t
 
 
 @pytest.fixture
@@ -50,17 +31,12 @@ def clocks() -> Clocks:
 
 @pytest.fixture
 def shuffler(clocks: Clocks) -> Iterator[ShufflerHandle]:
-    with start_shuffler(
-        make_registry(min_batch=1), MemoryStore(), tokens=frozenset({TOKEN}), clock=clocks.server
-    ) as s:
+    with clocked_shuffler(clocks) as s:
         yield s
 
 
 def _reporter(app: Path, s: ShufflerHandle, clocks: Clocks) -> client.Reporter:
-    kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
-    return client.Reporter(
-        app, f"127.0.0.1:{s.port}", clock=clocks.device, monotonic=clocks.mono, **kw
-    )
+    return reporter(app, f"127.0.0.1:{s.port}", clocks)
 
 
 def test_a_restart_on_a_clock_set_forward_does_not_block_the_metric(

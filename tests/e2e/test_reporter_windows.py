@@ -19,37 +19,17 @@ import pytest
 
 from crowdmix import client
 from crowdmix.client.link import LinkError
-from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
+from tests.e2e.clocks import DAY, Clocks, D, clocked_shuffler, reporter, windows
 from tests.e2e.config_server import TOKEN, good_answer, serve_config
 from tests.shuffler.helpers import OUE, make_registry
 
 pytestmark = pytest.mark.slow  # real servers, seconds each
 
-DAY = 86400
-D = 20000  # a day's window index
-
 
 def B(day: int) -> float:
     """The first second of window ``day``."""
     return float(day * DAY)
-
-
-class Clocks:
-    """One true time ``t``: the device's wall clock reads ``t + device_ahead`` (its
-    monotonic clock just ``t``), the shuffler's ``t``."""
-
-    def __init__(self, t: float, device_ahead: float = 0.0) -> None:
-        self.t, self.device_ahead = t, device_ahead
-
-    def device(self) -> float:
-        return self.t + self.device_ahead
-
-    def mono(self) -> float:
-        return self.t
-
-    def server(self) -> float:
-        return self.t
 
 
 @pytest.fixture
@@ -59,25 +39,12 @@ def clocks() -> Clocks:
 
 @pytest.fixture
 def shuffler(clocks: Clocks) -> Iterator[ShufflerHandle]:
-    with start_shuffler(
-        make_registry(min_batch=1), MemoryStore(), tokens=frozenset({TOKEN}), clock=clocks.server
-    ) as s:
+    with clocked_shuffler(clocks) as s:
         yield s
 
 
 def _windows(s: ShufflerHandle) -> dict[int, int]:
-    """Reports the shuffler holds of ``OUE``, by the window it filed them under."""
-    out: dict[int, int] = {}
-    for key, n in s.store.pending(OUE).items():
-        out[key.window] = out.get(key.window, 0) + n
-    return out
-
-
-def _reporter(
-    app: Path, target: str, clocks: Clocks, cls: type[client.Reporter] = client.Reporter
-) -> client.Reporter:
-    kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
-    return cls(app, target, clock=clocks.device, monotonic=clocks.mono, **kw)
+    return windows(s, OUE)
 
 
 def test_a_device_clock_behind_reports_in_the_servers_window_and_only_once(
@@ -85,7 +52,7 @@ def test_a_device_clock_behind_reports_in_the_servers_window_and_only_once(
 ) -> None:
     clocks.device_ahead = -600.0  # ten minutes behind
     clocks.t = B(D + 1) + 300  # the server's day D + 1 began; the device's day D has not ended
-    with _reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks) as r:
+    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks) as r:
         assert r.flush(timeout=10) == 0  # the config and the server's time
         assert r.report(OUE, "a") and r.flush(timeout=10) == 0
         assert _windows(shuffler) == {D + 1: 1}
@@ -101,7 +68,7 @@ def test_a_device_clock_ahead_reports_in_the_servers_window_when_it_turns(
 ) -> None:
     clocks.device_ahead = 600.0  # ten minutes ahead
     clocks.t = B(D + 1) - 300  # the device's day D + 1 began; the server's day D has not ended
-    with _reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks) as r:
+    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a") and r.flush(timeout=10) == 0
         assert _windows(shuffler) == {D: 1}
@@ -132,7 +99,7 @@ def test_a_retry_after_the_window_turned_names_the_same_window_and_id(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
     clocks.t = B(D + 1) - 100  # 100 s before the day ends
-    with _reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks, LostFirstReply) as r:
+    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks, LostFirstReply) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a")
         assert r.flush(timeout=10) == 1  # stored by the shuffler, reply lost
@@ -149,7 +116,7 @@ def test_a_report_whose_window_closed_while_retrying_is_dropped(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
     clocks.t = B(D) + 100
-    with _reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks, LostFirstReply) as r:
+    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks, LostFirstReply) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a") and r.flush(timeout=10) == 1  # stored, reply lost
         clocks.t = B(D + 2) + 100  # day D is closed now
@@ -173,10 +140,10 @@ def test_a_new_window_length_neither_blocks_the_metric_nor_sends_a_stale_window(
         registry = dataclasses.replace(make_registry(min_batch=1), window_seconds=window)
         return start_shuffler(registry, tokens=frozenset({TOKEN}), clock=clocks.server)
 
-    with shuffler(3600) as hourly, _reporter(app, f"127.0.0.1:{hourly.port}", clocks) as r:
+    with shuffler(3600) as hourly, reporter(app, f"127.0.0.1:{hourly.port}", clocks) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a")  # claimed in an hour, not sent
-    with shuffler(DAY) as daily, _reporter(app, f"127.0.0.1:{daily.port}", clocks) as r:
+    with shuffler(DAY) as daily, reporter(app, f"127.0.0.1:{daily.port}", clocks) as r:
         assert r.flush(timeout=10) == 0
         assert r.counters() == {"window_changed": 1}
         # this day holds the claimed hour: its report is made already

@@ -14,37 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from crowdmix import client
-from crowdmix.shuffler.memory_store import MemoryStore
-from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.e2e.config_server import TOKEN
-from tests.shuffler.helpers import OUE, RAPPOR, make_registry
+from crowdmix.shuffler.server import ShufflerHandle
+from tests.e2e.clocks import DAY, Clocks, D, clocked_shuffler, reporter, windows
+from tests.shuffler.helpers import OUE, RAPPOR
 
 pytestmark = pytest.mark.slow  # real servers, seconds each
-
-DAY = 86400
-D = 20000  # a day's window index
-
-
-class Clocks:
-    """One true time ``t``: the device's wall clock reads ``t + device_ahead`` (its
-    monotonic clock just ``t``), the shuffler's ``t + server_ahead``."""
-
-    def __init__(self, t: float) -> None:
-        self.t, self.device_ahead, self.server_ahead = t, 0.0, 0.0
-
-    def device(self) -> float:
-        return self.t + self.device_ahead
-
-    def mono(self) -> float:
-        return self.t
-
-    def server(self) -> float:
-        return self.t + self.server_ahead
 
 
 @pytest.fixture
@@ -54,24 +32,12 @@ def clocks() -> Clocks:
 
 @pytest.fixture
 def shuffler(clocks: Clocks) -> Iterator[ShufflerHandle]:
-    with start_shuffler(
-        make_registry(min_batch=1), MemoryStore(), tokens=frozenset({TOKEN}), clock=clocks.server
-    ) as s:
+    with clocked_shuffler(clocks) as s:
         yield s
 
 
-def _windows(s: ShufflerHandle, metric: str) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for key, n in s.store.pending(metric).items():
-        out[key.window] = out.get(key.window, 0) + n
-    return out
-
-
 def _reporter(app: Path, s: ShufflerHandle, clocks: Clocks) -> client.Reporter:
-    kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
-    return client.Reporter(
-        app, f"127.0.0.1:{s.port}", clock=clocks.device, monotonic=clocks.mono, **kw
-    )
+    return reporter(app, f"127.0.0.1:{s.port}", clocks)
 
 
 def test_a_wall_clock_set_days_forward_then_back_moves_no_window(
@@ -86,7 +52,7 @@ def test_a_wall_clock_set_days_forward_then_back_moves_no_window(
         clocks.t += 2 * DAY
         assert r.flush(timeout=10) == 0
         assert r.counters() == {"delivered": 2}
-    assert _windows(shuffler, OUE) == {D: 1} and _windows(shuffler, RAPPOR) == {D: 1}
+    assert windows(shuffler, OUE) == {D: 1} and windows(shuffler, RAPPOR) == {D: 1}
 
 
 def test_a_report_in_a_window_days_ahead_does_not_hold_back_a_report_of_the_current_window(
@@ -103,10 +69,10 @@ def test_a_report_in_a_window_days_ahead_does_not_hold_back_a_report_of_the_curr
         assert r.report(RAPPOR, "x")  # claimed in day D
         assert r.report(OUE, "b")  # the claim of day D + 2 was moved back: day D
         r.flush(timeout=10)
-        delivered_in_time = _windows(shuffler, RAPPOR), _windows(shuffler, OUE)
+        delivered_in_time = windows(shuffler, RAPPOR), windows(shuffler, OUE)
         clocks.t += 2 * DAY  # day D + 2: nothing was left for it
         assert r.flush(timeout=10) == 0
         counters = r.counters()
     assert delivered_in_time == ({D: 1}, {D: 1}), "a report of day D waited behind day D + 2"
-    assert _windows(shuffler, OUE) == {D: 1}
+    assert windows(shuffler, OUE) == {D: 1}
     assert counters == {"delivered": 2, "window_ahead": 1}, counters
