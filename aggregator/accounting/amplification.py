@@ -128,13 +128,20 @@ def _safe_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) -
 
 
 def _lower_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) -> float:
-    """Largest ε with δ(ε) − tail > δ, rounded down: an ε the pair certainly needs."""
+    """Largest ε with a lower bound on δ(ε) above δ, rounded down: an ε the pair
+    certainly needs (a pair's sum less its float error; a profile's δ less its tail)."""
+
+    def low(eps: float) -> float:
+        if isinstance(evaluated, EvaluatedPair):
+            return evaluated.delta_lower(eps)
+        return evaluated.delta(eps) - evaluated.tail
+
     lo, hi = 0.0, upper
-    if evaluated.delta(0.0) - evaluated.tail <= delta:
+    if low(0.0) <= delta:
         return 0.0
     while hi - lo > 1e-9 * max(lo, 1e-6):
         mid = 0.5 * (lo + hi)
-        if evaluated.delta(mid) - evaluated.tail > delta:
+        if low(mid) > delta:
             lo = mid
         else:
             hi = mid

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from crowdmix.aggregator.accounting.pairs import binom_window
+from crowdmix.aggregator.accounting.pairs import FLOAT_SLACK, binom_window, pmf_error
 
 __all__ = [
     "FLOAT_SLACK",
@@ -43,8 +43,6 @@ TAIL_FRACTION = 1e-6
 MAX_BINS = 32
 # Up to this many values of m in the window, every m is its own bin (exact).
 _EXACT_BINS = 160
-# Relative slack added to every δ for float rounding in sums and cut-offs.
-FLOAT_SLACK = 1e-9
 # Absolute slack for masses computed as 1 − (a sum close to 1).
 _SUM_SLACK = 1e-13
 # Sum-of-draws laws kept on at most this many points (X rounded up, Y down).
@@ -270,14 +268,6 @@ def bit_sum_law(bits: int, p: float, q: float, draws: int, delta: float, *, up: 
     return _finish_sorted(bit_sum_points(bits, p, q, draws, delta), draws, up)
 
 
-def _pmf_error(draws: int, p: float) -> float:
-    """A bound on the relative error of exp(binom.logpmf(k, draws, p)) (scipy: log-gamma
-    terms and k·log p, each within a few ulps of magnitude ≤ draws·(ln(draws + 2) + |ln p| +
-    |ln(1 − p)|)): 16 ulps of that sum, and never below ``FLOAT_SLACK``."""
-    size = draws * (math.log(draws + 2.0) + abs(math.log(p)) + abs(math.log1p(-p))) + 10.0
-    return max(FLOAT_SLACK, 16.0 * 2.220446049250313e-16 * size)
-
-
 def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _Points:
     """The points of ``bit_sum_law`` before its grid, sorted by value, and the mass
     left out (one enumeration serves both roundings).
@@ -311,7 +301,7 @@ def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _
             probs=sorted_probs,
             missing=missing,
             tilted_missing=max(0.0, tilted) * (1.0 + 1e-6) + 1e-300,
-            rel_error=_pmf_error(draws, p),
+            rel_error=pmf_error(draws, p),
         )
     if bits != 2:
         raise ValueError(f"bits must be 1 or 2, got {bits!r}")
@@ -343,7 +333,7 @@ def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _
     probs, n0a, n1a, n2a = probs[ok], n0a[ok], n1a[ok], n2a[ok]
     values = r0 * r0 * n0a + r0 * r1 * n1a + r1 * r1 * n2a
     sorted_values, sorted_probs = _sort_points(values, probs)
-    rel = _pmf_error(draws, p2) + _pmf_error(draws, cond)
+    rel = pmf_error(draws, p2) + pmf_error(draws, cond)
     return _Points(sorted_values, sorted_probs, missing, None, rel)
 
 

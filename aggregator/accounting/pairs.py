@@ -9,8 +9,8 @@ Talwar, SODA 2023; proved for any ε0-LDP randomizer by Wang et al., VLDB 2024, 
 Clones: p = e^ε0, α = 1/(e^ε0+1), r = e^−ε0/2 (Feldman, McMillan, Talwar, FOCS 2021,
 Thm 3.1). The (p, β, q) variation-ratio pair of Wang et al. is not used: it is not a
 dominating pair for shuffled k-RR (d ≥ 4), OUE or PRR. The hockey-stick divergence is a
-closed sum over t = N0 + N1 with one cutoff per t plus the tail mass outside the summed
-window: an upper bound on δ(ε) up to float rounding (~1e-16).
+closed sum over t = N0 + N1 with one cutoff per t, plus the mass outside the window and
+the float error (``pmf_error`` times the terms' magnitudes; off for a lower bound).
 Derivation and the counterexample: docs/design.md, "Aggregator: accounting", pairs.
 """
 
@@ -20,10 +20,22 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClonePair", "EvaluatedPair", "binom_window"]
+__all__ = ["FLOAT_SLACK", "ClonePair", "EvaluatedPair", "binom_window", "pmf_error"]
 
 # C's window covers all but TAIL_FRACTION·δ of its mass; that mass is added to δ.
 TAIL_FRACTION = 1e-6
+# The least relative float error charged on any computed probability.
+FLOAT_SLACK = 1e-9
+_ULP = 2.220446049250313e-16
+
+
+def pmf_error(draws: int, p: float) -> float:
+    """A bound on the relative error of a Bin(draws, p) probability or tail from scipy
+    (log-gamma terms and k·log p, each within a few ulps of magnitude ≤ draws·(ln(draws
+    + 2) + |ln p| + |ln(1 − p)|); the incomplete beta of a tail likewise): 16 ulps of
+    that sum, and never below ``FLOAT_SLACK``."""
+    size = draws * (math.log(draws + 2.0) + abs(math.log(p)) + abs(math.log1p(-p))) + 10.0
+    return max(FLOAT_SLACK, 16.0 * _ULP * size)
 
 
 def binom_window(n: int, p: float, tail: float) -> tuple[int, int]:
@@ -120,6 +132,7 @@ class EvaluatedPair:
         "_a0",
         "_bin",
         "_ncoef",
+        "_rel",
         "_s_prev",
         "_s_t",
         "_t",
@@ -150,7 +163,12 @@ class EvaluatedPair:
             c_lo, c_hi = binom_window(m, prob, TAIL_FRACTION * delta if tail is None else tail)
         low = float(stats.binom.cdf(c_lo - 1, m, prob)) if c_lo > 0 else 0.0
         high = float(stats.binom.sf(c_hi, m, prob)) if c_hi < m else 0.0
-        self.tail = low + high
+        # Relative float error of a weight (Bin(m, 2r)) plus that of a Bin(t, ½) tail
+        # (t ≤ n), plus the rounding of the sums over the window.
+        self._rel = (pmf_error(max(m, 1), min(max(prob, 1e-300), 0.5)) if m > 0 else 0.0) + (
+            pmf_error(n + 1, 0.5) + 4.0 * _ULP * (c_hi - c_lo + 2)
+        )
+        self.tail = (low + high) * (1.0 + self._rel)
         c = np.arange(c_lo, c_hi + 1, dtype=np.float64)
         self._t = c + 1.0
         self._w1 = np.exp(stats.binom.logpmf(c, m, prob)) if m > 0 else np.ones(1)
@@ -165,7 +183,19 @@ class EvaluatedPair:
         self._s_prev = np.zeros_like(self._t)
 
     def delta(self, epsilon: float) -> float:
-        """An upper bound on D_{e^ε}(P‖Q) = D_{e^ε}(Q‖P) (window tail included)."""
+        """An upper bound on D_{e^ε}(P‖Q) = D_{e^ε}(Q‖P): the sum, its float error and
+        the window's tail."""
+        total, error = self._sum(epsilon)
+        return max(0.0, total + error) + self.tail
+
+    def delta_lower(self, epsilon: float) -> float:
+        """A lower bound on D_{e^ε}(P‖Q): the sum over the window less its float error
+        (the terms left out are ≥ 0)."""
+        total, error = self._sum(epsilon)
+        return total - error
+
+    def _sum(self, epsilon: float) -> tuple[float, float]:
+        """The window's sum and a bound on its float error."""
         import numpy as np
 
         pr, t = self.pair, self._t
@@ -181,10 +211,11 @@ class EvaluatedPair:
             self._s_prev[changed] = s_c + 0.5 * self._bin.pmf(a_c - 1.0, t_c - 1.0, 0.5)
             self._a0 = a0
         s_t, s_prev = self._s_t, self._s_prev
-        terms = self._w1 * (0.5 * slope * s_prev + 2.0 * pr.alpha * (1.0 - pr.p * e) * s_t)
-        terms += self._w2 * pr.gamma * (1.0 - e) * s_t
-        total = float(np.sum(terms, dtype=np.float64))
-        return max(0.0, total) + self.tail
+        up = self._w1 * (0.5 * slope * s_prev)  # ≥ 0
+        down = self._w1 * (2.0 * pr.alpha * (pr.p * e - 1.0) * s_t)  # ≥ 0, subtracted
+        down += self._w2 * pr.gamma * (e - 1.0) * s_t
+        plus, minus = float(np.sum(up, dtype=np.float64)), float(np.sum(down, dtype=np.float64))
+        return plus - minus, self._rel * (plus + minus)
 
     def _arrays(self) -> dict[str, Any]:  # for the PLD builder
         return {"t": self._t, "w1": self._w1, "w2": self._w2, "ncoef": self._ncoef}

@@ -6,8 +6,8 @@ Jälkö, Honkela 2020; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022, as in 
 ``dp_accounting``): much tighter than composing per-round (ε, δ). Over (a, t) =
 (N0, N0 + N1) of ``pairs``, the loss is ln(L_P(a)/L_Q(a)) with
 L_P(a) = 2pα·a + 2α·(t−a) + γρ(n−t), L_Q(a) = 2α·a + 2pα·(t−a) + γρ(n−t) (0 at t = 0).
-Losses are rounded up to a 1e-5 grid and all mass left out becomes infinite loss, so
-the composed ε is an upper bound. n is capped at ``MAX_PLD_N`` (cost grows like n);
+Losses are rounded up to a 1e-5 grid; mass left out (1 − a float sum, its float excess
+not charged: docs/privacy.md) is infinite loss. n ≤ ``MAX_PLD_N`` (cost grows like n);
 above it use ``compose_optimal``. Figures: docs/design.md, "Aggregator: accounting".
 """
 

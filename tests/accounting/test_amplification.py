@@ -65,13 +65,65 @@ def test_pair_evaluation_is_exact(pair: ClonePair, n: int) -> None:
     assert ev.tail <= 1e-3 * DELTA  # mass of C outside the window, charged to δ
     for eps in (0.0, 0.1, 0.5, 1.0, math.log(pair.p) * 0.9):
         exact = _brute_force_delta(pair, n, eps)
-        # An upper bound, and off by no more than the charged tail.
-        assert exact - 1e-13 <= ev.delta(eps) <= exact + ev.tail + 1e-13
+        # Between the lower and the upper bound, which differ by the charged tail and
+        # float error only.
+        assert ev.delta_lower(eps) - 1e-13 <= exact <= ev.delta(eps) + 1e-13
+        assert ev.delta(eps) - ev.delta_lower(eps) <= ev.tail + 8 * ev._rel * (1 + math.exp(eps))
 
 
 def test_pair_tail_is_charged_at_large_n() -> None:
     ev = ClonePair.stronger_clone(1.0).evaluate(10**6, DELTA)
     assert 0.0 < ev.tail <= 1e-3 * DELTA
+
+
+def _half_tail(t: int, a: int) -> float:
+    """P(Bin(t, ½) ≥ a) to 40 digits: the pmf at a from log-gammas, then the terms by
+    their ratio (t − k)/(k + 1) until they stop adding anything."""
+    import mpmath
+
+    with mpmath.workdps(40):
+        term = mpmath.exp(
+            mpmath.loggamma(t + 1) - mpmath.loggamma(a + 1) - mpmath.loggamma(t - a + 1)
+            - t * mpmath.log(2)
+        )  # fmt: skip
+        total, k = mpmath.mpf(0), a
+        while k <= t and (term > total * mpmath.mpf(10) ** -45 or k < t // 2):
+            total += term
+            term = term * (t - k) / (k + 1)
+            k += 1
+        return float(total)
+
+
+@pytest.mark.parametrize(("n", "epsilon0"), [(10**5, 4.0), (10**7, 1.0)])
+def test_float_error_of_the_pair_is_within_what_is_charged(n: int, epsilon0: float) -> None:
+    """The weights Bin(n−1, 2r) and the tails of Bin(t, ½) that δ is summed from, against
+    50-digit values: each within the relative error the evaluation charges to δ."""
+    import mpmath
+    from scipy import stats
+
+    from crowdmix.aggregator.accounting.pairs import pmf_error
+
+    mpmath.mp.dps = 50
+    pair = ClonePair.stronger_clone(epsilon0)
+    m, prob = n - 1, 2.0 * pair.r
+    sd = math.sqrt(m * prob * (1 - prob))
+    worst = 0.0
+    for z in (-8.0, -3.0, 0.0, 2.5, 8.0):
+        k = round(m * prob + z * sd)
+        got = math.exp(stats.binom.logpmf(k, m, prob))
+        exact = mpmath.exp(
+            mpmath.loggamma(m + 1) - mpmath.loggamma(k + 1) - mpmath.loggamma(m - k + 1)
+            + k * mpmath.log(prob) + (m - k) * mpmath.log1p(-prob)
+        )  # fmt: skip
+        worst = max(worst, float(abs(got / exact - 1)))
+        t = k + 1  # the victim's bucket adds one: a tail of Bin(t, ½) at a cutoff near t/2
+        for a in (t // 2 - round(2 * math.sqrt(t)), t // 2 + 1):
+            tail = stats.binom.sf(a - 1, t, 0.5)
+            exact_tail = _half_tail(t, a)
+            worst = max(worst, float(abs(tail / exact_tail - 1)))
+    charged = pair.evaluate(n, DELTA)._rel
+    assert worst <= pmf_error(m, prob) <= charged
+    assert charged <= 1e-5  # and the charge stays far below anything that moves ε
 
 
 def test_reference_values() -> None:
