@@ -24,18 +24,21 @@ export const hpkeSideEffectFree = {
 };
 
 /**
- * @hpke's classes are compiled for Deno with each field declared as
- * `Object.defineProperty(this, "f", { enumerable, configurable, writable: true, value })`,
- * which minifies to ~90 bytes a field (44 in the RAPPOR bundle). Written as `this.f = value`
- * it does the same: no class of @hpke has an accessor of a field's name (only getters
- * `kem`, `kdf`, `aead`, whose fields are `_kem`, ...) and every field is writable, so the
- * assignment creates the same own, enumerable, configurable, writable property. A value
- * spanning lines is left as it is.
+ * Two rewrites of @hpke's Deno-compiled (dnt) output, each the same program:
+ * - a field declared as `Object.defineProperty(this, "f", { enumerable, configurable,
+ *   writable: true, value })` (~90 bytes a field minified, 44 in the RAPPOR bundle) is
+ *   written `this.f = value`: no class of @hpke has an accessor of a field's name (only
+ *   getters `kem`, `kdf`, `aead`, whose fields are `_kem`, ...) and every field is
+ *   writable, so the assignment makes the same own, enumerable, configurable, writable
+ *   property. A value spanning lines is left as it is.
+ * - `dntGlobalThis`, a Proxy merging globalThis with an empty object nothing ever adds
+ *   to (only read: `.process`, `!== undefined`), is globalThis itself.
  */
-export const hpkeFieldsAssigned = {
-  name: "hpke-fields-assigned",
+export const hpkeRewritten = {
+  name: "hpke-rewritten",
   setup(b) {
     b.onLoad({ filter: /[\\/]@hpke[\\/].*\.js$/ }, async (a) => {
+      if (/[\\/]_dnt\.shims\.js$/.test(a.path)) return { contents: "export const dntGlobalThis = globalThis;\n", loader: "js" };
       const source = await readFile(a.path, "utf8");
       const field = /Object\.defineProperty\(this, "(\w+)", \{\s*enumerable: true,\s*configurable: true,\s*writable: true,\s*value: (.*)\n\s*\}\);/g;
       return { contents: source.replace(field, "this.$1 = $2;"), loader: "js" };
@@ -56,7 +59,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     ],
     platform: "browser",
     minify: true,
-    plugins: [hpkeSideEffectFree, hpkeFieldsAssigned],
+    plugins: [hpkeSideEffectFree, hpkeRewritten],
   });
   execFileSync(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "."], { stdio: "inherit" });
 }
