@@ -9,7 +9,8 @@
 //   transport: `@crowdmix/client/rappor` (an app of RAPPOR metrics), `@crowdmix/client`
 //   (every encoding), and an X25519/HKDF-SHA256/AES-128-GCM seal of @hpke/core alone;
 //   "+se": the same with @hpke's `"sideEffects": false` honoured (its esm/package.json
-//   hides it from bundlers), as in the prebuilt dist/crowdmix.rappor.browser.js.
+//   hides it from bundlers) and its dnt output rewritten to the same program in fewer
+//   bytes (scripts/build.mjs), as in the prebuilt dist/crowdmix.rappor.browser.js.
 //   --anchors=DIR: DIR/node_modules holds @mozilla/glean and @divviup/dap, bundled the
 //   same way (`import Glean from "@mozilla/glean/web"`, `import Task from "@divviup/dap"`).
 // - Seal: median time of one sealReport (HPKE X25519 + AES-128-GCM on WebCrypto) over
@@ -23,7 +24,8 @@ import { gzipSync } from "node:zlib";
 const SDK = new URL("../sdk/typescript/", import.meta.url);
 const esbuild = createRequire(SDK)("esbuild");
 const sdk = await import(new URL("dist/node.js", SDK));
-const { hpkeSideEffectFree } = await import(new URL("scripts/build.mjs", SDK));
+const { hpkeSideEffectFree, hpkeRewritten } = await import(new URL("scripts/build.mjs", SDK));
+const prebuiltPlugins = [hpkeSideEffectFree, hpkeRewritten];
 const arg = (name, d) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? d;
 const n = Number(arg("n", 3000));
 const anchors = arg("anchors", null);
@@ -44,18 +46,17 @@ async function gzipped(source, dir = app, plugins = []) {
     rmSync(entry);
   }
 }
+const HPKE_SEAL = `import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
+     const s = new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Aes128Gcm() });
+     globalThis.x = (pk, info, pt) => s.seal({ recipientPublicKey: pk, info }, pt);`;
 const use = (mod, name = "openReporter") => `import { ${name} } from "${mod}"; globalThis.x = ${name};`;
 const sizes = {
   rappor: await gzipped(use("@crowdmix/client/rappor")),
-  "rappor+se": await gzipped(use("@crowdmix/client/rappor"), app, [hpkeSideEffectFree]),
+  "rappor+se": await gzipped(use("@crowdmix/client/rappor"), app, prebuiltPlugins),
   all: await gzipped(use("@crowdmix/client")),
-  "all+se": await gzipped(use("@crowdmix/client"), app, [hpkeSideEffectFree]),
-  hpke: await gzipped(
-    `import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
-     const s = new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Aes128Gcm() });
-     globalThis.x = (pk, info, pt) => s.seal({ recipientPublicKey: pk, info }, pt);`,
-    new URL("node_modules/", SDK).pathname,
-  ),
+  "all+se": await gzipped(use("@crowdmix/client"), app, prebuiltPlugins),
+  hpke: await gzipped(HPKE_SEAL, new URL("node_modules/", SDK).pathname),
+  "hpke+se": await gzipped(HPKE_SEAL, new URL("node_modules/", SDK).pathname, prebuiltPlugins),
 };
 const prebuilt = readFileSync(new URL("dist/crowdmix.rappor.browser.js", SDK));
 sizes["prebuilt rappor"] = { min: prebuilt.length, gz: gzipSync(prebuilt, { level: 9 }).length };

@@ -127,14 +127,12 @@ export class Blake2b {
     for (let i = 0; i < 32; i++) m[i] = le32(this.buf, 4 * i);
     for (let r = 0; r < 12; r++) {
       const s = 16 * r;
-      g(0, 8, 16, 24, SIGMA[s]!, SIGMA[s + 1]!);
-      g(2, 10, 18, 26, SIGMA[s + 2]!, SIGMA[s + 3]!);
-      g(4, 12, 20, 28, SIGMA[s + 4]!, SIGMA[s + 5]!);
-      g(6, 14, 22, 30, SIGMA[s + 6]!, SIGMA[s + 7]!);
-      g(0, 10, 20, 30, SIGMA[s + 8]!, SIGMA[s + 9]!);
-      g(2, 12, 22, 24, SIGMA[s + 10]!, SIGMA[s + 11]!);
-      g(4, 14, 16, 26, SIGMA[s + 12]!, SIGMA[s + 13]!);
-      g(6, 8, 18, 28, SIGMA[s + 14]!, SIGMA[s + 15]!);
+      // columns (0,4,8,12) ... then diagonals (0,5,10,15) ..., each word two slots
+      for (let j = 0; j < 8; j++) {
+        const c = j & 3;
+        const d = j >> 2;
+        g(2 * c, 8 + 2 * ((c + d) & 3), 16 + 2 * ((c + 2 * d) & 3), 24 + 2 * ((c + 3 * d) & 3), SIGMA[s + 2 * j]!, SIGMA[s + 2 * j + 1]!);
+      }
     }
     for (let i = 0; i < 16; i++) h[i] = h[i]! ^ v[i]! ^ v[i + 16]!;
   }

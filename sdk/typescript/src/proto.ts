@@ -5,54 +5,41 @@
  */
 import { utf8 } from "./report.js";
 
-class Writer {
-  private parts: number[] = [];
+type Value = number | bigint | string | Uint8Array;
 
-  varint(v: number | bigint): this {
+/**
+ * A message of (field number, value[, kept]) in field order, proto3's way: a 0, 0n, "" or
+ * empty bytes is left out (unless kept: an embedded message); a number is a varint, a
+ * bigint a fixed64, a string UTF-8 bytes.
+ */
+function message(fields: readonly (readonly [number, Value, boolean?])[]): Uint8Array {
+  const out: number[] = [];
+  const varint = (v: number | bigint): void => {
     let x = BigInt.asUintN(64, BigInt(v));
-    while (x >= 0x80n) {
-      this.parts.push(Number(x & 0x7fn) | 0x80);
-      x >>= 7n;
+    for (; x >= 0x80n; x >>= 7n) out.push(Number(x & 0x7fn) | 0x80);
+    out.push(Number(x));
+  };
+  for (const [n, v, kept] of fields) {
+    if (typeof v === "number") {
+      if (v) {
+        varint(n << 3);
+        varint(v);
+      }
+    } else if (typeof v === "bigint") {
+      if (v) {
+        varint((n << 3) | 1);
+        for (let i = 0n; i < 64n; i += 8n) out.push(Number((v >> i) & 0xffn));
+      }
+    } else {
+      const b = typeof v === "string" ? utf8(v) : v;
+      if (b.length || kept) {
+        varint((n << 3) | 2);
+        varint(b.length);
+        for (const x of b) out.push(x);
+      }
     }
-    this.parts.push(Number(x));
-    return this;
   }
-
-  tag(field: number, wire: number): this {
-    return this.varint((field << 3) | wire);
-  }
-
-  uint(field: number, v: number | bigint): this {
-    return v ? this.tag(field, 0).varint(v) : this;
-  }
-
-  bytes(field: number, b: Uint8Array): this {
-    if (!b.length) return this;
-    this.tag(field, 2).varint(b.length);
-    for (const x of b) this.parts.push(x);
-    return this;
-  }
-
-  string(field: number, s: string): this {
-    return this.bytes(field, utf8(s));
-  }
-
-  message(field: number, b: Uint8Array): this {
-    this.tag(field, 2).varint(b.length);
-    for (const x of b) this.parts.push(x);
-    return this;
-  }
-
-  fixed64(field: number, v: bigint): this {
-    if (!v) return this;
-    this.tag(field, 1);
-    for (let i = 0n; i < 8n; i++) this.parts.push(Number((v >> (8n * i)) & 0xffn));
-    return this;
-  }
-
-  finish(): Uint8Array {
-    return Uint8Array.from(this.parts);
-  }
+  return Uint8Array.from(out);
 }
 
 /** One report as it goes on the wire: sealed (metric, window, key id, sealed) or clear. */
@@ -67,22 +54,23 @@ export interface WireReport {
   reportId?: Uint8Array;
 }
 
+const EMPTY = /* @__PURE__ */ new Uint8Array(0);
+
 export function encodeSubmitRequest(reports: readonly WireReport[], protocol: number): Uint8Array {
-  const w = new Writer();
-  for (const r of reports) {
-    const m = new Writer()
-      .string(1, r.metric)
-      .uint(2, r.cohort ?? 0)
-      .bytes(3, r.bits ?? new Uint8Array(0))
-      .fixed64(4, r.fingerprint ?? 0n)
-      .bytes(5, r.reportId ?? new Uint8Array(0))
-      .uint(6, r.keyId ?? 0)
-      .bytes(7, r.sealed ?? new Uint8Array(0))
-      .uint(8, r.window)
-      .finish();
-    w.message(1, m);
-  }
-  return w.uint(3, protocol).finish();
+  const each = reports.map((r) => {
+    const m = message([
+      [1, r.metric],
+      [2, r.cohort ?? 0],
+      [3, r.bits ?? EMPTY],
+      [4, r.fingerprint ?? 0n],
+      [5, r.reportId ?? EMPTY],
+      [6, r.keyId ?? 0],
+      [7, r.sealed ?? EMPTY],
+      [8, r.window],
+    ]);
+    return [1, m, true] as const;
+  });
+  return message([...each, [3, protocol]]);
 }
 
 type Field = { n: number; wire: number; int: bigint; data: Uint8Array };
@@ -100,19 +88,13 @@ export function fields(buf: Uint8Array): Field[] {
       if (!(b & 0x80)) return x;
     }
   };
-  const empty = new Uint8Array(0);
   while (i < buf.length) {
     const key = Number(varint());
     const n = key >>> 3;
     const wire = key & 7;
-    if (wire === 0) out.push({ n, wire, int: varint(), data: empty });
-    else if (wire === 1 || wire === 5) {
-      const len = wire === 1 ? 8 : 4;
-      if (i + len > buf.length) throw new RangeError("truncated protobuf");
-      out.push({ n, wire, int: 0n, data: buf.subarray(i, i + len) });
-      i += len;
-    } else if (wire === 2) {
-      const len = Number(varint());
+    if (wire === 0) out.push({ n, wire, int: varint(), data: EMPTY });
+    else if (wire === 1 || wire === 2 || wire === 5) {
+      const len = wire === 2 ? Number(varint()) : wire === 1 ? 8 : 4;
       if (i + len > buf.length) throw new RangeError("truncated protobuf");
       out.push({ n, wire, int: 0n, data: buf.subarray(i, i + len) });
       i += len;

@@ -64,12 +64,17 @@ test("a RAPPOR app's bundle holds no other encoder, and is smaller than with eve
   const js = await appBundle("browser-rappor.js");
   for (const other of ["mechanism must be one of", "fake_slots", "olh"]) assert.ok(!js.includes(other), `${other} in the RAPPOR bundle`);
   const gz = gzipSync(js, { level: 9 }).length;
-  // 19173 bytes with the withdrawal of a claim on a window not begun (and its IndexedDB
-  // upgrade) and the offset kept when the clock is set offline: about 470 more than before
-  assert.ok(gz <= 19300, `${gz} bytes gzipped: grew`);
+  // 19073 bytes as an app's esbuild makes it (@hpke as published); 1 % slack
+  assert.ok(gz <= 19260, `${gz} bytes gzipped: grew`);
   const all = await appBundle("index.js");
   assert.ok(all.includes("mechanism must be one of") && all.includes("fake_slots"));
   assert.ok(gzipSync(all, { level: 9 }).length > gz + 1000);
+});
+
+test("the prebuilt RAPPOR bundle does not grow", () => {
+  // 17803 bytes (gzip -9; BENCHMARKS.md has it against the 12 KB target); 1 % slack
+  const gz = gzipSync(readFileSync(dist("crowdmix.rappor.browser.js")), { level: 9 }).length;
+  assert.ok(gz <= 17980, `${gz} bytes gzipped: grew`);
 });
 
 test("the package exports one browser entry per encoding", () => {

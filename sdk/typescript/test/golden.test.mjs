@@ -81,3 +81,24 @@ test("sealed here, for the Python aggregator to open (tests/golden/sealed_by_typ
   }
   if (process.env.CROWDMIX_WRITE_GOLDEN) writeFileSync(new URL("sealed_by_typescript.json", GOLDEN), `${JSON.stringify({ key_id: S.key_id, cases }, null, 1)}\n`);
 });
+
+test("the prebuilt RAPPOR bundle (minified, @hpke rewritten) computes the same bits and seals what @hpke/core opens", { skip: !S }, async () => {
+  const b = await import("../dist/crowdmix.rappor.browser.js");
+  for (const c of V.rappor) {
+    const params = new b.RapporParams(c.params);
+    const enc = new b.RapporEncoder(params, c.metric, bytes(c.secret), { cohort: c.cohort });
+    const bloom = enc.bloom(value(c.value));
+    assert.equal(hex(bloom), c.bloom);
+    assert.equal(hex(enc.permanentResponse(bloom)), c.prr);
+    assert.equal(b.cohortForSecret(bytes(c.secret), params.m), c.cohort_for_secret);
+    assert.equal(params.fingerprint().toString(), c.fingerprint);
+  }
+  const sk = await suite.kem.importKey("raw", bytes(S.private_key).buffer, false);
+  const key = { keyId: S.key_id, suite: S.suite, publicKey: bytes(S.public_key), notBefore: 0, notAfter: null };
+  for (const c of S.cases) {
+    const report = { metric: c.metric, cohort: c.cohort, bits: bytes(c.bits), fingerprint: BigInt(c.fingerprint), reportId: bytes(c.report_id) };
+    const sealed = await b.sealReport(key, c.window, report);
+    const pt = await suite.open({ recipientKey: sk, enc: sealed.slice(0, 32).buffer, info: bytes(c.info) }, sealed.slice(32));
+    assert.equal(hex(new Uint8Array(pt)), c.plaintext);
+  }
+});
