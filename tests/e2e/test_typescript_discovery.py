@@ -107,7 +107,9 @@ def test_typescript_devices_run_a_discovery_that_equals_the_python_encoders(
         registry,
         RedisStore(shuffler_url),
         f"127.0.0.1:{aggregator.port}",
-        settings=ShufflerSettings(rounds_file=str(rounds_file), public_keys=str(public), http_port=0),
+        settings=ShufflerSettings(
+            rounds_file=str(rounds_file), public_keys=str(public), http_port=0
+        ),
         clock=lambda: now[0],
         owns_store=True,
     )

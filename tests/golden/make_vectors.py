@@ -301,7 +301,8 @@ HEAVY_VALUES = ["", "apple", "banana", "cherry", "ab", "yes", "a1b2c3d4e5", "é'
 #: prefix round, (round, epsilon, candidates) for the value round.
 HEAVY_ROUNDS: list[list[tuple[Any, ...]]] = [
     [(0, 9.5, 16, 0), (1, 9.5, 16, 0), (2, 9.5, ["apple", "banana", "cherry", "yes"])],
-    [(0, 2.0, 5, 0), (1, 0.5, 5, 11), (2, 4.0, 7, 0), (3, 2.0, 5, 59), (4, 2.0, ["ab", "deadbeef"])],
+    [(0, 2.0, 5, 0), (1, 0.5, 5, 11), (2, 4.0, 7, 0), (3, 2.0, 5, 59),
+     (4, 2.0, ["ab", "deadbeef"])],
     [(0, 1.25, 3, 0), (1, 3.0, 2, 31), (2, 1.25, ["é'✓", "😀x", "a", ""])],
     [(0, 20.0, 1, 65521), (1, 0.125, ["xy"])],
 ]  # fmt: skip
