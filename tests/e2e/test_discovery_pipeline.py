@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -39,6 +40,7 @@ from crowdmix.aggregator.discovery.plan import DiscoveryState
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import load_batch_sizes, open_store
 from crowdmix.client.discovery import PrefixEncoder, ValueEncoder, device_round
+from crowdmix.client.randomness import BitSource
 from crowdmix.core.discovery import PrefixRound
 from crowdmix.core.registry import MetricConfig, parse_registry
 from crowdmix.demo import demo_redis_urls
@@ -107,9 +109,11 @@ def _device_dir(root: Path, seed: int, i: int) -> Path:
     return d
 
 
-def _in_memory(metric: MetricConfig, seed: int) -> tuple[list[int], RoundOutcome]:
+def _in_memory(
+    metric: MetricConfig, seed: int, coins: Callable[[int, int], BitSource] = _coins
+) -> tuple[list[int], RoundOutcome]:
     """What the pipeline computes for ``seed``, without daemons: each device's round
-    (``device_round``) and index (its encoder, with its coins), counted and absorbed
+    (``device_round``) and index (its encoder, with its ``coins``), counted and absorbed
     round by round. Returns the reports per round and the value round's outcome."""
     assert metric.heavy_hitters is not None
     settings = settings_of(metric.heavy_hitters, metric.shuffle.min_batch)
@@ -126,7 +130,7 @@ def _in_memory(metric: MetricConfig, seed: int) -> tuple[list[int], RoundOutcome
         counts = np.zeros(params.cells, dtype=np.int64)
         for i, value in enumerate(values):
             if rounds[i] == r:
-                enc = kind(params, metric=METRIC, rand=_coins(seed, i))  # type: ignore[arg-type]
+                enc = kind(params, metric=METRIC, rand=coins(seed, i))  # type: ignore[arg-type]
                 counts[enc.index(value)] += 1
         made.append(int(counts.sum()))
         outcome = absorb(settings, state, counts, crowd=made[-1])

@@ -5,7 +5,10 @@
 
 Per case: value, secret, cohort and params -> Bloom bits, PRR bits, the cohort the
 secret picks, the params fingerprint and ε_1 / ε_∞; the fingerprints of basic and
-histogram params; Python's float repr (which fingerprints embed); the per-bit counts of
+histogram params; heavy hitters (metric fingerprints, symbols, the device's round from
+its secret, each round's params, prefix keys and buckets, the index a fixed byte stream
+gives, and a GetConfig answer serving rounds); Python's float repr (which fingerprints
+embed); the per-bit counts of
 seeded Python clients' reports (the TypeScript suite compares its own with a χ² test);
 and sealed reports
 under a fixed test key pair (its private key is public: it seals nothing real), each
@@ -264,6 +267,136 @@ def frequency_cases() -> list[dict[str, Any]]:
     return out
 
 
+class ByteStream:
+    """A BitSource over fixed bytes with ``SecureBits``' reading: ``random_bits(n)`` takes
+    the next ceil(n/8) bytes, little-endian, and keeps the low n bits (the TypeScript
+    SDK's ``RandomBytes`` reads the same bytes the same way)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.used = data, 0
+
+    def random_bits(self, nbits: int) -> int:
+        n = (nbits + 7) // 8
+        if self.used + n > len(self.data):
+            raise ValueError("the byte stream ran out")
+        chunk = self.data[self.used : self.used + n]
+        self.used += n
+        return int.from_bytes(chunk, "little") & ((1 << nbits) - 1)
+
+
+HEAVY_METRICS: list[dict[str, Any]] = [
+    dict(alphabet="abcehlnpry", max_length=6, spans=[3, 7], keep=20, candidates=10,
+         seeds=16, weights=[1 / 3, 1 / 3, 1 / 3], epsilon=9.5, delta=1e-06, devices=300),
+    dict(alphabet="0123456789abcdef.-", max_length=8, spans=[2, 4, 6, 9], keep=8,
+         candidates=5, seeds=5, weights=[0.1, 0.2, 0.3, 0.25, 0.15], epsilon=2.0,
+         delta=1e-08, devices=100000),
+    dict(alphabet="aé'\\\"✓😀 \t", max_length=3, spans=[1, 4], keep=3, candidates=4,
+         seeds=3, weights=[0.5, 0.25, 0.25], epsilon=1.25, delta=0.001, devices=30),
+    dict(alphabet="xy", max_length=1, spans=[2], keep=1, candidates=1, seeds=1,
+         weights=[0.75, 0.25], epsilon=20.0, delta=0.5, devices=2),
+]  # fmt: skip
+HEAVY_VALUES = ["", "apple", "banana", "cherry", "ab", "yes", "a1b2c3d4e5", "é'✓", "😀x",
+                "\t\"\\", "xyzzy", "aaaaaaaa", "deadbeef.0"]  # fmt: skip
+#: Per metric, rounds as a round file serves them: (round, epsilon, seeds, buckets) for a
+#: prefix round, (round, epsilon, candidates) for the value round.
+HEAVY_ROUNDS: list[list[tuple[Any, ...]]] = [
+    [(0, 9.5, 16, 0), (1, 9.5, 16, 0), (2, 9.5, ["apple", "banana", "cherry", "yes"])],
+    [(0, 2.0, 5, 0), (1, 0.5, 5, 11), (2, 4.0, 7, 0), (3, 2.0, 5, 59),
+     (4, 2.0, ["ab", "deadbeef"])],
+    [(0, 1.25, 3, 0), (1, 3.0, 2, 31), (2, 1.25, ["é'✓", "😀x", "a", ""])],
+    [(0, 20.0, 1, 65521), (1, 0.125, ["xy"])],
+]  # fmt: skip
+
+
+def _served_round(hh: Any, spec: tuple[Any, ...], window: int, opened: int) -> Any:
+    from crowdmix.core.rounds import ServedRound
+
+    r, eps = spec[0], spec[1]
+    if isinstance(spec[2], list):
+        return ServedRound(round=r, window=window, opened=opened, epsilon=eps,
+                           candidates=tuple(spec[2]))  # fmt: skip
+    start = hh.spans[r - 1] if r else 0
+    return ServedRound(round=r, window=window, opened=opened, epsilon=eps, start=start,
+                       stop=hh.spans[r], seeds=spec[2], buckets=spec[3])  # fmt: skip
+
+
+def heavy_hitters_section() -> dict[str, Any]:
+    from crowdmix.client.discovery import PrefixEncoder, ValueEncoder, device_round
+    from crowdmix.core.device_config import DeviceConfig, to_proto
+    from crowdmix.core.discovery import HeavyHittersParams, PrefixRound, prefix_bucket, prefix_key
+    from crowdmix.core.registry import MetricConfig, Registry
+    from crowdmix.core.sealed import PublicKeySet
+
+    metrics, rounds, devices = [], [], []
+    n = 0
+    for mi, (md, specs) in enumerate(zip(HEAVY_METRICS, HEAVY_ROUNDS, strict=True)):
+        hh = HeavyHittersParams(**{**md, "spans": tuple(md["spans"]),
+                                   "weights": tuple(md["weights"])})  # fmt: skip
+        fp = hh.fingerprint()
+        metrics.append({
+            "params": md,
+            "fingerprint": str(fp),
+            "report_bytes": hh.report_bytes,
+            "symbols": {v: hh.symbols.symbols(v).hex() for v in HEAVY_VALUES},
+        })  # fmt: skip
+        metric = f"words{mi}"
+        for d in range(12):
+            secret = _secret(1000 + 12 * mi + d, 32)
+            opened = 525_960 + 7 * d
+            devices.append({
+                "secret": secret.hex(), "metric": metric, "fingerprint": str(fp),
+                "opened": opened, "weights": md["weights"],
+                "round": device_round(secret, metric, fp, opened, hh.weights),
+            })  # fmt: skip
+        for spec in specs:
+            served = _served_round(hh, spec, 525_960 + spec[0], 525_960)
+            params = served.params(hh)
+            case: dict[str, Any] = {
+                "metric": mi,
+                "served": served.to_dict(),
+                "cells": params.cells,
+                "keep_probability": params.keep_probability,
+                "values": [],
+            }
+            if isinstance(params, PrefixRound):
+                case["buckets"] = params.buckets
+            for value in HEAVY_VALUES:
+                stream = hashlib.blake2b(f"heavy stream {n}".encode(), digest_size=64).digest()
+                n += 1
+                rand = ByteStream(stream)
+                kind = PrefixEncoder if isinstance(params, PrefixRound) else ValueEncoder
+                enc = kind(params, metric=metric, rand=rand)  # type: ignore[arg-type]
+                row: dict[str, Any] = {"value": value, "stream": stream.hex(),
+                                       "index": enc.index(value), "used": rand.used}  # fmt: skip
+                if isinstance(params, PrefixRound):
+                    prefix, hi, lo = params.split(params.symbols.symbols(value))
+                    key = prefix_key(params.start, params.stop, hi, prefix)
+                    row.update(hi=hi, lo=lo, key=str(key), bucket_by_seed=[
+                        prefix_bucket(s, key, lo, params.buckets)
+                        for s in range(min(params.seeds, 4))
+                    ])  # fmt: skip
+                case["values"].append(row)
+            rounds.append(case)
+    # a GetConfig answer as the shuffler serves it: the first metric and two of its rounds
+    hh = HeavyHittersParams(**{**HEAVY_METRICS[0], "spans": (3, 7), "weights": (1 / 3,) * 3})
+    mc = MetricConfig(name="words", heavy_hitters=hh)
+    served = tuple(_served_round(hh, s, 525_960 + 2 * s[0], 525_960) for s in HEAVY_ROUNDS[0])
+    config = DeviceConfig.of(Registry({"words": mc}), PublicKeySet(()),
+                             rounds={"words": served[:2]})  # fmt: skip
+    answer = to_proto(config)
+    answer.server_time = 525_961 * 86_400.0
+    return {
+        "metrics": metrics,
+        "devices": devices,
+        "rounds": rounds,
+        "config": {
+            "answer": answer.SerializeToString(deterministic=True).hex(),
+            "fingerprint": str(hh.fingerprint()),
+            "rounds": [r.to_dict() for r in served[:2]],
+        },
+    }
+
+
 def vectors(*, sealed: bool = True) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "format": "crowdmix-golden-vectors",
@@ -272,6 +405,7 @@ def vectors(*, sealed: bool = True) -> dict[str, Any]:
         "histogram": histogram_cases(),
         "float_repr": [[x, repr(x)] for x in FLOATS],
         "frequencies": frequency_cases(),
+        "heavy_hitters": heavy_hitters_section(),
     }
     if sealed:
         doc["sealed"] = sealed_section()
@@ -294,6 +428,12 @@ def main(argv: list[str]) -> int:
             print(f"{PATH} differs from what the Python SDK computes", file=sys.stderr)
             return 1
         return 0
+    if PATH.exists():  # HPKE seals at random: keep what is on disk while its cases stand
+        old = json.loads(PATH.read_text(encoding="utf-8")).get("sealed")
+        if old is not None and deterministic_part({"sealed": old}) == deterministic_part(
+            {"sealed": doc["sealed"]}
+        ):
+            doc["sealed"] = old
     PATH.write_text(
         json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
     )

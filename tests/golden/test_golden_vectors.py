@@ -28,6 +28,9 @@ def test_vectors_cover_every_params_family() -> None:
     assert len(VECTORS["rappor"]) >= 50
     assert {c["mechanism"] for c in VECTORS["basic"]} == {"binary-rr", "krr", "oue", "olh"}
     assert VECTORS["histogram"] and VECTORS["sealed"]["cases"]
+    hh = VECTORS["heavy_hitters"]
+    assert {c["served"].get("candidates") is None for c in hh["rounds"]} == {True, False}
+    assert len({d["round"] for d in hh["devices"]}) >= 3 and hh["config"]["answer"]
 
 
 def _keys() -> KeySet:

@@ -1,5 +1,5 @@
 // Build: esbuild bundles the ES modules (dist/index.js for browsers with every encoding,
-// dist/browser-{rappor,basic,histogram}.js with one each, dist/node.js for Node;
+// dist/browser-{rappor,basic,histogram,heavy-hitters}.js with one each, dist/node.js for Node;
 // @hpke/core stays an import), tsc checks the types and writes the .d.ts files, and
 // dist/crowdmix.browser.js and dist/crowdmix.rappor.browser.js are the self-contained
 // minified bundles a page can load as they are.
@@ -75,7 +75,7 @@ function privateFields(source) {
 
 const common = { bundle: true, format: "esm", target: "es2022", sourcemap: false, logLevel: "warning", outdir: "dist" };
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const browser = ["index", "browser-rappor", "browser-basic", "browser-histogram"];
+  const browser = ["index", "browser-rappor", "browser-basic", "browser-histogram", "browser-heavy-hitters"];
   await build({ ...common, entryPoints: browser.map((e) => `src/${e}.ts`), platform: "browser", external: ["@hpke/core"] });
   await build({ ...common, entryPoints: ["src/node.ts"], platform: "node", external: ["@hpke/core"] });
   await build({

@@ -6,6 +6,7 @@
  * than an hour. A metric of an encoding this build leaves out is kept without params.
  */
 import { ParamsError } from "./errors.js";
+import type { HeavyHittersParams, ServedRound } from "./discovery.js";
 import type { BasicParams, HistogramParams, RapporParams } from "./params.js";
 import { type WireConfig, type WireKey, type WireMetric, decodeConfigResponse } from "./proto.js";
 import type { RandomBytes } from "./random.js";
@@ -18,6 +19,9 @@ export interface MetricParams {
   readonly rappor?: RapporParams;
   readonly basic?: BasicParams;
   readonly histogram?: HistogramParams;
+  readonly heavyHitters?: HeavyHittersParams;
+  /** heavy hitters: the rounds served for the windows around the current one */
+  readonly rounds?: readonly ServedRound[];
   readonly domain: readonly string[] | null;
 }
 
@@ -30,14 +34,32 @@ export interface MetricConfig extends MetricParams {
 }
 
 /**
+ * The window's reports of a value (`mc`: the metric in the config in use, whose served
+ * rounds a heavy-hitters report needs). Throws `Refusal` for a report it must not make,
+ * another error for a value it cannot encode.
+ */
+export type Encode = (value: string | number | Uint8Array, window: number, mc?: MetricConfig) => Report[] | Promise<Report[]>;
+
+/** A report an encoder must not make now: `status` is the reporter's (e.g. "no_round"). */
+export class Refusal extends Error {
+  constructor(
+    readonly status: "no_round" | "not_this_round" | "refused_by_ceiling",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
  * One kind of encoding as the reporter uses it (`rapporEncoding`, `basicEncoding`,
- * `histogramEncoding`): a build carries the ones its entry point names, no others.
+ * `histogramEncoding`, `heavyHittersEncoding`): a build carries the ones its entry point
+ * names, no others.
  */
 export interface Encoding {
   /** The served metric's params, validated, and their fingerprint; undefined: another kind. */
   read(m: WireMetric): [MetricParams, bigint] | undefined;
-  /** The window's reports of a value, for a metric of this kind (undefined: another kind). */
-  encoder(metric: string, mc: MetricConfig, secret: Uint8Array, rand: RandomBytes): ((value: string | number | Uint8Array) => Report[]) | undefined;
+  /** The encoder of a metric of this kind (undefined: another kind); `maxEpsilon`: the device's ceiling on a served round's ε. */
+  encoder(metric: string, mc: MetricConfig, secret: Uint8Array, rand: RandomBytes, maxEpsilon?: number): Encode | undefined;
 }
 
 /** The shuffler's default window_tolerance: what an answer without the field (one from
@@ -69,9 +91,7 @@ export function readConfig(answer: Uint8Array, encodings: readonly Encoding[]): 
   const metrics = new Map<string, MetricConfig>();
   for (const m of wire.metrics) {
     const name = JSON.stringify(m.name);
-    // discovery rounds are not encoded by this SDK yet: left out (an unknown metric here)
-    if (m.encoding === "heavy-hitters") continue;
-    if (!m.rappor && !m.basic && !m.histogram) throw new ParamsError(`metric ${name}: the config carries no params`);
+    if (!m.rappor && !m.basic && !m.histogram && !m.heavyHitters) throw new ParamsError(`metric ${name}: the config carries no params`);
     let params: MetricParams = { domain: null };
     for (const e of encodings) {
       const got = e.read(m);

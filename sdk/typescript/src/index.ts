@@ -1,7 +1,8 @@
 /**
  * The browser entry point with every encoding (RAPPOR, the basic mechanisms, shuffled
- * histograms). An app reporting one kind only imports `@crowdmix/client/rappor`,
- * `/basic` or `/histogram` and ships that encoder alone.
+ * histograms, heavy hitters). An app reporting one kind only imports
+ * `@crowdmix/client/rappor`, `/basic`, `/histogram` or `/heavy-hitters` and ships that
+ * encoder alone.
  */
 import { type BrowserReporterOptions, openBrowserReporter } from "./browser.js";
 import { ALL_ENCODINGS } from "./encodings.js";

@@ -163,7 +163,8 @@ export class BasicParams {
   }
 }
 
-function roundHalfEven(x: number): number {
+/** Python's round(x) for a float: half to even. */
+export function roundHalfEven(x: number): number {
   const f = Math.floor(x);
   const d = x - f;
   if (d > 0.5) return f + 1;

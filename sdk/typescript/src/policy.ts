@@ -161,7 +161,7 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
     if (!state.refetched) return { kind: "refetch", reason: `metric ${first.metric}: the reports' params are not in the config` };
     return { kind: "drop", ids, reason: "params_changed" };
   }
-  if (state.sealing === "off" && (mc.histogram || !(mc.rappor || mc.basic))) {
+  if (state.sealing === "off" && (mc.histogram || !(mc.rappor || mc.basic || mc.heavyHitters))) {
     // nor is a report of an encoding this build does not carry (another build made it)
     const why = mc.histogram ? "a shuffled histogram" : `encoding ${mc.encoding}, not in this build,`;
     return { kind: "drop", ids, reason: "refused", message: `metric ${first.metric}: ${why} is never sent clear` };

@@ -73,7 +73,7 @@ export function encodeSubmitRequest(reports: readonly WireReport[], protocol: nu
   return message([...each, [3, protocol]]);
 }
 
-type Field = { n: number; wire: number; int: bigint; data: Uint8Array };
+export type Field = { n: number; wire: number; int: bigint; data: Uint8Array };
 
 /** The fields of one message, in order. Throws RangeError on a malformed message. */
 export function fields(buf: Uint8Array): Field[] {
@@ -129,6 +129,8 @@ export interface WireMetric {
   rappor?: { k: number; h: number; m: number; f: number; p: number; q: number; hashing: string };
   basic?: { epsilon: number; domainSize: number; domain: string[] };
   histogram?: { domainSize: number; fakeSlots: number; fakeProbability: number; localEpsilon: number; domain: string[] };
+  /** HeavyHittersConfig, undecoded: heavy.ts reads it (a build without it carries no code for it) */
+  heavyHitters?: Uint8Array;
 }
 
 export interface WireConfig {
@@ -147,7 +149,7 @@ export interface WireConfig {
 // A message's schema: per field number, its name and how to read it. A scalar's default is
 // 0 (or "", 0n, empty bytes); an `optional` one ("?"-suffixed kind) stays undefined when
 // absent; a repeated field ("*"-suffixed kind) starts as [].
-type Kind = "u" | "u?" | "s" | "d" | "x" | "i" | "b" | "s*" | Schema | [Schema];
+type Kind = "u" | "u?" | "s" | "d" | "x" | "i" | "b" | "b?" | "s*" | Schema | [Schema];
 interface Schema {
   [n: number]: [string, Kind];
 }
@@ -159,6 +161,7 @@ const READ: Record<string, (f: Field) => unknown> = {
   x: (f) => view(f).getBigUint64(0, true), // fixed64
   i: (f) => Number(BigInt.asIntN(64, f.int)), // int64
   b: (f) => f.data.slice(), // bytes
+  "b?": (f) => f.data.slice(), // optional bytes
 };
 const DEFAULT: Record<string, () => unknown> = { u: () => 0, s: () => "", d: () => 0, x: () => 0n, i: () => 0, b: () => new Uint8Array(0) };
 
@@ -193,6 +196,7 @@ const CONFIG: Schema = {
         5: ["rappor", { 1: ["k", "u"], 2: ["h", "u"], 3: ["m", "u"], 4: ["f", "d"], 5: ["p", "d"], 6: ["q", "d"], 7: ["hashing", "s"] }],
         6: ["basic", { 1: ["epsilon", "d"], 2: ["domainSize", "u"], 3: ["domain", "s*"] }],
         8: ["histogram", { 1: ["domainSize", "u"], 2: ["fakeSlots", "u"], 3: ["fakeProbability", "d"], 4: ["localEpsilon", "d"], 5: ["domain", "s*"] }],
+        9: ["heavyHitters", "b?"],
       },
     ],
   ],

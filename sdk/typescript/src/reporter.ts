@@ -17,13 +17,16 @@
  * - Sealing required by default: sealed when sent (HPKE to the aggregator's newest
  *   usable key); a shuffler publishing no key gets nothing. `sealing: "off"` opts out.
  * - Privacy ceiling: served params less private than `maxEpsilon` per report (RAPPOR's
- *   ε_1, a basic mechanism's ε, a histogram's ε_L) or `maxEpsilonInf` (RAPPOR's ε_∞)
- *   make no report; a histogram without local randomization needs
- *   `allowUnrandomizedHistograms`.
+ *   ε_1, a basic mechanism's ε, a histogram's ε_L, a heavy-hitters round's ε) or
+ *   `maxEpsilonInf` (RAPPOR's ε_∞) make no report; a histogram without local
+ *   randomization needs `allowUnrandomizedHistograms`.
+ * - Heavy hitters: a report is encoded against the round served for its window, or not
+ *   made (`no_round`: the config is fetched again; `not_this_round`: the device is in
+ *   another round of the discovery).
  * - Never throws into the app after construction: `report` resolves to false, `flush`
  *   to the number still queued, and `lastError` says why.
  */
-import { type DeviceConfig, type Encoding, type MetricConfig, readConfig } from "./config.js";
+import { type DeviceConfig, type Encode, type Encoding, type MetricConfig, Refusal, readConfig } from "./config.js";
 import { call } from "./connect.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
 import { type Answer, type CachedConfig, type Reading, type SendState, CLOCK_SLACK, classify, decide, drifted, expired, learnt, nextGroup, restored, serverNow, windowOf } from "./policy.js";
@@ -73,6 +76,8 @@ export type ReportStatus =
   | "invalid_value"
   | "refused_by_ceiling"
   | "refused_unsealed"
+  | "no_round"
+  | "not_this_round"
   | "outbox_full"
   | "internal_error"
   | "closed";
@@ -83,8 +88,9 @@ const CONFIG_WAIT_MS = 2000;
 const EARLIEST = 1577836800; // 2020-01-01: a server time before it is not plausible
 const LATEST = 4102444800; // 2100-01-01
 const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
-
-type Encode = (value: string | number | Uint8Array) => Report[];
+/** A heavy-hitters report without its window's round fetches the config again, at most
+ * once per this many seconds of the config's age. */
+export const ROUND_REFETCH_SECONDS = 10;
 
 /** Why `mc`'s served params are above the ceiling, or null. */
 export function ceilingProblem(
@@ -230,9 +236,14 @@ export class Reporter {
       if (!enc) return this.refuse("unknown_metric", `metric ${metric}: its encoding ${mc.encoding} is not in this build (import @crowdmix/client for every encoding)`);
       let reports: Report[];
       try {
-        reports = enc(value);
+        reports = await enc(value, window, mc);
       } catch (e) {
-        return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
+        if (!(e instanceof Refusal)) return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
+        if (e.status === "no_round" && this.cfg === cfg && cfg.age + (this.now().mono - cfg.at.mono) >= ROUND_REFETCH_SECONDS) {
+          this.cfg = { ...cfg, age: Infinity }; // the round may have been written since: fetched again
+          if (this.o.background) this.schedule(0);
+        }
+        return this.refuse(e.status, e.message);
       }
       const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
       if (result === "full") return this.refuse("outbox_full", `the outbox holds ${this.o.maxReports} reports or ${this.o.maxBytes} bytes`);
@@ -323,7 +334,7 @@ export class Reporter {
     const have = this.encoders.get(metric);
     if (have && have.fp === mc.fingerprint) return have.enc;
     for (const e of this.encodings) {
-      const enc = e.encoder(metric, mc, this.secret, this.rand);
+      const enc = e.encoder(metric, mc, this.secret, this.rand, this.o.maxEpsilon);
       if (enc) {
         this.encoders.set(metric, { fp: mc.fingerprint, enc });
         return enc;

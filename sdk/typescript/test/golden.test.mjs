@@ -102,3 +102,75 @@ test("the prebuilt RAPPOR bundle (minified, @hpke rewritten) computes the same b
     assert.equal(hex(new Uint8Array(pt)), c.plaintext);
   }
 });
+
+const H = V.heavy_hitters;
+const wireParams = (p) => ({ ...p, maxLength: p.max_length });
+// the round file's form of a round (`crowdmix.core.rounds.ServedRound.to_dict`) as GetConfig serves it
+const wireRound = (r) => ({ start: 0, stop: 0, seeds: 0, buckets: 0, candidates: [], ...r });
+
+test("heavy hitters: metric fingerprints (Python's str repr too), symbols, report length", () => {
+  assert.ok(H.metrics.length >= 4);
+  for (const c of H.metrics) {
+    const p = new sdk.HeavyHittersParams(wireParams(c.params));
+    assert.equal(p.fingerprint().toString(), c.fingerprint, JSON.stringify(c.params));
+    assert.equal(p.reportBytes, c.report_bytes);
+    for (const [v, s] of Object.entries(c.symbols)) assert.equal(hex(p.symbols.symbols(v)), s, `${JSON.stringify(v)} over ${JSON.stringify(c.params.alphabet)}`);
+  }
+});
+
+test("heavy hitters: a device's round of a discovery, from its secret, as the Python SDK", async () => {
+  assert.ok(H.devices.length >= 40);
+  for (const d of H.devices)
+    assert.equal(await sdk.deviceRound(bytes(d.secret), d.metric, BigInt(d.fingerprint), d.opened, d.weights), d.round, JSON.stringify(d));
+});
+
+test("heavy hitters: each round's params, prefix keys and buckets, and the index a byte stream gives", () => {
+  let prefix = 0;
+  let value = 0;
+  for (const c of H.rounds) {
+    const metric = new sdk.HeavyHittersParams(wireParams(H.metrics[c.metric].params));
+    const params = sdk.roundParams(metric, wireRound(c.served));
+    assert.equal(params.cells, c.cells);
+    assert.equal(params.keepProbability, c.keep_probability, JSON.stringify(c.served));
+    if (params instanceof sdk.PrefixRound) {
+      prefix++;
+      assert.equal(params.buckets, c.buckets);
+    } else value++;
+    for (const row of c.values) {
+      const stream = bytes(row.stream);
+      let used = 0;
+      const rand = (n) => {
+        assert.ok(used + n <= stream.length, "the byte stream ran out");
+        used += n;
+        return stream.slice(used - n, used);
+      };
+      const enc = new sdk.RoundEncoder(params, "m", 1n, { randomBytes: rand });
+      const what = `${JSON.stringify(row.value)} in ${JSON.stringify(c.served)}`;
+      assert.equal(enc.index(row.value), row.index, what);
+      assert.equal(used, row.used, `bytes drawn: ${what}`);
+      if (params instanceof sdk.PrefixRound) {
+        const [pre, hi, lo] = params.split(params.symbols.symbols(row.value));
+        assert.deepEqual([hi, lo], [row.hi, row.lo], what);
+        const key = sdk.prefixKey(params.start, params.stop, hi, pre);
+        assert.equal(key.toString(), row.key, what);
+        row.bucket_by_seed.forEach((b, s) => assert.equal(sdk.prefixBucket(s, key, lo, params.buckets), b, what));
+      }
+    }
+  }
+  assert.ok(prefix >= 8 && value >= 4);
+});
+
+test("heavy hitters: a GetConfig answer the shuffler serves reads here, rounds and all", () => {
+  const c = sdk.parseConfig(bytes(H.config.answer)).metrics.get("words");
+  assert.equal(c.fingerprint.toString(), H.config.fingerprint);
+  assert.equal(c.reportBytes, 4);
+  assert.deepEqual(
+    c.rounds.map((r) => ({ round: r.round, window: r.window, opened: r.opened, epsilon: r.epsilon })),
+    H.config.rounds.map(({ round, window, opened, epsilon }) => ({ round, window, opened, epsilon })),
+  );
+  assert.deepEqual(c.rounds.map((r) => [r.params.start, r.params.stop, r.params.seeds]), H.config.rounds.map((r) => [r.start, r.stop, r.seeds]));
+  // served without buckets: the prime above e^ε + 1, as Python's (H.rounds[0]: the same round)
+  assert.deepEqual(c.rounds.map((r) => r.params.buckets), [H.rounds[0].buckets, H.rounds[0].buckets]);
+  // a build without heavy hitters keeps the metric bare: its reporter says unknown_metric
+  assert.equal(sdk.readConfig(bytes(H.config.answer), [sdk.rapporEncoding]).metrics.get("words").heavyHitters, undefined);
+});

@@ -13,6 +13,7 @@ const CUR = Math.floor((NOW + OFFSET) / WS);
 const at = (wall, setBy = 0) => ({ wall, mono: wall - setBy - NOW + 86400 });
 const rappor = new sdk.RapporParams({ k: 16, h: 2, m: 4, f: 0.5, p: 0.5, q: 0.75 });
 const hist = new sdk.HistogramParams({ domainSize: 4, fakeSlots: 1, fakeProbability: 0.5, localEpsilon: 1 });
+const heavy = new sdk.HeavyHittersParams({ alphabet: "ab", maxLength: 2, spans: [3], keep: 1, candidates: 1, seeds: 1, weights: [0.5, 0.5], epsilon: 1, delta: 1e-6, devices: 2 });
 const key = { keyId: 3, suite: "x25519-hkdf-sha256-aes128gcm", publicKey: new Uint8Array(32).fill(9), notBefore: 0, notAfter: null };
 const metric = (name, params, extra = {}) => ({ name, encoding: "x", fingerprint: params.fingerprint(), reportBytes: 2, disposalSeconds: 0, domain: null, ...extra });
 const config = (o = {}) => ({
@@ -26,6 +27,7 @@ const config = (o = {}) => ({
       ["m", metric("m", rappor, { rappor })],
       ["h", metric("h", hist, { histogram: hist })],
       ["b", metric("b", rappor)], // of an encoding this build leaves out: no params
+      ["w", metric("w", heavy, { heavyHitters: heavy })],
     ]),
     keys: o.keys ?? [key],
   },
@@ -56,6 +58,7 @@ const CASES = [
   ["params not served after a fetch", [row({ fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
   ["unknown metric after a fetch", [row({ metric: "gone", fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
   ["histogram never clear", [row({ metric: "h" })], config(), state({ sealing: "off" }), "drop:refused"],
+  ["heavy hitters: clear with sealing off", [row({ metric: "w", fp: heavy.fingerprint() })], config({ keys: [] }), state({ sealing: "off" }), "send"],
   ["encoding not in this build: sealed", [row({ metric: "b" })], config(), state(), "send"],
   ["encoding not in this build: never clear", [row({ metric: "b" })], config(), state({ sealing: "off" }), "drop:refused"],
   ["above the ceiling", [row()], config(), state({ ceiling: () => "too loose" }), "drop:refused_by_ceiling"],

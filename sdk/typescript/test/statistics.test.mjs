@@ -1,7 +1,7 @@
 // Seeded statistical tests of the randomized responses. Each statistic is χ² with df
 // degrees of freedom under the null; its threshold is the 1 - 1e-7 quantile
 // (scipy.stats.chi2.isf(1e-7, df)), so over random seeds each check fails falsely with
-// probability 1e-7 and this file's seven with at most 7e-7 (≤ 1e-6). Seeded: no flakes.
+// probability 1e-7 and this file's nine with at most 9e-7 (≤ 1e-6). Seeded: no flakes.
 // The RAPPOR checks compare the per-bit frequencies with p* and q*, and with the Python
 // SDK's own (tests/golden/vectors.json "frequencies": seeded Python clients, same setup).
 import assert from "node:assert/strict";
@@ -12,7 +12,7 @@ import { bitCounts, chiSquare, seededBytes } from "./seeded.mjs";
 
 const PYTHON = JSON.parse(readFileSync(new URL("../../../tests/golden/vectors.json", import.meta.url), "utf8")).frequencies;
 
-const Q = { 1: 28.373987361779154, 2: 32.236191301916634, 13: 58.432423188319135, 16: 64.22741251580294, 17: 66.10240351392044 };
+const Q = { 1: 28.373987361779154, 2: 32.236191301916634, 6: 43.337757113294245, 13: 58.432423188319135, 16: 64.22741251580294, 17: 66.10240351392044, 19: 69.78153305257183 };
 
 for (const [name, pd] of [
   ["dyadic", { k: 16, h: 2, m: 8, f: 0.5, p: 0.5, q: 0.75 }],
@@ -96,4 +96,39 @@ test("shuffled histogram: 1 + Binomial(m, q) reports, fakes uniform", () => {
   assert.ok(x2 < Q[2], `χ² sizes = ${x2}`);
   const z = (zeros - fakes / 2) ** 2 / (fakes / 4); // fakes uniform on {0, 1}: χ²(1)
   assert.ok(z < Q[1], `χ² fakes = ${z}`);
+});
+
+// Pearson's χ² of index counts over N reports against probabilities pi: df = pi.length - 1
+const pearson = (counts, N, pi) => counts.reduce((s, c, i) => s + (c - N * pi[i]) ** 2 / (N * pi[i]), 0);
+
+test("heavy hitters, prefix round: seed uniform, y = the seed's bucket w.p. e^ε/(e^ε+g-1), else uniform", () => {
+  // 4 seeds x g = 5 buckets (ε = 1.5: g = next_prime(round(e^ε) + 1) = 5): 20 indexes, df 19
+  const sm = new sdk.SymbolMap("abcehlnpry", 6);
+  const round = new sdk.PrefixRound(sm, 3, 7, 1.5, 4);
+  assert.equal(round.cells, 20);
+  const enc = new sdk.RoundEncoder(round, "m", 1n, { randomBytes: seededBytes("heavy prefix") });
+  const N = 40000;
+  const counts = new Array(20).fill(0);
+  for (let i = 0; i < N; i++) counts[new DataView(enc.encode("banana").bits.buffer).getUint32(0, true)]++;
+  const [prefix, hi, lo] = round.split(sm.symbols("banana"));
+  const key = sdk.prefixKey(3, 7, hi, prefix);
+  const keep = round.keepProbability;
+  const pi = counts.map((_, i) => {
+    const [s, y] = [Math.floor(i / 5), i % 5];
+    return (y === sdk.prefixBucket(s, key, lo, 5) ? keep : (1 - keep) / 4) / 4;
+  });
+  const x2 = pearson(counts, N, pi);
+  assert.ok(x2 < Q[19], `χ² = ${x2} (df 19)`);
+});
+
+test("heavy hitters, value round: the candidate w.p. e^ε/(e^ε+C), each other index (and none) uniformly", () => {
+  const sm = new sdk.SymbolMap("abcehlnpry", 6);
+  const round = new sdk.ValueRound(sm, 2.0, ["apple", "banana", "cherry", "pear", "rye", "ale"]);
+  const enc = new sdk.RoundEncoder(round, "m", 1n, { randomBytes: seededBytes("heavy value") });
+  const N = 30000;
+  const counts = new Array(7).fill(0);
+  for (let i = 0; i < N; i++) counts[enc.encode("cherry").bits[0]]++;
+  const keep = round.keepProbability;
+  const x2 = pearson(counts, N, counts.map((_, i) => (i === 2 ? keep : (1 - keep) / 6)));
+  assert.ok(x2 < Q[6], `χ² = ${x2} (df 6)`);
 });

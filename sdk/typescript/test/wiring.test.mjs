@@ -19,6 +19,9 @@ test("encoders draw from crypto.getRandomValues by default", () => {
     new sdk.BasicEncoder(new sdk.BasicParams({ mechanism: "oue", epsilon: 1, domainSize: 5 }), "m").encode(2);
     new sdk.HistogramEncoder(new sdk.HistogramParams({ domainSize: 5, fakeSlots: 2, fakeProbability: 0.5 }), "m").encode(1);
     assert.ok(calls > after);
+    const before = calls;
+    new sdk.RoundEncoder(new sdk.PrefixRound(new sdk.SymbolMap("ab", 3), 0, 2, 1, 4), "m", 1n).encode("ab");
+    assert.ok(calls >= before + 3, "seed, keep coin and report id");
   } finally {
     crypto.getRandomValues = real;
   }
