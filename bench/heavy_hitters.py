@@ -12,7 +12,8 @@ symbol map reads them: characters outside the alphabet are one OTHER symbol).
 
 Each round's group is a disjoint share of the devices; its local ε0 is the
 largest whose generic shuffle bound meets (ε, δ) over that group's size
-(``plan_epsilon0``), so the whole discovery is (ε, δ)-DP (parallel composition).
+(``plan_epsilon0``; with ``--shufflers S`` over its size ÷ S, the min_batch of S
+shufflers), so the whole discovery is (ε, δ)-DP (parallel composition).
 Reports are simulated per group in numpy (``aggregator.discovery.simulate``) and
 decoded by the real decoders; "decode s" is the slowest round's decode.
 """
@@ -121,7 +122,7 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     state = DiscoveryState()
     costs, decode_s, decode_cpu = [], [], []
     for r in range(len(spans)):
-        n_r = groups[r].size
+        n_r = groups[r].size // args.shufflers  # the smallest batch: ε0 is planned over it
         eps0 = epsilon0_for(n_r, args.epsilon, args.delta)
         rnd = plan.prefix_round(r, eps0)
         c = simulate_prefix_counts(rnd, sym_of, groups[r], rng)
@@ -131,7 +132,7 @@ def run_once(data: Data, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         decode_s.append(time.perf_counter() - t0)
         decode_cpu.append(time.process_time() - c0)
         costs.append(RoundCost(round=r, group=r, n_reports=n_r, epsilon0=eps0))
-    n_f = groups[-1].size
+    n_f = groups[-1].size // args.shufflers
     eps0 = epsilon0_for(n_f, args.epsilon, args.delta)
     vr = plan.value_round(eps0, state.final_candidates(plan))
     c = simulate_value_counts(vr, sym_of, groups[-1], rng)
@@ -239,6 +240,12 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument(
+        "--shufflers",
+        type=int,
+        default=1,
+        help="plan each round's ε0 over its group ÷ this (the min_batch of that many shufflers)",
+    )
     ap.add_argument("--delta", type=float, default=1e-6)
     ap.add_argument("--top", type=int, default=100)
     ap.add_argument("--spans", default="3,6,9,12,15,17")
