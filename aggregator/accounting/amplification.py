@@ -127,21 +127,18 @@ def _safe_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) -
     return root
 
 
-def _lower_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) -> float:
-    """Largest ε with a lower bound on δ(ε) above δ, rounded down: an ε the pair
-    certainly needs (a pair's sum less its float error; a profile's δ less its tail)."""
-
-    def low(eps: float) -> float:
-        if isinstance(evaluated, EvaluatedPair):
-            return evaluated.delta_lower(eps)
-        return evaluated.delta(eps) - evaluated.tail
-
+def _lower_root(evaluated: EvaluatedPair, delta: float, upper: float) -> float:
+    """Largest ε with a lower bound on δ(ε) above δ (the pair's sum less its float
+    error), rounded down: an ε the pair certainly needs. Pairs only: a profile's δ
+    charges its float error upward, so less its tail it is no lower bound."""
+    if not isinstance(evaluated, EvaluatedPair):
+        raise TypeError(f"a lower bound needs an EvaluatedPair, got {type(evaluated).__name__}")
     lo, hi = 0.0, upper
-    if low(0.0) <= delta:
+    if evaluated.delta_lower(0.0) <= delta:
         return 0.0
     while hi - lo > 1e-9 * max(lo, 1e-6):
         mid = 0.5 * (lo + hi)
-        if low(mid) > delta:
+        if evaluated.delta_lower(mid) > delta:
             lo = mid
         else:
             hi = mid

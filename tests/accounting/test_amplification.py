@@ -71,6 +71,22 @@ def test_pair_evaluation_is_exact(pair: ClonePair, n: int) -> None:
         assert ev.delta(eps) - ev.delta_lower(eps) <= ev.tail + 8 * ev._rel * (1 + math.exp(eps))
 
 
+def test_a_lower_root_takes_pairs_only() -> None:
+    """A profile's δ charges its float error upward (and a mixture's adds
+    FLOAT_SLACK), so δ less its tail can sit above the exact δ: no lower bound."""
+    from crowdmix.aggregator.accounting.amplification import _lower_root
+    from crowdmix.aggregator.accounting.blanket import mixture
+
+    pair = ClonePair.stronger_clone(1.0)
+    n, eps = 25, 0.1
+    profile = mixture(0, 0.0, lambda _m: pair.evaluate(n, DELTA), DELTA)
+    exact = _brute_force_delta(pair, n, eps)
+    assert profile.delta(eps) - profile.tail > exact + 1e-12
+    assert pair.evaluate(n, DELTA).delta_lower(eps) <= exact + 1e-13
+    with pytest.raises(TypeError, match="EvaluatedPair"):
+        _lower_root(profile, DELTA, 1.0)  # type: ignore[arg-type]
+
+
 def test_pair_tail_is_charged_at_large_n() -> None:
     ev = ClonePair.stronger_clone(1.0).evaluate(10**6, DELTA)
     assert 0.0 < ev.tail <= 1e-3 * DELTA
