@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from crowdmix.aggregator.accounting.pairs import ClonePair, binom_window
+from crowdmix.aggregator.accounting.pairs import ClonePair, binom_window, pmf_error
 
 __all__ = [
     "bit_vector_lower",
@@ -92,9 +92,16 @@ def _binary(epsilon0: float, n: int, delta: float) -> float:
     p = (1.0 - flip) * base + flip * shifted  # victim holds 0
     q = flip * base + (1.0 - flip) * shifted  # victim holds 1
 
+    rel = pmf_error(max(n - 1, 1), flip) + 8.0 * 2.220446049250313e-16  # float error, taken off
+
     def at(eps: float) -> float:
         e = math.exp(eps)
-        return float(max(np.maximum(p - e * q, 0.0).sum(), np.maximum(q - e * p, 0.0).sum()))
+        sides = []
+        for a, b in ((p, q), (q, p)):
+            diff = a - e * b
+            on = diff > 0.0
+            sides.append(float(diff[on].sum()) - rel * float((a[on] + e * b[on]).sum()))
+        return max(sides)
 
     return _root_down(_Kept(at), delta, epsilon0)
 

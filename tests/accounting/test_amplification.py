@@ -112,33 +112,43 @@ def _half_tail(t: int, a: int) -> float:
 
 @pytest.mark.parametrize(("n", "epsilon0"), [(10**5, 4.0), (10**7, 1.0)])
 def test_float_error_of_the_pair_is_within_what_is_charged(n: int, epsilon0: float) -> None:
-    """The weights Bin(n−1, 2r) and the tails of Bin(t, ½) that δ is summed from, against
-    50-digit values: each within the relative error the evaluation charges to δ."""
+    """The weights Bin(n−1, 2r) and the tails and terms of Bin(t, ½) that δ is summed from,
+    against 40- and 50-digit values: each within the relative error charged to δ."""
     import mpmath
     from scipy import stats
 
-    from crowdmix.aggregator.accounting.pairs import pmf_error
+    from crowdmix.aggregator.accounting.pairs import half_tail_error, pmf_error
 
-    mpmath.mp.dps = 50
     pair = ClonePair.stronger_clone(epsilon0)
     m, prob = n - 1, 2.0 * pair.r
     sd = math.sqrt(m * prob * (1 - prob))
-    worst = 0.0
+    worst, worst_tail = 0.0, 0.0
     for z in (-8.0, -3.0, 0.0, 2.5, 8.0):
         k = round(m * prob + z * sd)
         got = math.exp(stats.binom.logpmf(k, m, prob))
-        exact = mpmath.exp(
-            mpmath.loggamma(m + 1) - mpmath.loggamma(k + 1) - mpmath.loggamma(m - k + 1)
-            + k * mpmath.log(prob) + (m - k) * mpmath.log1p(-prob)
-        )  # fmt: skip
+        with mpmath.workdps(50):
+            exact = mpmath.exp(
+                mpmath.loggamma(m + 1) - mpmath.loggamma(k + 1) - mpmath.loggamma(m - k + 1)
+                + k * mpmath.log(prob) + (m - k) * mpmath.log1p(-prob)
+            )  # fmt: skip
         worst = max(worst, float(abs(got / exact - 1)))
         t = k + 1  # the victim's bucket adds one: a tail of Bin(t, ½) at a cutoff near t/2
         for a in (t // 2 - round(2 * math.sqrt(t)), t // 2 + 1):
             tail = stats.binom.sf(a - 1, t, 0.5)
             exact_tail = _half_tail(t, a)
-            worst = max(worst, float(abs(tail / exact_tail - 1)))
+            worst_tail = max(worst_tail, float(abs(tail / exact_tail - 1)))
+            point = stats.binom.pmf(a - 1, t - 1, 0.5)  # the cutoff's own term
+            with mpmath.workdps(50):
+                exact_point = mpmath.exp(
+                    mpmath.loggamma(t) - mpmath.loggamma(a) - mpmath.loggamma(t - a + 1)
+                    - (t - 1) * mpmath.log(2)
+                )  # fmt: skip
+            worst_tail = max(worst_tail, float(abs(point / exact_point - 1)))
     charged = pair.evaluate(n, DELTA)._rel
-    assert worst <= pmf_error(m, prob) <= charged
+    weights = pmf_error(m, min(prob, 0.5))  # as charged: k·|ln p| ≤ n·ln 2 either way
+    assert worst <= weights
+    assert worst_tail <= half_tail_error(n + 1)
+    assert weights + half_tail_error(n + 1) <= charged
     assert charged <= 1e-5  # and the charge stays far below anything that moves ε
 
 
