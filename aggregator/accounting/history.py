@@ -140,6 +140,22 @@ def _pair_pld(epsilon0: float, n: int, tail: float) -> Any:
 
 
 @lru_cache(maxsize=32)
+def _blanket_pld(randomizer: Randomizer, n: int, tail: float) -> Any:
+    """``blanket_pld``, computed once per randomizer, crowd and tail (whatever the
+    number of rounds it is composed over)."""
+    from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
+
+    return blanket_pld(randomizer, n, tail=tail)
+
+
+@lru_cache(maxsize=4)  # a composed PLD can hold tens of MB
+def _rounds_pld(epsilon0: float, n: int, tail: float, randomizer: Randomizer | None, k: int) -> Any:
+    """``k`` rounds of ``_round_pld`` composed (PLDs are immutable: shared, not copied)."""
+    one = _round_pld(epsilon0, n, tail, randomizer, k)
+    return one.self_compose(k) if k > 1 else one
+
+
+@lru_cache(maxsize=32)
 def _round_pld(epsilon0: float, n: int, tail: float, randomizer: Randomizer | None, k: int) -> Any:
     """The PLD of one round: the randomizer's blanket pair (``blanket_pld``) where it
     gives the smaller ε over the ``k`` rounds' share of δ, else the generic pair.
@@ -147,9 +163,7 @@ def _round_pld(epsilon0: float, n: int, tail: float, randomizer: Randomizer | No
     generic = _pair_pld(epsilon0, n, tail)
     if randomizer is None:
         return generic
-    from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
-
-    blanket = blanket_pld(randomizer, n, tail=tail)
+    blanket = _blanket_pld(randomizer, n, tail)
     if blanket is None:
         return generic
     probe = 1e-6 / max(1, k)
@@ -160,7 +174,7 @@ def _round_pld(epsilon0: float, n: int, tail: float, randomizer: Randomizer | No
 def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
     """ε of every round of ``segs`` (fresh randomness) composed, at ``delta``."""
     from crowdmix.aggregator.accounting.composition import compose_optimal
-    from crowdmix.aggregator.accounting.pld import GRID, MAX_PLD_N
+    from crowdmix.aggregator.accounting.pld import MAX_PLD_N
 
     total_rounds = sum(s.rounds for s in segs)
     if any(math.isinf(s.epsilon0) for s in segs):
@@ -189,16 +203,31 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         if k * per_round < delta:
             return compose_optimal(eps_r, per_round, k, delta), "optimal-composition"
         return k * eps_r, "basic-composition"
+    tail = min(1e-12, delta * 1e-4 / total_rounds)
+    pairs = tuple(sorted(by_pair.items(), key=lambda kv: kv[0][:2]))
+    rounds = tuple(sorted(by_round.items(), key=lambda kv: kv[0][:2]))
+    return _composed_epsilon(pairs, rounds, tail, per_round, delta), "pld-composition"
+
+
+_Rounds = tuple[tuple[tuple[float, int, Any], int], ...]  # ((ε0, n, randomizer), rounds) …
+
+
+@lru_cache(maxsize=256)
+def _composed_epsilon(
+    pairs: _Rounds, rounds: _Rounds, tail: float, per_round: float, delta: float
+) -> float:
+    """ε at ``delta`` of the PLDs of ``pairs`` and the (ε_r, ``per_round``) rounds of
+    ``rounds`` composed in this order (a ledger recomposes the same rounds often)."""
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_mod
 
-    tail = min(1e-12, delta * 1e-4 / total_rounds)
+    from crowdmix.aggregator.accounting.pld import GRID
+
     composed: Any = None
-    for (eps0, n, rand), k in sorted(by_pair.items(), key=lambda kv: kv[0][:2]):
-        one = _round_pld(eps0, n, tail, rand, k)
-        part = one.self_compose(k) if k > 1 else one
+    for (eps0, n, rand), k in pairs:
+        part = _rounds_pld(eps0, n, tail, rand, k)
         composed = part if composed is None else composed.compose(part)
-    for (eps0, n, rand), k in sorted(by_round.items(), key=lambda kv: kv[0][:2]):
+    for (eps0, n, rand), k in rounds:
         eps_r = _best_amplify(eps0, n, per_round, rand)
         one = pld_mod.from_privacy_parameters(
             common.DifferentialPrivacyParameters(eps_r, per_round),
@@ -207,7 +236,7 @@ def _pld_part(segs: Sequence[Segment], delta: float) -> tuple[float, str]:
         part = one.self_compose(k) if k > 1 else one
         composed = part if composed is None else composed.compose(part)
     assert composed is not None  # some segment has ε0 > 0
-    return float(composed.get_epsilon_for_delta(delta)), "pld-composition"
+    return float(composed.get_epsilon_for_delta(delta))
 
 
 def _memo_part(segs: Sequence[Segment], delta: float) -> tuple[float, str, dict[str, float]]:

@@ -21,6 +21,7 @@ from crowdmix.aggregator.accounting.pairs import ClonePair
 __all__ = [
     "GRID",
     "MAX_PLD_N",
+    "exact_sum",
     "pair_loss_counts",
     "pld_epsilon",
     "pld_lower_epsilon",
@@ -63,7 +64,7 @@ def pair_loss_counts(
     """The pair's privacy-loss PMF under P on the loss grid (index → mass), and the
     mass it holds (the rest was left out)."""
     import numpy as np
-    from scipy import stats
+    from scipy import special, stats
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PLD_N:
         raise ValueError(f"n must be an integer in [1, {MAX_PLD_N}] for PLD accounting, got {n!r}")
@@ -71,14 +72,17 @@ def pair_loss_counts(
     arr = ev._arrays()
     t_all, w1_all, ncoef_all = arr["t"], arr["w1"], arr["ncoef"]
     p, alpha = pair.p, pair.alpha
-    counts: dict[int, float] = {}
-    kept = 0.0
+    # ln C(t, a) from one table of ln Γ(i + 1): the very terms binom.logpmf sums.
+    log_fact = special.gammaln(np.arange(int(t_all[-1]) + 1, dtype=np.float64) + 1.0)
+    log_half = float(special.xlogy(1.0, 0.5))  # = xlog1py(1, −½): ln ½ per trial
+    parts: list[tuple[int, np.ndarray]] = []  # (first loss index, mass per index) per chunk
+    kept_parts: list[float] = []
+    zero_mass: float | None = None
     # t = 0 (C = 0 and the victim in neither bucket): P = Q there, loss 0.
     if n >= 1 and pair.gamma > 0.0 and t_all[0] == 1.0:
         m, prob = n - 1, min(1.0, 2.0 * pair.r)
         zero_mass = float(stats.binom.pmf(0, m, prob)) * pair.gamma
-        counts[0] = zero_mass
-        kept += zero_mass
+        kept_parts.append(zero_mass)
     start = 0
     while start < len(t_all):
         # Chunk over t so the (t, a) grid stays within memory.
@@ -96,17 +100,73 @@ def pair_loss_counts(
         tt = t[rows]
         lp = 2 * p * alpha * a + 2 * alpha * (tt - a) + ncoef[rows]
         lq = 2 * alpha * a + 2 * p * alpha * (tt - a) + ncoef[rows]
-        mass = w1[rows] * np.exp(stats.binom.logpmf(a, tt, 0.5)) * lp / tt
+        ia, it = a.astype(np.int64), tt.astype(np.int64)
+        # binom.logpmf(a, tt, ½), term by term (bit for bit the same)
+        log_pmf = log_fact[it] - (log_fact[ia] + log_fact[it - ia])
+        log_pmf = log_pmf + a * log_half + (tt - a) * log_half
+        mass = w1[rows] * np.exp(log_pmf) * lp / tt
         rounding = np.ceil if pessimistic else np.floor
         loss_idx = rounding(np.log(lp / lq) / grid).astype(np.int64)
         base = int(loss_idx.min())
-        summed = np.bincount(loss_idx - base, weights=mass)
-        for i in np.nonzero(summed)[0]:
-            key = int(i) + base
-            counts[key] = counts.get(key, 0.0) + float(summed[i])
-        kept += math.fsum(mass)
+        parts.append((base, np.bincount(loss_idx - base, weights=mass)))
+        kept_parts.append(exact_sum(mass))
         start = stop
-    return counts, kept
+    kept = 0.0
+    for k in kept_parts:  # in the order they were found, as the sum was always taken
+        kept += k
+    return _merge_counts(parts, zero_mass), kept
+
+
+def _merge_counts(parts: list[tuple[int, Any]], zero_mass: float | None) -> dict[int, float]:
+    """Loss index → mass, summed over the chunks in order; keys in the order they first
+    hold mass (the t = 0 point first)."""
+    import numpy as np
+
+    if not parts:
+        return {} if zero_mass is None else {0: zero_mass}
+    low = min([b for b, _ in parts] + ([0] if zero_mass is not None else []))
+    high = max([b + len(s) for b, s in parts] + ([1] if zero_mass is not None else []))
+    total = np.zeros(high - low)
+    seen = np.zeros(high - low, dtype=bool)
+    order: list[Any] = []
+    if zero_mass is not None:
+        total[-low] = zero_mass
+        seen[-low] = True
+        order.append(np.array([-low]))
+    for base, summed in parts:
+        at = np.flatnonzero(summed) + (base - low)
+        order.append(at[~seen[at]])
+        seen[at] = True
+        total[base - low : base - low + len(summed)] += summed
+    keys = np.concatenate(order)
+    return dict(zip((keys + low).tolist(), total[keys].tolist(), strict=True))
+
+
+def exact_sum(values: Any) -> float:
+    """Σ values (finite floats) correctly rounded, as ``math.fsum`` returns it; fast on
+    large arrays: each is split exactly into two 27-bit integer halves of its
+    mantissa, summed per binary exponent (exact: no partial sum reaches 2^53), and
+    the few per-exponent sums are added as Python integers."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if len(values) < 1024:
+        return math.fsum(values.tolist())
+    mant, expo = np.frexp(values)  # values = mant · 2^expo, |mant| in [½, 1) or 0
+    whole = np.ldexp(mant, 53)  # an integer of at most 53 bits
+    high = np.floor(whole / 2.0**27)  # floor also for negative values: low ≥ 0
+    low = whole - high * 2.0**27
+    emin = int(expo.min())
+    total = 0
+    for offset in range(0, len(values), 1 << 22):  # < 2^22 terms: sums stay below 2^53
+        e = expo[offset : offset + (1 << 22)] - emin
+        sum_high = np.bincount(e, weights=high[offset : offset + (1 << 22)])
+        sum_low = np.bincount(e, weights=low[offset : offset + (1 << 22)])
+        for k in np.flatnonzero((sum_high != 0) | (sum_low != 0)).tolist():
+            total += ((int(sum_high[k]) << 27) + int(sum_low[k])) << k
+    # total · 2^(emin − 53), rounded once (int / int is correctly rounded)
+    shift = emin - 53
+    return float(total * 2**shift) if shift >= 0 else total / 2**-shift
 
 
 def pld_epsilon(pair: ClonePair, n: int, rounds: int, delta: float) -> float:

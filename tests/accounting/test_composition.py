@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,13 @@ from crowdmix.aggregator.accounting.composition import (
     optimal_delta,
 )
 from crowdmix.aggregator.accounting.pairs import ClonePair
-from crowdmix.aggregator.accounting.pld import MAX_PLD_N, pld_epsilon, shuffle_pld
+from crowdmix.aggregator.accounting.pld import (
+    MAX_PLD_N,
+    exact_sum,
+    pair_loss_counts,
+    pld_epsilon,
+    shuffle_pld,
+)
 
 
 def test_reference_values() -> None:
@@ -101,3 +108,60 @@ def test_pld_matches_single_round_and_beats_per_round_composition() -> None:
 def test_pld_rejects_huge_n() -> None:
     with pytest.raises(ValueError, match="PLD"):
         shuffle_pld(ClonePair.stronger_clone(1.0), MAX_PLD_N + 1)
+
+
+def _loss_counts_term_by_term(
+    pair: ClonePair, n: int, tail: float, pessimistic: bool
+) -> tuple[dict[int, float], float]:
+    """pair_loss_counts the plain way: every (t, a) of the window one by one, through
+    scipy's binomial law (pld's module docstring has the formulas)."""
+    from scipy import stats
+
+    arr = pair.evaluate(n, 0.5, tail=tail)._arrays()
+    counts: dict[int, float] = {}
+    masses = []
+    if pair.gamma > 0.0 and arr["t"][0] == 1.0:
+        zero = float(stats.binom.pmf(0, n - 1, min(1.0, 2.0 * pair.r))) * pair.gamma
+        counts[0] = zero
+        masses.append(zero)
+    p, alpha = pair.p, pair.alpha
+    for t, w1, ncoef in zip(arr["t"], arr["w1"], arr["ncoef"], strict=True):
+        half = 8.5 * 0.5 * math.sqrt(t)
+        for a in range(max(0, math.floor(t / 2 - half)), min(int(t), math.ceil(t / 2 + half)) + 1):
+            lp = 2 * p * alpha * a + 2 * alpha * (t - a) + ncoef
+            lq = 2 * alpha * a + 2 * p * alpha * (t - a) + ncoef
+            mass = w1 * float(stats.binom.pmf(a, t, 0.5)) * lp / t
+            key = (math.ceil if pessimistic else math.floor)(math.log(lp / lq) / 1e-5)
+            counts[key] = counts.get(key, 0.0) + mass
+            masses.append(mass)
+    return {k: v for k, v in counts.items() if v > 0.0 or k == 0}, math.fsum(masses)
+
+
+@pytest.mark.parametrize("pessimistic", [True, False])
+@pytest.mark.parametrize(
+    ("pair", "n"),
+    [
+        (ClonePair.stronger_clone(1.0), 40),
+        (ClonePair.stronger_clone(3.0), 300),
+        (ClonePair(p=math.exp(2.0), alpha=1 / (math.exp(2.0) + 4), r=1 / 5), 25),
+        (ClonePair(p=math.exp(0.5), alpha=1 / (math.exp(0.5) + 1), r=1 / 2), 120),
+    ],
+)
+def test_pld_loss_counts_are_the_sum_over_every_count(
+    pair: ClonePair, n: int, pessimistic: bool
+) -> None:
+    counts, kept = pair_loss_counts(pair, n, tail=1e-12, pessimistic=pessimistic)
+    plain, plain_kept = _loss_counts_term_by_term(pair, n, 1e-12, pessimistic)
+    assert counts.keys() == plain.keys()
+    for key, mass in plain.items():
+        assert counts[key] == pytest.approx(mass, rel=1e-12, abs=1e-300), key
+    assert kept == pytest.approx(plain_kept, rel=1e-13)
+
+
+def test_exact_sum_is_the_correctly_rounded_sum() -> None:
+    rng = np.random.default_rng(7)
+    tiny = np.exp(rng.uniform(-745.0, 0.0, 200_000))  # subnormals to 1: thousands of binades
+    signed = rng.standard_normal(50_000) * np.exp(rng.uniform(-60.0, 60.0, 50_000))
+    cancelling = np.concatenate([signed, -signed[::-1], [1e-300, 5e-324]])
+    for values in (tiny, signed, cancelling, np.full(3_000, 0.1), np.zeros(5_000)):
+        assert exact_sum(values) == math.fsum(values.tolist())

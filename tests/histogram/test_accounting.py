@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -83,17 +84,26 @@ def test_figure_equals_the_enumerated_full_histogram(
     assert exact - 1e-12 <= ours <= exact * (1 + 1e-6) + 1e-12
 
 
+@functools.cache  # the same 81 pairs of views for every ε below: enumerated once
+def _enumerated_views(
+    params: HistogramParams, others: tuple[int, ...]
+) -> tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], float]]:
+    from tests.histogram.test_statement_soundness import _mechanism
+
+    return _mechanism(params, (0, *others)), _mechanism(params, (1, *others))
+
+
 @pytest.mark.slow  # PLD accounting: seconds, left to the full check
 @pytest.mark.parametrize("eps", [0.1, 0.5, 1.0])
 def test_local_randomization_figure_bounds_the_enumerated_view(eps: float) -> None:
     """The target's k-RR report among the fakes of 4 honest others whose real reports are
     k-RR'd too: the whole histogram enumerated with tests/histogram/test_statement_soundness.py's
     brute force of the real mechanism (every value of the others)."""
-    from tests.histogram.test_statement_soundness import _hockey, _mechanism
+    from tests.histogram.test_statement_soundness import _hockey
 
     params = HistogramParams(domain_size=3, fake_slots=2, fake_probability=0.7, local_epsilon=1.5)
     for others in itertools.product(range(3), repeat=4):
-        p, q = _mechanism(params, (0, *others)), _mechanism(params, (1, *others))
+        p, q = _enumerated_views(params, others)
         exact = max(_hockey(p, q, eps), _hockey(q, p, eps))
         assert exact - 1e-12 <= histogram_delta(eps, params, n_honest=4)
 
