@@ -9,7 +9,8 @@ and revealing which case holds is allowed. Given m the pair
 is exact: k-ary RR's (N0, N1) (``pairs.ClonePair``, via ``pld.pair_loss_counts``),
 OLH's κ-mixture (``randomizers.LocalHashing.profile``) and a one-bit vector's
 product (column counts N0 ~ A, N1 ~ B under P, swapped under Q). Losses are
-rounded up to the grid and mass left out is charged as infinite loss.
+rounded up to the grid, masses up by their float error, and a bound on the mass left
+out (from binomial tails, not 1 − a float sum) is charged as infinite loss.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crowdmix.aggregator.accounting.blanket import TAIL_FRACTION, bins
-from crowdmix.aggregator.accounting.pairs import ClonePair, binom_window
+from crowdmix.aggregator.accounting.pairs import ClonePair, binom_window, pmf_error
 from crowdmix.aggregator.accounting.pld import GRID, MAX_PLD_N, pair_loss_counts
 from crowdmix.aggregator.accounting.randomizers import BitVector, KaryRR, LocalHashing, Randomizer
 
@@ -52,7 +53,8 @@ def _binned_counts(
 
 
 def _bit_counts(p: float, q: float, m: int, tail: float) -> tuple[dict[int, float], float]:
-    """Loss PMF (under P) of the one-bit product pair given m blanket draws:
+    """Loss PMF (under P) of the one-bit product pair given m blanket draws, and 1 − a
+    bound on the mass left out:
     loss(x, y) = ℓ(x) − ℓ(y), ℓ = ln(A/B), x ~ A = Bern(q) + Bin(m, p), y ~ B =
     Bern(p) + Bin(m, p); ⌈ℓ(x)/g⌉ + ⌈−ℓ(y)/g⌉ ≥ ⌈loss/g⌉ (rounded up)."""
     import numpy as np
@@ -70,7 +72,6 @@ def _bit_counts(p: float, q: float, m: int, tail: float) -> tuple[dict[int, floa
     ix = np.ceil(ell / GRID).astype(np.int64)
     iy = np.ceil(-ell / GRID).astype(np.int64)
     counts: dict[int, float] = {}
-    kept = 0.0
     for start in range(0, len(ix), 512):
         block = ix[start : start + 512]
         wa = a[start : start + 512]
@@ -81,8 +82,15 @@ def _bit_counts(p: float, q: float, m: int, tail: float) -> tuple[dict[int, floa
         for i in np.nonzero(summed)[0]:
             key = int(i) + base
             counts[key] = counts.get(key, 0.0) + float(summed[i])
-        kept += math.fsum(mass)
-    return counts, kept
+    # Masses raised by their float error bound (two pmfs from log-gammas); the mass
+    # left out bounded by the tails of Bin(m, p) outside the window, once for A and
+    # once for B (A's and B's points outside it are Bin's points outside it).
+    rel = 2.0 * pmf_error(max(m, 1), min(max(p, 1e-300), 0.5)) + 8.0 * 2.220446049250313e-16
+    wlo, whi = max(0, lo), min(m, hi)
+    outside = float(stats.binom.cdf(wlo - 1, m, p)) if wlo > 0 else 0.0
+    outside += float(stats.binom.sf(whi, m, p)) if whi < m else 0.0
+    left_out = 2.0 * outside * (1.0 + rel) + 1e-15
+    return {key: v * (1.0 + rel) for key, v in counts.items()}, 1.0 - left_out
 
 
 def blanket_pld(randomizer: Randomizer, n: int, *, tail: float = 1e-12) -> Any | None:

@@ -6,9 +6,9 @@ Jälkö, Honkela 2020; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022, as in 
 ``dp_accounting``): much tighter than composing per-round (ε, δ). Over (a, t) =
 (N0, N0 + N1) of ``pairs``, the loss is ln(L_P(a)/L_Q(a)) with
 L_P(a) = 2pα·a + 2α·(t−a) + γρ(n−t), L_Q(a) = 2α·a + 2pα·(t−a) + γρ(n−t) (0 at t = 0).
-Losses are rounded up to a 1e-5 grid; mass left out (1 − a float sum, its float excess
-not charged: docs/privacy.md) is infinite loss. n ≤ ``MAX_PLD_N`` (cost grows like n);
-above it use ``compose_optimal``. Figures: docs/design.md, "Aggregator: accounting".
+Losses are rounded up to a 1e-5 grid, masses up by their float error bound, and the
+mass left out, bounded from C's binomial tails, is infinite loss. n ≤ ``MAX_PLD_N``
+(cost grows like n); above it use ``compose_optimal``. Figures: docs/design.md.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from crowdmix.aggregator.accounting.pairs import ClonePair
+from crowdmix.aggregator.accounting.pairs import ClonePair, pmf_error
 
 __all__ = [
     "GRID",
@@ -33,6 +33,7 @@ MAX_PLD_N = 300_000
 # Standard deviations of Bin(t, ½) kept around t/2 (mass outside: < 1e-15 per t).
 _A_WIDTH = 8.5
 _CHUNK_POINTS = 4_000_000
+_ULP = 2.220446049250313e-16
 # Loss grid of every PLD built here (one grid, so PLDs of different rounds compose).
 GRID = 1e-5
 
@@ -50,8 +51,8 @@ def shuffle_pld(
     from dp_accounting.pld import privacy_loss_distribution as pld_mod
 
     counts, kept = pair_loss_counts(pair, n, tail=tail, grid=grid, pessimistic=pessimistic)
-    # Everything not kept (C's tails, a's tails, float slack) is charged as infinite
-    # loss (pessimistic) or dropped (optimistic).
+    # The bound on the mass left out (C's tails, a's tails) is charged as infinite loss
+    # (pessimistic) or dropped (optimistic).
     infinity_mass = min(1.0, max(0.0, 1.0 - kept) + 1e-14) if pessimistic else 0.0
     return pld_mod.PrivacyLossDistribution.create_from_rounded_probability(
         counts, infinity_mass, grid, pessimistic_estimate=pessimistic, symmetric=True
@@ -61,8 +62,16 @@ def shuffle_pld(
 def pair_loss_counts(
     pair: ClonePair, n: int, *, tail: float = 1e-12, grid: float = GRID, pessimistic: bool = True
 ) -> tuple[dict[int, float], float]:
-    """The pair's privacy-loss PMF under P on the loss grid (index → mass), and the
-    mass it holds (the rest was left out)."""
+    """The pair's privacy-loss PMF under P on the loss grid (index → mass), and 1 − a
+    bound on the mass left out (what the caller charges as infinite loss).
+
+    Pessimistic: every mass is raised by its float error bound (weights Bin(m, 2r) and
+    terms Bin(a; t, ½) from log-gammas: ``pmf_error`` each), so it is at least the true
+    one, and the mass left out is bounded without a float sum: under P, t falls outside
+    the window only when C does (``EvaluatedPair.tail``) or the victim lands in neither
+    bucket with C at the window's low end (γ·Bin(c_lo)); a outside t/2 ± 8.5·√t/2 has
+    mass ≤ 2·e^(−36.1) per t (Hoeffding), ≤ 2e-15 in all. Optimistic: masses lowered
+    by the same bound and the rest dropped."""
     import numpy as np
     from scipy import special, stats
 
@@ -114,7 +123,16 @@ def pair_loss_counts(
     kept = 0.0
     for k in kept_parts:  # in the order they were found, as the sum was always taken
         kept += k
-    return _merge_counts(parts, zero_mass), kept
+    counts = _merge_counts(parts, zero_mass)
+    m, prob = n - 1, min(1.0, 2.0 * pair.r)
+    rel = _ULP * 16.0 + pmf_error(n + 1, 0.5)
+    if m > 0:
+        rel += pmf_error(m, min(max(prob, 1e-300), 0.5))
+    if not pessimistic:
+        return {key: v * (1.0 - rel) for key, v in counts.items()}, kept * (1.0 - rel)
+    low_end = pair.gamma * float(w1_all[0]) * (1.0 + rel) if t_all[0] > 1.0 else 0.0
+    left_out = ev.tail + low_end + 2e-15
+    return {key: v * (1.0 + rel) for key, v in counts.items()}, 1.0 - left_out
 
 
 def _merge_counts(parts: list[tuple[int, Any]], zero_mass: float | None) -> dict[int, float]:
