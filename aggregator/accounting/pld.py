@@ -131,7 +131,11 @@ def pair_loss_counts(
     if not pessimistic:
         return {key: v * (1.0 - rel) for key, v in counts.items()}, kept * (1.0 - rel)
     low_end = pair.gamma * float(w1_all[0]) * (1.0 + rel) if t_all[0] > 1.0 else 0.0
-    left_out = ev.tail + low_end + 2e-15
+    # ``pair.gamma`` reads a γ ≤ 1e-12 as 0 (k-RR at ε0 ≳ 27.6), so the masses then sum
+    # to α(1+p) < 1: the victim-in-neither mass they miss is charged too (a residual
+    # below 1e-15 is float noise, within the 2e-15, of which Hoeffding needs < 5e-16).
+    missed = 1.0 - pair.alpha * (1.0 + pair.p) if pair.gamma == 0.0 else 0.0
+    left_out = ev.tail + low_end + (missed + 4.0 * _ULP if missed > 1e-15 else 0.0) + 2e-15
     return {key: v * (1.0 + rel) for key, v in counts.items()}, 1.0 - left_out
 
 

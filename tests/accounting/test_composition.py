@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -174,3 +175,55 @@ def test_exact_sum_is_the_correctly_rounded_sum() -> None:
     cancelling = np.concatenate([signed, -signed[::-1], [1e-300, 5e-324]])
     for values in (tiny, signed, cancelling, np.full(3_000, 0.1), np.zeros(5_000)):
         assert exact_sum(values) == math.fsum(values.tolist())
+
+
+def _exact_mass_left_out(pair: ClonePair, n: int, tail: float) -> float:
+    """1 − the exact P-mass (40 digits) of every (t, a) point pair_loss_counts keeps:
+    P(t, a) = pα·B(t−1)·b(a−1; t−1) + α·B(t−1)·b(a; t−1) + γ·B(t)·b(a; t), with
+    B = Bin(n−1, 2r), b = Bin(·, ½) and γ = 1 − α(1+p) as the math has it."""
+    import mpmath  # type: ignore[import-untyped]
+
+    t_all = pair.evaluate(n, 0.5, tail=tail)._arrays()["t"]
+    c_lo, c_hi = int(t_all[0]) - 1, int(t_all[-1]) - 1
+    with mpmath.workdps(40):
+        p, alpha, q = mpmath.mpf(pair.p), mpmath.mpf(pair.alpha), 2 * mpmath.mpf(pair.r)
+        gamma, m = 1 - alpha * (1 + p), n - 1
+
+        def big(c: int) -> Any:
+            return mpmath.binomial(m, c) * q**c * (1 - q) ** (m - c) if 0 <= c <= m else 0
+
+        def half(a: int, t: int) -> Any:
+            return mpmath.binomial(t, a) / mpmath.mpf(2) ** t if 0 <= a <= t else 0
+
+        kept = gamma * big(0) if c_lo == 0 and pair.gamma > 0.0 else mpmath.mpf(0)
+        for t in range(c_lo + 1, c_hi + 2):
+            width = 8.5 * 0.5 * math.sqrt(t)
+            for a in range(max(0, math.floor(t / 2 - width)), min(t, math.ceil(t / 2 + width)) + 1):
+                kept += big(t - 1) * (p * alpha * half(a - 1, t - 1) + alpha * half(a, t - 1))
+                kept += gamma * big(t) * half(a, t)
+        return float(1 - kept)
+
+
+@pytest.mark.parametrize(
+    ("pair", "n", "tail"),
+    [
+        (ClonePair(p=math.e**2, alpha=1 / (math.e**2 + 3), r=0.25), 25, 0.05),
+        (ClonePair(p=math.e, alpha=1 / (math.e + 8), r=0.1), 30, 0.3),  # γ·Bin(c_lo) needed
+        (ClonePair.stronger_clone(1.0), 30, 0.02),
+        (ClonePair.stronger_clone(2.0), 1, 1e-12),
+    ],
+)
+def test_pld_left_out_bound_covers_every_point_not_enumerated(
+    pair: ClonePair, n: int, tail: float
+) -> None:
+    _, kept = pair_loss_counts(pair, n, tail=tail)
+    assert 1 - kept >= _exact_mass_left_out(pair, n, tail)
+
+
+def test_pld_charges_a_victim_in_neither_mass_read_as_zero() -> None:
+    # k-RR (d = 3) at ε0 = 28: γ ≈ 6.9e-13 is read as 0, so the masses miss it
+    e = math.exp(28.0)
+    pair = ClonePair(p=e, alpha=1 / (e + 2), r=1 / 3)
+    assert pair.gamma == 0.0
+    _, kept = pair_loss_counts(pair, 20)
+    assert 1 - kept >= 1 - pair.alpha * (1 + pair.p) > 6e-13
