@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, get_args
 
-from crowdmix.aggregator.accounting.pairs import ClonePair, EvaluatedPair, pmf_error
+from crowdmix.aggregator.accounting.pairs import (
+    ClonePair,
+    EvaluatedPair,
+    pmf_error,
+    symmetric_hockey_lower,
+)
 
 if TYPE_CHECKING:
     from crowdmix.aggregator.accounting.blanket import Profile
@@ -376,12 +381,7 @@ def _binary_rr_delta(epsilon: float, epsilon0: float, n: int) -> float:
     # A lower bound: each side's positive terms less their float error (pmf_error of
     # the weights, times the magnitudes p + e·q summed there).
     rel = pmf_error(max(n - 1, 1), flip) + 8.0 * 2.220446049250313e-16
-    sides = []
-    for a, b in ((p, q), (q, p)):
-        diff = a - e * b
-        on = diff > 0.0
-        sides.append(float(diff[on].sum()) - rel * float((a[on] + e * b[on]).sum()))
-    return max(sides)
+    return symmetric_hockey_lower(p, q, e, rel)
 
 
 def shuffled_rr_lower_bound(epsilon0: float, n: int, delta: float, *, domain: int = 3) -> float:

@@ -15,7 +15,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from crowdmix.aggregator.accounting.pairs import ClonePair, binom_window, pmf_error
+from crowdmix.aggregator.accounting.pairs import (
+    ClonePair,
+    binom_window,
+    pmf_error,
+    symmetric_hockey_lower,
+)
 
 __all__ = [
     "bit_vector_lower",
@@ -96,12 +101,7 @@ def _binary(epsilon0: float, n: int, delta: float) -> float:
 
     def at(eps: float) -> float:
         e = math.exp(eps)
-        sides = []
-        for a, b in ((p, q), (q, p)):
-            diff = a - e * b
-            on = diff > 0.0
-            sides.append(float(diff[on].sum()) - rel * float((a[on] + e * b[on]).sum()))
-        return max(sides)
+        return symmetric_hockey_lower(p, q, e, rel)
 
     return _root_down(_Kept(at), delta, epsilon0)
 

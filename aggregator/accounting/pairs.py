@@ -27,6 +27,7 @@ __all__ = [
     "binom_window",
     "half_tail_error",
     "pmf_error",
+    "symmetric_hockey_lower",
 ]
 
 # C's window covers all but TAIL_FRACTION·δ of its mass; that mass is added to δ.
@@ -43,6 +44,17 @@ def pmf_error(draws: int, p: float) -> float:
     that sum, and never below ``FLOAT_SLACK``."""
     size = draws * (math.log(draws + 2.0) + abs(math.log(p)) + abs(math.log1p(-p))) + 10.0
     return max(FLOAT_SLACK, 16.0 * _ULP * size)
+
+
+def symmetric_hockey_lower(p: Any, q: Any, e: float, rel: float) -> float:
+    """max(D_e(P‖Q), D_e(Q‖P)) of two laws on one grid (numpy arrays), from below: each
+    side's positive terms less ``rel`` (their float error) times their magnitudes."""
+    sides = []
+    for a, b in ((p, q), (q, p)):
+        diff = a - e * b
+        on = diff > 0.0
+        sides.append(float(diff[on].sum()) - rel * float((a[on] + e * b[on]).sum()))
+    return max(sides)
 
 
 def half_tail_error(draws: int) -> float:
