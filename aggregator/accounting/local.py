@@ -109,8 +109,29 @@ def generic_total_variation(epsilon: float) -> float:
 
 
 def basic_epsilon(params: BasicParams) -> float:
-    """ε of one report of a basic mechanism: its configured parameter."""
-    return params.epsilon
+    """ε of one report of a basic mechanism, as the devices realise it: the configured ε,
+    or more where the float probabilities the SDKs draw with exactly give more.
+
+    The encoders draw Bernoulli(p) exactly for the float p they compute (k-RR, binary RR
+    and OLH: keep = e^ε/(e^ε+n−1); OUE: q = 1/(e^ε+1)), so the mechanism's ε is
+    ln(keep·(n−1)/(1−keep)), resp. ln((1−q)/q), of that float: up to ~1e-12 above ε. It is
+    taken one ulp toward the larger ε (an SDK whose exp differs by an ulp is covered),
+    evaluated on exact rationals and rounded up.
+    """
+    from fractions import Fraction
+
+    if params.mechanism == "oue":
+        q = Fraction(math.nextafter(params.oue_q, 0.0))
+        ratio = (1 - q) / q
+    else:
+        n = params.olh_buckets if params.mechanism == "olh" else params.domain_size
+        keep = Fraction(math.nextafter(params.keep_probability, 1.0))
+        if keep >= 1:
+            return math.inf
+        ratio = keep * (n - 1) / (1 - keep)
+    realised = math.log(float(ratio))  # float(ratio): within half an ulp
+    realised = math.nextafter(realised + 4e-16 * max(1.0, abs(realised)), math.inf)
+    return max(params.epsilon, realised)
 
 
 def basic_total_variation(params: BasicParams) -> float:

@@ -28,6 +28,7 @@ from crowdmix.aggregator.accounting.blanket import (
     mixture,
     two_bit_points,
 )
+from crowdmix.aggregator.accounting.local import basic_epsilon
 from crowdmix.core.basic import OLH_PRIME
 
 if TYPE_CHECKING:
@@ -230,9 +231,9 @@ def randomizer_of(
     PRR alone, what every memoised report post-processes), or None if unknown."""
     if basic is not None:
         if basic.mechanism in ("krr", "binary-rr"):
-            return KaryRR(epsilon0=basic.epsilon, domain=basic.domain_size)
+            return KaryRR(epsilon0=basic_epsilon(basic), domain=basic.domain_size)
         if basic.mechanism == "olh":
-            return LocalHashing(epsilon0=basic.epsilon, buckets=basic.olh_buckets)
+            return LocalHashing(epsilon0=basic_epsilon(basic), buckets=basic.olh_buckets)
         if basic.mechanism == "oue":
             return BitVector(p=basic.oue_q, q=0.5, bits=1, label="OUE")
         return None

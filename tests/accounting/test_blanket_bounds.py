@@ -25,7 +25,7 @@ from crowdmix.aggregator.accounting.blanket import (
 )
 from crowdmix.aggregator.accounting.blanket_pld import blanket_pld
 from crowdmix.aggregator.accounting.history import Segment, compose_segments
-from crowdmix.aggregator.accounting.local import basic_total_variation
+from crowdmix.aggregator.accounting.local import basic_epsilon, basic_total_variation
 from crowdmix.aggregator.accounting.lower_bounds import bit_vector_lower, krr_lower
 from crowdmix.aggregator.accounting.pairs import ClonePair
 from crowdmix.aggregator.accounting.pld import pld_lower_epsilon
@@ -181,7 +181,10 @@ def test_a_partitioned_single_round_uses_its_randomizers_blanket_bound() -> None
         )
         for g in (0, 1)
     ]
-    best = best_amplification(2.0, 20_000, DELTA, KaryRR(epsilon0=2.0, domain=32)).result
+    # the ε the SDKs' float probabilities realise (within 1e-15 of 2.0)
+    realised = basic_epsilon(basic)
+    best = best_amplification(realised, 20_000, DELTA, KaryRR(epsilon0=realised, domain=32))
+    best = best.result
     assert best.bound == "blanket"
     assert compose_segments(segments).epsilon == best.epsilon < amplify(2.0, 20_000, DELTA).epsilon
 
