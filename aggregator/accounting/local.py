@@ -15,6 +15,7 @@ VLDB 2024). Derivations: docs/design.md, "Aggregator: accounting", local privacy
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from crowdmix.core.basic import BasicParams
 from crowdmix.core.params import RapporParams
@@ -28,6 +29,7 @@ __all__ = [
     "epsilon_one",
     "generic_total_variation",
     "prr_total_variation",
+    "realised_epsilon",
     "total_variation",
 ]
 
@@ -122,16 +124,27 @@ def basic_epsilon(params: BasicParams) -> float:
 
     if params.mechanism == "oue":
         q = Fraction(math.nextafter(params.oue_q, 0.0))
-        ratio = (1 - q) / q
-    else:
-        n = params.olh_buckets if params.mechanism == "olh" else params.domain_size
-        keep = Fraction(math.nextafter(params.keep_probability, 1.0))
-        if keep >= 1:
-            return math.inf
-        ratio = keep * (n - 1) / (1 - keep)
-    realised = math.log(float(ratio))  # float(ratio): within half an ulp
-    realised = math.nextafter(realised + 4e-16 * max(1.0, abs(realised)), math.inf)
-    return max(params.epsilon, realised)
+        return max(params.epsilon, _log_up((1 - q) / q))
+    n = params.olh_buckets if params.mechanism == "olh" else params.domain_size
+    return realised_epsilon(params.keep_probability, n, params.epsilon)
+
+
+def realised_epsilon(keep: float, n: int, configured: float) -> float:
+    """ε of n-ary randomized response that keeps the value w.p. the float ``keep`` (and
+    moves to each other value w.p. (1 − keep)/(n − 1)), one ulp toward the larger ε,
+    rounded up; never below ``configured`` (``basic_epsilon``)."""
+    from fractions import Fraction
+
+    up = Fraction(math.nextafter(keep, 1.0))
+    if up >= 1:
+        return math.inf
+    return max(configured, _log_up(up * (n - 1) / (1 - up)))
+
+
+def _log_up(ratio: Any) -> float:
+    """ln of a positive Fraction, rounded up (float(ratio) is within half an ulp)."""
+    x = math.log(float(ratio))
+    return math.nextafter(x + 4e-16 * max(1.0, abs(x)), math.inf)
 
 
 def basic_total_variation(params: BasicParams) -> float:
