@@ -380,7 +380,7 @@ def _binary_rr_delta(epsilon: float, epsilon0: float, n: int) -> float:
     e = math.exp(epsilon)
     # A lower bound: each side's positive terms less their float error (pmf_error of
     # the weights, times the magnitudes p + e·q summed there).
-    rel = pmf_error(max(n - 1, 1), flip) + 8.0 * 2.220446049250313e-16
+    rel = pmf_error(max(n - 1, 1), flip) + 8.0 * math.ulp(1.0)
     return symmetric_hockey_lower(p, q, e, rel)
 
 

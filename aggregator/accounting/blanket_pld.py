@@ -85,7 +85,7 @@ def _bit_counts(p: float, q: float, m: int, tail: float) -> tuple[dict[int, floa
     # Masses raised by their float error bound (two pmfs from log-gammas); the mass
     # left out bounded by the tails of Bin(m, p) outside the window, once for A and
     # once for B (A's and B's points outside it are Bin's points outside it).
-    rel = 2.0 * pmf_error(max(m, 1), min(max(p, 1e-300), 0.5)) + 8.0 * 2.220446049250313e-16
+    rel = 2.0 * pmf_error(max(m, 1), min(max(p, 1e-300), 0.5)) + 8.0 * math.ulp(1.0)
     wlo, whi = max(0, lo), min(m, hi)
     outside = float(stats.binom.cdf(wlo - 1, m, p)) if wlo > 0 else 0.0
     outside += float(stats.binom.sf(whi, m, p)) if whi < m else 0.0

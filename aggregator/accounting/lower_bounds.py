@@ -97,7 +97,7 @@ def _binary(epsilon0: float, n: int, delta: float) -> float:
     p = (1.0 - flip) * base + flip * shifted  # victim holds 0
     q = flip * base + (1.0 - flip) * shifted  # victim holds 1
 
-    rel = pmf_error(max(n - 1, 1), flip) + 8.0 * 2.220446049250313e-16  # float error, taken off
+    rel = pmf_error(max(n - 1, 1), flip) + 8.0 * math.ulp(1.0)  # float error, taken off
 
     def at(eps: float) -> float:
         e = math.exp(eps)

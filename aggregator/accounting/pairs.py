@@ -34,7 +34,7 @@ __all__ = [
 TAIL_FRACTION = 1e-6
 # The least relative float error charged on any computed probability.
 FLOAT_SLACK = 1e-9
-_ULP = 2.220446049250313e-16
+_ULP = math.ulp(1.0)
 
 
 def pmf_error(draws: int, p: float) -> float:

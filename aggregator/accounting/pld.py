@@ -33,7 +33,7 @@ MAX_PLD_N = 300_000
 # Standard deviations of Bin(t, ½) kept around t/2 (mass outside: < 1e-15 per t).
 _A_WIDTH = 8.5
 _CHUNK_POINTS = 4_000_000
-_ULP = 2.220446049250313e-16
+_ULP = math.ulp(1.0)
 # Loss grid of every PLD built here (one grid, so PLDs of different rounds compose).
 GRID = 1e-5
 

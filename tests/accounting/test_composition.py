@@ -154,9 +154,7 @@ def test_pld_loss_counts_are_the_sum_over_every_count(
     counts, kept = pair_loss_counts(pair, n, tail=1e-12, pessimistic=pessimistic)
     plain, plain_kept = _loss_counts_term_by_term(pair, n, 1e-12, pessimistic)
     # Each mass moved by its float error bound: up for an upper bound, down for a lower.
-    rel = (
-        16 * 2.220446049250313e-16 + pmf_error(n + 1, 0.5) + pmf_error(n - 1, min(2 * pair.r, 0.5))
-    )
+    rel = 16 * math.ulp(1.0) + pmf_error(n + 1, 0.5) + pmf_error(n - 1, min(2 * pair.r, 0.5))
     scale = 1 + rel if pessimistic else 1 - rel
     assert counts.keys() == plain.keys()
     for key, mass in plain.items():

@@ -49,8 +49,14 @@ def windows(s: ShufflerHandle, metric: str) -> dict[int, int]:
 
 
 def reporter(
-    app: Path, target: str, clocks: Clocks, cls: type[client.Reporter] = client.Reporter
+    app: Path,
+    target: str | ShufflerHandle,
+    clocks: Clocks,
+    cls: type[client.Reporter] = client.Reporter,
 ) -> client.Reporter:
-    """A clear, foreground reporter on the device's wall and monotonic clocks."""
+    """A clear, foreground reporter on the device's wall and monotonic clocks, sending to
+    ``target`` (an address, or a shuffler on loopback)."""
+    if isinstance(target, ShufflerHandle):
+        target = f"127.0.0.1:{target.port}"
     kw: dict[str, Any] = {"token": TOKEN, "tls": False, "sealing": "off", "background": False}
     return cls(app, target, clock=clocks.device, monotonic=clocks.mono, **kw)

@@ -35,19 +35,15 @@ def shuffler(clocks: Clocks) -> Iterator[ShufflerHandle]:
         yield s
 
 
-def _reporter(app: Path, s: ShufflerHandle, clocks: Clocks) -> client.Reporter:
-    return reporter(app, f"127.0.0.1:{s.port}", clocks)
-
-
 def test_a_restart_on_a_clock_set_forward_does_not_block_the_metric(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
     app = tmp_path / "app"
-    with _reporter(app, shuffler, clocks) as r:
+    with reporter(app, shuffler, clocks) as r:
         assert r.flush(timeout=10) == 0  # the config cached, offset 0
     clocks.t += 600
     clocks.device_ahead = 30 * DAY  # set forward while the app was down
-    with _reporter(app, shuffler, clocks) as r:
+    with reporter(app, shuffler, clocks) as r:
         first = r.report(OUE, "a")
         r.flush(timeout=10)  # the server time learnt again
         second = r.report(OUE, "b")
@@ -62,7 +58,7 @@ def test_a_clock_set_while_running_is_kept_for_the_restart_when_the_fetch_fails(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
     app = tmp_path / "app"
-    with _reporter(app, shuffler, clocks) as r:
+    with reporter(app, shuffler, clocks) as r:
         assert r.flush(timeout=10) == 0  # the config cached, offset 0
         shuffler.stop()
         clocks.t += 600
@@ -72,7 +68,7 @@ def test_a_clock_set_while_running_is_kept_for_the_restart_when_the_fetch_fails(
     (row,) = Outbox(app / "outbox.sqlite3").pending()
     assert row.window == D  # the server's day: the monotonic clock, not the wall one
     clocks.t += 600
-    with _reporter(app, shuffler, clocks) as r:  # restarted, still offline
+    with reporter(app, shuffler, clocks) as r:  # restarted, still offline
         # day D again (claimed): on the old offset it would claim day D + 30
         assert r.report(OUE, "b").status is client.ReportStatus.ALREADY_REPORTED_THIS_WINDOW
     # the stored offset follows the monotonic clock: day D still, not day D + 30

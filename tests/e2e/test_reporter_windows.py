@@ -52,7 +52,7 @@ def test_a_device_clock_behind_reports_in_the_servers_window_and_only_once(
 ) -> None:
     clocks.device_ahead = -600.0  # ten minutes behind
     clocks.t = B(D + 1) + 300  # the server's day D + 1 began; the device's day D has not ended
-    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks) as r:
+    with reporter(tmp_path / "app", shuffler, clocks) as r:
         assert r.flush(timeout=10) == 0  # the config and the server's time
         assert r.report(OUE, "a") and r.flush(timeout=10) == 0
         assert _windows(shuffler) == {D + 1: 1}
@@ -68,7 +68,7 @@ def test_a_device_clock_ahead_reports_in_the_servers_window_when_it_turns(
 ) -> None:
     clocks.device_ahead = 600.0  # ten minutes ahead
     clocks.t = B(D + 1) - 300  # the device's day D + 1 began; the server's day D has not ended
-    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks) as r:
+    with reporter(tmp_path / "app", shuffler, clocks) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a") and r.flush(timeout=10) == 0
         assert _windows(shuffler) == {D: 1}
@@ -99,7 +99,7 @@ def test_a_retry_after_the_window_turned_names_the_same_window_and_id(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
     clocks.t = B(D + 1) - 100  # 100 s before the day ends
-    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks, LostFirstReply) as r:
+    with reporter(tmp_path / "app", shuffler, clocks, LostFirstReply) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a")
         assert r.flush(timeout=10) == 1  # stored by the shuffler, reply lost
@@ -116,7 +116,7 @@ def test_a_report_whose_window_closed_while_retrying_is_dropped(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
     clocks.t = B(D) + 100
-    with reporter(tmp_path / "app", f"127.0.0.1:{shuffler.port}", clocks, LostFirstReply) as r:
+    with reporter(tmp_path / "app", shuffler, clocks, LostFirstReply) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a") and r.flush(timeout=10) == 1  # stored, reply lost
         clocks.t = B(D + 2) + 100  # day D is closed now
@@ -140,7 +140,7 @@ def test_a_new_window_length_neither_blocks_the_metric_nor_sends_a_stale_window(
         registry = dataclasses.replace(make_registry(min_batch=1), window_seconds=window)
         return start_shuffler(registry, tokens=frozenset({TOKEN}), clock=clocks.server)
 
-    with shuffler(3600) as hourly, reporter(app, f"127.0.0.1:{hourly.port}", clocks) as r:
+    with shuffler(3600) as hourly, reporter(app, hourly, clocks) as r:
         assert r.flush(timeout=10) == 0
         assert r.report(OUE, "a")  # claimed in an hour, not sent
     with shuffler(DAY) as daily, reporter(app, f"127.0.0.1:{daily.port}", clocks) as r:

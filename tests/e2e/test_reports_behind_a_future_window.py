@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from crowdmix import client
 from crowdmix.shuffler.server import ShufflerHandle
 from tests.e2e.clocks import DAY, Clocks, D, clocked_shuffler, reporter, windows
 from tests.shuffler.helpers import OUE, RAPPOR
@@ -36,14 +35,10 @@ def shuffler(clocks: Clocks) -> Iterator[ShufflerHandle]:
         yield s
 
 
-def _reporter(app: Path, s: ShufflerHandle, clocks: Clocks) -> client.Reporter:
-    return reporter(app, f"127.0.0.1:{s.port}", clocks)
-
-
 def test_a_wall_clock_set_days_forward_then_back_moves_no_window(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
-    with _reporter(tmp_path / "app", shuffler, clocks) as r:
+    with reporter(tmp_path / "app", shuffler, clocks) as r:
         assert r.flush(timeout=10) == 0  # the config and the server's time
         clocks.device_ahead = 2 * DAY  # the clock set two days forward
         assert r.report(OUE, "a") and r.flush(timeout=10) == 0  # claimed in day D
@@ -58,7 +53,7 @@ def test_a_wall_clock_set_days_forward_then_back_moves_no_window(
 def test_a_report_in_a_window_days_ahead_does_not_hold_back_a_report_of_the_current_window(
     shuffler: ShufflerHandle, clocks: Clocks, tmp_path: Path
 ) -> None:
-    with _reporter(tmp_path / "app", shuffler, clocks) as r:
+    with reporter(tmp_path / "app", shuffler, clocks) as r:
         clocks.server_ahead = 2 * DAY  # the shuffler's clock is wrong when the device asks
         assert r.flush(timeout=10) == 0
         clocks.server_ahead = 0.0  # and is put right
