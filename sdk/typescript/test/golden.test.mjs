@@ -160,6 +160,14 @@ test("heavy hitters: each round's params, prefix keys and buckets, and the index
   assert.ok(prefix >= 8 && value >= 4);
 });
 
+test("heavy hitters: keep probabilities and the integer bound on e^ε below them, bit for bit", () => {
+  assert.ok(H.keep.length >= 50);
+  for (const c of H.keep) {
+    assert.equal(sdk.expLower(c.epsilon).toString(), c.exp_lower, JSON.stringify(c));
+    assert.equal(sdk.keepProbabilityOf(c.epsilon, c.n), c.keep, JSON.stringify(c));
+  }
+});
+
 test("heavy hitters: a GetConfig answer the shuffler serves reads here, rounds and all", () => {
   const c = sdk.parseConfig(bytes(H.config.answer)).metrics.get("words");
   assert.equal(c.fingerprint.toString(), H.config.fingerprint);
