@@ -7,13 +7,12 @@ Per case: value, secret, cohort and params -> Bloom bits, PRR bits, the cohort t
 secret picks, the params fingerprint and ε_1 / ε_∞; the fingerprints of basic and
 histogram params; heavy hitters (metric fingerprints, symbols, the device's round from
 its secret, each round's params, prefix keys and buckets, the index a fixed byte stream
-gives, a GetConfig answer serving rounds, and keep probabilities with the integer lower
-bound on e^ε they come from); Python's float repr (which fingerprints
-embed); the per-bit counts of
-seeded Python clients' reports (the TypeScript suite compares its own with a χ² test);
-and sealed reports
-under a fixed test key pair (its private key is public: it seals nothing real), each
-with its HPKE info and plaintext, sealed by Python. The TypeScript suite
+gives, each round's fingerprint, a GetConfig answer serving rounds, and keep
+probabilities with the integer lower bound on e^ε they come from); Python's float repr
+(which fingerprints embed); the per-bit counts of seeded Python clients' reports (the
+TypeScript suite compares its own with a χ² test); and sealed reports under a fixed test
+key pair (its private key is public: it seals nothing real), each with its HPKE info and
+plaintext, sealed by Python. The TypeScript suite
 (sdk/typescript/test/golden.test.mjs) checks every field and writes reports it sealed
 to tests/golden/sealed_by_typescript.json, which tests/golden/test_golden_vectors.py opens.
 """
@@ -379,6 +378,7 @@ def heavy_hitters_section() -> dict[str, Any]:
                 "served": served.to_dict(),
                 "cells": params.cells,
                 "keep_probability": params.keep_probability,
+                "round_fingerprint": str(served.fingerprint(fp)),
                 "values": [],
             }
             if isinstance(params, PrefixRound):
@@ -417,6 +417,7 @@ def heavy_hitters_section() -> dict[str, Any]:
             "answer": answer.SerializeToString(deterministic=True).hex(),
             "fingerprint": str(hh.fingerprint()),
             "rounds": [r.to_dict() for r in served[:2]],
+            "round_fingerprints": [str(r.fingerprint(hh.fingerprint())) for r in served[:2]],
         },
     }
 

@@ -331,6 +331,45 @@ export interface ServedRound {
   readonly opened: number;
   readonly epsilon: number;
   readonly params: PrefixRound | ValueRound;
+  /** what its reports carry instead of the metric's fingerprint (`roundFingerprint`) */
+  readonly fingerprint: bigint;
+}
+
+const ROUND_TAG = /* @__PURE__ */ utf8("crowdmix/round/v1\0");
+
+/**
+ * A round's fingerprint, as `crowdmix.core.rounds.ServedRound.fingerprint`: BLAKE2b-64
+ * (little-endian) of "crowdmix/round/v1\0" ‖ the metric's fingerprint (u64) ‖ round,
+ * window, opened (u32) ‖ ε (f64) ‖ start, stop, seeds, buckets, the number of candidates
+ * (u32) ‖ each candidate's UTF-8 length (u32) and bytes; little-endian, fields as served.
+ */
+export function roundFingerprint(
+  metricFingerprint: bigint,
+  r: { round: number; window: number; opened: number; epsilon: number; start: number; stop: number; seeds: number; buckets: number; candidates: readonly string[] },
+): bigint {
+  const cands = r.candidates.map(utf8);
+  const data = new Uint8Array(ROUND_TAG.length + 8 + 40 + cands.reduce((n, c) => n + 4 + c.length, 0));
+  const view = new DataView(data.buffer);
+  data.set(ROUND_TAG);
+  let at = ROUND_TAG.length;
+  view.setBigUint64(at, metricFingerprint, true);
+  at += 8;
+  const u32 = (x: number): void => {
+    view.setUint32(at, x, true);
+    at += 4;
+  };
+  u32(r.round);
+  u32(r.window);
+  u32(r.opened);
+  view.setFloat64(at, r.epsilon, true);
+  at += 8;
+  for (const x of [r.start, r.stop, r.seeds, r.buckets, cands.length]) u32(x);
+  for (const c of cands) {
+    u32(c.length);
+    data.set(c, at);
+    at += c.length;
+  }
+  return leBigInt(blake2b(data, { outlen: 8 }));
 }
 
 /** The round's params for `metric` (`crowdmix.core.rounds.ServedRound.params`); ParamsError when they do not fit. */

@@ -132,6 +132,7 @@ test("heavy hitters: each round's params, prefix keys and buckets, and the index
     const params = sdk.roundParams(metric, wireRound(c.served));
     assert.equal(params.cells, c.cells);
     assert.equal(params.keepProbability, c.keep_probability, JSON.stringify(c.served));
+    assert.equal(sdk.roundFingerprint(metric.fingerprint(), wireRound(c.served)).toString(), c.round_fingerprint, JSON.stringify(c.served));
     if (params instanceof sdk.PrefixRound) {
       prefix++;
       assert.equal(params.buckets, c.buckets);
@@ -177,6 +178,8 @@ test("heavy hitters: a GetConfig answer the shuffler serves reads here, rounds a
     H.config.rounds.map(({ round, window, opened, epsilon }) => ({ round, window, opened, epsilon })),
   );
   assert.deepEqual(c.rounds.map((r) => [r.params.start, r.params.stop, r.params.seeds]), H.config.rounds.map((r) => [r.start, r.stop, r.seeds]));
+  // each served round's fingerprint, which its reports carry
+  assert.deepEqual(c.rounds.map((r) => r.fingerprint.toString()), H.config.round_fingerprints);
   // served without buckets: the prime above e^ε + 1, as Python's (H.rounds[0]: the same round)
   assert.deepEqual(c.rounds.map((r) => r.params.buckets), [H.rounds[0].buckets, H.rounds[0].buckets]);
   // a build without heavy hitters keeps the metric bare: its reporter says unknown_metric
