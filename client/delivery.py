@@ -168,6 +168,8 @@ class Send:
     window: int
     key: PublicKeyConfig | None  # None: clear (``sealing="off"``)
     report_bytes: int
+    # heavy hitters: a sealed report names its round's fingerprint in the clear too
+    round_bound: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,18 +252,31 @@ def decide(
                 return Drop(ids, "refused", answer.message)
         return _failed(answer, answer.message)
     mc = config.config.metrics.get(metric)
-    if mc is None or any(r.report.params_fingerprint != mc.fingerprint for r in rows):
+    # a heavy-hitters report carries its round's fingerprint; a window this config serves
+    # no round of (no longer listed) is the shuffler's to judge
+    hh = mc is not None and mc.heavy_hitters is not None
+    expected = None if mc is None else mc.fingerprint
+    if mc is not None and hh:
+        served = config.config.round_of(metric, window)
+        expected = None if served is None else served.fingerprint(mc.fingerprint)
+    if mc is None or (
+        expected is not None and any(r.report.params_fingerprint != expected for r in rows)
+    ):
         if not state.refetched:  # maybe our config is the outdated one
-            return Refetch(f"metric {metric!r}: the reports' params are not in the config")
-        return Drop(ids, "params_changed")
+            what = "round is not the config's" if hh else "params are not in the config"
+            return Refetch(f"metric {metric!r}: the reports' {what}")
+        # a heavy-hitters report of another round of its window (another shuffler's)
+        # cannot be made again, and is never counted against this round
+        return Drop(ids, "round_changed" if hh else "params_changed")
     if mc.histogram is not None and state.sealing == "off":
         # a histogram's real report and its fakes look alike only when sealed
         return Drop(ids, "refused", f"metric {metric!r}: a shuffled histogram is never sent clear")
     refusal = state.ceiling.refusal(metric, mc)
     if refusal is not None:  # made under a looser ceiling (an earlier run of the app)
         return Drop(ids, "refused_by_ceiling", refusal)
+    bound = mc.heavy_hitters is not None
     if state.sealing == "off":
-        return Send(tuple(rows), window, None, mc.report_bytes)
+        return Send(tuple(rows), window, None, mc.report_bytes, bound)
     key = _usable_key(config, now)
     if key is None:
         if not state.refetched:
@@ -277,7 +292,7 @@ def decide(
             )
             + ": reports wait (sealing='required' never sends them clear)",
         )
-    return Send(tuple(rows), window, key, mc.report_bytes)
+    return Send(tuple(rows), window, key, mc.report_bytes, bound)
 
 
 def _usable_key(config: CachedConfig, now: Reading) -> PublicKeyConfig | None:

@@ -4,7 +4,8 @@ The round params, the symbol map and the prefix hash are in
 ``crowdmix.core.discovery`` (shared with the aggregator's decoders); each report
 is one k-ary randomized response, ε-LDP for the device's value. ``WindowEncoder``
 is what ``Reporter`` uses for a heavy-hitters metric: the round served for the
-report's window, written in the metric's fixed length under the metric's fingerprint;
+report's window, written in the metric's fixed length under that round's fingerprint
+(``ServedRound.fingerprint``: a shuffler or aggregator holding another round refuses it);
 ``device_round``: the one round of a discovery a device reports in.
 """
 
@@ -106,7 +107,7 @@ class ValueEncoder(DomainEncoder[ValueRound]):
 class WindowEncoder:
     """A heavy-hitters metric's reports in one window: the index of the round served
     for that window (``PrefixEncoder`` or ``ValueEncoder``), ``REPORT_BYTES`` bytes
-    little-endian, under the metric's ``fingerprint`` (the window names the round)."""
+    little-endian, under ``fingerprint``: the round's (``ServedRound.fingerprint``)."""
 
     __slots__ = ("_inner", "fingerprint", "metric", "window")
 

@@ -494,11 +494,12 @@ class Reporter:
                 f"this device's ceiling max_epsilon = {self._ceiling.max_epsilon:g}",
             )
         enc = self._window_encoders.get(metric)
-        if enc is None or enc.window != window or enc.fingerprint != mc.fingerprint:
+        fingerprint = served.fingerprint(mc.fingerprint)  # the report is bound to its round
+        if enc is None or enc.window != window or enc.fingerprint != fingerprint:
             enc = WindowEncoder(
                 served.params(mc.heavy_hitters),
                 metric=metric,
-                fingerprint=mc.fingerprint,
+                fingerprint=fingerprint,
                 window=window,
                 rand=self._rand,
             )
@@ -592,10 +593,12 @@ class Reporter:
         why = link.unreachable(min(connect_wait, max(deadline - time.monotonic(), 0.0)))
         if why is not None:
             return classify(why.code, why.details)
+        metric = send.rows[0].report.metric
         request = submit_request(
             [(r.report, r.window) for r in send.rows],
             key=send.key,
-            report_bytes={send.rows[0].report.metric: send.report_bytes},
+            report_bytes={metric: send.report_bytes},
+            round_bound=frozenset((metric,) if send.round_bound else ()),
         )
         try:
             self._submit(request, min(self._timeout, max(deadline - time.monotonic(), 0.1)))
@@ -659,7 +662,7 @@ class Reporter:
     def counters(self) -> dict[str, int]:
         """Reports delivered, those that left without delivery and the ``report`` calls
         that made none, by reason (``ReportStatus`` values, ``window_closed``,
-        ``params_changed``, ``refused``, ``refused_by_ceiling``)."""
+        ``params_changed``, ``round_changed``, ``refused``, ``refused_by_ceiling``)."""
         if self._at_close is not None:
             return dict(self._at_close[1])
         try:

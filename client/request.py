@@ -4,7 +4,9 @@ Each report travels with its collection window (``Report.window``; one window pe
 ``ReportColumns``) and the request with the protocol version. Sealed (``key``
 given): every report is sealed to ``key`` — a fresh HPKE encapsulation each, the
 window bound into ``info`` (``crowdmix.core.sealed``) — so a retry is a new
-ciphertext of the same report, same window and report id. Clear (``key`` None):
+ciphertext of the same report, same window and report id; a heavy-hitters report
+(``round_bound``) carries its round's fingerprint in the clear beside its seal too, for
+the shuffler to check against its round. Clear (``key`` None):
 the bits, cohort, fingerprint and report id as they are (``sealing="off"``).
 Requests of ``columnar_threshold`` reports or more go as columns (cheaper for the
 shuffler to parse). Importing this module loads protobuf; sealing loads
@@ -31,14 +33,16 @@ def submit_request(
     key: PublicKeyConfig | None,
     report_bytes: Mapping[str, int] | None = None,
     columnar_threshold: int = COLUMNAR_THRESHOLD,
+    round_bound: frozenset[str] = frozenset(),
 ) -> pb.SubmitRequest:
     """(report, window) pairs as one request, sealed to ``key`` or clear.
 
     ``report_bytes`` (metric -> its length) guards the fixed-length promise of a
     sealed metric: bits of another length raise ``ParamsError`` instead of making an
-    odd-length ciphertext."""
+    odd-length ciphertext. ``round_bound``: the heavy-hitters metrics, whose sealed
+    reports name their round's fingerprint in the clear."""
     if key is not None:
-        return _sealed(items, key, report_bytes or {}, columnar_threshold)
+        return _sealed(items, key, report_bytes or {}, columnar_threshold, round_bound)
     if len(items) < columnar_threshold:
         return pb.SubmitRequest(
             protocol=PROTOCOL_VERSION,
@@ -85,6 +89,7 @@ def _sealed(
     key: PublicKeyConfig,
     report_bytes: Mapping[str, int],
     columnar_threshold: int,
+    round_bound: frozenset[str],
 ) -> pb.SubmitRequest:
     from crowdmix.client.sealing import seal_report
 
@@ -92,6 +97,7 @@ def _sealed(
         (
             r.metric,
             w,
+            r.params_fingerprint if r.metric in round_bound else 0,
             seal_report(
                 key,
                 metric=r.metric,
@@ -109,12 +115,13 @@ def _sealed(
         return pb.SubmitRequest(
             protocol=PROTOCOL_VERSION,
             reports=[
-                pb.Report(metric=m, key_id=key.key_id, sealed=v, window=w) for m, w, v in sealed
+                pb.Report(metric=m, key_id=key.key_id, sealed=v, window=w, params_fingerprint=fp)
+                for m, w, fp, v in sealed
             ],
         )
-    groups: dict[tuple[str, int, int], list[bytes]] = {}
-    for m, w, v in sealed:
-        groups.setdefault((m, len(v), w), []).append(v)
+    groups: dict[tuple[str, int, int, int], list[bytes]] = {}
+    for m, w, fp, v in sealed:
+        groups.setdefault((m, len(v), w, fp), []).append(v)
     return pb.SubmitRequest(
         protocol=PROTOCOL_VERSION,
         columns=[
@@ -125,7 +132,8 @@ def _sealed(
                 sealed=b"".join(values),
                 sealed_bytes=n,
                 window=w,
+                params_fingerprint=fp,
             )
-            for (m, n, w), values in groups.items()
+            for (m, n, w, fp), values in groups.items()
         ],
     )

@@ -289,6 +289,9 @@ class ShufflerClient:
             if config is None
             else {n: m.report_bytes for n, m in config.metrics.items()},
             columnar_threshold=self._columnar_threshold,
+            round_bound=frozenset()
+            if config is None
+            else frozenset(n for n, m in config.metrics.items() if m.heavy_hitters is not None),
         )
         return request, batch
 

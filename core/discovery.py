@@ -10,11 +10,14 @@ extension e = hi·g + lo, key = BLAKE2b-64(start, stop, hi, prefix) and a seed s
 k-RR of h over g buckets (optimised local hashing, Wang et al., USENIX Security 2017) and
 the payload is s·g + y in ``index_bytes(S·g)`` bytes. ``ValueRound``: k-RR over the
 round's candidates plus "none of these" C; payload ``index_bytes(C+1)``. Either report is
-ε-LDP for the value and counted like k-RR. The hash in full: docs/design.md, "Core".
+ε-LDP for the value and counted like k-RR: its keep probability (``keep_probability``) is
+the largest float at most L/(L + n − 1), L an integer lower bound on e^ε, so the ε the
+device realises never exceeds the round's. The hash in full: docs/design.md, "Core".
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ __all__ = [
     "PrefixRound",
     "SymbolMap",
     "ValueRound",
+    "exp_lower",
+    "keep_probability",
     "mix64",
     "next_prime",
     "prefix_bucket",
@@ -73,6 +78,49 @@ def next_prime(n: int) -> int:
         if n < 4 or (n % 2 and all(n % d for d in range(3, math.isqrt(n) + 1, 2))):
             return n
         n += 1
+
+
+#: Fixed-point bits of ``exp_lower``.
+EXP_BITS = 256
+
+
+def exp_lower(epsilon: float) -> int:
+    """An integer L ≤ e^ε·2^256 (within ~2^-200 of it for ε ≤ 20): the Taylor series of
+    e^x at x = ⌊ε·2^256⌋/2^256, every term rounded down from the one before, so each
+    term, and the sum, errs low. Integer arithmetic only: every SDK gets the same L."""
+    num, den = float(epsilon).as_integer_ratio()
+    if num <= 0:
+        raise ParamsError(f"epsilon must be positive, got {epsilon!r}")
+    x = (num << EXP_BITS) // den
+    term = total = 1 << EXP_BITS
+    k = 1
+    while term:
+        term = ((term * x) >> EXP_BITS) // k
+        total += term
+        k += 1
+    return total
+
+
+def _float_at_most(a: int, b: int) -> float:
+    """The largest float ≤ a/b, for 2^-1000 < a/b < 1 (m·2^-s with 2^52 ≤ m < 2^53)."""
+    s = 53 + b.bit_length() - a.bit_length()  # a·2^s/b in [2^52, 2^54)
+    m = (a << s) // b
+    if m >> 53:
+        s -= 1
+        m = (a << s) // b
+    return math.ldexp(m, -s)
+
+
+@functools.lru_cache(maxsize=256)
+def keep_probability(epsilon: float, n: int) -> float:
+    """The keep probability of a round's n-ary randomized response, as every SDK draws it:
+    the largest float ≤ L/(L + (n−1)·2^256) with L = ``exp_lower(ε)``. Since L ≤ e^ε·2^256
+    and t/(t + n − 1) grows with t, it is ≤ e^ε/(e^ε + n − 1), so the realised ε,
+    ln(keep·(n−1)/(1−keep)), is at most ε (and below it by about an ulp of keep)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ParamsError(f"n must be an integer >= 2, got {n!r}")
+    a = exp_lower(epsilon)
+    return _float_at_most(a, a + ((n - 1) << EXP_BITS))
 
 
 def seed_constants(seed: int, buckets: int) -> tuple[int, int, int]:
@@ -221,8 +269,8 @@ class PrefixRound:
 
     @property
     def keep_probability(self) -> float:
-        """P(y = h) = e^ε/(e^ε + g − 1)."""
-        return 1.0 / (1.0 + (self.buckets - 1) * math.exp(-self.epsilon))
+        """P(y = h): e^ε/(e^ε + g − 1) rounded toward the smaller ε (``keep_probability``)."""
+        return keep_probability(self.epsilon, self.buckets)
 
     @property
     def report_bytes(self) -> int:
@@ -275,8 +323,9 @@ class ValueRound:
 
     @property
     def keep_probability(self) -> float:
-        """P(report the true index) = e^ε/(e^ε + C)."""
-        return 1.0 / (1.0 + (self.cells - 1) * math.exp(-self.epsilon))
+        """P(report the true index): e^ε/(e^ε + C) rounded toward the smaller ε
+        (``keep_probability``)."""
+        return keep_probability(self.epsilon, self.cells)
 
     @property
     def report_bytes(self) -> int:

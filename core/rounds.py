@@ -8,13 +8,17 @@ JSON, written whole by rename: ``{"metrics": {NAME: {"fingerprint": HEX16, "roun
 "stop", "seeds", "buckets"}``, the value round ``{"round", "window", "opened",
 "epsilon", "candidates": [...]}`` (``opened``: round 0's window, naming the discovery).
 Rounds have increasing windows and are never rewritten (a window's reports were encoded
-against what it served). Why a file: docs/design.md, "Heavy hitters through the pipeline".
+against what it served). A report carries its round's fingerprint
+(``ServedRound.fingerprint``), so shufflers and the aggregator refuse one encoded against
+another round. Why a file: docs/design.md, "Heavy hitters through the pipeline".
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,10 @@ from crowdmix.core.discovery import MAX_EPSILON, HeavyHittersParams, PrefixRound
 from crowdmix.core.errors import ParamsError
 
 __all__ = ["RoundBook", "ServedRound", "read_rounds", "write_rounds"]
+
+_ROUND_TAG = b"crowdmix/round/v1\x00"
+_ROUND_FIELDS = struct.Struct("<3Id5I")
+_U32 = 0xFFFFFFFF
 
 
 def _check_discovery(metric: str, rounds: tuple[ServedRound, ...]) -> None:
@@ -110,6 +118,25 @@ class ServedRound:
             buckets=params.buckets,
         )
 
+    def fingerprint(self, metric_fingerprint: int) -> int:
+        """The round's fingerprint, which its reports carry instead of the metric's:
+        BLAKE2b-64 (little-endian) of ``b"crowdmix/round/v1\\0"`` ‖ the metric's
+        fingerprint (u64) ‖ round, window, opened (u32) ‖ ε (f64) ‖ start, stop, seeds,
+        buckets, the number of candidates (u32) ‖ each candidate's UTF-8 length (u32)
+        and bytes; every integer little-endian, every field as served."""
+        h = hashlib.blake2b(digest_size=8)
+        h.update(_ROUND_TAG + metric_fingerprint.to_bytes(8, "little"))
+        h.update(
+            _ROUND_FIELDS.pack(
+                self.round, self.window, self.opened, self.epsilon, self.start,
+                self.stop, self.seeds, self.buckets, len(self.candidates),
+            )
+        )  # fmt: skip
+        for c in self.candidates:
+            raw = c.encode()
+            h.update(len(raw).to_bytes(4, "little") + raw)
+        return int.from_bytes(h.digest(), "little")
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "round": self.round,
@@ -138,8 +165,8 @@ class ServedRound:
         ints = ("round", "window", "opened", "start", "stop", "seeds", "buckets")
         for key in ints:
             v = data.get(key, 0)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ParamsError(f"round field {key} must be an integer >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32:
+                raise ParamsError(f"round field {key} must be an integer in [0, {_U32}], got {v!r}")
         eps = data["epsilon"]
         if (
             isinstance(eps, bool)
@@ -180,6 +207,12 @@ class RoundBook:
             if r.window == window:
                 return r
         return None
+
+    def round_fingerprint(self, metric: str, fingerprint: int, window: int) -> int | None:
+        """The fingerprint a report of ``window`` carries (``ServedRound.fingerprint``),
+        or None when the window serves no round."""
+        served = self.round_of(metric, fingerprint, window)
+        return None if served is None else served.fingerprint(fingerprint)
 
     def with_round(self, metric: str, fingerprint: int, served: ServedRound) -> RoundBook:
         """This book with ``served`` appended (a new discovery if the params changed):

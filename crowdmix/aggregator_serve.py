@@ -3,7 +3,7 @@
     crowdmix aggregator serve --config metrics.toml [--redis URL]
         [--listen HOST:PORT] [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
         [--metrics-port N] [--port-file FILE] [--workers N]
-        [--keys PRIVATE-KEYS [--open-workers N]]
+        [--keys PRIVATE-KEYS [--open-workers N]] [--rounds-file FILE]
 
 Settings: flags > the ``[aggregator]`` table of ``--config`` > defaults
 (``crowdmix.aggregator.daemon.settings``; an unknown field stops it, naming the
@@ -59,6 +59,13 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="private key file (crowdmix keys new, mode 0600): open sealed batches; "
         "re-read when it changes",
+    )
+    s.add_argument(
+        "--rounds-file",
+        metavar="FILE",
+        help="the round file of heavy-hitter discoveries (crowdmix discover writes it; "
+        "needed with a heavy-hitters metric): each window's reports are counted against "
+        "its round only; re-read when it changes",
     )
     s.add_argument(
         "--open-workers",
@@ -134,6 +141,7 @@ def serve(args: argparse.Namespace) -> int:
                 metrics_host=settings.metrics_host,
                 keys_file=settings.keys,
                 open_workers=settings.open_workers,
+                rounds_file=settings.rounds_file,
             ).start()
     except BaseException:
         store.close()

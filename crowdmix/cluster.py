@@ -489,7 +489,8 @@ class LocalCluster:
             else write_demo_registry(self.workdir / "metrics.toml", min_batch=min_batch)
         )
         # A registry with a heavy-hitters metric: the shufflers serve the round file
-        # here (``crowdmix discover open/step --rounds`` writes it; none yet: no round).
+        # here (``crowdmix discover open/step --rounds`` writes it; none yet: no round),
+        # and the aggregator counts each window's reports against its round.
         self.rounds_path: Path | None = (
             self.workdir / "rounds.json" if _has_heavy_hitters(self.registry_path) else None
         )
@@ -599,6 +600,7 @@ class LocalCluster:
             "--listen", f"127.0.0.1:{port}",
             *self._wait_args(),
             *keys,
+            *(["--rounds-file", str(self.rounds_path)] if self.rounds_path else []),
             *self._extra_aggregator_args,
         ]  # fmt: skip
         name = "aggregator" if i == 1 else f"aggregator-{i}"

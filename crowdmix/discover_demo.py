@@ -146,7 +146,13 @@ def run_discovery_demo(
     ledger = PrivacyLedger(ledger_store)
     now = [time.time()]  # the daemons' clock: moved past each window instead of waiting
     store = open_store(None)
-    aggregator = start_aggregator(registry, store, listen="127.0.0.1:0", clock=lambda: now[0])
+    aggregator = start_aggregator(
+        registry,
+        store,
+        listen="127.0.0.1:0",
+        clock=lambda: now[0],
+        rounds_file=str(rounds_file),
+    )
     settings = ShufflerSettings(rounds_file=str(rounds_file))
     try:
         shuffler = start_shuffler(
@@ -178,7 +184,10 @@ def run_discovery_demo(
                         raise RuntimeError(f"the shuffler serves no round in window {window}")
                     time.sleep(0.2)
                 encoder = WindowEncoder(
-                    mine.params(hh), metric=METRIC, fingerprint=metric.fingerprint, window=window
+                    mine.params(hh),
+                    metric=METRIC,
+                    fingerprint=mine.fingerprint(metric.fingerprint),  # bound to its round
+                    window=window,
                 )
                 reports = [encoder.encode(values[i]) for i in group.tolist()]
                 for i in range(0, len(reports), 5000):

@@ -4,8 +4,8 @@ in exactly one place (``crowdmix.shuffler.servicer._STATUS``):
     ShufflerError
     ├── BindError, ConfigError (a ValueError)    start-up fails naming it (bind: exit 4)
     ├── RequestRejected                          refused as a whole:
-    │   InvalidRequest INVALID_ARGUMENT, Unauthenticated UNAUTHENTICATED,
-    │   StaleKey / WindowRefused FAILED_PRECONDITION, Overloaded RESOURCE_EXHAUSTED
+    │   InvalidRequest INVALID_ARGUMENT, Unauthenticated UNAUTHENTICATED, StaleKey /
+    │   WindowRefused / RoundMismatch FAILED_PRECONDITION, Overloaded RESOURCE_EXHAUSTED
     ├── StoreUnavailable                         UNAVAILABLE
     │   ├── StoreOutcomeUnknown ⊃ StoreNotReplicated   DEADLINE_EXCEEDED (sent, unconfirmed)
     │   └── PartialWrite                         the error of a slot the request touched
@@ -25,6 +25,7 @@ __all__ = [
     "Overloaded",
     "PartialWrite",
     "RequestRejected",
+    "RoundMismatch",
     "ShufflerError",
     "StaleKey",
     "StoreNotReplicated",
@@ -77,6 +78,13 @@ class WindowRefused(RequestRejected):
     (``crowdmix.shuffler.windows.WindowRule``): reason ``window_closed`` (too old: the
     device drops the report) or ``window_ahead`` (not begun: the device's clock is
     ahead; it fetches the server time again and retries later)."""
+
+
+class RoundMismatch(RequestRejected):
+    """A heavy-hitters report names another round than this shuffler serves for its
+    window (``round_mismatch``): its device fetched its config from a shuffler holding
+    another round file, or an older one. The SDK refetches the config once; a report
+    whose window then serves another round is dropped (``round_changed``)."""
 
 
 class Overloaded(RequestRejected):

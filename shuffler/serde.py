@@ -9,9 +9,9 @@ window) into ``RowsIn``: grouping is the one per-report loop, unavoidable for
 per-report protobuf objects, and is why bulk senders should send
 ``ReportColumns`` (``ColumnsIn``, checked with numpy).
 
-Sealed reports (``Report.sealed``, ``ReportColumns.sealed``) become ``SealedIn``;
-a report or column that sets both sealed and clear fields is refused here
-("mixed_sealed"), so nothing clear ever rides along with a seal.
+Sealed reports (``Report.sealed``, ``ReportColumns.sealed``) become ``SealedIn``; one
+that sets clear fields too is refused ("mixed_sealed"): nothing clear rides along with a
+seal but a heavy-hitters report's round fingerprint (public), for the shuffler to check.
 """
 
 from __future__ import annotations
@@ -35,27 +35,29 @@ _ZERO_ID = bytes(ID_BYTES)
 def _mixed(what: str) -> InvalidRequest:
     return InvalidRequest(
         "mixed_sealed",
-        f"{what} sets sealed fields and clear ones (cohort, bits, params fingerprint, "
-        "report id): a sealed report carries them inside its seal only",
+        f"{what} sets sealed fields and clear ones (cohort, bits, report id): a sealed "
+        "report carries them inside its seal only",
     )
 
 
 def _sealed_rows(reports: list[pb.Report]) -> list[SealedIn]:
-    groups: dict[tuple[str, int, int], tuple[list[int], list[bytes]]] = {}
+    groups: dict[tuple[str, int, int, int], tuple[list[int], list[bytes]]] = {}
     for r in reports:
-        if r.cohort or r.bits or r.params_fingerprint or r.report_id or not r.sealed:
+        if r.cohort or r.bits or r.report_id or not r.sealed:
             raise _mixed("a report")
-        key_ids, sealed = groups.setdefault((r.metric, len(r.sealed), r.window), ([], []))
+        key_ids, sealed = groups.setdefault(
+            (r.metric, len(r.sealed), r.window, r.params_fingerprint), ([], [])
+        )
         key_ids.append(r.key_id)
         sealed.append(r.sealed)
     return [
-        SealedIn(metric=m, window=w, key_ids=k, sealed=b"".join(s), sealed_bytes=n)
-        for (m, n, w), (k, s) in groups.items()
+        SealedIn(metric=m, window=w, key_ids=k, sealed=b"".join(s), sealed_bytes=n, fingerprint=fp)
+        for (m, n, w, fp), (k, s) in groups.items()
     ]
 
 
 def _sealed_columns(c: pb.ReportColumns) -> SealedIn:
-    if c.params_fingerprint or c.report_bytes or c.cohorts or c.bits or c.report_ids:
+    if c.report_bytes or c.cohorts or c.bits or c.report_ids:
         raise _mixed("a column")
     if len(c.key_ids) != c.count:
         raise InvalidRequest(
@@ -67,6 +69,7 @@ def _sealed_columns(c: pb.ReportColumns) -> SealedIn:
         key_ids=np.fromiter(c.key_ids, dtype=np.uint32, count=len(c.key_ids)),
         sealed=c.sealed,
         sealed_bytes=c.sealed_bytes,
+        fingerprint=c.params_fingerprint,
     )
 
 

@@ -27,6 +27,7 @@ from crowdmix.shuffler.errors import (
     InvalidRequest,
     Overloaded,
     RequestRejected,
+    RoundMismatch,
     ShufflerError,
     StaleKey,
     StoreOutcomeUnknown,
@@ -61,6 +62,7 @@ _STATUS: tuple[tuple[type[ShufflerError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (StaleKey, grpc.StatusCode.FAILED_PRECONDITION),
     (WindowRefused, grpc.StatusCode.FAILED_PRECONDITION),
+    (RoundMismatch, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     # StoreNotReplicated is a StoreOutcomeUnknown: the write ran on the master, so it is

@@ -5,8 +5,9 @@ metric, fingerprint, length and window at the wire edge, ``crowdmix.shuffler.ser
 ``validate`` accepts all of it or raises ``InvalidRequest`` / ``Overloaded`` with a
 reason (``empty``, ``unknown_metric``, ``fingerprint_mismatch``, ``malformed``,
 ``bit_length``, ``padding_bits``, ``cohort_range``, ``value_range``, ``too_many_reports``,
-``stale_key``, ``too_many_messages``, ...); it never mutates anything, so a rejected
-request leaves the store untouched. Columns are checked with numpy reductions, rows with
+``stale_key``, ``too_many_messages``, ...); ``check_rounds`` holds a heavy-hitters report
+to its window's round (``no_round``, ``round_mismatch``). Nothing mutates anything, so a
+rejected request leaves the store untouched. Columns are checked with numpy reductions, rows with
 C-level list/bytes operations (cheaper for the typical one-report request). Sealed
 reports (``SealedIn``) are checked for what the shuffler can see: metric, key id, exact
 length. A shuffled-histogram metric's reports must be sealed, at most 1 + m per call.
@@ -29,7 +30,13 @@ from crowdmix.core.rounds import ServedRound
 from crowdmix.core.sealed import sealed_length
 from crowdmix.shuffler.columns import ID_BYTES, Chunk, Pending, Rows, merge
 from crowdmix.shuffler.config_service import SEALED_QUEUE, PublishedKeys
-from crowdmix.shuffler.errors import ConfigError, InvalidRequest, Overloaded, StaleKey
+from crowdmix.shuffler.errors import (
+    ConfigError,
+    InvalidRequest,
+    Overloaded,
+    RoundMismatch,
+    StaleKey,
+)
 
 __all__ = [
     "ColumnsIn",
@@ -81,6 +88,7 @@ class SealedIn:
     sealed: bytes  # count × sealed_bytes
     sealed_bytes: int
     window: int
+    fingerprint: int = 0  # a heavy-hitters report's round, named beside its seal
 
     @property
     def count(self) -> int:
@@ -95,6 +103,12 @@ def _check_sealed(
     if metric is None:
         raise InvalidRequest("unknown_metric", f"unknown metric {part.metric[:128]!r}")
     where = f"metric {metric.name!r}"
+    if part.fingerprint and metric.heavy_hitters is None:
+        raise InvalidRequest(
+            "mixed_sealed",
+            f"{where}: a sealed report names a params fingerprint in the clear (only a "
+            "heavy-hitters report names its round's)",
+        )
     if keys is None:
         raise InvalidRequest(
             "sealing_off",
@@ -158,13 +172,20 @@ def _round_cells(served: ServedRound, params: HeavyHittersParams) -> int:
     return served.params(params).cells
 
 
+@functools.lru_cache(maxsize=64)
+def _round_fingerprint(served: ServedRound, metric_fingerprint: int) -> int:
+    return served.fingerprint(metric_fingerprint)
+
+
 def check_rounds(
     registry: Registry,
     parts: Sequence[ColumnsIn | RowsIn | SealedIn],
     round_of: Callable[[MetricConfig, int], ServedRound | None] | None,
 ) -> None:
-    """A heavy-hitters report names a window that serves a round (``round_of``), and
-    a clear one carries an index of that round (below its S·g or C + 1 cells)."""
+    """A heavy-hitters report names a window that serves a round (``round_of``) and
+    that round's fingerprint (a report encoded against another shuffler's round of the
+    window is refused ``round_mismatch``: never counted against this one), and a clear
+    one carries an index of that round (below its S·g or C + 1 cells)."""
     for part in parts:
         metric = registry.get(part.metric)
         if metric is None or metric.heavy_hitters is None or part.count == 0:
@@ -176,8 +197,6 @@ def check_rounds(
                 f"metric {metric.name!r}: window {part.window} serves no discovery round "
                 "(a device reports only in a window whose round GetConfig served)",
             )
-        if isinstance(part, SealedIn) or part.report_bytes != metric.report_bytes:
-            continue  # sealed: the aggregator drops what no round holds; a bad length: below
         try:
             cells = _round_cells(served, metric.heavy_hitters)
         except ParamsError as exc:  # the round file's round does not fit the registry
@@ -186,6 +205,16 @@ def check_rounds(
                 f"metric {metric.name!r}: window {part.window}'s round does not fit the "
                 f"metric's params ({exc}): the round file is not this registry's",
             ) from None
+        expected = _round_fingerprint(served, metric.fingerprint)
+        if part.fingerprint != expected:
+            raise RoundMismatch(
+                "round_mismatch",
+                f"metric {metric.name!r}: the reports of window {part.window} name round "
+                f"fingerprint {part.fingerprint:#018x}, but this shuffler serves round "
+                f"{served.round} ({expected:#018x}) in it: fetch the config again",
+            )
+        if isinstance(part, SealedIn) or part.report_bytes != metric.report_bytes:
+            continue  # sealed: the aggregator drops what no round holds; a bad length: below
         nb = metric.report_bytes
         bits = np.frombuffer(part.bits, dtype=np.uint8)
         if bits.size % nb:
@@ -222,7 +251,8 @@ def _check_header(registry: Registry, part: ColumnsIn | RowsIn) -> MetricConfig:
         raise InvalidRequest("unknown_metric", f"unknown metric {part.metric[:128]!r}")
     _refuse_clear_histogram(metric)
     where = f"metric {metric.name!r}"
-    if part.fingerprint != metric.fingerprint:
+    # a heavy-hitters report names its round's fingerprint: ``check_rounds`` holds it to it
+    if metric.heavy_hitters is None and part.fingerprint != metric.fingerprint:
         raise InvalidRequest(
             "fingerprint_mismatch",
             f"{where}: reports were encoded with other params than the registry's "
@@ -334,7 +364,7 @@ def validate(
         row = parts[0]
         metric = _check_rows(registry, row)
         return {
-            (metric.name, metric.fingerprint, row.window): Rows(
+            (metric.name, _queue_fingerprint(metric, row), row.window): Rows(
                 row.report_bytes, row.cohorts, row.bits, row.ids
             )
         }
@@ -356,8 +386,16 @@ def validate(
                 bits=part.bits,
                 ids=part.ids,
             )
-        grouped.setdefault((metric.name, metric.fingerprint, part.window), []).append(pending)
+        grouped.setdefault((metric.name, _queue_fingerprint(metric, part), part.window), []).append(
+            pending
+        )
     return {key: group[0] if len(group) == 1 else merge(group) for key, group in grouped.items()}
+
+
+def _queue_fingerprint(metric: MetricConfig, part: ColumnsIn | RowsIn) -> int:
+    """The clear queue's fingerprint: the metric's, or a heavy-hitters report's round's
+    (held to the window's round by ``check_rounds``), forwarded with the batch."""
+    return part.fingerprint if metric.heavy_hitters is not None else metric.fingerprint
 
 
 def _validate_sealed(

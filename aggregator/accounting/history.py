@@ -129,7 +129,14 @@ def _report_randomizer(s: Segment) -> Randomizer | None:
 
     if s.rappor is not None and s.cohort_per_report and s.rappor.m > 1:
         return None
-    return randomizer_of(basic=s.basic, rappor=s.rappor)
+    basic = s.basic
+    if basic is not None and basic.mechanism == "krr" and 0.0 < s.epsilon0 < math.inf:
+        # the ε0 the release charged (a basic metric's basic_epsilon; a heavy-hitter
+        # value round's realised ε0, at most its configured one)
+        from crowdmix.aggregator.accounting.randomizers import KaryRR
+
+        return KaryRR(epsilon0=s.epsilon0, domain=basic.domain_size)
+    return randomizer_of(basic=basic, rappor=s.rappor)
 
 
 @lru_cache(maxsize=32)

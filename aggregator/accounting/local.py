@@ -8,8 +8,10 @@ RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014; p*, q*, ε_1, ε_∞ in ``crowdmi
 ``prr_total_variation``, the same sum with p* → f/2, q* → 1 − f/2.
 Basic mechanisms (Wang, Blocki, Li, Jha, USENIX Security 2017): ε as configured; β is
 (e^ε−1)/(e^ε+1) generic, (e^ε−1)/(e^ε+d−1) for k-RR, ½·tanh(ε/2) for OUE, and
-≤ (e^ε−1)/(e^ε+g−1) for OLH. β parametrises the variation-ratio bound (Wang et al.,
-VLDB 2024). Derivations: docs/design.md, "Aggregator: accounting", local privacy.
+≤ (e^ε−1)/(e^ε+g−1) for OLH; a heavy-hitter round's ε is what its keep probability
+realises, never above the configured (``round_epsilon``). β parametrises the
+variation-ratio bound (Wang et al., VLDB 2024). Derivations: docs/design.md,
+"Aggregator: accounting", local privacy.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 from typing import Any
 
 from crowdmix.core.basic import BasicParams
+from crowdmix.core.discovery import PrefixRound, ValueRound
 from crowdmix.core.params import RapporParams
 from crowdmix.core.privacy import epsilon_inf, epsilon_one, p_star, q_star
 
@@ -30,6 +33,7 @@ __all__ = [
     "generic_total_variation",
     "prr_total_variation",
     "realised_epsilon",
+    "round_epsilon",
     "total_variation",
 ]
 
@@ -139,6 +143,20 @@ def realised_epsilon(keep: float, n: int, configured: float) -> float:
     if up >= 1:
         return math.inf
     return max(configured, _log_up(up * (n - 1) / (1 - up)))
+
+
+def round_epsilon(params: PrefixRound | ValueRound) -> float:
+    """ε0 of one report of a heavy-hitter round as the devices realise it: n-ary RR (n = g
+    buckets, or C + 1 cells) keeping the value w.p. exactly the float
+    ``params.keep_probability``, ln(keep·(n−1)/(1−keep)) on exact rationals, rounded up.
+    That keep is proved at most e^ε/(e^ε + n − 1) (``core.discovery.keep_probability``:
+    the same integers in every SDK), so the realised ε is at most the configured one and
+    the charge is capped there; the rounding up alone could otherwise cross it."""
+    from fractions import Fraction
+
+    n = params.buckets if isinstance(params, PrefixRound) else params.cells
+    keep = Fraction(params.keep_probability)
+    return min(params.epsilon, _log_up(keep * (n - 1) / (1 - keep)))
 
 
 def _log_up(ratio: Any) -> float:

@@ -7,15 +7,18 @@ before the store is touched (a rejected batch leaves no trace); counting is one 
 pass (``crowdmix.aggregator.counting.counts.accumulator_for``); then
 ``CountStore.apply_reports`` adds the counts and records the batch id and report ids
 atomically, so a batch applied before is a duplicate counted zero times and a report
-whose id was counted before in its window is dropped. De-duplication is per (metric,
-window, report id). Sealed batches (:class:`crowdmix.aggregator.sealing.ingest.SealedBatch`)
-take the same path after opening, failed reports dropped and counted by reason
-(``IngestResult.dropped``). :meth:`Ingestor.dispose_ids` deletes a window's ids past
-retention. Details: docs/design.md, "Aggregator: daemon".
+whose id was counted before in its window is dropped (per metric, window, report id).
+Sealed batches take the same path after opening, failed reports dropped and counted by
+reason (``IngestResult.dropped``). A heavy-hitters report must name its window's round in
+the round file (``daemon.rounds``), else its clear batch is refused, or the sealed
+report dropped (reason ``round``). :meth:`Ingestor.dispose_ids` deletes a window's ids
+past retention. Details: docs/design.md, "Aggregator: daemon".
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,12 +29,15 @@ import numpy.typing as npt
 
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
+from crowdmix.aggregator.daemon.rounds import RoundFile
 from crowdmix.aggregator.errors import ConfigError, InvalidBatch, ParamsConflict
 from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch, screen
 from crowdmix.aggregator.store.base import REPORT_ID_BYTES, CountStore, ReportIds
 from crowdmix.aggregator.store.codec import describe_metric, params_difference
 from crowdmix.core.registry import MAX_BATCH_REPORTS as _MAX_BATCH_REPORTS
 from crowdmix.core.registry import MetricConfig, Registry
+
+log = logging.getLogger("crowdmix.aggregator")
 
 __all__ = [
     "BATCH_ID_BYTES",
@@ -81,6 +87,7 @@ class Ingestor:
         clock: Callable[[], float] = time.time,
         accumulator: Callable[[MetricConfig], Counts] = accumulator_for,
         keys: KeyFile | None = None,
+        rounds: RoundFile | None = None,
     ) -> None:
         if keys is None:
             hist = sorted(n for n, m in registry.metrics.items() if m.requires_sealing)
@@ -97,6 +104,13 @@ class Ingestor:
                     cells_bound(metric.heavy_hitters, metric.shuffle.min_batch)
                 except ValueError as exc:
                     raise ConfigError(f"metric {name!r}: {exc}") from None
+                if rounds is None:
+                    raise ConfigError(
+                        f"metric {name!r} is a heavy-hitters metric: start the aggregator "
+                        "with --rounds-file (the round file crowdmix discover writes), so it "
+                        "counts each window's reports against the round that window serves"
+                    )
+        self.rounds = rounds
         self.registry = registry
         self.keys = keys  # opens sealed batches; None: sealed batches are refused
         self.store = store
@@ -150,7 +164,17 @@ class Ingestor:
                 "batches only (in the clear the shuffler saw each device's true value)",
                 reason="histogram_unsealed",
             )
-        if batch.fingerprint != config.fingerprint:
+        if config.heavy_hitters is not None:
+            expected = self.round_fingerprint(config, batch.window)
+            if batch.fingerprint != expected:
+                raise InvalidBatch(
+                    f"metric {batch.metric!r}: the reports of window {batch.window} name "
+                    f"round fingerprint {batch.fingerprint:#018x}, but the round file "
+                    + ("serves no round in it" if expected is None else f"serves {expected:#018x}")
+                    + " (a shuffler serves another round file): never counted against it",
+                    reason="round",
+                )
+        elif batch.fingerprint != config.fingerprint:
             raise InvalidBatch(
                 f"metric {batch.metric!r}: params fingerprint {batch.fingerprint:#018x} "
                 f"does not match the registry's {config.fingerprint:#018x}",
@@ -203,6 +227,11 @@ class Ingestor:
             raise InvalidBatch(f"metric {batch.metric!r}: {exc}", reason=reason) from None
         return counts
 
+    def round_fingerprint(self, config: MetricConfig, window: int) -> int | None:
+        """The fingerprint a heavy-hitters report of ``window`` must name: its round's in
+        the round file (None: the window serves no round)."""
+        return None if self.rounds is None else self.rounds.round_fingerprint(config, window)
+
     def retention_cutoff(self, config: MetricConfig) -> int:
         """The first window whose ids are kept: earlier ones are past ``disposal_days``
         plus one window (the shuffler disposed of every batch of theirs)."""
@@ -240,8 +269,24 @@ class Ingestor:
                 f"{batch.count}*{batch.sealed_bytes}",
                 reason="length",
             )
-        opened = self.keys.open(batch, config, self._clock())
-        screened, counts = screen(opened, config, self._accumulator)
+        if config.heavy_hitters is None:
+            opened = self.keys.open(batch, config, self._clock())
+            screened, counts = screen(opened, config, self._accumulator)
+        else:  # the plaintext names the report's round: the window's, or it is dropped
+            expected = self.round_fingerprint(config, batch.window)
+            check = config.fingerprint if expected is None else expected
+            opened = self.keys.open(batch, config, self._clock(), fingerprint=check)
+            if expected is None:  # the window serves no round: nothing of it counts
+                opened = dataclasses.replace(
+                    opened, fingerprints_ok=np.zeros_like(opened.fingerprints_ok)
+                )
+            screened, counts = screen(opened, config, self._accumulator, mismatch="round")
+            if screened.dropped.get("round"):
+                log.warning(
+                    "metric %r, window %d: %d sealed reports name another round than the "
+                    "round file's (a shuffler serves another round file): dropped",
+                    config.name, batch.window, screened.dropped["round"],
+                )  # fmt: skip
         clear = IngestBatch(
             batch_id=batch.batch_id,
             window=batch.window,

@@ -28,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from crowdmix.aggregator.daemon.ingest import Ingestor
 from crowdmix.aggregator.daemon.metrics import IngestMetrics
+from crowdmix.aggregator.daemon.rounds import RoundFile
 from crowdmix.aggregator.daemon.service import AggregatorServicer
 from crowdmix.aggregator.errors import BindError, StoreError, StoreUnavailable
 from crowdmix.aggregator.sealing.ingest import KeyFile
@@ -81,6 +82,7 @@ class AggregatorServer:
         max_message_bytes: int = MAX_BATCH_BYTES + (1 << 20),
         keys_file: str | None = None,
         open_workers: int = 0,
+        rounds_file: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if workers < 1:
@@ -97,7 +99,9 @@ class AggregatorServer:
         # ``open_workers`` > 0: a process pool of that many openers
         self.keys = None if keys_file is None else KeyFile(keys_file, workers=open_workers)
         # ``clock``: the one windows are judged by (tests and demos move it)
-        self.ingestor = Ingestor(registry, self.store, keys=self.keys, clock=clock)
+        # the heavy-hitter round file (crowdmix discover writes it): each window's round
+        rounds = None if rounds_file is None else RoundFile(rounds_file)
+        self.ingestor = Ingestor(registry, self.store, keys=self.keys, rounds=rounds, clock=clock)
         self._listen = listen
         self._tls = tls
         self._metrics_port = metrics_port

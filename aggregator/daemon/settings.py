@@ -3,9 +3,9 @@
 In increasing precedence: the defaults of ``AggregatorSettings``, an optional
 ``[aggregator]`` table in the registry file (the shuffler's ``[shuffler]`` table may sit
 there too and is left to it), and command-line flags. The settings (``listen``,
-``redis``, ``min_replicas_ack``, TLS and mTLS, ``keys``, ``workers``, ``open_workers``,
-metrics, ``port_file``, ``shutdown_grace_seconds``) each have a row in docs/operating.md,
-"Aggregator settings". Without ``redis`` the store is in memory (lost at exit).
+``redis``, ``min_replicas_ack``, TLS and mTLS, ``keys``, ``rounds_file``, ``workers``,
+``open_workers``, metrics, ``port_file``, ``shutdown_grace_seconds``) each have a row in
+docs/operating.md, "Aggregator settings". Without ``redis`` the store is in memory (lost at exit).
 An unknown field, or a value of the wrong kind, raises ``ConfigError`` naming it.
 """
 
@@ -32,6 +32,7 @@ FLAGS = {
     "tls_key": "--tls-key",
     "tls_client_ca": "--tls-client-ca",
     "keys": "--keys",
+    "rounds_file": "--rounds-file",
     "workers": "--workers",
     "open_workers": "--open-workers",
     "metrics_port": "--metrics-port",
@@ -56,6 +57,7 @@ class AggregatorSettings:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     keys: str | None = None
+    rounds_file: str | None = None  # the heavy-hitter round file (crowdmix discover)
     workers: int = 8
     open_workers: int = 0
     metrics_port: int | None = None
@@ -71,6 +73,7 @@ class AggregatorSettings:
             "tls_key",
             "tls_client_ca",
             "keys",
+            "rounds_file",
             "metrics_host",
             "port_file",
         ):

@@ -28,6 +28,7 @@ from crowdmix.aggregator.accounting.discovery import (
     discovery_guarantee,
     plan_epsilon0,
 )
+from crowdmix.aggregator.accounting.local import round_epsilon
 from crowdmix.aggregator.discovery.plan import (
     DiscoveredValues,
     DiscoveryPlan,
@@ -180,7 +181,8 @@ def absorb(
         round=state.next_round,
         group=state.next_round,
         n_reports=n,
-        epsilon0=params.epsilon,
+        # what the devices' keep probability realises (at most the planned ε0)
+        epsilon0=round_epsilon(params),
         # A value round is plain k-RR over its cells: k-RR's blanket bound applies to it.
         domain=params.cells if isinstance(params, ValueRound) else None,
     )

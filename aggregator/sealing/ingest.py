@@ -3,8 +3,9 @@
 A sealed batch (``ReportColumns.sealed``) is opened with an ``Opener`` (one HPKE
 decapsulation per report, optionally in a process pool). Whatever is wrong with one
 report drops that report and counts it by reason (``unknown_key``, ``expired_key``,
-``bad_length``, ``not_authentic``, ``fingerprint``, ``cohort_range``, ``padding_bits``,
-``payload``, ``report_id``: the ``crowdmix_aggregator_sealed_dropped`` metric); it never
+``bad_length``, ``not_authentic``, ``fingerprint``, ``round`` (a heavy-hitters report of
+another round than its window's), ``cohort_range``, ``padding_bits``, ``payload``,
+``report_id``: the ``crowdmix_aggregator_sealed_dropped`` metric); it never
 fails the batch, since the shuffler cannot see inside a seal. What is wrong with the
 batch (id, window, metric, column lengths) stays a batch-level ``InvalidBatch``.
 ``KeyFile`` keeps an ``Opener`` in step with the private key file (stat-ed before every
@@ -39,7 +40,7 @@ __all__ = [
 
 log = logging.getLogger("crowdmix.aggregator")
 
-SCREEN_REASONS = ("fingerprint", "cohort_range", "padding_bits", "payload", "report_id")
+SCREEN_REASONS = ("fingerprint", "round", "cohort_range", "padding_bits", "payload", "report_id")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,8 +79,12 @@ def screen(
     opened: OpenedBatch,
     config: MetricConfig,
     accumulator: Callable[[MetricConfig], Counts],
+    *,
+    mismatch: str = "fingerprint",
 ) -> tuple[Screened, Counts]:
-    """Drop opened reports that fail a per-report check; count the rest (numpy)."""
+    """Drop opened reports that fail a per-report check; count the rest (numpy).
+    ``mismatch``: the reason a report whose fingerprint is not the expected one is
+    dropped under (``round`` for a heavy-hitters report)."""
     dropped = dict(opened.dropped)
     nb = config.report_bytes
     bits = opened.bits.reshape(-1, nb)
@@ -93,7 +98,7 @@ def screen(
             dropped[reason] = dropped.get(reason, 0) + n
             keep[hit] = False
 
-    drop(~opened.fingerprints_ok, "fingerprint")
+    drop(~opened.fingerprints_ok, mismatch)
     drop(~np.asarray(opened.report_ids.any(axis=1), dtype=bool), "report_id")
     drop(cohorts >= config.num_cohorts, "cohort_range")
     extra = 8 * nb - config.payload_bits
@@ -170,13 +175,22 @@ class KeyFile:
             self.opener.update_keys(keys)
             log.info("key set reloaded: ids %s", [k.key_id for k in keys.keys])
 
-    def open(self, batch: SealedBatch, config: MetricConfig, now: float) -> OpenedBatch:
+    def open(
+        self,
+        batch: SealedBatch,
+        config: MetricConfig,
+        now: float,
+        *,
+        fingerprint: int | None = None,
+    ) -> OpenedBatch:
+        """Open ``batch``; ``fingerprints_ok`` against ``fingerprint`` (default: the
+        metric's; a heavy-hitters metric's: its window's round's)."""
         self.refresh()
         kwargs = {
             "metric": config.name,
             "window": batch.window,
             "report_bytes": config.report_bytes,
-            "fingerprint": config.fingerprint,
+            "fingerprint": config.fingerprint if fingerprint is None else fingerprint,
             "key_ids": batch.key_ids,
             "sealed": batch.values(),
             "now": now,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from fractions import Fraction
 
 import pytest
 
@@ -152,3 +153,100 @@ def test_a_value_round_uses_k_rr_s_blanket_bound() -> None:
         [prefix, RoundCost(round=1, group=1, n_reports=40_000, epsilon0=3.0)], 1e-6
     )
     assert g.epsilon <= generic.epsilon
+
+
+def _exp_bounds(eps: float) -> tuple[Fraction, Fraction]:
+    """Rationals lo ≤ e^ε ≤ hi: a Taylor partial sum (every term ≥ 0) and it plus the
+    tail bound t_{j+1}/(1 − ε/(j+2)), with the sum's terms below 2^-320 of it."""
+    x, term, total, j = Fraction(eps), Fraction(1), Fraction(1), 0
+    while j < 2 * x + 2 or term * 2**320 > total:
+        j += 1
+        term = term * x / j
+        total += term
+    return total, total + term * x / (j + 1) / (1 - x / (j + 2))
+
+
+def test_a_round_realises_at_most_its_epsilon_and_is_charged_what_it_realises() -> None:
+    """Random rounds (ε in (0, 20], prefix rounds of up to ~7·10^4 buckets, value rounds
+    of up to 3,000 candidates): the keep probability every SDK draws with realises
+    ln(keep·(n−1)/(1−keep)) ≤ ε, proved with rationals (keep·(n−1)/(1−keep) ≤ a lower
+    bound on e^ε); it is the largest float that does (the next one is above an upper bound:
+    a false failure needs e^ε within ~2^-200 of a float's boundary, p < 1e-50); and
+    ``round_epsilon`` charges at most ε and at least the realised ε (50-digit log)."""
+    import random
+
+    import mpmath
+
+    from crowdmix.aggregator.accounting.local import round_epsilon
+    from crowdmix.core.discovery import PrefixRound, SymbolMap, ValueRound, next_prime
+
+    rng = random.Random(20261127)
+    sm = SymbolMap(alphabet="0123456789", max_length=6)
+    below = 0
+    with mpmath.workdps(50):
+        for i in range(300):
+            eps = rng.choice([rng.uniform(0.0, 20.0), rng.uniform(0.0, 1.0), rng.randint(1, 20)])
+            eps = float(max(eps, 1e-9))
+            params: PrefixRound | ValueRound
+            if i % 2:
+                g = next_prime(rng.choice([3, rng.randint(3, 500), rng.randint(3, 70_000)]))
+                params = PrefixRound(symbols=sm, start=0, stop=2, epsilon=eps, seeds=1, buckets=g)
+                n = g
+            else:
+                c = rng.choice([1, rng.randint(1, 40), rng.randint(1, 3000)])
+                params = ValueRound(symbols=sm, epsilon=eps, candidates=tuple(map(str, range(c))))
+                n = c + 1
+            lo, hi = _exp_bounds(eps)
+            keep = Fraction(params.keep_probability)
+            ratio = keep * (n - 1) / (1 - keep)
+            assert ratio <= lo, (eps, n)  # realised ≤ configured
+            up = Fraction(math.nextafter(params.keep_probability, 1.0))
+            assert up * (n - 1) / (1 - up) > hi, (eps, n)  # and tight
+            charged = round_epsilon(params)
+            realised = mpmath.log(mpmath.mpf(ratio.numerator) / ratio.denominator)
+            assert realised <= mpmath.mpf(charged) <= eps, (eps, n)
+            below += charged < eps
+    assert below  # the charge is the realised ε where its rounding up stays below ε
+
+
+def test_the_round_job_and_the_ledger_charge_the_realised_epsilon0() -> None:
+    """``absorb`` costs a round at ``round_epsilon`` of its params, a value round's ledger
+    segment amplifies that ε0 (the generic and the k-RR blanket bound alike), and the
+    planned round's figure over min_batch stays at most the target."""
+    import numpy as np
+
+    from crowdmix.aggregator.accounting.history import compose_segments
+    from crowdmix.aggregator.accounting.local import round_epsilon
+    from crowdmix.aggregator.discovery import DiscoveryPlan, DiscoveryState
+    from crowdmix.aggregator.discovery.job import DiscoverySettings, absorb, round_params
+    from crowdmix.aggregator.discovery.simulate import (
+        simulate_prefix_counts,
+        simulate_value_counts,
+    )
+    from crowdmix.core.discovery import PrefixRound, SymbolMap, ValueRound
+
+    plan = DiscoveryPlan(
+        symbols=SymbolMap(alphabet="ab", max_length=2), spans=(3,), keep=4, candidates=4,
+        seeds=8, weights=(0.5, 0.5),
+    )  # fmt: skip
+    settings = DiscoverySettings(plan=plan, epsilon=1.0, delta=1e-6, devices=4000, min_batch=1500)
+    state, rng = DiscoveryState(), np.random.default_rng(7)
+    symbols, holders = [plan.symbols.symbols("ab")], np.zeros(2000, dtype=np.int64)
+    for _ in range(plan.rounds):
+        params = round_params(settings, state)
+        if isinstance(params, PrefixRound):
+            counts = simulate_prefix_counts(params, symbols, holders, rng)
+        else:
+            counts = simulate_value_counts(params, symbols, holders, rng)
+        outcome = absorb(settings, state, counts, crowd=settings.min_batch)
+        cost = outcome.cost
+        assert cost.epsilon0 == round_epsilon(params) <= params.epsilon
+        stated = best_amplification(cost.epsilon0, settings.min_batch, 1e-6, cost.randomizer())
+        assert stated.result.epsilon <= settings.epsilon
+        seg = round_segment(cost, 1e-6, "d")
+        assert seg.epsilon0 == cost.epsilon0
+        if isinstance(params, ValueRound):
+            krr = KaryRR(epsilon0=cost.epsilon0, domain=params.cells)
+            alone = best_amplification(cost.epsilon0, cost.n_reports, 1e-6, krr)
+            assert compose_segments([seg]).epsilon == alone.result.epsilon
+        state = outcome.state

@@ -305,3 +305,40 @@ def test_a_restored_config_on_a_clock_set_forward_drops_nothing_unasked() -> Non
         "window_closed",
         1,
     )
+
+
+def test_a_heavy_hitters_report_is_held_to_its_windows_round() -> None:
+    """A report names its round's fingerprint: sent while the config serves that round
+    (sealed, naming it in the clear too), fetched again when the config serves another
+    round of its window, then dropped (``round_changed``); a window the config no longer
+    lists is the shuffler's to judge; a ``round_mismatch`` refusal refetches once."""
+    from crowdmix.core.rounds import ServedRound
+    from tests.discovery.test_round_config import _registry
+
+    words = _registry()["words"]
+    served = ServedRound(round=0, window=D, opened=D, epsilon=3.0, start=0, stop=3, seeds=16,
+                         buckets=23)  # fmt: skip
+    other = replace(served, epsilon=4.0, buckets=59)  # another shuffler's round of D
+
+    def with_round(r: ServedRound) -> CachedConfig:
+        c = config(KEY)
+        dc = replace(c.config, metrics={"words": words}, rounds={"words": (r,)})
+        return replace(c, config=dc)
+
+    def hh_rows(fp: int, window: int = D) -> list[PendingReport]:
+        return [PendingReport(make_report("words", 0, bytes(4), fp, b"\x05" * 16), window, WS)]
+
+    ours = served.fingerprint(words.fingerprint)
+    action = decide(hh_rows(ours), with_round(served), AT_NOW, STATE)
+    assert isinstance(action, Send) and action.round_bound
+    assert summary(decide(hh_rows(ours), with_round(other), AT_NOW, STATE)) == ("refetch",)
+    assert summary(decide(hh_rows(ours), with_round(other), AT_NOW, REFETCHED)) == (
+        "drop", "round_changed", 1)  # fmt: skip
+    unlisted = hh_rows(ours, window=D - 1)
+    assert summary(decide(unlisted, with_round(served), AT_NOW, STATE)) == ("send", D - 1, 7, 1)
+    mismatch = classify("FAILED_PRECONDITION", "round_mismatch: metric 'words': ...")
+    refused = replace(STATE, answer=mismatch)
+    assert summary(decide(hh_rows(ours), with_round(served), AT_NOW, refused)) == ("refetch",)
+    # refused again after the refetch, by a shuffler of another round: kept, tried later
+    again = replace(REFETCHED, answer=mismatch)
+    assert summary(decide(hh_rows(ours), with_round(served), AT_NOW, again)) == ("offline", False)

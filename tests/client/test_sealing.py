@@ -239,3 +239,37 @@ def test_without_cryptography_sealing_names_the_extra_and_the_format_still_impor
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("cryptography ") and "crowdmix[transport]" in out.stdout
+
+
+@pytest.mark.parametrize("n", [1, 20])  # rows, and columns past COLUMNAR_THRESHOLD
+def test_a_heavy_hitters_report_names_its_round_beside_its_seal_and_nothing_else_does(
+    n: int,
+) -> None:
+    """``round_bound`` metrics' sealed reports carry their (round) fingerprint in the clear
+    too, for the shuffler to check; every other sealed report carries none."""
+    from crowdmix.client.report import make_report
+    from crowdmix.client.request import submit_request
+
+    sk, pub = _x25519_key()
+    items = [
+        (make_report(m, 0, bytes(4), fp, bytes([i + 1, k]) * 8), WINDOW)
+        for i in range(n)
+        for k, (m, fp) in enumerate((("words", 0xABC), ("pages", 0xDEF)))
+    ]
+    request = submit_request(
+        items, key=pub, report_bytes={"words": 4, "pages": 4}, round_bound=frozenset({"words"})
+    )
+    clear = {(r.metric, r.params_fingerprint) for r in request.reports} | {
+        (c.metric, c.params_fingerprint) for c in request.columns
+    }
+    assert clear == {("words", 0xABC), ("pages", 0)}
+    seals = [(r.metric, r.sealed) for r in request.reports] + [
+        (c.metric, c.sealed[j : j + c.sealed_bytes])
+        for c in request.columns
+        for j in range(0, len(c.sealed), c.sealed_bytes)
+    ]
+    inside = {
+        unpack_plaintext(X25519.decrypt(v, sk, info=report_info(m, 7, WINDOW)), 4)[2]
+        for m, v in seals
+    }
+    assert inside == {0xABC, 0xDEF}  # the seal holds every report's own fingerprint

@@ -3,7 +3,8 @@
 The round file (``crowdmix.core.rounds``) is what the round job writes; the shuffler's
 ``ConfigService`` serves, for the window a device is in, the round of that window (and
 the neighbours' rounds), re-reading the file when it changes; a report naming a window
-without a round, or a clear index outside its round, is refused before it is stored.
+without a round, another round of its window, or a clear index outside its round, is
+refused before it is stored.
 """
 
 from __future__ import annotations
@@ -133,15 +134,42 @@ def test_the_shuffler_takes_reports_only_for_a_served_round_and_its_indexes(tmp_
         Intake(registry, clock=lambda: W * HOUR)
     path = _file(tmp_path, registry, _prefix(W))
     intake = Intake(registry, clock=lambda: W * HOUR + 60, rounds=RoundFile(path))
-    fp = registry["words"].fingerprint
-    _, n = intake.admit([_rows(W, [0, 5, 16 * 23 - 1], fp)], connection="t")
-    assert n == 3
+    fp = _prefix(W).fingerprint(registry["words"].fingerprint)  # the round's
+    chunks, n = intake.admit([_rows(W, [0, 5, 16 * 23 - 1], fp)], connection="t")
+    assert n == 3 and list(chunks) == [("words", fp, W)]  # queued (and forwarded) under it
     with pytest.raises(InvalidRequest, match="index out of range") as info:
         intake.admit([_rows(W, [16 * 23], fp)], connection="t")
     assert info.value.reason == "value_range"
     with pytest.raises(InvalidRequest, match="serves no discovery round") as info:
         intake.admit([_rows(W - 1, [1], fp)], connection="t")
     assert info.value.reason == "no_round"
+
+
+def test_the_shuffler_refuses_a_report_of_another_round_of_its_window(tmp_path: Path) -> None:
+    """Encoded against another round file's round of the window (or the metric's own
+    fingerprint, as before rounds were fingerprinted), clear or sealed: FAILED_PRECONDITION
+    ``round_mismatch``, which the SDKs answer by fetching the config again."""
+    from crowdmix.core.sealed import sealed_length
+    from crowdmix.shuffler.errors import RoundMismatch
+    from crowdmix.shuffler.validation import SealedIn, check_rounds
+
+    registry = _registry()
+    metric_fp = registry["words"].fingerprint
+    path = _file(tmp_path, registry, _prefix(W))
+    intake = Intake(registry, clock=lambda: W * HOUR + 60, rounds=RoundFile(path))
+    other = ServedRound(round=0, window=W, opened=W, epsilon=4.0, start=0, stop=3, seeds=16,
+                        buckets=59)  # fmt: skip
+    for fp in (other.fingerprint(metric_fp), metric_fp, 0):
+        with pytest.raises(RoundMismatch, match="fetch the config again") as info:
+            intake.admit([_rows(W, [1], fp)], connection="t")
+        assert info.value.reason == "round_mismatch"
+    n = sealed_length(REPORT_BYTES)
+    for fp in (other.fingerprint(metric_fp), 0):  # named beside the seal, or not at all
+        sealed = SealedIn("words", [1], bytes(n), n, W, fingerprint=fp)
+        with pytest.raises(RoundMismatch):
+            check_rounds(registry, [sealed], RoundFile(path).round_of)
+    ours = SealedIn("words", [1], bytes(n), n, W, fingerprint=_prefix(W).fingerprint(metric_fp))
+    check_rounds(registry, [ours], RoundFile(path).round_of)
 
 
 def test_the_sdk_encodes_one_wire_length_and_one_round_per_device() -> None:
@@ -159,3 +187,60 @@ def test_the_sdk_encodes_one_wire_length_and_one_round_per_device() -> None:
     assert np.allclose(share, hh.weights, atol=0.03)
     again = device_round(b"\x01\x00" * 16, "words", 7, W, hh.weights)
     assert again == rounds[1]  # the same device, the same round
+
+
+def test_the_aggregator_counts_a_window_only_against_its_rounds_fingerprint(
+    tmp_path: Path,
+) -> None:
+    """Ingest reads the round file: a clear batch naming another round of its window, or a
+    window without one, is refused (``round``); a sealed report naming another round is
+    dropped and counted under ``round``, the window's own are counted. Without the round
+    file a heavy-hitters metric refuses to start."""
+    from crowdmix.aggregator.daemon.ingest import IngestBatch, Ingestor
+    from crowdmix.aggregator.daemon.rounds import RoundFile as AggregatorRounds
+    from crowdmix.aggregator.errors import ConfigError as AggregatorConfigError
+    from crowdmix.aggregator.errors import InvalidBatch
+    from crowdmix.aggregator.sealing.ingest import KeyFile, SealedBatch
+    from crowdmix.aggregator.sealing.keys import KeySet, save_keyset
+    from crowdmix.aggregator.store.memory import MemoryCountStore
+    from crowdmix.client.sealing import seal_many
+
+    registry = _registry()
+    metric = registry["words"]
+    ours = _prefix(W).fingerprint(metric.fingerprint)
+    other = ServedRound(round=0, window=W, opened=W, epsilon=4.0, start=0, stop=3, seeds=16,
+                        buckets=59).fingerprint(metric.fingerprint)  # fmt: skip
+    path = _file(tmp_path, registry, _prefix(W))
+    with pytest.raises(AggregatorConfigError, match="rounds-file"):
+        Ingestor(registry, MemoryCountStore(), clock=lambda: W * HOUR)
+    now = W * HOUR + 60
+    keys, key = KeySet().with_new_key(int(now) - 60)
+    save_keyset(tmp_path / "keys.json", keys, now=int(now), create=True)
+    store = MemoryCountStore()
+    ingest = Ingestor(registry, store, clock=lambda: now, rounds=AggregatorRounds(path),
+                      keys=KeyFile(tmp_path / "keys.json"))  # fmt: skip
+
+    def clear(fp: int, window: int, tag: int) -> IngestBatch:
+        return IngestBatch(
+            batch_id=bytes([tag]) * 16, window=window, metric="words", fingerprint=fp, count=2,
+            report_bytes=REPORT_BYTES, cohorts=np.zeros(2, dtype=np.int64),
+            bits=(3).to_bytes(4, "little") * 2,
+            report_ids=bytes([tag, 1]) * 8 + bytes([tag, 2]) * 8,
+        )  # fmt: skip
+
+    for fp, window in ((other, W), (metric.fingerprint, W), (ours, W + 1)):
+        with pytest.raises(InvalidBatch) as info:
+            ingest.ingest(clear(fp, window, 1))
+        assert info.value.reason == "round"
+    assert ingest.ingest(clear(ours, W, 2)).applied == 2
+
+    rows = [((5).to_bytes(4, "little"), 0, fp, bytes([9, i]) * 8)
+            for i, fp in enumerate((ours, other, ours, metric.fingerprint))]  # fmt: skip
+    sealed = seal_many(key.public(), "words", W, rows)
+    batch = SealedBatch(
+        batch_id=bytes([3]) * 16, window=W, metric="words", count=4,
+        key_ids=np.full(4, key.key_id, dtype=np.int64), sealed=b"".join(sealed),
+        sealed_bytes=len(sealed[0]),
+    )  # fmt: skip
+    result = ingest.ingest(batch)
+    assert result.applied == 2 and result.dropped == {"round": 2}

@@ -182,14 +182,15 @@ def test_a_discovery_over_three_windows_finds_the_planted_values(
         keys_file, public = tmp_path / "keys.json", tmp_path / "public.json"
         save_keyset(keys_file, keys, now=t, create=True)
         write_public_config(public, keys, now=t)
+    rounds_file, state_file = tmp_path / "rounds.json", tmp_path / "state.json"
     aggregator = start_aggregator(
         registry,
         counts,
         listen="127.0.0.1:0",
         clock=lambda: now[0],
         keys_file=None if keys_file is None else str(keys_file),
+        rounds_file=str(rounds_file),
     )
-    rounds_file, state_file = tmp_path / "rounds.json", tmp_path / "state.json"
     shuffler = start_shuffler(
         registry,
         RedisStore(shuffler_url),

@@ -99,10 +99,11 @@ def test_typescript_devices_run_a_discovery_that_equals_the_python_encoders(
     save_keyset(keys_file, keys, now=int(now[0]), create=True)
     write_public_config(public, keys, now=int(now[0]))
     counts = open_store(aggregator_url)
-    aggregator = start_aggregator(
-        registry, counts, listen="127.0.0.1:0", clock=lambda: now[0], keys_file=str(keys_file)
-    )
     rounds_file, state_file = tmp_path / "rounds.json", tmp_path / "state.json"
+    aggregator = start_aggregator(
+        registry, counts, listen="127.0.0.1:0", clock=lambda: now[0], keys_file=str(keys_file),
+        rounds_file=str(rounds_file),
+    )  # fmt: skip
     shuffler = start_shuffler(
         registry,
         RedisStore(shuffler_url),

@@ -7,12 +7,12 @@ Per case: value, secret, cohort and params -> Bloom bits, PRR bits, the cohort t
 secret picks, the params fingerprint and ε_1 / ε_∞; the fingerprints of basic and
 histogram params; heavy hitters (metric fingerprints, symbols, the device's round from
 its secret, each round's params, prefix keys and buckets, the index a fixed byte stream
-gives, and a GetConfig answer serving rounds); Python's float repr (which fingerprints
-embed); the per-bit counts of
-seeded Python clients' reports (the TypeScript suite compares its own with a χ² test);
-and sealed reports
-under a fixed test key pair (its private key is public: it seals nothing real), each
-with its HPKE info and plaintext, sealed by Python. The TypeScript suite
+gives, each round's fingerprint, a GetConfig answer serving rounds, and keep
+probabilities with the integer lower bound on e^ε they come from); Python's float repr
+(which fingerprints embed); the per-bit counts of seeded Python clients' reports (the
+TypeScript suite compares its own with a χ² test); and sealed reports under a fixed test
+key pair (its private key is public: it seals nothing real), each with its HPKE info and
+plaintext, sealed by Python. The TypeScript suite
 (sdk/typescript/test/golden.test.mjs) checks every field and writes reports it sealed
 to tests/golden/sealed_by_typescript.json, which tests/golden/test_golden_vectors.py opens.
 """
@@ -320,6 +320,28 @@ def _served_round(hh: Any, spec: tuple[Any, ...], window: int, opened: int) -> A
                        stop=hh.spans[r], seeds=spec[2], buckets=spec[3])  # fmt: skip
 
 
+def _keep_cases() -> list[dict[str, Any]]:
+    """ε and n where a float formula and the exact rounding may part: small and large n,
+    ε near 0, at 20, and seeded random ones."""
+    import random
+
+    from crowdmix.core.discovery import MAX_CELLS, exp_lower, keep_probability
+
+    rng = random.Random(20260)
+    pairs = [(5e-324, 2), (1e-300, 3), (2**-60, MAX_CELLS), (0.125, 2), (1.0, 2),
+             (9.5, 13367), (20.0, 3), (20.0, 65521), (20.0, MAX_CELLS), (math.log(3.0), 3),
+             (7.425, 1693)]  # fmt: skip
+    while len(pairs) < 60:
+        pairs.append(
+            (
+                rng.uniform(0.0, 20.0),
+                rng.choice([2, rng.randint(2, 500), rng.randint(2, MAX_CELLS)]),
+            )
+        )
+    return [{"epsilon": e, "n": n, "exp_lower": str(exp_lower(e)),
+             "keep": keep_probability(e, n)} for e, n in pairs]  # fmt: skip
+
+
 def heavy_hitters_section() -> dict[str, Any]:
     from crowdmix.client.discovery import PrefixEncoder, ValueEncoder, device_round
     from crowdmix.core.device_config import DeviceConfig, to_proto
@@ -356,6 +378,7 @@ def heavy_hitters_section() -> dict[str, Any]:
                 "served": served.to_dict(),
                 "cells": params.cells,
                 "keep_probability": params.keep_probability,
+                "round_fingerprint": str(served.fingerprint(fp)),
                 "values": [],
             }
             if isinstance(params, PrefixRound):
@@ -389,10 +412,12 @@ def heavy_hitters_section() -> dict[str, Any]:
         "metrics": metrics,
         "devices": devices,
         "rounds": rounds,
+        "keep": _keep_cases(),
         "config": {
             "answer": answer.SerializeToString(deterministic=True).hex(),
             "fingerprint": str(hh.fingerprint()),
             "rounds": [r.to_dict() for r in served[:2]],
+            "round_fingerprints": [str(r.fingerprint(hh.fingerprint())) for r in served[:2]],
         },
     }
 

@@ -5,7 +5,7 @@ export { epsilonInf, epsilonOne } from "./privacy.js";
 export { RapporEncoder, bloomBits, cohortForSecret, rapporEncoding } from "./rappor.js";
 export { BasicEncoder, basicEncoding, olhHash } from "./basic.js";
 export { HistogramEncoder, histogramEncoding } from "./histogram.js";
-export { HeavyHittersParams, PrefixRound, SymbolMap, ValueRound, mix64, nextPrime, prefixBucket, prefixKey, pyStrRepr, roundParams, type ServedRound } from "./discovery.js";
+export { HeavyHittersParams, PrefixRound, SymbolMap, ValueRound, expLower, keepProbabilityOf, mix64, nextPrime, prefixBucket, prefixKey, pyStrRepr, roundFingerprint, roundParams, type ServedRound } from "./discovery.js";
 export { RoundEncoder, deviceRound, heavyHittersEncoding } from "./heavy.js";
 export { ALL_ENCODINGS, parseConfig } from "./encodings.js";
 export { blake2b } from "./blake2b.js";

@@ -9,7 +9,9 @@
  * hi, prefix) and a seed s uniform in [0, S), h = (H_s(key) + m_s·lo) mod g (g prime;
  * H_s, m_s from SplitMix64 of s); the report is k-RR of h over g buckets (optimised local
  * hashing, Wang et al., USENIX Security 2017), index s·g + y. The value round: k-RR over
- * the candidates and "none of these". docs/design.md, "Core", has the hash in full.
+ * the candidates and "none of these". Its keep probability is the largest float at most
+ * L/(L + n − 1), L an integer lower bound on e^ε (`keepProbabilityOf`), so the ε a device
+ * realises never exceeds the round's. docs/design.md, "Core", has the hash in full.
  */
 import { blake2b } from "./blake2b.js";
 import { ParamsError } from "./errors.js";
@@ -98,6 +100,48 @@ export function prefixBucket(seed: number, key: bigint, lo: number, buckets: num
   return Number((base + m * BigInt(lo)) % g);
 }
 
+const EXP_BITS = 256n;
+const bits64 = /* @__PURE__ */ new DataView(new ArrayBuffer(8));
+
+/**
+ * An integer L ≤ e^ε·2^256, as `crowdmix.core.discovery.exp_lower`: the Taylor series at
+ * x = ⌊ε·2^256⌋/2^256, each term rounded down from the one before (integers only).
+ */
+export function expLower(epsilon: number): bigint {
+  bits64.setFloat64(0, epsilon);
+  const raw = bits64.getBigUint64(0);
+  const biased = Number((raw >> 52n) & 0x7ffn);
+  const frac = raw & ((1n << 52n) - 1n);
+  const mant = biased ? frac | (1n << 52n) : frac;
+  const shift = BigInt((biased || 1) - 1075) + EXP_BITS; // ε = mant·2^(shift − 256)
+  const x = shift >= 0n ? mant << shift : mant >> -shift;
+  let term = 1n << EXP_BITS;
+  let total = term;
+  for (let k = 1n; term; k++) {
+    term = ((term * x) >> EXP_BITS) / k;
+    total += term;
+  }
+  return total;
+}
+
+/** The largest float ≤ a/b for 2^-1000 < a/b < 1: m·2^-s with 2^52 ≤ m < 2^53, built from its bits. */
+function floatAtMost(a: bigint, b: bigint): number {
+  let s = 53 + b.toString(2).length - a.toString(2).length;
+  let m = (a << BigInt(s)) / b;
+  if (m >> 53n) m = (a << BigInt(--s)) / b;
+  bits64.setBigUint64(0, (BigInt(1075 - s) << 52n) | (m - (1n << 52n)));
+  return bits64.getFloat64(0);
+}
+
+/**
+ * A round's keep probability over n values, as `crowdmix.core.discovery.keep_probability`:
+ * the largest float ≤ L/(L + (n−1)·2^256), L = expLower(ε); at most e^ε/(e^ε + n − 1).
+ */
+export function keepProbabilityOf(epsilon: number, n: number): number {
+  const a = expLower(epsilon);
+  return floatAtMost(a, a + (BigInt(n - 1) << EXP_BITS));
+}
+
 function checkInt(name: string, v: unknown, lo = 0): number {
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < lo) throw new ParamsError(`${name} must be an integer >= ${lo}, got ${String(v)}`);
   return v;
@@ -155,6 +199,8 @@ export class SymbolMap {
 export class PrefixRound {
   readonly epsilon: number;
   readonly buckets: number;
+  /** P(y = h): e^ε/(e^ε + g − 1) rounded toward the smaller ε (`keepProbabilityOf`). */
+  readonly keepProbability: number;
 
   constructor(
     readonly symbols: SymbolMap,
@@ -175,17 +221,13 @@ export class PrefixRound {
     if (seeds < 1 || seeds * g > MAX_CELLS)
       throw new ParamsError(`seeds must be in [1, ${Math.floor(MAX_CELLS / g)}] (seeds x buckets <= ${MAX_CELLS}), got ${seeds}`);
     this.buckets = g;
+    this.keepProbability = keepProbabilityOf(this.epsilon, g);
     Object.freeze(this);
   }
 
   /** S·g: the index values a report may take. */
   get cells(): number {
     return this.seeds * this.buckets;
-  }
-
-  /** P(y = h) = e^ε/(e^ε + g − 1). */
-  get keepProbability(): number {
-    return 1 / (1 + (this.buckets - 1) * Math.exp(-this.epsilon));
   }
 
   /** (prefix, hi, lo) of a value's symbols for this round. */
@@ -199,6 +241,8 @@ export class PrefixRound {
 /** An estimation round: k-RR over the candidates and one "none of these" index. */
 export class ValueRound {
   readonly epsilon: number;
+  /** P(report the true index): e^ε/(e^ε + C) rounded toward the smaller ε (`keepProbabilityOf`). */
+  readonly keepProbability: number;
   /** candidate symbols (hex) → position */
   readonly positions: ReadonlyMap<string, number>;
 
@@ -211,6 +255,7 @@ export class ValueRound {
     if (!candidates.length || candidates.length >= MAX_CELLS) throw new ParamsError(`candidates must hold 1 to ${MAX_CELLS - 1} values, got ${candidates.length}`);
     this.positions = new Map(candidates.map((v, i) => [symbolKey(symbols.symbols(v)), i]));
     if (this.positions.size !== candidates.length) throw new ParamsError("candidates must be distinct after mapping to symbols");
+    this.keepProbability = keepProbabilityOf(this.epsilon, candidates.length + 1);
     Object.freeze(this);
   }
 
@@ -219,10 +264,6 @@ export class ValueRound {
     return this.candidates.length + 1;
   }
 
-  /** P(report the true index) = e^ε/(e^ε + C). */
-  get keepProbability(): number {
-    return 1 / (1 + (this.cells - 1) * Math.exp(-this.epsilon));
-  }
 }
 
 export const symbolKey = (s: Uint8Array): string => String.fromCharCode(...s);
@@ -290,6 +331,45 @@ export interface ServedRound {
   readonly opened: number;
   readonly epsilon: number;
   readonly params: PrefixRound | ValueRound;
+  /** what its reports carry instead of the metric's fingerprint (`roundFingerprint`) */
+  readonly fingerprint: bigint;
+}
+
+const ROUND_TAG = /* @__PURE__ */ utf8("crowdmix/round/v1\0");
+
+/**
+ * A round's fingerprint, as `crowdmix.core.rounds.ServedRound.fingerprint`: BLAKE2b-64
+ * (little-endian) of "crowdmix/round/v1\0" ‖ the metric's fingerprint (u64) ‖ round,
+ * window, opened (u32) ‖ ε (f64) ‖ start, stop, seeds, buckets, the number of candidates
+ * (u32) ‖ each candidate's UTF-8 length (u32) and bytes; little-endian, fields as served.
+ */
+export function roundFingerprint(
+  metricFingerprint: bigint,
+  r: { round: number; window: number; opened: number; epsilon: number; start: number; stop: number; seeds: number; buckets: number; candidates: readonly string[] },
+): bigint {
+  const cands = r.candidates.map(utf8);
+  const data = new Uint8Array(ROUND_TAG.length + 8 + 40 + cands.reduce((n, c) => n + 4 + c.length, 0));
+  const view = new DataView(data.buffer);
+  data.set(ROUND_TAG);
+  let at = ROUND_TAG.length;
+  view.setBigUint64(at, metricFingerprint, true);
+  at += 8;
+  const u32 = (x: number): void => {
+    view.setUint32(at, x, true);
+    at += 4;
+  };
+  u32(r.round);
+  u32(r.window);
+  u32(r.opened);
+  view.setFloat64(at, r.epsilon, true);
+  at += 8;
+  for (const x of [r.start, r.stop, r.seeds, r.buckets, cands.length]) u32(x);
+  for (const c of cands) {
+    u32(c.length);
+    data.set(c, at);
+    at += c.length;
+  }
+  return leBigInt(blake2b(data, { outlen: 8 }));
 }
 
 /** The round's params for `metric` (`crowdmix.core.rounds.ServedRound.params`); ParamsError when they do not fit. */

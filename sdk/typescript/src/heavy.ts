@@ -1,7 +1,8 @@
 /**
  * Heavy hitters on the device, as `crowdmix.client.discovery` bit for bit: each report is
  * one k-ary randomized response (ε-LDP for the value) against the round served for its
- * window, its index in REPORT_BYTES bytes little-endian under the metric's fingerprint.
+ * window, its index in REPORT_BYTES bytes little-endian under that round's fingerprint
+ * (`roundFingerprint`: a shuffler or aggregator holding another round refuses it).
  * A device reports in one round of each discovery: round r with probability weights[r],
  * drawn by HMAC-SHA256 under its secret (`deviceRound`), so the rounds' groups are
  * disjoint. Without a round for the window nothing is made (`no_round`: the config is
@@ -10,7 +11,7 @@
  * then the other bucket; a value round's keep coin, then the other index.
  */
 import { type Encoding, Refusal } from "./config.js";
-import { HEAVY_HITTERS, HeavyHittersParams, PrefixRound, REPORT_BYTES, type ServedRound, ValueRound, prefixBucket, prefixKey, roundParams, symbolKey } from "./discovery.js";
+import { HEAVY_HITTERS, HeavyHittersParams, PrefixRound, REPORT_BYTES, type ServedRound, ValueRound, prefixBucket, prefixKey, roundFingerprint, roundParams, symbolKey } from "./discovery.js";
 import { ParamsError } from "./errors.js";
 import { type Field, fields } from "./proto.js";
 import { type RandomBytes, coin, secureRandomBytes, uniformBelow } from "./random.js";
@@ -130,7 +131,7 @@ export class RoundEncoder {
   constructor(
     readonly round: PrefixRound | ValueRound,
     readonly metric: string,
-    /** the metric's fingerprint (the window names the round) */
+    /** the round's fingerprint (`roundFingerprint`): the report is bound to its round */
     readonly fingerprint: bigint,
     opts: { randomBytes?: RandomBytes } = {},
   ) {
@@ -165,15 +166,16 @@ export const heavyHittersEncoding: Encoding = {
     const w = decodeHeavyHitters(m.heavyHitters);
     const { alphabet, maxLength, spans, keep, candidates, seeds, weights, epsilon, delta, devices } = w;
     const heavyHitters = new HeavyHittersParams({ alphabet, maxLength, spans, keep, candidates, seeds, weights, epsilon, delta, devices });
+    const fp = heavyHitters.fingerprint();
     const rounds: ServedRound[] = w.rounds.map((r) => {
       try {
-        return { round: r.round, window: r.window, opened: r.opened, epsilon: r.epsilon, params: roundParams(heavyHitters, r) };
+        return { round: r.round, window: r.window, opened: r.opened, epsilon: r.epsilon, params: roundParams(heavyHitters, r), fingerprint: roundFingerprint(fp, r) };
       } catch (e) {
         throw new ParamsError(`metric ${JSON.stringify(m.name)}: served round ${r.round}: ${(e as Error).message}`);
       }
     });
     if (new Set(rounds.map((r) => r.window)).size !== rounds.length) throw new ParamsError(`metric ${JSON.stringify(m.name)}: two served rounds name one window`);
-    return [{ heavyHitters, rounds, domain: null }, heavyHitters.fingerprint()];
+    return [{ heavyHitters, rounds, domain: null }, fp];
   },
   encoder(metric, mc, secret, rand, maxEpsilon = Infinity) {
     const hh = mc.heavyHitters;
@@ -191,7 +193,7 @@ export const heavyHittersEncoding: Encoding = {
       if (!(r.epsilon <= maxEpsilon))
         throw new Refusal("refused_by_ceiling", `metric ${metric}: the served round gives ε = ${r.epsilon.toPrecision(6)}, above this device's ceiling maxEpsilon = ${maxEpsilon}`);
       if (typeof value !== "string") throw new RangeError(`a heavy-hitters value is a string, got ${typeof value}`);
-      if (current?.window !== window || current.enc.round !== r.params) current = { window, enc: new RoundEncoder(r.params, metric, mc.fingerprint, { randomBytes: rand }) };
+      if (current?.window !== window || current.enc.round !== r.params) current = { window, enc: new RoundEncoder(r.params, metric, r.fingerprint, { randomBytes: rand }) };
       return [current.enc.encode(value)];
     };
   },

@@ -6,7 +6,8 @@
  *
  * - send: seal (or not) and submit the group, with its window and report ids;
  * - drop: never deliverable (window closed or of another length, params no longer
- *   served, above the privacy ceiling, refused): delete it, counted under `reason`; or
+ *   served, a heavy-hitters report of another round than its window now serves, above
+ *   the privacy ceiling, refused): delete it, counted under `reason`; or
  *   more than a window ahead of a server time learnt here (`window_ahead`: a wall clock
  *   set forward named it): withdrawn, its claim moved back (`Outbox.withdraw`);
  * - refetch: fetch the config first (none yet, expired, or an answer saying ours is
@@ -157,9 +158,15 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
     return failed(answer, answer.message);
   }
   const mc = config.metrics.get(first.metric);
-  if (!mc || rows.some((r) => BigInt(r.fp) !== mc.fingerprint)) {
+  // a heavy-hitters report carries its round's fingerprint; a window this config serves no
+  // round of (no longer listed) is the shuffler's to judge
+  const hh = !!mc?.heavyHitters;
+  const expected = hh ? mc?.rounds?.find((x) => x.window === first.window)?.fingerprint : mc?.fingerprint;
+  if (!mc || (expected !== undefined && rows.some((r) => BigInt(r.fp) !== expected))) {
     if (!state.refetched) return { kind: "refetch", reason: `metric ${first.metric}: the reports' params are not in the config` };
-    return { kind: "drop", ids, reason: "params_changed" };
+    // a heavy-hitters report of another round of its window (another shuffler's) cannot be
+    // made again, and is never counted against this round
+    return { kind: "drop", ids, reason: hh ? "round_changed" : "params_changed" };
   }
   if (state.sealing === "off" && (mc.histogram || !(mc.rappor || mc.basic || mc.heavyHitters))) {
     // nor is a report of an encoding this build does not carry (another build made it)

@@ -203,6 +203,7 @@ export class Reporter {
       refused_by_ceiling: 0,
       window_ahead: 0,
       params_changed: 0,
+      round_changed: 0,
       ...this.outbox.snapshot.counters,
     };
   }
@@ -459,11 +460,14 @@ export class Reporter {
   /** One Submit body for one group of rows: sealed to `key`, or clear (key null). */
   private async request(rows: readonly StoredRow[], window: number, key: WireKey | null): Promise<Uint8Array> {
     const wire: WireReport[] = [];
+    // a heavy-hitters report names its round's fingerprint beside its seal too: the
+    // shuffler refuses one of another round than it serves for the window
+    const roundBound = !!this.cfg?.config.metrics.get(rows[0]!.metric)?.heavyHitters;
     for (const row of rows) {
       const r = reportOf(row);
       wire.push(
         key
-          ? { metric: r.metric, window, keyId: key.keyId, sealed: await sealReport(key, window, r) }
+          ? { metric: r.metric, window, keyId: key.keyId, sealed: await sealReport(key, window, r), fingerprint: roundBound ? r.fingerprint : 0n }
           : { metric: r.metric, window, cohort: r.cohort, bits: r.bits, fingerprint: r.fingerprint, reportId: r.reportId },
       );
     }

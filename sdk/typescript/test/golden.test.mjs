@@ -132,6 +132,7 @@ test("heavy hitters: each round's params, prefix keys and buckets, and the index
     const params = sdk.roundParams(metric, wireRound(c.served));
     assert.equal(params.cells, c.cells);
     assert.equal(params.keepProbability, c.keep_probability, JSON.stringify(c.served));
+    assert.equal(sdk.roundFingerprint(metric.fingerprint(), wireRound(c.served)).toString(), c.round_fingerprint, JSON.stringify(c.served));
     if (params instanceof sdk.PrefixRound) {
       prefix++;
       assert.equal(params.buckets, c.buckets);
@@ -160,6 +161,14 @@ test("heavy hitters: each round's params, prefix keys and buckets, and the index
   assert.ok(prefix >= 8 && value >= 4);
 });
 
+test("heavy hitters: keep probabilities and the integer bound on e^ε below them, bit for bit", () => {
+  assert.ok(H.keep.length >= 50);
+  for (const c of H.keep) {
+    assert.equal(sdk.expLower(c.epsilon).toString(), c.exp_lower, JSON.stringify(c));
+    assert.equal(sdk.keepProbabilityOf(c.epsilon, c.n), c.keep, JSON.stringify(c));
+  }
+});
+
 test("heavy hitters: a GetConfig answer the shuffler serves reads here, rounds and all", () => {
   const c = sdk.parseConfig(bytes(H.config.answer)).metrics.get("words");
   assert.equal(c.fingerprint.toString(), H.config.fingerprint);
@@ -169,6 +178,8 @@ test("heavy hitters: a GetConfig answer the shuffler serves reads here, rounds a
     H.config.rounds.map(({ round, window, opened, epsilon }) => ({ round, window, opened, epsilon })),
   );
   assert.deepEqual(c.rounds.map((r) => [r.params.start, r.params.stop, r.params.seeds]), H.config.rounds.map((r) => [r.start, r.stop, r.seeds]));
+  // each served round's fingerprint, which its reports carry
+  assert.deepEqual(c.rounds.map((r) => r.fingerprint.toString()), H.config.round_fingerprints);
   // served without buckets: the prime above e^ε + 1, as Python's (H.rounds[0]: the same round)
   assert.deepEqual(c.rounds.map((r) => r.params.buckets), [H.rounds[0].buckets, H.rounds[0].buckets]);
   // a build without heavy hitters keeps the metric bare: its reporter says unknown_metric

@@ -33,6 +33,7 @@ function shuffler(state) {
     }
     state.bodies.push(new Uint8Array(init.body));
     if (state.down) return new Response(JSON.stringify({ code: "unavailable", message: "busy" }), { status: 503 });
+    if (state.refuse) return new Response(JSON.stringify(state.refuse), { status: 400 });
     return new Response(new Uint8Array(0), { status: 200 });
   };
 }
@@ -46,7 +47,9 @@ function device(secret, state, options = {}) {
   );
 }
 
-const newState = (window = W) => ({ t: window * 3600 + 600, rounds: ROUNDS, fetches: 0, bodies: [], down: false });
+const newState = (window = W) => ({ t: window * 3600 + 600, rounds: ROUNDS, fetches: 0, bodies: [], down: false, refuse: null });
+/** A round as the wire serves it (absent fields: proto3's defaults). */
+const wire = (r) => ({ start: 0, stop: 0, seeds: 0, buckets: 0, candidates: [], ...r });
 
 test("a report is encoded against its window's round, once a window, by that round's devices only", async () => {
   const state = newState();
@@ -55,7 +58,8 @@ test("a report is encoded against its window's round, once a window, by that rou
   assert.equal(in0.lastStatus, "invalid_value");
   assert.equal(await in0.report("words", "apple"), true, in0.lastError);
   const [row] = in0.outbox.snapshot.rows;
-  assert.deepEqual([row.window, row.bits.length, row.fp], [W, 8, FP.toString()]); // 4 bytes: every round's length
+  // 4 bytes: every round's length; under the round's fingerprint, not the metric's
+  assert.deepEqual([row.window, row.bits.length, row.fp], [W, 8, sdk.roundFingerprint(FP, wire(ROUNDS[0])).toString()]);
   const index = new DataView(sdk.fromHex(row.bits).buffer).getUint32(0, true);
   assert.ok(index < 16 * 13367, `${index}: s·g + y of round 0`);
   assert.equal(await in0.report("words", "apple"), false);
@@ -111,6 +115,32 @@ test("a heavy-hitters report leaves clear with sealing off, its id the same on e
   assert.equal(state.bodies.length, 2);
   for (const body of state.bodies) assert.ok(Buffer.from(body).includes(id));
   assert.equal(r.counters().delivered, 1);
+});
+
+test("a report of another shuffler's round: refused round_mismatch, the config fetched once, then dropped as round_changed", async () => {
+  const state = newState();
+  const r = device(await secretIn(0), state);
+  assert.equal(await r.report("words", "apple"), true, r.lastError);
+  const fp = r.outbox.snapshot.rows[0].fp;
+  // the next shuffler holds another round file: another round 0 in this window
+  state.rounds = [{ ...ROUNDS[0], epsilon: 8, buckets: 2999 }, ...ROUNDS.slice(1)];
+  state.refuse = { code: "failed_precondition", message: "round_mismatch: metric 'words': the reports of window 500000 name another round" };
+  const fetches = state.fetches;
+  assert.equal(await r.flush(1000), 0, r.lastError);
+  assert.equal(state.bodies.length, 1); // sent once, refused, never sent again
+  assert.equal(state.fetches, fetches + 1);
+  assert.deepEqual([r.counters().round_changed, r.counters().delivered, r.queued], [1, 0, 0]);
+  assert.notEqual(sdk.roundFingerprint(FP, wire(state.rounds[0])).toString(), fp);
+  // refused by a shuffler of another round while the config serves the report's own: kept, tried later
+  state.rounds = ROUNDS;
+  state.t += 3600;
+  const r1 = device(await secretIn(1), state);
+  assert.equal(await r1.report("words", "apple"), true, r1.lastError);
+  assert.equal(await r1.flush(1000), 1);
+  assert.equal(r1.counters().round_changed, 0);
+  state.refuse = null;
+  assert.equal(await r1.flush(1000), 0, r1.lastError);
+  assert.equal(r1.counters().delivered, 1);
 });
 
 test("a build without heavy hitters says unknown_metric, naming the encoding", async () => {

@@ -14,6 +14,7 @@ const at = (wall, setBy = 0) => ({ wall, mono: wall - setBy - NOW + 86400 });
 const rappor = new sdk.RapporParams({ k: 16, h: 2, m: 4, f: 0.5, p: 0.5, q: 0.75 });
 const hist = new sdk.HistogramParams({ domainSize: 4, fakeSlots: 1, fakeProbability: 0.5, localEpsilon: 1 });
 const heavy = new sdk.HeavyHittersParams({ alphabet: "ab", maxLength: 2, spans: [3], keep: 1, candidates: 1, seeds: 1, weights: [0.5, 0.5], epsilon: 1, delta: 1e-6, devices: 2 });
+const ROUND = { window: Math.floor((NOW + OFFSET) / WS), fingerprint: 77n }; // the served round's fields the policy reads
 const key = { keyId: 3, suite: "x25519-hkdf-sha256-aes128gcm", publicKey: new Uint8Array(32).fill(9), notBefore: 0, notAfter: null };
 const metric = (name, params, extra = {}) => ({ name, encoding: "x", fingerprint: params.fingerprint(), reportBytes: 2, disposalSeconds: 0, domain: null, ...extra });
 const config = (o = {}) => ({
@@ -27,7 +28,7 @@ const config = (o = {}) => ({
       ["m", metric("m", rappor, { rappor })],
       ["h", metric("h", hist, { histogram: hist })],
       ["b", metric("b", rappor)], // of an encoding this build leaves out: no params
-      ["w", metric("w", heavy, { heavyHitters: heavy })],
+      ["w", metric("w", heavy, { heavyHitters: heavy, rounds: o.rounds ?? [] })],
     ]),
     keys: o.keys ?? [key],
   },
@@ -59,6 +60,13 @@ const CASES = [
   ["unknown metric after a fetch", [row({ metric: "gone", fp: 5 })], config(), state({ refetched: true }), "drop:params_changed"],
   ["histogram never clear", [row({ metric: "h" })], config(), state({ sealing: "off" }), "drop:refused"],
   ["heavy hitters: clear with sealing off", [row({ metric: "w", fp: heavy.fingerprint() })], config({ keys: [] }), state({ sealing: "off" }), "send"],
+  // a heavy-hitters report names its round: held to the round the config serves for its window
+  ["heavy hitters: its window's round", [row({ metric: "w", fp: ROUND.fingerprint })], config({ rounds: [ROUND] }), state(), "send"],
+  ["heavy hitters: another round of its window: fetch", [row({ metric: "w", fp: 5 })], config({ rounds: [ROUND] }), state(), "refetch"],
+  ["heavy hitters: another round after a fetch", [row({ metric: "w", fp: 5 })], config({ rounds: [ROUND] }), state({ refetched: true }), "drop:round_changed"],
+  ["heavy hitters: a window the config no longer lists: the shuffler decides", [row({ metric: "w", fp: 5, window: CUR - 1 })], config({ rounds: [ROUND] }), state({ refetched: true }), "send"],
+  ["heavy hitters: refused round_mismatch: fetch", [row({ metric: "w", fp: ROUND.fingerprint })], config({ rounds: [ROUND] }), state({ answer: sdk.classify("failed_precondition", "round_mismatch: r") }), "refetch"],
+  ["heavy hitters: round_mismatch after a fetch, its round still served: back off", [row({ metric: "w", fp: ROUND.fingerprint })], config({ rounds: [ROUND] }), state({ refetched: true, answer: sdk.classify("failed_precondition", "round_mismatch: r") }), "offline"],
   ["encoding not in this build: sealed", [row({ metric: "b" })], config(), state(), "send"],
   ["encoding not in this build: never clear", [row({ metric: "b" })], config(), state({ sealing: "off" }), "drop:refused"],
   ["above the ceiling", [row()], config(), state({ ceiling: () => "too loose" }), "drop:refused_by_ceiling"],
