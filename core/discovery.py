@@ -28,6 +28,7 @@ from crowdmix.core.errors import ParamsError
 __all__ = [
     "ENCODING",
     "MAX_CELLS",
+    "MIN_EPSILON",
     "REPORT_BYTES",
     "SEED_SALTS",
     "HeavyHittersParams",
@@ -55,6 +56,8 @@ MAX_ALPHABET = 254
 MAX_LENGTH = 64
 MAX_EXTENSIONS = 1 << 20
 MAX_EPSILON = 20.0
+#: The smallest round ε: from it up a round's keep is ≥ 1/n (``keep_probability``).
+MIN_EPSILON = 2.0**-48
 _MASK = (1 << 64) - 1
 _KEY_TAG = b"crowdmix/discovery/v1\x00"
 # SplitMix64 increments that separate the three per-seed constants.
@@ -87,10 +90,13 @@ EXP_BITS = 256
 def exp_lower(epsilon: float) -> int:
     """An integer L ≤ e^ε·2^256 (within ~2^-200 of it for ε ≤ 20): the Taylor series of
     e^x at x = ⌊ε·2^256⌋/2^256, every term rounded down from the one before, so each
-    term, and the sum, errs low. Integer arithmetic only: every SDK gets the same L."""
+    term, and the sum, errs low. Integer arithmetic only: every SDK gets the same L.
+    ε must be in (0, ``MAX_EPSILON``]."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
+        raise ParamsError(f"epsilon must be a number, got {epsilon!r}")
+    if not 0.0 < epsilon <= MAX_EPSILON:  # NaN fails too
+        raise ParamsError(f"epsilon must be in (0, {MAX_EPSILON}], got {epsilon!r}")
     num, den = float(epsilon).as_integer_ratio()
-    if num <= 0:
-        raise ParamsError(f"epsilon must be positive, got {epsilon!r}")
     x = (num << EXP_BITS) // den
     term = total = 1 << EXP_BITS
     k = 1
@@ -116,7 +122,10 @@ def keep_probability(epsilon: float, n: int) -> float:
     """The keep probability of a round's n-ary randomized response, as every SDK draws it:
     the largest float ≤ L/(L + (n−1)·2^256) with L = ``exp_lower(ε)``. Since L ≤ e^ε·2^256
     and t/(t + n − 1) grows with t, it is ≤ e^ε/(e^ε + n − 1), so the realised ε,
-    ln(keep·(n−1)/(1−keep)), is at most ε (and below it by about an ulp of keep)."""
+    ln(keep·(n−1)/(1−keep)), is at most ε (and below it by about an ulp of keep). It is
+    ≥ 0, i.e. keep ≥ 1/n, when ε ≥ ``MIN_EPSILON`` (what a round requires): L/2^256 =: u ≥
+    1 + x exactly (the first two terms), x ≥ ε − 2^-256 ≥ 2^-50, so (u − 1)/u ≥ 2^-51 and
+    keep > t(1 − 2^-52) ≥ 1/n. Below it keep may be the float under 1/n: q/keep > 1."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ParamsError(f"n must be an integer >= 2, got {n!r}")
     a = exp_lower(epsilon)
@@ -206,8 +215,11 @@ class SymbolMap:
 def _check_epsilon(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps):
         raise ParamsError(f"epsilon must be a finite number, got {eps!r}")
-    if not 0.0 < eps <= MAX_EPSILON:
-        raise ParamsError(f"epsilon must be in (0, {MAX_EPSILON}], got {eps!r}")
+    if not MIN_EPSILON <= eps <= MAX_EPSILON:
+        raise ParamsError(
+            f"epsilon must be in [2^-48, {MAX_EPSILON}] (below it the keep probability "
+            f"cannot stay at least 1/n), got {eps!r}"
+        )
     return float(eps)
 
 

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crowdmix.core.discovery import MAX_EPSILON, HeavyHittersParams, PrefixRound, ValueRound
+from crowdmix.core.discovery import (
+    MAX_EPSILON,
+    MIN_EPSILON,
+    HeavyHittersParams,
+    PrefixRound,
+    ValueRound,
+)
 from crowdmix.core.errors import ParamsError
 
 __all__ = ["RoundBook", "ServedRound", "read_rounds", "write_rounds"]
@@ -171,10 +177,10 @@ class ServedRound:
         if (
             isinstance(eps, bool)
             or not isinstance(eps, int | float)
-            or not 0.0 < eps <= MAX_EPSILON  # NaN fails too
+            or not MIN_EPSILON <= eps <= MAX_EPSILON  # NaN fails too
         ):
             raise ParamsError(
-                f"round field epsilon must be a number in (0, {MAX_EPSILON}], got {eps!r}"
+                f"round field epsilon must be a number in [2^-48, {MAX_EPSILON}], got {eps!r}"
             )
         cands = data.get("candidates", [])
         if not isinstance(cands, list) or not all(isinstance(c, str) for c in cands):

@@ -250,3 +250,46 @@ def test_the_round_job_and_the_ledger_charge_the_realised_epsilon0() -> None:
             alone = best_amplification(cost.epsilon0, cost.n_reports, 1e-6, krr)
             assert compose_segments([seg]).epsilon == alone.result.epsilon
         state = outcome.state
+
+
+def test_a_round_keeps_the_true_value_at_least_as_often_as_any_other() -> None:
+    """ε-LDP of n-ary RR needs both keep/q ≤ e^ε and q/keep ≤ e^ε (q = (1 − keep)/(n − 1)).
+    The keep, the largest float ≤ L/(L + n − 1), can fall below 1/n when e^ε − 1 is under
+    the float grid near 1/n: then q/keep > 1 realises more than a tiny ε (and the charge,
+    capped at ε, is below it). Rounds refuse such an ε (below ``MIN_EPSILON`` = 2^-48); from
+    it up every keep is ≥ 1/n (the ratio ≥ 1, so the realised ε is ln(ratio) ∈ [0, ε]),
+    checked exactly at the smallest ε and its neighbours for n from 2 to ``MAX_CELLS``."""
+    import random
+
+    from crowdmix.core.discovery import (
+        MAX_CELLS,
+        MIN_EPSILON,
+        SymbolMap,
+        ValueRound,
+        exp_lower,
+        keep_probability,
+        next_prime,
+    )
+    from crowdmix.core.errors import ParamsError
+
+    sm = SymbolMap(alphabet="ab", max_length=2)
+    n = 3  # 1/3 is not a float: the keep of ε ≈ 0 is the float below it
+    for tiny in (5e-324, 1e-300, 1e-17):
+        keep = Fraction(keep_probability(tiny, n))
+        ratio = keep * (n - 1) / (1 - keep)
+        assert ratio < 1 - Fraction(tiny)  # q/keep > 1/(1 − ε) ≥ e^ε: not ε-LDP
+        with pytest.raises(ParamsError, match="epsilon"):
+            ValueRound(symbols=sm, epsilon=tiny, candidates=("a", "b"))
+    rng = random.Random(20261128)
+    epsilons = [MIN_EPSILON, math.nextafter(MIN_EPSILON, 1.0), 2 * MIN_EPSILON, 1e-14, 1e-9]
+    epsilons += [MIN_EPSILON * rng.uniform(1.0, 1e6) for _ in range(20)]
+    ns = [2, 3, 5, 7, 11, 1000, next_prime(70_000), MAX_CELLS - 1, MAX_CELLS]
+    ns += [rng.randint(2, MAX_CELLS) for _ in range(20)]
+    for eps in epsilons:
+        for n in ns:
+            keep = Fraction(keep_probability(eps, n))
+            assert keep * n >= 1, (eps, n)  # ratio ≥ 1: the realised ε is in [0, ε]
+    ValueRound(symbols=sm, epsilon=MIN_EPSILON, candidates=("a", "b"))
+    for bad in (-1.0, 0.0, math.nan, math.inf, math.nextafter(20.0, 21.0)):  # as in TypeScript
+        with pytest.raises(ParamsError, match="epsilon"):
+            exp_lower(bad)

@@ -27,6 +27,8 @@ const MAX_ALPHABET = 254;
 const MAX_LENGTH = 64;
 const MAX_EXTENSIONS = 1 << 20;
 const MAX_EPSILON = 20;
+/** The smallest round ε: from it up a round's keep is ≥ 1/n (`keepProbabilityOf`). */
+const MIN_EPSILON = 2 ** -48;
 const MASK = (1n << 64n) - 1n;
 const KEY_TAG = /* @__PURE__ */ utf8("crowdmix/discovery/v1\0");
 const SEED_SALTS = [0x9e3779b97f4a7c15n, 0x3c6ef372fe94f82an, 0xdaa66d2c7ddf743fn] as const;
@@ -106,8 +108,10 @@ const bits64 = /* @__PURE__ */ new DataView(new ArrayBuffer(8));
 /**
  * An integer L ≤ e^ε·2^256, as `crowdmix.core.discovery.exp_lower`: the Taylor series at
  * x = ⌊ε·2^256⌋/2^256, each term rounded down from the one before (integers only).
+ * ε must be in (0, 20].
  */
 export function expLower(epsilon: number): bigint {
+  if (typeof epsilon !== "number" || !(epsilon > 0 && epsilon <= MAX_EPSILON)) throw new ParamsError(`epsilon must be in (0, ${MAX_EPSILON}], got ${String(epsilon)}`);
   bits64.setFloat64(0, epsilon);
   const raw = bits64.getBigUint64(0);
   const biased = Number((raw >> 52n) & 0x7ffn);
@@ -135,9 +139,11 @@ function floatAtMost(a: bigint, b: bigint): number {
 
 /**
  * A round's keep probability over n values, as `crowdmix.core.discovery.keep_probability`:
- * the largest float ≤ L/(L + (n−1)·2^256), L = expLower(ε); at most e^ε/(e^ε + n − 1).
+ * the largest float ≤ L/(L + (n−1)·2^256), L = expLower(ε); at most e^ε/(e^ε + n − 1), and at
+ * least 1/n when ε ≥ 2^-48 (what a round requires; the proof is Python's).
  */
 export function keepProbabilityOf(epsilon: number, n: number): number {
+  if (!Number.isSafeInteger(n) || n < 2) throw new ParamsError(`n must be an integer >= 2, got ${String(n)}`);
   const a = expLower(epsilon);
   return floatAtMost(a, a + (BigInt(n - 1) << EXP_BITS));
 }
@@ -148,8 +154,8 @@ function checkInt(name: string, v: unknown, lo = 0): number {
 }
 
 function checkEpsilon(v: unknown): number {
-  if (typeof v !== "number" || !Number.isFinite(v) || !(v > 0 && v <= MAX_EPSILON))
-    throw new ParamsError(`epsilon must be a finite number in (0, ${MAX_EPSILON}], got ${String(v)}`);
+  if (typeof v !== "number" || !Number.isFinite(v) || !(v >= MIN_EPSILON && v <= MAX_EPSILON))
+    throw new ParamsError(`epsilon must be a finite number in [2^-48, ${MAX_EPSILON}] (below it the keep probability cannot stay at least 1/n), got ${String(v)}`);
   return v;
 }
 

@@ -169,6 +169,32 @@ test("heavy hitters: keep probabilities and the integer bound on e^ε below them
   }
 });
 
+/** 3·x < 1 exactly, for a float x in (0, 1): x = m·2^-s with m the 53-bit significand. */
+function thirdsBelowOne(x) {
+  const v = new DataView(new ArrayBuffer(8));
+  v.setFloat64(0, x);
+  const raw = v.getBigUint64(0);
+  const s = 1075n - (raw >> 52n);
+  return 3n * ((raw & ((1n << 52n) - 1n)) | (1n << 52n)) < 1n << s;
+}
+
+test("heavy hitters: a round's ε is at least 2^-48, where its keep stays at least 1/n; ε and n checked as in Python", () => {
+  const sm = new sdk.SymbolMap("ab", 2);
+  // below it the keep of n = 3 is the float under 1/3: the other values outweigh the true one
+  for (const tiny of [5e-324, 1e-300, 1e-17]) {
+    assert.ok(thirdsBelowOne(sdk.keepProbabilityOf(tiny, 3)));
+    assert.throws(() => new sdk.ValueRound(sm, tiny, ["a", "b"]), sdk.ParamsError);
+    assert.throws(() => new sdk.PrefixRound(sm, 0, 2, tiny, 1, 3), sdk.ParamsError);
+  }
+  assert.ok(!thirdsBelowOne(new sdk.ValueRound(sm, 2 ** -48, ["a", "b"]).keepProbability));
+  // the sign is not dropped, and neither 0, NaN nor ∞ runs the series (∞ never ended)
+  for (const bad of [-1, 0, -0, NaN, Infinity, 20.000000000000004]) {
+    assert.throws(() => sdk.expLower(bad), sdk.ParamsError, String(bad));
+    assert.throws(() => sdk.keepProbabilityOf(bad, 3), sdk.ParamsError, String(bad));
+  }
+  for (const n of [1, 0, 2.5]) assert.throws(() => sdk.keepProbabilityOf(1, n), sdk.ParamsError, String(n));
+});
+
 test("heavy hitters: a GetConfig answer the shuffler serves reads here, rounds and all", () => {
   const c = sdk.parseConfig(bytes(H.config.answer)).metrics.get("words");
   assert.equal(c.fingerprint.toString(), H.config.fingerprint);
