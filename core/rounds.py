@@ -273,13 +273,15 @@ class RoundBook:
         return cls(metrics)
 
 
-def read_rounds(path: str | os.PathLike[str]) -> RoundBook:
-    """The round file at ``path`` (an empty book when it does not exist yet);
-    ``ParamsError`` naming the file when it cannot be read."""
+def read_rounds(path: str | os.PathLike[str], *, missing_ok: bool = True) -> RoundBook:
+    """The round file at ``path`` (an empty book when it does not exist yet, unless
+    ``missing_ok`` is false); ``ParamsError`` naming the file when it cannot be read."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if not missing_ok:
+            raise ParamsError(f"round file {p} is gone") from None
         return RoundBook()
     except (OSError, UnicodeDecodeError) as exc:
         raise ParamsError(f"round file {p}: {getattr(exc, 'strerror', None) or exc}") from None

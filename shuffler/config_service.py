@@ -85,6 +85,7 @@ class WatchedFile(Generic[T]):
         *,
         check_seconds: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        first: Callable[[Path], T] | None = None,
     ) -> None:
         self.path = Path(path)
         self._read = read
@@ -93,7 +94,7 @@ class WatchedFile(Generic[T]):
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._stamp = self._stat()
-        self._value = read(self.path)
+        self._value = (first or read)(self.path)
         self._checked = monotonic()
 
     def _stat(self) -> tuple[int, int, int] | None:
@@ -162,16 +163,21 @@ class PublishedKeys:
         return key
 
 
-def _read_rounds(path: Path) -> RoundBook:
+def _read_rounds(path: Path, *, missing_ok: bool = False) -> RoundBook:
     try:
-        return read_rounds(path)
+        return read_rounds(path, missing_ok=missing_ok)
     except ParamsError as exc:
         raise ConfigError(str(exc)) from None
 
 
+def _first_rounds(path: Path) -> RoundBook:
+    return _read_rounds(path, missing_ok=True)  # none yet: no round
+
+
 class RoundFile(WatchedFile[RoundBook]):
     """The heavy-hitter round file, re-read when it changes (at most once per
-    ``check_seconds``, on use); a file that cannot be read keeps the last good book."""
+    ``check_seconds``, on use); a file that cannot be read, or is gone between the look
+    and the read, keeps the last good book."""
 
     def __init__(
         self,
@@ -182,7 +188,7 @@ class RoundFile(WatchedFile[RoundBook]):
     ) -> None:
         super().__init__(
             path, _read_rounds, "heavy-hitter rounds", check_seconds=check_seconds,
-            monotonic=monotonic,
+            monotonic=monotonic, first=_first_rounds,
         )  # fmt: skip
 
     @property

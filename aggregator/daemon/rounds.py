@@ -52,7 +52,8 @@ class RoundFile:
             with self._lock:
                 if stamp != self._stamp:
                     try:
-                        self._book = read_rounds(self.path)
+                        # gone between the stat and the read: keep the last good rounds
+                        self._book = read_rounds(self.path, missing_ok=False)
                     except ParamsError as exc:
                         log.warning("keeping the previous heavy-hitter rounds: %s", exc)
                     self._stamp = stamp

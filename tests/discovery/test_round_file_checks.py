@@ -207,3 +207,28 @@ def test_a_state_file_whose_windows_do_not_match_its_round_is_refused(
     files["state_file"].write_text(json.dumps(data))
     with pytest.raises(DiscoveryError, match="not a discovery state"):
         read_state(files["state_file"])
+
+
+def test_a_round_file_gone_between_the_look_and_the_read_keeps_its_rounds(
+    tmp_path: Path,
+) -> None:
+    """The shuffler's and the aggregator's round files see a changed stamp, then find
+    the file gone when they read it (a rename over it, an operator's rm): both keep
+    serving the last good rounds, never an empty book that would refuse every report."""
+    from crowdmix.aggregator.daemon.rounds import RoundFile as AggregatorRoundFile
+
+    path = tmp_path / "rounds.json"
+    write_rounds(path, _two_rounds())
+    shuffler = RoundFile(path, check_seconds=0.0)
+    aggregator = AggregatorRoundFile(path)
+    assert shuffler.book.rounds("words", 1) == aggregator.book().rounds("words", 1)
+    path.unlink()
+    # the stat said "changed" just before the file went: simulate that interleaving
+    for watched in (shuffler, aggregator):
+        watched._stamp = (0, 0, 0)  # type: ignore[attr-defined]
+        watched._stat = lambda: (1, 1, 1)  # type: ignore[method-assign]
+    assert shuffler.book.rounds("words", 1) == _two_rounds().rounds("words", 1)
+    assert aggregator.book().rounds("words", 1) == _two_rounds().rounds("words", 1)
+    # a file that is simply not there yet at start-up is no round, as before
+    assert RoundFile(tmp_path / "none.json").book == RoundBook()
+    assert AggregatorRoundFile(tmp_path / "none.json").book() == RoundBook()
