@@ -104,21 +104,23 @@ HELD_OUT_TYPES = {
     # exponential with few reports: 10^5 clients, m=16
     "exp-n1e5": Case("exp", 100, 100_000, 1, 16, 2, 16, 0.25, 0.75, 0.5, 20, True),
 }
-#: Seed bases: development and held-out seeds never meet (and differ from bench/accuracy.py's).
-#: A held-out split is read once; the next one takes fresh seeds (5 200 000 + …: read, spent).
-SEEDS = {"dev": 5_100_000, "held-out": 5_300_000}
+#: Seed bases: no two splits meet (nor bench/accuracy.py's seeds). A held-out split is read
+#: once; the next one takes fresh seeds, and the one read becomes development data ("spent").
+SEEDS = {"dev": 5_100_000, "spent1": 5_200_000, "spent2": 5_300_000, "held-out": 5_400_000}
+#: Splits with the held-out case types: the held-out one and those already read.
+HELD_OUT_SPLITS = ("spent1", "spent2", "held-out")
 
 
 def split_of(case_dir: str) -> str | None:
-    """The split whose seeds made a case directory (<case>-s<seed>), None for spent seeds."""
+    """The split whose seeds made a case directory (<case>-s<seed>)."""
     seed = int(case_dir.rsplit("-s", 1)[1])
     return next((s for s, base in SEEDS.items() if base <= seed < base + 100_000), None)
 
 
 def cases_of(split: str, reps: int, grid_reps: int) -> list[tuple[str, Case, int]]:
-    """(name, case, seed) of a split; held-out adds the held-out case types."""
+    """(name, case, seed) of a split; the held-out splits add the held-out case types."""
     types = dict(TYPES)
-    if split == "held-out":
+    if split in HELD_OUT_SPLITS:
         types |= HELD_OUT_TYPES
     base = SEEDS[split]
     out = []
@@ -254,7 +256,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rappor", type=Path, required=True, help="google/rappor checkout or git dir")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--split", choices=("dev", "held-out", "all"), default="all")
+    ap.add_argument("--split", choices=(*SEEDS, "all"), default="all")
     ap.add_argument("--reps", type=int, default=2, help="seeds per case type (2)")
     ap.add_argument(
         "--grid-reps",
@@ -265,7 +267,7 @@ def main() -> None:
     ap.add_argument("--no-r", action="store_true", help="skip google/rappor's R decoder")
     ap.add_argument("--force", action="store_true", help="regenerate cases already written")
     args = ap.parse_args()
-    splits = ("dev", "held-out") if args.split == "all" else (args.split,)
+    splits = tuple(SEEDS) if args.split == "all" else (args.split,)
     with tempfile.TemporaryDirectory() as tmp:
         root = checkout(args.rappor.resolve(), Path(tmp))
         rappor = load_client(root)
