@@ -1,6 +1,6 @@
 """Decoding cases encoded by google/rappor's own Python client, with its R decoder's answers.
 
-    .venv/bin/python bench/rappor_client_data.py --rappor PATH --out DIR [--split dev|held-out|all]
+    .venv/bin/python bench/rappor_client_data.py --rappor PATH --out DIR [--split SPLIT|all]
 
 PATH is a google/rappor checkout (or its bare git directory, exported to a temp
 directory). Not run by CI: it encodes ~10^6 reports per case in google/rappor's
@@ -84,7 +84,7 @@ def _grid() -> dict[str, Case]:
 
 
 GRID = _grid()
-#: The case types, run on development and held-out seeds.
+#: The case types, on every split.
 TYPES = {
     # exponential over 100 values at rappor.Params()'s defaults (k=16, h=2, m=64, p=.5, q=.75, f=.5)
     "exp-defaults": Case("exp", 100, 1_000_000, 1, 16, 2, 64, 0.5, 0.75, 0.5, 20, True),
@@ -95,7 +95,7 @@ TYPES = {
     # regtest_spec.py DEMO demo5: Zipf(1.5), 10^5 clients × 10 reports, k=32 h=1 m=64
     "zipf1.5-demo": Case("zipf1.5", 100, 100_000, 10, 32, 1, 64, 0.25, 0.75, 0.5, 100, True),
 }
-#: Case types no knob is tuned on: generated only with held-out seeds.
+#: Case types of the held-out splits only (the fresh one and the spent ones, see SEEDS).
 HELD_OUT_TYPES = {
     # flat over 500 values, 600 candidates for 512 equations
     "unif-overcomplete": Case("unif", 500, 1_000_000, 1, 16, 2, 32, 0.25, 0.75, 0.5, 150, True),
@@ -261,7 +261,7 @@ def main() -> None:
     ap.add_argument(
         "--grid-reps",
         type=int,
-        help="seeds per grid case (default: 1 for dev, 0 for held-out, whose cases are the types)",
+        help="seeds per grid case (default: 1 for dev, 0 for the splits of case types)",
     )
     ap.add_argument("--only", help="regex: only cases whose name matches")
     ap.add_argument("--no-r", action="store_true", help="skip google/rappor's R decoder")
