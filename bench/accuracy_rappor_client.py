@@ -1,6 +1,6 @@
 """crowdmix's decoder against google/rappor's R decoder on reports from google/rappor's client.
 
-    .venv/bin/python bench/accuracy_rappor_client.py --data DIR [--split dev|held-out|all]
+    .venv/bin/python bench/accuracy_rappor_client.py --data DIR [--split SPLIT|development|all]
 
 DIR is what bench/rappor_client_data.py wrote. Each case is decoded from its
 google/rappor files exactly as ``crowdmix report --rappor-counts/--rappor-map/
@@ -17,9 +17,9 @@ over the five distributions):
 - coverage: detected true values inside their 95% interval; mass: the detected
   list's total; decode seconds (the files already read, as the reference is timed).
 
-Development seeds choose knobs; held-out seeds and the held-out case types are
-read once to report (see rappor_client_data.py for both); cases whose seeds a
-held-out split already spent are skipped.
+Development splits choose knobs (dev, and the spent held-out splits, already
+read); the held-out split is read once to report (rappor_client_data.py says
+which seeds each split takes); a case is scored only in the split of its seed.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from crowdmix.aggregator.report.rappor_files import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rappor_client_data import split_of
+from rappor_client_data import SEEDS, split_of
 
 Score = dict[str, float]
 
@@ -223,7 +223,12 @@ def summarise(label: str, rows: list[tuple[str, Score, Score]]) -> dict[str, obj
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--split", choices=("dev", "held-out", "all"), default="dev")
+    ap.add_argument(
+        "--split",
+        choices=(*SEEDS, "development", "all"),
+        default="development",
+        help="a split, development (every split but held-out) or all",
+    )
     ap.add_argument("--only", help="regex on case directory names")
     ap.add_argument("--cases", action="store_true", help="print every case")
     d = DecodeOptions()
@@ -248,7 +253,10 @@ def main() -> None:
     print(
         f"load average at start: {os.getloadavg()[0]:.1f} (2 cores; decode times are wall and CPU)"
     )
-    splits = ("dev", "held-out") if args.split == "all" else (args.split,)
+    splits = {
+        "all": tuple(SEEDS),
+        "development": tuple(s for s in SEEDS if s != "held-out"),
+    }.get(args.split, (args.split,))
     for split in splits:
         rows = []
         for case_dir in sorted((args.data / split).glob("*")):

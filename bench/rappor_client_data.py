@@ -1,6 +1,6 @@
 """Decoding cases encoded by google/rappor's own Python client, with its R decoder's answers.
 
-    .venv/bin/python bench/rappor_client_data.py --rappor PATH --out DIR [--split dev|held-out|all]
+    .venv/bin/python bench/rappor_client_data.py --rappor PATH --out DIR [--split SPLIT|all]
 
 PATH is a google/rappor checkout (or its bare git directory, exported to a temp
 directory). Not run by CI: it encodes ~10^6 reports per case in google/rappor's
@@ -84,7 +84,7 @@ def _grid() -> dict[str, Case]:
 
 
 GRID = _grid()
-#: The case types, run on development and held-out seeds.
+#: The case types, on every split.
 TYPES = {
     # exponential over 100 values at rappor.Params()'s defaults (k=16, h=2, m=64, p=.5, q=.75, f=.5)
     "exp-defaults": Case("exp", 100, 1_000_000, 1, 16, 2, 64, 0.5, 0.75, 0.5, 20, True),
@@ -95,7 +95,7 @@ TYPES = {
     # regtest_spec.py DEMO demo5: Zipf(1.5), 10^5 clients × 10 reports, k=32 h=1 m=64
     "zipf1.5-demo": Case("zipf1.5", 100, 100_000, 10, 32, 1, 64, 0.25, 0.75, 0.5, 100, True),
 }
-#: Case types no knob is tuned on: generated only with held-out seeds.
+#: Case types of the held-out splits only (the fresh one and the spent ones, see SEEDS).
 HELD_OUT_TYPES = {
     # flat over 500 values, 600 candidates for 512 equations
     "unif-overcomplete": Case("unif", 500, 1_000_000, 1, 16, 2, 32, 0.25, 0.75, 0.5, 150, True),
@@ -104,21 +104,23 @@ HELD_OUT_TYPES = {
     # exponential with few reports: 10^5 clients, m=16
     "exp-n1e5": Case("exp", 100, 100_000, 1, 16, 2, 16, 0.25, 0.75, 0.5, 20, True),
 }
-#: Seed bases: development and held-out seeds never meet (and differ from bench/accuracy.py's).
-#: A held-out split is read once; the next one takes fresh seeds (5 200 000 + …: read, spent).
-SEEDS = {"dev": 5_100_000, "held-out": 5_300_000}
+#: Seed bases: no two splits meet (nor bench/accuracy.py's seeds). A held-out split is read
+#: once; the next one takes fresh seeds, and the one read becomes development data ("spent").
+SEEDS = {"dev": 5_100_000, "spent1": 5_200_000, "spent2": 5_300_000, "held-out": 5_400_000}
+#: Splits with the held-out case types: the held-out one and those already read.
+HELD_OUT_SPLITS = ("spent1", "spent2", "held-out")
 
 
 def split_of(case_dir: str) -> str | None:
-    """The split whose seeds made a case directory (<case>-s<seed>), None for spent seeds."""
+    """The split whose seeds made a case directory (<case>-s<seed>)."""
     seed = int(case_dir.rsplit("-s", 1)[1])
     return next((s for s, base in SEEDS.items() if base <= seed < base + 100_000), None)
 
 
 def cases_of(split: str, reps: int, grid_reps: int) -> list[tuple[str, Case, int]]:
-    """(name, case, seed) of a split; held-out adds the held-out case types."""
+    """(name, case, seed) of a split; the held-out splits add the held-out case types."""
     types = dict(TYPES)
-    if split == "held-out":
+    if split in HELD_OUT_SPLITS:
         types |= HELD_OUT_TYPES
     base = SEEDS[split]
     out = []
@@ -254,18 +256,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rappor", type=Path, required=True, help="google/rappor checkout or git dir")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--split", choices=("dev", "held-out", "all"), default="all")
+    ap.add_argument("--split", choices=(*SEEDS, "all"), default="all")
     ap.add_argument("--reps", type=int, default=2, help="seeds per case type (2)")
     ap.add_argument(
         "--grid-reps",
         type=int,
-        help="seeds per grid case (default: 1 for dev, 0 for held-out, whose cases are the types)",
+        help="seeds per grid case (default: 1 for dev, 0 for the splits of case types)",
     )
     ap.add_argument("--only", help="regex: only cases whose name matches")
     ap.add_argument("--no-r", action="store_true", help="skip google/rappor's R decoder")
     ap.add_argument("--force", action="store_true", help="regenerate cases already written")
     args = ap.parse_args()
-    splits = ("dev", "held-out") if args.split == "all" else (args.split,)
+    splits = tuple(SEEDS) if args.split == "all" else (args.split,)
     with tempfile.TemporaryDirectory() as tmp:
         root = checkout(args.rappor.resolve(), Path(tmp))
         rappor = load_client(root)

@@ -80,12 +80,13 @@ FloatArray = npt.NDArray[np.float64]
 class DecodeOptions:
     """Tuning of the RAPPOR decoder (defaults are what the benches measured).
 
-    The default test is Benjamini–Hochberg at a false discovery rate of 0.1,
-    chosen on reports encoded by google/rappor's own client
-    (bench/accuracy_rappor_client.py, development seeds): the highest level
-    whose false positives stay at or below google/rappor's decoder's on every
-    case type (at 0.2 they exceeded them on five of nine); Bonferroni at 0.05
-    misses far more true values (BENCHMARKS.md).
+    The default test is Benjamini–Hochberg at a false discovery rate of 0.1
+    after pruning at z < 0.5, chosen on reports encoded by google/rappor's own
+    client (bench/accuracy_rappor_client.py, the three development splits): the
+    highest level and the largest pruning z (of 0, 0.25, 0.5, 0.75, 1) whose
+    false positives stay at or below google/rappor's decoder's on every case
+    type of every split; Bonferroni at 0.05 misses far more true values
+    (bench/README.md).
     """
 
     alpha: float = 0.1
@@ -100,7 +101,11 @@ class DecodeOptions:
     #: At most this share of the equations survive screening.
     max_support: float = 0.5
     #: Candidates with estimate/se below this are pruned before testing (0: never).
-    prune_z: float = 1.0
+    #: Those kept share what values outside the fit put on their bits, so fewer
+    #: absent candidates pass the test: at 1.0 more of them did than the
+    #: reference's on two of three development splits (unif-overcomplete 10 > 7,
+    #: zipf-overcomplete 35 > 32; at 0.5: 7 and 29; bench/README.md).
+    prune_z: float = 0.5
     #: The distribution answer fits every candidate without constraints when
     #: candidates are at most this share of the equations (else: detected values).
     full_fit_share: float = 0.5

@@ -222,7 +222,8 @@ def test_decode_result_and_options_validate() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         # chosen by bench/accuracy_rappor_client.py (BENCHMARKS.md)
-        assert (DecodeOptions().correction, DecodeOptions().alpha) == ("bh", 0.1)
+        defaults = DecodeOptions()
+        assert (defaults.correction, defaults.alpha, defaults.prune_z) == ("bh", 0.1, 0.5)
     with pytest.raises(ValueError, match="interval"):
         DecodeOptions(interval="bayes")  # type: ignore[arg-type]
 
