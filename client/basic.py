@@ -90,6 +90,13 @@ class DomainEncoder(Generic[P]):
     def _randbelow(self, n: int) -> int:
         return uniform_below(self._rand, n)
 
+    def _flip(self, index: int, n: int, keep: float) -> int:
+        """k-ary randomized response of ``index`` over [0, n) with keep probability ``keep``."""
+        if bernoulli_bits(self._rand, keep, 1):
+            return index
+        other = self._randbelow(n - 1)
+        return other + (other >= index)
+
 
 class BasicEncoder(DomainEncoder[BasicParams]):
     """Encodes domain indexes (or values, given ``domain``) for one metric."""
@@ -108,11 +115,7 @@ class BasicEncoder(DomainEncoder[BasicParams]):
             keep = self._bernoulli(params.keep_probability)
             return bytes([index if keep else 1 - index])
         if mech == "krr":
-            out = index
-            if not self._bernoulli(params.keep_probability):
-                out = self._randbelow(d - 1)
-                out += out >= index
-            return out.to_bytes(index_bytes(d), "little")
+            return self._flip(index, d, params.keep_probability).to_bytes(index_bytes(d), "little")
         if mech == "oue":
             bits = bernoulli_bits(self._rand, params.oue_q, d) & ~(1 << index)
             if self._bernoulli(0.5):
@@ -121,10 +124,7 @@ class BasicEncoder(DomainEncoder[BasicParams]):
         g = params.olh_buckets
         a = 1 + self._randbelow(OLH_PRIME - 1)
         b = self._randbelow(OLH_PRIME)
-        y = olh_hash(a, b, index, g)
-        if not self._bernoulli(params.keep_probability):
-            other = self._randbelow(g - 1)
-            y = other + (other >= y)
+        y = self._flip(olh_hash(a, b, index, g), g, params.keep_probability)
         return (
             a.to_bytes(4, "little") + b.to_bytes(4, "little") + y.to_bytes(index_bytes(g), "little")
         )

@@ -10,7 +10,7 @@ or with a window below the registry's shortest. Importing it loads protobuf.
 from __future__ import annotations
 
 from crowdmix.core.basic import BasicParams
-from crowdmix.core.device_config import DEFAULT_WINDOW_TOLERANCE, DeviceConfig
+from crowdmix.core.device_config import DEFAULT_WINDOW_TOLERANCE, DeviceConfig, value_of
 from crowdmix.core.discovery import HeavyHittersParams
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.histogram import HistogramParams
@@ -26,52 +26,19 @@ __all__ = ["from_proto"]
 def _metric_from_proto(info: pb.MetricInfo) -> MetricConfig:
     kind = info.WhichOneof("params")
     if kind == "rappor":
-        r = info.rappor
-        metric = MetricConfig(
-            name=info.name,
-            rappor=RapporParams(k=r.k, h=r.h, m=r.m, f=r.f, p=r.p, q=r.q),
-            hashing=r.hashing or "mmh3",  # type: ignore[arg-type]
-        )
+        rappor = value_of(RapporParams, info.rappor)
+        hashing = info.rappor.hashing or "mmh3"
+        metric = MetricConfig(name=info.name, rappor=rappor, hashing=hashing)  # type: ignore[arg-type]
     elif kind == "basic":
-        b = info.basic
-        metric = MetricConfig(
-            name=info.name,
-            basic=BasicParams(
-                mechanism=info.encoding,  # type: ignore[arg-type]
-                epsilon=b.epsilon,
-                domain_size=b.domain_size,
-            ),
-            domain=tuple(b.domain) or None,
-        )
+        basic = value_of(BasicParams, info.basic, mechanism=info.encoding)
+        metric = MetricConfig(name=info.name, basic=basic, domain=tuple(info.basic.domain) or None)
     elif kind == "histogram":
         hc = info.histogram
-        metric = MetricConfig(
-            name=info.name,
-            histogram=HistogramParams(
-                domain_size=hc.domain_size,
-                fake_slots=hc.fake_slots,
-                fake_probability=hc.fake_probability,
-                local_epsilon=hc.local_epsilon or None,
-            ),
-            domain=tuple(hc.domain) or None,
-        )
+        histogram = value_of(HistogramParams, hc, local_epsilon=hc.local_epsilon or None)
+        metric = MetricConfig(name=info.name, histogram=histogram, domain=tuple(hc.domain) or None)
     elif kind == "heavy_hitters":
-        hh = info.heavy_hitters
-        metric = MetricConfig(
-            name=info.name,
-            heavy_hitters=HeavyHittersParams(
-                alphabet=hh.alphabet,
-                max_length=hh.max_length,
-                spans=tuple(hh.spans),
-                keep=hh.keep,
-                candidates=hh.candidates,
-                seeds=hh.seeds,
-                weights=tuple(hh.weights),
-                epsilon=hh.epsilon,
-                delta=hh.delta,
-                devices=hh.devices,
-            ),
-        )
+        hh = value_of(HeavyHittersParams, info.heavy_hitters)
+        metric = MetricConfig(name=info.name, heavy_hitters=hh)
     else:
         raise ParamsError(f"metric {info.name!r}: the config carries no params")
     if metric.fingerprint != info.params_fingerprint:
@@ -85,20 +52,7 @@ def _metric_from_proto(info: pb.MetricInfo) -> MetricConfig:
 def _rounds_from_proto(info: pb.MetricInfo, metric: MetricConfig) -> tuple[ServedRound, ...]:
     """A heavy-hitters metric's served rounds, each checked against its params."""
     assert metric.heavy_hitters is not None
-    rounds = tuple(
-        ServedRound(
-            round=r.round,
-            window=r.window,
-            opened=r.opened,
-            epsilon=r.epsilon,
-            start=r.start,
-            stop=r.stop,
-            seeds=r.seeds,
-            buckets=r.buckets,
-            candidates=tuple(r.candidates),
-        )
-        for r in info.heavy_hitters.rounds
-    )
+    rounds = tuple(value_of(ServedRound, r) for r in info.heavy_hitters.rounds)
     for r in rounds:
         try:
             r.params(metric.heavy_hitters)
@@ -127,16 +81,7 @@ def from_proto(message: pb.ConfigResponse) -> DeviceConfig:
         if metrics[m.name].heavy_hitters is not None
     }
     keys = PublicKeySet(
-        tuple(
-            PublicKeyConfig(
-                key_id=k.key_id,
-                suite=k.suite,
-                public_key=k.public_key,
-                not_before=k.not_before,
-                not_after=k.not_after or None,
-            )
-            for k in message.keys
-        )
+        tuple(value_of(PublicKeyConfig, k, not_after=k.not_after or None) for k in message.keys)
     )
     return DeviceConfig(
         metrics=metrics,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from crowdmix.client.basic import DomainEncoder
-from crowdmix.client.randomness import BitSource, bernoulli_bits
+from crowdmix.client.randomness import BitSource
 from crowdmix.client.report import Report, make_report, new_report_id
 from crowdmix.core.discovery import (
     REPORT_BYTES,
@@ -51,10 +51,7 @@ def _flip(encoder: DomainEncoder[PrefixRound] | DomainEncoder[ValueRound], true:
     """k-ary randomized response of ``true`` over the round's [0, n) with its keep probability."""
     params = encoder.params
     n = params.buckets if isinstance(params, PrefixRound) else params.cells
-    if bernoulli_bits(encoder._rand, params.keep_probability, 1):
-        return true
-    other = encoder._randbelow(n - 1)
-    return other + (other >= true)
+    return encoder._flip(true, n, params.keep_probability)
 
 
 def _report(encoder: DomainEncoder[PrefixRound] | DomainEncoder[ValueRound], index: int) -> Report:

@@ -29,10 +29,7 @@ class HistogramEncoder(DomainEncoder[HistogramParams]):
         params = self.params
         if params.local_epsilon is None:
             return index
-        if bernoulli_bits(self._rand, params.keep_probability, 1):
-            return index
-        other = self._randbelow(params.domain_size - 1)
-        return other + (other >= index)
+        return self._flip(index, params.domain_size, params.keep_probability)
 
     def fake_indexes(self) -> list[int]:
         """Binomial(m, q) values, each uniform over the domain, independent of the value."""

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from google.protobuf.message import Message
 
 from crowdmix.core.registry import MetricConfig, Registry
 from crowdmix.core.rounds import ServedRound
@@ -22,8 +25,13 @@ __all__ = [
     "DEFAULT_WINDOW_SECONDS",
     "DEFAULT_WINDOW_TOLERANCE",
     "DeviceConfig",
+    "message_of",
     "to_proto",
+    "value_of",
 ]
+
+V = TypeVar("V")
+M = TypeVar("M", bound=Message)
 
 #: How long a device may use one answer (a stale key is refused and refetched anyway).
 DEFAULT_CACHE_SECONDS = 3600
@@ -113,6 +121,26 @@ class DeviceConfig:
         )
 
 
+def message_of(message: type[M], value: Any, **extra: Any) -> M:
+    """The wire ``message`` of a params value: its dataclass fields by their names (the
+    message uses the same), those the message has; ``extra`` sets the rest."""
+    names = message.DESCRIPTOR.fields_by_name
+    kwargs = {f.name: getattr(value, f.name) for f in fields(value) if f.name in names}
+    return message(**(kwargs | extra))
+
+
+def value_of(cls: type[V], message: Message, **extra: Any) -> V:
+    """``message_of`` read back: ``cls`` built from the fields of ``message`` with its
+    field names (repeated ones as tuples); ``extra`` sets or overrides fields."""
+    names = message.DESCRIPTOR.fields_by_name
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in names:
+            v = getattr(message, f.name)
+            kwargs[f.name] = v if isinstance(v, str | bytes | int | float) else tuple(v)
+    return cls(**(kwargs | extra))
+
+
 def _metric_to_proto(
     m: MetricConfig, disposal_seconds: int, rounds: tuple[ServedRound, ...] = ()
 ) -> pb.MetricInfo:
@@ -123,61 +151,25 @@ def _metric_to_proto(
         report_bytes=m.report_bytes,
         disposal_seconds=disposal_seconds,
     )
+    domain = list(m.domain or ())
     if m.rappor is not None:
-        r = m.rappor
-        info.rappor.CopyFrom(
-            pb.RapporConfig(k=r.k, h=r.h, m=r.m, f=r.f, p=r.p, q=r.q, hashing=m.hashing)
-        )
+        info.rappor.CopyFrom(message_of(pb.RapporConfig, m.rappor, hashing=m.hashing))
     elif m.heavy_hitters is not None:
-        hh = m.heavy_hitters
         info.heavy_hitters.CopyFrom(
-            pb.HeavyHittersConfig(
-                alphabet=hh.alphabet,
-                max_length=hh.max_length,
-                spans=list(hh.spans),
-                keep=hh.keep,
-                candidates=hh.candidates,
-                seeds=hh.seeds,
-                weights=list(hh.weights),
-                epsilon=hh.epsilon,
-                delta=hh.delta,
-                devices=hh.devices,
-                rounds=[
-                    pb.HeavyHittersRound(
-                        round=r.round,
-                        window=r.window,
-                        opened=r.opened,
-                        epsilon=r.epsilon,
-                        start=r.start,
-                        stop=r.stop,
-                        seeds=r.seeds,
-                        buckets=r.buckets,
-                        candidates=list(r.candidates),
-                    )
-                    for r in rounds
-                ],
+            message_of(
+                pb.HeavyHittersConfig,
+                m.heavy_hitters,
+                rounds=[message_of(pb.HeavyHittersRound, r) for r in rounds],
             )
         )
     elif m.histogram is not None:
         h = m.histogram
         info.histogram.CopyFrom(
-            pb.HistogramConfig(
-                domain_size=h.domain_size,
-                fake_slots=h.fake_slots,
-                fake_probability=h.fake_probability,
-                local_epsilon=h.local_epsilon or 0.0,
-                domain=list(m.domain or ()),
-            )
+            message_of(pb.HistogramConfig, h, local_epsilon=h.local_epsilon or 0.0, domain=domain)
         )
     else:
         assert m.basic is not None  # MetricConfig guarantees one of the three
-        info.basic.CopyFrom(
-            pb.BasicConfig(
-                epsilon=m.basic.epsilon,
-                domain_size=m.basic.domain_size,
-                domain=list(m.domain or ()),
-            )
-        )
+        info.basic.CopyFrom(message_of(pb.BasicConfig, m.basic, domain=domain))
     return info
 
 
@@ -193,16 +185,7 @@ def to_proto(config: DeviceConfig, names: list[str] | None = None) -> pb.ConfigR
             )
             for n in chosen
         ],
-        keys=[
-            pb.PublicKey(
-                key_id=k.key_id,
-                suite=k.suite,
-                public_key=k.public_key,
-                not_before=k.not_before,
-                not_after=k.not_after or 0,
-            )
-            for k in config.keys.keys
-        ],
+        keys=[message_of(pb.PublicKey, k, not_after=k.not_after or 0) for k in config.keys.keys],
         protocol=PROTOCOL_VERSION,
         window_seconds=config.window_seconds,
         plaintext=config.plaintext,

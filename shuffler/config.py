@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from crowdmix.core.redis_url import redis_url_problem
-from crowdmix.core.registry import Registry, RegistryError, parse_registry
+from crowdmix.core.registry import Registry, RegistryError, parse_registry, read_registry_file
 from crowdmix.shuffler.errors import ConfigError
 
 #: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.
@@ -191,18 +190,10 @@ def load_config(
 
     Raises ``ConfigError`` naming the bad field (registry errors included).
     """
-    path = Path(path)
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not UTF-8 text (TOML)") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        data = read_registry_file(path)
+    except RegistryError as exc:
+        raise ConfigError(str(exc)) from None
     data.pop("aggregator", None)  # the aggregator's settings may share the file
     table = data.pop("shuffler", {})
     if not isinstance(table, dict):

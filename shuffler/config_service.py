@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, Generic, TypeVar
+from typing import Final
 
 from crowdmix.core.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.registry import MetricConfig, Registry
 from crowdmix.core.rounds import RoundBook, ServedRound, read_rounds
 from crowdmix.core.sealed import SUITES, PublicKeyConfig, PublicKeySet
+from crowdmix.core.watched_file import WatchedFile
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.errors import ConfigError, InvalidRequest
 
@@ -41,7 +41,6 @@ __all__ = [
     "is_sealed_queue",
 ]
 
-T = TypeVar("T")
 log = logging.getLogger("crowdmix.shuffler")
 
 # Queue "fingerprints" of sealed reports, one per suite (suites differ in length).
@@ -72,63 +71,6 @@ def _read_public(path: Path) -> PublicKeySet:
         ) from None
 
 
-class WatchedFile(Generic[T]):
-    """A file's parsed contents, re-read when the file changes (its mtime, size or inode;
-    looked at on use, at most once per ``check_seconds``). A change that cannot be read
-    keeps the last good value, with a warning naming ``what``."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        read: Callable[[Path], T],
-        what: str,
-        *,
-        check_seconds: float = 1.0,
-        monotonic: Callable[[], float] = time.monotonic,
-        first: Callable[[Path], T] | None = None,
-    ) -> None:
-        self.path = Path(path)
-        self._read = read
-        self._what = what
-        self._check_seconds = check_seconds
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._stamp = self._stat()
-        self._value = (first or read)(self.path)
-        self._checked = monotonic()
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-    def refresh(self, *, force: bool = False) -> bool:
-        """Re-read a changed file now if due (or ``force``); True when the value changed."""
-        now = self._monotonic()
-        if not force and now - self._checked < self._check_seconds:
-            return False
-        with self._lock:
-            self._checked = now
-            stamp = self._stat()
-            if stamp is None or stamp == self._stamp:
-                return False
-            try:
-                self._value = self._read(self.path)
-            except ConfigError as exc:
-                log.warning("keeping the previous %s: %s", self._what, exc)
-                return False
-            self._stamp = stamp
-            log.info("%s reloaded from %s", self._what, self.path)
-            return True
-
-    @property
-    def value(self) -> T:
-        self.refresh()
-        return self._value
-
-
 class PublishedKeys:
     """The aggregator's public keys from a file, re-read when the file changes."""
 
@@ -141,8 +83,9 @@ class PublishedKeys:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._file = WatchedFile(
-            path, _read_public, "public keys", check_seconds=check_seconds, monotonic=monotonic
-        )
+            path, _read_public, "public keys", log=log, check_seconds=check_seconds,
+            monotonic=monotonic,
+        )  # fmt: skip
         self.path = self._file.path
         self._clock = clock
         if not self._file.value.keys:
@@ -187,7 +130,7 @@ class RoundFile(WatchedFile[RoundBook]):
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
-            path, _read_rounds, "heavy-hitter rounds", check_seconds=check_seconds,
+            path, _read_rounds, "heavy-hitter rounds", log=log, check_seconds=check_seconds,
             monotonic=monotonic, first=_first_rounds,
         )  # fmt: skip
 

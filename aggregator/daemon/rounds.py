@@ -14,50 +14,42 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
+from pathlib import Path
 
 from crowdmix.aggregator.errors import ConfigError
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.registry import MetricConfig
 from crowdmix.core.rounds import RoundBook, read_rounds
+from crowdmix.core.watched_file import WatchedFile
 
 __all__ = ["RoundFile"]
 
 log = logging.getLogger("crowdmix.aggregator")
 
 
-class RoundFile:
+def _first_rounds(path: Path) -> RoundBook:
+    try:
+        return read_rounds(path)  # none yet: no round
+    except ParamsError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _changed_rounds(path: Path) -> RoundBook:
+    return read_rounds(path, missing_ok=False)  # gone since the stat: keep the last good
+
+
+class RoundFile(WatchedFile[RoundBook]):
     """The round file at ``path`` (none yet: no round), re-read when it changes."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
-        self._lock = threading.Lock()
-        self._stamp = self._stat()
-        try:
-            self._book = read_rounds(self.path)
-        except ParamsError as exc:
-            raise ConfigError(str(exc)) from None
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        super().__init__(
+            path, _changed_rounds, "heavy-hitter rounds", log=log, check_seconds=0.0,
+            first=_first_rounds,
+        )  # fmt: skip
 
     def book(self) -> RoundBook:
         """The rounds as the file holds them now (the last good read)."""
-        stamp = self._stat()
-        if stamp is not None and stamp != self._stamp:  # a file gone keeps its last rounds
-            with self._lock:
-                if stamp != self._stamp:
-                    try:
-                        # gone between the stat and the read: keep the last good rounds
-                        self._book = read_rounds(self.path, missing_ok=False)
-                    except ParamsError as exc:
-                        log.warning("keeping the previous heavy-hitter rounds: %s", exc)
-                    self._stamp = stamp
-        return self._book
+        return self.value
 
     def round_fingerprint(self, metric: MetricConfig, window: int) -> int | None:
         """The fingerprint the reports of ``window`` must name, or None (no round)."""

@@ -26,9 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from crowdmix.aggregator.counting.counts import Counts, CountsShapeError
-from crowdmix.aggregator.sealing.keys import KeySetError, load_keyset
+from crowdmix.aggregator.sealing.keys import KeySet, load_keyset
 from crowdmix.aggregator.sealing.opening import OpenedBatch, Opener
 from crowdmix.core.registry import MetricConfig
+from crowdmix.core.watched_file import WatchedFile
 
 __all__ = [
     "SCREEN_REASONS",
@@ -145,35 +146,20 @@ class KeyFile:
     """An ``Opener`` over the private key file at ``path``, re-read when it changes."""
 
     def __init__(self, path: str | os.PathLike[str], *, workers: int = 0) -> None:
+        self._lock = threading.Lock()  # update_keys swaps the pool; never mid-batch
+        self._file = WatchedFile(
+            path, load_keyset, "key set", log=log, check_seconds=0.0, lock=self._lock,
+            on_change=self._update,
+        )  # fmt: skip
         self.path = os.fspath(path)
-        self._lock = threading.Lock()
-        self._stamp = self._stat()
-        self._keys = load_keyset(self.path)
-        self.opener = Opener(self._keys, workers=workers)
+        self.opener = Opener(self._file.last, workers=workers)
 
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+    def _update(self, keys: KeySet) -> None:
+        self.opener.update_keys(keys)
+        log.info("key set ids %s", [k.key_id for k in keys.keys])
 
     def refresh(self) -> None:
-        stamp = self._stat()
-        if stamp is None or stamp == self._stamp:
-            return
-        with self._lock:
-            if stamp == self._stamp:
-                return
-            try:
-                keys = load_keyset(self.path)
-            except KeySetError as exc:  # keep opening with the last good keys
-                log.warning("keeping the previous key set: %s", exc)
-                return
-            self._stamp = stamp
-            self._keys = keys
-            self.opener.update_keys(keys)
-            log.info("key set reloaded: ids %s", [k.key_id for k in keys.keys])
+        self._file.refresh()
 
     def open(
         self,
@@ -195,15 +181,15 @@ class KeyFile:
             "sealed": batch.values(),
             "now": now,
         }
-        with self._lock:  # update_keys swaps the pool; never mid-batch
+        with self._lock:
             try:
                 return self.opener.open(**kwargs)  # type: ignore[arg-type]
             except BrokenProcessPool:
                 # a worker died (killed, out of memory): never fatal for the daemon; this
                 # batch is opened here and the pool is started afresh for the next one
                 log.error("an opening worker died; opening in process, restarting the pool")
-                self.opener.update_keys(self._keys)
-                return Opener(self._keys).open(**kwargs)  # type: ignore[arg-type]
+                self.opener.update_keys(self._file.last)
+                return Opener(self._file.last).open(**kwargs)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.opener.close()

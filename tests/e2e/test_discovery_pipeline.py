@@ -21,6 +21,7 @@ import hashlib
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -48,6 +49,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import start_shuffler
 from tests.client.bitsources import SeededBits
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real servers, seconds
 
@@ -155,15 +157,6 @@ def test_the_seed_passes_in_memory() -> None:
     assert _passes(*_in_memory(metric, SEED))
 
 
-def _wait(cond: object, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("sealing", ["required", "off"])
 def test_a_discovery_over_three_windows_finds_the_planted_values(
     tmp_path: Path, redis_url: str, sealing: Literal["required", "off"]
@@ -246,7 +239,8 @@ def test_a_discovery_over_three_windows_finds_the_planted_values(
                 step_discovery(registry, metric, counts, rounds_file=rounds_file,
                                state_file=state_file, now=now[0])  # fmt: skip
             now[0] = (window + 2) * HOUR + GRACE + 1.0  # closed, and its grace is over
-            assert _wait(lambda w=window, c=claimed: load_batch_sizes(counts, METRIC, [w]) == [c])
+            sizes = partial(load_batch_sizes, counts, METRIC, [window])
+            assert eventually(lambda: sizes() == [claimed])  # noqa: B023 (asked in this pass)
             job_store = open_store(aggregator_url)  # the round job's own connection
             try:
                 result = step_discovery(

@@ -15,7 +15,6 @@ under ``round``; the round job decodes the window from A's devices alone.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -35,6 +34,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.e2e.test_discovery_pipeline import GRACE, HOUR, METRIC, START, _registry_dict
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real servers, seconds
 
@@ -56,15 +56,6 @@ def _secrets_in_round_0(fingerprint: int, weights: tuple[float, ...], n: int) ->
 
 def _counter(counter: object, *labels: str) -> float:
     return float(counter.labels(*labels)._value.get())  # type: ignore[attr-defined]
-
-
-def _wait(cond: object, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("sealing", ["required", "off"])
@@ -148,11 +139,11 @@ def test_a_report_of_another_shufflers_round_is_never_counted_against_this_one(
         # the window closes; both shufflers release what they hold
         now[0] = (START + 2) * HOUR + GRACE + 1.0
         if sealing == "required":  # one sealed queue: B's reports ride in A's batch
-            assert _wait(lambda: _counter(aggregator.metrics.sealed_dropped, METRIC, "round")
+            assert eventually(lambda: _counter(aggregator.metrics.sealed_dropped, METRIC, "round")
                          == B_DEVICES)  # fmt: skip
         else:  # B's reports are their own clear queue: its batch is refused
-            assert _wait(lambda: _counter(aggregator.metrics.rejected, "round") >= 1)
-        assert _wait(lambda: _counter(aggregator.metrics.reports, METRIC) == A_DEVICES)
+            assert eventually(lambda: _counter(aggregator.metrics.rejected, "round") >= 1)
+        assert eventually(lambda: _counter(aggregator.metrics.reports, METRIC) == A_DEVICES)
         job = open_store(aggregator_url)
         try:
             result = step_discovery(registry, metric, job, rounds_file=rounds_a,

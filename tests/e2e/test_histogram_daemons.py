@@ -34,6 +34,7 @@ from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.client.bitsources import SeededBits
 from tests.daemons import local_cluster, stored_counts
+from tests.waiting import eventually
 
 METRIC = "screens"
 D = 12
@@ -103,12 +104,8 @@ def test_counts_per_bucket_equal_what_the_devices_sent(cluster: LocalCluster) ->
             sender.submit_many(reports)
         assert sender.flush() == total
         assert sender.sealed == total
-    deadline = time.monotonic() + 60
-    got = _aggregator_counts(cluster)
-    while int(got.sum()) < total and time.monotonic() < deadline:
-        time.sleep(0.1)
-        got = _aggregator_counts(cluster)
-    assert got.tolist() == sent.tolist()
+    eventually(lambda: int(_aggregator_counts(cluster).sum()) >= total, 60, 0.1)
+    assert _aggregator_counts(cluster).tolist() == sent.tolist()
 
     # the report job on the live counts: the histogram and both figures
     out = cluster.workdir / "report"
@@ -142,9 +139,7 @@ def test_a_resent_report_set_counts_once(cluster: LocalCluster) -> None:
             sender.submit_many(reports)
             assert sender.flush() == len(reports)
     want = (before + once).tolist()
-    deadline = time.monotonic() + 60
-    while _aggregator_counts(cluster).tolist() != want and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: _aggregator_counts(cluster).tolist() == want, 60, 0.1)
     # both copies were released within a few max_delay (0.2 s) ticks; neither may add
     time.sleep(2.0)
     assert _aggregator_counts(cluster).tolist() == want
@@ -166,10 +161,7 @@ def test_crowdmix_simulate_sends_each_clients_reports_within_the_cap(
     line = run.stdout.strip().splitlines()[-1]
     reports = int(line.split("(")[1].split(" reports")[0])
     assert 200 <= reports <= 200 * 4 and f"{reports} acknowledged, 0 failed" in line
-    deadline = time.monotonic() + 60
-    while int(_aggregator_counts(cluster).sum()) < before + reports:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    assert eventually(lambda: int(_aggregator_counts(cluster).sum()) >= before + reports, 60, 0.1)
 
 
 def test_unsealed_and_over_the_cap_calls_are_refused_with_a_reason(

@@ -52,6 +52,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.daemons import kill_at
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
 
@@ -152,15 +153,6 @@ def system(tmp_path: Path, redis_url: str) -> Iterator[System]:
         store.close()
 
 
-def _wait(cond: Any, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _sent(rows: list[Any]) -> np.ndarray:
     return np.bincount([int.from_bytes(r.report.bits, "little") for r in rows], minlength=D)
 
@@ -217,7 +209,7 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     with ShufflerClient(system.target, TOKEN, background=False, sealing="required") as bulk:
         bulk.submit_many([enc.encode(f"v{i % 7}") for i in range(250)])
         assert bulk.flush() == 250
-    assert _wait(lambda: system.counted(RAPPOR) == 250)
+    assert eventually(lambda: system.counted(RAPPOR) == 250)
     assert max(system.counts.batch_sizes(RAPPOR)) == 100  # cut at max_batch
 
     # the histogram's window is still open: nothing of it is released
@@ -226,13 +218,13 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
     assert sum(system.store.pending(HIST).values()) == total
 
     system.end_window()
-    assert _wait(lambda: system.counted(HIST) == total)
+    assert eventually(lambda: system.counted(HIST) == total)
     assert load_batch_sizes(system.counts, HIST) == [total]  # ONE batch: the window
     assert system.hist_counts() == sent.tolist()  # real + fake, exactly
     assert system.store.pending(HIST) == {}
     # the aggregator counts the batch before the shuffler deletes it (on the reply): wait
     # for the delete instead of racing it
-    assert _wait(lambda: system.store.inflight_ids(HIST) == [])
+    assert eventually(lambda: system.store.inflight_ids(HIST) == [])
 
 
 def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_whole(
@@ -260,7 +252,7 @@ def test_a_shutdown_mid_window_releases_nothing_and_the_next_start_releases_it_w
         owns_store=True,
     ):
         system.end_window()
-        assert _wait(lambda: system.counted(HIST) == total)
+        assert eventually(lambda: system.counted(HIST) == total)
         assert load_batch_sizes(system.counts, HIST) == [total]
         assert system.hist_counts() == sent.tolist()
 
@@ -379,7 +371,7 @@ def test_a_killed_device_resends_its_whole_group_with_the_same_ids_counted_once(
     total = int(sent.sum())
 
     system.end_window()
-    assert _wait(lambda: system.counted(HIST) == total)
+    assert eventually(lambda: system.counted(HIST) == total)
     # one batch (after_ack: it held the killed device's group twice; the repeat is
     # dropped by its report ids, so the batch applied each report once)
     assert load_batch_sizes(system.counts, HIST) == [total]

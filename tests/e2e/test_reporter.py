@@ -30,6 +30,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import OUE, RAPPOR, make_registry
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
 
@@ -124,15 +125,6 @@ def _reporter(app: Path, target: str, **kw: object) -> client.Reporter:
     return client.Reporter(app, target, token=TOKEN, tls=False, **kw)  # type: ignore[arg-type]
 
 
-def _wait(cond: object, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def _online(r: client.Reporter) -> client.Reporter:
     """Fetch the config (``report`` never touches the network: the sender, or ``flush``,
     fetches it)."""
@@ -204,7 +196,7 @@ def test_offline_reports_wait_on_disk_and_leave_after_a_restart(
     net.up()
     # the next start sends it in the background, unasked
     with _reporter(app, net.address) as r:
-        assert _wait(lambda: r.queued == 0)
+        assert eventually(lambda: r.queued == 0, 20.0, 0.02)
         assert r.counters()["delivered"] == 2
 
 
@@ -224,12 +216,12 @@ def test_network_available_sends_now_instead_of_after_the_backoff(
 
     with _reporter(app, net.address, backoff_base=600.0, backoff_cap=600.0, jitter=Longest()) as r:
         assert r.report(RAPPOR, "x")  # the sender tries, fails, backs off
-        assert _wait(lambda: r.failed_attempts >= 1)
+        assert eventually(lambda: r.failed_attempts >= 1, 20.0, 0.02)
         net.up()
         assert r.report(OUE, "b")  # a new report does not cut the backoff short
         assert r.queued == 2
         r.network_available()
-        assert _wait(lambda: r.queued == 0)
+        assert eventually(lambda: r.queued == 0, 20.0, 0.02)
 
 
 def test_sealing_required_never_sends_clear_reports_but_off_does(

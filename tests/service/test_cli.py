@@ -18,6 +18,7 @@ from crowdmix.cluster import DaemonProcess, free_port
 from crowdmix.health import check_health
 from crowdmix.protos import crowdmix_pb2_grpc
 from tests.service.helpers import REGISTRY_TOML, now_window, random_batch, write_registry
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,9 +55,7 @@ def test_serve_answers_health_writes_its_port_and_exits_0_on_sigterm(tmp_path: P
     try:
         d.wait_healthy(30)
         # The file is written just after the server starts answering: a reader waits for it.
-        deadline = time.monotonic() + 10
-        while not port_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(port_file.exists, 10)
         assert int(port_file.read_text()) == d.port
         assert check_health(d.target, service="crowdmix.v2.Aggregator") == "SERVING"
         d.signal(signal.SIGTERM)

@@ -25,6 +25,7 @@ from tests.service.helpers import (
     random_batch,
     write_registry,
 )
+from tests.waiting import eventually
 
 
 def _batches(registry: Registry, n_batches: int, seed: int) -> list[IngestBatch]:
@@ -159,9 +160,7 @@ def test_the_daemon_folds_deltas_in_the_background(tmp_path: Path, redis_url: st
         stub = crowdmix_pb2_grpc.AggregatorStub(channel)
         for b in batches:
             stub.Ingest(batch_to_proto(b))
-        deadline = time.monotonic() + 10
-        while store.pending("pages", batches[0].window) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: not store.pending("pages", batches[0].window), 10)
         assert store.pending("pages", batches[0].window) == 0
         folded = server.metrics.registry.get_sample_value("crowdmix_aggregator_deltas_folded_total")
         assert folded == len(batches)

@@ -27,6 +27,7 @@ from tests.shuffler.helpers import (
     submit_request,
 )
 from tests.shuffler.test_pipeline import columns_request
+from tests.waiting import eventually
 
 REGISTRY = make_registry()
 FP = REGISTRY[RAPPOR].fingerprint
@@ -288,9 +289,7 @@ def test_health_and_prometheus_endpoint(aggregator: RecordingAggregator) -> None
             stub.Submit(columns_request(np.arange(25), FP))
             with pytest.raises(grpc.RpcError):
                 stub.Submit(submit_request())
-        deadline = time.monotonic() + 10
-        while aggregator.total() < 20 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: aggregator.total() >= 20, 10, 0.02)
         assert handle.metrics_port
         time.sleep(0.1)
         url = f"http://127.0.0.1:{handle.metrics_port}/metrics"

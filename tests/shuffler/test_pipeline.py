@@ -20,6 +20,7 @@ from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
 from crowdmix.shuffler.store import PendingWrite, QueueKey, ShufflerStore
 from tests.shuffler.helpers import RAPPOR, RecordingAggregator, make_registry, submit_request
+from tests.waiting import eventually
 
 FAST = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
 
@@ -57,11 +58,7 @@ def columns_request(ids: npt.NDArray[np.int64], fp: int) -> pb.SubmitRequest:
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
+    assert eventually(cond, timeout, 0.02), "condition not reached in time"
 
 
 def test_100k_reports_come_out_as_exactly_the_input_multiset(

@@ -21,6 +21,7 @@ from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import RAPPOR, make_registry
+from tests.waiting import eventually
 
 REGISTRY = make_registry()
 FP = REGISTRY[RAPPOR].fingerprint
@@ -59,9 +60,7 @@ def test_batches_rows_and_columns_and_flushes_on_close(shuffler: ShufflerHandle)
     with ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=100,
                         columnar_threshold=16, flush_interval=60, **CLEAR) as c:  # fmt: skip
         c.submit_many(report(i) for i in range(250))  # two full batches go in background
-        deadline = time.monotonic() + 10
-        while stored(shuffler) < 200 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: stored(shuffler) >= 200, 10, 0.01)
         assert stored(shuffler) == 200 and c.queued == 50
         c.submit_many(report(i) for i in range(5))
         assert c.flush() == 55  # 55 ≥ columnar threshold: one columnar request

@@ -13,7 +13,7 @@
 import { ParamsError } from "./errors.js";
 import type { Encoding } from "./config.js";
 import { BasicParams, indexBytes } from "./params.js";
-import { type RandomBytes, bernoulliBits, coin, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
+import { type RandomBytes, bernoulliBits, coin, flip, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
 import { type Report, newReportId } from "./report.js";
 
 export const OLH_PRIME = 2 ** 31 - 1;
@@ -57,13 +57,14 @@ export class Domain {
   }
 }
 
-export class BasicEncoder {
+/** An encoder over a known domain (the basic mechanisms, histograms): its params, metric, domain and coins. */
+export class DomainEncoder<P extends { readonly domainSize: number; fingerprint(): bigint }> {
   readonly fingerprint: bigint;
   readonly domain: Domain;
-  private readonly rand: RandomBytes;
+  protected readonly rand: RandomBytes;
 
   constructor(
-    readonly params: BasicParams,
+    readonly params: P,
     readonly metric: string,
     opts: { domain?: readonly string[] | null; randomBytes?: RandomBytes } = {},
   ) {
@@ -72,20 +73,15 @@ export class BasicEncoder {
     this.fingerprint = params.fingerprint();
     this.rand = opts.randomBytes ?? secureRandomBytes;
   }
+}
 
+export class BasicEncoder extends DomainEncoder<BasicParams> {
   /** The mechanism's output for a domain index, as payload bytes. */
   randomize(index: number): Uint8Array {
     const { mechanism, domainSize: d } = this.params;
     const rand = this.rand;
     if (mechanism === "binary-rr") return Uint8Array.of(coin(rand, this.params.keepProbability) ? index : 1 - index);
-    if (mechanism === "krr") {
-      let out = index;
-      if (!coin(rand, this.params.keepProbability)) {
-        out = uniformBelow(rand, d - 1);
-        if (out >= index) out++;
-      }
-      return le(out, indexBytes(d));
-    }
+    if (mechanism === "krr") return le(flip(rand, index, d, this.params.keepProbability), indexBytes(d));
     if (mechanism === "oue") {
       const bits = bernoulliBits(this.params.oueQ, d, randomWords(rand, d));
       bits[index >> 3]! &= ~(1 << (index & 7));
@@ -95,11 +91,7 @@ export class BasicEncoder {
     const g = this.params.olhBuckets;
     const a = 1 + uniformBelow(rand, OLH_PRIME - 1);
     const b = uniformBelow(rand, OLH_PRIME);
-    let y = olhHash(a, b, index, g);
-    if (!coin(rand, this.params.keepProbability)) {
-      const other = uniformBelow(rand, g - 1);
-      y = other + (other >= y ? 1 : 0);
-    }
+    const y = flip(rand, olhHash(a, b, index, g), g, this.params.keepProbability);
     const out = new Uint8Array(8 + indexBytes(g));
     out.set(le(a, 4), 0);
     out.set(le(b, 4), 4);

@@ -14,7 +14,7 @@ import { type Encoding, Refusal } from "./config.js";
 import { HEAVY_HITTERS, HeavyHittersParams, PrefixRound, REPORT_BYTES, type ServedRound, ValueRound, prefixBucket, prefixKey, roundFingerprint, roundParams, symbolKey } from "./discovery.js";
 import { ParamsError } from "./errors.js";
 import { type Field, fields } from "./proto.js";
-import { type RandomBytes, coin, secureRandomBytes, uniformBelow } from "./random.js";
+import { type RandomBytes, flip, secureRandomBytes, uniformBelow } from "./random.js";
 import { type Report, newReportId, utf8 } from "./report.js";
 
 /** HeavyHittersConfig (protos/crowdmix.proto), as GetConfig serves it. */
@@ -115,13 +115,6 @@ export async function deviceRound(secret: Uint8Array, metric: string, fingerprin
     if (u < acc) return r;
   }
   return weights.length - 1;
-}
-
-/** k-ary randomized response of `index` over [0, n) with keep probability `keep`. */
-function flip(rand: RandomBytes, index: number, n: number, keep: number): number {
-  if (coin(rand, keep)) return index;
-  const other = uniformBelow(rand, n - 1);
-  return other + (other >= index ? 1 : 0);
 }
 
 /** One device's reports against one round (`PrefixRound` or `ValueRound`). */

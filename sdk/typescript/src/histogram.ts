@@ -5,34 +5,17 @@
  * payload is the index in indexBytes(d) bytes, so once sealed, real and fake reports
  * are the same length and indistinguishable. Such a metric is sealed or not sent.
  */
-import { Domain, domainValue } from "./basic.js";
+import { DomainEncoder, domainValue } from "./basic.js";
 import type { Encoding } from "./config.js";
 import { HistogramParams } from "./params.js";
-import { type RandomBytes, bernoulliBits, coin, popcount, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
+import { bernoulliBits, flip, popcount, randomWords, uniformBelow } from "./random.js";
 import { type Report, newReportId } from "./report.js";
 
-export class HistogramEncoder {
-  readonly fingerprint: bigint;
-  readonly domain: Domain;
-  private readonly rand: RandomBytes;
-
-  constructor(
-    readonly params: HistogramParams,
-    readonly metric: string,
-    opts: { domain?: readonly string[] | null; randomBytes?: RandomBytes } = {},
-  ) {
-    if (!metric) throw new RangeError("metric must be a non-empty string");
-    this.domain = new Domain(params.domainSize, opts.domain ?? null);
-    this.fingerprint = params.fingerprint();
-    this.rand = opts.randomBytes ?? secureRandomBytes;
-  }
-
+export class HistogramEncoder extends DomainEncoder<HistogramParams> {
   /** The real report's value: `index`, or its k-RR output with local ε_L. */
   realIndex(index: number): number {
     const p = this.params;
-    if (p.localEpsilon === null || coin(this.rand, p.keepProbability)) return index;
-    const other = uniformBelow(this.rand, p.domainSize - 1);
-    return other + (other >= index ? 1 : 0);
+    return p.localEpsilon === null ? index : flip(this.rand, index, p.domainSize, p.keepProbability);
   }
 
   /** Binomial(m, q) values, each uniform over the domain, independent of the value. */

@@ -105,6 +105,13 @@ export function coin(rand: RandomBytes, p: number): boolean {
   return (bernoulliBits(p, 1, randomWords(rand, 1))[0]! & 1) === 1;
 }
 
+/** k-ary randomized response of `index` over [0, n) with keep probability `keep`. */
+export function flip(rand: RandomBytes, index: number, n: number, keep: number): number {
+  if (coin(rand, keep)) return index;
+  const other = uniformBelow(rand, n - 1);
+  return other + (other >= index ? 1 : 0);
+}
+
 /** Number of set bits. */
 export function popcount(b: Uint8Array): number {
   let c = 0;
