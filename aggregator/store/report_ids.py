@@ -29,8 +29,8 @@ Mask = npt.NDArray[np.bool_]
 Positions = npt.NDArray[np.intp]  # of ids in a batch, or of slots in the table
 _PAD = 1024  # slots past the last home slot: probes run on there instead of wrapping
 _MAX_LOAD = 0.5  # a batch that would fill the table beyond this doubles it first...
-_GROWN_LOAD = 0.375  # ...to at most this (load stays within 1/4..1/2)
-_GROW_BITS = 1
+_GROWN_LOAD = 0.25  # ...to at most this: 4x, and the load stays within 1/8..1/2
+_GROW_BITS = 2
 _CHUNK = 1 << 18  # slots moved at a time when the table grows
 _ROW_BITS = 2
 _ROW = 1 << _ROW_BITS  # slots read at once (32 bytes of ``hi``); homes start rows
@@ -161,7 +161,7 @@ class ReportIdIndex:
         s = self._home(hi, lo, self._bits)
         found = np.zeros(hi.size, dtype=bool)
         if self.count:
-            s, same = self._scan(s, hi)
+            s, same = self._scan(s, hi, aligned=True)
             todo = np.flatnonzero(same)  # stopped on the same first word, not a free slot
             while todo.size:
                 whole = self._lo.take(s[todo]) == lo[todo]
@@ -192,10 +192,13 @@ class ReportIdIndex:
             zero_first=None,
         )
 
-    def _scan(self, at: Positions, want: U64 | None) -> tuple[Positions, Mask]:
-        """For each start slot in ``at``, the first slot from there whose ``hi`` is free
-        (0) or ``want``, and whether it is ``want``. A round reads the row of each start
-        still open (one gather of 32 bytes) and finds its first stop in whole arrays."""
+    def _scan(
+        self, at: Positions, want: U64 | None, *, aligned: bool = False
+    ) -> tuple[Positions, Mask]:
+        """For each start slot in ``at`` (``aligned``: each the first of its row), the
+        first slot from there whose ``hi`` is free (0) or ``want``, and whether it is
+        ``want``. A round reads the row of each start still open (one gather of 32
+        bytes) and finds its first stop in whole arrays."""
         rows = self._hi.reshape(-1, _ROW)
         matched = np.zeros(at.size, dtype=bool)
         todo: Positions | None = None  # None: every start, in the first round
@@ -207,9 +210,12 @@ class ReportIdIndex:
             if want is not None:
                 same = g == (want if todo is None else want[todo])[:, None]
                 stop |= same
-            column = a & (_ROW - 1)
-            if column.any():  # starts inside a row: the slots before them do not count
+            row = a
+            if not aligned:  # starts inside a row: the slots before them do not count
+                column = a & (_ROW - 1)
                 stop &= column[:, None] <= _COLUMNS
+                row = a - column
+                aligned = True  # the open ones go on from the start of the next row
             # the first stop's column, _ROW when none: a byte (0 or 1) a column, and a
             # byte 1 past the row; keep the lowest set bit (bit 8k) and a multiply by
             # bytes 7, 6, ..., 0 brings k to the top byte
@@ -219,8 +225,7 @@ class ReportIdIndex:
             first *= _BYTE_INDEX
             first >>= np.uint64(56)
             step = first.view(np.intp)
-            nxt = a - column
-            nxt += step
+            nxt = row + step
             open_ = step == _ROW
             if same is not None and same.any():  # rare: a stop on the first word wanted
                 hit = np.flatnonzero(~open_)
