@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -112,3 +113,14 @@ def test_growing_moves_long_chains_that_cross_the_chunks_it_moves_by() -> None:
     assert index.present(b"".join(chains)).size == 12_000
     assert index.present(held.tobytes()).size == 1_050_000
     assert index.present(rng.integers(1, 2**63, (10_000, 2), dtype=np.uint64).tobytes()).size == 0
+
+
+def test_bad_input_is_refused_before_anything_changes() -> None:
+    index, other = ReportIdIndex(), ReportIdIndex()
+    with pytest.raises(ValueError, match="16 bytes each"):
+        index.check(bytes(17))
+    with pytest.raises(ValueError, match="key must be 16 bytes"):
+        ReportIdIndex(key=bytes(8))
+    with pytest.raises(ValueError, match="the index that made it"):
+        other.record(index.check(b"\x01" * 16))
+    assert len(index) == len(other) == 0
