@@ -1,7 +1,7 @@
 """The report ids counted in one collection window, in numpy: ``ReportIdIndex``.
 
-Ids sit in two dense arrays (first and second 8 bytes) in the order they were added; an
-open-addressing table with linear probing points into them. A slot is 8 bytes: the top
+Ids sit in a dense array (two 8-byte words a row) in the order they were added; an
+open-addressing table with linear probing points into it. A slot is 8 bytes: the top
 32 bits of the id's hash, then its dense position + 1 (0: a free slot). The hash is a
 keyed multiply-shift of both words (random odd multipliers per process), so crafted ids
 cannot make probing chains long; its top bits pick the home row of 4 slots. A batch is
@@ -42,11 +42,11 @@ _LOW = np.uint64(0xFFFFFFFF)
 _32 = np.uint64(32)
 
 
-def _words(ids: bytes) -> tuple[U64, U64]:
+def _words(ids: bytes) -> U64:
+    """The ids as rows of two words (a read-only view of ``ids``, not a copy)."""
     if len(ids) % ID_BYTES:
         raise ValueError(f"report ids must be {ID_BYTES} bytes each, got {len(ids)} bytes")
-    words = np.frombuffer(ids, dtype="<u8").reshape(-1, 2)
-    return words[:, 0].astype(np.uint64), words[:, 1].astype(np.uint64)
+    return np.frombuffer(ids, dtype="<u8").astype(np.uint64, copy=False).reshape(-1, 2)
 
 
 def _odd_words(key: bytes) -> tuple[np.uint64, np.uint64]:
@@ -77,8 +77,7 @@ class IdCheck:
     present: Positions
     index: ReportIdIndex
     version: int  # the index's version when checked: the free slots hold while it is unchanged
-    hi: U64  # the ids not present (nor all zero), in batch order
-    lo: U64
+    words: U64  # the ids not present (nor all zero), in batch order: rows of two words
     tag: U64  # their hash's top 32 bits
     free: Positions  # the first free slot on each one's probe path
 
@@ -92,9 +91,8 @@ class ReportIdIndex:
     def __init__(self, capacity: int = 1 << 12, *, key: bytes | None = None) -> None:
         self._bits = min(_MAX_BITS, max(4, (capacity - 1).bit_length()))
         self._slots: U64 = np.zeros((1 << self._bits) + _PAD, dtype=np.uint64)
-        room = int(_MAX_LOAD * (1 << self._bits))
-        self._hi: U64 = np.zeros(room, dtype=np.uint64)  # the ids, in the order added
-        self._lo: U64 = np.zeros(room, dtype=np.uint64)
+        # the ids in the order added, two words a row
+        self._ids: U64 = np.zeros((int(_MAX_LOAD * (1 << self._bits)), 2), dtype=np.uint64)
         self._keys = _odd_words(os.urandom(16) if key is None else key)
         self._version = 0
         self.count = 0
@@ -104,7 +102,7 @@ class ReportIdIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self._slots.nbytes + self._hi.nbytes + self._lo.nbytes)
+        return int(self._slots.nbytes + self._ids.nbytes)
 
     # -- the batch operations ----------------------------------------------------------------
     def present(self, ids: bytes) -> Positions:
@@ -118,29 +116,25 @@ class ReportIdIndex:
     def check(self, ids: bytes) -> IdCheck:
         """Which of ``ids`` (16 bytes each, concatenated) are in the index, and where each
         of the others would go: pass the result to :meth:`record` to add them."""
-        hi, lo = _words(ids)
+        words = _words(ids)
         live = None
-        if hi.size and not (hi.all() or lo.all()):  # rare: a zero word; the zero id?
-            keep = (hi != 0) | (lo != 0)
+        if words.size and not words.all():  # rare: a zero word; an all-zero id?
+            keep = words.any(axis=1)
             if not keep.all():
                 live = np.flatnonzero(keep)
-                hi, lo = hi[live], lo[live]
-        with np.errstate(over="ignore"):
-            h = hi * self._keys[0]
-            h += lo * self._keys[1]
-        tag = h >> _32
+                words = words[live]
+        tag = self._tag(words)
         free = self._home(tag, self._bits)
-        found = self._find(hi, lo, tag, free) if self.count else np.zeros(hi.size, dtype=bool)
+        found = self._find(words, tag, free) if self.count else np.zeros(tag.size, dtype=bool)
         present = np.flatnonzero(found)
         if present.size:
             new = np.flatnonzero(~found)
-            hi, lo, tag, free = hi[new], lo[new], tag[new], free[new]
+            words, tag, free = words[new], tag[new], free[new]
         return IdCheck(
             present=present if live is None else live[present],
             index=self,
             version=self._version,
-            hi=hi,
-            lo=lo,
+            words=words,
             tag=tag,
             free=free,
         )
@@ -149,22 +143,29 @@ class ReportIdIndex:
         """Add the ids of ``check`` that were not present (the index's own check)."""
         if check.index is not self:
             raise ValueError("an IdCheck is recorded by the index that made it")
-        hi, lo, tag, free = check.hi, check.lo, check.tag, check.free
-        if not hi.size:
+        words, tag, free = check.words, check.tag, check.free
+        if not tag.size:
             return
         if check.version != self._version:  # changed since: the free slots may be taken
             free = self._home(tag, self._bits)
             if self.count:
-                new = np.flatnonzero(~self._find(hi, lo, tag, free))
-                hi, lo, tag, free = hi[new], lo[new], tag[new], free[new]
-        if self.count + hi.size > _MAX_LOAD * (1 << self._bits):
-            self._grow(self.count + hi.size)
-            free = self._home(tag, self._bits)
-            free, _ = self._scan(free, None, aligned=True)
-        self._place(hi, lo, tag, free)
+                new = np.flatnonzero(~self._find(words, tag, free))
+                words, tag, free = words[new], tag[new], free[new]
+        if self.count + tag.size > _MAX_LOAD * (1 << self._bits):
+            self._grow(self.count + tag.size)
+            free, _ = self._scan(self._home(tag, self._bits), None, aligned=True)
+        self._place(words, tag, free)
         self._version += 1
 
     # -- probing -----------------------------------------------------------------------------
+    def _tag(self, words: U64) -> U64:
+        """The top 32 bits of the ids' hash: a keyed multiply-shift of both words."""
+        with np.errstate(over="ignore"):
+            h = words[:, 0] * self._keys[0]
+            h += words[:, 1] * self._keys[1]
+        h >>= _32
+        return h
+
     @staticmethod
     def _home(tag: U64, bits: int) -> Positions:
         """The first slot of the home row: the top bits of the hash."""
@@ -172,16 +173,15 @@ class ReportIdIndex:
         row <<= np.uint64(_ROW_BITS)
         return row.view(np.intp)
 
-    def _find(self, hi: U64, lo: U64, tag: U64, s: Positions) -> Mask:
+    def _find(self, words: U64, tag: U64, s: Positions) -> Mask:
         """Which ids are in the table; ``s`` (their home slots) becomes, for the others,
         the first free slot on their probe path."""
-        found = np.zeros(hi.size, dtype=bool)
+        found = np.zeros(tag.size, dtype=bool)
         at, same = self._scan(s, tag, aligned=True)
         s[...] = at
         todo = np.flatnonzero(same)  # stopped on a slot with the same hash bits
         while todo.size:
-            held = (self._slots.take(s[todo]) & _LOW).view(np.intp) - 1
-            whole = (self._hi.take(held) == hi[todo]) & (self._lo.take(held) == lo[todo])
+            whole = (self._held(s[todo]) == words[todo]).all(axis=1)
             found[todo[whole]] = True
             todo = todo[~whole]  # another id with those hash bits: probe on
             if todo.size:
@@ -189,6 +189,10 @@ class ReportIdIndex:
                 s[todo] = at
                 todo = todo[same]
         return found
+
+    def _held(self, slots: Positions) -> U64:
+        """The ids the (occupied) ``slots`` point to."""
+        return self._ids.take((self._slots.take(slots) & _LOW).view(np.intp) - 1, axis=0)
 
     def _scan(
         self, at: Positions, tag: U64 | None, *, aligned: bool = False
@@ -230,39 +234,37 @@ class ReportIdIndex:
                 return at, matched
 
     # -- writing -----------------------------------------------------------------------------
-    def _place(self, hi: U64, lo: U64, tag: U64, free: Positions) -> None:
-        """Append ids not in the table to the dense arrays and point to them from
+    def _place(self, words: U64, tag: U64, free: Positions) -> None:
+        """Append ids not in the table to the dense array and point to them from
         ``free``, the first free slot on each one's path. Ids that found the same free
         slot: each writes its row number there and the one whose number stays is written;
         a copy of that id is dropped, the others probe on to the next free slot."""
-        while hi.size:
+        while tag.size:
             top = int(free.max())
             if top >= self._slots.size - 1:  # keep the last slot free
                 self._widen(top)
-            mark = np.arange(1, hi.size + 1, dtype=np.uint64)
+            mark = np.arange(1, tag.size + 1, dtype=np.uint64)
             self._slots[free] = mark
             won = self._slots.take(free) == mark
             rows = None if won.all() else np.flatnonzero(won)
-            end = self.count + (hi.size if rows is None else rows.size)
+            end = self.count + (tag.size if rows is None else rows.size)
             if rows is None:
-                self._hi[self.count : end], self._lo[self.count : end] = hi, lo
-                at, tags = free, tag
+                self._ids[self.count : end] = words
+                at, slot = free, tag << _32
             else:
-                self._hi[self.count : end], self._lo[self.count : end] = hi[rows], lo[rows]
-                at, tags = free[rows], tag[rows]
-            tags = tags << _32
-            tags |= np.arange(self.count + 1, end + 1, dtype=np.uint64)
-            self._slots[at] = tags
+                self._ids[self.count : end] = words[rows]
+                at, slot = free[rows], tag[rows] << _32
+            slot |= np.arange(self.count + 1, end + 1, dtype=np.uint64)
+            self._slots[at] = slot
             self.count = end
             if rows is None:
                 return
             rows = np.flatnonzero(~won)
-            hi, lo, tag, free = hi[rows], lo[rows], tag[rows], free[rows]
-            held = (self._slots.take(free) & _LOW).view(np.intp) - 1
-            copy = (self._hi.take(held) == hi) & (self._lo.take(held) == lo)
+            words, tag, free = words[rows], tag[rows], free[rows]
+            copy = (self._held(free) == words).all(axis=1)
             if copy.any():
                 rows = np.flatnonzero(~copy)
-                hi, lo, tag, free = hi[rows], lo[rows], tag[rows], free[rows]
+                words, tag, free = words[rows], tag[rows], free[rows]
             free, _ = self._scan(free + 1, None)
 
     def _widen(self, slot: int) -> None:
@@ -308,10 +310,8 @@ class ReportIdIndex:
                 self._widen(last)
             self._slots[slot] = part.take(order)
         del old
-        room = int(_MAX_LOAD * (1 << bits))
-        for name in ("_hi", "_lo"):
-            dense = np.zeros(room, dtype=np.uint64)
-            dense[: self.count] = getattr(self, name)[: self.count]
-            setattr(self, name, dense)
+        ids = np.zeros((int(_MAX_LOAD * (1 << bits)), 2), dtype=np.uint64)
+        ids[: self.count] = self._ids[: self.count]
+        self._ids = ids
         self._bits = bits
         self._version += 1
