@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crowdmix.aggregator.store.report_id_table import ROW_BITS, SlotTable
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
 
 WORD = st.integers(0, 3) | st.integers(0, 2**64 - 1)  # small words: collisions and zeros
@@ -28,12 +29,16 @@ def present(seen: set[bytes], ids: list[bytes]) -> list[int]:
 
 
 @settings(derandomize=True, deadline=None)
-@given(pool_start=st.lists(ID, min_size=1, max_size=50), steps=st.lists(STEP, max_size=12))
+@given(
+    pool_start=st.lists(ID, min_size=1, max_size=50),
+    steps=st.lists(STEP, max_size=12),
+    move=st.sampled_from([1, 40, 1 << 16]),  # old slots moved per record while growing
+)
 def test_the_index_is_a_set_of_ids(
-    pool_start: list[bytes], steps: list[tuple[str, list[int], list[bytes]]]
+    pool_start: list[bytes], steps: list[tuple[str, list[int], list[bytes]]], move: int
 ) -> None:
     pool = list(pool_start)
-    index, seen = ReportIdIndex(capacity=16), set[bytes]()  # small: it grows often
+    index, seen = ReportIdIndex(capacity=16, move=move), set[bytes]()  # it grows often
     zero = bytes(16)
     for op, picks, fresh in steps:
         pool += fresh
@@ -89,9 +94,9 @@ def alike(h: int, n: int, seed: int) -> list[bytes]:
 
 def test_ids_crafted_against_a_known_key_make_one_long_chain_and_stay_exact() -> None:
     """3,000 ids that hash alike make one chain from the last home slot far past the
-    table's end; it grows with the table and holds."""
+    table's end; it holds while the table grows, a few slots moved at a time."""
     chain = alike(2**64 - 1, 6_000, seed=8)
-    index = ReportIdIndex(capacity=16, key=KEY)
+    index = ReportIdIndex(capacity=16, key=KEY, move=64)
     for part in (chain[:1_000], chain[1_000:1_100], chain[1_100:3_000]):
         index.add(b"".join(part + part[:10]))  # each with a few ids twice
     assert len(index) == 3_000
@@ -123,4 +128,51 @@ def test_bad_input_is_refused_before_anything_changes() -> None:
         ReportIdIndex(key=bytes(8))
     with pytest.raises(ValueError, match="the index that made it"):
         other.record(index.check(b"\x01" * 16))
+    with pytest.raises(ValueError, match="move must be positive"):
+        ReportIdIndex(move=0)
     assert len(index) == len(other) == 0
+
+
+def test_ids_in_a_few_crowded_homes_survive_a_grow_done_a_few_slots_at_a_time() -> None:
+    """Ids crafted to share 40 hash values make clusters that spill past the part of the
+    old table moved at once, and ids added meanwhile land past what was moved: each is
+    found, each once, the table growing 8 old slots per id added."""
+    rng = np.random.default_rng(10)
+    homes = [int(h) for h in rng.integers(0, 2**63, 40, dtype=np.uint64) * 2]
+    crowd = [rid for j, h in enumerate(homes) for rid in alike(h, 60, seed=100 + j)]
+    order = rng.permutation(len(crowd))
+    index, seen = ReportIdIndex(capacity=16, key=KEY, move=1), set[bytes]()
+    for part in np.array_split(order, 80):
+        batch = [crowd[i] for i in part]
+        assert index.present(b"".join(batch)).tolist() == present(seen, batch)
+        index.add(b"".join(batch))
+        seen.update(batch)
+        assert len(index) == len(seen)
+    assert index.present(b"".join(crowd)).size == len(crowd)
+
+
+def test_a_move_goes_on_past_ids_added_to_the_new_table_meanwhile() -> None:
+    """The slot table alone, tags set by hand: while an old table (16 rows) is moved to
+    one 4x as large, six ids homed just below the moved part spill past it (slots
+    76..81); the next old slot's id, homed at 80, goes after them, and all are found."""
+    ids, count = np.zeros((64, 2), dtype=np.uint64), 0
+
+    def tag(row: int, bits: int) -> int:  # a hash whose home row at that size is ``row``
+        return row << (32 - bits + ROW_BITS)
+
+    def put(table: SlotTable, tags: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        nonlocal count
+        words = np.arange(count + 1, count + len(tags) + 1, dtype=np.uint64).repeat(2)
+        words, tagged = words.reshape(-1, 2), np.array(tags, dtype=np.uint64)
+        free, _ = table.scan(table.home(tagged), aligned=True)
+        count = table.place(words, tagged, free, ids, count)
+        return words, tagged
+
+    old, new = SlotTable(6), SlotTable(8)
+    placed = [put(old, [tag(3, 6)]), put(old, [tag(5, 6)])]  # old slots 12 and 20
+    assert new.move(old, 0, 20) == 20  # the first part: old slots 0..19
+    placed.append(put(new, [tag(19, 8) | j for j in range(6)]))  # old home row 4 (< 5)
+    new.move(old, 20, old.slots.size)
+    for words, tagged in placed:
+        assert new.find(words, tagged, new.home(tagged), ids).all()
+    assert np.count_nonzero(new.slots) == count == 8
