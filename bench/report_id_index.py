@@ -30,14 +30,33 @@ import numpy as np
 HERE = Path(__file__).resolve().parents[1]
 
 
-def index_class(tree: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, tree / "aggregator/store/report_ids.py")
+def _load(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise SystemExit(f"no aggregator/store/report_ids.py under {tree}")
+        raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    return module.ReportIdIndex
+    return module
+
+
+def index_class(tree: Path, name: str) -> Any:
+    """The tree's ``ReportIdIndex``, with the tree's own slot table module (if it has
+    one) standing in for the package's while its module is loaded."""
+    store = tree / "aggregator" / "store"
+    if not (store / "report_ids.py").exists():
+        raise SystemExit(f"no aggregator/store/report_ids.py under {tree}")
+    table = "crowdmix.aggregator.store.report_id_table"
+    saved = sys.modules.get(table)
+    try:
+        if (store / "report_id_table.py").exists():
+            sys.modules[table] = _load(store / "report_id_table.py", f"{name}_table")
+        return _load(store / "report_ids.py", name).ReportIdIndex
+    finally:
+        if saved is None:
+            sys.modules.pop(table, None)
+        else:
+            sys.modules[table] = saved
 
 
 def fill(cls: Any, size: int, batch: int, seed: int) -> dict[str, float]:
