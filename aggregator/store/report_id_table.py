@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+__all__ = ["U64", "Mask", "Positions", "SlotTable"]
+
 U64 = npt.NDArray[np.uint64]
 Mask = npt.NDArray[np.bool_]
 Positions = npt.NDArray[np.intp]  # of ids in a batch, or of slots in the table
