@@ -368,24 +368,23 @@ def _report_ids(
     repeated within the batch, and how many those were.
 
     Numpy over the whole batch: equal ids have equal first 8 bytes, so sorting those
-    finds every candidate; candidates are confirmed byte for byte (16-byte rows).
+    (values only, no permutation) shows whether any two could be equal; only then are
+    the rows sharing a first word sorted on both words, and a repeat dropped (its
+    first copy kept).
     """
     words = np.frombuffer(batch.report_ids, dtype="<u8").reshape(batch.count, 2)
     rows = np.frombuffer(batch.report_ids, dtype=f"V{REPORT_ID_BYTES}")
     keep_rows = np.arange(batch.count, dtype=np.intp)
     drop = np.zeros(0, dtype=np.intp)
     if batch.count > 1:
-        order = np.argsort(words[:, 0], kind="stable")
-        first = words[order, 0]
-        if bool((first[1:] == first[:-1]).any()):  # candidates: confirm on all 16 bytes
-            seen: set[bytes] = set()
-            repeated = []
-            for row in order[np.isin(first, first[1:][first[1:] == first[:-1]])].tolist():
-                rid = rows[row].tobytes()
-                if rid in seen:
-                    repeated.append(row)
-                seen.add(rid)
-            drop = np.sort(np.asarray(repeated, dtype=np.intp))
+        first = np.sort(words[:, 0])
+        shared = first[1:] == first[:-1]
+        if bool(shared.any()):  # candidates: confirm on all 16 bytes
+            maybe = np.flatnonzero(np.isin(words[:, 0], first[1:][shared]))
+            hi, lo = words[maybe, 0], words[maybe, 1]
+            order = np.lexsort((lo, hi))  # stable: copies of an id stay in batch order
+            again = (hi[order[1:]] == hi[order[:-1]]) & (lo[order[1:]] == lo[order[:-1]])
+            drop = np.sort(maybe[order[1:][again]])
     bits = np.frombuffer(batch.bits, dtype=np.uint8).reshape(batch.count, batch.report_bytes)
 
     def recount(dropped_rows: npt.NDArray[np.intp]) -> Counts:

@@ -77,12 +77,14 @@ class MemoryCountStore(CountStore):
             if batch_id in ids:
                 return ApplyOutcome(applied=False, counted=0, duplicates=0)
             duplicates = 0
-            seen = self._report_ids.get((metric, window))
-            if seen is not None and report_ids.ids:
-                positions = seen.present(report_ids.ids)
-                if positions.size:  # rare: counted before; recount the batch without them
-                    duplicates = int(positions.size)
-                    report_ids, delta = report_ids.without(positions)
+            index = self._report_ids.get((metric, window))
+            if index is None:
+                index = ReportIdIndex()
+            check = index.check(report_ids.ids) if report_ids.ids else None
+            if check is not None and check.present.size:
+                # rare: counted before; recount the batch without them
+                duplicates = int(check.present.size)
+                report_ids, delta = report_ids.without(check.present)
             add = StoredCounts.of(delta)
             counted = add.num_reports
             if counted:
@@ -100,8 +102,9 @@ class MemoryCountStore(CountStore):
             key = (metric, window)
             self._duplicates[key] = self._duplicates.get(key, 0) + duplicates + repeated
             self._window_batches.setdefault((metric, window), set()).add(batch_id)
-            if report_ids.ids:
-                self._report_ids.setdefault((metric, window), ReportIdIndex()).add(report_ids.ids)
+            if check is not None and report_ids.ids:
+                self._report_ids[(metric, window)] = index
+                index.record(check)  # the ids not present: those counted
             if known is None:
                 self._fingerprints[metric] = fingerprint
                 self._descriptions[metric] = description

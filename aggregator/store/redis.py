@@ -330,7 +330,8 @@ class RedisCountStore(CountStore):
                 for _attempt in range(self._max_attempts):
                     synced = self._synced(metric, window, keys[7])
                     report_ids, delta, duplicates = given_ids, given_delta, 0
-                    positions = synced.index.present(report_ids.ids)
+                    check = synced.index.check(report_ids.ids)
+                    positions = check.present
                     if positions.size:  # counted before: recount the batch without them
                         duplicates = int(positions.size)
                         report_ids, delta = report_ids.without(positions)
@@ -342,7 +343,7 @@ class RedisCountStore(CountStore):
                         self.apply_retries += 1
                         continue
                     if outcome.applied and report_ids.ids:
-                        synced.index.add(report_ids.ids)
+                        synced.index.record(check)  # the ids not present: those applied
                         synced.length += 1
                         synced.tail = _tail(report_ids.ids)
                     return replace(outcome, duplicates=duplicates) if outcome.applied else outcome

@@ -1,45 +1,88 @@
 """The report ids counted in one collection window, in numpy: ``ReportIdIndex``.
 
-An id is two uint64 words (hi, lo) in an open-addressing hash table with linear probing,
-held in two numpy arrays and probed for a whole batch at once (a few vectorised rounds,
-no Python loop per report). The table is kept at most half full and grows 4x at a time
-(32 to 128 bytes per id). The slot is a keyed mix of ``hi`` (XOR with a per-process random
-salt, then a multiply by an odd constant), so crafted ids cannot make probing chains long.
-The all-zero id marks an empty slot and is never stored (the shuffler and the aggregator
-refuse it). The stores keep the durable copy (Redis: one blob of 16-byte ids per batch)
-and this index is a cache of it. Why not a Redis set: docs/design.md, "Aggregator: store".
+Ids sit in a dense array (two 8-byte words a row) in the order they were added; a table
+of 8-byte slots with linear probing points into it
+(:mod:`crowdmix.aggregator.store.report_id_table`). The hash is a keyed multiply-shift
+of both words (random odd multipliers per process), so crafted ids cannot make probing
+chains long. ``check`` finds a batch's ids and the free slot each new one would take;
+``record`` writes them there, with no second probe. The table is kept at most half full;
+it grows 4x a part at a time: each ``record`` moves a share of the old table's slots to
+the new one, and until all are moved an id is looked up in the table that holds its
+home (no stall, no id looked up twice). The stores keep the durable copy (Redis: one
+blob of 16-byte ids per batch); this index is a cache of it. Why not a Redis set:
+docs/design.md, "Aggregator: store".
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-__all__ = ["ID_BYTES", "ReportIdIndex"]
+from crowdmix.aggregator.store.report_id_table import U64, Mask, Positions, SlotTable
+
+__all__ = ["ID_BYTES", "IdCheck", "ReportIdIndex"]
 
 ID_BYTES = 16
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, odd: a bijective multiply
-_ONE = np.uint64(1)
-U64 = npt.NDArray[np.uint64]
+_MAX_LOAD = 0.5  # a batch that would fill the table beyond this starts a grow...
+_GROW_BITS = 2  # ...to a table 4x as large (or more, for a batch larger than the table)
+_OLD_LOAD = 0.75  # ids still going to the old table while it is moved: at most this full
+_MAX_BITS = 32  # the hash bits a slot keeps: enough to find the home at any size
+_MOVE = 1 << 16  # old slots moved per record while growing, at least (and 8 per id):
+# the old table is all moved before the ids still going to it fill it (_OLD_LOAD)
+_32 = np.uint64(32)
 
 
-def _words(ids: bytes) -> tuple[U64, U64]:
+def _words(ids: bytes) -> U64:
+    """The ids as rows of two words (a read-only view of ``ids``, not a copy)."""
     if len(ids) % ID_BYTES:
         raise ValueError(f"report ids must be {ID_BYTES} bytes each, got {len(ids)} bytes")
-    words = np.frombuffer(ids, dtype="<u8").reshape(-1, 2)
-    return words[:, 0].astype(np.uint64), words[:, 1].astype(np.uint64)
+    return np.frombuffer(ids, dtype="<u8").astype(np.uint64, copy=False).reshape(-1, 2)
+
+
+def _odd_words(key: bytes) -> tuple[np.uint64, np.uint64]:
+    if len(key) != 16:
+        raise ValueError(f"key must be 16 bytes, got {len(key)}")
+    first, second = (int.from_bytes(key[i : i + 8], "little") | 1 for i in (0, 8))
+    return np.uint64(first), np.uint64(second)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IdCheck:
+    """What :meth:`ReportIdIndex.check` found for a batch: ``present`` are the positions
+    (ascending) of its ids that are in the index. The other fields are the index's own:
+    the ids not present and where :meth:`ReportIdIndex.record` will put them."""
+
+    present: Positions
+    index: ReportIdIndex
+    version: int  # the index's version when checked: the free slots hold while it is unchanged
+    words: U64  # the ids not present (nor all zero), in batch order: rows of two words
+    tag: U64  # their hash's top 32 bits
+    free: Positions  # the first free slot on each one's probe path
+    into_old: Mask | None  # while the table grows: which of them go to the old table
 
 
 class ReportIdIndex:
-    """A set of 16-byte report ids with whole-batch membership tests (not thread-safe)."""
+    """A set of 16-byte report ids with whole-batch membership tests (not thread-safe).
 
-    def __init__(self, capacity: int = 1 << 12) -> None:
-        self._bits = max(4, (capacity - 1).bit_length())
-        # one row (hi, lo) per slot: a probe touches one cache line, not two
-        self._table: U64 = np.zeros((1 << self._bits, 2), dtype=np.uint64)
-        self._salt = np.frombuffer(os.urandom(8), dtype="<u8").astype(np.uint64)[0]
+    The all-zero id (refused by the shuffler and the aggregator) is never present and
+    never stored. ``key``: the hash's secret (16 bytes); random unless a test sets it.
+    ``move``: old slots moved per :meth:`record` while the table grows, at least."""
+
+    def __init__(
+        self, capacity: int = 1 << 12, *, key: bytes | None = None, move: int = _MOVE
+    ) -> None:
+        if move < 1:
+            raise ValueError(f"move must be positive, got {move}")
+        self._table = SlotTable(min(_MAX_BITS, max(4, (capacity - 1).bit_length())))
+        self._old: SlotTable | None = None  # while growing: the table being emptied
+        self._frontier = 0  # old slots below it are moved (the next part starts there)
+        # the ids in the order added, two words a row
+        self._ids: U64 = np.zeros((int(_MAX_LOAD * self._table.capacity), 2), np.uint64)
+        self._keys = _odd_words(os.urandom(16) if key is None else key)
+        self._move = move
+        self._version = 0
         self.count = 0
 
     def __len__(self) -> int:
@@ -47,69 +90,153 @@ class ReportIdIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self._table.nbytes)
+        old = self._old.slots.nbytes if self._old is not None else 0
+        return int(self._table.slots.nbytes + old + self._ids.nbytes)
 
-    def _slots(self, hi: U64) -> U64:
-        with np.errstate(over="ignore"):
-            mixed: U64 = ((hi ^ self._salt) * _MIX) >> np.uint64(64 - self._bits)
-        return mixed
-
-    def present(self, ids: bytes) -> npt.NDArray[np.intp]:
+    # -- the batch operations ----------------------------------------------------------------
+    def present(self, ids: bytes) -> Positions:
         """Positions (ascending) of the ids in ``ids`` that are in the index."""
-        if not ids or not self.count:
-            return np.zeros(0, dtype=np.intp)
-        hi, lo = _words(ids)
-        mask = np.uint64((1 << self._bits) - 1)
-        slot = self._slots(hi)
-        todo = np.arange(hi.shape[0], dtype=np.intp)
-        found = np.zeros(hi.shape[0], dtype=bool)
-        while todo.size:
-            s = slot[todo]
-            rows = self._table[s]
-            th, tl = rows[:, 0], rows[:, 1]
-            occupied = (th != 0) | (tl != 0)  # an empty slot ends the probe: absent
-            match = occupied & (th == hi[todo]) & (tl == lo[todo])
-            found[todo[match]] = True
-            open_ = occupied & ~match  # occupied by another id: probe on
-            todo = todo[open_]
-            slot[todo] = (slot[todo] + _ONE) & mask
-        return np.flatnonzero(found)
+        return self.check(ids).present
 
     def add(self, ids: bytes) -> None:
-        """Add distinct ids (16 bytes each, concatenated) that are not in the index yet;
-        all-zero ids (the empty-slot marker) are skipped."""
-        if not ids:
+        """Add ids (16 bytes each, concatenated); those present are skipped."""
+        self.record(self.check(ids))
+
+    def check(self, ids: bytes) -> IdCheck:
+        """Which of ``ids`` (16 bytes each, concatenated) are in the index, and where each
+        of the others would go: pass the result to :meth:`record` to add them."""
+        words = _words(ids)
+        live = None
+        if words.size and not words.all():  # rare: a zero word; an all-zero id?
+            keep = words.any(axis=1)
+            if not keep.all():
+                live = np.flatnonzero(keep)
+                words = words[live]
+        tag = self._tag(words)
+        found, free, into_old = self._probe(words, tag)
+        present = np.flatnonzero(found)
+        if present.size:
+            new = np.flatnonzero(~found)
+            words, tag, free = words[new], tag[new], free[new]
+            into_old = into_old[new] if into_old is not None else None
+        return IdCheck(
+            present=present if live is None else live[present],
+            index=self,
+            version=self._version,
+            words=words,
+            tag=tag,
+            free=free,
+            into_old=into_old,
+        )
+
+    def record(self, check: IdCheck) -> None:
+        """Add the ids of ``check`` that were not present (the index's own check)."""
+        if check.index is not self:
+            raise ValueError("an IdCheck is recorded by the index that made it")
+        words, tag, free, into_old = check.words, check.tag, check.free, check.into_old
+        if not tag.size:
             return
-        hi, lo = _words(ids)
-        keep = (hi != 0) | (lo != 0)
-        if not keep.all():
-            hi, lo = hi[keep], lo[keep]
-        while 2 * (self.count + hi.shape[0]) > (1 << self._bits):
-            self._grow()
-        self._insert(hi, lo)
-        self.count += int(hi.shape[0])
+        if check.version != self._version:  # changed since: the free slots may be taken
+            found, free, into_old = self._probe(words, tag)
+            if found.any():
+                new = np.flatnonzero(~found)
+                words, tag, free = words[new], tag[new], free[new]
+                into_old = into_old[new] if into_old is not None else None
+        total = self.count + tag.size
+        moved = False
+        if total > _MAX_LOAD * self._table.capacity:
+            self._move_part(None)  # finish a grow under way first
+            self._grow(total)
+            moved = True
+        if self._old is not None and total > _OLD_LOAD * self._old.capacity:
+            self._move_part(None)  # the old table would fill up: move the rest now
+            moved = True
+        if moved:
+            free, into_old = self._free(tag)
+        if into_old is None or not into_old.any():
+            self.count = self._table.place(words, tag, free, self._ids, self.count)
+        else:
+            for table, mask in ((self._old, into_old), (self._table, ~into_old)):
+                rows = np.flatnonzero(mask)
+                if rows.size and table is not None:
+                    self.count = table.place(
+                        words[rows], tag[rows], free[rows], self._ids, self.count
+                    )
+        if self._old is not None:
+            self._move_part(self._frontier + max(self._move, 8 * tag.size))
+        self._version += 1
 
-    def _grow(self) -> None:
-        occupied = (self._table[:, 0] != 0) | (self._table[:, 1] != 0)
-        old = self._table[occupied]
-        self._bits += 2  # x4: fewer rehashes (each re-inserts every id) at up to 4x the memory
-        self._table = np.zeros((1 << self._bits, 2), dtype=np.uint64)
-        self._insert(old[:, 0], old[:, 1])
+    # -- lookups -----------------------------------------------------------------------------
+    def _tag(self, words: U64) -> U64:
+        """The top 32 bits of the ids' hash: a keyed multiply-shift of both words."""
+        with np.errstate(over="ignore"):
+            h = words[:, 0] * self._keys[0]
+            h += words[:, 1] * self._keys[1]
+        h >>= _32
+        return h
 
-    def _insert(self, hi: U64, lo: U64) -> None:
-        mask = np.uint64((1 << self._bits) - 1)
-        slot = self._slots(hi)
-        todo = np.arange(hi.shape[0], dtype=np.intp)
-        while todo.size:
-            s = slot[todo]
-            rows = self._table[s]
-            at = np.flatnonzero((rows[:, 0] == 0) & (rows[:, 1] == 0))
-            cand, cs = todo[at], s[at]
-            # several ids may want one free slot: the last write wins, the others probe on
-            self._table[cs, 0], self._table[cs, 1] = hi[cand], lo[cand]
-            got = self._table[cs]
-            won = (got[:, 0] == hi[cand]) & (got[:, 1] == lo[cand])
-            placed = np.zeros(todo.shape[0], dtype=bool)
-            placed[at[won]] = True
-            todo = todo[~placed]
-            slot[todo] = (slot[todo] + _ONE) & mask
+    def _homes(self, tag: U64) -> tuple[Positions, Mask | None]:
+        """Each id's home slot, in the table that holds its home: while the table grows,
+        the old one for a home past the part already moved (``into_old``)."""
+        home = self._table.home(tag)
+        if self._old is None:
+            return home, None
+        old_home = self._old.home(tag)
+        into_old = old_home >= self._frontier
+        np.copyto(home, old_home, where=into_old)
+        return home, into_old
+
+    def _probe(self, words: U64, tag: U64) -> tuple[Mask, Positions, Mask | None]:
+        """Which ids are in the index, the free slot each of the others would take, and
+        (while growing) which of them go to the old table."""
+        free, into_old = self._homes(tag)
+        if not self.count:
+            return np.zeros(tag.size, dtype=bool), free, into_old
+        if into_old is None:
+            return self._table.find(words, tag, free, self._ids), free, into_old
+        found = np.zeros(tag.size, dtype=bool)
+        for table, mask in ((self._old, into_old), (self._table, ~into_old)):
+            rows = np.flatnonzero(mask)
+            if rows.size and table is not None:
+                s = free[rows]
+                found[rows] = table.find(words[rows], tag[rows], s, self._ids)
+                free[rows] = s
+        return found, free, into_old
+
+    def _free(self, tag: U64) -> tuple[Positions, Mask | None]:
+        """The free slot each id (not in the index) would take, and (while growing)
+        which of them go to the old table."""
+        free, into_old = self._homes(tag)
+        if into_old is None:
+            return self._table.scan(free, aligned=True)[0], None
+        for table, rows in ((self._old, into_old), (self._table, ~into_old)):
+            pick = np.flatnonzero(rows)
+            if pick.size and table is not None:
+                free[pick] = table.scan(free[pick], aligned=True)[0]
+        return free, into_old
+
+    # -- growing -----------------------------------------------------------------------------
+    def _grow(self, total: int) -> None:
+        """Start moving to a table 4x as large (or more: ``total`` ids at most a quarter
+        full); the ids array grows with it."""
+        bits = self._table.bits + _GROW_BITS
+        while total > _MAX_LOAD * (1 << bits) / 2:
+            bits += 1
+        if bits > _MAX_BITS:
+            raise MemoryError(f"a report-id index holds at most {1 << (_MAX_BITS - 2)} ids")
+        self._old, self._table, self._frontier = self._table, SlotTable(bits), 0
+        ids = np.zeros((int(_MAX_LOAD * (1 << bits)), 2), dtype=np.uint64)
+        ids[: self.count] = self._ids[: self.count]
+        self._ids = ids
+        self._version += 1
+
+    def _move_part(self, until: int | None) -> None:
+        """Move the old table's slots up to ``until`` (or a little past; None: all) to
+        the new one."""
+        if self._old is None:
+            return
+        end = self._old.slots.size if until is None else until
+        self._frontier = self._table.move(self._old, self._frontier, end)
+        if self._frontier >= self._old.slots.size:
+            self._old = None
+        self._version += 1

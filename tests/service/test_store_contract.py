@@ -347,6 +347,25 @@ def test_a_report_id_counted_before_in_its_window_is_dropped_atomically(
     assert store.batch_sizes("pages", [5]) == {400: 1, 150: 1}
 
 
+def test_ids_sharing_their_first_8_bytes_are_other_reports_and_the_first_copy_counts(
+    store: CountStore, registry: Registry
+) -> None:
+    """Within a batch, ids equal in their first 8 bytes but not their last are distinct
+    reports; a repeated id counts once, as its first copy (the others are dropped)."""
+    rng = np.random.default_rng(22)
+    config = registry["pages"]
+    ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
+    ids = rng.integers(0, 256, (300, 16), dtype=np.uint8)
+    ids[100:200, :8] = ids[:100, :8]  # 100 pairs that differ in their last 8 bytes only
+    batch = with_ids(random_batch(rng, config, 300, window=5), ids)
+    again = rows(batch, np.r_[np.arange(300), np.arange(150, 250)])  # 100 ids twice...
+    bits = np.frombuffer(again.bits, np.uint8).reshape(400, -1).copy()
+    bits[300:] = np.roll(bits[300:], 1, axis=0)  # ...their second copies with other bits
+    result = ingestor.ingest(replace(again, bits=bits.tobytes()))
+    assert (result.applied, result.duplicate_reports) == (300, 100)
+    assert same(store.load("pages"), direct_count(config, [batch]))
+
+
 def test_a_batch_without_report_ids_or_with_a_zero_id_is_refused(
     store: CountStore, registry: Registry
 ) -> None:
