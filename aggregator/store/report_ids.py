@@ -2,9 +2,10 @@
 
 Ids sit in a dense array (two 8-byte words a row) in the order they were added; a table
 of 8-byte slots with linear probing points into it
-(:mod:`crowdmix.aggregator.store.report_id_table`). The hash is a keyed multiply-shift
-of both words (random odd multipliers per process), so crafted ids cannot make probing
-chains long. ``check`` finds a batch's ids and the free slot each new one would take;
+(:mod:`crowdmix.aggregator.store.report_id_table`). The hash is Thorup's pair-multiply-
+shift of the id's four 32-bit pieces with a random key per process: 2-universal, so ids
+crafted without the key collide no more often than random ones and chains stay short.
+``check`` finds a batch's ids and the free slot each new one would take;
 ``record`` writes them there, with no second probe. The table is kept at most half full;
 it grows 4x a part at a time: each ``record`` moves a share of the old table's slots to
 the new one, and until all are moved an id is looked up in the table that holds its
@@ -41,11 +42,14 @@ def _words(ids: bytes) -> U64:
     return np.frombuffer(ids, dtype="<u8").astype(np.uint64, copy=False).reshape(-1, 2)
 
 
-def _odd_words(key: bytes) -> tuple[np.uint64, np.uint64]:
-    if len(key) != 16:
-        raise ValueError(f"key must be 16 bytes, got {len(key)}")
-    first, second = (int.from_bytes(key[i : i + 8], "little") | 1 for i in (0, 8))
-    return np.uint64(first), np.uint64(second)
+KEY_BYTES = 40  # five 64-bit words: a0..a3 and b of the pair-multiply-shift
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+def _key_words(key: bytes) -> tuple[np.uint64, ...]:
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"key must be {KEY_BYTES} bytes, got {len(key)}")
+    return tuple(np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in range(0, 40, 8))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -67,7 +71,7 @@ class ReportIdIndex:
     """A set of 16-byte report ids with whole-batch membership tests (not thread-safe).
 
     The all-zero id (refused by the shuffler and the aggregator) is never present and
-    never stored. ``key``: the hash's secret (16 bytes); random unless a test sets it.
+    never stored. ``key``: the hash's secret (40 bytes); random unless a test sets it.
     ``move``: old slots moved per :meth:`record` while the table grows, at least."""
 
     def __init__(
@@ -80,7 +84,7 @@ class ReportIdIndex:
         self._frontier = 0  # old slots below it are moved (the next part starts there)
         # the ids in the order added, two words a row
         self._ids: U64 = np.zeros((int(_MAX_LOAD * self._table.capacity), 2), np.uint64)
-        self._keys = _odd_words(os.urandom(16) if key is None else key)
+        self._keys = _key_words(os.urandom(KEY_BYTES) if key is None else key)
         self._move = move
         self._version = 0
         self.count = 0
@@ -168,10 +172,17 @@ class ReportIdIndex:
 
     # -- lookups -----------------------------------------------------------------------------
     def _tag(self, words: U64) -> U64:
-        """The top 32 bits of the ids' hash: a keyed multiply-shift of both words."""
+        """The top 32 bits of the ids' hash. With the id's 32-bit pieces x0..x3 (low and
+        high half of each word) and the key's 64-bit a0..a3, b: ((x0 + a0)(x1 + a1) +
+        (x2 + a2)(x3 + a3) + b) mod 2^64, top 32 bits. Thorup, "High Speed Hashing for
+        Integers and Strings" (2015), pair-multiply-shift: two ids collide with
+        probability at most 2^-31 over the key (2-universal: 64 >= 32 + 32 - 1)."""
+        a0, a1, a2, a3, b = self._keys
+        w0, w1 = words[:, 0], words[:, 1]
         with np.errstate(over="ignore"):
-            h = words[:, 0] * self._keys[0]
-            h += words[:, 1] * self._keys[1]
+            h = ((w0 & _LOW) + a0) * ((w0 >> _32) + a1)
+            h += ((w1 & _LOW) + a2) * ((w1 >> _32) + a3)
+            h += b
         h >>= _32
         return h
 
