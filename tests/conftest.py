@@ -64,6 +64,21 @@ _STARTS_SOMETHING = re.compile(
 )
 
 
+def _source(obj: object) -> str | None:
+    """``inspect.getsource(obj)``, read once per object: a fixture or helper is shared
+    by many tests, and re-reading it for each was most of the suite's collection time."""
+    key = id(obj)
+    if key not in _SOURCE:
+        try:
+            _SOURCE[key] = (obj, inspect.getsource(obj))  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            _SOURCE[key] = (obj, None)
+    return _SOURCE[key][1]
+
+
+_SOURCE: dict[int, tuple[object, str | None]] = {}  # the object is kept: its id stays its own
+
+
 def _sources(item: pytest.Function) -> Iterator[str]:
     """The source of the test, of every fixture it uses, and of the module-level
     functions and classes either calls (one level deep)."""
@@ -76,9 +91,8 @@ def _sources(item: pytest.Function) -> Iterator[str]:
     depth = {id(f): 0 for f in todo}
     while todo:
         func = todo.pop()
-        try:
-            text = inspect.getsource(func)
-        except (OSError, TypeError):
+        text = _source(func)
+        if text is None:
             continue
         yield text
         if depth[id(func)] >= 1 or module is None:
@@ -95,7 +109,18 @@ def _sources(item: pytest.Function) -> Iterator[str]:
 def _starts_something(item: pytest.Item) -> bool:
     if not isinstance(item, pytest.Function):
         return False
-    return any(_STARTS_SOMETHING.search(text) for text in _sources(item))
+    # Parametrized cases of one test share its function and fixtures: one answer.
+    info = getattr(item, "_fixtureinfo", None)
+    fixtures = tuple(
+        d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs
+    )
+    key = (item.function, fixtures)
+    if key not in _STARTS:
+        _STARTS[key] = any(_STARTS_SOMETHING.search(text) for text in _sources(item))
+    return _STARTS[key]
+
+
+_STARTS: dict[tuple[object, ...], bool] = {}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
