@@ -93,21 +93,25 @@ def test_pair_tail_is_charged_at_large_n() -> None:
 
 
 def _half_tail(t: int, a: int) -> float:
-    """P(Bin(t, ½) ≥ a) to 40 digits: the pmf at a from log-gammas, then the terms by
-    their ratio (t − k)/(k + 1) until they stop adding anything."""
+    """P(Bin(t, ½) ≥ a) to 40 digits: the pmf at a from log-gammas (50 digits), then
+    the terms by their ratio (t − k)/(k + 1) until they stop adding anything, relative
+    to the first in fixed point (integers in units of 2^-256 of it: each step
+    truncates under one unit, so the ~10⁴ steps here are off by < 2^-200 of the sum)."""
     import mpmath
 
-    with mpmath.workdps(40):
-        term = mpmath.exp(
+    with mpmath.workdps(50):
+        first = mpmath.exp(
             mpmath.loggamma(t + 1) - mpmath.loggamma(a + 1) - mpmath.loggamma(t - a + 1)
             - t * mpmath.log(2)
         )  # fmt: skip
-        total, k = mpmath.mpf(0), a
-        while k <= t and (term > total * mpmath.mpf(10) ** -45 or k < t // 2):
-            total += term
-            term = term * (t - k) / (k + 1)
-            k += 1
-        return float(total)
+    one = 1 << 256
+    term, total, k = one, 0, a
+    while k <= t and (term * 10**45 > total or k < t // 2):
+        total += term
+        term = term * (t - k) // (k + 1)
+        k += 1
+    with mpmath.workdps(50):
+        return float(first * mpmath.mpf(total) / one)
 
 
 @pytest.mark.parametrize(("n", "epsilon0"), [(10**5, 4.0), (10**7, 1.0)])
