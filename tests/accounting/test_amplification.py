@@ -87,6 +87,26 @@ def test_a_lower_root_takes_pairs_only() -> None:
         _lower_root(profile, DELTA, 1.0)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 400, 10**5, 3 * 10**6])
+@pytest.mark.parametrize("p", [0.0, 1e-7, 0.125, 0.5, 0.9999, 1.0])
+def test_binom_logpmf_is_scipys_bit_for_bit(n: int, p: float) -> None:
+    # The float error the bounds charge (pmf_error) is that of scipy's log-gamma sum:
+    # the faster form must be that sum exactly, −inf outside the support included.
+    import numpy as np
+    from scipy import stats
+
+    from crowdmix.aggregator.accounting.pairs import binom_logpmf
+
+    mid = round(n * p)
+    k = np.unique(np.concatenate([np.arange(-2, 4), np.arange(mid - 40, mid + 40), [n, n + 1]]))
+    k = k.astype(np.float64)
+    assert np.array_equal(binom_logpmf(k, n, p), stats.binom.logpmf(k, n, p))
+    rest = np.arange(max(0, n - 3), n + 1, dtype=np.float64)  # broadcast over n too
+    assert np.array_equal(
+        binom_logpmf(k[None, :], rest[:, None], p), stats.binom.logpmf(k[None, :], rest[:, None], p)
+    )
+
+
 def test_pair_tail_is_charged_at_large_n() -> None:
     ev = ClonePair.stronger_clone(1.0).evaluate(10**6, DELTA)
     assert 0.0 < ev.tail <= 1e-3 * DELTA
