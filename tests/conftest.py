@@ -15,8 +15,9 @@ from hypothesis import settings
 
 from tests.redis_server import ListeningRedis, RedisClusterServers, RedisServer
 
-# `scripts/check --fast` runs property tests with fewer examples (the full check
-# keeps Hypothesis's default of 100, or what a test sets itself).
+# `scripts/check --fast` runs property tests with fewer examples, a test's own
+# @settings(max_examples=...) included (capped in pytest_collection_modifyitems); the
+# full check keeps Hypothesis's default of 100, or what a test sets itself.
 settings.register_profile("fast", max_examples=15, deadline=None)
 
 
@@ -124,10 +125,18 @@ _STARTS: dict[tuple[object, ...], bool] = {}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``integration`` the tests that start real servers, processes or Redis."""
+    """Mark ``integration`` the tests that start real servers, processes or Redis; under
+    the ``fast`` profile, cap every property test's examples at the profile's."""
     for item in items:
         if item.get_closest_marker("integration") is None and _starts_something(item):
             item.add_marker(pytest.mark.integration)
+    if settings.get_current_profile_name() == "fast":
+        cap = settings.get_profile("fast").max_examples
+        for item in items:
+            test = getattr(item, "obj", None)
+            own = getattr(test, "_hypothesis_internal_use_settings", None)
+            if isinstance(own, settings) and own.max_examples > cap:
+                test._hypothesis_internal_use_settings = settings(own, max_examples=cap)  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="session")
