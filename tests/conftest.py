@@ -15,8 +15,9 @@ from hypothesis import settings
 
 from tests.redis_server import ListeningRedis, RedisClusterServers, RedisServer
 
-# `scripts/check --fast` runs property tests with fewer examples (the full check
-# keeps Hypothesis's default of 100, or what a test sets itself).
+# `scripts/check --fast` runs property tests with fewer examples, a test's own
+# @settings(max_examples=...) included (capped in pytest_collection_modifyitems); the
+# full check keeps Hypothesis's default of 100, or what a test sets itself.
 settings.register_profile("fast", max_examples=15, deadline=None)
 
 
@@ -64,6 +65,21 @@ _STARTS_SOMETHING = re.compile(
 )
 
 
+def _source(obj: object) -> str | None:
+    """``inspect.getsource(obj)``, read once per object: a fixture or helper is shared
+    by many tests, and re-reading it for each was most of the suite's collection time."""
+    key = id(obj)
+    if key not in _SOURCE:
+        try:
+            _SOURCE[key] = (obj, inspect.getsource(obj))  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            _SOURCE[key] = (obj, None)
+    return _SOURCE[key][1]
+
+
+_SOURCE: dict[int, tuple[object, str | None]] = {}  # the object is kept: its id stays its own
+
+
 def _sources(item: pytest.Function) -> Iterator[str]:
     """The source of the test, of every fixture it uses, and of the module-level
     functions and classes either calls (one level deep)."""
@@ -76,9 +92,8 @@ def _sources(item: pytest.Function) -> Iterator[str]:
     depth = {id(f): 0 for f in todo}
     while todo:
         func = todo.pop()
-        try:
-            text = inspect.getsource(func)
-        except (OSError, TypeError):
+        text = _source(func)
+        if text is None:
             continue
         yield text
         if depth[id(func)] >= 1 or module is None:
@@ -95,14 +110,33 @@ def _sources(item: pytest.Function) -> Iterator[str]:
 def _starts_something(item: pytest.Item) -> bool:
     if not isinstance(item, pytest.Function):
         return False
-    return any(_STARTS_SOMETHING.search(text) for text in _sources(item))
+    # Parametrized cases of one test share its function and fixtures: one answer.
+    info = getattr(item, "_fixtureinfo", None)
+    fixtures = tuple(
+        d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs
+    )
+    key = (item.function, fixtures)
+    if key not in _STARTS:
+        _STARTS[key] = any(_STARTS_SOMETHING.search(text) for text in _sources(item))
+    return _STARTS[key]
+
+
+_STARTS: dict[tuple[object, ...], bool] = {}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``integration`` the tests that start real servers, processes or Redis."""
+    """Mark ``integration`` the tests that start real servers, processes or Redis; under
+    the ``fast`` profile, cap every property test's examples at the profile's."""
     for item in items:
         if item.get_closest_marker("integration") is None and _starts_something(item):
             item.add_marker(pytest.mark.integration)
+    if settings.get_current_profile_name() == "fast":
+        cap = settings.get_profile("fast").max_examples
+        for item in items:
+            test = getattr(item, "obj", None)
+            own = getattr(test, "_hypothesis_internal_use_settings", None)
+            if isinstance(own, settings) and own.max_examples > cap:
+                test._hypothesis_internal_use_settings = settings(own, max_examples=cap)  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="session")

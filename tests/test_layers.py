@@ -78,8 +78,19 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
-def _imports(module: str, path: Path) -> Iterator[tuple[str, bool, ast.stmt]]:
-    """(imported name, inside a function?, node) for every import in the module."""
+def _imports(module: str, path: Path) -> list[tuple[str, bool, ast.stmt]]:
+    """(imported name, inside a function?, node) for every import in the module; each
+    module is parsed once for all the tests here."""
+    key = (module, path)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = list(_read_imports(module, path))
+    return _IMPORTS[key]
+
+
+_IMPORTS: dict[tuple[str, Path], list[tuple[str, bool, ast.stmt]]] = {}
+
+
+def _read_imports(module: str, path: Path) -> Iterator[tuple[str, bool, ast.stmt]]:
     tree = ast.parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     in_function: set[int] = set()
@@ -103,13 +114,19 @@ def _imports(module: str, path: Path) -> Iterator[tuple[str, bool, ast.stmt]]:
 
 
 def _graph() -> dict[str, set[str]]:
+    if _GRAPH:
+        return {m: set(targets) for m, targets in _GRAPH.items()}
     edges: dict[str, set[str]] = {m: set() for m in MODULES}
     for module, path in MODULES.items():
         for name, _, _ in _imports(module, path):
             target = _resolve(name)
             if target is not None and target != module:
                 edges[module].add(target)
-    return edges
+    _GRAPH.update(edges)
+    return _graph()
+
+
+_GRAPH: dict[str, set[str]] = {}  # the import graph, built once (each caller gets a copy)
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:

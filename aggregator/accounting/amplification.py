@@ -16,6 +16,8 @@ exact privacy of shuffled randomized response: every generic bound must be at le
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, get_args
@@ -216,8 +218,32 @@ def amplify_randomizer(randomizer: Randomizer, n: int, delta: float) -> Amplific
 @lru_cache(maxsize=256)
 def _amplify_randomizer(randomizer: Randomizer, n: int, delta: float) -> AmplificationResult:
     eps0 = randomizer.epsilon0
-    profile = None if eps0 > _NO_CLONES else randomizer.profile(n, delta)
+    profile = None if eps0 > _NO_CLONES else _profile(randomizer, n, delta)
     return _blanket_result(randomizer, n, delta, profile)
+
+
+_PROFILES = threading.local()
+_KEPT_PROFILES = 4  # a profile's built bins can hold ~16 MB of laws
+
+
+def _profile(randomizer: Randomizer, n: int, delta: float) -> Profile | None:
+    """``randomizer.profile(n, delta)``, kept for the last few (randomizer, n, δ) of
+    this thread: ``best_within`` reads one profile at many targets and the root
+    search reads it again, and a profile keeps the bins it has built. Reading a
+    kept profile gives the same floats as a fresh one; per thread because an
+    ``EvaluatedPair`` keeps a cache that one thread may use at a time."""
+    kept: OrderedDict[tuple[Randomizer, int, float], Profile | None] | None
+    kept = getattr(_PROFILES, "kept", None)
+    if kept is None:
+        kept = _PROFILES.kept = OrderedDict()
+    key = (randomizer, n, delta)
+    if key in kept:
+        kept.move_to_end(key)
+        return kept[key]
+    profile = kept[key] = randomizer.profile(n, delta)
+    while len(kept) > _KEPT_PROFILES:
+        kept.popitem(last=False)
+    return profile
 
 
 def _blanket_result(
@@ -296,7 +322,7 @@ def best_within(
     edge = target >= eps0 * (1.0 - AMPLIFIED_MARGIN) * (1.0 - 1e-5) or target < 1e-9 * eps0
     if edge:  # "no amplification" rounding or a vanishing target: decide in full
         return best_amplification(epsilon0, n, delta, randomizer).result.epsilon <= target
-    profile = randomizer.profile(n, float(delta))
+    profile = _profile(randomizer, n, float(delta))
     if profile is None:
         return False
     if exceeds(profile, target, delta * (1.0 + _MONOTONE_SLACK)):

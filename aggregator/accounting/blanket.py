@@ -22,7 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from crowdmix.aggregator.accounting.pairs import FLOAT_SLACK, binom_window, pmf_error
+from crowdmix.aggregator.accounting.pairs import (
+    FLOAT_SLACK,
+    binom_logpmf,
+    binom_window,
+    pmf_error,
+)
 
 __all__ = [
     "FLOAT_SLACK",
@@ -166,7 +171,8 @@ def bins(
         # δ_m falls with m, so the bins above the mean + 3 sd carry little: one bin.
         top = min(hi, int(others * gamma + 3.0 * math.sqrt(others * gamma * (1.0 - gamma))))
         edges = sorted({round(x) for x in _linspace(lo, max(lo, top), max_bins)})
-    cdf = [float(stats.binom.cdf(e - 1, others, gamma)) if e > 0 else 0.0 for e in edges]
+    below_edge = stats.binom.cdf([e - 1 for e in edges], others, gamma).tolist()  # one call
+    cdf = [float(c) if e > 0 else 0.0 for e, c in zip(edges, below_edge, strict=True)]
     weights = [max(0.0, b - a) for a, b in itertools.pairwise(cdf)]
     weights.append(float(stats.binom.sf(edges[-1] - 1, others, gamma)) if edges[-1] > 0 else 1.0)
     return edges, weights, below
@@ -284,15 +290,17 @@ def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _
     if bits == 1:
         lo, hi = binom_window(draws, p, tau)
         k = np.arange(lo, hi + 1, dtype=np.float64)
-        probs = np.exp(stats.binom.logpmf(k, draws, p))
+        probs = np.exp(binom_logpmf(k, draws, p))
         values = r0 * draws + (r1 - r0) * k
-        missing = (float(stats.binom.cdf(lo - 1, draws, p)) if lo > 0 else 0.0) + (
-            float(stats.binom.sf(hi, draws, p)) if hi < draws else 0.0
-        )
+        # One call each for the two tails of K and of K' (element by element the
+        # same values as one call per tail: a call's fixed cost was most of this).
+        below = stats.binom.cdf([lo - 1, lo - 2], [draws, draws - 1], p)
+        above = stats.binom.sf([hi, hi - 1], [draws, draws - 1], p)
+        missing = (float(below[0]) if lo > 0 else 0.0) + (float(above[0]) if hi < draws else 0.0)
         # E[K·1{K ≤ lo − 1}] = n·p·P(K' ≤ lo − 2), E[K·1{K ≥ hi + 1}] = n·p·P(K' ≥ hi),
         # K' ~ Bin(n − 1, p); cdf and sf are accurate to a few ulps (slack 1e-6).
-        k_low = float(stats.binom.cdf(lo - 2, draws - 1, p)) if lo >= 2 else 0.0
-        k_high = float(stats.binom.sf(hi - 1, draws - 1, p)) if hi < draws else 0.0
+        k_low = float(below[1]) if lo >= 2 else 0.0
+        k_high = float(above[1]) if hi < draws else 0.0
         out_k = draws * p * (k_low + k_high)
         tilted = (r0 * draws * missing + (r1 - r0) * out_k) / draws
         sorted_values, sorted_probs = _sort_points(values, probs)
@@ -317,7 +325,7 @@ def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _
     if len(n2) * len(n1) > _MAX_POINTS:
         raise ValueError(f"two-bit law over {draws} draws needs {len(n2) * len(n1)} points")
     rest = draws - n2
-    w2 = np.exp(stats.binom.logpmf(n2, draws, p2))
+    w2 = np.exp(binom_logpmf(n2, draws, p2))
     missing = (float(stats.binom.cdf(lo2 - 1, draws, p2)) if lo2 > 0 else 0.0) + (
         float(stats.binom.sf(hi2, draws, p2)) if hi2 < draws else 0.0
     )
@@ -326,7 +334,7 @@ def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _
     )
     missing += float(np.sum(w2 * out1))
     grid2, grid1 = np.meshgrid(n2, n1, indexing="ij")
-    probs = (w2[:, None] * np.exp(stats.binom.logpmf(grid1, rest[:, None], cond))).ravel()
+    probs = (w2[:, None] * np.exp(_grid_logpmf(n1, rest, cond, draws))).ravel()
     n2a, n1a = grid2.ravel(), grid1.ravel()
     n0a = draws - n1a - n2a
     ok = (n0a >= 0.0) & (probs > 0.0)
@@ -335,6 +343,28 @@ def bit_sum_points(bits: int, p: float, q: float, draws: int, delta: float) -> _
     sorted_values, sorted_probs = _sort_points(values, probs)
     rel = pmf_error(draws, p2) + pmf_error(draws, cond)
     return _Points(sorted_values, sorted_probs, missing, None, rel)
+
+
+def _grid_logpmf(k: Any, n: Any, p: float, top: int) -> Any:
+    """``binom_logpmf(k[None, :], n[:, None], p)`` (−inf where k > n) for integer-valued
+    0 ≤ k, n ≤ ``top``: each term read from a table of it over 0..top when that is
+    smaller than the grid (the same terms at the same arguments: bit for bit)."""
+    import numpy as np
+    from scipy import special
+
+    if top + 1 >= len(k) * len(n):
+        with np.errstate(invalid="ignore"):
+            return binom_logpmf(k[None, :], n[:, None], p)
+    i = np.arange(top + 1, dtype=np.float64)
+    log_fact, log_p, log_q = special.gammaln(i + 1), special.xlogy(i, p), special.xlog1py(i, -p)
+    ki, ni = k.astype(np.int64), n.astype(np.int64)
+    rest = ni[:, None] - ki[None, :]
+    inside = rest >= 0
+    rest = np.where(inside, rest, 0)
+    comb = log_fact[ni][:, None] - (log_fact[ki][None, :] + log_fact[rest])
+    out = comb + log_p[ki][None, :] + log_q[rest]
+    out[~inside] = -np.inf
+    return out
 
 
 def two_bit_points(draws: int, p: float, delta: float) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crowdmix.aggregator.accounting.blanket import TAIL_FRACTION, bins
-from crowdmix.aggregator.accounting.pairs import ClonePair, binom_window, pmf_error
+from crowdmix.aggregator.accounting.pairs import ClonePair, binom_logpmf, binom_window, pmf_error
 from crowdmix.aggregator.accounting.pld import GRID, MAX_PLD_N, pair_loss_counts
 from crowdmix.aggregator.accounting.randomizers import BitVector, KaryRR, LocalHashing, Randomizer
 
@@ -62,8 +62,8 @@ def _bit_counts(p: float, q: float, m: int, tail: float) -> tuple[dict[int, floa
 
     lo, hi = binom_window(m, p, tail / 4.0)
     k = np.arange(max(0, lo), min(m, hi) + 2, dtype=np.float64)  # counts incl. the victim
-    b_k = np.exp(stats.binom.logpmf(k, m, p))
-    b_km1 = np.exp(stats.binom.logpmf(k - 1.0, m, p))
+    b_k = np.exp(binom_logpmf(k, m, p))
+    b_km1 = np.exp(binom_logpmf(k - 1.0, m, p))
     a = q * b_km1 + (1.0 - q) * b_k
     b = p * b_km1 + (1.0 - p) * b_k
     ok = (a > 0.0) & (b > 0.0)

@@ -104,20 +104,48 @@ def pair_loss_counts(
         hi = np.minimum(t, np.ceil(t / 2 + half))
         sizes = (hi - lo + 1).astype(np.int64)
         rows = np.repeat(np.arange(len(t)), sizes)
-        offs = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        a = lo[rows] + offs
+        offs = np.arange(int(sizes.sum()))
+        offs -= np.repeat(np.cumsum(sizes) - sizes, sizes)
+        a = lo[rows]
+        a += offs
         tt = t[rows]
-        lp = 2 * p * alpha * a + 2 * alpha * (tt - a) + ncoef[rows]
-        lq = 2 * alpha * a + 2 * p * alpha * (tt - a) + ncoef[rows]
+        # The grid's arrays are tens of MB: each step writes into a few buffers (the
+        # same float operations in the same order; fresh arrays cost more in page
+        # faults than in arithmetic). lp = 2pα·a + 2α·(t − a) + γρ(n − t), lq swapped.
+        rest = np.subtract(tt, a)
+        neither = ncoef[rows]
+        buf = np.multiply(2 * alpha, rest)
+        lp = np.multiply(2 * p * alpha, a)
+        lp += buf
+        lp += neither
+        lq = np.multiply(2 * alpha, a)
+        np.multiply(2 * p * alpha, rest, out=buf)
+        lq += buf
+        lq += neither
+        # binom.logpmf(a, tt, ½), term by term (bit for bit the same):
+        # ln Γ(t+1) − (ln Γ(a+1) + ln Γ(t−a+1)) + a·ln ½ + (t − a)·ln ½
         ia, it = a.astype(np.int64), tt.astype(np.int64)
-        # binom.logpmf(a, tt, ½), term by term (bit for bit the same)
-        log_pmf = log_fact[it] - (log_fact[ia] + log_fact[it - ia])
-        log_pmf = log_pmf + a * log_half + (tt - a) * log_half
-        mass = w1[rows] * np.exp(log_pmf) * lp / tt
+        log_pmf = log_fact[it]
+        np.take(log_fact, ia, out=buf)
+        np.subtract(it, ia, out=it)
+        buf += log_fact[it]
+        log_pmf -= buf
+        np.multiply(a, log_half, out=buf)
+        log_pmf += buf
+        np.multiply(rest, log_half, out=buf)
+        log_pmf += buf
+        mass = w1[rows]
+        mass *= np.exp(log_pmf, out=log_pmf)
+        mass *= lp
+        mass /= tt
         rounding = np.ceil if pessimistic else np.floor
-        loss_idx = rounding(np.log(lp / lq) / grid).astype(np.int64)
+        np.divide(lp, lq, out=lq)
+        np.log(lq, out=lq)
+        lq /= grid
+        loss_idx = rounding(lq, out=lq).astype(np.int64)
         base = int(loss_idx.min())
-        parts.append((base, np.bincount(loss_idx - base, weights=mass)))
+        loss_idx -= base
+        parts.append((base, np.bincount(loss_idx, weights=mass)))
         kept_parts.append(exact_sum(mass))
         start = stop
     kept = 0.0
@@ -175,13 +203,15 @@ def exact_sum(values: Any) -> float:
     if len(values) < 1024:
         return math.fsum(values.tolist())
     mant, expo = np.frexp(values)  # values = mant · 2^expo, |mant| in [½, 1) or 0
-    whole = np.ldexp(mant, 53)  # an integer of at most 53 bits
-    high = np.floor(whole / 2.0**27)  # floor also for negative values: low ≥ 0
-    low = whole - high * 2.0**27
+    whole = np.ldexp(mant, 53, out=mant)  # an integer of at most 53 bits
+    high = np.floor_divide(whole, 2.0**27)  # floor also for negative values: low ≥ 0
+    low = np.mod(whole, 2.0**27, out=whole)  # = whole − high·2^27, exactly
     emin = int(expo.min())
+    e_all = expo.astype(np.intp)
+    e_all -= emin
     total = 0
     for offset in range(0, len(values), 1 << 22):  # < 2^22 terms: sums stay below 2^53
-        e = expo[offset : offset + (1 << 22)] - emin
+        e = e_all[offset : offset + (1 << 22)]
         sum_high = np.bincount(e, weights=high[offset : offset + (1 << 22)])
         sum_low = np.bincount(e, weights=low[offset : offset + (1 << 22)])
         for k in np.flatnonzero((sum_high != 0) | (sum_low != 0)).tolist():

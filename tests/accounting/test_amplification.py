@@ -87,27 +87,51 @@ def test_a_lower_root_takes_pairs_only() -> None:
         _lower_root(profile, DELTA, 1.0)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 400, 10**5, 3 * 10**6])
+@pytest.mark.parametrize("p", [0.0, 1e-7, 0.125, 0.5, 0.9999, 1.0])
+def test_binom_logpmf_is_scipys_bit_for_bit(n: int, p: float) -> None:
+    # The float error the bounds charge (pmf_error) is that of scipy's log-gamma sum:
+    # the faster form must be that sum exactly, −inf outside the support included.
+    import numpy as np
+    from scipy import stats
+
+    from crowdmix.aggregator.accounting.pairs import binom_logpmf
+
+    mid = round(n * p)
+    k = np.unique(np.concatenate([np.arange(-2, 4), np.arange(mid - 40, mid + 40), [n, n + 1]]))
+    k = k.astype(np.float64)
+    assert np.array_equal(binom_logpmf(k, n, p), stats.binom.logpmf(k, n, p))
+    rest = np.arange(max(0, n - 3), n + 1, dtype=np.float64)  # broadcast over n too
+    assert np.array_equal(
+        binom_logpmf(k[None, :], rest[:, None], p), stats.binom.logpmf(k[None, :], rest[:, None], p)
+    )
+
+
 def test_pair_tail_is_charged_at_large_n() -> None:
     ev = ClonePair.stronger_clone(1.0).evaluate(10**6, DELTA)
     assert 0.0 < ev.tail <= 1e-3 * DELTA
 
 
 def _half_tail(t: int, a: int) -> float:
-    """P(Bin(t, ½) ≥ a) to 40 digits: the pmf at a from log-gammas, then the terms by
-    their ratio (t − k)/(k + 1) until they stop adding anything."""
+    """P(Bin(t, ½) ≥ a) to 40 digits: the pmf at a from log-gammas (50 digits), then
+    the terms by their ratio (t − k)/(k + 1) until they stop adding anything, relative
+    to the first in fixed point (integers in units of 2^-256 of it: each step
+    truncates under one unit, so the ~10⁴ steps here are off by < 2^-200 of the sum)."""
     import mpmath
 
-    with mpmath.workdps(40):
-        term = mpmath.exp(
+    with mpmath.workdps(50):
+        first = mpmath.exp(
             mpmath.loggamma(t + 1) - mpmath.loggamma(a + 1) - mpmath.loggamma(t - a + 1)
             - t * mpmath.log(2)
         )  # fmt: skip
-        total, k = mpmath.mpf(0), a
-        while k <= t and (term > total * mpmath.mpf(10) ** -45 or k < t // 2):
-            total += term
-            term = term * (t - k) / (k + 1)
-            k += 1
-        return float(total)
+    one = 1 << 256
+    term, total, k = one, 0, a
+    while k <= t and (term * 10**45 > total or k < t // 2):
+        total += term
+        term = term * (t - k) // (k + 1)
+        k += 1
+    with mpmath.workdps(50):
+        return float(first * mpmath.mpf(total) / one)
 
 
 @pytest.mark.parametrize(("n", "epsilon0"), [(10**5, 4.0), (10**7, 1.0)])

@@ -189,6 +189,22 @@ def test_a_partitioned_single_round_uses_its_randomizers_blanket_bound() -> None
     assert compose_segments(segments).epsilon == best.epsilon < amplify(2.0, 20_000, DELTA).epsilon
 
 
+@pytest.mark.parametrize(("draws", "p"), [(1, 0.2), (40, 0.3), (700, 0.125), (5000, 0.02)])
+def test_two_bit_grid_from_tables_is_the_direct_log_pmf(draws: int, p: float) -> None:
+    # bit_sum_points reads its two-bit grid's log-pmf terms from tables (when smaller
+    # than the grid): the same floats as the direct sum, −inf where N1 > draws − N2.
+    import numpy as np
+
+    from crowdmix.aggregator.accounting.blanket import _grid_logpmf
+    from crowdmix.aggregator.accounting.pairs import binom_logpmf
+
+    n = np.arange(max(0, draws - 60), draws + 1, dtype=np.float64)
+    k = np.arange(0, min(draws, 90) + 1, dtype=np.float64)  # k > n for n < draws
+    table = _grid_logpmf(k, n, p, draws)
+    assert table.shape == (len(n), len(k))
+    assert np.array_equal(table, binom_logpmf(k[None, :], n[:, None], p))
+
+
 def test_one_bit_tilted_tail_is_the_exact_binomial_tail() -> None:
     # The tilted mass outside a one-bit law's window, in closed form, against a direct
     # sum over every count (float64 is exact enough at this size), and never below it.

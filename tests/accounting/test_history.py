@@ -98,6 +98,7 @@ def test_total_does_not_drop_when_params_change_under_one_name() -> None:
     assert t2 >= t1 >= s1.central.epsilon  # was 0.0108
 
 
+@pytest.mark.slow  # PLD accounting at n = 200,000: seconds, left to the full check
 def test_budget_check_uses_the_sound_total_and_records_nothing_when_refused() -> None:
     first = privacy_statement(krr(2.0), 2000, batch_sizes=[2000]).central.epsilon
     # The old total after the second release (0.0332) would fit a budget of 0.2;
@@ -480,6 +481,7 @@ def test_lower_uses_the_largest_known_lower_bound(capsys: pytest.CaptureFixture[
     assert out["epsilon"] >= out["rr_lower_bound"]
 
 
+@pytest.mark.slow  # two whole plans: seconds, left to the full check
 def test_planner_enforces_meets_target(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 

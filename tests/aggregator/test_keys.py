@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -164,17 +165,36 @@ def test_public_config_holds_no_private_key(tmp_path: Path) -> None:
 # -- the CLI, driven as a subprocess ----------------------------------------------
 
 
-def _crowdmix(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crowdmix", "keys", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=60,
-    )
+@dataclass(frozen=True)
+class _Ran:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
+def _crowdmix(*args: str, cwd: Path) -> _Ran:
+    """``crowdmix keys ARGS`` in ``cwd`` through ``crowdmix.cli.main``: exit code (argparse's
+    usage errors included), stdout and stderr, without a new interpreter per command
+    (the test without cryptography below starts one)."""
+    import contextlib
+    import io
+
+    from crowdmix.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(["keys", *args])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(here)
+    return _Ran(code, out.getvalue(), err.getvalue())
+
+
 def test_keys_cli_new_list_rotate_retire_export(tmp_path: Path) -> None:
     r = _crowdmix("new", "--file", "k.json", "--public", "pub.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -195,7 +215,6 @@ def test_keys_cli_new_list_rotate_retire_export(tmp_path: Path) -> None:
     assert r.returncode == 0 and "expired" in r.stdout and "active" in r.stdout
 
 
-@pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_keys_cli_bad_input_is_one_line_and_non_zero(tmp_path: Path) -> None:
     assert _crowdmix("new", "--file", "k.json", cwd=tmp_path).returncode == 0
     (tmp_path / "junk.json").write_text("not json")
