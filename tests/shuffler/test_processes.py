@@ -127,12 +127,14 @@ def test_sigkill_then_restart_forwards_every_acknowledged_report(
         for i in range(0, n, 1000):
             assert stub.Submit(columns_request(np.arange(i, i + 1000), FP), timeout=30).accepted
     store = RedisStore(redis_url)
-    wait_for(lambda: len(store.inflight_ids(RAPPOR)) == 1 and aggregator.calls >= 2)
+    # generous deadlines: on a loaded 2-core box the retries' backoff and a daemon's
+    # start can take tens of seconds (seen failing at 30 s under load 6-9)
+    wait_for(lambda: len(store.inflight_ids(RAPPOR)) == 1 and aggregator.calls >= 2, 120)
     assert procs[0].stop(signal.SIGKILL) == -signal.SIGKILL
     assert aggregator.total() == 0
     aggregator.fail_next = 0  # the aggregator is back
     procs.append(ShufflerProcess(tmp_path, "second", config, redis_url, aggregator.target))
-    wait_for(lambda: aggregator.total() == n, timeout=60)
+    wait_for(lambda: aggregator.total() == n, timeout=120)
     forwarded = np.sort(np.concatenate([ids_of(b.chunk) for b in aggregator.all_reports()]))
     assert np.array_equal(forwarded, np.arange(n))
     assert procs[1].stop() == 0
