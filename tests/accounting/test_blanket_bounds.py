@@ -168,12 +168,15 @@ def test_a_partitioned_single_round_uses_its_randomizers_blanket_bound() -> None
     # Disjoint device groups (a partition) compose in parallel; one fresh round of a
     # group is bounded by the same best bound as a statement's single release.
     basic = BasicParams(mechanism="krr", epsilon=2.0, domain_size=32)
+    # the ε the SDKs' float probabilities realise (within 1e-15 of 2.0): what a release
+    # of the metric records as its segment's ε0 (statement.py)
+    realised = basic_epsilon(basic)
     segments = [
         Segment(
             rounds=1,
             n_amplify=20_000,
             delta=DELTA,
-            epsilon0=2.0,
+            epsilon0=realised,
             beta=basic_total_variation(basic),
             basic=basic,
             partition="groups",
@@ -181,8 +184,6 @@ def test_a_partitioned_single_round_uses_its_randomizers_blanket_bound() -> None
         )
         for g in (0, 1)
     ]
-    # the ε the SDKs' float probabilities realise (within 1e-15 of 2.0)
-    realised = basic_epsilon(basic)
     best = best_amplification(realised, 20_000, DELTA, KaryRR(epsilon0=realised, domain=32))
     best = best.result
     assert best.bound == "blanket"

@@ -34,6 +34,7 @@ from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import start_shuffler
 from tests.e2e import test_discovery_pipeline as seeded
 from tests.typescript import built_sdk, node
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real servers and Node processes
 
@@ -134,7 +135,7 @@ def test_typescript_devices_run_a_discovery_that_equals_the_python_encoders(
             ), summary  # every other device is in another round
             made.append(claimed)
             now[0] = (window + 2) * HOUR + seeded.GRACE + 1.0  # closed, and its grace is over
-            assert seeded._wait(
+            assert eventually(
                 lambda w=window, c=claimed: load_batch_sizes(counts, METRIC, [w]) == [c]
             )
             job_store = open_store(aggregator_url)
