@@ -46,7 +46,7 @@ p = 0.5
 q = 0.75
 
 [metrics.{METRIC}.shuffle]
-min_batch = 1000
+min_batch = {{min_batch}}
 max_batch = {{max_batch}}
 max_delay_seconds = 0.1
 """
@@ -155,6 +155,7 @@ class Pipeline:
         redis_url: str,
         *,
         max_batch: int = 20_000,
+        min_batch: int = 1000,
         shuffler_args: tuple[str, ...] = (),
         aggregator_args: tuple[str, ...] = (),
         shuffler_redis_url: str | None = None,
@@ -164,7 +165,9 @@ class Pipeline:
         self.redis_url = redis_url
         self.shuffler_redis_url = shuffler_redis_url or redis_url
         self.config_path = workdir / "metrics.toml"
-        self.config_path.write_text(REGISTRY.format(max_batch=max_batch) + extra_toml)
+        self.config_path.write_text(
+            REGISTRY.format(max_batch=max_batch, min_batch=min_batch) + extra_toml
+        )
         self.registry: Registry = load_registry(self.config_path)
         self.config = self.registry[METRIC]
         self.aggregator_port = free_port()
