@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,7 @@ from crowdmix.core.discovery import (
     ValueRound,
 )
 from crowdmix.core.errors import ParamsError
+from crowdmix.core.watched_file import WatchedFile
 
 __all__ = ["RoundBook", "ServedRound", "read_rounds", "write_rounds"]
 
@@ -304,3 +309,30 @@ def write_rounds(path: str | os.PathLike[str], book: RoundBook) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, p)
+
+
+class WatchedRounds(WatchedFile[RoundBook]):
+    """The round file at ``path`` as the shuffler and the aggregator hold it: none yet is
+    no round; re-read when it changes; a file that cannot be read, or is gone between the
+    look and the read, keeps the last good book. At start-up a file that cannot be read
+    raises ``error`` (the daemon's ``ConfigError``)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        error: Callable[[str], Exception],
+        log: logging.Logger,
+        check_seconds: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        def first(p: Path) -> RoundBook:
+            try:
+                return read_rounds(p)
+            except ParamsError as exc:
+                raise error(str(exc)) from None
+
+        super().__init__(
+            path, partial(read_rounds, missing_ok=False), "heavy-hitter rounds", log=log,
+            check_seconds=check_seconds, monotonic=monotonic, first=first,
+        )  # fmt: skip

@@ -26,7 +26,7 @@ from typing import Final
 from crowdmix.core.device_config import DEFAULT_CACHE_SECONDS, DeviceConfig, to_proto
 from crowdmix.core.errors import ParamsError
 from crowdmix.core.registry import MetricConfig, Registry
-from crowdmix.core.rounds import RoundBook, ServedRound, read_rounds
+from crowdmix.core.rounds import RoundBook, ServedRound, WatchedRounds
 from crowdmix.core.sealed import SUITES, PublicKeyConfig, PublicKeySet
 from crowdmix.core.watched_file import WatchedFile
 from crowdmix.protos import crowdmix_pb2 as pb
@@ -106,21 +106,8 @@ class PublishedKeys:
         return key
 
 
-def _read_rounds(path: Path, *, missing_ok: bool = False) -> RoundBook:
-    try:
-        return read_rounds(path, missing_ok=missing_ok)
-    except ParamsError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _first_rounds(path: Path) -> RoundBook:
-    return _read_rounds(path, missing_ok=True)  # none yet: no round
-
-
-class RoundFile(WatchedFile[RoundBook]):
-    """The heavy-hitter round file, re-read when it changes (at most once per
-    ``check_seconds``, on use); a file that cannot be read, or is gone between the look
-    and the read, keeps the last good book."""
+class RoundFile(WatchedRounds):
+    """The heavy-hitter round file, looked at on use at most once per ``check_seconds``."""
 
     def __init__(
         self,
@@ -130,9 +117,8 @@ class RoundFile(WatchedFile[RoundBook]):
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
-            path, _read_rounds, "heavy-hitter rounds", log=log, check_seconds=check_seconds,
-            monotonic=monotonic, first=_first_rounds,
-        )  # fmt: skip
+            path, error=ConfigError, log=log, check_seconds=check_seconds, monotonic=monotonic
+        )
 
     @property
     def book(self) -> RoundBook:

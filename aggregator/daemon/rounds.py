@@ -14,38 +14,21 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 from crowdmix.aggregator.errors import ConfigError
-from crowdmix.core.errors import ParamsError
 from crowdmix.core.registry import MetricConfig
-from crowdmix.core.rounds import RoundBook, read_rounds
-from crowdmix.core.watched_file import WatchedFile
+from crowdmix.core.rounds import RoundBook, WatchedRounds
 
 __all__ = ["RoundFile"]
 
 log = logging.getLogger("crowdmix.aggregator")
 
 
-def _first_rounds(path: Path) -> RoundBook:
-    try:
-        return read_rounds(path)  # none yet: no round
-    except ParamsError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _changed_rounds(path: Path) -> RoundBook:
-    return read_rounds(path, missing_ok=False)  # gone since the stat: keep the last good
-
-
-class RoundFile(WatchedFile[RoundBook]):
-    """The round file at ``path`` (none yet: no round), re-read when it changes."""
+class RoundFile(WatchedRounds):
+    """The round file at ``path`` (none yet: no round), looked at before each lookup."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        super().__init__(
-            path, _changed_rounds, "heavy-hitter rounds", log=log, check_seconds=0.0,
-            first=_first_rounds,
-        )  # fmt: skip
+        super().__init__(path, error=ConfigError, log=log, check_seconds=0.0)
 
     def book(self) -> RoundBook:
         """The rounds as the file holds them now (the last good read)."""
