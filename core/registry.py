@@ -1,67 +1,11 @@
 """The metric registry: one TOML file shared by shuffler and aggregator.
 
-    [metrics.home_page]            # a RAPPOR metric
-    encoding = "rappor"
-    hashing = "mmh3"               # or "rappor-md5"
-    k = 128
-    h = 2
-    m = 64
-    f = 0.5
-    p = 0.5
-    q = 0.75
-
-    [metrics.home_page.shuffle]    # optional; defaults below
-    min_batch = 1000               # fewer pending reports are never released
-    max_batch = 100000
-    max_delay_seconds = 60.0
-    drop_probability = 0.0
-    disposal_days = 30             # older reports are discarded, never forwarded
-
-    [metrics.browser]              # a basic mechanism over a known domain
-    encoding = "oue"               # "binary-rr" | "krr" | "oue" | "olh"
-    epsilon = 2.0
-    domain = ["chrome", "firefox", "safari"]
-
-    [metrics.app_screen]           # a shuffled histogram with fake reports (sealed only)
-    encoding = "shuffled-histogram"
-    domain_size = 1000             # or domain = [...]
-    fake_slots = 1                 # m: at most 1 + m reports per device and window
-    fake_probability = 0.05        # q: each slot filled w.p. q with a uniform value
-    local_epsilon = 9.0            # optional k-RR on the real report
-    honest_fraction = 1.0          # share of a window's devices assumed honest (statement)
-
-    [metrics.app_screen.shuffle]   # a histogram is released once per window:
-    release = "window"             # the default for histograms ("max_batch": opt out)
-    release_grace_seconds = 300    # after the window's end, for late writes
-    max_batch = 2000000            # the reports a window may hold (default and ceiling:
-                                   # what one aggregator batch carries, window_batch_limit)
-
-    [metrics.words]                # heavy hitters without a candidate list (discovery)
-    encoding = "heavy-hitters"
-    alphabet = "abcdefghijklmnopqrstuvwxyz'"
-    max_length = 16                # longer values are truncated
-    spans = [3, 6, 9, 12, 15, 17]  # prefix length after each prefix round (last: max_length+1)
-    keep = 300                     # prefixes kept per prefix round
-    candidates = 300               # values estimated in the value round
-    seeds = 1024                   # hash functions a prefix round's devices draw from
-    weights = [0.14, 0.14, 0.14, 0.14, 0.14, 0.15, 0.15]  # each round's share of devices
-    epsilon = 1.0                  # central target of the whole discovery
-    delta = 1e-6
-    devices = 1000000              # devices expected over all rounds (min_batch <= each group)
-
-    [metrics.words.shuffle]        # released per window, like a histogram (one shuffle per round)
-    min_batch = 60000              # every batch's fewest reports: each round's ε0 is planned
-                                   # over it (expected group size / shufflers, with margin)
-
-    [collection]
-    window_seconds = 86400         # counts are kept per window (a day by default)
-
-    [shuffler]                     # optional daemon settings (crowdmix.shuffler.config)
-
-Nothing that sets a privacy figure is filled in: ``encoding``, RAPPOR's ``k``, ``h``,
-``m``, ``f``, ``p``, ``q``, a basic mechanism's or histogram's ``domain`` (or
-``domain_size``; binary RR's is 2) and every field of a heavy-hitters metric are
-required. A bad or missing entry raises ``RegistryError`` naming the metric and the field.
+docs/operating.md ("The metric registry") holds a commented example of every kind of
+metric and a reference of every field; tests parse that example. Nothing that sets a
+privacy figure is filled in: ``encoding``, RAPPOR's ``k``, ``h``, ``m``, ``f``, ``p``,
+``q``, a basic mechanism's or histogram's ``domain`` (or ``domain_size``; binary RR's is
+2) and every field of a heavy-hitters metric are required. A bad or missing entry raises
+``RegistryError`` naming the metric and the field.
 """
 
 from __future__ import annotations

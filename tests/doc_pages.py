@@ -49,3 +49,12 @@ def crowdmix_commands(text: str) -> list[list[str]]:
                 depth -= w.count("]")
             commands.append(cleaned)
     return commands
+
+
+def registry_example() -> str:
+    """The example registry of docs/operating.md (its one ``toml`` block), as TOML text."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "operating.md").read_text()
+    (block,) = code_blocks(page, "toml")
+    return block

@@ -81,13 +81,6 @@ def test_the_readme_is_a_front_page() -> None:
 # Module docstrings say what the module is for in at most this many lines; rationale,
 # history and long derivations live in docs/design.md ("Notes by component").
 MAX_MODULE_DOC_LINES = 15
-# Modules whose docstring may stay longer, each with its reason. The test below fails on an
-# entry that has become short, so the list only shrinks.
-LONG_MODULE_DOCS = {
-    # Its docstring is the documented example registry, parsed whole by
-    # tests/core/test_registry.py: the example alone is about 35 lines.
-    "core/registry.py",
-}
 
 
 def _module_docs() -> dict[str, str]:
@@ -106,6 +99,5 @@ def _module_docs() -> dict[str, str]:
 def test_module_docstrings_are_short() -> None:
     docs = _module_docs()
     long = {name for name, doc in docs.items() if len(doc.splitlines()) > MAX_MODULE_DOC_LINES}
-    assert sorted(long - LONG_MODULE_DOCS) == [], "module docstrings over 15 lines"
-    assert sorted(LONG_MODULE_DOCS - long) == [], "already short (or gone): drop from the list"
+    assert sorted(long) == [], "module docstrings over 15 lines"
     assert len(docs) > 100  # the walk found the modules

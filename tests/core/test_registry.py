@@ -1,4 +1,5 @@
-"""The metric registry: the documented example parses; every bad field is named."""
+"""The metric registry: the documented example (docs/operating.md) parses; every bad field
+is named."""
 
 from __future__ import annotations
 
@@ -8,15 +9,14 @@ from typing import Any
 
 import pytest
 
-import crowdmix.core.registry
 from crowdmix.core.basic import BasicParams
 from crowdmix.core.params import RapporParams
 from crowdmix.core.registry import RegistryError, ShufflePolicy, load_registry, parse_registry
+from tests.doc_pages import registry_example
 
 
 def _example_toml() -> str:
-    doc = crowdmix.core.registry.__doc__ or ""
-    return doc.split("\n\n", 1)[1].split("\nNothing that sets", 1)[0]
+    return registry_example()
 
 
 def _example() -> dict[str, Any]:

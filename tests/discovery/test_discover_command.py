@@ -74,10 +74,9 @@ def test_the_round_job_commands_name_what_is_wrong(
 ) -> None:
     import tomllib
 
-    import crowdmix.core.registry
+    from tests.doc_pages import registry_example
 
-    doc = crowdmix.core.registry.__doc__ or ""
-    example = doc.split("\n\n", 1)[1].split("\nNothing that sets", 1)[0]
+    example = registry_example()
     assert "heavy-hitters" in tomllib.loads(example)["metrics"]["words"]["encoding"]
     config = tmp_path / "metrics.toml"
     config.write_text(example)
