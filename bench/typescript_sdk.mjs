@@ -3,14 +3,13 @@
 //   (cd sdk/typescript && npm ci && npm run build) && node bench/typescript_sdk.mjs [--n=3000] [--anchors=DIR]
 //
 // - Bundles as an app makes them: an entry that imports `openReporter` from the built
-//   package (dist/, through its package.json exports, @hpke/core from node_modules) and
-//   uses it, bundled by esbuild (minify, tree-shaking, browser, ESM), gzip -9. The
-//   reporter opened carries the IndexedDB outbox, HPKE sealing and the Connect
-//   transport: `@crowdmix/client/rappor` (an app of RAPPOR metrics), `@crowdmix/client`
-//   (every encoding), and an X25519/HKDF-SHA256/AES-128-GCM seal of @hpke/core alone;
-//   "+se": the same with @hpke's `"sideEffects": false` honoured (its esm/package.json
-//   hides it from bundlers) and its dnt output rewritten to the same program in fewer
-//   bytes (scripts/build.mjs), as in the prebuilt dist/crowdmix.rappor.browser.js.
+//   package (dist/, through its package.json exports) and uses it, bundled by esbuild
+//   (minify, tree-shaking, browser, ESM), gzip -9. The reporter opened carries the
+//   IndexedDB outbox, HPKE sealing and the Connect transport: `@crowdmix/client/rappor`
+//   (an app of RAPPOR metrics) and `@crowdmix/client` (every encoding); "prebuilt rappor"
+//   is dist/crowdmix.rappor.browser.js (every export of `/rappor`). "seal": `sealReport`
+//   alone (the SDK's HPKE on WebCrypto, src/hpke.ts); "hpke": the same X25519/HKDF-SHA256/
+//   AES-128-GCM seal of @hpke/core (a devDependency, what the SDK sealed with before).
 //   --anchors=DIR: DIR/node_modules holds @mozilla/glean and @divviup/dap, bundled the
 //   same way (`import Glean from "@mozilla/glean/web"`, `import Task from "@divviup/dap"`).
 // - Seal: median time of one sealReport (HPKE X25519 + AES-128-GCM on WebCrypto) over
@@ -24,8 +23,6 @@ import { gzipSync } from "node:zlib";
 const SDK = new URL("../sdk/typescript/", import.meta.url);
 const esbuild = createRequire(SDK)("esbuild");
 const sdk = await import(new URL("dist/node.js", SDK));
-const { hpkeSideEffectFree, hpkeRewritten } = await import(new URL("scripts/build.mjs", SDK));
-const prebuiltPlugins = [hpkeSideEffectFree, hpkeRewritten];
 const arg = (name, d) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? d;
 const n = Number(arg("n", 3000));
 const anchors = arg("anchors", null);
@@ -35,11 +32,11 @@ const app = mkdtempSync(join(tmpdir(), "crowdmix-bundle-"));
 mkdirSync(join(app, "node_modules", "@crowdmix"), { recursive: true });
 symlinkSync(SDK.pathname, join(app, "node_modules", "@crowdmix", "client"));
 
-async function gzipped(source, dir = app, plugins = []) {
+async function gzipped(source, dir = app) {
   const entry = join(dir, `entry-${Math.random().toString(36).slice(2)}.mjs`);
   writeFileSync(entry, source);
   try {
-    const r = await esbuild.build({ entryPoints: [entry], bundle: true, minify: true, format: "esm", platform: "browser", write: false, logLevel: "error", plugins });
+    const r = await esbuild.build({ entryPoints: [entry], bundle: true, minify: true, format: "esm", platform: "browser", write: false, logLevel: "error" });
     const bytes = r.outputFiles[0].contents;
     return { min: bytes.length, gz: gzipSync(bytes, { level: 9 }).length };
   } finally {
@@ -52,11 +49,9 @@ const HPKE_SEAL = `import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfS
 const use = (mod, name = "openReporter") => `import { ${name} } from "${mod}"; globalThis.x = ${name};`;
 const sizes = {
   rappor: await gzipped(use("@crowdmix/client/rappor")),
-  "rappor+se": await gzipped(use("@crowdmix/client/rappor"), app, prebuiltPlugins),
   all: await gzipped(use("@crowdmix/client")),
-  "all+se": await gzipped(use("@crowdmix/client"), app, prebuiltPlugins),
+  seal: await gzipped(use("@crowdmix/client/rappor", "sealReport")),
   hpke: await gzipped(HPKE_SEAL, new URL("node_modules/", SDK).pathname),
-  "hpke+se": await gzipped(HPKE_SEAL, new URL("node_modules/", SDK).pathname, prebuiltPlugins),
 };
 const prebuilt = readFileSync(new URL("dist/crowdmix.rappor.browser.js", SDK));
 sizes["prebuilt rappor"] = { min: prebuilt.length, gz: gzipSync(prebuilt, { level: 9 }).length };
