@@ -11,8 +11,9 @@
  * Every report of a basic mechanism has cohort 0.
  */
 import { ParamsError } from "./errors.js";
-import type { Encoding } from "./config.js";
+import { type Encoding, aboveCeiling } from "./config.js";
 import { BasicParams, indexBytes } from "./params.js";
+import { type Schema, decode } from "./proto.js";
 import { type RandomBytes, bernoulliBits, coin, flip, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
 import { type Report, newReportId } from "./report.js";
 
@@ -111,12 +112,19 @@ export function domainValue(value: string | number | Uint8Array): string | numbe
   return value;
 }
 
-/** The basic mechanisms for the reporter (`Encoding`). */
+// protos/crowdmix.proto: BasicConfig
+const BASIC_CONFIG: Schema = { 1: ["epsilon", "d"], 2: ["domainSize", "u"], 3: ["domain", "s*"] };
+
+/** The basic mechanisms for the reporter (`Encoding`): a ceiling on ε. */
 export const basicEncoding: Encoding = {
   read(m) {
     if (!m.basic) return undefined;
-    const basic = new BasicParams({ mechanism: m.encoding, epsilon: m.basic.epsilon, domainSize: m.basic.domainSize });
-    return [{ basic, domain: m.basic.domain.length ? m.basic.domain : null }, basic.fingerprint()];
+    const w = decode(m.basic, BASIC_CONFIG) as { epsilon: number; domainSize: number; domain: string[] };
+    const basic = new BasicParams({ mechanism: m.encoding, epsilon: w.epsilon, domainSize: w.domainSize });
+    return [{ basic, domain: w.domain.length ? w.domain : null }, basic.fingerprint()];
+  },
+  ceiling(metric, mc, o) {
+    return mc.basic ? aboveCeiling(metric, [["ε", mc.basic.epsilon, "maxEpsilon", o.maxEpsilon]]) : undefined;
   },
   encoder(metric, mc, _secret, rand) {
     if (!mc.basic) return undefined;

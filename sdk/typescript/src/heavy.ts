@@ -152,6 +152,9 @@ export class RoundEncoder {
   }
 }
 
+/** A report without its window's round fetches the config again, at most once per this many seconds of the config's age. */
+export const ROUND_REFETCH_SECONDS = 10;
+
 /** Heavy hitters for the reporter (`Encoding`): the round of the report's window, or a refusal. */
 export const heavyHittersEncoding: Encoding = {
   read(m) {
@@ -170,6 +173,8 @@ export const heavyHittersEncoding: Encoding = {
     if (new Set(rounds.map((r) => r.window)).size !== rounds.length) throw new ParamsError(`metric ${JSON.stringify(m.name)}: two served rounds name one window`);
     return [{ heavyHitters, rounds, domain: null }, fp];
   },
+  // a round's ε is checked against maxEpsilon when a report is encoded against it
+  ceiling: (_metric, mc) => (mc.heavyHitters ? null : undefined),
   encoder(metric, mc, secret, rand, maxEpsilon = Infinity) {
     const hh = mc.heavyHitters;
     if (!hh) return undefined;
@@ -177,7 +182,12 @@ export const heavyHittersEncoding: Encoding = {
     let current: { window: number; enc: RoundEncoder } | null = null;
     return async (value, window, served = mc) => {
       const r = served.rounds?.find((x) => x.window === window);
-      if (!r) throw new Refusal("no_round", `metric ${metric}: no discovery round is served for window ${window} yet (nothing is made: a report is encoded only against its window's round)`);
+      if (!r)
+        throw new Refusal(
+          "no_round",
+          `metric ${metric}: no discovery round is served for window ${window} yet (nothing is made: a report is encoded only against its window's round)`,
+          ROUND_REFETCH_SECONDS, // the round may have been written since
+        );
       let round = mine.get(r.opened);
       if (round === undefined) mine.set(r.opened, (round = deviceRound(secret, metric, mc.fingerprint, r.opened, hh.o.weights)));
       const own = await round;

@@ -15,8 +15,10 @@
  */
 import { Blake2b, blake2b } from "./blake2b.js";
 import { mmh3Words } from "./mmh3.js";
-import type { Encoding } from "./config.js";
+import { type Encoding, aboveCeiling } from "./config.js";
 import { RapporParams } from "./params.js";
+import { epsilonInf, epsilonOne } from "./privacy.js";
+import { type Schema, decode } from "./proto.js";
 import { type RandomBytes, bernoulliBits, maskTail, randomWords, secureRandomBytes } from "./random.js";
 import { type Report, leBigInt, newReportId, utf8 } from "./report.js";
 
@@ -145,12 +147,24 @@ export class RapporEncoder {
   }
 }
 
-/** RAPPOR for the reporter (`Encoding`): a value is a string or bytes. */
+// protos/crowdmix.proto: RapporConfig
+const RAPPOR_CONFIG: Schema = { 1: ["k", "u"], 2: ["h", "u"], 3: ["m", "u"], 4: ["f", "d"], 5: ["p", "d"], 6: ["q", "d"], 7: ["hashing", "s"] };
+
+/** RAPPOR for the reporter (`Encoding`): a value is a string or bytes; ceilings on ε_1 and ε_∞. */
 export const rapporEncoding: Encoding = {
   read(m) {
     if (!m.rappor) return undefined;
-    const rappor = new RapporParams({ ...m.rappor, hashing: m.rappor.hashing || "mmh3" });
+    const w = decode(m.rappor, RAPPOR_CONFIG) as ConstructorParameters<typeof RapporParams>[0];
+    const rappor = new RapporParams({ ...w, hashing: w.hashing || "mmh3" });
     return [{ rappor, domain: null }, rappor.fingerprint()];
+  },
+  ceiling(metric, mc, o) {
+    const r = mc.rappor;
+    if (!r) return undefined;
+    return aboveCeiling(metric, [
+      ["ε_1", epsilonOne(r), "maxEpsilon", o.maxEpsilon],
+      ["ε_∞", epsilonInf(r), "maxEpsilonInf", o.maxEpsilonInf],
+    ]);
   },
   encoder(metric, mc, secret, rand) {
     if (!mc.rappor) return undefined;

@@ -19,18 +19,17 @@
  * - Privacy ceiling: served params less private than `maxEpsilon` per report (RAPPOR's
  *   ε_1, a basic mechanism's ε, a histogram's ε_L, a heavy-hitters round's ε) or
  *   `maxEpsilonInf` (RAPPOR's ε_∞) make no report; a histogram without local
- *   randomization needs `allowUnrandomizedHistograms`.
+ *   randomization needs `allowUnrandomizedHistograms` (each kind's figures: its `Encoding`).
  * - Heavy hitters: a report is encoded against the round served for its window, or not
  *   made (`no_round`: the config is fetched again; `not_this_round`: the device is in
  *   another round of the discovery).
  * - Never throws into the app after construction: `report` resolves to false, `flush`
  *   to the number still queued, and `lastError` says why.
  */
-import { type DeviceConfig, type Encode, type Encoding, type MetricConfig, Refusal, readConfig } from "./config.js";
+import { type Ceilings, type DeviceConfig, type Encode, type Encoding, type MetricConfig, Refusal, readConfig } from "./config.js";
 import { call } from "./connect.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
 import { type Answer, type CachedConfig, type Reading, type SendState, CLOCK_SLACK, classify, decide, drifted, expired, learnt, nextGroup, restored, serverNow, windowOf } from "./policy.js";
-import { epsilonInf, epsilonOne } from "./privacy.js";
 import { type WireKey, type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
 import { type RandomBytes, secureRandomBytes } from "./random.js";
 import { PROTOCOL_VERSION, type Report, fromHex, toHex } from "./report.js";
@@ -88,30 +87,14 @@ const CONFIG_WAIT_MS = 2000;
 const EARLIEST = 1577836800; // 2020-01-01: a server time before it is not plausible
 const LATEST = 4102444800; // 2100-01-01
 const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
-/** A heavy-hitters report without its window's round fetches the config again, at most
- * once per this many seconds of the config's age. */
-export const ROUND_REFETCH_SECONDS = 10;
 
-/** Why `mc`'s served params are above the ceiling, or null. */
-export function ceilingProblem(
-  metric: string,
-  mc: MetricConfig,
-  o: { maxEpsilon: number; maxEpsilonInf: number; allowUnrandomizedHistograms: boolean },
-): string | null {
-  const figures: [string, number, string, number][] = [];
-  if (mc.rappor) {
-    figures.push(["ε_1", epsilonOne(mc.rappor), "maxEpsilon", o.maxEpsilon]);
-    figures.push(["ε_∞", epsilonInf(mc.rappor), "maxEpsilonInf", o.maxEpsilonInf]);
-  } else if (mc.basic) figures.push(["ε", mc.basic.epsilon, "maxEpsilon", o.maxEpsilon]);
-  else if (mc.histogram) {
-    const eps = mc.histogram.localEpsilon;
-    if (eps !== null) figures.push(["ε_L", eps, "maxEpsilon", o.maxEpsilon]);
-    else if (!o.allowUnrandomizedHistograms)
-      return `metric ${metric}: the served histogram sends the value without local randomization (ε_L = inf); allowed only with allowUnrandomizedHistograms`;
+/** Why `mc`'s served params are above the ceilings `o`, or null (by the encoding of its kind among `encodings`). */
+export function ceilingProblem(metric: string, mc: MetricConfig, o: Ceilings, encodings: readonly Encoding[]): string | null {
+  for (const e of encodings) {
+    const problem = e.ceiling(metric, mc, o);
+    if (problem !== undefined) return problem;
   }
-  for (const [name, value, knob, ceiling] of figures)
-    if (!(value <= ceiling)) return `metric ${metric}: the served params give ${name} = ${value.toPrecision(6)}, above this device's ceiling ${knob} = ${ceiling}`;
-  return null;
+  return null; // an encoding this build leaves out: no report is made here
 }
 
 function rowOf(r: Report, window: number, windowSeconds: number): StoredRow {
@@ -227,9 +210,9 @@ export class Reporter {
       if (!cfg) return this.refuse("no_config", `the shuffler was never reached and no bundledConfig was given (${this.lastError})`);
       const mc = cfg.config.metrics.get(metric);
       if (!mc) return this.refuse("unknown_metric", `metric ${String(metric)} is not in the shuffler's config`);
-      if (mc.histogram && this.o.sealing !== "required")
-        return this.refuse("refused_unsealed", `metric ${metric}: a shuffled histogram is sent sealed or not at all`);
-      const problem = ceilingProblem(metric, mc, this.o);
+      if (mc.sealedOnly && this.o.sealing !== "required")
+        return this.refuse("refused_unsealed", `metric ${metric}: ${mc.sealedOnly} is sent sealed or not at all`);
+      const problem = ceilingProblem(metric, mc, this.o, this.encodings);
       if (problem) return this.refuse("refused_by_ceiling", `${problem}; no report made`);
       const ws = cfg.config.windowSeconds;
       const window = windowOf(cfg, this.now());
@@ -240,8 +223,8 @@ export class Reporter {
         reports = await enc(value, window, mc);
       } catch (e) {
         if (!(e instanceof Refusal)) return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
-        if (e.status === "no_round" && this.cfg === cfg && cfg.age + (this.now().mono - cfg.at.mono) >= ROUND_REFETCH_SECONDS) {
-          this.cfg = { ...cfg, age: Infinity }; // the round may have been written since: fetched again
+        if (e.refetchAfter !== undefined && this.cfg === cfg && cfg.age + (this.now().mono - cfg.at.mono) >= e.refetchAfter) {
+          this.cfg = { ...cfg, age: Infinity }; // fetched again
           if (this.o.background) this.schedule(0);
         }
         return this.refuse(e.status, e.message);
@@ -417,7 +400,7 @@ export class Reporter {
   private async sendAll(deadline: number): Promise<boolean> {
     let state: SendState = {
       sealing: this.o.sealing,
-      ceiling: (m, mc) => ceilingProblem(m, mc, this.o),
+      ceiling: (m, mc) => ceilingProblem(m, mc, this.o, this.encodings),
       refetched: false,
       fetchFailure: null,
       answer: null,
@@ -460,9 +443,9 @@ export class Reporter {
   /** One Submit body for one group of rows: sealed to `key`, or clear (key null). */
   private async request(rows: readonly StoredRow[], window: number, key: WireKey | null): Promise<Uint8Array> {
     const wire: WireReport[] = [];
-    // a heavy-hitters report names its round's fingerprint beside its seal too: the
-    // shuffler refuses one of another round than it serves for the window
-    const roundBound = !!this.cfg?.config.metrics.get(rows[0]!.metric)?.heavyHitters;
+    // a report of a metric served in rounds (heavy hitters) names its round's fingerprint
+    // beside its seal too: the shuffler refuses one of another round than it serves for the window
+    const roundBound = !!this.cfg?.config.metrics.get(rows[0]!.metric)?.rounds;
     for (const row of rows) {
       const r = reportOf(row);
       wire.push(
