@@ -13,7 +13,7 @@
  * L/(L + n − 1), L an integer lower bound on e^ε (`keepProbabilityOf`), so the ε a device
  * realises never exceeds the round's. docs/design.md, "Core", has the hash in full.
  */
-import { blake2b } from "./blake2b.js";
+import { blake2bOf } from "./blake2b.js";
 import { ParamsError } from "./errors.js";
 import { fingerprintOf, indexBytes, pyFloatRepr, roundHalfEven } from "./params.js";
 import { leBigInt, utf8 } from "./report.js";
@@ -88,7 +88,7 @@ export function prefixKey(start: number, stop: number, hi: number, prefix: Uint8
   data[at + 1] = stop;
   new DataView(data.buffer).setUint32(at + 2, hi, true);
   data.set(prefix, at + 6);
-  return leBigInt(blake2b(data, { outlen: 8 }));
+  return leBigInt(blake2bOf(data, 8));
 }
 
 /** h = (H_s(key) + m_s·lo) mod g; H_s reduces the high 32 bits of a multiply-add by multiplication. */
@@ -375,7 +375,7 @@ export function roundFingerprint(
     data.set(c, at);
     at += c.length;
   }
-  return leBigInt(blake2b(data, { outlen: 8 }));
+  return leBigInt(blake2bOf(data, 8));
 }
 
 /** The round's params for `metric` (`crowdmix.core.rounds.ServedRound.params`); ParamsError when they do not fit. */

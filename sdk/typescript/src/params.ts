@@ -9,7 +9,7 @@
  * - Shuffled histograms with fake reports: domain d, m fake slots filled w.p. q, optional
  *   local k-RR with ε_L.
  */
-import { blake2b } from "./blake2b.js";
+import { blake2bOf } from "./blake2b.js";
 import { ParamsError } from "./errors.js";
 import { leBigInt, utf8 } from "./report.js";
 
@@ -48,7 +48,7 @@ export function pyFloatRepr(x: number): string {
 
 /** BLAKE2b-64 of `canon` as an unsigned 64-bit integer (little-endian). */
 export function fingerprintOf(canon: string): bigint {
-  return leBigInt(blake2b(utf8(canon), { outlen: 8 }));
+  return leBigInt(blake2bOf(utf8(canon), 8));
 }
 
 function checkInt(name: string, v: unknown, lo: number, hi: number): number {

@@ -13,7 +13,7 @@
  *   Bernoulli(p) where it is 0.
  * - Cohort: BLAKE2b-128_K("cohort", person "crowdmix.cht.v1") as an integer, mod m.
  */
-import { Blake2b, blake2b } from "./blake2b.js";
+import { Blake2b, blake2bOf } from "./blake2b.js";
 import { mmh3Words } from "./mmh3.js";
 import { type Encoding, aboveCeiling } from "./config.js";
 import { RapporParams } from "./params.js";
@@ -27,7 +27,7 @@ const PERSON_PRR = /* @__PURE__ */ utf8("crowdmix.prr.v1");
 const PERSON_COHORT = /* @__PURE__ */ utf8("crowdmix.cht.v1");
 
 function prfKey(secret: Uint8Array): Uint8Array {
-  return secret.length <= 64 ? secret : blake2b(secret);
+  return secret.length <= 64 ? secret : blake2bOf(secret);
 }
 
 function checkSecret(secret: Uint8Array): void {
@@ -38,7 +38,7 @@ function checkSecret(secret: Uint8Array): void {
 /** The client's cohort in [0, m): a PRF of its secret, never re-drawn per report. */
 export function cohortForSecret(secret: Uint8Array, m: number): number {
   checkSecret(secret);
-  const d = blake2b(utf8("cohort"), { key: prfKey(secret), person: PERSON_COHORT, outlen: 16 });
+  const d = blake2bOf(utf8("cohort"), 16, prfKey(secret), PERSON_COHORT);
   return Number(leBigInt(d) % BigInt(m));
 }
 
