@@ -4,9 +4,9 @@
  *
  * WebCrypto has no BLAKE2b, and the permanent randomized response must be the
  * Python SDK's keyed BLAKE2b PRF bit for bit (one device, one PRR, whichever SDK
- * made it), so it is computed here, on 64-bit BigInt words: half the bytes of
- * 32-bit halves in a browser bundle, twice the time (a RAPPOR report, k = 128:
- * about 65 µs instead of 35 µs in Node 20).
+ * made it), so it is computed here, on 64-bit BigInt words: 300 B less than 32-bit
+ * halves in a gzipped browser bundle, for about 30 µs more per RAPPOR report (k = 128:
+ * 43 µs instead of 13 µs of CPU in Node 20), against a report() of ~1.4 ms in a browser.
  */
 
 const MASK = (1n << 64n) - 1n;
