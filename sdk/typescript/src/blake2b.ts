@@ -5,8 +5,8 @@
  * WebCrypto has no BLAKE2b, and the permanent randomized response must be the
  * Python SDK's keyed BLAKE2b PRF bit for bit (one device, one PRR, whichever SDK
  * made it), so it is computed here, on 64-bit BigInt words: 300 B less than 32-bit
- * halves in a gzipped browser bundle, for about 30 µs more per RAPPOR report (k = 128:
- * 43 µs instead of 13 µs of CPU in Node 20), against a report() of ~1.4 ms in a browser.
+ * halves in a gzipped browser bundle, for about 30 µs more per RAPPOR report (k = 128,
+ * Node 20: BENCHMARKS.md), against a report() of ~1.5 ms in a browser.
  */
 
 const MASK = (1n << 64n) - 1n;
