@@ -7,8 +7,10 @@ import { execFileSync } from "node:child_process";
 import { build } from "esbuild";
 
 const common = { bundle: true, format: "esm", target: "es2022", sourcemap: false, logLevel: "warning", outdir: "dist" };
+// the private members are named _x and shortened in the browser builds, an app's bundle too
+const mangle = { mangleProps: /^_/ };
 const browser = ["index", "browser-rappor", "browser-basic", "browser-histogram", "browser-heavy-hitters"];
-await build({ ...common, entryPoints: browser.map((e) => `src/${e}.ts`), platform: "browser" });
+await build({ ...common, entryPoints: browser.map((e) => `src/${e}.ts`), platform: "browser", ...mangle });
 await build({ ...common, entryPoints: ["src/node.ts"], platform: "node" });
 await build({
   ...common,
@@ -18,5 +20,6 @@ await build({
   ],
   platform: "browser",
   minify: true,
+  ...mangle,
 });
 execFileSync(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "."], { stdio: "inherit" });

@@ -31,7 +31,7 @@ function le(n: number, bytes: number): Uint8Array {
 
 /** Domain look-up shared by the encoders of known domains. */
 export class Domain {
-  private readonly index: Map<string, number> | null;
+  private readonly _index: Map<string, number> | null;
 
   constructor(
     readonly size: number,
@@ -39,9 +39,9 @@ export class Domain {
   ) {
     if (values && values.length) {
       if (values.length !== size) throw new ParamsError(`domain has ${values.length} values but domain_size is ${size}`);
-      this.index = new Map(values.map((v, i) => [v, i]));
-      if (this.index.size !== values.length) throw new ParamsError("domain values must be distinct");
-    } else this.index = null;
+      this._index = new Map(values.map((v, i) => [v, i]));
+      if (this._index.size !== values.length) throw new ParamsError("domain values must be distinct");
+    } else this._index = null;
   }
 
   /** An integer is taken as the index itself (checked); a string is looked up. */
@@ -51,8 +51,8 @@ export class Domain {
         throw new RangeError(`index must be an integer in [0, ${this.size}), got ${value}`);
       return value;
     }
-    if (!this.index) throw new RangeError("this metric has no domain: pass an index");
-    const i = this.index.get(String(value));
+    if (!this._index) throw new RangeError("this metric has no domain: pass an index");
+    const i = this._index.get(String(value));
     if (i === undefined) throw new RangeError(`value ${JSON.stringify(value)} is not in the metric's domain`);
     return i;
   }

@@ -29,10 +29,10 @@ const le64 = (b: Uint8Array, i: number): bigint => new DataView(b.buffer, b.byte
  * of at most 16): `blake2b` checks them for a caller outside the SDK.
  */
 export class Blake2b {
-  private h = IV.slice();
-  private buf = new Uint8Array(128);
-  private fill = 0;
-  private t = 0n;
+  private _h = IV.slice();
+  private _buf = new Uint8Array(128);
+  private _fill = 0;
+  private _t = 0n;
 
   constructor(
     readonly outlen = 64,
@@ -40,50 +40,50 @@ export class Blake2b {
     person?: Uint8Array,
   ) {
     const keylen = key ? key.length : 0;
-    this.h[0]! ^= BigInt(0x01010000 ^ (keylen << 8) ^ outlen);
+    this._h[0]! ^= BigInt(0x01010000 ^ (keylen << 8) ^ outlen);
     if (person) {
       const p = new Uint8Array(16);
       p.set(person);
-      this.h[6]! ^= le64(p, 0);
-      this.h[7]! ^= le64(p, 8);
+      this._h[6]! ^= le64(p, 0);
+      this._h[7]! ^= le64(p, 8);
     }
     if (key && keylen) {
       this.update(key);
-      this.fill = 128; // the key block is a whole block of its own
+      this._fill = 128; // the key block is a whole block of its own
     }
   }
 
   copy(): Blake2b {
-    return Object.assign(Object.create(Blake2b.prototype) as Blake2b, this, { h: this.h.slice(), buf: this.buf.slice() });
+    return Object.assign(Object.create(Blake2b.prototype) as Blake2b, this, { _h: this._h.slice(), _buf: this._buf.slice() });
   }
 
   update(data: Uint8Array): this {
     for (let i = 0; i < data.length; i++) {
-      if (this.fill === 128) {
-        this.t += 128n;
-        this.compress(false);
-        this.fill = 0;
+      if (this._fill === 128) {
+        this._t += 128n;
+        this._compress(false);
+        this._fill = 0;
       }
-      this.buf[this.fill++] = data[i]!;
+      this._buf[this._fill++] = data[i]!;
     }
     return this;
   }
 
   digest(): Uint8Array {
     const s = this.copy();
-    s.t += BigInt(s.fill);
-    s.buf.fill(0, s.fill);
-    s.compress(true);
+    s._t += BigInt(s._fill);
+    s._buf.fill(0, s._fill);
+    s._compress(true);
     const out = new DataView(new ArrayBuffer(64));
-    s.h.forEach((x, i) => out.setBigUint64(8 * i, x, true));
+    s._h.forEach((x, i) => out.setBigUint64(8 * i, x, true));
     return new Uint8Array(out.buffer).slice(0, this.outlen);
   }
 
-  private compress(last: boolean): void {
-    const v = [...this.h, ...IV];
-    v[12]! ^= this.t; // t < 2^64: the high counter word stays 0
+  private _compress(last: boolean): void {
+    const v = [...this._h, ...IV];
+    v[12]! ^= this._t; // t < 2^64: the high counter word stays 0
     if (last) v[14]! ^= MASK;
-    const m = Array.from({ length: 16 }, (_, i) => le64(this.buf, 8 * i));
+    const m = Array.from({ length: 16 }, (_, i) => le64(this._buf, 8 * i));
     const g = (a: number, b: number, c: number, d: number, x: bigint, y: bigint): void => {
       v[a] = (v[a]! + v[b]! + x) & MASK;
       v[d] = rotr(v[d]! ^ v[a]!, 32n);
@@ -103,7 +103,7 @@ export class Blake2b {
         g(c, 4 + ((c + d) & 3), 8 + ((c + 2 * d) & 3), 12 + ((c + 3 * d) & 3), m[SIGMA[s + 2 * j]!]!, m[SIGMA[s + 2 * j + 1]!]!);
       }
     }
-    for (let i = 0; i < 8; i++) this.h[i] = this.h[i]! ^ v[i]! ^ v[i + 8]!;
+    for (let i = 0; i < 8; i++) this._h[i] = this._h[i]! ^ v[i]! ^ v[i + 8]!;
   }
 }
 

@@ -29,7 +29,7 @@ type Row = StoredRow & { seq?: number };
  * of one app share it.
  */
 export class IdbBackend implements Backend {
-  constructor(private readonly db: IDBDatabase) {}
+  constructor(private readonly _db: IDBDatabase) {}
 
   static async open(name: string): Promise<IdbBackend> {
     // version 3: the layout above. No release wrote an older one: one found (a development
@@ -44,8 +44,8 @@ export class IdbBackend implements Backend {
     return new IdbBackend(await promised(req));
   }
 
-  private tx<T>(mode: IDBTransactionMode, fn: (rows: IDBObjectStore, meta: IDBObjectStore) => Promise<T>): Promise<T> {
-    const t = this.db.transaction([ROWS, META], mode, { durability: "strict" });
+  private _tx<T>(mode: IDBTransactionMode, fn: (rows: IDBObjectStore, meta: IDBObjectStore) => Promise<T>): Promise<T> {
+    const t = this._db.transaction([ROWS, META], mode, { durability: "strict" });
     const done = new Promise<void>((resolve, reject) => {
       t.oncomplete = () => resolve();
       t.onabort = t.onerror = () => reject(t.error ?? new Error("IndexedDB transaction aborted"));
@@ -56,7 +56,7 @@ export class IdbBackend implements Backend {
     });
   }
 
-  private async state(rows: IDBObjectStore, meta: IDBObjectStore): Promise<OutboxState> {
+  private async _state(rows: IDBObjectStore, meta: IDBObjectStore): Promise<OutboxState> {
     // every read at once: one round trip to the database
     const [all, ...doc] = await Promise.all([promised(rows.getAll()), ...DOCUMENT.map((k) => promised(meta.get(k)))]);
     const s = emptyState() as unknown as Record<string, unknown>;
@@ -66,12 +66,12 @@ export class IdbBackend implements Backend {
   }
 
   read(): Promise<OutboxState> {
-    return this.tx("readonly", (rows, meta) => this.state(rows, meta));
+    return this._tx("readonly", (rows, meta) => this._state(rows, meta));
   }
 
   apply(op: Op): Promise<ClaimResult | number> {
-    return this.tx("readwrite", async (rows, meta) => {
-      const s = await this.state(rows, meta);
+    return this._tx("readwrite", async (rows, meta) => {
+      const s = await this._state(rows, meta);
       const before = new Set(s.rows.map((r) => r.id));
       let seq = ((s.rows.at(-1) as Row | undefined)?.seq ?? 0) + 1;
       const out = applyOp(s, op);
@@ -85,7 +85,7 @@ export class IdbBackend implements Backend {
 
   /** The device secret: made once (32 CSPRNG bytes) in the same database. */
   secret(): Promise<Uint8Array> {
-    return this.tx("readwrite", async (_rows, meta) => {
+    return this._tx("readwrite", async (_rows, meta) => {
       let secret = (await promised(meta.get("secret"))) as Uint8Array | undefined;
       if (!(secret instanceof Uint8Array) || secret.length !== 32) {
         secret = crypto.getRandomValues(new Uint8Array(32));
@@ -96,7 +96,7 @@ export class IdbBackend implements Backend {
   }
 
   async close(): Promise<void> {
-    this.db.close();
+    this._db.close();
   }
 }
 

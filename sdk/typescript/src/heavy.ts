@@ -119,7 +119,7 @@ export async function deviceRound(secret: Uint8Array, metric: string, fingerprin
 
 /** One device's reports against one round (`PrefixRound` or `ValueRound`). */
 export class RoundEncoder {
-  private readonly rand: RandomBytes;
+  private readonly _rand: RandomBytes;
 
   constructor(
     readonly round: PrefixRound | ValueRound,
@@ -129,18 +129,18 @@ export class RoundEncoder {
     opts: { randomBytes?: RandomBytes } = {},
   ) {
     if (!metric) throw new RangeError("metric must be a non-empty string");
-    this.rand = opts.randomBytes ?? secureRandomBytes;
+    this._rand = opts.randomBytes ?? secureRandomBytes;
   }
 
   /** The report's index for `value`: s·g + y (a prefix round), or the randomized candidate position (C for none). */
   index(value: string): number {
     const r = this.round;
     const symbols = r.symbols.symbols(value);
-    if (r instanceof ValueRound) return flip(this.rand, r.positions.get(symbolKey(symbols)) ?? r.cells - 1, r.cells, r.keepProbability);
+    if (r instanceof ValueRound) return flip(this._rand, r.positions.get(symbolKey(symbols)) ?? r.cells - 1, r.cells, r.keepProbability);
     const [prefix, hi, lo] = r.split(symbols);
-    const seed = uniformBelow(this.rand, r.seeds);
+    const seed = uniformBelow(this._rand, r.seeds);
     const h = prefixBucket(seed, prefixKey(r.start, r.stop, hi, prefix), lo, r.buckets);
-    return seed * r.buckets + flip(this.rand, h, r.buckets, r.keepProbability);
+    return seed * r.buckets + flip(this._rand, h, r.buckets, r.keepProbability);
   }
 
   encode(value: string): Report {
@@ -148,7 +148,7 @@ export class RoundEncoder {
     const i = this.index(value);
     const bits = new Uint8Array(REPORT_BYTES);
     new DataView(bits.buffer).setUint32(0, i, true);
-    return { metric: this.metric, cohort: 0, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
+    return { metric: this.metric, cohort: 0, bits, fingerprint: this.fingerprint, reportId: newReportId(this._rand) };
   }
 }
 

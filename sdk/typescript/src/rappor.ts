@@ -72,8 +72,8 @@ function wordAt(s: Uint8Array, start: number, k: number): Uint8Array {
 export class RapporEncoder {
   readonly cohort: number;
   readonly fingerprint: bigint;
-  private readonly prefix: Blake2b;
-  private readonly rand: RandomBytes;
+  private readonly _prefix: Blake2b;
+  private readonly _rand: RandomBytes;
 
   constructor(
     readonly params: RapporParams,
@@ -88,12 +88,12 @@ export class RapporEncoder {
       throw new RangeError(`cohort must be an integer in [0, ${params.m}), got ${cohort}`);
     this.cohort = cohort;
     this.fingerprint = params.fingerprint();
-    this.rand = opts.randomBytes ?? secureRandomBytes;
+    this._rand = opts.randomBytes ?? secureRandomBytes;
     const mb = utf8(metric);
     const head = new Uint8Array(4 + mb.length);
     new DataView(head.buffer).setUint32(0, mb.length, true);
     head.set(mb, 4);
-    this.prefix = new Blake2b(64, prfKey(secret), PERSON_PRR).update(head);
+    this._prefix = new Blake2b(64, prfKey(secret), PERSON_PRR).update(head);
   }
 
   bloom(value: string | Uint8Array): Uint8Array {
@@ -103,7 +103,7 @@ export class RapporEncoder {
   /** The memoised PRR of a Bloom filter: same inputs, same output, always. */
   permanentResponse(bloom: Uint8Array): Uint8Array {
     const k = this.params.k;
-    const base = this.prefix.copy().update(bloom);
+    const base = this._prefix.copy().update(bloom);
     let stream = new Uint8Array(0);
     let block = 0;
     const need = (bits: number): void => {
@@ -132,7 +132,7 @@ export class RapporEncoder {
   /** Fresh IRR of a PRR: Bernoulli(q) on its 1 bits, Bernoulli(p) on its 0 bits. */
   instantaneousResponse(prr: Uint8Array): Uint8Array {
     const { k, p, q } = this.params;
-    const words = randomWords(this.rand, k);
+    const words = randomWords(this._rand, k);
     const pb = bernoulliBits(p, k, words);
     const qb = bernoulliBits(q, k, words);
     const out = new Uint8Array(prr.length);
@@ -143,7 +143,7 @@ export class RapporEncoder {
   /** One report of `value`: ε_1-LDP on its own. */
   encode(value: string | Uint8Array): Report {
     const bits = this.instantaneousResponse(this.permanentResponse(this.bloom(value)));
-    return { metric: this.metric, cohort: this.cohort, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
+    return { metric: this.metric, cohort: this.cohort, bits, fingerprint: this.fingerprint, reportId: newReportId(this._rand) };
   }
 }
 
