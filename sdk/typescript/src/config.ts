@@ -114,7 +114,7 @@ export function readConfig(answer: Uint8Array, encodings: readonly Encoding[]): 
   }
   if (wire.protocol !== PROTOCOL_VERSION) throw new ParamsError(`unsupported protocol version ${wire.protocol}`);
   if (wire.windowSeconds < MIN_WINDOW_SECONDS)
-    throw new ParamsError(`window_seconds ${wire.windowSeconds} is below the shortest collection window (${MIN_WINDOW_SECONDS} s)`);
+    throw new ParamsError(`window_seconds ${wire.windowSeconds} is below ${MIN_WINDOW_SECONDS}`);
   const metrics = new Map<string, MetricConfig>();
   for (const m of wire.metrics) {
     const name = JSON.stringify(m.name);

@@ -91,10 +91,10 @@ export class RapporParams {
     this.p = checkProbability("p", o.p);
     this.q = checkProbability("q", o.q);
     if ((o.hashing ?? "mmh3") !== "mmh3")
-      throw new ParamsError(`hashing must be mmh3 in this SDK (rappor-md5 is for google/rappor imports), got ${o.hashing}`);
+      throw new ParamsError(`hashing must be mmh3, got ${o.hashing}`);
     if (this.h > this.k) throw new ParamsError(`h must not exceed k, got h=${this.h}, k=${this.k}`);
-    if (this.f >= 1) throw new ParamsError(`f must be below 1 (f=1 erases every bit), got f=${this.f}`);
-    if (!(this.p < this.q)) throw new ParamsError(`p must be below q (otherwise reports carry no signal), got p=${this.p}, q=${this.q}`);
+    if (this.f >= 1) throw new ParamsError(`f must be below 1, got f=${this.f}`);
+    if (!(this.p < this.q)) throw new ParamsError(`p must be below q, got p=${this.p}, q=${this.q}`);
     Object.freeze(this);
   }
 

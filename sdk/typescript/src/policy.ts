@@ -146,7 +146,7 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
   if (first.window > current + 1 && learnt(cached)) {
     // a wall clock set forward named it (a restart on the stored offset): no shuffler took
     // it (its skew allowance is under one window); withdrawn, so the metric is not held
-    return { kind: "drop", ids, reason: "window_ahead", message: `metric ${first.metric}: window ${first.window} has not begun (a clock set forward)` };
+    return { kind: "drop", ids, reason: "window_ahead", message: `metric ${first.metric}: window ${first.window} has not begun` };
   }
   const answer = state.answer;
   if (answer) {
@@ -180,7 +180,7 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
   if (!key) {
     if (!state.refetched) return { kind: "refetch", reason: "no aggregator key usable now" };
     // never downgraded to clear reports: they wait for a config with a key
-    return { kind: "wait", problem: "the shuffler publishes no aggregator key usable now: reports wait (sealing 'required' never sends them clear)" };
+    return { kind: "wait", problem: "no aggregator key usable now: reports wait, never sent clear" };
   }
   return { kind: "send", rows: [...rows], window: first.window, key };
 }

@@ -207,7 +207,7 @@ export class Reporter {
       if (this._closed) return this._refuse("closed", "the reporter is closed");
       if (!this._cfg || expired(this._cfg, this._now())) await this._fetchConfig(CONFIG_WAIT_MS);
       const cfg = this._cfg;
-      if (!cfg) return this._refuse("no_config", `the shuffler was never reached and no bundledConfig was given (${this.lastError})`);
+      if (!cfg) return this._refuse("no_config", `${this.lastError}, and no bundledConfig was given`);
       const mc = cfg.config.metrics.get(metric);
       if (!mc) return this._refuse("unknown_metric", `metric ${String(metric)} is not in the shuffler's config`);
       if (mc.sealedOnly && this._o.sealing !== "required")
@@ -217,7 +217,7 @@ export class Reporter {
       const ws = cfg.config.windowSeconds;
       const window = windowOf(cfg, this._now());
       const enc = this._encoder(metric, mc);
-      if (!enc) return this._refuse("unknown_metric", `metric ${metric}: its encoding ${mc.encoding} is not in this build (import @crowdmix/client for every encoding)`);
+      if (!enc) return this._refuse("unknown_metric", `metric ${metric}: encoding ${mc.encoding} is not in this build`);
       let reports: Report[];
       try {
         reports = await enc(value, window, mc);
