@@ -3,7 +3,7 @@
 //   (cd sdk/typescript && npm ci) && node bench/typescript_bundle_modules.mjs [src/browser-rappor.ts]
 //
 // The entry is bundled as scripts/build.mjs makes dist/crowdmix.rappor.browser.js (browser,
-// ESM, es2022) but with whitespace kept, so esbuild marks each module with
+// ESM, es2022, private members shortened) but minified by esbuild and with whitespace kept, so esbuild marks each module with
 // a `// path` line; the bundle is split there, each slice minified and gzipped (-9) alone.
 // "alone" sums above the whole (each slice pays for its own dictionary); "share" scales
 // the slices to the whole bundle's gzip size. A dependency's modules count as one.
@@ -20,6 +20,7 @@ const base = {
   format: "esm",
   target: "es2022",
   platform: "browser",
+  mangleProps: /^_/,
   write: false,
   logLevel: "error",
 };

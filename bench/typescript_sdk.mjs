@@ -8,7 +8,8 @@
 //   IndexedDB outbox, HPKE sealing and the Connect transport: `@crowdmix/client/rappor`
 //   (an app of RAPPOR metrics), `@crowdmix/client` (every encoding) and
 //   `@crowdmix/client/heavy-hitters`; "prebuilt rappor" is dist/crowdmix.rappor.browser.js
-//   (every export of `/rappor`). "seal": `sealReport` alone (the SDK's HPKE on WebCrypto,
+//   (every export of `/rappor`, minified by terser), "prebuilt rappor, esbuild-minified"
+//   the same bundle minified by esbuild. "seal": `sealReport` alone (the SDK's HPKE on WebCrypto,
 //   src/hpke.ts); "hpke": the same X25519/HKDF-SHA256/AES-128-GCM seal of @hpke/core (a
 //   devDependency, what the SDK sealed with before).
 //   --anchors=DIR: DIR/node_modules holds @mozilla/glean and @divviup/dap, bundled the
@@ -62,6 +63,13 @@ const sizes = {
 };
 const prebuilt = readFileSync(new URL("dist/crowdmix.rappor.browser.js", SDK));
 sizes["prebuilt rappor"] = { min: prebuilt.length, gz: gzipSync(prebuilt, { level: 9 }).length };
+// the same bundle as scripts/build.mjs makes it, but minified by esbuild instead of terser
+const esbuilt = await esbuild.build({
+  entryPoints: [new URL("src/browser-rappor.ts", SDK).pathname],
+  bundle: true, format: "esm", target: "es2022", platform: "browser", minify: true, mangleProps: /^_/, write: false, logLevel: "error",
+});
+const esbuiltBytes = esbuilt.outputFiles[0].contents;
+sizes["prebuilt rappor, esbuild-minified"] = { min: esbuiltBytes.length, gz: gzipSync(esbuiltBytes, { level: 9 }).length };
 if (anchors) {
   sizes.glean = await gzipped(`import Glean from "@mozilla/glean/web"; globalThis.x = Glean;`, anchors);
   sizes.divviup = await gzipped(`import Task from "@divviup/dap"; globalThis.x = Task;`, anchors);
