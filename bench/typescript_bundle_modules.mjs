@@ -3,16 +3,15 @@
 //   (cd sdk/typescript && npm ci) && node bench/typescript_bundle_modules.mjs [src/browser-rappor.ts]
 //
 // The entry is bundled as scripts/build.mjs makes dist/crowdmix.rappor.browser.js (browser,
-// ESM, es2022, @hpke's plugins) but with whitespace kept, so esbuild marks each module with
+// ESM, es2022, private members shortened) but minified by esbuild and with whitespace kept, so esbuild marks each module with
 // a `// path` line; the bundle is split there, each slice minified and gzipped (-9) alone.
 // "alone" sums above the whole (each slice pays for its own dictionary); "share" scales
-// the slices to the whole bundle's gzip size. @hpke's modules count as one.
+// the slices to the whole bundle's gzip size. A dependency's modules count as one.
 import { createRequire } from "node:module";
 import { gzipSync } from "node:zlib";
 
 const SDK = new URL("../sdk/typescript/", import.meta.url);
 const { build, transform } = createRequire(SDK)("esbuild");
-const { hpkeSideEffectFree, hpkeRewritten } = await import(new URL("scripts/build.mjs", SDK));
 const entry = process.argv[2] ?? "src/browser-rappor.ts";
 const base = {
   entryPoints: [new URL(entry, SDK).pathname],
@@ -21,9 +20,9 @@ const base = {
   format: "esm",
   target: "es2022",
   platform: "browser",
+  mangleProps: /^_/,
   write: false,
   logLevel: "error",
-  plugins: [hpkeSideEffectFree, hpkeRewritten],
 };
 const whole = (await build({ ...base, minify: true })).outputFiles[0].contents;
 const total = gzipSync(whole, { level: 9 }).length;
@@ -31,7 +30,7 @@ const text = (await build({ ...base, minifyIdentifiers: true, minifySyntax: true
 const parts = text.split(/^\/\/ (\S+)\n/m);
 const groups = {}; // the entry's slice holds the bundle's export list
 for (let i = 1; i < parts.length; i += 2) {
-  const g = parts[i].includes("@hpke") ? "@hpke" : parts[i].replace(/^src\//, "");
+  const g = parts[i].replace(/^src\/|^node_modules\/(@[^/]+|[^@][^/]*)\/.*$/g, "$1");
   groups[g] = (groups[g] ?? "") + parts[i + 1];
 }
 const rows = [];

@@ -11,8 +11,9 @@
  * Every report of a basic mechanism has cohort 0.
  */
 import { ParamsError } from "./errors.js";
-import type { Encoding } from "./config.js";
+import { type Encoding, aboveCeiling } from "./config.js";
 import { BasicParams, indexBytes } from "./params.js";
+import { type Schema, decode } from "./proto.js";
 import { type RandomBytes, bernoulliBits, coin, flip, randomWords, secureRandomBytes, uniformBelow } from "./random.js";
 import { type Report, newReportId } from "./report.js";
 
@@ -30,7 +31,7 @@ function le(n: number, bytes: number): Uint8Array {
 
 /** Domain look-up shared by the encoders of known domains. */
 export class Domain {
-  private readonly index: Map<string, number> | null;
+  private readonly _index: Map<string, number> | null;
 
   constructor(
     readonly size: number,
@@ -38,9 +39,9 @@ export class Domain {
   ) {
     if (values && values.length) {
       if (values.length !== size) throw new ParamsError(`domain has ${values.length} values but domain_size is ${size}`);
-      this.index = new Map(values.map((v, i) => [v, i]));
-      if (this.index.size !== values.length) throw new ParamsError("domain values must be distinct");
-    } else this.index = null;
+      this._index = new Map(values.map((v, i) => [v, i]));
+      if (this._index.size !== values.length) throw new ParamsError("domain values must be distinct");
+    } else this._index = null;
   }
 
   /** An integer is taken as the index itself (checked); a string is looked up. */
@@ -50,8 +51,8 @@ export class Domain {
         throw new RangeError(`index must be an integer in [0, ${this.size}), got ${value}`);
       return value;
     }
-    if (!this.index) throw new RangeError("this metric has no domain: pass an index");
-    const i = this.index.get(String(value));
+    if (!this._index) throw new RangeError("this metric has no domain: pass an index");
+    const i = this._index.get(String(value));
     if (i === undefined) throw new RangeError(`value ${JSON.stringify(value)} is not in the metric's domain`);
     return i;
   }
@@ -111,12 +112,19 @@ export function domainValue(value: string | number | Uint8Array): string | numbe
   return value;
 }
 
-/** The basic mechanisms for the reporter (`Encoding`). */
+// protos/crowdmix.proto: BasicConfig
+const BASIC_CONFIG: Schema = { 1: ["epsilon", "d"], 2: ["domainSize", "u"], 3: ["domain", "s*"] };
+
+/** The basic mechanisms for the reporter (`Encoding`): a ceiling on ε. */
 export const basicEncoding: Encoding = {
   read(m) {
     if (!m.basic) return undefined;
-    const basic = new BasicParams({ mechanism: m.encoding, epsilon: m.basic.epsilon, domainSize: m.basic.domainSize });
-    return [{ basic, domain: m.basic.domain.length ? m.basic.domain : null }, basic.fingerprint()];
+    const w = decode(m.basic, BASIC_CONFIG) as { epsilon: number; domainSize: number; domain: string[] };
+    const basic = new BasicParams({ mechanism: m.encoding, epsilon: w.epsilon, domainSize: w.domainSize });
+    return [{ basic, domain: w.domain.length ? w.domain : null }, basic.fingerprint()];
+  },
+  ceiling(metric, mc, o) {
+    return mc.basic ? aboveCeiling(metric, [["ε", mc.basic.epsilon, "maxEpsilon", o.maxEpsilon]]) : undefined;
   },
   encoder(metric, mc, _secret, rand) {
     if (!mc.basic) return undefined;

@@ -1,5 +1,6 @@
 /** Everything the entry points with every encoding export (the browser's `index` and `node`). */
 export * from "./core.js";
+export * from "./parts.js";
 export { BasicParams, HistogramParams, RapporParams, type Mechanism } from "./params.js";
 export { epsilonInf, epsilonOne } from "./privacy.js";
 export { RapporEncoder, bloomBits, cohortForSecret, rapporEncoding } from "./rappor.js";

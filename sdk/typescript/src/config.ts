@@ -23,6 +23,8 @@ export interface MetricParams {
   /** heavy hitters: the rounds served for the windows around the current one */
   readonly rounds?: readonly ServedRound[];
   readonly domain: readonly string[] | null;
+  /** what the metric's reports are when they go sealed or not at all ("a shuffled histogram") */
+  readonly sealedOnly?: string;
 }
 
 export interface MetricConfig extends MetricParams {
@@ -40,26 +42,51 @@ export interface MetricConfig extends MetricParams {
  */
 export type Encode = (value: string | number | Uint8Array, window: number, mc?: MetricConfig) => Report[] | Promise<Report[]>;
 
-/** A report an encoder must not make now: `status` is the reporter's (e.g. "no_round"). */
+/**
+ * A report an encoder must not make now: `status` is the reporter's (e.g. "no_round").
+ * `refetchAfter`: a newer config may lift it, so one at least this many seconds old is
+ * fetched again.
+ */
 export class Refusal extends Error {
   constructor(
     readonly status: "no_round" | "not_this_round" | "refused_by_ceiling",
     message: string,
+    readonly refetchAfter?: number,
   ) {
     super(message);
   }
 }
 
+/** The device's privacy ceilings (`ReporterOptions`, defaults applied). */
+export interface Ceilings {
+  maxEpsilon: number;
+  maxEpsilonInf: number;
+  allowUnrandomizedHistograms: boolean;
+}
+
+/** A privacy figure of served params and the ceiling it must not pass: name, value, option, ceiling. */
+export type Figure = readonly [string, number, keyof Ceilings, number];
+
+/** Why one of `figures` is above its ceiling (a sentence naming both), or null. */
+export function aboveCeiling(metric: string, figures: readonly Figure[]): string | null {
+  for (const [name, value, knob, ceiling] of figures)
+    if (!(value <= ceiling)) return `metric ${metric}: the served params give ${name} = ${value.toPrecision(6)}, above this device's ceiling ${knob} = ${ceiling}`;
+  return null;
+}
+
 /**
  * One kind of encoding as the reporter uses it (`rapporEncoding`, `basicEncoding`,
  * `histogramEncoding`, `heavyHittersEncoding`): a build carries the ones its entry point
- * names, no others.
+ * names, no others, and what is particular to a kind (its params message, its privacy
+ * figures, its rounds) lives in its encoding.
  */
 export interface Encoding {
   /** The served metric's params, validated, and their fingerprint; undefined: another kind. */
   read(m: WireMetric): [MetricParams, bigint] | undefined;
   /** The encoder of a metric of this kind (undefined: another kind); `maxEpsilon`: the device's ceiling on a served round's ε. */
   encoder(metric: string, mc: MetricConfig, secret: Uint8Array, rand: RandomBytes, maxEpsilon?: number): Encode | undefined;
+  /** Why the served params of `mc` are above the device's ceilings, or null; undefined: another kind. */
+  ceiling(metric: string, mc: MetricConfig, o: Ceilings): string | null | undefined;
 }
 
 /** The shuffler's default window_tolerance: what an answer without the field (one from
@@ -87,7 +114,7 @@ export function readConfig(answer: Uint8Array, encodings: readonly Encoding[]): 
   }
   if (wire.protocol !== PROTOCOL_VERSION) throw new ParamsError(`unsupported protocol version ${wire.protocol}`);
   if (wire.windowSeconds < MIN_WINDOW_SECONDS)
-    throw new ParamsError(`window_seconds ${wire.windowSeconds} is below the shortest collection window (${MIN_WINDOW_SECONDS} s)`);
+    throw new ParamsError(`window_seconds ${wire.windowSeconds} is below ${MIN_WINDOW_SECONDS}`);
   const metrics = new Map<string, MetricConfig>();
   for (const m of wire.metrics) {
     const name = JSON.stringify(m.name);

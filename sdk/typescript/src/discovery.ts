@@ -13,7 +13,7 @@
  * L/(L + n − 1), L an integer lower bound on e^ε (`keepProbabilityOf`), so the ε a device
  * realises never exceeds the round's. docs/design.md, "Core", has the hash in full.
  */
-import { blake2b } from "./blake2b.js";
+import { blake2bOf } from "./blake2b.js";
 import { ParamsError } from "./errors.js";
 import { fingerprintOf, indexBytes, pyFloatRepr, roundHalfEven } from "./params.js";
 import { leBigInt, utf8 } from "./report.js";
@@ -88,7 +88,7 @@ export function prefixKey(start: number, stop: number, hi: number, prefix: Uint8
   data[at + 1] = stop;
   new DataView(data.buffer).setUint32(at + 2, hi, true);
   data.set(prefix, at + 6);
-  return leBigInt(blake2b(data, { outlen: 8 }));
+  return leBigInt(blake2bOf(data, 8));
 }
 
 /** h = (H_s(key) + m_s·lo) mod g; H_s reduces the high 32 bits of a multiply-add by multiplication. */
@@ -168,7 +168,7 @@ function powCapped(base: number, k: number, cap: number): number {
 
 /** Characters → symbols: the alphabet's characters 0..a−1, OTHER = a, END = a + 1. */
 export class SymbolMap {
-  private readonly index: ReadonlyMap<string, number>;
+  private readonly _index: ReadonlyMap<string, number>;
   readonly other: number;
   readonly end: number;
   /** A: the number of symbols (alphabet, OTHER, END). */
@@ -182,8 +182,8 @@ export class SymbolMap {
   ) {
     const chars = typeof alphabet === "string" ? Array.from(alphabet) : [];
     if (chars.length < 1 || chars.length > MAX_ALPHABET) throw new ParamsError(`alphabet must be 1 to ${MAX_ALPHABET} characters, got ${JSON.stringify(alphabet)}`);
-    this.index = new Map(chars.map((c, i) => [c, i]));
-    if (this.index.size !== chars.length) throw new ParamsError(`alphabet characters must be distinct, got ${JSON.stringify(alphabet)}`);
+    this._index = new Map(chars.map((c, i) => [c, i]));
+    if (this._index.size !== chars.length) throw new ParamsError(`alphabet characters must be distinct, got ${JSON.stringify(alphabet)}`);
     checkInt("max_length", maxLength, 1);
     if (maxLength > MAX_LENGTH) throw new ParamsError(`max_length must be an integer in [1, ${MAX_LENGTH}], got ${maxLength}`);
     this.other = chars.length;
@@ -196,7 +196,7 @@ export class SymbolMap {
   symbols(value: string): Uint8Array {
     const chars = Array.from(value);
     const out = new Uint8Array(this.length).fill(chars.length <= this.maxLength ? this.end : this.other);
-    for (let i = 0; i < Math.min(chars.length, this.maxLength); i++) out[i] = this.index.get(chars[i]!) ?? this.other;
+    for (let i = 0; i < Math.min(chars.length, this.maxLength); i++) out[i] = this._index.get(chars[i]!) ?? this.other;
     return out;
   }
 }
@@ -375,7 +375,7 @@ export function roundFingerprint(
     data.set(c, at);
     at += c.length;
   }
-  return leBigInt(blake2b(data, { outlen: 8 }));
+  return leBigInt(blake2bOf(data, 8));
 }
 
 /** The round's params for `metric` (`crowdmix.core.rounds.ServedRound.params`); ParamsError when they do not fit. */

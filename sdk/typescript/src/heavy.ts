@@ -119,7 +119,7 @@ export async function deviceRound(secret: Uint8Array, metric: string, fingerprin
 
 /** One device's reports against one round (`PrefixRound` or `ValueRound`). */
 export class RoundEncoder {
-  private readonly rand: RandomBytes;
+  private readonly _rand: RandomBytes;
 
   constructor(
     readonly round: PrefixRound | ValueRound,
@@ -129,18 +129,18 @@ export class RoundEncoder {
     opts: { randomBytes?: RandomBytes } = {},
   ) {
     if (!metric) throw new RangeError("metric must be a non-empty string");
-    this.rand = opts.randomBytes ?? secureRandomBytes;
+    this._rand = opts.randomBytes ?? secureRandomBytes;
   }
 
   /** The report's index for `value`: s·g + y (a prefix round), or the randomized candidate position (C for none). */
   index(value: string): number {
     const r = this.round;
     const symbols = r.symbols.symbols(value);
-    if (r instanceof ValueRound) return flip(this.rand, r.positions.get(symbolKey(symbols)) ?? r.cells - 1, r.cells, r.keepProbability);
+    if (r instanceof ValueRound) return flip(this._rand, r.positions.get(symbolKey(symbols)) ?? r.cells - 1, r.cells, r.keepProbability);
     const [prefix, hi, lo] = r.split(symbols);
-    const seed = uniformBelow(this.rand, r.seeds);
+    const seed = uniformBelow(this._rand, r.seeds);
     const h = prefixBucket(seed, prefixKey(r.start, r.stop, hi, prefix), lo, r.buckets);
-    return seed * r.buckets + flip(this.rand, h, r.buckets, r.keepProbability);
+    return seed * r.buckets + flip(this._rand, h, r.buckets, r.keepProbability);
   }
 
   encode(value: string): Report {
@@ -148,9 +148,12 @@ export class RoundEncoder {
     const i = this.index(value);
     const bits = new Uint8Array(REPORT_BYTES);
     new DataView(bits.buffer).setUint32(0, i, true);
-    return { metric: this.metric, cohort: 0, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
+    return { metric: this.metric, cohort: 0, bits, fingerprint: this.fingerprint, reportId: newReportId(this._rand) };
   }
 }
+
+/** A report without its window's round fetches the config again, at most once per this many seconds of the config's age. */
+export const ROUND_REFETCH_SECONDS = 10;
 
 /** Heavy hitters for the reporter (`Encoding`): the round of the report's window, or a refusal. */
 export const heavyHittersEncoding: Encoding = {
@@ -170,6 +173,8 @@ export const heavyHittersEncoding: Encoding = {
     if (new Set(rounds.map((r) => r.window)).size !== rounds.length) throw new ParamsError(`metric ${JSON.stringify(m.name)}: two served rounds name one window`);
     return [{ heavyHitters, rounds, domain: null }, fp];
   },
+  // a round's ε is checked against maxEpsilon when a report is encoded against it
+  ceiling: (_metric, mc) => (mc.heavyHitters ? null : undefined),
   encoder(metric, mc, secret, rand, maxEpsilon = Infinity) {
     const hh = mc.heavyHitters;
     if (!hh) return undefined;
@@ -177,7 +182,12 @@ export const heavyHittersEncoding: Encoding = {
     let current: { window: number; enc: RoundEncoder } | null = null;
     return async (value, window, served = mc) => {
       const r = served.rounds?.find((x) => x.window === window);
-      if (!r) throw new Refusal("no_round", `metric ${metric}: no discovery round is served for window ${window} yet (nothing is made: a report is encoded only against its window's round)`);
+      if (!r)
+        throw new Refusal(
+          "no_round",
+          `metric ${metric}: no discovery round is served for window ${window} yet (nothing is made: a report is encoded only against its window's round)`,
+          ROUND_REFETCH_SECONDS, // the round may have been written since
+        );
       let round = mine.get(r.opened);
       if (round === undefined) mine.set(r.opened, (round = deviceRound(secret, metric, mc.fingerprint, r.opened, hh.o.weights)));
       const own = await round;

@@ -6,8 +6,9 @@
  * are the same length and indistinguishable. Such a metric is sealed or not sent.
  */
 import { DomainEncoder, domainValue } from "./basic.js";
-import type { Encoding } from "./config.js";
+import { type Encoding, aboveCeiling } from "./config.js";
 import { HistogramParams } from "./params.js";
+import { type Schema, decode } from "./proto.js";
 import { bernoulliBits, flip, popcount, randomWords, uniformBelow } from "./random.js";
 import { type Report, newReportId } from "./report.js";
 
@@ -47,13 +48,27 @@ export class HistogramEncoder extends DomainEncoder<HistogramParams> {
   }
 }
 
-/** Shuffled histograms for the reporter (`Encoding`): sealed or not sent. */
+// protos/crowdmix.proto: HistogramConfig
+const HISTOGRAM_CONFIG: Schema = { 1: ["domainSize", "u"], 2: ["fakeSlots", "u"], 3: ["fakeProbability", "d"], 4: ["localEpsilon", "d"], 5: ["domain", "s*"] };
+
+/**
+ * Shuffled histograms for the reporter (`Encoding`): sealed or not sent; a ceiling on the
+ * local ε_L, and none at all (the value itself is sent) only with allowUnrandomizedHistograms.
+ */
 export const histogramEncoding: Encoding = {
   read(m) {
-    const h = m.histogram;
-    if (!h) return undefined;
+    if (!m.histogram) return undefined;
+    const h = decode(m.histogram, HISTOGRAM_CONFIG) as { domainSize: number; fakeSlots: number; fakeProbability: number; localEpsilon: number; domain: string[] };
     const histogram = new HistogramParams({ ...h, localEpsilon: h.localEpsilon || null });
-    return [{ histogram, domain: h.domain.length ? h.domain : null }, histogram.fingerprint()];
+    return [{ histogram, domain: h.domain.length ? h.domain : null, sealedOnly: "a shuffled histogram" }, histogram.fingerprint()];
+  },
+  ceiling(metric, mc, o) {
+    if (!mc.histogram) return undefined;
+    const eps = mc.histogram.localEpsilon;
+    if (eps !== null) return aboveCeiling(metric, [["ε_L", eps, "maxEpsilon", o.maxEpsilon]]);
+    return o.allowUnrandomizedHistograms
+      ? null
+      : `metric ${metric}: the served histogram sends the value without local randomization (ε_L = inf); allowed only with allowUnrandomizedHistograms`;
   },
   encoder(metric, mc, _secret, rand) {
     if (!mc.histogram) return undefined;

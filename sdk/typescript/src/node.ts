@@ -41,76 +41,76 @@ async function writeDurably(path: string, data: Uint8Array | string, mode = 0o60
 
 /** The outbox document in one file. */
 export class FileBackend implements Backend {
-  private state: OutboxState = emptyState();
-  private text = "";
-  private loaded = false;
-  private chain: Promise<unknown> = Promise.resolve();
+  private _state: OutboxState = emptyState();
+  private _text = "";
+  private _loaded = false;
+  private _chain: Promise<unknown> = Promise.resolve();
 
   constructor(
     readonly path: string,
-    private readonly dir: string,
+    private readonly _dir: string,
   ) {}
 
   /** The document: read from the file once, then this process's copy (the file's only writer). */
   read(): Promise<OutboxState> {
-    return this.queue(async () => {
-      if (!this.loaded) await this.load();
-      return structuredClone(this.state);
+    return this._queue(async () => {
+      if (!this._loaded) await this._load();
+      return structuredClone(this._state);
     });
   }
 
-  private async load(): Promise<void> {
+  private async _load(): Promise<void> {
     // a process killed while writing leaves its temporary file: never read, removed here
-    for (const name of await readdir(this.dir).catch(() => [] as string[]))
-      if (name.startsWith(`${basename(this.path)}.`) && name.endsWith(".tmp")) await unlink(join(this.dir, name)).catch(() => undefined);
+    for (const name of await readdir(this._dir).catch(() => [] as string[]))
+      if (name.startsWith(`${basename(this.path)}.`) && name.endsWith(".tmp")) await unlink(join(this._dir, name)).catch(() => undefined);
     let text: string;
     try {
       text = await readFile(this.path, "utf8");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new CrowdmixError(`cannot read the outbox ${this.path}: ${(e as Error).message}`);
-      this.loaded = true;
+      this._loaded = true;
       return;
     }
     try {
       const s = JSON.parse(text) as OutboxState;
       if (!Array.isArray(s.rows) || typeof s.claims !== "object") throw new Error("not an outbox");
       // a document from before `settled`: its claims stand for it (never moved back)
-      this.state = { ...emptyState(), ...s, settled: s.settled ?? { ...s.claims } };
-      this.text = text;
+      this._state = { ...emptyState(), ...s, settled: s.settled ?? { ...s.claims } };
+      this._text = text;
     } catch (e) {
       // refuse rather than start afresh: afresh could make a second report in a window
       throw new CrowdmixError(`${this.path} is not a crowdmix outbox: ${(e as Error).message}`);
     }
-    this.loaded = true;
+    this._loaded = true;
   }
 
   /** Run `fn` after every earlier read and change of this outbox. */
-  private queue<T>(fn: () => Promise<T>): Promise<T> {
-    const p = this.chain.then(fn, fn);
-    this.chain = p.catch(() => undefined);
+  private _queue<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this._chain.then(fn, fn);
+    this._chain = p.catch(() => undefined);
     return p;
   }
 
   apply(op: Op): Promise<ClaimResult | number> {
-    return this.queue(async () => {
-      if (!this.loaded) await this.load();
-      const s = structuredClone(this.state);
+    return this._queue(async () => {
+      if (!this._loaded) await this._load();
+      const s = structuredClone(this._state);
       const out = applyOp(s, op);
       const text = JSON.stringify(s);
-      if (text !== this.text) {
+      if (text !== this._text) {
         const tmp = await writeDurably(this.path, text);
         await rename(tmp, this.path);
-        await fsyncDir(this.dir);
-        this.text = text;
-        this.state = s;
+        await fsyncDir(this._dir);
+        this._text = text;
+        this._state = s;
       }
       return out;
     });
   }
 
   async close(): Promise<void> {
-    await this.chain;
-    const lock = join(this.dir, "outbox.lock");
+    await this._chain;
+    const lock = join(this._dir, "outbox.lock");
     if ((await readFile(lock, "utf8").catch(() => "")) === String(process.pid)) await unlink(lock).catch(() => undefined);
   }
 }

@@ -111,13 +111,13 @@ export class Outbox {
   snapshot: OutboxState = emptyState();
 
   constructor(
-    private readonly backend: Backend,
-    private readonly maxReports: number,
-    private readonly maxBytes: number,
+    private readonly _backend: Backend,
+    private readonly _maxReports: number,
+    private readonly _maxBytes: number,
   ) {}
 
   async load(): Promise<OutboxState> {
-    this.snapshot = await this.backend.read();
+    this.snapshot = await this._backend.read();
     return this.snapshot;
   }
 
@@ -127,8 +127,8 @@ export class Outbox {
    * already claimed.
    */
   async claim(metric: string, window: number, windowSeconds: number, rows: StoredRow[]): Promise<ClaimResult> {
-    const op: Op = { kind: "claim", metric, window, windowSeconds, rows, maxReports: this.maxReports, maxBytes: this.maxBytes };
-    const result = (await this.backend.apply(op)) as ClaimResult;
+    const op: Op = { kind: "claim", metric, window, windowSeconds, rows, maxReports: this._maxReports, maxBytes: this._maxBytes };
+    const result = (await this._backend.apply(op)) as ClaimResult;
     if (result === "claimed") {
       // a load() that finished meanwhile may hold them already
       const have = new Set(this.snapshot.rows.map((r) => r.id));
@@ -140,7 +140,7 @@ export class Outbox {
 
   /** Delete the rows with these ids; count each row removed under `outcome`. */
   async remove(ids: readonly string[], outcome: string): Promise<number> {
-    const n = (await this.backend.apply({ kind: "remove", ids, outcome })) as number;
+    const n = (await this._backend.apply({ kind: "remove", ids, outcome })) as number;
     // mirrored by what leaves the snapshot: a load() that finished meanwhile counted them
     const gone = new Set(ids);
     const before = this.snapshot.rows.length;
@@ -155,37 +155,37 @@ export class Outbox {
    * move their metrics' claims back to the latest window still waiting or settled.
    */
   async withdraw(ids: readonly string[]): Promise<number> {
-    const n = (await this.backend.apply({ kind: "withdraw", ids })) as number;
+    const n = (await this._backend.apply({ kind: "withdraw", ids })) as number;
     await this.load(); // the claims moved: the backend's word
     return n;
   }
 
   /** Count one `report` call that made no report, under its status. */
   async count(name: string): Promise<void> {
-    await this.backend.apply({ kind: "count", name });
+    await this._backend.apply({ kind: "count", name });
     this.snapshot.counters[name] = (this.snapshot.counters[name] ?? 0) + 1;
   }
 
   async setConfig(config: CachedConfig): Promise<void> {
-    await this.backend.apply({ kind: "config", config });
+    await this._backend.apply({ kind: "config", config });
     this.snapshot.config = config;
   }
 
   close(): Promise<void> {
-    return this.backend.close();
+    return this._backend.close();
   }
 }
 
 /** In-memory backend: state that resets with the process (tests, tools). */
 export class MemoryBackend implements Backend {
-  private state = emptyState();
+  private _state = emptyState();
 
   async read(): Promise<OutboxState> {
-    return structuredClone(this.state);
+    return structuredClone(this._state);
   }
 
   async apply(op: Op): Promise<ClaimResult | number> {
-    return applyOp(this.state, structuredClone(op));
+    return applyOp(this._state, structuredClone(op));
   }
 
   async close(): Promise<void> {}

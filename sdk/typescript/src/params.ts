@@ -9,7 +9,7 @@
  * - Shuffled histograms with fake reports: domain d, m fake slots filled w.p. q, optional
  *   local k-RR with ε_L.
  */
-import { blake2b } from "./blake2b.js";
+import { blake2bOf } from "./blake2b.js";
 import { ParamsError } from "./errors.js";
 import { leBigInt, utf8 } from "./report.js";
 
@@ -48,7 +48,7 @@ export function pyFloatRepr(x: number): string {
 
 /** BLAKE2b-64 of `canon` as an unsigned 64-bit integer (little-endian). */
 export function fingerprintOf(canon: string): bigint {
-  return leBigInt(blake2b(utf8(canon), { outlen: 8 }));
+  return leBigInt(blake2bOf(utf8(canon), 8));
 }
 
 function checkInt(name: string, v: unknown, lo: number, hi: number): number {
@@ -91,10 +91,10 @@ export class RapporParams {
     this.p = checkProbability("p", o.p);
     this.q = checkProbability("q", o.q);
     if ((o.hashing ?? "mmh3") !== "mmh3")
-      throw new ParamsError(`hashing must be mmh3 in this SDK (rappor-md5 is for google/rappor imports), got ${o.hashing}`);
+      throw new ParamsError(`hashing must be mmh3, got ${o.hashing}`);
     if (this.h > this.k) throw new ParamsError(`h must not exceed k, got h=${this.h}, k=${this.k}`);
-    if (this.f >= 1) throw new ParamsError(`f must be below 1 (f=1 erases every bit), got f=${this.f}`);
-    if (!(this.p < this.q)) throw new ParamsError(`p must be below q (otherwise reports carry no signal), got p=${this.p}, q=${this.q}`);
+    if (this.f >= 1) throw new ParamsError(`f must be below 1, got f=${this.f}`);
+    if (!(this.p < this.q)) throw new ParamsError(`p must be below q, got p=${this.p}, q=${this.q}`);
     Object.freeze(this);
   }
 

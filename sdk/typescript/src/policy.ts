@@ -146,7 +146,7 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
   if (first.window > current + 1 && learnt(cached)) {
     // a wall clock set forward named it (a restart on the stored offset): no shuffler took
     // it (its skew allowance is under one window); withdrawn, so the metric is not held
-    return { kind: "drop", ids, reason: "window_ahead", message: `metric ${first.metric}: window ${first.window} has not begun (a clock set forward)` };
+    return { kind: "drop", ids, reason: "window_ahead", message: `metric ${first.metric}: window ${first.window} has not begun` };
   }
   const answer = state.answer;
   if (answer) {
@@ -160,7 +160,7 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
   const mc = config.metrics.get(first.metric);
   // a heavy-hitters report carries its round's fingerprint; a window this config serves no
   // round of (no longer listed) is the shuffler's to judge
-  const hh = !!mc?.heavyHitters;
+  const hh = !!mc?.rounds;
   const expected = hh ? mc?.rounds?.find((x) => x.window === first.window)?.fingerprint : mc?.fingerprint;
   if (!mc || (expected !== undefined && rows.some((r) => BigInt(r.fp) !== expected))) {
     if (!state.refetched) return { kind: "refetch", reason: `metric ${first.metric}: the reports' params are not in the config` };
@@ -168,9 +168,9 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
     // made again, and is never counted against this round
     return { kind: "drop", ids, reason: hh ? "round_changed" : "params_changed" };
   }
-  if (state.sealing === "off" && (mc.histogram || !(mc.rappor || mc.basic || mc.heavyHitters))) {
+  if (state.sealing === "off" && (mc.sealedOnly || !(mc.rappor || mc.basic || mc.heavyHitters))) {
     // nor is a report of an encoding this build does not carry (another build made it)
-    const why = mc.histogram ? "a shuffled histogram" : `encoding ${mc.encoding}, not in this build,`;
+    const why = mc.sealedOnly ?? `encoding ${mc.encoding}, not in this build,`;
     return { kind: "drop", ids, reason: "refused", message: `metric ${first.metric}: ${why} is never sent clear` };
   }
   const refusal = state.ceiling(first.metric, mc);
@@ -180,7 +180,7 @@ export function decide(rows: readonly StoredRow[], cached: CachedConfig | null, 
   if (!key) {
     if (!state.refetched) return { kind: "refetch", reason: "no aggregator key usable now" };
     // never downgraded to clear reports: they wait for a config with a key
-    return { kind: "wait", problem: "the shuffler publishes no aggregator key usable now: reports wait (sealing 'required' never sends them clear)" };
+    return { kind: "wait", problem: "no aggregator key usable now: reports wait, never sent clear" };
   }
   return { kind: "send", rows: [...rows], window: first.window, key };
 }

@@ -120,16 +120,20 @@ export interface WireKey {
   notAfter: number | null;
 }
 
+/**
+ * A served metric; its params message undecoded (RapporConfig, BasicConfig, HistogramConfig
+ * or HeavyHittersConfig): the encoding of its kind reads it, so a build without that
+ * encoding carries no code for it.
+ */
 export interface WireMetric {
   name: string;
   encoding: string;
   fingerprint: bigint;
   reportBytes: number;
   disposalSeconds: number;
-  rappor?: { k: number; h: number; m: number; f: number; p: number; q: number; hashing: string };
-  basic?: { epsilon: number; domainSize: number; domain: string[] };
-  histogram?: { domainSize: number; fakeSlots: number; fakeProbability: number; localEpsilon: number; domain: string[] };
-  /** HeavyHittersConfig, undecoded: heavy.ts reads it (a build without it carries no code for it) */
+  rappor?: Uint8Array;
+  basic?: Uint8Array;
+  histogram?: Uint8Array;
   heavyHitters?: Uint8Array;
 }
 
@@ -150,7 +154,7 @@ export interface WireConfig {
 // 0 (or "", 0n, empty bytes); an `optional` one ("?"-suffixed kind) stays undefined when
 // absent; a repeated field ("*"-suffixed kind) starts as [].
 type Kind = "u" | "u?" | "s" | "d" | "x" | "i" | "b" | "b?" | "s*" | Schema | [Schema];
-interface Schema {
+export interface Schema {
   [n: number]: [string, Kind];
 }
 const READ: Record<string, (f: Field) => unknown> = {
@@ -165,7 +169,8 @@ const READ: Record<string, (f: Field) => unknown> = {
 };
 const DEFAULT: Record<string, () => unknown> = { u: () => 0, s: () => "", d: () => 0, x: () => 0n, i: () => 0, b: () => new Uint8Array(0) };
 
-function decode(buf: Uint8Array, schema: Schema): Record<string, unknown> {
+/** A message's fields by `schema` (see above); RangeError on a malformed message. */
+export function decode(buf: Uint8Array, schema: Schema): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [name, kind] of Object.values(schema))
     if (Array.isArray(kind) || kind === "s*") out[name] = [];
@@ -180,7 +185,7 @@ function decode(buf: Uint8Array, schema: Schema): Record<string, unknown> {
   return out;
 }
 
-// protos/crowdmix.proto: ConfigResponse, MetricConfig, its params, PublicKey
+// protos/crowdmix.proto: ConfigResponse, MetricConfig (its params: see WireMetric), PublicKey
 const CONFIG: Schema = {
   1: ["version", "s"],
   2: ["cacheSeconds", "u"],
@@ -193,9 +198,9 @@ const CONFIG: Schema = {
         3: ["fingerprint", "x"],
         4: ["reportBytes", "u"],
         7: ["disposalSeconds", "u"],
-        5: ["rappor", { 1: ["k", "u"], 2: ["h", "u"], 3: ["m", "u"], 4: ["f", "d"], 5: ["p", "d"], 6: ["q", "d"], 7: ["hashing", "s"] }],
-        6: ["basic", { 1: ["epsilon", "d"], 2: ["domainSize", "u"], 3: ["domain", "s*"] }],
-        8: ["histogram", { 1: ["domainSize", "u"], 2: ["fakeSlots", "u"], 3: ["fakeProbability", "d"], 4: ["localEpsilon", "d"], 5: ["domain", "s*"] }],
+        5: ["rappor", "b?"],
+        6: ["basic", "b?"],
+        8: ["histogram", "b?"],
         9: ["heavyHitters", "b?"],
       },
     ],

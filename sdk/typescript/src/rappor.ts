@@ -13,10 +13,12 @@
  *   Bernoulli(p) where it is 0.
  * - Cohort: BLAKE2b-128_K("cohort", person "crowdmix.cht.v1") as an integer, mod m.
  */
-import { Blake2b, blake2b } from "./blake2b.js";
+import { Blake2b, blake2bOf } from "./blake2b.js";
 import { mmh3Words } from "./mmh3.js";
-import type { Encoding } from "./config.js";
+import { type Encoding, aboveCeiling } from "./config.js";
 import { RapporParams } from "./params.js";
+import { epsilonInf, epsilonOne } from "./privacy.js";
+import { type Schema, decode } from "./proto.js";
 import { type RandomBytes, bernoulliBits, maskTail, randomWords, secureRandomBytes } from "./random.js";
 import { type Report, leBigInt, newReportId, utf8 } from "./report.js";
 
@@ -25,7 +27,7 @@ const PERSON_PRR = /* @__PURE__ */ utf8("crowdmix.prr.v1");
 const PERSON_COHORT = /* @__PURE__ */ utf8("crowdmix.cht.v1");
 
 function prfKey(secret: Uint8Array): Uint8Array {
-  return secret.length <= 64 ? secret : blake2b(secret);
+  return secret.length <= 64 ? secret : blake2bOf(secret);
 }
 
 function checkSecret(secret: Uint8Array): void {
@@ -36,7 +38,7 @@ function checkSecret(secret: Uint8Array): void {
 /** The client's cohort in [0, m): a PRF of its secret, never re-drawn per report. */
 export function cohortForSecret(secret: Uint8Array, m: number): number {
   checkSecret(secret);
-  const d = blake2b(utf8("cohort"), { key: prfKey(secret), person: PERSON_COHORT, outlen: 16 });
+  const d = blake2bOf(utf8("cohort"), 16, prfKey(secret), PERSON_COHORT);
   return Number(leBigInt(d) % BigInt(m));
 }
 
@@ -70,8 +72,8 @@ function wordAt(s: Uint8Array, start: number, k: number): Uint8Array {
 export class RapporEncoder {
   readonly cohort: number;
   readonly fingerprint: bigint;
-  private readonly prefix: Blake2b;
-  private readonly rand: RandomBytes;
+  private readonly _prefix: Blake2b;
+  private readonly _rand: RandomBytes;
 
   constructor(
     readonly params: RapporParams,
@@ -86,12 +88,12 @@ export class RapporEncoder {
       throw new RangeError(`cohort must be an integer in [0, ${params.m}), got ${cohort}`);
     this.cohort = cohort;
     this.fingerprint = params.fingerprint();
-    this.rand = opts.randomBytes ?? secureRandomBytes;
+    this._rand = opts.randomBytes ?? secureRandomBytes;
     const mb = utf8(metric);
     const head = new Uint8Array(4 + mb.length);
     new DataView(head.buffer).setUint32(0, mb.length, true);
     head.set(mb, 4);
-    this.prefix = new Blake2b(64, prfKey(secret), PERSON_PRR).update(head);
+    this._prefix = new Blake2b(64, prfKey(secret), PERSON_PRR).update(head);
   }
 
   bloom(value: string | Uint8Array): Uint8Array {
@@ -101,7 +103,7 @@ export class RapporEncoder {
   /** The memoised PRR of a Bloom filter: same inputs, same output, always. */
   permanentResponse(bloom: Uint8Array): Uint8Array {
     const k = this.params.k;
-    const base = this.prefix.copy().update(bloom);
+    const base = this._prefix.copy().update(bloom);
     let stream = new Uint8Array(0);
     let block = 0;
     const need = (bits: number): void => {
@@ -130,7 +132,7 @@ export class RapporEncoder {
   /** Fresh IRR of a PRR: Bernoulli(q) on its 1 bits, Bernoulli(p) on its 0 bits. */
   instantaneousResponse(prr: Uint8Array): Uint8Array {
     const { k, p, q } = this.params;
-    const words = randomWords(this.rand, k);
+    const words = randomWords(this._rand, k);
     const pb = bernoulliBits(p, k, words);
     const qb = bernoulliBits(q, k, words);
     const out = new Uint8Array(prr.length);
@@ -141,16 +143,28 @@ export class RapporEncoder {
   /** One report of `value`: ε_1-LDP on its own. */
   encode(value: string | Uint8Array): Report {
     const bits = this.instantaneousResponse(this.permanentResponse(this.bloom(value)));
-    return { metric: this.metric, cohort: this.cohort, bits, fingerprint: this.fingerprint, reportId: newReportId(this.rand) };
+    return { metric: this.metric, cohort: this.cohort, bits, fingerprint: this.fingerprint, reportId: newReportId(this._rand) };
   }
 }
 
-/** RAPPOR for the reporter (`Encoding`): a value is a string or bytes. */
+// protos/crowdmix.proto: RapporConfig
+const RAPPOR_CONFIG: Schema = { 1: ["k", "u"], 2: ["h", "u"], 3: ["m", "u"], 4: ["f", "d"], 5: ["p", "d"], 6: ["q", "d"], 7: ["hashing", "s"] };
+
+/** RAPPOR for the reporter (`Encoding`): a value is a string or bytes; ceilings on ε_1 and ε_∞. */
 export const rapporEncoding: Encoding = {
   read(m) {
     if (!m.rappor) return undefined;
-    const rappor = new RapporParams({ ...m.rappor, hashing: m.rappor.hashing || "mmh3" });
+    const w = decode(m.rappor, RAPPOR_CONFIG) as ConstructorParameters<typeof RapporParams>[0];
+    const rappor = new RapporParams({ ...w, hashing: w.hashing || "mmh3" });
     return [{ rappor, domain: null }, rappor.fingerprint()];
+  },
+  ceiling(metric, mc, o) {
+    const r = mc.rappor;
+    if (!r) return undefined;
+    return aboveCeiling(metric, [
+      ["ε_1", epsilonOne(r), "maxEpsilon", o.maxEpsilon],
+      ["ε_∞", epsilonInf(r), "maxEpsilonInf", o.maxEpsilonInf],
+    ]);
   },
   encoder(metric, mc, secret, rand) {
     if (!mc.rappor) return undefined;

@@ -19,18 +19,17 @@
  * - Privacy ceiling: served params less private than `maxEpsilon` per report (RAPPOR's
  *   ε_1, a basic mechanism's ε, a histogram's ε_L, a heavy-hitters round's ε) or
  *   `maxEpsilonInf` (RAPPOR's ε_∞) make no report; a histogram without local
- *   randomization needs `allowUnrandomizedHistograms`.
+ *   randomization needs `allowUnrandomizedHistograms` (each kind's figures: its `Encoding`).
  * - Heavy hitters: a report is encoded against the round served for its window, or not
  *   made (`no_round`: the config is fetched again; `not_this_round`: the device is in
  *   another round of the discovery).
  * - Never throws into the app after construction: `report` resolves to false, `flush`
  *   to the number still queued, and `lastError` says why.
  */
-import { type DeviceConfig, type Encode, type Encoding, type MetricConfig, Refusal, readConfig } from "./config.js";
+import { type Ceilings, type DeviceConfig, type Encode, type Encoding, type MetricConfig, Refusal, readConfig } from "./config.js";
 import { call } from "./connect.js";
 import { type Outbox, type StoredRow } from "./outbox.js";
 import { type Answer, type CachedConfig, type Reading, type SendState, CLOCK_SLACK, classify, decide, drifted, expired, learnt, nextGroup, restored, serverNow, windowOf } from "./policy.js";
-import { epsilonInf, epsilonOne } from "./privacy.js";
 import { type WireKey, type WireReport, decodeSubmitResponse, encodeSubmitRequest } from "./proto.js";
 import { type RandomBytes, secureRandomBytes } from "./random.js";
 import { PROTOCOL_VERSION, type Report, fromHex, toHex } from "./report.js";
@@ -88,30 +87,14 @@ const CONFIG_WAIT_MS = 2000;
 const EARLIEST = 1577836800; // 2020-01-01: a server time before it is not plausible
 const LATEST = 4102444800; // 2100-01-01
 const MAX_STEPS = 1000; // decisions in one round: a bound, never reached by a sane outbox
-/** A heavy-hitters report without its window's round fetches the config again, at most
- * once per this many seconds of the config's age. */
-export const ROUND_REFETCH_SECONDS = 10;
 
-/** Why `mc`'s served params are above the ceiling, or null. */
-export function ceilingProblem(
-  metric: string,
-  mc: MetricConfig,
-  o: { maxEpsilon: number; maxEpsilonInf: number; allowUnrandomizedHistograms: boolean },
-): string | null {
-  const figures: [string, number, string, number][] = [];
-  if (mc.rappor) {
-    figures.push(["ε_1", epsilonOne(mc.rappor), "maxEpsilon", o.maxEpsilon]);
-    figures.push(["ε_∞", epsilonInf(mc.rappor), "maxEpsilonInf", o.maxEpsilonInf]);
-  } else if (mc.basic) figures.push(["ε", mc.basic.epsilon, "maxEpsilon", o.maxEpsilon]);
-  else if (mc.histogram) {
-    const eps = mc.histogram.localEpsilon;
-    if (eps !== null) figures.push(["ε_L", eps, "maxEpsilon", o.maxEpsilon]);
-    else if (!o.allowUnrandomizedHistograms)
-      return `metric ${metric}: the served histogram sends the value without local randomization (ε_L = inf); allowed only with allowUnrandomizedHistograms`;
+/** Why `mc`'s served params are above the ceilings `o`, or null (by the encoding of its kind among `encodings`). */
+export function ceilingProblem(metric: string, mc: MetricConfig, o: Ceilings, encodings: readonly Encoding[]): string | null {
+  for (const e of encodings) {
+    const problem = e.ceiling(metric, mc, o);
+    if (problem !== undefined) return problem;
   }
-  for (const [name, value, knob, ceiling] of figures)
-    if (!(value <= ceiling)) return `metric ${metric}: the served params give ${name} = ${value.toPrecision(6)}, above this device's ceiling ${knob} = ${ceiling}`;
-  return null;
+  return null; // an encoding this build leaves out: no report is made here
 }
 
 function rowOf(r: Report, window: number, windowSeconds: number): StoredRow {
@@ -127,22 +110,22 @@ export class Reporter {
   lastError: string | null = null;
   /** What the last `report` call did. */
   lastStatus: ReportStatus | null = null;
-  private cfg: CachedConfig | null = null;
-  private encoders = new Map<string, { fp: bigint; enc: Encode }>();
-  private closed = false;
-  private round: Promise<boolean> | null = null;
-  private timer: ReturnType<typeof setTimeout> | null = null;
-  private failures = 0;
-  private prepared: { ids: string[]; body: Uint8Array }[] = [];
-  private readonly o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes" | "bundledConfig">> & Pick<ReporterOptions, "token" | "fetch">;
-  private readonly rand: RandomBytes;
+  private _cfg: CachedConfig | null = null;
+  private _encoders = new Map<string, { fp: bigint; enc: Encode }>();
+  private _closed = false;
+  private _round: Promise<boolean> | null = null;
+  private _timer: ReturnType<typeof setTimeout> | null = null;
+  private _failures = 0;
+  private _prepared: { ids: string[]; body: Uint8Array }[] = [];
+  private readonly _o: Required<Omit<ReporterOptions, "token" | "fetch" | "randomBytes" | "bundledConfig">> & Pick<ReporterOptions, "token" | "fetch">;
+  private readonly _rand: RandomBytes;
 
   /** `encodings`: the kinds of metric this reporter reports (the entry point's). */
   constructor(
-    private readonly outbox: Outbox,
-    private readonly secret: Uint8Array,
+    private readonly _outbox: Outbox,
+    private readonly _secret: Uint8Array,
     options: ReporterOptions,
-    private readonly encodings: readonly Encoding[],
+    private readonly _encodings: readonly Encoding[],
   ) {
     if (!options.url) throw new RangeError("url must name the shuffler's HTTP port");
     const sealing = options.sealing ?? "required";
@@ -151,7 +134,7 @@ export class Reporter {
       const v = options[k];
       if (v !== undefined && !(typeof v === "number" && v > 0)) throw new RangeError(`${k} must be a positive number (Infinity: no ceiling)`);
     }
-    this.o = {
+    this._o = {
       url: options.url,
       token: options.token,
       sealing,
@@ -168,29 +151,29 @@ export class Reporter {
       monotonic: options.monotonic ?? (() => performance.now() / 1000),
       fetch: options.fetch,
     };
-    this.rand = options.randomBytes ?? secureRandomBytes;
-    const cached = outbox.snapshot.config;
+    this._rand = options.randomBytes ?? secureRandomBytes;
+    const cached = this._outbox.snapshot.config;
     if (cached) {
       try {
         // a monotonic reading of another page or process means nothing here: the wall
         // clock and the offset stored with the answer, until it expires
-        this.cfg = restored(readConfig(fromHex(cached.answer), encodings), cached.fetchedAt, cached.offset, this.now());
+        this._cfg = restored(readConfig(fromHex(cached.answer), this._encodings), cached.fetchedAt, cached.offset, this._now());
       } catch {
-        this.cfg = null; // a cached answer this SDK cannot read: fetch a new one
+        this._cfg = null; // a cached answer this SDK cannot read: fetch a new one
       }
     }
-    if (!this.cfg && options.bundledConfig) {
+    if (!this._cfg && options.bundledConfig) {
       // made before this device's clock was ever compared with the server's: the wall
       // clock stands in, and it is already expired, so a fresh one is fetched at once
-      const now = this.now();
-      this.cfg = { config: readConfig(options.bundledConfig, encodings), serverTime: now.wall, at: now, age: Infinity };
+      const now = this._now();
+      this._cfg = { config: readConfig(options.bundledConfig, this._encodings), serverTime: now.wall, at: now, age: Infinity };
     }
-    if (this.o.background && outbox.snapshot.rows.length) this.schedule(0);
+    if (this._o.background && this._outbox.snapshot.rows.length) this._schedule(0);
   }
 
   /** Reports claimed and not yet acknowledged. */
   get queued(): number {
-    return this.outbox.snapshot.rows.length;
+    return this._outbox.snapshot.rows.length;
   }
 
   /** Reports delivered, and those that left without delivery, by reason. */
@@ -204,13 +187,13 @@ export class Reporter {
       window_ahead: 0,
       params_changed: 0,
       round_changed: 0,
-      ...this.outbox.snapshot.counters,
+      ...this._outbox.snapshot.counters,
     };
   }
 
   /** The current collection window (server-corrected clock), or null without a config. */
   window(): number | null {
-    return this.cfg ? windowOf(this.cfg, this.now()) : null;
+    return this._cfg ? windowOf(this._cfg, this._now()) : null;
   }
 
   /**
@@ -221,61 +204,61 @@ export class Reporter {
    */
   async report(metric: string, value: string | number | Uint8Array): Promise<boolean> {
     try {
-      if (this.closed) return this.refuse("closed", "the reporter is closed");
-      if (!this.cfg || expired(this.cfg, this.now())) await this.fetchConfig(CONFIG_WAIT_MS);
-      const cfg = this.cfg;
-      if (!cfg) return this.refuse("no_config", `the shuffler was never reached and no bundledConfig was given (${this.lastError})`);
+      if (this._closed) return this._refuse("closed", "the reporter is closed");
+      if (!this._cfg || expired(this._cfg, this._now())) await this._fetchConfig(CONFIG_WAIT_MS);
+      const cfg = this._cfg;
+      if (!cfg) return this._refuse("no_config", `${this.lastError}, and no bundledConfig was given`);
       const mc = cfg.config.metrics.get(metric);
-      if (!mc) return this.refuse("unknown_metric", `metric ${String(metric)} is not in the shuffler's config`);
-      if (mc.histogram && this.o.sealing !== "required")
-        return this.refuse("refused_unsealed", `metric ${metric}: a shuffled histogram is sent sealed or not at all`);
-      const problem = ceilingProblem(metric, mc, this.o);
-      if (problem) return this.refuse("refused_by_ceiling", `${problem}; no report made`);
+      if (!mc) return this._refuse("unknown_metric", `metric ${String(metric)} is not in the shuffler's config`);
+      if (mc.sealedOnly && this._o.sealing !== "required")
+        return this._refuse("refused_unsealed", `metric ${metric}: ${mc.sealedOnly} is sent sealed or not at all`);
+      const problem = ceilingProblem(metric, mc, this._o, this._encodings);
+      if (problem) return this._refuse("refused_by_ceiling", `${problem}; no report made`);
       const ws = cfg.config.windowSeconds;
-      const window = windowOf(cfg, this.now());
-      const enc = this.encoder(metric, mc);
-      if (!enc) return this.refuse("unknown_metric", `metric ${metric}: its encoding ${mc.encoding} is not in this build (import @crowdmix/client for every encoding)`);
+      const window = windowOf(cfg, this._now());
+      const enc = this._encoder(metric, mc);
+      if (!enc) return this._refuse("unknown_metric", `metric ${metric}: encoding ${mc.encoding} is not in this build`);
       let reports: Report[];
       try {
         reports = await enc(value, window, mc);
       } catch (e) {
-        if (!(e instanceof Refusal)) return this.refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
-        if (e.status === "no_round" && this.cfg === cfg && cfg.age + (this.now().mono - cfg.at.mono) >= ROUND_REFETCH_SECONDS) {
-          this.cfg = { ...cfg, age: Infinity }; // the round may have been written since: fetched again
-          if (this.o.background) this.schedule(0);
+        if (!(e instanceof Refusal)) return this._refuse("invalid_value", `metric ${metric}: ${(e as Error).message}`);
+        if (e.refetchAfter !== undefined && this._cfg === cfg && cfg.age + (this._now().mono - cfg.at.mono) >= e.refetchAfter) {
+          this._cfg = { ...cfg, age: Infinity }; // fetched again
+          if (this._o.background) this._schedule(0);
         }
-        return this.refuse(e.status, e.message);
+        return this._refuse(e.status, e.message);
       }
-      const result = await this.outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
-      if (result === "full") return this.refuse("outbox_full", `the outbox holds ${this.o.maxReports} reports or ${this.o.maxBytes} bytes`);
-      if (result === "taken") return this.refuse("already_reported_this_window", "");
+      const result = await this._outbox.claim(metric, window, ws, reports.map((r) => rowOf(r, window, ws)));
+      if (result === "full") return this._refuse("outbox_full", `the outbox holds ${this._o.maxReports} reports or ${this._o.maxBytes} bytes`);
+      if (result === "taken") return this._refuse("already_reported_this_window", "");
       this.lastStatus = "claimed";
       this.lastError = null;
-      if (this.o.background) this.schedule(0);
+      if (this._o.background) this._schedule(0);
       return true;
     } catch (e) {
-      return this.refuse("internal_error", `report(${String(metric)}): ${(e as Error).message}`);
+      return this._refuse("internal_error", `report(${String(metric)}): ${(e as Error).message}`);
     }
   }
 
-  private async refuse(status: ReportStatus, detail: string): Promise<false> {
+  private async _refuse(status: ReportStatus, detail: string): Promise<false> {
     this.lastStatus = status;
     this.lastError = detail || null;
     if (status !== "already_reported_this_window" && status !== "closed")
-      await this.outbox.count(status).catch(() => undefined); // the result says it; the count is best effort
+      await this._outbox.count(status).catch(() => undefined); // the result says it; the count is best effort
     return false;
   }
 
   /** Send what waits for up to `timeoutMs`; resolves to the number still queued. */
   async flush(timeoutMs = 5000): Promise<number> {
     try {
-      if (!this.closed) {
+      if (!this._closed) {
         // a background pass in progress goes first; the caller waits timeoutMs at most
         let timer: ReturnType<typeof setTimeout> | undefined;
         const timeout = new Promise<void>((resolve) => {
           timer = setTimeout(resolve, timeoutMs);
         });
-        await Promise.race([this.runRound(Date.now() + timeoutMs), timeout]);
+        await Promise.race([this._runRound(Date.now() + timeoutMs), timeout]);
         clearTimeout(timer);
       }
     } catch (e) {
@@ -286,21 +269,21 @@ export class Reporter {
 
   /** The platform says the network is back: send now, backoff reset. */
   networkAvailable(): void {
-    this.failures = 0;
-    if (this.o.background && !this.closed && this.queued) this.schedule(0);
+    this._failures = 0;
+    if (this._o.background && !this._closed && this.queued) this._schedule(0);
   }
 
   /** Stop sending and close the outbox (what waits stays stored; flush first to send it). */
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
+    if (this._closed) return;
+    this._closed = true;
+    if (this._timer) clearTimeout(this._timer);
     try {
-      await this.round;
+      await this._round;
     } catch {
       // already recorded in lastError
     }
-    await this.outbox.close().catch(() => undefined);
+    await this._outbox.close().catch(() => undefined);
   }
 
   /**
@@ -310,11 +293,11 @@ export class Reporter {
    * ids (the aggregator counts an id once).
    */
   sendBeforeUnload(): void {
-    if (this.closed) return;
-    for (const p of this.prepared) {
-      void call(this.o.url, "Submit", p.body, { token: this.o.token, timeoutMs: this.o.timeoutMs, keepalive: true, fetch: this.o.fetch })
+    if (this._closed) return;
+    for (const p of this._prepared) {
+      void call(this._o.url, "Submit", p.body, { token: this._o.token, timeoutMs: this._o.timeoutMs, keepalive: true, fetch: this._o.fetch })
         .then(async (r) => {
-          if (r.ok) await this.outbox.remove(p.ids, "delivered");
+          if (r.ok) await this._outbox.remove(p.ids, "delivered");
         })
         .catch(() => undefined);
     }
@@ -322,39 +305,39 @@ export class Reporter {
 
   // -- internals -------------------------------------------------------------
 
-  private now(): Reading {
-    return { wall: this.o.clock(), mono: this.o.monotonic() };
+  private _now(): Reading {
+    return { wall: this._o.clock(), mono: this._o.monotonic() };
   }
 
-  private fail(why: string): false {
+  private _fail(why: string): false {
     this.lastError = why;
     return false;
   }
 
-  private encoder(metric: string, mc: MetricConfig): Encode | undefined {
-    const have = this.encoders.get(metric);
+  private _encoder(metric: string, mc: MetricConfig): Encode | undefined {
+    const have = this._encoders.get(metric);
     if (have && have.fp === mc.fingerprint) return have.enc;
-    for (const e of this.encodings) {
-      const enc = e.encoder(metric, mc, this.secret, this.rand, this.o.maxEpsilon);
+    for (const e of this._encodings) {
+      const enc = e.encoder(metric, mc, this._secret, this._rand, this._o.maxEpsilon);
       if (enc) {
-        this.encoders.set(metric, { fp: mc.fingerprint, enc });
+        this._encoders.set(metric, { fp: mc.fingerprint, enc });
         return enc;
       }
     }
     return undefined;
   }
 
-  private async fetchConfig(timeoutMs: number): Promise<boolean> {
-    const r = await call(this.o.url, "GetConfig", new Uint8Array(0), { token: this.o.token, timeoutMs, fetch: this.o.fetch });
+  private async _fetchConfig(timeoutMs: number): Promise<boolean> {
+    const r = await call(this._o.url, "GetConfig", new Uint8Array(0), { token: this._o.token, timeoutMs, fetch: this._o.fetch });
     if (!r.ok) {
       this.lastError = `GetConfig: ${r.code}: ${r.message}`;
-      await this.keepServerTime();
+      await this._keepServerTime();
       return false;
     }
-    const received = this.now();
+    const received = this._now();
     let config: DeviceConfig;
     try {
-      config = readConfig(r.body, this.encodings);
+      config = readConfig(r.body, this._encodings);
     } catch (e) {
       this.lastError = `GetConfig: ${(e as Error).message}`;
       return false;
@@ -364,8 +347,8 @@ export class Reporter {
       return false;
     }
     // stored with the wall clock's offset, for a later page or process (`restored`)
-    await this.outbox.setConfig({ answer: toHex(r.body), fetchedAt: received.wall, offset: config.serverTime - received.wall });
-    this.cfg = { config, serverTime: config.serverTime, at: received, age: 0 };
+    await this._outbox.setConfig({ answer: toHex(r.body), fetchedAt: received.wall, offset: config.serverTime - received.wall });
+    this._cfg = { config, serverTime: config.serverTime, at: received, age: 0 };
     return true;
   }
 
@@ -375,94 +358,94 @@ export class Reporter {
    * one) against the wall clock as it now reads, so a restart before the next fetch names
    * the windows this process names.
    */
-  private async keepServerTime(): Promise<void> {
-    const c = this.cfg;
-    const now = this.now();
-    const stored = this.outbox.snapshot.config;
+  private async _keepServerTime(): Promise<void> {
+    const c = this._cfg;
+    const now = this._now();
+    const stored = this._outbox.snapshot.config;
     if (!c || !stored || !learnt(c) || !drifted(c, now)) return;
     const offset = serverNow(c, now) - now.wall;
     if (Math.abs(stored.offset - offset) > CLOCK_SLACK)
-      await this.outbox.setConfig({ answer: stored.answer, fetchedAt: now.wall - (now.mono - c.at.mono), offset });
+      await this._outbox.setConfig({ answer: stored.answer, fetchedAt: now.wall - (now.mono - c.at.mono), offset });
   }
 
-  private schedule(delayMs: number): void {
-    if (this.closed) return;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      void this.runRound(Date.now() + this.o.timeoutMs * 3).then((done) => {
-        if (done) this.failures = 0;
+  private _schedule(delayMs: number): void {
+    if (this._closed) return;
+    if (this._timer) clearTimeout(this._timer);
+    this._timer = setTimeout(() => {
+      this._timer = null;
+      void this._runRound(Date.now() + this._o.timeoutMs * 3).then((done) => {
+        if (done) this._failures = 0;
         else {
-          this.failures++;
-          const cap = Math.min(this.o.backoffCapMs, this.o.backoffBaseMs * 2 ** Math.min(this.failures, 30));
-          this.schedule(Math.max(1, Math.random() * cap)); // full jitter
+          this._failures++;
+          const cap = Math.min(this._o.backoffCapMs, this._o.backoffBaseMs * 2 ** Math.min(this._failures, 30));
+          this._schedule(Math.max(1, Math.random() * cap)); // full jitter
         }
       });
     }, delayMs);
-    (this.timer as { unref?: () => void }).unref?.(); // never keeps a Node app alive
+    (this._timer as { unref?: () => void }).unref?.(); // never keeps a Node app alive
   }
 
   /** One sending round at a time; resolves true when nothing failed. */
-  private runRound(deadline: number): Promise<boolean> {
-    const prev = this.round ?? Promise.resolve(true);
+  private _runRound(deadline: number): Promise<boolean> {
+    const prev = this._round ?? Promise.resolve(true);
     const next = prev
       .catch(() => true)
-      .then(() => this.sendAll(deadline))
-      .catch((e: Error) => this.fail(`the sender failed: ${e.message}`));
-    this.round = next;
+      .then(() => this._sendAll(deadline))
+      .catch((e: Error) => this._fail(`the sender failed: ${e.message}`));
+    this._round = next;
     return next;
   }
 
   /** Act on `decide` until it says to wait or to stop (see policy.ts); true unless offline. */
-  private async sendAll(deadline: number): Promise<boolean> {
+  private async _sendAll(deadline: number): Promise<boolean> {
     let state: SendState = {
-      sealing: this.o.sealing,
-      ceiling: (m, mc) => ceilingProblem(m, mc, this.o),
+      sealing: this._o.sealing,
+      ceiling: (m, mc) => ceilingProblem(m, mc, this._o, this._encodings),
       refetched: false,
       fetchFailure: null,
       answer: null,
     };
     const refused = new Map<string, Answer>(); // this pass's refusals, per group
     for (let step = 0; step < MAX_STEPS; step++) {
-      if (this.closed && step > 0) return false;
+      if (this._closed && step > 0) return false;
       const left = deadline - Date.now();
-      if (left <= 0) return this.fail("out of time");
-      const rows = nextGroup((await this.outbox.load()).rows);
+      if (left <= 0) return this._fail("out of time");
+      const rows = nextGroup((await this._outbox.load()).rows);
       const group = rows.length ? `${rows[0]!.metric}\0${rows[0]!.window}` : "";
-      const d = decide(rows, this.cfg, this.now(), { ...state, answer: refused.get(group) ?? null });
+      const d = decide(rows, this._cfg, this._now(), { ...state, answer: refused.get(group) ?? null });
       if (d.kind === "send") {
-        const body = await this.request(d.rows, d.window, d.key);
-        const r = await call(this.o.url, "Submit", body, { token: this.o.token, timeoutMs: Math.min(this.o.timeoutMs, left), fetch: this.o.fetch });
+        const body = await this._request(d.rows, d.window, d.key);
+        const r = await call(this._o.url, "Submit", body, { token: this._o.token, timeoutMs: Math.min(this._o.timeoutMs, left), fetch: this._o.fetch });
         if (r.ok) {
           decodeSubmitResponse(r.body);
-          await this.outbox.remove(d.rows.map((x) => x.id), "delivered");
+          await this._outbox.remove(d.rows.map((x) => x.id), "delivered");
         } else refused.set(group, classify(r.code, r.message));
       } else if (d.kind === "drop") {
-        if (d.reason === "window_ahead") await this.outbox.withdraw(d.ids); // never taken: the claim moves back
-        else await this.outbox.remove(d.ids, d.reason);
+        if (d.reason === "window_ahead") await this._outbox.withdraw(d.ids); // never taken: the claim moves back
+        else await this._outbox.remove(d.ids, d.reason);
       } else if (d.kind === "wait") {
         this.lastError = d.problem ?? null;
-        if (!d.problem) this.prepared = [];
+        if (!d.problem) this._prepared = [];
         return d.problem === undefined;
       } else if (d.kind === "offline") {
-        await this.prepare();
-        return this.fail(d.reason);
+        await this._prepare();
+        return this._fail(d.reason);
       } else {
         // refetch: at most once a pass, then send again what was refused
-        const failure = await this.fetchConfig(Math.min(this.o.timeoutMs, left)) ? null : this.lastError;
+        const failure = await this._fetchConfig(Math.min(this._o.timeoutMs, left)) ? null : this.lastError;
         state = { ...state, refetched: true, fetchFailure: failure };
         refused.clear();
       }
     }
-    return this.fail("too many steps in one sending pass");
+    return this._fail("too many steps in one sending pass");
   }
 
   /** One Submit body for one group of rows: sealed to `key`, or clear (key null). */
-  private async request(rows: readonly StoredRow[], window: number, key: WireKey | null): Promise<Uint8Array> {
+  private async _request(rows: readonly StoredRow[], window: number, key: WireKey | null): Promise<Uint8Array> {
     const wire: WireReport[] = [];
-    // a heavy-hitters report names its round's fingerprint beside its seal too: the
-    // shuffler refuses one of another round than it serves for the window
-    const roundBound = !!this.cfg?.config.metrics.get(rows[0]!.metric)?.heavyHitters;
+    // a report of a metric served in rounds (heavy hitters) names its round's fingerprint
+    // beside its seal too: the shuffler refuses one of another round than it serves for the window
+    const roundBound = !!this._cfg?.config.metrics.get(rows[0]!.metric)?.rounds;
     for (const row of rows) {
       const r = reportOf(row);
       wire.push(
@@ -478,29 +461,29 @@ export class Reporter {
    * Seal what waits now, so that a page going away can send it synchronously. Only the
    * groups not sealed yet are sealed (to the key usable now); acknowledged ones are gone.
    */
-  private async prepare(): Promise<void> {
-    const cfg = this.cfg;
+  private async _prepare(): Promise<void> {
+    const cfg = this._cfg;
     if (!cfg) return;
-    const key = chooseKey(cfg.config.keys, serverNow(cfg, this.now()));
-    if (this.o.sealing === "required" && !key) return; // nothing is sent clear
+    const key = chooseKey(cfg.config.keys, serverNow(cfg, this._now()));
+    if (this._o.sealing === "required" && !key) return; // nothing is sent clear
     const groups = new Map<string, StoredRow[]>();
-    for (const r of this.outbox.snapshot.rows) {
+    for (const r of this._outbox.snapshot.rows) {
       const k = `${r.metric}\0${r.window}`;
       groups.set(k, [...(groups.get(k) ?? []), r]);
     }
-    const have = new Map(this.prepared.map((p) => [p.ids.join(","), p]));
+    const have = new Map(this._prepared.map((p) => [p.ids.join(","), p]));
     const out: { ids: string[]; body: Uint8Array }[] = [];
     for (const rows of groups.values()) {
       const ids = rows.map((r) => r.id);
-      out.push(have.get(ids.join(",")) ?? { ids, body: await this.request(rows, rows[0]!.window, this.o.sealing === "off" ? null : key) });
+      out.push(have.get(ids.join(",")) ?? { ids, body: await this._request(rows, rows[0]!.window, this._o.sealing === "off" ? null : key) });
     }
-    this.prepared = out;
+    this._prepared = out;
   }
 
   /** Seal the queued reports in advance (the browser entry calls it after each claim). */
   async prepareForUnload(): Promise<void> {
     try {
-      await this.prepare();
+      await this._prepare();
     } catch {
       // best effort
     }

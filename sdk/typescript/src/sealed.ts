@@ -1,7 +1,7 @@
 /**
  * Sealed reports, as `crowdmix.client.sealed` (protocol 2): RFC 9180 HPKE
- * (DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM; @hpke/core on WebCrypto)
- * to the aggregator's public key.
+ * (DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM; hpke.ts, on WebCrypto) to
+ * the aggregator's public key, with no `aad`.
  *
  *     plaintext = bits ‖ cohort (u32 LE) ‖ params fingerprint (u64 LE) ‖ report id (16 B)
  *     info      = "crowdmix/sealed-report" ‖ 0x00 ‖ protocol (u8 = 2) ‖ key id (u32 LE)
@@ -9,9 +9,9 @@
  *     sealed    = enc (32 B) ‖ ciphertext ‖ tag (16 B)
  *
  * A ciphertext replayed under another metric, key or window does not open. Only the
- * X25519 suite is sealed here (the ML-KEM hybrid is not in @hpke/core).
+ * X25519 suite is sealed here (WebCrypto has no ML-KEM for the hybrid suite).
  */
-import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
+import { hpkeSeal } from "./hpke.js";
 import type { WireKey } from "./proto.js";
 import { PROTOCOL_VERSION, type Report, utf8 } from "./report.js";
 
@@ -54,25 +54,7 @@ export function chooseKey(keys: readonly WireKey[], now: number): WireKey | null
   return best;
 }
 
-let suite: CipherSuite | null = null;
-const imported = new Map<string, Promise<CryptoKey>>();
-
 /** Seal one report of `window` to `key`: enc ‖ ct ‖ tag (a fresh ephemeral key each call). */
 export async function sealReport(key: WireKey, window: number, report: Report): Promise<Uint8Array> {
-  suite ??= new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Aes128Gcm() });
-  const s = suite;
-  const id = `${key.keyId}:${Array.from(key.publicKey).join(",")}`;
-  let pk = imported.get(id);
-  if (!pk) {
-    pk = s.kem.importKey("raw", key.publicKey.slice().buffer, true);
-    imported.set(id, pk);
-  }
-  const { enc, ct } = await s.seal(
-    { recipientPublicKey: await pk, info: reportInfo(report.metric, key.keyId, window) },
-    packPlaintext(report),
-  );
-  const out = new Uint8Array(enc.byteLength + ct.byteLength);
-  out.set(new Uint8Array(enc));
-  out.set(new Uint8Array(ct), enc.byteLength);
-  return out;
+  return hpkeSeal(key.publicKey, reportInfo(report.metric, key.keyId, window), new Uint8Array(0), packPlaintext(report));
 }

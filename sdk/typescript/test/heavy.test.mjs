@@ -57,7 +57,7 @@ test("a report is encoded against its window's round, once a window, by that rou
   assert.equal(await in0.report("words", 7), false); // checked after the round: a string only
   assert.equal(in0.lastStatus, "invalid_value");
   assert.equal(await in0.report("words", "apple"), true, in0.lastError);
-  const [row] = in0.outbox.snapshot.rows;
+  const [row] = in0._outbox.snapshot.rows;
   // 4 bytes: every round's length; under the round's fingerprint, not the metric's
   assert.deepEqual([row.window, row.bits.length, row.fp], [W, 8, sdk.roundFingerprint(FP, wire(ROUNDS[0])).toString()]);
   const index = new DataView(sdk.fromHex(row.bits).buffer).getUint32(0, true);
@@ -74,7 +74,7 @@ test("a report is encoded against its window's round, once a window, by that rou
   state.t += 3600; // the value round: in its group, "banana" is candidate 1 (of 2, and none)
   const in2 = device(await secretIn(2), state);
   assert.equal(await in2.report("words", "banana"), true, in2.lastError);
-  assert.ok(sdk.fromHex(in2.outbox.snapshot.rows[0].bits)[0] < 3);
+  assert.ok(sdk.fromHex(in2._outbox.snapshot.rows[0].bits)[0] < 3);
   assert.deepEqual([in0.counters().not_this_round, in1.counters().not_this_round, in0.counters().invalid_value], [1, 1, 1]);
 });
 
@@ -107,7 +107,7 @@ test("a heavy-hitters report leaves clear with sealing off, its id the same on e
   const state = newState();
   const r = device(await secretIn(0), state);
   assert.equal(await r.report("words", "apple"), true, r.lastError);
-  const id = Buffer.from(r.outbox.snapshot.rows[0].id, "hex");
+  const id = Buffer.from(r._outbox.snapshot.rows[0].id, "hex");
   state.down = true;
   assert.equal(await r.flush(1000), 1);
   state.down = false;
@@ -121,7 +121,7 @@ test("a report of another shuffler's round: refused round_mismatch, the config f
   const state = newState();
   const r = device(await secretIn(0), state);
   assert.equal(await r.report("words", "apple"), true, r.lastError);
-  const fp = r.outbox.snapshot.rows[0].fp;
+  const fp = r._outbox.snapshot.rows[0].fp;
   // the next shuffler holds another round file: another round 0 in this window
   state.rounds = [{ ...ROUNDS[0], epsilon: 8, buckets: 2999 }, ...ROUNDS.slice(1)];
   state.refuse = { code: "failed_precondition", message: "round_mismatch: metric 'words': the reports of window 500000 name another round" };

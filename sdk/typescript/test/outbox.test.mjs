@@ -186,12 +186,12 @@ test("a wall clock set a month forward while the app was down: the report claime
   const r = await sdk.openReporter(d, { ...opts, clock: () => t + 600 + month, monotonic: () => 5 });
   assert.equal(await r.report("theme", "dark"), true, r.lastError); // claimed on the wall clock
   const day = Math.floor(t / 86400);
-  assert.equal(r.outbox.snapshot.rows[0].window, day + 30);
+  assert.equal(r._outbox.snapshot.rows[0].window, day + 30);
   online = true;
   assert.equal(await r.flush(2000), 0); // the server time learnt: withdrawn, not kept a month
   assert.equal(r.counters().window_ahead, 1);
   assert.equal(await r.report("theme", "dark"), true, r.lastError); // the metric is not held
-  assert.equal(r.outbox.snapshot.rows[0].window, day);
+  assert.equal(r._outbox.snapshot.rows[0].window, day);
   assert.equal(await r.flush(2000), 0);
   assert.deepEqual([submits, r.counters().delivered], [1, 1]);
   await r.close();
