@@ -265,15 +265,16 @@ def bit_vector_lower(
 ) -> dict[str, float]:
     """Lower bounds (a), (b), (c) of the module docstring, by name (h ≤ 2; (b) for
     h = 1; (c) only when ``labelled``: for h = 1 at every n (``lower_labelled``, the
-    Jensen sum, 0 when it certifies nothing above (a) and (b)), for h = 2 up to
+    Jensen sum; left out when it certifies nothing above (a) and (b)), for h = 2 up to
     n = _LABEL_MAX_N/8)."""
     upper = bits * (math.log(q) + math.log1p(-p) - math.log(p) - math.log1p(-q))
     out = {"columns": _columns(p, q, bits, n, delta, upper)}
     if bits == 1:
         out["filtered"] = _filtered(p, q, n, delta, upper)
         if labelled:
-            start = max(out.values())
-            out["labelled"] = labelled_one_bit(p, q, n, delta, start, upper)
+            found = labelled_one_bit(p, q, n, delta, max(out.values()), upper)
+            if found > 0.0:
+                out["labelled"] = found
     elif labelled and n <= _LABEL_MAX_N // bits**3:
         out["labelled"] = _labelled(p, q, bits, n, delta, upper)
     return out

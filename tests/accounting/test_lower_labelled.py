@@ -89,14 +89,14 @@ def test_the_bound_never_exceeds_the_real_shuffled_mechanism(d: int, eps0: float
 
 @pytest.mark.parametrize(("eps0", "n"), [(1.0, 10), (0.5, 9), (2.0, 9)])
 def test_the_bound_is_close_to_the_exact_delta_of_its_data_set(eps0: float, n: int) -> None:
-    # Jensen over Y's spread given (N1, M1, M0) is the only loss (it grows far in
-    # the tail at tiny n: 28 % at ε = 0.5, n = 10; bench/tightness.py shows large n).
+    # The losses (Jensen over Y's spread given N1, M1, M0; the cut taking E[N0 | M0]
+    # at its mean) grow far in the tail at tiny n; bench/tightness.py shows large n.
     p = 1 / (math.exp(eps0) + 1)
     eps = [0.05, 0.2]
     exact = pattern_delta(p, 0.5, n, eps)
     lower = _Walks(p, 0.5, n).jensen_sum(eps) / n
     assert np.all(lower <= exact + ROUNDING)
-    assert np.all(lower >= 0.95 * exact), (lower, exact)
+    assert np.all(lower >= 0.9 * exact), (lower, exact)
 
 
 @pytest.mark.parametrize(("eps0", "n", "delta"), [(1.0, 100_000, 1e-6), (0.25, 30_000, 1e-10)])
