@@ -45,7 +45,8 @@ def shuffled_delta(d: int, p: float, n: int, eps: list[float]) -> np.ndarray:
     k1, p1 = add(keys, probs, rows[1])
     assert np.array_equal(k0, k1)
     c = np.exp(np.asarray(eps))[:, None]
-    return np.maximum(p0[None, :] - c * p1[None, :], 0.0).sum(axis=1)
+    out: np.ndarray = np.maximum(p0[None, :] - c * p1[None, :], 0.0).sum(axis=1)
+    return out
 
 
 def pattern_delta(p: float, q: float, n: int, eps: list[float]) -> np.ndarray:
@@ -61,9 +62,11 @@ def pattern_delta(p: float, q: float, n: int, eps: list[float]) -> np.ndarray:
         if sum(counts) > n:
             continue
         full = (*counts, n - sum(counts))
-        mult = math.factorial(n) * math.prod(pr**k / math.factorial(k) for pr, k in zip(prob, full))
-        sx = sum(k * v for k, v in zip(full, x))
-        sy = sum(k * v for k, v in zip(full, y))
+        mult = math.factorial(n) * math.prod(
+            pr**k / math.factorial(k) for pr, k in zip(prob, full, strict=True)
+        )
+        sx = sum(k * v for k, v in zip(full, x, strict=True))
+        sy = sum(k * v for k, v in zip(full, y, strict=True))
         out += mult * np.maximum(sx - np.exp(np.asarray(eps)) * sy, 0.0) / n
     return out
 
