@@ -9,7 +9,7 @@ much room is left. Target: ≤ 1.1 for k-RR (k = 2…1024) and OUE over n = 1e4�
 ε0 = 0.25…4, δ = 1e-6…1e-10. Then RAPPOR at the demo's parameters (k=64 h=2 m=16
 f=¼ p=¼ q=¾) and its smallest same-cohort crowds.
 
-    .venv/bin/python bench/tightness.py [--jobs 2] [--full]
+    .venv/bin/python bench/tightness.py [--jobs 2] [--full] [--only OUE]
 """
 
 from __future__ import annotations
@@ -80,10 +80,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--full", action="store_true", help="a denser grid (about 4× the cells)")
+    ap.add_argument(
+        "--only", choices=("k-RR", "OUE"), help="one mechanism's cells (no RAPPOR rows)"
+    )
     args = ap.parse_args()
     started = time.perf_counter()
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min); 2 cores", flush=True)
-    cells = grid(args.full)
+    cells = [c for c in grid(args.full) if args.only in (None, c[0])]
     print(
         f"{'mech':<5} {'k':>5} {'ε0':>5} {'n':>8} {'δ':>6} {'ours':>9} {'lower':>9} "
         f"{'ratio':>6} {'bound':>8} {'cpu s':>6}",
@@ -111,6 +114,9 @@ def main() -> None:
             f"{worst[1]}, median {statistics.median(ratios):.3f}; "
             f"{len(over)} over {TARGET}×" + (f": {over}" if over else "")
         )
+    if args.only:
+        print(f"({time.perf_counter() - started:.0f} s wall, {args.jobs} workers)")
+        return
     print()
     print(
         f"{'RAPPOR demo':<12} {'crowd':>6} {'ε1':>7} {'ours':>8} {'lower':>8} {'ratio':>6}  lowers"

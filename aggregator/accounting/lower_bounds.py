@@ -7,7 +7,8 @@ counts, for one pair of neighbouring data sets, evaluated exactly with every lef
 valid upper bound may be below any of them; ``bench/tightness.py`` prints the ratio.
 k-RR: victim x0 vs x1, everyone else x2 (d ≥ 3) or 0 (d = 2). Bit vectors (OUE, a RAPPOR
 report, the PRR): everyone else a value whose bits avoid the victim's, projected three
-ways. Constructions: docs/design.md, "Aggregator: accounting", lower bounds.
+ways (one bit: (c) is ``lower_labelled``). Constructions: docs/design.md, "Aggregator:
+accounting", lower bounds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from crowdmix.aggregator.accounting.lower_labelled import labelled_one_bit
 from crowdmix.aggregator.accounting.pairs import (
     ClonePair,
     binom_window,
@@ -35,8 +37,6 @@ _TAIL = 1e-18
 # on grids of this many points; skipped past _LABEL_MAX_N others.
 _LABEL_DROP = 1e-4
 _LABEL_GRID = 384
-# One label bit: each law is one-dimensional, so a finer grid is cheap.
-_LABEL_GRID_ONE_BIT = 4096
 _LABEL_MAX_N = 20_000
 
 
@@ -147,7 +147,7 @@ def _labelled(p: float, q: float, bits: int, n: int, delta: float, upper: float)
     label = [math.comb(bits, c) * q**c * (1.0 - q) ** (bits - c) for c in range(bits + 1)]
     weight = [r1 ** (-c) * r0 ** (-(bits - c)) for c in range(bits + 1)]
     configs = _likely_counts(n, label)
-    grid = _LABEL_GRID_ONE_BIT if bits == 1 else _LABEL_GRID
+    grid = _LABEL_GRID
     sums: dict[tuple[int, int, bool], tuple[Any, Any]] = {}
     errors = [0.0]
 
@@ -264,11 +264,17 @@ def bit_vector_lower(
     p: float, q: float, bits: int, n: int, delta: float, *, labelled: bool = True
 ) -> dict[str, float]:
     """Lower bounds (a), (b), (c) of the module docstring, by name (h ≤ 2; (b) for
-    h = 1; (c) only when ``labelled`` and for n up to _LABEL_MAX_N/h³)."""
+    h = 1; (c) only when ``labelled``: for h = 1 at every n (``lower_labelled``, the
+    Jensen sum; left out when it certifies nothing above (a) and (b)), for h = 2 up to
+    n = _LABEL_MAX_N/8)."""
     upper = bits * (math.log(q) + math.log1p(-p) - math.log(p) - math.log1p(-q))
     out = {"columns": _columns(p, q, bits, n, delta, upper)}
     if bits == 1:
         out["filtered"] = _filtered(p, q, n, delta, upper)
-    if labelled and n <= _LABEL_MAX_N // bits**3:
+        if labelled:
+            found = labelled_one_bit(p, q, n, delta, max(out.values()), upper)
+            if found > 0.0:
+                out["labelled"] = found
+    elif labelled and n <= _LABEL_MAX_N // bits**3:
         out["labelled"] = _labelled(p, q, bits, n, delta, upper)
     return out
