@@ -1,0 +1,77 @@
+"""The IndexedDB outbox in a real browser: headless Chromium loads
+sdk/typescript/test/browser/outbox.html once, which drives IdbBackend through the Outbox
+API beside the in-memory backend given the same calls, and POSTs each check's outcome;
+each check here is one test, named as the page names it."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_browser_sdk import _Site, chromium
+from tests.typescript import built_sdk
+
+pytestmark = pytest.mark.integration
+
+CHECKS = [
+    "claim",
+    "same window again: taken",
+    "over maxReports: full",
+    "over maxBytes: full",
+    "at maxBytes: claimed",
+    "remove: rows gone, counted",
+    "remove: window settled, still taken",
+    "remove: counted once",
+    "withdraw: rows gone, counted window_ahead",
+    "withdraw: claim dropped, window claimable again",
+    "withdraw: claim moved back to the window held",
+    "counters",
+    "config stored and read back",
+    "rows in claim order",
+    "each answer as the in-memory outbox's",
+    "after reopen: the in-memory outbox's state",
+    "secret: 32 bytes, the same after reopen",
+    "after reopen: taken and full as before",
+    *(
+        f"old layout v{v}: {what}"
+        for v in (1, 2)
+        for what in ("recreated empty", "works", "no old record left")
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What the page reported, from one load in a fresh browser profile."""
+    built_sdk()
+    site = _Site()
+    profile = tmp_path_factory.mktemp("idb") / "profile"
+    url = f"{site.origin}/sdk/typescript/test/browser/outbox.html?result=/result"
+    proc = subprocess.Popen(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", url],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        result: dict[str, Any] = site.results.get(timeout=90)
+    except queue.Empty:
+        raise AssertionError("the page never reported back") from None
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+        site.close()
+    return result
+
+
+def test_the_page_ran_every_check_without_error(page: dict[str, Any]) -> None:
+    assert page["error"] is None, page["error"]
+    assert sorted(page["checks"]) == sorted(CHECKS)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_indexeddb_outbox(page: dict[str, Any], check: str) -> None:
+    assert page["checks"].get(check) is True, f"{check}: saw {page['checks'].get(check)}"
