@@ -68,3 +68,15 @@ test("seals of 0 to 299 bytes (every 13th length), with and without info, open i
 test("a public key that is not 32 bytes is refused (the promise rejects)", async () => {
   await assert.rejects(sdk.hpkeSeal(new Uint8Array(31), new Uint8Array(0), new Uint8Array(0), new Uint8Array(1)));
 });
+
+// RFC 9180 §7.1.4: X25519 must refuse an all-zero shared secret. A low-order public key
+// (here 0 and 1, both of order dividing 8) makes one for every ephemeral key; the
+// platform's X25519 (WebCrypto: "if secret is the all-zero value, throw") refuses it, so
+// such a key served as the aggregator's seals nothing, rather than sealing readably.
+test("a low-order public key is refused: no seal under an all-zero shared secret", async () => {
+  for (const first of [0, 1]) {
+    const pk = new Uint8Array(32);
+    pk[0] = first;
+    await assert.rejects(sdk.hpkeSeal(pk, new Uint8Array(0), new Uint8Array(0), new Uint8Array(1)));
+  }
+});
