@@ -1,0 +1,226 @@
+"""Shuffled binary randomized response: a proved (ε, δ) over every data set. Pure math.
+
+Each report is the true bit w.p. p = e^ε0/(e^ε0+1), else its flip (q = 1 − p). With a
+others holding 1 and b holding 0, the shuffled batch is the count of ones V + N, N =
+Bin(a, p) + Bin(b, q), the victim's V ~ Bern(p) or Bern(q). Dropping others is a
+post-processing in reverse (their reports are independent noise added to V + N), so
+δ(a, b) ≤ δ(a1, n−1−a2) for every a in [a1, a2]: cells of a cover all data sets, split
+until each cell's bound is below δ. N is log-concave (a sum of Bernoullis), so the
+hockey stick's positive set is a tail: δ = max_s c1·P(N ≥ s−1) − c2·P(N ≥ s), c1 = p −
+e^ε q, c2 = e^ε p − q, one tail per cell. Flipping every bit maps (a, b) to (b, a) and
+swaps the two directions, so one direction over a ∈ [0, n−1] covers both. Float and
+window errors are charged upward. Derivation: docs/design.md, "Aggregator: accounting",
+binary randomized response.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from crowdmix.aggregator.accounting.pairs import binom_logpmf, binom_window, pmf_error
+
+__all__ = ["binary_rr_delta", "binary_rr_epsilon", "config_delta"]
+
+_ULP = math.ulp(1.0)
+# Each window leaves out at most this fraction of δ (charged in full).
+_TAIL_FRACTION = 1e-7
+# Initial cells of a; a certified crossing bracket wider than _MAX_SPAN falls back.
+_CELLS_START = 64
+_MAX_SPAN = 64
+# Relative steps above the extreme data sets' ε tried, smallest first; each check
+# gives up (the step fails) past _BUDGET cells. The extremes' ε to _EXTREME_XTOL.
+_STEPS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+_BUDGET = 300
+_EXTREME_XTOL = 1e-4
+# Above this ε0 nothing is computed (ε0 is returned), as for the generic bound.
+_NO_BOUND = 50.0
+
+
+def _flip(epsilon0: float) -> tuple[float, float]:
+    q = 1.0 / (math.exp(epsilon0) + 1.0)
+    return 1.0 - q, q
+
+
+def config_delta(epsilon: float, epsilon0: float, ones: int, zeros: int, tail: float) -> float:
+    """An upper bound on D_{e^ε}(P‖Q) with P = Bern(p) + N, Q = Bern(q) + N and
+    N = Bin(ones, p) + Bin(zeros, q): the victim holds 1 under P, 0 under Q. Each
+    binomial window leaves out at most ``tail`` of its mass (charged)."""
+    import numpy as np
+    from scipy import stats
+
+    p, q = _flip(epsilon0)
+    e = math.exp(epsilon)
+    c1, c2 = p - e * q, e * p - q
+    if c1 <= 0.0:
+        # c1 ≤ 0 up to its rounding: the bound is at most that rounding's share.
+        return max(0.0, c1 + 4.0 * _ULP * (p + e * q))
+    # S is summed over its window, L read as a pmf and a tail: S has fewer draws.
+    if ones <= zeros:
+        s_n, s_p, l_n, l_p = ones, p, zeros, q
+    else:
+        s_n, s_p, l_n, l_p = zeros, q, ones, p
+    s_lo, s_hi = binom_window(s_n, s_p, tail) if s_n > 0 else (0, 0)
+    s_out = 0.0
+    if s_lo > 0:
+        s_out += float(stats.binom.cdf(s_lo - 1, s_n, s_p))
+    if s_hi < s_n:
+        s_out += float(stats.binom.sf(s_hi, s_n, s_p))
+    j = np.arange(s_lo, s_hi + 1, dtype=np.float64)
+    w = np.exp(binom_logpmf(j, s_n, s_p)) if s_n > 0 else np.ones(1)
+    # Relative error of a window sum: S's and L's pmf or tail (``pmf_error``), the
+    # roundings of a running sum and a dot product over the window; 1.01× for products.
+    rel = 1.01 * (pmf_error(max(s_n, 1), s_p) + pmf_error(max(l_n, 1), l_p))
+    rel += 8.0 * _ULP * (j.size + 64)
+    s_out *= 1.0 + rel
+    # Underflow: each of the window's products may be off by the least subnormal.
+    tiny = 1e-300 * (j.size + 2)
+    mean = s_n * s_p + l_n * l_p
+    var = max((s_n + l_n) * p * q, 1e-12)
+    top = s_n + l_n + 1  # f(top − 1) > 0 = f(top): h(top) > 0 in exact arithmetic
+
+    def h_sign(t: int) -> int:
+        """The sign of h(t) = c1 f(t−1) − c2 f(t) where certain, else 0."""
+        if t <= 0:
+            return -1  # f(t − 1) = 0
+        # L's pmf at t − 1 − j and t − j for the window's j (one array, reversed).
+        pl = np.exp(binom_logpmf(np.arange(t - 1 - s_hi, t - s_lo + 1, dtype=np.float64), l_n, l_p))
+        f_prev = float(pl[-2::-1] @ w)
+        f_t = float(pl[:0:-1] @ w)
+        val = c1 * f_prev - c2 * f_t
+        err = rel * (c1 * f_prev + c2 * f_t) + c2 * s_out + tiny
+        err += 8.0 * _ULP * (1.0 + e) * (f_prev + f_t)
+        return 1 if val - err > 0.0 else (-1 if val + err <= 0.0 else 0)
+
+    # h changes sign once (f is log-concave): s* = min{t: h(t) > 0} ≤ top, and a t
+    # with h(t) certainly ≤ 0 is below s*. Find the largest such t_neg by galloping
+    # right from a normal guess of the crossing f(t−1)/f(t) = c2/c1 (or the mean).
+    guess = min(max(round(mean - 0.5 + var * math.log(c2 / c1)), 1), top)
+    t_neg = 0
+    for start in (guess, min(max(round(mean), 1), top)):
+        if h_sign(start) == -1:
+            t_neg = start
+            break
+    step, t_hi = 1, top
+    while t_neg + step < top:
+        if h_sign(t_neg + step) != -1:
+            t_hi = t_neg + step
+            break
+        t_neg, step = t_neg + step, 2 * step
+    while t_hi - t_neg > 1:  # h_sign(t_hi) != -1 or t_hi = top
+        mid = (t_neg + t_hi) // 2
+        if h_sign(mid) == -1:
+            t_neg = mid
+        else:
+            t_hi = mid
+    t_pos = t_neg + 1
+    while t_pos < min(top, t_neg + _MAX_SPAN) and h_sign(t_pos) != 1:
+        t_pos += 1
+    if t_pos < top and h_sign(t_pos) != 1:  # no certain crossing nearby
+        t_pos = t_neg + _MAX_SPAN + 1
+
+    def tails(t: int) -> tuple[float, float]:
+        """P(N ≥ t − 1), P(N ≥ t) over S's window: Σ_j w_j·P(L ≥ t − j), L's tail
+        from scipy at the top and L's pmf summed down from it (all terms ≥ 0)."""
+        u = np.arange(t - 1 - s_hi, t - s_lo + 1, dtype=np.float64)
+        pl = np.exp(binom_logpmf(u, l_n, l_p))
+        g = np.empty_like(pl)
+        g[-1] = float(stats.binom.sf(u[-1] - 1.0, l_n, l_p))
+        g[:-1] = g[-1] + np.cumsum(pl[:-1][::-1])[::-1]
+        return float(g[-2::-1] @ w), float(g[:0:-1] @ w)
+
+    # δ = Σ_{t ≥ s*} h(t) = g(s*) ≤ c1·P(N ≥ s* − 1) ≤ c1·P(N ≥ t_neg).
+    if t_pos - t_neg > _MAX_SPAN:
+        return c1 * (tails(t_neg + 1)[0] * (1.0 + rel) + s_out) + tiny
+    best = 0.0
+    for t in range(t_neg + 1, t_pos + 1):  # δ = g(s*), s* in (t_neg, t_pos]
+        f_prev, f_t = tails(t)
+        g_t = c1 * f_prev - c2 * f_t
+        g_t += rel * (c1 * f_prev + c2 * f_t) + 8.0 * _ULP * (1.0 + e) * (f_prev + f_t)
+        best = max(best, g_t)
+    return best + c1 * s_out + tiny
+
+
+def _delta_cells(
+    epsilon: float, epsilon0: float, n: int, delta: float, budget: int | None = None
+) -> tuple[float, bool]:
+    """Whether every data set's δ(ε) is at most δ: cells of a split until each
+    cell's bound (``config_delta``) is at most δ (True), or a single a, or more than
+    ``budget`` cells were read, is above it (False); and the largest bound read."""
+    tail = _TAIL_FRACTION * delta
+    last = n - 1
+    # The extreme data sets first (usually the worst): a failure shows early.
+    todo = [(last, last), (0, 0)] if last > 0 else [(0, 0)]
+    size = max(1, -(-(last - 1) // _CELLS_START))
+    todo += [(a, min(a + size - 1, last - 1)) for a in range(1, last, size)][::-1]
+    worst, read = 0.0, 0
+    while todo:
+        a1, a2 = todo.pop()
+        # Every a in [a1, a2]: δ(a, n−1−a) ≤ δ(a1, n−1−a2) (fewer others).
+        bound = config_delta(epsilon, epsilon0, a1, last - a2, tail)
+        worst, read = max(worst, bound), read + 1
+        if bound <= delta:
+            continue
+        if a1 == a2 or (budget is not None and read >= budget):
+            return worst, False
+        mid = (a1 + a2) // 2
+        todo += [(a1, mid), (mid + 1, a2)]  # the upper half first: δ(a) rises with a
+    return worst, True
+
+
+def binary_rr_delta(epsilon: float, epsilon0: float, n: int, delta: float) -> float:
+    """An upper bound on δ(ε) over every pair of neighbouring data sets of n shuffled
+    binary RR reports, refined until each cell is below ``delta`` or a single a (a
+    check at small n: every a is read at worst)."""
+    _check(epsilon0, n, delta)
+    return _delta_cells(float(epsilon), float(epsilon0), n, float(delta))[0]
+
+
+def binary_rr_epsilon(epsilon0: float, n: int, delta: float) -> float:
+    """The smallest ε of a ladder above the two extreme data sets' ε (everyone else
+    holding 0, or 1) whose every cell is checked below δ; ε0 if none is below it.
+    Cached; a few CPU seconds at most (n = 1e7)."""
+    _check(epsilon0, n, delta)
+    return _epsilon(float(epsilon0), n, float(delta))
+
+
+@lru_cache(maxsize=256)
+def _epsilon(epsilon0: float, n: int, delta: float) -> float:
+    if epsilon0 == 0.0 or epsilon0 > _NO_BOUND:
+        return epsilon0
+    tail = _TAIL_FRACTION * delta
+
+    def extremes(eps: float) -> float:
+        return max(
+            config_delta(eps, epsilon0, 0, n - 1, tail),
+            config_delta(eps, epsilon0, n - 1, 0, tail),
+        )
+
+    if extremes(epsilon0) > delta:
+        return epsilon0
+    # Bisection: hi always has extremes(hi) ≤ δ; lo the other side (or 0).
+    lo, hi = 0.0, epsilon0
+    while hi - lo > _EXTREME_XTOL * hi:
+        mid = 0.5 * (lo + hi)
+        if extremes(mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+    for step in _STEPS:
+        eps = hi * (1.0 + step)
+        if eps >= epsilon0:
+            break
+        if _delta_cells(eps, epsilon0, n, delta, _BUDGET)[1]:
+            return eps
+    return epsilon0
+
+
+def _check(epsilon0: float, n: int, delta: float) -> None:
+    if isinstance(epsilon0, bool) or not isinstance(epsilon0, int | float):
+        raise ValueError(f"epsilon0 must be a number, got {epsilon0!r}")
+    if not math.isfinite(epsilon0) or epsilon0 < 0.0:
+        raise ValueError(f"epsilon0 must be finite and non-negative, got {epsilon0!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
