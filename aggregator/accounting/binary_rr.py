@@ -144,34 +144,37 @@ def config_delta(epsilon: float, epsilon0: float, ones: int, zeros: int, tail: f
 def _delta_cells(
     epsilon: float, epsilon0: float, n: int, delta: float, budget: int | None = None
 ) -> tuple[float, bool]:
-    """Whether every data set's δ(ε) is at most δ: cells of a split until each
-    cell's bound (``config_delta``) is at most δ (True), or a single a, or more than
-    ``budget`` cells were read, is above it (False); and the largest bound read."""
+    """Cells of a split until each cell's bound (``config_delta``) is at most δ or a
+    single a: (the largest bound of those cells — an upper bound on every data set's
+    δ(ε) — and whether it is at most δ). With a ``budget`` the check stops (False)
+    at the first single a above δ or past ``budget`` cells read."""
     tail = _TAIL_FRACTION * delta
     last = n - 1
     # The extreme data sets first (usually the worst): a failure shows early.
-    todo = [(last, last), (0, 0)] if last > 0 else [(0, 0)]
+    todo = [(0, 0), (last, last)] if last > 0 else [(0, 0)]
     size = max(1, -(-(last - 1) // _CELLS_START))
-    todo += [(a, min(a + size - 1, last - 1)) for a in range(1, last, size)][::-1]
+    todo = [(a, min(a + size - 1, last - 1)) for a in range(1, last, size)] + todo
     worst, read = 0.0, 0
     while todo:
         a1, a2 = todo.pop()
         # Every a in [a1, a2]: δ(a, n−1−a) ≤ δ(a1, n−1−a2) (fewer others).
         bound = config_delta(epsilon, epsilon0, a1, last - a2, tail)
-        worst, read = max(worst, bound), read + 1
-        if bound <= delta:
+        read += 1
+        if bound <= delta or a1 == a2:
+            worst = max(worst, bound)
+            if bound > delta and budget is not None:
+                return worst, False
             continue
-        if a1 == a2 or (budget is not None and read >= budget):
-            return worst, False
+        if budget is not None and read >= budget:
+            return max(worst, bound), False
         mid = (a1 + a2) // 2
         todo += [(a1, mid), (mid + 1, a2)]  # the upper half first: δ(a) rises with a
-    return worst, True
+    return worst, worst <= delta
 
 
 def binary_rr_delta(epsilon: float, epsilon0: float, n: int, delta: float) -> float:
     """An upper bound on δ(ε) over every pair of neighbouring data sets of n shuffled
-    binary RR reports, refined until each cell is below ``delta`` or a single a (a
-    check at small n: every a is read at worst)."""
+    binary RR reports: cells refined until each is below ``delta`` or a single a."""
     _check(epsilon0, n, delta)
     return _delta_cells(float(epsilon), float(epsilon0), n, float(delta))[0]
 
