@@ -16,7 +16,9 @@ binary randomized response.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from crowdmix.aggregator.accounting.pairs import binom_logpmf, binom_window, pmf_error
 
@@ -30,9 +32,11 @@ _CELLS_START = 64
 _MAX_SPAN = 64
 # Relative steps above the extreme data sets' ε tried, smallest first; each check
 # gives up (the step fails) past _BUDGET cells. The extremes' ε to _EXTREME_XTOL.
-_STEPS = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
-_BUDGET = 300
+_STEPS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 1.0)
+_BUDGET = 400
 _EXTREME_XTOL = 1e-4
+# Probabilities below this are read as 0 (their error charged): no subnormal products.
+_FLUSH = 1e-150
 # Above this ε0 nothing is computed (ε0 is returned), as for the generic bound.
 _NO_BOUND = 50.0
 
@@ -47,6 +51,7 @@ def config_delta(epsilon: float, epsilon0: float, ones: int, zeros: int, tail: f
     N = Bin(ones, p) + Bin(zeros, q): the victim holds 1 under P, 0 under Q. Each
     binomial window leaves out at most ``tail`` of its mass (charged)."""
     import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
     from scipy import stats
 
     p, q = _flip(epsilon0)
@@ -67,37 +72,83 @@ def config_delta(epsilon: float, epsilon0: float, ones: int, zeros: int, tail: f
     if s_hi < s_n:
         s_out += float(stats.binom.sf(s_hi, s_n, s_p))
     j = np.arange(s_lo, s_hi + 1, dtype=np.float64)
-    w = np.exp(binom_logpmf(j, s_n, s_p)) if s_n > 0 else np.ones(1)
+    w = _flushed(np.exp(binom_logpmf(j, s_n, s_p))) if s_n > 0 else np.ones(1)
     # Relative error of a window sum: S's and L's pmf or tail (``pmf_error``), the
     # roundings of a running sum and a dot product over the window; 1.01× for products.
     rel = 1.01 * (pmf_error(max(s_n, 1), s_p) + pmf_error(max(l_n, 1), l_p))
     rel += 8.0 * _ULP * (j.size + 64)
     s_out *= 1.0 + rel
-    # Underflow: each of the window's products may be off by the least subnormal.
-    tiny = 1e-300 * (j.size + 2)
+    w_rev = w[::-1].copy()
+    # Factors below _FLUSH are set to 0 (subnormal products are slow): each product
+    # of a window sum is then off by at most _FLUSH, or by underflow far below it.
+    tiny = 2.0 * _FLUSH * (j.size + 2)
     mean = s_n * s_p + l_n * l_p
     var = max((s_n + l_n) * p * q, 1e-12)
     top = s_n + l_n + 1  # f(top − 1) > 0 = f(top): h(top) > 0 in exact arithmetic
 
-    def h_sign(t: int) -> int:
-        """The sign of h(t) = c1 f(t−1) − c2 f(t) where certain, else 0."""
-        if t <= 0:
-            return -1  # f(t − 1) = 0
-        # L's pmf at t − 1 − j and t − j for the window's j (one array, reversed).
-        pl = np.exp(binom_logpmf(np.arange(t - 1 - s_hi, t - s_lo + 1, dtype=np.float64), l_n, l_p))
-        f_prev = float(pl[-2::-1] @ w)
-        f_t = float(pl[:0:-1] @ w)
+    def h_signs(t0: int, t1: int) -> Any:
+        """The signs of h(t) = c1 f(t−1) − c2 f(t) for t in [t0, t1] (1 ≤ t0) where
+        certain, else 0: f over the block is L's pmf convolved with S's window
+        (sums of terms ≥ 0)."""
+        u = np.arange(t0 - 1 - s_hi, t1 - s_lo + 1, dtype=np.float64)
+        pl = _flushed(np.exp(binom_logpmf(u, l_n, l_p)))
+        f = sliding_window_view(pl, w.size) @ w_rev  # f(t0 − 1), …, f(t1)
+        f_prev, f_t = f[:-1], f[1:]
         val = c1 * f_prev - c2 * f_t
         err = rel * (c1 * f_prev + c2 * f_t) + c2 * s_out + tiny
         err += 8.0 * _ULP * (1.0 + e) * (f_prev + f_t)
-        return 1 if val - err > 0.0 else (-1 if val + err <= 0.0 else 0)
+        return np.where(val - err > 0.0, 1, np.where(val + err <= 0.0, -1, 0))
 
-    # h changes sign once (f is log-concave): s* = min{t: h(t) > 0} ≤ top, and a t
-    # with h(t) certainly ≤ 0 is below s*. Find the largest such t_neg by galloping
-    # right from a normal guess of the crossing f(t−1)/f(t) = c2/c1 (or the mean).
+    def h_sign(t: int) -> int:
+        return -1 if t <= 0 else int(h_signs(t, t)[0])  # t ≤ 0: f(t − 1) = 0
+
+    # h changes sign once (f is log-concave): s* = min{t: h(t) > 0} ≤ top; a t with
+    # h(t) certainly ≤ 0 is below s*, one with h(t) certainly > 0 is not. First a
+    # block around a normal guess of the crossing f(t−1)/f(t) = c2/c1.
     guess = min(max(round(mean - 0.5 + var * math.log(c2 / c1)), 1), top)
+    b0, b1 = max(1, guess - _MAX_SPAN // 2), min(top, guess + _MAX_SPAN // 2)
+    signs = h_signs(b0, b1)
+    negs, poss = np.flatnonzero(signs == -1), np.flatnonzero(signs == 1)
+    if negs.size and poss.size:
+        t_neg, t_pos = b0 + int(negs[-1]), b0 + int(poss[0])
+    else:
+        t_neg, t_pos = _bracket(h_sign, guess, round(mean), top)
+
+    def tails(t: int) -> tuple[float, float]:
+        """P(N ≥ t − 1), P(N ≥ t) over S's window: Σ_j w_j·P(L ≥ t − j), L's tail
+        from scipy at the top and L's pmf summed down from it (all terms ≥ 0)."""
+        u = np.arange(t - 1 - s_hi, t - s_lo + 1, dtype=np.float64)
+        pl = _flushed(np.exp(binom_logpmf(u, l_n, l_p)))
+        g = np.empty_like(pl)
+        g[-1] = float(stats.binom.sf(u[-1] - 1.0, l_n, l_p))
+        g[:-1] = g[-1] + np.cumsum(pl[:-1][::-1])[::-1]
+        return float(g[-2::-1] @ w), float(g[:0:-1] @ w)
+
+    # δ = Σ_{t ≥ s*} h(t) = g(s*) ≤ c1·P(N ≥ s* − 1) ≤ c1·P(N ≥ t_neg).
+    if t_pos - t_neg > _MAX_SPAN:
+        return c1 * (tails(t_neg + 1)[0] * (1.0 + rel) + s_out) + tiny
+    best = 0.0
+    for t in range(t_neg + 1, t_pos + 1):  # δ = g(s*), s* in (t_neg, t_pos]
+        f_prev, f_t = tails(t)
+        g_t = c1 * f_prev - c2 * f_t
+        g_t += rel * (c1 * f_prev + c2 * f_t) + 8.0 * _ULP * (1.0 + e) * (f_prev + f_t)
+        best = max(best, g_t)
+    return best + c1 * s_out + tiny
+
+
+def _flushed(x: Any) -> Any:
+    """``x`` (probabilities in [0, 1]) with every value below _FLUSH set to 0."""
+    import numpy as np
+
+    return np.where(x < _FLUSH, 0.0, x)
+
+
+def _bracket(h_sign: Callable[[int], int], guess: int, mean: int, top: int) -> tuple[int, int]:
+    """(t_neg, t_pos) with t_neg < s* ≤ t_pos: h certainly ≤ 0 at t_neg, found by
+    galloping right from the guess (or the mean, or 0) and bisecting; then the first
+    certain h > 0 within _MAX_SPAN (else t_pos is set past it; top needs no check)."""
     t_neg = 0
-    for start in (guess, min(max(round(mean), 1), top)):
+    for start in (guess, min(max(mean, 1), top)):
         if h_sign(start) == -1:
             t_neg = start
             break
@@ -118,27 +169,7 @@ def config_delta(epsilon: float, epsilon0: float, ones: int, zeros: int, tail: f
         t_pos += 1
     if t_pos < top and h_sign(t_pos) != 1:  # no certain crossing nearby
         t_pos = t_neg + _MAX_SPAN + 1
-
-    def tails(t: int) -> tuple[float, float]:
-        """P(N ≥ t − 1), P(N ≥ t) over S's window: Σ_j w_j·P(L ≥ t − j), L's tail
-        from scipy at the top and L's pmf summed down from it (all terms ≥ 0)."""
-        u = np.arange(t - 1 - s_hi, t - s_lo + 1, dtype=np.float64)
-        pl = np.exp(binom_logpmf(u, l_n, l_p))
-        g = np.empty_like(pl)
-        g[-1] = float(stats.binom.sf(u[-1] - 1.0, l_n, l_p))
-        g[:-1] = g[-1] + np.cumsum(pl[:-1][::-1])[::-1]
-        return float(g[-2::-1] @ w), float(g[:0:-1] @ w)
-
-    # δ = Σ_{t ≥ s*} h(t) = g(s*) ≤ c1·P(N ≥ s* − 1) ≤ c1·P(N ≥ t_neg).
-    if t_pos - t_neg > _MAX_SPAN:
-        return c1 * (tails(t_neg + 1)[0] * (1.0 + rel) + s_out) + tiny
-    best = 0.0
-    for t in range(t_neg + 1, t_pos + 1):  # δ = g(s*), s* in (t_neg, t_pos]
-        f_prev, f_t = tails(t)
-        g_t = c1 * f_prev - c2 * f_t
-        g_t += rel * (c1 * f_prev + c2 * f_t) + 8.0 * _ULP * (1.0 + e) * (f_prev + f_t)
-        best = max(best, g_t)
-    return best + c1 * s_out + tiny
+    return t_neg, t_pos
 
 
 def _delta_cells(
