@@ -95,7 +95,7 @@ def config_delta(epsilon: float, epsilon0: float, ones: int, zeros: int, tail: f
         f = sliding_window_view(pl, w.size) @ w_rev  # f(t0 − 1), …, f(t1)
         f_prev, f_t = f[:-1], f[1:]
         val = c1 * f_prev - c2 * f_t
-        err = rel * (c1 * f_prev + c2 * f_t) + c2 * s_out + tiny
+        err = rel * (c1 * f_prev + c2 * f_t) + c2 * s_out + (c1 + c2) * tiny
         err += 8.0 * _ULP * (1.0 + e) * (f_prev + f_t)
         return np.where(val - err > 0.0, 1, np.where(val + err <= 0.0, -1, 0))
 
@@ -124,6 +124,8 @@ def config_delta(epsilon: float, epsilon0: float, ones: int, zeros: int, tail: f
         g[:-1] = g[-1] + np.cumsum(pl[:-1][::-1])[::-1]
         return float(g[-2::-1] @ w), float(g[:0:-1] @ w)
 
+    if t_pos <= t_neg:  # certified signs out of order: only the trivial bound holds
+        return c1 + 4.0 * _ULP * (p + e * q)
     # δ = Σ_{t ≥ s*} h(t) = g(s*) ≤ c1·P(N ≥ s* − 1) ≤ c1·P(N ≥ t_neg).
     if t_pos - t_neg > _MAX_SPAN:
         return c1 * (tails(t_neg + 1)[0] * (1.0 + rel) + s_out) + tiny

@@ -82,6 +82,31 @@ def test_the_published_epsilon_holds_for_every_data_set(n: int) -> None:
         assert binary_rr_delta(eps, eps0, n, delta) >= worst - MARGIN
 
 
+def convolved_deltas(n: int, eps0: float, eps: float) -> list[float]:
+    """max(D(P‖Q), D(Q‖P)) for every a: the count of ones' law by convolving the two
+    binomials (the shuffled output's law, as the enumeration shows, without 2^n)."""
+    import numpy as np
+    from scipy import stats
+
+    q = 1.0 / (math.exp(eps0) + 1.0)
+    p, e, out = 1.0 - q, math.exp(eps), []
+    for a in range(n):
+        b = n - 1 - a
+        f = np.convolve(
+            stats.binom.pmf(np.arange(a + 1), a, p), stats.binom.pmf(np.arange(b + 1), b, q)
+        )
+        up, down = np.convolve(f, [q, p]), np.convolve(f, [p, q])
+        out.append(max(np.maximum(up - e * down, 0).sum(), np.maximum(down - e * up, 0).sum()))
+    return out
+
+
+@pytest.mark.parametrize("n", (30, 200))
+def test_the_published_epsilon_holds_for_every_a_at_larger_n(n: int) -> None:
+    for eps0, delta in itertools.product((0.5, 2.0, 4.0), (1e-2, 1e-6)):
+        eps = binary_rr_epsilon(eps0, n, delta)
+        assert max(convolved_deltas(n, eps0, eps)) <= delta + MARGIN, (eps0, n, delta, eps)
+
+
 def test_an_interior_data_set_can_leak_more_than_the_extremes() -> None:
     # Why every a is covered: at n = 8, ε0 = 2, some others holding 1 leak 1.23× more
     # (total variation) than everyone else holding 0, or everyone 1.
