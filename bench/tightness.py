@@ -9,7 +9,11 @@ much room is left. Target: ≤ 1.1 for k-RR (k = 2…1024) and OUE over n = 1e4�
 ε0 = 0.25…4, δ = 1e-6…1e-10. Then RAPPOR at the demo's parameters (k=64 h=2 m=16
 f=¼ p=¼ q=¾) and its smallest same-cohort crowds.
 
+<<<<<<< HEAD
     .venv/bin/python bench/tightness.py [--jobs 2] [--full] [--only OUE]
+=======
+    .venv/bin/python bench/tightness.py [--jobs 2] [--full] [--only-k K]
+>>>>>>> binrr2
 """
 
 from __future__ import annotations
@@ -34,23 +38,25 @@ DEMO = RapporParams(k=64, h=2, m=16, f=0.25, p=0.25, q=0.75)
 DEMO_CROWDS = ((30_000, 105), (30_000, 140), (300_000, 464))
 
 
-def grid(full: bool) -> list[tuple[str, int, float, int, float]]:
-    """(mechanism, k, ε0, n, δ) cells: every corner of the target's range and its middle."""
-    ks = (2, 3, 8, 32, 128, 1024) if full else (2, 5, 32, 1024)
+def grid(full: bool, only_k: int | None = None) -> list[tuple[str, int, float, int, float]]:
+    """(mechanism, k, ε0, n, δ) cells: every corner of the target's range and its middle
+    (``only_k``: the k-RR cells of that k alone)."""
+    ks: tuple[int, ...] = (2, 3, 8, 32, 128, 1024) if full else (2, 5, 32, 1024)
+    ks = ks if only_k is None else (only_k,)
     eps = (0.25, 0.5, 1.0, 2.0, 4.0) if full else (0.25, 1.0, 4.0)
     ns = (10**4, 10**5, 10**6, 10**7)
     deltas = (1e-6, 1e-8, 1e-10) if full else (1e-6, 1e-10)
     cells = [("k-RR", k, e, n, d) for k, e, n, d in itertools.product(ks, eps, ns, deltas)]
-    cells += [("OUE", 0, e, n, d) for e, n, d in itertools.product(eps, ns, deltas)]
+    if only_k is None:
+        cells += [("OUE", 0, e, n, d) for e, n, d in itertools.product(eps, ns, deltas)]
     return cells
 
 
 def cell(
     c: tuple[str, int, float, int, float],
 ) -> tuple[str, int, float, int, float, float, float, str, float]:
-    """(…cell, ours, lower, bound that gave ours, seconds)."""
+    """(…cell, ours, lower, bound that gave ours, CPU seconds of ours)."""
     mech, k, eps0, n, delta = c
-    started = time.process_time()
     rand: KaryRR | BitVector
     if mech == "k-RR":
         rand = KaryRR(epsilon0=eps0, domain=k)
@@ -60,6 +66,7 @@ def cell(
         assert isinstance(oue, BitVector)
         rand = oue
         lower = max(bit_vector_lower(oue.p, oue.q, 1, n, delta).values())
+    started = time.process_time()
     best = best_amplification(rand.epsilon0, n, delta, rand)
     return (*c, best.result.epsilon, lower, best.result.bound, time.process_time() - started)
 
@@ -83,25 +90,29 @@ def main() -> None:
     ap.add_argument(
         "--only", choices=("k-RR", "OUE"), help="one mechanism's cells (no RAPPOR rows)"
     )
+    ap.add_argument("--only-k", type=int, help="only the k-RR cells of this k (no OUE, RAPPOR)")
     args = ap.parse_args()
     started = time.perf_counter()
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min); 2 cores", flush=True)
-    cells = [c for c in grid(args.full) if args.only in (None, c[0])]
+    cells = [c for c in grid(args.full, args.only_k) if args.only in (None, c[0])]
     print(
         f"{'mech':<5} {'k':>5} {'ε0':>5} {'n':>8} {'δ':>6} {'ours':>9} {'lower':>9} "
-        f"{'ratio':>6} {'bound':>8} {'cpu s':>6}",
+        f"{'ratio':>6} {'bound':>9} {'cpu s':>6}",
         flush=True,
     )
     by_mech: dict[str, list[tuple[float, tuple[object, ...]]]] = {}
+    cpu = 0.0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for mech, k, eps0, n, delta, ours, lower, bound, secs in pool.map(cell, cells):
+        for row in pool.map(cell, cells):
+            mech, k, eps0, n, delta, ours, lower, bound, secs = row
+            cpu += secs
             assert ours >= lower, (mech, k, eps0, n, delta, ours, lower)
             ratio = ours / lower if lower > 0 else math.inf
             by_mech.setdefault(mech, []).append((ratio, (k, eps0, n, delta)))
             flag = "  > target" if ratio > TARGET else ""
             print(
                 f"{mech:<5} {k:>5} {eps0:>5} {n:>8.0e} {delta:>6.0e} {ours:>9.5f} {lower:>9.5f} "
-                f"{ratio:>6.3f} {bound:>8} {secs:>6.1f}{flag}",
+                f"{ratio:>6.3f} {bound:>9} {secs:>6.1f}{flag}",
                 flush=True,
             )
     print()
@@ -114,7 +125,8 @@ def main() -> None:
             f"{worst[1]}, median {statistics.median(ratios):.3f}; "
             f"{len(over)} over {TARGET}×" + (f": {over}" if over else "")
         )
-    if args.only:
+    print(f"({cpu:.0f} s CPU computing ours, every cell)")
+    if args.only or args.only_k is not None:
         print(f"({time.perf_counter() - started:.0f} s wall, {args.jobs} workers)")
         return
     print()

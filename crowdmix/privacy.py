@@ -55,7 +55,8 @@ def register(sub: Any) -> None:
         choices=("any", "krr", "binary-rr", "oue", "olh", "rappor"),
         default="any",
         help="the local randomizer: any ε0-LDP one (default: the generic bound only), or a "
-        "known one whose privacy-blanket bound is also tried (the smaller ε is printed); "
+        "known one whose privacy-blanket bound (and, for binary RR, its own bound over "
+        "every data set) is also tried (the smallest ε is printed); "
         "rappor: one report of the -k.. params",
     )
     amp.add_argument("--domain", type=int, help="values of krr/oue/olh (default 2 for krr)")

@@ -8,9 +8,10 @@ cross-check); ``fmt21-closed`` (Feldman, McMillan, Talwar, FOCS 2021, Thm 3.2):
 ε ≤ ln(1 + (e^ε0−1)/(e^ε0+1)·(8·sqrt(e^ε0·ln(4/δ))/sqrt(n) + 8·e^ε0/n)), valid only when
 ε0 ≤ ln(n/(16·ln(4/δ))). ``rappor`` is refused (``VARIATION_RATIO_REFUSAL``): the
 variation-ratio pair is not a dominating pair for the shuffled mechanism.
-ε is a root search on the exact δ(ε), returned on the safe side (δ(ε) ≤ δ); when no bound
-beats ε0 the result is ε0 with ``amplified = False``. ``shuffled_rr_lower_bound`` is the
-exact privacy of shuffled randomized response: every generic bound must be at least this.
+ε is a root search on δ(ε), on the safe side (δ(ε) ≤ δ); ε0 with ``amplified = False``
+when no bound beats it. ``best_amplification`` adds a known randomizer's blanket bound and
+binary RR's own (``binary_rr``), and takes the smallest. ``shuffled_rr_lower_bound``: the
+exact privacy of shuffled RR; every generic bound must be at least this.
 """
 
 from __future__ import annotations
@@ -275,7 +276,8 @@ def best_amplification(
 ) -> BestBound:
     """The one place that picks the bound: the generic stronger clone (any
     ε0-LDP randomizer) and, when the randomizer is known and ε0 is its ε0, its
-    blanket bound; the smaller ε wins (both are proved upper bounds)."""
+    blanket bound and, for binary RR, ``binary_rr``'s bound over every data set;
+    the smallest ε wins (all are proved upper bounds)."""
     generic = amplify(epsilon0, n, delta, bound="generic")
     cands = {"generic": generic.epsilon}
     best = generic
@@ -289,7 +291,33 @@ def best_amplification(
             cands["blanket"] = specific.epsilon
             if specific.epsilon < best.epsilon:
                 best = specific
+        binary = _binary_rr(randomizer, n, delta)
+        if binary is not None:
+            cands["binary-rr"] = binary.epsilon
+            if binary.epsilon < best.epsilon:
+                best = binary
     return BestBound(result=best, candidates=cands)
+
+
+def _binary_rr(randomizer: Randomizer, n: int, delta: float) -> AmplificationResult | None:
+    """``binary_rr.binary_rr_epsilon`` as a result, for binary RR (k-ary RR with
+    k = 2) only; None for every other randomizer."""
+    from crowdmix.aggregator.accounting.binary_rr import binary_rr_epsilon
+    from crowdmix.aggregator.accounting.randomizers import KaryRR
+
+    if not isinstance(randomizer, KaryRR) or randomizer.domain != 2:
+        return None
+    eps0 = randomizer.epsilon0
+    eps = binary_rr_epsilon(eps0, n, float(delta))
+    amplified = eps < eps0 * (1.0 - AMPLIFIED_MARGIN)
+    return AmplificationResult(
+        epsilon=eps if amplified else eps0,
+        delta=float(delta),
+        bound="binary-rr",
+        epsilon0=eps0,
+        n=n,
+        amplified=amplified,
+    )
 
 
 @lru_cache(maxsize=1024)
@@ -305,7 +333,8 @@ def best_within(
     (``blanket.exceeds`` builds the heaviest bins first: often they suffice); and
     δ(target·(1 − 3·_XTOL_PROFILE)) ≤ δ means the search's bracket [a, b] (δ(a) > δ,
     b − a ≤ _XTOL_PROFILE·b) ends with b < target. Float margins keep both sides
-    strict; anything in between runs the search itself. Cached."""
+    strict; anything in between runs the search itself. Binary RR's own bound
+    (``binary_rr``, cached) decides first where it applies. Cached."""
     from crowdmix.aggregator.accounting.blanket import exceeds
 
     if amplify(epsilon0, n, delta).epsilon <= target:
@@ -316,6 +345,9 @@ def best_within(
         raise ValueError(
             f"randomizer {randomizer.name} has ε0 = {randomizer.epsilon0}, not {epsilon0}"
         )
+    binary = _binary_rr(randomizer, n, float(delta))
+    if binary is not None and binary.epsilon <= target:
+        return True  # else the smallest is the blanket's or the generic's: as below
     eps0 = randomizer.epsilon0
     if eps0 > _NO_CLONES:
         return False  # no blanket bound: the generic one stands, above target

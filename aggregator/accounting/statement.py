@@ -49,6 +49,8 @@ _BOUND_NAMES = {
     "generic": "generic stronger-clone bound (Feldman-McMillan-Talwar 2023; Wang et al. 2024)",
     "blanket": "mechanism-specific privacy-blanket bound (Balle-Bell-Gascon-Nissim 2019; "
     "Su-Cheng-Wang 2025), evaluated exactly",
+    "binary-rr": "binary randomized response, every data set bounded exactly "
+    "(log-concave tails over cells of the others' values), evaluated exactly",
     "none": "no amplification",
 }
 
