@@ -6,12 +6,16 @@ shuffled output (the sorted reports). The bound's δ at ε must be at least the 
 δ of every data set in both directions, and at the ε it publishes the exact δ of every
 data set must be at most δ. Deterministic (no sampling): no false failures. The
 enumeration sums floats: its own error (≤ 1e-13 here) is the comparisons' margin.
+A cell bound is also checked against exact rationals with no margin, cells of several a
+against each a (n = 100, 200, where an interior a is worst), and coverage by a stand-in
+bound that leaks at one a only: wherever that a is, nothing below ε0 may be published.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -160,3 +164,102 @@ def test_binary_rr_takes_its_own_bound_everywhere() -> None:
         # ε0 is the metric's basic_epsilon (1 up to its float rounding)
         assert stmt.central.epsilon == binary_rr_epsilon(stmt.epsilon_local, n, delta)
         assert stmt.central.epsilon == pytest.approx(eps, rel=1e-6)
+
+
+def exact_rational_delta(eps: float, eps0: float, ones: int, zeros: int) -> Fraction:
+    """D(P‖Q) on exact rationals for the float flip probability q = 1/(e^ε0+1) the
+    bound reads (p = 1 − q exactly, as the device draws it) and e one ulp below the
+    float e^ε (math.exp is within an ulp, so this δ is at least the one at e^ε)."""
+    q = Fraction(1.0 / (math.exp(eps0) + 1.0))
+    p = 1 - q
+    e = Fraction(math.nextafter(math.exp(eps), 0.0))
+    f = [Fraction(1)]
+    for prob in [p] * ones + [q] * zeros:  # N = Bin(ones, p) + Bin(zeros, q)
+        f = [
+            (f[t] if t < len(f) else 0) * (1 - prob) + (f[t - 1] * prob if t else 0)
+            for t in range(len(f) + 1)
+        ]
+    f = [Fraction(0), *f, Fraction(0)]  # f[t + 1] = P(N = t), t = −1 … max N + 1
+    total = Fraction(0)
+    for t in range(len(f) - 1):  # T = V + N, the victim's V ~ Bern(p) under P
+        up, down = q * f[t + 1] + p * f[t], p * f[t + 1] + q * f[t]
+        total += max(Fraction(0), up - e * down)
+    return total
+
+
+@pytest.mark.parametrize("eps0", (0.25, 1.0, 4.0, 9.0))
+def test_a_cell_bound_is_above_the_exact_rational_delta_without_margin(eps0: float) -> None:
+    # No float margin: the bound must charge its own float and window errors. A window
+    # that leaves out 1e-4 of a binomial makes a dropped window charge show.
+    for ones, zeros in ((0, 17), (17, 0), (1, 16), (5, 11), (8, 8), (3, 0), (0, 1), (0, 0)):
+        for frac in (0.0, 0.1, 0.4, 0.8):
+            eps = frac * eps0
+            exact = exact_rational_delta(eps, eps0, ones, zeros)
+            for tail in (1e-12, 1e-4):
+                bound = config_delta(eps, eps0, ones, zeros, tail)
+                assert Fraction(bound) >= exact, (eps0, ones, zeros, eps, tail)
+
+
+# (n, ε0, δ): an interior data set leaks most at the published ε and lies in a cell
+# of several a (n > 65): a cell bound must cover each a of its cell.
+INTERIOR_WORST = ((100, 2.0, 1e-3), (200, 3.0, 1e-2), (200, 1.0, 1e-2))
+
+
+@pytest.mark.parametrize(("n", "eps0", "delta"), INTERIOR_WORST)
+def test_cells_of_several_data_sets_bound_each_of_them(n: int, eps0: float, delta: float) -> None:
+    eps = binary_rr_epsilon(eps0, n, delta)
+    exact = convolved_deltas(n, eps0, eps)
+    worst = max(exact)
+    assert worst > max(exact[0], exact[-1]) * 1.004  # the premise: an interior a is worst
+    for split_below in (0.5, 1e-2 * worst):  # no cell split; every cell split to single a
+        assert binary_rr_delta(eps, eps0, n, split_below) >= worst - MARGIN
+
+
+@pytest.mark.parametrize("n", (2, 3, 66, 100, 1_000))
+def test_one_leaky_data_set_anywhere_keeps_epsilon_at_epsilon0(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every a in [0, n − 1] must lie in a cell that is checked: a cell bound that is
+    # 1 exactly when its cell holds one chosen a (0 elsewhere) forbids every ε < ε0,
+    # and the δ at any ε is that 1. (Cells split, halves and extremes alike.)
+    from crowdmix.aggregator.accounting import binary_rr
+
+    last = n - 1
+    some = {0, 1, 2, 63, 64, 65, last // 3, last // 2, last - 2, last - 1, last}
+    for leaky in range(n) if n <= 100 else sorted(some):
+
+        def fake(
+            eps: float, eps0: float, ones: int, zeros: int, tail: float, a: int = leaky
+        ) -> float:
+            return 1.0 if ones <= a <= last - zeros else 0.0
+
+        monkeypatch.setattr(binary_rr, "config_delta", fake)
+        binary_rr._epsilon.cache_clear()
+        try:
+            assert binary_rr_epsilon(1.0, n, 1e-6) == 1.0, leaky
+            assert binary_rr_delta(0.5, 1.0, n, 1e-6) == 1.0, leaky
+            assert binary_rr_delta(0.5, 1.0, n, 0.99) == 1.0, leaky
+        finally:
+            binary_rr._epsilon.cache_clear()
+
+
+def test_a_check_that_runs_out_of_cells_publishes_nothing_below_epsilon0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Cells of several a that never fall below δ must be split to single a: at n = 1,000
+    # that is past the budget of cells a check may read, and the check must then fail
+    # (ε0 published), not pass on the cells it has not read.
+    from crowdmix.aggregator.accounting import binary_rr
+
+    n = 1_000
+
+    def fake(eps: float, eps0: float, ones: int, zeros: int, tail: float) -> float:
+        return 1.0 if ones < n - 1 - zeros else 0.0
+
+    monkeypatch.setattr(binary_rr, "config_delta", fake)
+    binary_rr._epsilon.cache_clear()
+    try:
+        assert binary_rr_epsilon(1.0, n, 1e-6) == 1.0
+        assert binary_rr_delta(0.5, 1.0, n, 1e-6) == 0.0  # no budget: every single a read
+    finally:
+        binary_rr._epsilon.cache_clear()
