@@ -209,6 +209,8 @@ def binary_rr_delta(epsilon: float, epsilon0: float, n: int, delta: float) -> fl
     """An upper bound on δ(ε) over every pair of neighbouring data sets of n shuffled
     binary RR reports: cells refined until each is below ``delta`` or a single a."""
     _check(epsilon0, n, delta)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not epsilon >= 0.0:
+        raise ValueError(f"epsilon must be a non-negative number, got {epsilon!r}")
     return _delta_cells(float(epsilon), float(epsilon0), n, float(delta))[0]
 
 

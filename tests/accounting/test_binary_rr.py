@@ -136,6 +136,9 @@ def test_bad_input_is_refused_with_its_name() -> None:
         binary_rr_epsilon(1.0, 0, 1e-6)
     with pytest.raises(ValueError, match="delta"):
         binary_rr_delta(0.1, 1.0, 10, 1.5)
+    for eps in (-3.0, -0.1, math.nan, "0.5"):
+        with pytest.raises(ValueError, match="epsilon must"):
+            binary_rr_delta(eps, 1.0, 10, 1e-6)  # type: ignore[arg-type]
 
 
 def test_binary_rr_takes_its_own_bound_everywhere() -> None:
