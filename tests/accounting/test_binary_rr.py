@@ -266,3 +266,19 @@ def test_a_check_that_runs_out_of_cells_publishes_nothing_below_epsilon0(
         assert binary_rr_delta(0.5, 1.0, n, 1e-6) == 0.0  # no budget: every single a read
     finally:
         binary_rr._epsilon.cache_clear()
+
+
+@pytest.mark.parametrize("eps0", (0.25, 1.0, 4.0))
+def test_the_bound_without_a_certain_crossing_nearby_is_still_a_bound(
+    eps0: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With no span allowed, every crossing search ends in the fallback c1·P(N ≥ t_neg):
+    # rare at the real span, so forced here, and held to the exact rationals.
+    from crowdmix.aggregator.accounting import binary_rr
+
+    monkeypatch.setattr(binary_rr, "_MAX_SPAN", 0)
+    for ones, zeros in ((0, 17), (17, 0), (5, 11), (8, 8), (1, 0)):
+        for frac in (0.0, 0.1, 0.4):
+            eps = frac * eps0
+            bound = config_delta(eps, eps0, ones, zeros, 1e-12)
+            assert Fraction(bound) >= exact_rational_delta(eps, eps0, ones, zeros)
