@@ -76,6 +76,7 @@ def test_every_data_set_is_below_the_bound(n: int) -> None:
                 assert config_delta(eps, eps0, n - 1 - a, a, 1e-12) >= down - MARGIN
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", range(1, 9))
 def test_the_published_epsilon_holds_for_every_data_set(n: int) -> None:
     for eps0, delta in itertools.product(EPS0S, (0.3, 0.1, 0.02, 1e-3)):
@@ -120,6 +121,7 @@ def test_an_interior_data_set_can_leak_more_than_the_extremes() -> None:
     assert interior > 1.2 * extremes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eps0", (0.25, 1.0, 4.0))
 @pytest.mark.parametrize("n", (10, 100, 1_000, 10_000, 100_000))
 def test_never_below_the_lower_bound_and_within_two_percent(eps0: float, n: int) -> None:

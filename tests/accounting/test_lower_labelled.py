@@ -90,6 +90,7 @@ def test_the_bound_never_exceeds_the_real_shuffled_mechanism(d: int, eps0: float
         assert shuffled_delta(d, p, n, [eps])[0] > delta  # the mechanism needs ε
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("eps0", "n"), [(1.0, 10), (0.5, 9), (2.0, 9)])
 def test_the_bound_is_close_to_the_exact_delta_of_its_data_set(eps0: float, n: int) -> None:
     # The losses (Jensen over Y's spread given N1, M1, M0; the cut taking E[N0 | M0]
@@ -102,6 +103,7 @@ def test_the_bound_is_close_to_the_exact_delta_of_its_data_set(eps0: float, n: i
     assert np.all(lower >= 0.9 * exact), (lower, exact)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("eps0", "n", "delta"), [(1.0, 100_000, 1e-6), (0.25, 30_000, 1e-10)])
 def test_oue_figure_stays_above_the_labelled_lower_bound(eps0: float, n: int, delta: float) -> None:
     oue = BitVector(p=1 / (math.exp(eps0) + 1), q=0.5, bits=1, label="OUE")
