@@ -164,10 +164,11 @@ def labelled_one_bit(p: float, q: float, n: int, delta: float, start: float, upp
             points = [lo, *points]
         values = lows(points)
         above = [(e, d) for e, d in zip(points, values, strict=True) if d > delta]
-        if not above:
-            return found
-        found, d_found = max(above)
-        if found < hi:
+        if above:
+            found, d_found = max(above)
+        elif found == 0.0:
+            return 0.0
+        if found < hi:  # found is lo when the bracket was widened past the root
             break
         if hi >= upper:
             return found
@@ -177,10 +178,7 @@ def labelled_one_bit(p: float, q: float, n: int, delta: float, start: float, upp
         width = nxt - found
         # Root of log δ interpolated linearly between the bracket's ends; points
         # spread below it (a point above the root certifies nothing).
-        if d_next > 0.0:
-            share = math.log(d_found / delta) / math.log(d_found / d_next)
-        else:
-            share = 0.5
+        share = math.log(d_found / delta) / math.log(d_found / d_next) if d_next > 0.0 else 0.5
         guess = found + width * min(max(share, 0.0), 1.0)
         step = width / _SHRINK
         points = [guess - step * (k - 1) / (_REFINE - 1) for k in range(_REFINE)]
