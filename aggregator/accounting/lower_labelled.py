@@ -25,8 +25,8 @@ __all__ = ["labelled_one_bit"]
 _ULP = math.ulp(1.0)
 # Mass each window over a binomial leaves out (dropped: only lowers the figure).
 _WINDOW = 1e-13
-# ε tried per pass while bracketing the root, then refining passes that try _REFINE
-# points around the root interpolated in log δ, each pass _SHRINK times finer.
+# ε tried per pass while bracketing the root; then passes of _REFINE points spread over
+# 1/_SHRINK of the bracket around the root interpolated in log δ (~100× narrower each).
 _T = 12
 _REFINE = 5
 _SHRINK = 30.0
