@@ -169,8 +169,9 @@ def bins(
         edges = list(range(lo, hi + 1))  # every m: exact, and cheap at small crowds
     else:
         # δ_m falls with m, so the bins above the mean + 3 sd carry little: one bin.
-        top = min(hi, int(others * gamma + 3.0 * math.sqrt(others * gamma * (1.0 - gamma))))
-        edges = sorted({round(x) for x in _linspace(lo, max(lo, top), max_bins)})
+        mean, sd = others * gamma, math.sqrt(others * gamma * (1.0 - gamma))
+        top = min(hi, int(mean + 3.0 * sd))
+        edges = sorted({round(x) for x in _sinh_space(lo, max(lo, top), max_bins, mean, sd)})
     below_edge = stats.binom.cdf([e - 1 for e in edges], others, gamma).tolist()  # one call
     cdf = [float(c) if e > 0 else 0.0 for e, c in zip(edges, below_edge, strict=True)]
     weights = [max(0.0, b - a) for a, b in itertools.pairwise(cdf)]
@@ -178,8 +179,14 @@ def bins(
     return edges, weights, below
 
 
-def _linspace(lo: float, hi: float, k: int) -> list[float]:
-    return [lo + (hi - lo) * i / (k - 1) for i in range(k)]
+def _sinh_space(lo: float, hi: float, k: int, centre: float, scale: float) -> list[float]:
+    """k points from lo to hi, even in asinh((x − centre)/scale): dense within a
+    ``scale`` of ``centre`` where the mass of m is (a bin's loss grows with its
+    mass times its width), sparse in the tails. Any edges are sound."""
+    a, b = math.asinh((lo - centre) / scale), math.asinh((hi - centre) / scale)
+    out = [centre + scale * math.sinh(a + (b - a) * i / (k - 1)) for i in range(k)]
+    out[0], out[-1] = lo, hi
+    return out
 
 
 def krr_given(epsilon0: float, domain: int, m: int, delta: float) -> Profile:

@@ -25,9 +25,12 @@ __all__ = ["labelled_one_bit"]
 _ULP = math.ulp(1.0)
 # Mass each window over a binomial leaves out (dropped: only lowers the figure).
 _WINDOW = 1e-13
-# ε tried per pass over N1, and passes (each narrows the bracket to 1/(_T+1)).
+# ε tried per pass while bracketing the root; then passes of _REFINE points spread over
+# 1/_SHRINK of the bracket around the root interpolated in log δ (~100× narrower each).
 _T = 12
-_PASSES = 2
+_REFINE = 5
+_SHRINK = 30.0
+_REFINE_PASSES = 2
 
 
 class _Walks:
@@ -143,7 +146,8 @@ class _Walks:
 
 def labelled_one_bit(p: float, q: float, n: int, delta: float, start: float, upper: float) -> float:
     """Largest ε found with δ(ε) > δ from below (module docstring), searched upward
-    from ``start`` (a known lower bound) to ``upper``; 0 if none."""
+    from ``start`` (a known lower bound) to ``upper``; 0 if none. Every ε returned
+    was checked on the lower bound (the search only picks where to look)."""
     if n < 2 or not 0.0 < p < q < 1.0:
         return 0.0
     walks = _Walks(p, q, n)
@@ -153,20 +157,40 @@ def labelled_one_bit(p: float, q: float, n: int, delta: float, start: float, upp
 
     lo = max(start, 0.0)
     hi = min(upper, max(1.5 * lo, 1e-6))
-    found, narrowed = 0.0, 0
-    while narrowed < _PASSES:
+    found, d_found = 0.0, 0.0
+    while True:  # bracket: found certified (δ above δ), next not
         points = [lo + (hi - lo) * (i + 1) / (_T + 1) for i in range(_T)] + [hi]
         if found == 0.0 and lo > 0.0:
             points = [lo, *points]
-        above = [e for e, d in zip(points, lows(points), strict=True) if d > delta]
-        if not above:
+        values = lows(points)
+        above = [(e, d) for e, d in zip(points, values, strict=True) if d > delta]
+        if above:
+            found, d_found = max(above)
+        elif found == 0.0:
+            return 0.0
+        if found < hi:  # found is lo when the bracket was widened past the root
+            break
+        if hi >= upper:
             return found
-        found = max(found, *above)
-        if found >= hi:
-            if hi >= upper:
-                return found
-            lo, hi = hi, min(upper, 2.0 * hi)  # the root is above the bracket: widen it
-            continue
-        lo, hi = found, min(e for e in points if e > found)
-        narrowed += 1
+        lo, hi = hi, min(upper, 2.0 * hi)  # the root is above the bracket: widen it
+    nxt, d_next = min((e, d) for e, d in zip(points, values, strict=True) if e > found)
+    for _ in range(_REFINE_PASSES):
+        width = nxt - found
+        # Root of log δ interpolated linearly between the bracket's ends; points
+        # spread below it (a point above the root certifies nothing).
+        share = math.log(d_found / delta) / math.log(d_found / d_next) if d_next > 0.0 else 0.5
+        guess = found + width * min(max(share, 0.0), 1.0)
+        step = width / _SHRINK
+        points = [guess - step * (k - 1) / (_REFINE - 1) for k in range(_REFINE)]
+        points = sorted(e for e in points if found < e < nxt)
+        if not points:
+            break
+        values = lows(points)
+        for e, d in zip(points, values, strict=True):
+            if d > delta and e > found:
+                found, d_found = e, d
+            elif d <= delta and e < nxt:
+                nxt, d_next = e, d
+        if found >= nxt:  # cannot happen for a monotone δ; stop rather than loop
+            break
     return found

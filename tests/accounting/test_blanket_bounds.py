@@ -16,8 +16,11 @@ from crowdmix.aggregator.accounting.amplification import (
     amplify_randomizer,
     best_amplification,
     best_within,
+    epsilon_from_profile,
 )
 from crowdmix.aggregator.accounting.blanket import (
+    Profile,
+    bins,
     bit_sum_law,
     bit_vector_given,
     krr_given,
@@ -99,10 +102,32 @@ def test_binning_only_raises_delta() -> None:
     # Fewer bins use δ at each bin's smallest m: never below the exact mixture.
     others, gamma = 400, 5 / (math.e + 4)
     exact = mixture(others, gamma, lambda m: krr_given(1.0, 5, m, DELTA), DELTA, max_bins=10**6)
-    for bins in (4, 12):
-        binned = mixture(others, gamma, lambda m: krr_given(1.0, 5, m, DELTA), DELTA, max_bins=bins)
+    for count in (4, 12):
+        binned = mixture(
+            others, gamma, lambda m: krr_given(1.0, 5, m, DELTA), DELTA, max_bins=count
+        )
         for eps in (0.05, 0.15, 0.3):
             assert binned.delta(eps) >= exact.delta(eps)
+
+
+def test_bins_spaced_around_the_mean_only_raise_delta() -> None:
+    # A crowd whose window of m is too wide for one bin per m: the spaced bins.
+    others, p = 4000, 1 / (math.e + 1)
+    gamma = 0.5 / (1 - p)
+    cache: dict[object, object] = {}
+    edges, weights, below = bins(others, gamma, DELTA, 32)
+    assert len(edges) > 20 and edges == sorted(set(edges))
+    assert abs(below + sum(weights) - 1.0) < 1e-12
+
+    def given(m: int) -> Profile:
+        return bit_vector_given(p, 0.5, (1, 1), m, DELTA, cache)
+
+    exact = mixture(others, gamma, given, DELTA, max_bins=10**6)
+    binned = mixture(others, gamma, given, DELTA)
+    for eps in (0.02, 0.04, 0.06):
+        assert exact.delta(eps) <= binned.delta(eps) <= 1.02 * exact.delta(eps)
+    tight = epsilon_from_profile(exact, DELTA, 1.0)
+    assert tight <= epsilon_from_profile(binned, DELTA, 1.0) <= 1.001 * tight
 
 
 def test_olh_bound_sits_between_its_g_ary_rr_and_the_generic_bound() -> None:

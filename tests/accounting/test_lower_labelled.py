@@ -111,3 +111,13 @@ def test_oue_figure_stays_above_the_labelled_lower_bound(eps0: float, n: int, de
     ours = best_amplification(eps0, n, delta, oue).result.epsilon
     assert lowers["labelled"] > max(lowers["columns"], lowers["filtered"])
     assert lowers["labelled"] <= ours <= 1.12 * lowers["labelled"]
+
+
+@pytest.mark.parametrize(("eps0", "n", "delta"), [(1.0, 10_000, 1e-6), (0.25, 3_000, 1e-10)])
+def test_the_search_returns_a_certified_epsilon_next_to_the_root(
+    eps0: float, n: int, delta: float
+) -> None:
+    p = 1 / (math.exp(eps0) + 1)
+    eps = labelled_one_bit(p, 0.5, n, delta, 0.0, eps0)
+    below, above = _Walks(p, 0.5, n).jensen_sum([eps, eps * (1.0 + 2e-5)]) / n
+    assert below > delta >= above  # certified, and within 2e-5 relative of the root
