@@ -40,6 +40,9 @@ CHECKS = [
         for v in (1, 2)
         for what in ("recreated empty", "works", "no old record left")
     ),
+    "older version held open: open rejects, no hang",
+    "newer version opened elsewhere: this one gives way, its calls reject",
+    "a change failing half-way commits nothing",
 ]
 
 
