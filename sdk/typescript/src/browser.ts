@@ -31,29 +31,52 @@ type Row = StoredRow & { seq?: number };
 export class IdbBackend implements Backend {
   constructor(private readonly _db: IDBDatabase) {}
 
-  static async open(name: string): Promise<IdbBackend> {
-    // version 3: the layout above. No release wrote an older one: one found (a development
-    // build's) is recreated empty rather than read as this layout
-    const req = indexedDB.open(name, 3);
-    req.onupgradeneeded = () => {
-      const db = req.result;
-      for (const s of Array.from(db.objectStoreNames)) db.deleteObjectStore(s);
-      db.createObjectStore(ROWS, { keyPath: "id" });
-      db.createObjectStore(META);
-    };
-    return new IdbBackend(await promised(req));
+  static open(name: string): Promise<IdbBackend> {
+    return new Promise((resolve, reject) => {
+      // version 3: the layout above. No release wrote an older one: one found (a development
+      // build's) is recreated empty rather than read as this layout
+      const req = indexedDB.open(name, 3);
+      let blocked = false;
+      req.onupgradeneeded = () => {
+        const db = req.result;
+        for (const s of Array.from(db.objectStoreNames)) db.deleteObjectStore(s);
+        db.createObjectStore(ROWS, { keyPath: "id" });
+        db.createObjectStore(META);
+      };
+      // a tab of an older build keeps it open: fail now rather than wait for that tab to close
+      req.onblocked = () => {
+        blocked = true;
+        reject(new Error("an older version of the database is open in another tab"));
+      };
+      req.onerror = () => reject(req.error);
+      req.onsuccess = () => {
+        const db = req.result;
+        if (blocked) return db.close(); // opened after open() failed: nobody holds it
+        db.onversionchange = () => db.close(); // a newer build's tab upgrades it; calls here reject from now on
+        resolve(new IdbBackend(db));
+      };
+    });
   }
 
-  private _tx<T>(mode: IDBTransactionMode, fn: (rows: IDBObjectStore, meta: IDBObjectStore) => Promise<T>): Promise<T> {
+  private async _tx<T>(mode: IDBTransactionMode, fn: (rows: IDBObjectStore, meta: IDBObjectStore) => Promise<T>): Promise<T> {
     const t = this._db.transaction([ROWS, META], mode, { durability: "strict" });
     const done = new Promise<void>((resolve, reject) => {
       t.oncomplete = () => resolve();
       t.onabort = t.onerror = () => reject(t.error ?? new Error("IndexedDB transaction aborted"));
     });
-    return fn(t.objectStore(ROWS), t.objectStore(META)).then(async (out) => {
+    done.catch(() => undefined); // awaited below, or moot once fn failed
+    try {
+      const out = await fn(t.objectStore(ROWS), t.objectStore(META));
       await done;
       return out;
-    });
+    } catch (e) {
+      try {
+        t.abort(); // a change that failed half-way commits none of its writes
+      } catch {
+        // already aborted or committed
+      }
+      throw e;
+    }
   }
 
   private async _state(rows: IDBObjectStore, meta: IDBObjectStore): Promise<OutboxState> {
