@@ -1,12 +1,16 @@
 """The IndexedDB outbox in a real browser: headless Chromium loads
 sdk/typescript/test/browser/outbox.html once, which drives IdbBackend through the Outbox
 API beside the in-memory backend given the same calls, and POSTs each check's outcome;
-each check here is one test, named as the page names it."""
+each check here is one test, named as the page names it. crash.html: a claim survives the
+browser killed."""
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,3 +82,38 @@ def test_the_page_ran_every_check_without_error(page: dict[str, Any]) -> None:
 @pytest.mark.parametrize("check", CHECKS)
 def test_indexeddb_outbox(page: dict[str, Any], check: str) -> None:
     assert page["checks"].get(check) is True, f"{check}: saw {page['checks'].get(check)}"
+
+
+def test_a_claimed_report_survives_the_browser_killed(tmp_path: Path) -> None:
+    """The claim resolved, the browser is killed at once (SIGKILL, no pagehide, no flush):
+    the same profile loaded again reads the row, with its report id, and the claim."""
+    built_sdk()
+    site = _Site()
+    profile = tmp_path / "profile"
+    try:
+        claimed = _load(site, profile, "claim")
+        assert claimed == {"claimed": "claimed"}, claimed
+        state = _load(site, profile, "read")["state"]
+        assert [r["id"] for r in state["rows"]] == ["00112233445566778899aabbccddeeff"], state
+        assert state["claims"] == {"m": 80}, state
+    finally:
+        site.close()
+
+
+def _load(site: _Site, profile: Path, phase: str) -> dict[str, Any]:
+    """Load crash.html in `phase` with `profile`; kill the browser as soon as it POSTs."""
+    url = f"{site.origin}/sdk/typescript/test/browser/crash.html?phase={phase}&result=/result"
+    proc = subprocess.Popen(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", url],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        result: dict[str, Any] = site.results.get(timeout=60)
+    except queue.Empty:
+        raise AssertionError(f"the page ({phase}) never reported back") from None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole browser: every process it started
+        proc.communicate(timeout=30)
+    return result
