@@ -99,7 +99,8 @@ def test_forced_spaced_bins_stay_above_the_exhaustive_mixture(
     kind: str, eps0: float, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(blanket, "_EXACT_BINS", 0)
-    scale, cache = 1.0, {}
+    scale = 1.0
+    cache: dict[object, object] = {}
     if kind.startswith("krr"):
         d = int(kind[3:])
         gamma = KaryRR(epsilon0=eps0, domain=d).blanket_mass
