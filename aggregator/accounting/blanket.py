@@ -161,6 +161,8 @@ def bins(
     to ``others``), and P(m below the first bin)."""
     from scipy import stats
 
+    if isinstance(max_bins, bool) or not isinstance(max_bins, int) or max_bins < 1:
+        raise ValueError(f"max_bins must be a positive integer, got {max_bins!r}")
     lo, hi = binom_window(others, gamma, TAIL_FRACTION * delta)
     below = float(stats.binom.cdf(lo - 1, others, gamma)) if lo > 0 else 0.0
     if max_m is not None:
@@ -183,6 +185,8 @@ def _sinh_space(lo: float, hi: float, k: int, centre: float, scale: float) -> li
     """k points from lo to hi, even in asinh((x − centre)/scale): dense within a
     ``scale`` of ``centre`` where the mass of m is (a bin's loss grows with its
     mass times its width), sparse in the tails. Any edges are sound."""
+    if k == 1:
+        return [lo]
     a, b = math.asinh((lo - centre) / scale), math.asinh((hi - centre) / scale)
     out = [centre + scale * math.sinh(a + (b - a) * i / (k - 1)) for i in range(k)]
     out[0], out[-1] = lo, hi
