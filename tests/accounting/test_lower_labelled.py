@@ -113,6 +113,7 @@ def test_oue_figure_stays_above_the_labelled_lower_bound(eps0: float, n: int, de
     assert lowers["labelled"] <= ours <= 1.12 * lowers["labelled"]
 
 
+@pytest.mark.slow  # seconds of exact δ: the full check runs it
 @pytest.mark.parametrize(("eps0", "n", "delta"), [(1.0, 10_000, 1e-6), (0.25, 3_000, 1e-10)])
 def test_the_search_returns_a_certified_epsilon_next_to_the_root(
     eps0: float, n: int, delta: float
@@ -153,6 +154,7 @@ def test_the_label_split_is_the_pattern_enumeration() -> None:
         assert np.allclose(label_split_delta(p, q, n, list(GRID)), exact, rtol=1e-9, atol=1e-13)
 
 
+@pytest.mark.slow  # seconds of exact δ: the full check runs it
 @pytest.mark.parametrize(("eps0", "q"), [(0.25, 0.5), (1.0, 0.5), (4.0, 0.5), (2.0, None)])
 def test_the_bound_and_its_search_stay_below_the_exact_delta_at_a_moderate_crowd(
     eps0: float, q: float | None

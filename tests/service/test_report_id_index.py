@@ -107,6 +107,7 @@ def test_ids_crafted_against_a_known_key_make_one_long_chain_and_stay_exact() ->
     assert index.present(b"".join(chain)).tolist() == list(range(3_000))
 
 
+@pytest.mark.slow  # a table grown to millions of slots: the full check runs it
 def test_growing_moves_long_chains_that_cross_the_chunks_it_moves_by() -> None:
     """A million ids and eight chains of 1,500 crafted ids, each from just before a home
     slot at a multiple of an eighth of the table: in a table of 2^21 slots the first
