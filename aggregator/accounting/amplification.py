@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from crowdmix.aggregator.accounting.pairs import (
     ClonePair,
     EvaluatedPair,
+    check_shuffle_args,
     pmf_error,
     symmetric_hockey_lower,
 )
@@ -94,15 +95,7 @@ class AmplificationResult:
         }
 
 
-def _check(epsilon0: float, n: int, delta: float) -> None:
-    if isinstance(epsilon0, bool) or not isinstance(epsilon0, int | float):
-        raise ValueError(f"epsilon0 must be a number, got {epsilon0!r}")
-    if not math.isfinite(epsilon0) or epsilon0 < 0.0:
-        raise ValueError(f"epsilon0 must be finite and non-negative, got {epsilon0!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+_check = check_shuffle_args
 
 
 def _safe_root(evaluated: EvaluatedPair | Profile, delta: float, upper: float) -> float:

@@ -20,7 +20,12 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from crowdmix.aggregator.accounting.pairs import binom_logpmf, binom_window, pmf_error
+from crowdmix.aggregator.accounting.pairs import (
+    binom_logpmf,
+    binom_window,
+    check_shuffle_args,
+    pmf_error,
+)
 
 __all__ = ["binary_rr_delta", "binary_rr_epsilon", "config_delta"]
 
@@ -253,12 +258,4 @@ def _epsilon(epsilon0: float, n: int, delta: float) -> float:
     return epsilon0
 
 
-def _check(epsilon0: float, n: int, delta: float) -> None:
-    if isinstance(epsilon0, bool) or not isinstance(epsilon0, int | float):
-        raise ValueError(f"epsilon0 must be a number, got {epsilon0!r}")
-    if not math.isfinite(epsilon0) or epsilon0 < 0.0:
-        raise ValueError(f"epsilon0 must be finite and non-negative, got {epsilon0!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+_check = check_shuffle_args

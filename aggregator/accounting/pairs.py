@@ -26,6 +26,7 @@ __all__ = [
     "EvaluatedPair",
     "binom_logpmf",
     "binom_window",
+    "check_shuffle_args",
     "half_tail_error",
     "pmf_error",
     "symmetric_hockey_lower",
@@ -262,3 +263,15 @@ class EvaluatedPair:
 
     def _arrays(self) -> dict[str, Any]:  # for the PLD builder
         return {"t": self._t, "w1": self._w1, "w2": self._w2, "ncoef": self._ncoef}
+
+
+def check_shuffle_args(epsilon0: float, n: int, delta: float) -> None:
+    """Refuse, naming it, an ε0, n or δ that no shuffle bound takes."""
+    if isinstance(epsilon0, bool) or not isinstance(epsilon0, int | float):
+        raise ValueError(f"epsilon0 must be a number, got {epsilon0!r}")
+    if not math.isfinite(epsilon0) or epsilon0 < 0.0:
+        raise ValueError(f"epsilon0 must be finite and non-negative, got {epsilon0!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
