@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from crowdmix.core.registry import parse_registry
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
-from tests.e2e.test_browser_sdk import _Site, chromium
+from tests.browser import Site, page_result
 
 
 def main() -> None:
@@ -45,23 +44,15 @@ def main() -> None:
 def run(reports: int) -> float:
     rappor = {"encoding": "rappor", "k": 128, "h": 2, "m": 64, "f": 0.5, "p": 0.5, "q": 0.75}
     registry = parse_registry({"metrics": {f"m{i}": dict(rappor) for i in range(reports)}})
-    site = _Site()
+    site = Site()
     settings = ShufflerSettings(http_port=0, http_allow_origins=(site.origin,))
     shuffler = start_shuffler(registry, MemoryStore(), None, settings=settings)
     q = {"shuffler": f"http://127.0.0.1:{shuffler.http_port}", "result": "/result"}
     url = f"{site.origin}/examples/browser/index.html?bench={reports}&{urllib.parse.urlencode(q)}"
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.Popen(
-            [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", url],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
         try:
-            result = site.results.get(timeout=300)
+            result = page_result(site, url, profile, timeout=300)
         finally:
-            proc.kill()
-            proc.wait()
             shuffler.stop(1.0)
             site.close()
     times = result["times"]

@@ -6,16 +6,12 @@ browser killed."""
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.test_browser_sdk import _Site, chromium
+from tests.browser import Site, page_result
 from tests.typescript import built_sdk
 
 pytestmark = pytest.mark.integration
@@ -54,22 +50,12 @@ CHECKS = [
 def page(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """What the page reported, from one load in a fresh browser profile."""
     built_sdk()
-    site = _Site()
+    site = Site()
     profile = tmp_path_factory.mktemp("idb") / "profile"
     url = f"{site.origin}/sdk/typescript/test/browser/outbox.html?result=/result"
-    proc = subprocess.Popen(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", url],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
     try:
-        result: dict[str, Any] = site.results.get(timeout=90)
-    except queue.Empty:
-        raise AssertionError("the page never reported back") from None
+        result: dict[str, Any] = page_result(site, url, profile)
     finally:
-        proc.kill()
-        proc.communicate(timeout=30)
         site.close()
     return result
 
@@ -88,7 +74,7 @@ def test_a_claimed_report_survives_the_browser_killed(tmp_path: Path) -> None:
     """The claim resolved, the browser is killed at once (SIGKILL, no pagehide, no flush):
     the same profile loaded again reads the row, with its report id, and the claim."""
     built_sdk()
-    site = _Site()
+    site = Site()
     profile = tmp_path / "profile"
     try:
         claimed = _load(site, profile, "claim")
@@ -100,20 +86,8 @@ def test_a_claimed_report_survives_the_browser_killed(tmp_path: Path) -> None:
         site.close()
 
 
-def _load(site: _Site, profile: Path, phase: str) -> dict[str, Any]:
+def _load(site: Site, profile: Path, phase: str) -> dict[str, Any]:
     """Load crash.html in `phase` with `profile`; kill the browser as soon as it POSTs."""
     url = f"{site.origin}/sdk/typescript/test/browser/crash.html?phase={phase}&result=/result"
-    proc = subprocess.Popen(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", url],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        result: dict[str, Any] = site.results.get(timeout=60)
-    except queue.Empty:
-        raise AssertionError(f"the page ({phase}) never reported back") from None
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole browser: every process it started
-        proc.communicate(timeout=30)
+    result: dict[str, Any] = page_result(site, url, profile, timeout=60)
     return result

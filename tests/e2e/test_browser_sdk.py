@@ -6,28 +6,21 @@ of one app claim a window once."""
 
 from __future__ import annotations
 
-import json
-import queue
-import shutil
-import subprocess
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from crowdmix.cluster import LocalCluster
+from tests.browser import Site, page_result
 from tests.daemons import local_cluster, stored_counts
 from tests.typescript import built_sdk
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parent.parent.parent
 REGISTRY = """
 [metrics.theme]
 encoding = "krr"
@@ -40,82 +33,26 @@ release = "max_batch"
 """
 
 
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        raise AssertionError("this test needs Debian's chromium package (apt-get install chromium)")
-    return path
-
-
-class _Site:
-    """The repository's files over HTTP on loopback, and POST /result for the page."""
-
-    def __init__(self) -> None:
-        self.results: queue.Queue[Any] = queue.Queue()
-        results = self.results
-
-        class Handler(SimpleHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                results.put(json.loads(body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(REPO)))
-        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
-def site() -> Iterator[_Site]:
-    s = _Site()
+def site() -> Iterator[Site]:
+    s = Site()
     yield s
     s.close()
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, site: _Site) -> Iterator[LocalCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, site: Site) -> Iterator[LocalCluster]:
     built_sdk()
     work = tmp_path_factory.mktemp("browser")
     with local_cluster(work, REGISTRY, shufflers=1, http_allow_origins=[site.origin]) as c:
         yield c
 
 
-def open_page(site: _Site, cluster: LocalCluster, profile: Path, **query: str) -> Any:
+def open_page(site: Site, cluster: LocalCluster, profile: Path, **query: str) -> Any:
     """Load the example page with ``query`` in a fresh headless Chromium; what it POSTs."""
     q = {"shuffler": cluster.http_urls[0], "token": cluster.token, "result": "/result", **query}
     url = f"{site.origin}/examples/browser/index.html?{urllib.parse.urlencode(q)}"
-    proc = subprocess.Popen(
-        [
-            chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            url,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        return site.results.get(timeout=90)
-    except queue.Empty:
-        raise AssertionError("the page never reported back") from None
-    finally:
-        time.sleep(1.0)  # let a keepalive request leave before the browser goes
-        proc.kill()
-        proc.communicate(timeout=30)
+    return page_result(site, url, profile, linger=1.0)
 
 
 def _theme(cluster: LocalCluster) -> list[int]:
@@ -131,7 +68,7 @@ def _eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def test_a_page_in_chromium_reports_through_the_shuffler_http_port(
-    site: _Site, cluster: LocalCluster, tmp_path: Path
+    site: Site, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     result = open_page(site, cluster, tmp_path / "profile", value="dark")
     assert result["made"] is True, result
@@ -140,7 +77,7 @@ def test_a_page_in_chromium_reports_through_the_shuffler_http_port(
 
 
 def test_leaving_the_page_sends_the_report_with_keepalive(
-    site: _Site, cluster: LocalCluster, tmp_path: Path
+    site: Site, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     before = sum(_theme(cluster))
     result = open_page(site, cluster, tmp_path / "profile", leave="sepia", background="0")
@@ -149,7 +86,7 @@ def test_leaving_the_page_sends_the_report_with_keepalive(
 
 
 def test_two_tabs_of_one_app_claim_a_window_once(
-    site: _Site, cluster: LocalCluster, tmp_path: Path
+    site: Site, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """The page and a frame of it share one IndexedDB outbox and report the same metric at
     the same moment: the claim is one transaction, so exactly one of them makes it."""
