@@ -17,6 +17,10 @@ over the five distributions):
 - coverage: detected true values inside their 95% interval; mass: the detected
   list's total; decode seconds (the files already read, as the reference is timed).
 
+Cases made with ``--no-r`` have no r_results.csv: the reference's FP per type and FN
+per split are then those recorded in rappor_reference_recorded.json (bench/README.md's
+table), and the targets are checked against them.
+
 Development splits choose knobs (dev, and the spent held-out splits, already
 read); the held-out split is read once to report (rappor_client_data.py says
 which seeds each split takes); a case is scored only in the split of its seed.
@@ -51,6 +55,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rappor_client_data import SEEDS, split_of
 
 Score = dict[str, float]
+#: google/rappor's FP and FN per split and case type, as recorded when R last ran on them.
+RECORDED = json.loads(
+    (Path(__file__).resolve().parent / "rappor_reference_recorded.json").read_text()
+)
 
 
 def _truth(path: Path) -> dict[str, int]:
@@ -200,6 +208,26 @@ def summarise(label: str, rows: list[tuple[str, Score, Score]]) -> dict[str, obj
         f" (CPU mean {np.mean([x['cpu'] for x in all_ours]):.3f} s"
         f" max {max(x['cpu'] for x in all_ours):.3f} s)"
     )
+    recorded = RECORDED.get(label)
+    if not all_ref and recorded is not None:
+        ofn = sum(x["fn"] for x in all_ours)
+        for t in sorted(by_type):
+            ref_fp = recorded["types"].get(t, {}).get("fp")
+            ours_fp = sum(p[0]["fp"] for p in by_type[t])
+            if ref_fp is not None and ours_fp > ref_fp:
+                fails.append(f"FP on {t}: {ours_fp:.0f} > {ref_fp}")
+        rfn = recorded["fn_all"]
+        print(
+            "  reference as recorded (no r_results.csv): FP per type "
+            + ", ".join(f"{t} {v['fp']}" for t, v in sorted(recorded["types"].items()))
+            + f"; FN {rfn}"
+        )
+        print(
+            f"  targets: FN {ofn} vs {rfn} recorded ({100 * (ofn / rfn - 1):+.1f} %,"
+            f" {'met' if ofn <= rfn else 'NOT met'});"
+            f" FP per type ({'met' if not fails else 'NOT met: ' + '; '.join(fails)});"
+            f" CI cover ({'met' if cov_h >= 0.93 * cov_t else 'NOT met'})"
+        )
     if all_ref:
         rtv = float(np.mean([x["tv_list"] for x in all_ref]))
         rfn = sum(x["fn"] for x in all_ref)
