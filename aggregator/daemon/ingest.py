@@ -158,6 +158,13 @@ class Ingestor:
     def check_header(self, batch: IngestBatch) -> MetricConfig:
         """The checks of a clear batch that cost O(1): ids, window, metric, params, lengths."""
         config = self._check_batch(batch)
+        self._check_shape(batch, config)
+        self._check_params(batch, config)
+        return config
+
+    def _check_params(self, batch: IngestBatch, config: MetricConfig) -> None:
+        """A clear batch's params against the registry and the round file: state that may
+        change after the batch was counted, so checked after the duplicate look."""
         if config.requires_sealing:
             raise InvalidBatch(
                 f"metric {batch.metric!r} is a shuffled histogram: it is counted from sealed "
@@ -180,6 +187,9 @@ class Ingestor:
                 f"does not match the registry's {config.fingerprint:#018x}",
                 reason="fingerprint",
             )
+
+    def _check_shape(self, batch: IngestBatch, config: MetricConfig) -> None:
+        """A clear batch's lengths and report ids."""
         if batch.report_bytes != config.report_bytes:
             raise InvalidBatch(
                 f"metric {batch.metric!r}: report_bytes must be {config.report_bytes}, "
@@ -207,7 +217,6 @@ class Ingestor:
             pairs = words.reshape(batch.count, 2)
             if not bool((pairs[:, 0] | pairs[:, 1]).all()):
                 raise InvalidBatch("a report id is all zero", reason="report_id")
-        return config
 
     def count(self, batch: IngestBatch, config: MetricConfig) -> Counts:
         """The batch's counts after the per-report checks (cohorts, padding, payloads)."""
@@ -309,12 +318,14 @@ class Ingestor:
         """Validate (open), count, and apply once. Store errors propagate (StoreError).
 
         A batch whose id was applied before is answered as a duplicate after the O(1)
-        checks, before it is opened or counted: a re-sent batch costs no work."""
+        checks of its shape, before any check against what may have changed since it was
+        counted (the round file, the registry's params) and before it is opened or
+        counted: a re-sent batch is acknowledged, at no cost, whatever changed."""
         dropped: dict[str, int] | None = None
-        header = (
-            self._check_batch(batch) if isinstance(batch, SealedBatch) else self.check_header(batch)
-        )
+        header = self._check_batch(batch)
         sealed = isinstance(batch, SealedBatch)
+        if not isinstance(batch, SealedBatch):
+            self._check_shape(batch, header)
         if self.store.is_applied(batch.metric, batch.batch_id):
             # re-sent: not counted again; its kind noted again (a crash may have lost it)
             self._note(batch.metric, batch.window, sealed)
@@ -322,6 +333,7 @@ class Ingestor:
         if isinstance(batch, SealedBatch):
             config, batch, counts, dropped = self.open_sealed(batch)
         else:
+            self._check_params(batch, header)
             config, counts = header, self.count(batch, header)
         description = self._descriptions.get(config.name)
         if description is None:
