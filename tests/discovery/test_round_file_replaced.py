@@ -50,8 +50,10 @@ def test_a_counted_batch_resent_after_the_round_file_changed_is_a_duplicate(
     rounds = _file(tmp_path, registry, _prefix(W))
     fingerprint = _prefix(W).fingerprint(metric.fingerprint)
     store = open_store(redis_url)
-    server = start_aggregator(registry, store, listen="127.0.0.1:0",
-                              clock=lambda: W * HOUR + HOUR / 2, rounds_file=str(rounds))  # fmt: skip
+    clock = lambda: W * HOUR + HOUR / 2  # noqa: E731
+    server = start_aggregator(
+        registry, store, listen="127.0.0.1:0", clock=clock, rounds_file=str(rounds)
+    )
     try:
         with grpc.insecure_channel(server.target) as channel:
             stub = crowdmix_pb2_grpc.AggregatorStub(channel)
