@@ -349,6 +349,7 @@ class Ingestor:
                 report_ids,
                 description=description,
                 repeated=in_batch,  # recorded with the counts: a histogram's statement needs it
+                dropped=dropped,  # and the sealed reports dropped: a round job reports them
             )
         except ParamsConflict as exc:  # the registry changed: say which field, not two hashes
             stored = self.store.description(batch.metric)

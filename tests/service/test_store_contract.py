@@ -541,6 +541,32 @@ def test_a_resent_batch_is_answered_before_it_is_counted(
 # -- repeated report ids per window (a shuffled histogram's statement needs them) ---------
 
 
+def test_reports_dropped_before_counting_are_recorded_per_window_with_the_batch(
+    store: CountStore, registry: Registry
+) -> None:
+    """``dropped`` is added by reason to its window in the apply step, once per batch id:
+    a re-sent batch, a refused one or another window's adds nothing; negative is refused."""
+    rng = np.random.default_rng(37)
+    fp = registry["pages"].fingerprint
+
+    def apply(window: int, batch_id: bytes, fingerprint: int = fp, **drops: int) -> bool:
+        delta = counts_of(registry, "pages", rng, 5)
+        return store.apply_reports("pages", window, batch_id, fingerprint, delta,
+                                   NO_REPORT_IDS, dropped=drops).applied  # fmt: skip
+
+    assert store.dropped_reports("pages", [3]) == {}
+    assert apply(3, b"a" * 16, round=4, not_authentic=1, payload=0)
+    assert apply(3, b"b" * 16, round=2)
+    assert not apply(3, b"a" * 16, round=4)  # re-sent: changes nothing
+    with pytest.raises(ParamsConflict):
+        apply(3, b"c" * 16, fingerprint=12345, round=9)
+    with pytest.raises(ValueError, match="drops"):
+        apply(3, b"d" * 16, round=-1)
+    assert apply(4, b"e" * 16, round=1)
+    assert store.dropped_reports("pages", [3]) == {"round": 6, "not_authentic": 1}
+    assert store.dropped_reports("pages", [3, 4, 9]) == {"round": 7, "not_authentic": 1}
+
+
 def test_repeated_report_ids_are_counted_per_window_with_the_batch(
     store: CountStore, registry: Registry
 ) -> None:
