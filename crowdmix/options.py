@@ -159,9 +159,35 @@ def server_tls(args: argparse.Namespace) -> ServerTls | None:
     )
 
 
-def add_daemon_options(parser: argparse.ArgumentParser | Any) -> None:
-    """``--metrics-port --metrics-host --port-file --log-level --log-format`` (None: not
-    given)."""
+def add_daemon_options(parser: argparse.ArgumentParser | Any, table: str) -> None:
+    """What both daemons take: ``--config`` (the registry, with its ``[table]`` of
+    settings), ``--redis --min-replicas-ack --grace --metrics-port --metrics-host
+    --port-file --log-level --log-format`` (None: not given)."""
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help=f"metric registry TOML (+ optional [{table}])",
+    )
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        help="Redis URL (default: in memory, lost at exit); a Redis Cluster: "
+        "redis+cluster://HOST:PORT[,HOST:PORT...]",
+    )
+    parser.add_argument(
+        "--min-replicas-ack",
+        type=int,
+        metavar="N",
+        help="acknowledge only once N replicas have the write (Redis WAIT; default 0: off)",
+    )
+    parser.add_argument(
+        "--grace",
+        dest="shutdown_grace_seconds",
+        type=float,
+        metavar="SECONDS",
+        help="seconds to drain on SIGTERM",
+    )
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics"
     )
