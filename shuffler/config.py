@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdmix.core.redis_url import redis_url_problem
-from crowdmix.core.registry import Registry, RegistryError, parse_registry, read_registry_file
+from crowdmix.core.registry import Registry, RegistryError, load_daemon_config
 from crowdmix.shuffler.errors import ConfigError
 
 #: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.
@@ -191,22 +191,9 @@ def load_config(
     Raises ``ConfigError`` naming the bad field (registry errors included).
     """
     try:
-        data = read_registry_file(path)
+        registry, values, _ = load_daemon_config(path, "shuffler", _FIELDS, overrides, ConfigError)
     except RegistryError as exc:
         raise ConfigError(str(exc)) from None
-    data.pop("aggregator", None)  # the aggregator's settings may share the file
-    table = data.pop("shuffler", {})
-    if not isinstance(table, dict):
-        raise ConfigError("[shuffler] must be a table")
-    unknown = set(table) - _FIELDS
-    if unknown:
-        raise ConfigError(f"[shuffler]: unknown field(s) {sorted(unknown)}")
-    try:
-        registry = parse_registry(data)
-    except RegistryError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    values = dict(table)
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         settings = ShufflerSettings(**values)
     except TypeError as exc:
