@@ -41,7 +41,7 @@ from crowdmix.aggregator.store.base import (
 )
 from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
-from crowdmix.core.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import blocking_client
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
@@ -239,29 +239,9 @@ class RedisCountStore(CountStore):
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCountStore:
         """``redis://``, ``rediss://``, ``unix://`` (one node) or ``redis+cluster://``."""
-        client: Any
-        if is_cluster_url(url):
-            from redis.cluster import ClusterNode, RedisCluster
-
-            cluster = parse_cluster_url(url)
-            # redis-py's default retries resend a command after a socket failure; every
-            # write here is idempotent (batch ids, versioned folds), so that is safe
-            try:
-                client = RedisCluster(
-                    startup_nodes=[
-                        ClusterNode(host, port)  # type: ignore[no-untyped-call]
-                        for host, port in cluster.nodes
-                    ],
-                    username=cluster.username,
-                    password=cluster.password,
-                    socket_timeout=10.0,
-                    socket_connect_timeout=5.0,
-                )
-            except (redis.exceptions.RedisClusterException, redis.RedisError) as exc:
-                seeds = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
-                raise StoreUnavailable(f"redis cluster {seeds}: {exc}") from None
-        else:
-            client = redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0)
+        # redis-py's default retries resend a command after a socket failure; every
+        # write here is idempotent (batch ids, versioned folds), so that is safe
+        client = blocking_client(url, timeout=10.0, resend=True, error=StoreUnavailable)
         return cls(client, **kwargs)
 
     # -- keys -------------------------------------------------------------------------------
