@@ -200,18 +200,8 @@ class Ingestor:
             raise InvalidBatch(
                 f"{batch.cohorts.size} cohorts for count={batch.count}", reason="length"
             )
-        if len(batch.bits) != batch.count * batch.report_bytes:
-            raise InvalidBatch(
-                f"bits has {len(batch.bits)} bytes, expected count*report_bytes = "
-                f"{batch.count}*{batch.report_bytes}",
-                reason="length",
-            )
-        if len(batch.report_ids) != REPORT_ID_BYTES * batch.count:
-            raise InvalidBatch(
-                f"report_ids has {len(batch.report_ids)} bytes, expected "
-                f"{REPORT_ID_BYTES}*count = {REPORT_ID_BYTES * batch.count}",
-                reason="length",
-            )
+        _check_length("bits", batch.bits, batch.count, batch.report_bytes, "report_bytes")
+        _check_length("report_ids", batch.report_ids, batch.count, REPORT_ID_BYTES, "16")
         words = np.frombuffer(batch.report_ids, dtype="<u8")
         if np.count_nonzero(words) != words.size:  # a zero word (rare): is a whole id zero?
             pairs = words.reshape(batch.count, 2)
@@ -272,12 +262,7 @@ class Ingestor:
             raise InvalidBatch(
                 f"{batch.key_ids.size} key ids for count={batch.count}", reason="length"
             )
-        if len(batch.sealed) != batch.count * batch.sealed_bytes:
-            raise InvalidBatch(
-                f"sealed has {len(batch.sealed)} bytes, expected count*sealed_bytes = "
-                f"{batch.count}*{batch.sealed_bytes}",
-                reason="length",
-            )
+        _check_length("sealed", batch.sealed, batch.count, batch.sealed_bytes, "sealed_bytes")
         if config.heavy_hitters is None:
             opened = self.keys.open(batch, config, self._clock())
             screened, counts = screen(opened, config, self._accumulator)
@@ -368,6 +353,15 @@ class Ingestor:
             duplicate=False,
             duplicate_reports=in_batch + outcome.duplicates,
             dropped=dropped,
+        )
+
+
+def _check_length(column: str, data: bytes, count: int, each: int, each_name: str) -> None:
+    """InvalidBatch ("length") unless ``data`` holds ``count`` values of ``each`` bytes."""
+    if len(data) != count * each:
+        raise InvalidBatch(
+            f"{column} has {len(data)} bytes, expected count*{each_name} = {count}*{each}",
+            reason="length",
         )
 
 
