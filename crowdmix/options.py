@@ -18,7 +18,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from crowdmix.cli import CliError
 
 __all__ = [
     "JsonLogFormatter",
-    "ServerTls",
     "add_daemon_options",
     "add_rappor_options",
     "add_tls_server_options",
@@ -38,7 +36,6 @@ __all__ = [
     "rappor_params",
     "read_input",
     "read_token_file",
-    "server_tls",
     "wait_for_stop_signal",
     "write_port_file",
 ]
@@ -132,30 +129,6 @@ def add_tls_server_options(parser: argparse.ArgumentParser | Any) -> None:
     parser.add_argument("--tls-key", metavar="FILE", help="private key for --tls-cert (PEM)")
     parser.add_argument(
         "--tls-client-ca", metavar="FILE", help="require client certificates from this CA: mTLS"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ServerTls:
-    """The PEM bytes of a server's TLS files."""
-
-    cert: bytes
-    key: bytes
-    client_ca: bytes | None
-
-
-def server_tls(args: argparse.Namespace) -> ServerTls | None:
-    """The TLS files ``add_tls_server_options`` named, read and checked (None: no TLS)."""
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise CliError("--tls-cert and --tls-key go together")
-    if args.tls_client_ca and not args.tls_cert:
-        raise CliError("--tls-client-ca needs --tls-cert and --tls-key")
-    if args.tls_cert is None:
-        return None
-    return ServerTls(
-        cert=read_input(args.tls_cert, "TLS certificate"),
-        key=read_input(args.tls_key, "TLS key"),
-        client_ca=read_input(args.tls_client_ca, "client CA") if args.tls_client_ca else None,
     )
 
 
