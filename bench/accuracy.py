@@ -70,7 +70,6 @@ OPTIONS = DecodeOptions()
 #: --dev shifts every seed by this much: no development case shares a seed
 #: with a scored one (scored: --seed + 1000·rep + 10·distribution + config).
 DEV_OFFSET = 1_000_000
-REFERENCE = {"fp": 0.076, "fn": 0.544, "tv": 0.183, "mass": 0.803, "seconds": 1.94, "cov": 0.74}
 
 
 def pdf(distr: str, n: int = 100) -> np.ndarray:

@@ -19,16 +19,16 @@ __all__ = ["BasicEncoder", "DomainEncoder", "checked_domain", "domain_index"]
 
 def checked_domain(
     domain: tuple[str, ...] | list[str] | None, domain_size: int
-) -> tuple[tuple[str, ...] | None, dict[str, int] | None]:
-    """A metric's value list (or None: encode indexes) and its value → index map;
+) -> dict[str, int] | None:
+    """A metric's value → index map (None without a value list: encode indexes);
     ParamsError unless it has exactly ``domain_size`` distinct values."""
     if domain is None:
-        return None, None
+        return None
     if len(domain) != domain_size:
         raise ParamsError(f"domain has {len(domain)} values but domain_size is {domain_size}")
     if len(set(domain)) != len(domain):
         raise ParamsError("domain values must be distinct")
-    return tuple(domain), {v: i for i, v in enumerate(domain)}
+    return {v: i for i, v in enumerate(domain)}
 
 
 def domain_index(value: str | int, index: dict[str, int] | None, domain_size: int) -> int:
@@ -62,7 +62,7 @@ class DomainEncoder(Generic[P]):
     and the report-id source (``os.urandom`` unless a test injects one: every report
     gets a fresh id, since an id shared by a device's reports would link them)."""
 
-    __slots__ = ("_domain", "_fingerprint", "_index", "_new_id", "_rand", "metric", "params")
+    __slots__ = ("_fingerprint", "_index", "_new_id", "_rand", "metric", "params")
 
     def __init__(
         self,
@@ -77,7 +77,7 @@ class DomainEncoder(Generic[P]):
             raise ValueError("metric must be a non-empty string")
         self.params = params
         self.metric = metric
-        self._domain, self._index = checked_domain(domain, params.domain_size)
+        self._index = checked_domain(domain, params.domain_size)
         self._rand: BitSource = rand if rand is not None else shared_secure_bits()
         self._new_id: Callable[[int], bytes] = (
             random_bytes if random_bytes is not None else os.urandom

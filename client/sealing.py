@@ -4,58 +4,32 @@ The format (plaintext layout, ``info``, lengths, key configs) is ``crowdmix.core
 the suites ``crowdmix.core.hpke``; this module adds the device's part: the encryption.
 
 ``cryptography`` (>= 47, the first version with ``hazmat.primitives.hpke``) is an
-optional extra; this module is the one place on the device side that imports it,
-and ``import client`` does not import this module (like ``crowdmix.client.batch``). A
-missing package raises ``ModuleNotFoundError`` naming the extra to install.
+optional extra, imported through ``crowdmix.core.hpke`` (a missing package raises
+``ModuleNotFoundError`` naming the extra to install); ``import client`` does not import
+this module (like ``crowdmix.client.batch``).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
 from crowdmix.core.errors import ParamsError
-from crowdmix.core.hpke import hpke_suite
+from crowdmix.core.hpke import hpke_suite, public_key
 from crowdmix.core.sealed import (
     SUITES,
     PublicKeyConfig,
     SealedReport,
     pack_plaintext,
     report_info,
-    suite_named,
 )
-
-try:
-    from cryptography.hazmat.primitives import hpke as _hpke
-    from cryptography.hazmat.primitives.asymmetric import mlkem as _mlkem
-    from cryptography.hazmat.primitives.asymmetric import x25519 as _x25519
-except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without the extra
-    raise ModuleNotFoundError(
-        "sealed reports need the 'cryptography' package (>= 47): pip install 'crowdmix[transport]'",
-        name="cryptography",
-    ) from exc
 
 __all__ = ["public_key_object", "seal_many", "seal_report"]
 
 
-@functools.lru_cache(maxsize=64)
-def _public_object(suite: str, raw: bytes) -> Any:
-    s = suite_named(suite)
-    try:
-        if not s.post_quantum:
-            return _x25519.X25519PublicKey.from_public_bytes(raw)
-        return _hpke.MLKEM768X25519PublicKey(
-            _mlkem.MLKEM768PublicKey.from_public_bytes(raw[:1184]),
-            _x25519.X25519PublicKey.from_public_bytes(raw[1184:]),
-        )
-    except ValueError as exc:
-        raise ParamsError(f"invalid {s.name} public key: {exc}") from None
-
-
 def public_key_object(key: PublicKeyConfig) -> Any:
     """The ``cryptography`` public key of a published key (cached)."""
-    return _public_object(key.suite, key.public_key)
+    return public_key(key.suite, key.public_key)
 
 
 def seal_report(

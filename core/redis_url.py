@@ -6,18 +6,21 @@ more seed nodes, comma separated; the client asks any of them for the slot map::
     redis+cluster://10.0.0.1:7000,10.0.0.2:7000
     redis+cluster://user:password@10.0.0.1:7000
 
-A cluster has only database 0, so a path other than ``/`` or ``/0`` is refused. Pure
-string handling: no Redis client is imported here (``import client`` stays light).
+A cluster has only database 0, so a path other than ``/`` or ``/0`` is refused. String
+handling, and ``blocking_client`` for the daemons, which imports redis-py when called
+(``import client`` stays light).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 __all__ = [
     "CLUSTER_SCHEME",
     "ClusterUrl",
+    "blocking_client",
     "is_cluster_url",
     "is_redis_url",
     "parse_cluster_url",
@@ -102,3 +105,35 @@ def redis_url_problem(name: str, url: str) -> str | None:
         except ValueError as exc:
             return f"{name}: {exc}"
     return None
+
+
+def blocking_client(url: str, *, timeout: float, resend: bool, error: type[Exception]) -> Any:
+    """A blocking redis-py client of ``url``: one node, or a cluster's ``RedisCluster``
+    (``resend``: whether it may send a command again after a socket failure, when the
+    command may have run; safe only if every write is idempotent). ``timeout`` per
+    command, at most 5 s to connect; ``error`` when no seed node of a cluster answers."""
+    import redis
+    import redis.cluster
+
+    connect = min(timeout, 5.0)
+    if not is_cluster_url(url):
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=connect)
+    cluster = parse_cluster_url(url)
+    options: dict[str, Any] = {}
+    if not resend:
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        options["retry"] = Retry(NoBackoff(), 0)
+    try:
+        return redis.cluster.RedisCluster(
+            startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster.nodes],  # type: ignore[no-untyped-call]
+            username=cluster.username,
+            password=cluster.password,
+            socket_timeout=timeout,
+            socket_connect_timeout=connect,
+            **options,
+        )
+    except (redis.exceptions.RedisClusterException, redis.RedisError) as exc:
+        seeds = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
+        raise error(f"redis cluster {seeds}: {exc}") from None

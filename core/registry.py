@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "ShufflePolicy",
+    "load_daemon_config",
     "load_registry",
     "read_registry_file",
     "window_batch_limit",
@@ -491,6 +493,41 @@ def read_registry_file(path: str | Path) -> dict[str, Any]:
         raise RegistryError(f"metric registry {path} is not UTF-8 text (TOML)") from None
     except OSError as exc:
         raise RegistryError(f"cannot read metric registry {path}: {exc.strerror or exc}") from None
+
+
+def load_daemon_config(
+    path: str | Path,
+    table: str,
+    fields: Iterable[str],
+    overrides: dict[str, Any] | None,
+    error: type[Exception],
+) -> tuple[Registry, dict[str, Any], bool]:
+    """A daemon's registry file: the registry, its ``[table]`` of settings with
+    ``overrides`` (flags; None: not given) over them, and whether the file has the table.
+    The other daemon's table is left to it. A bad table raises ``error`` naming the
+    file; a bad registry ``RegistryError`` naming the file and the field."""
+    data = read_registry_file(path)
+    for other in DAEMON_TABLES:
+        if other != table:
+            data.pop(other, None)
+    own = data.pop(table, {})
+    if not isinstance(own, dict):
+        raise error(f"{path}: [{table}] must be a table")
+    known = set(fields)
+    unknown = sorted(set(own) - known)
+    if unknown:
+        raise error(
+            f"{path}: [{table}]: unknown field(s) {unknown} (known: {', '.join(sorted(known))})"
+        )
+    try:
+        registry = parse_registry(data)
+    except RegistryError as exc:
+        raise RegistryError(f"{path}: {exc}") from None
+    values = own | {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = sorted(set(values) - known)
+    if unknown:  # a caller's mistake, not the user's
+        raise ValueError(f"unknown {table} setting(s) {unknown}")
+    return registry, values, bool(own)
 
 
 def load_registry(path: str | Path) -> Registry:

@@ -31,28 +31,9 @@ def register(sub: Any) -> None:
         description="Count shuffled batches exactly once. Settings: flags > [aggregator] "
         "table of --config > defaults.",
     )
-    s.add_argument(
-        "--config",
-        required=True,
-        metavar="FILE",
-        help="metric registry TOML (+ optional [aggregator])",
-    )
-    s.add_argument(
-        "--redis",
-        metavar="URL",
-        help="Redis URL for counts (default: in memory, lost at exit); a Redis Cluster: "
-        "redis+cluster://HOST:PORT[,HOST:PORT...]",
-    )
-    s.add_argument(
-        "--min-replicas-ack",
-        type=int,
-        metavar="N",
-        help="acknowledge a batch only once N replicas have its counts (Redis WAIT; "
-        "default 0: off)",
-    )
+    add_daemon_options(s, "aggregator")
     s.add_argument("--listen", metavar="HOST:PORT", help="(default 127.0.0.1:7500)")
     add_tls_server_options(s)
-    add_daemon_options(s)
     s.add_argument("--workers", type=int, metavar="N", help="Ingest threads (default 8)")
     s.add_argument(
         "--keys",
@@ -72,13 +53,6 @@ def register(sub: Any) -> None:
         type=int,
         metavar="N",
         help="processes opening sealed reports (0: in the Ingest threads; default 0)",
-    )
-    s.add_argument(
-        "--grace",
-        dest="shutdown_grace_seconds",
-        type=float,
-        metavar="SECONDS",
-        help="seconds to drain on SIGTERM (default 10)",
     )
     s.set_defaults(func=serve)
 

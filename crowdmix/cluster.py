@@ -666,26 +666,6 @@ class LocalCluster:
             self.stop()
             raise
 
-    def restart_shuffler(self, i: int) -> DaemonProcess:
-        """Start shuffler ``i`` (0-based) again on the same port, after a stop or kill."""
-        old = self.shufflers[i]
-        old.kill()
-        new = DaemonProcess(old.name, old.args, old.port, old.log_path)
-        new.start()
-        new.wait_healthy()
-        self.shufflers[i] = new
-        return new
-
-    def restart_aggregator(self) -> DaemonProcess:
-        assert self.aggregator is not None
-        old = self.aggregator
-        old.kill()
-        new = DaemonProcess(old.name, old.args, old.port, old.log_path)
-        new.start()
-        new.wait_healthy()
-        self.aggregators[0] = new
-        return new
-
     def stop(self, grace: float = 20.0) -> dict[str, int | None]:
         """Stop shufflers first (they flush and forward), then the aggregator, then Redis."""
         codes: dict[str, int | None] = {}

@@ -193,7 +193,13 @@ def _step(args: argparse.Namespace) -> int:
         f"{metric.name}: round {result.round} central ε = {result.epsilon:.4f} over its "
         f"smallest batch, {result.stated_epsilon:.4f} stated over {result.cost.n_reports:,} "
         f"reports (min_batch {result.min_batch:,}; target {result.target:g})"
-        + (" ABOVE TARGET" if result.stated_epsilon > result.target else ""),
+        + (" ABOVE TARGET" if result.stated_epsilon > result.target else "")
+        + (
+            f"; {result.other_round:,} reports of window {result.window} dropped by the "
+            "aggregator as naming another round (a shuffler serves another round file)"
+            if result.other_round
+            else ""
+        ),
         file=sys.stderr if args.json else sys.stdout,
     )
     if result.table is None:

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from crowdmix.cli import CliError
 
 __all__ = [
     "JsonLogFormatter",
-    "ServerTls",
     "add_daemon_options",
     "add_rappor_options",
     "add_tls_server_options",
@@ -38,7 +36,6 @@ __all__ = [
     "rappor_params",
     "read_input",
     "read_token_file",
-    "server_tls",
     "wait_for_stop_signal",
     "write_port_file",
 ]
@@ -135,33 +132,35 @@ def add_tls_server_options(parser: argparse.ArgumentParser | Any) -> None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ServerTls:
-    """The PEM bytes of a server's TLS files."""
-
-    cert: bytes
-    key: bytes
-    client_ca: bytes | None
-
-
-def server_tls(args: argparse.Namespace) -> ServerTls | None:
-    """The TLS files ``add_tls_server_options`` named, read and checked (None: no TLS)."""
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise CliError("--tls-cert and --tls-key go together")
-    if args.tls_client_ca and not args.tls_cert:
-        raise CliError("--tls-client-ca needs --tls-cert and --tls-key")
-    if args.tls_cert is None:
-        return None
-    return ServerTls(
-        cert=read_input(args.tls_cert, "TLS certificate"),
-        key=read_input(args.tls_key, "TLS key"),
-        client_ca=read_input(args.tls_client_ca, "client CA") if args.tls_client_ca else None,
+def add_daemon_options(parser: argparse.ArgumentParser | Any, table: str) -> None:
+    """What both daemons take: ``--config`` (the registry, with its ``[table]`` of
+    settings), ``--redis --min-replicas-ack --grace --metrics-port --metrics-host
+    --port-file --log-level --log-format`` (None: not given)."""
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help=f"metric registry TOML (+ optional [{table}])",
     )
-
-
-def add_daemon_options(parser: argparse.ArgumentParser | Any) -> None:
-    """``--metrics-port --metrics-host --port-file --log-level --log-format`` (None: not
-    given)."""
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        help="Redis URL (default: in memory, lost at exit); a Redis Cluster: "
+        "redis+cluster://HOST:PORT[,HOST:PORT...]",
+    )
+    parser.add_argument(
+        "--min-replicas-ack",
+        type=int,
+        metavar="N",
+        help="acknowledge only once N replicas have the write (Redis WAIT; default 0: off)",
+    )
+    parser.add_argument(
+        "--grace",
+        dest="shutdown_grace_seconds",
+        type=float,
+        metavar="SECONDS",
+        help="seconds to drain on SIGTERM",
+    )
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics"
     )

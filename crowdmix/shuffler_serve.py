@@ -29,18 +29,7 @@ def register(subparsers: Any) -> None:
         "min_batch to the aggregator. Settings: flags > [shuffler] table of --config > defaults.",
     )
     a = serve.add_argument
-    a(
-        "--config",
-        required=True,
-        metavar="FILE",
-        help="metric registry TOML (+ optional [shuffler])",
-    )
-    a("--redis", metavar="URL",
-      help="Redis URL (default: the in-memory store, not durable); a Redis Cluster: "
-      "redis+cluster://HOST:PORT[,HOST:PORT...]")  # fmt: skip
-    a("--min-replicas-ack", type=int, metavar="N",
-      help="acknowledge a write only once N replicas have it "
-      "(Redis WAIT; default 0: off)")  # fmt: skip
+    add_daemon_options(serve, "shuffler")
     a("--listen", metavar="HOST:PORT", help="gRPC address (default 127.0.0.1:7400; port 0 = any)")
     a("--aggregator", metavar="HOST:PORT", help="aggregator to forward batches to")
     a("--http-port", type=int, metavar="PORT",
@@ -57,7 +46,6 @@ def register(subparsers: Any) -> None:
     a("--allow-unauthenticated", action="store_true",
       help="serve without --tokens (or with the placeholder token of tokens.example.txt): "
       "anyone who reaches the port can submit reports")  # fmt: skip
-    add_daemon_options(serve)
     a("--public-keys", metavar="FILE",
       help="the aggregator's public key config (crowdmix keys export): take sealed reports "
       "only and serve the keys in GetConfig; re-read when it changes. Omit: plaintext")  # fmt: skip
@@ -78,7 +66,6 @@ def register(subparsers: Any) -> None:
     a("--max-clock-skew", dest="max_clock_skew_seconds", type=float, metavar="SECONDS",
       help="take reports of the window of now + SECONDS: how far ahead a device's "
       "clock may run (default 60; less than the collection window)")  # fmt: skip
-    a("--grace", dest="shutdown_grace_seconds", type=float, metavar="SECONDS")
     a("--processes", type=int, default=1, metavar="N",
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
       "one per core: a single Python process is bound by its GIL")  # fmt: skip

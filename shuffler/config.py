@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from crowdmix.core.redis_url import redis_url_problem
-from crowdmix.core.registry import Registry, RegistryError, parse_registry, read_registry_file
+from crowdmix.core.registry import Registry, RegistryError, load_daemon_config
 from crowdmix.shuffler.errors import ConfigError
 
 #: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.
@@ -105,9 +105,7 @@ class ShufflerSettings:
         problem = self.redis and redis_url_problem("redis", self.redis)
         if problem:
             raise ConfigError(problem)
-        n = self.min_replicas_ack
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ConfigError(f"min_replicas_ack must be >= 0, got {self.min_replicas_ack}")
+        _integer("min_replicas_ack", self.min_replicas_ack, low=0)
         if self.min_replicas_ack and self.redis is None:
             raise ConfigError("min_replicas_ack needs redis (a Redis with replicas)")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -124,11 +122,9 @@ class ShufflerSettings:
             "max_buffered_reports",
             "max_concurrent_rpcs",
         ):
-            _positive_int(name, getattr(self, name))
-        _positive_int("config_cache_seconds", self.config_cache_seconds)
-        t = self.window_tolerance
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-            raise ConfigError(f"window_tolerance must be an integer >= 0, got {t!r}")
+            _integer(name, getattr(self, name), low=1)
+        _integer("config_cache_seconds", self.config_cache_seconds, low=1)
+        _integer("window_tolerance", self.window_tolerance, low=0)
         for name in ("rate_limit_reports", "commit_max_delay_ms", "max_clock_skew_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
@@ -149,22 +145,15 @@ class ShufflerSettings:
                 f"forward_timeout_seconds ({self.forward_timeout_seconds}): else a batch "
                 "still being forwarded is re-offered and sent twice (default: twice the timeout)"
             )
-        hp = self.http_port
-        if hp is not None and (
-            isinstance(hp, bool) or not isinstance(hp, int) or not 0 <= hp < 65536
-        ):
-            raise ConfigError(f"http_port must be a port number, got {hp!r}")
+        for name in ("http_port", "metrics_port"):
+            if getattr(self, name) is not None:
+                _integer(name, getattr(self, name), low=0, high=65535)
         origins = self.http_allow_origins
         if isinstance(origins, str) or not all(isinstance(o, str) and o for o in origins):
             raise ConfigError(
                 f'http_allow_origins must be a list of origins (or "*"), got {origins!r}'
             )
         object.__setattr__(self, "http_allow_origins", tuple(origins))
-        mp = self.metrics_port
-        if mp is not None and (
-            isinstance(mp, bool) or not isinstance(mp, int) or not 0 <= mp < 65536
-        ):
-            raise ConfigError(f"metrics_port must be a port number, got {mp!r}")
 
     @property
     def commit_delay_seconds(self) -> float:
@@ -175,9 +164,10 @@ class ShufflerSettings:
         return self.tls_cert is not None
 
 
-def _positive_int(name: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+def _integer(name: str, v: object, *, low: int, high: int | None = None) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ConfigError(f"{name} must be an integer {bound}, got {v!r}")
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ShufflerSettings)}
@@ -191,22 +181,9 @@ def load_config(
     Raises ``ConfigError`` naming the bad field (registry errors included).
     """
     try:
-        data = read_registry_file(path)
+        registry, values, _ = load_daemon_config(path, "shuffler", _FIELDS, overrides, ConfigError)
     except RegistryError as exc:
         raise ConfigError(str(exc)) from None
-    data.pop("aggregator", None)  # the aggregator's settings may share the file
-    table = data.pop("shuffler", {})
-    if not isinstance(table, dict):
-        raise ConfigError("[shuffler] must be a table")
-    unknown = set(table) - _FIELDS
-    if unknown:
-        raise ConfigError(f"[shuffler]: unknown field(s) {sorted(unknown)}")
-    try:
-        registry = parse_registry(data)
-    except RegistryError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    values = dict(table)
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         settings = ShufflerSettings(**values)
     except TypeError as exc:

@@ -1,5 +1,5 @@
-"""Prometheus metrics of one shuffler instance (own CollectorRegistry, so several
-instances can live in one process, e.g. tests and ``crowdmix demo``).
+"""Prometheus metrics of one shuffler instance (its own CollectorRegistry:
+``crowdmix.core.metrics``).
 
 Nothing here is labelled by anything identifying: labels are metric names from
 the registry and rejection reasons.
@@ -7,9 +7,9 @@ the registry and rejection reasons.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from crowdmix.core.metrics import LATENCY_BUCKETS
 
 __all__ = ["ShufflerMetrics"]
 
@@ -77,13 +77,6 @@ class ShufflerMetrics:
         self.request_latency = Histogram(
             "crowdmix_shuffler_request_latency_seconds",
             "Submit latency, from receipt to acknowledgement",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            buckets=LATENCY_BUCKETS,
             registry=r,
         )
-
-    def serve_http(self, port: int, addr: str = "127.0.0.1") -> tuple[Any, int]:
-        """Start the /metrics HTTP endpoint; returns (server, bound port)."""
-        from prometheus_client import start_http_server
-
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return server, int(server.server_address[1])

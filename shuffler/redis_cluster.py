@@ -29,7 +29,7 @@ from crowdmix.shuffler.errors import (
 from crowdmix.shuffler.redis_async import AsyncScriptConnection, ScriptCall, reply_text
 from crowdmix.shuffler.store import PendingWrite
 
-__all__ = ["WAIT_TIMEOUT_MS", "AsyncClusterAppender", "key_slot", "sync_client"]
+__all__ = ["WAIT_TIMEOUT_MS", "AsyncClusterAppender", "key_slot"]
 
 #: How long WAIT waits for the replicas before the write is refused as not replicated.
 WAIT_TIMEOUT_MS = 1000
@@ -44,32 +44,6 @@ def key_slot(key: bytes) -> int:
     from redis.crc import key_slot as slot
 
     return int(slot(key))
-
-
-def sync_client(cluster: ClusterUrl, *, timeout: float) -> Any:
-    """A blocking ``redis.cluster.RedisCluster`` that never resends a command after a
-    socket failure (it may have run); it follows MOVED/ASK and refreshes its slot map.
-    ``StoreUnavailable`` when no seed node answers."""
-    from redis.backoff import NoBackoff
-    from redis.cluster import ClusterNode, RedisCluster
-    from redis.exceptions import RedisClusterException, RedisError
-    from redis.retry import Retry
-
-    try:
-        return RedisCluster(
-            startup_nodes=[
-                ClusterNode(host, port)  # type: ignore[no-untyped-call]
-                for host, port in cluster.nodes
-            ],
-            username=cluster.username,
-            password=cluster.password,
-            socket_timeout=timeout,
-            socket_connect_timeout=min(timeout, 5.0),
-            retry=Retry(NoBackoff(), 0),
-        )
-    except (RedisClusterException, RedisError) as exc:
-        seeds = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
-        raise StoreUnavailable(f"redis cluster {seeds}: {exc}") from None
 
 
 def redirected(reply: Any) -> bool:

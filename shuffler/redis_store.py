@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from crowdmix.core.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import blocking_client, is_cluster_url, parse_cluster_url
 from crowdmix.shuffler.columns import decode_chunks
 from crowdmix.shuffler.errors import (
     PartialWrite,
@@ -35,7 +35,6 @@ from crowdmix.shuffler.redis_cluster import (
     AsyncClusterAppender,
     key_slot,
     redirected,
-    sync_client,
 )
 from crowdmix.shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
@@ -139,17 +138,13 @@ class RedisStore:
         timeout: float = 10.0,
         min_replicas_ack: int = 0,
     ) -> None:
-        import redis
-
         if min_replicas_ack < 0:
             raise ValueError(f"min_replicas_ack must be >= 0, got {min_replicas_ack}")
         self._cluster = parse_cluster_url(url) if is_cluster_url(url) else None
-        if self._cluster is not None:
-            self._redis: Any = sync_client(self._cluster, timeout=timeout)
-        else:
-            self._redis = redis.Redis.from_url(
-                url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 5.0)
-            )
+        # a cluster client never resends after a socket failure (it may have run)
+        self._redis: Any = blocking_client(
+            url, timeout=timeout, resend=False, error=StoreUnavailable
+        )
         self._prefix = prefix
         self._url, self._timeout = url, timeout
         self._min_replicas_ack = min_replicas_ack

@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from crowdmix.core.metrics import serve_metrics, stop_metrics
 from crowdmix.core.registry import Registry
 from crowdmix.shuffler.aggregator_client import AggregatorSender
 from crowdmix.shuffler.commit import GroupCommitter
@@ -315,8 +316,8 @@ def start_shuffler(
     metrics_port: int | None = None
     if settings.metrics_port is not None:
         try:
-            metrics_server, metrics_port = metrics.serve_http(
-                settings.metrics_port, settings.metrics_host
+            metrics_server, metrics_port = serve_metrics(
+                metrics.registry, settings.metrics_port, settings.metrics_host
             )
         except OSError as exc:  # a busy port: "cannot bind", as for the gRPC port
             front.stop(0)
@@ -360,7 +361,7 @@ def start_shuffler(
                     stuck,
                 )
         if metrics_server is not None:
-            metrics_server.shutdown()
+            stop_metrics(metrics_server)
         if owns_store:
             store.close()
         log.info("shuffler stopped")

@@ -158,6 +158,13 @@ class Ingestor:
     def check_header(self, batch: IngestBatch) -> MetricConfig:
         """The checks of a clear batch that cost O(1): ids, window, metric, params, lengths."""
         config = self._check_batch(batch)
+        self._check_shape(batch, config)
+        self._check_params(batch, config)
+        return config
+
+    def _check_params(self, batch: IngestBatch, config: MetricConfig) -> None:
+        """A clear batch's params against the registry and the round file: state that may
+        change after the batch was counted, so checked after the duplicate look."""
         if config.requires_sealing:
             raise InvalidBatch(
                 f"metric {batch.metric!r} is a shuffled histogram: it is counted from sealed "
@@ -180,6 +187,9 @@ class Ingestor:
                 f"does not match the registry's {config.fingerprint:#018x}",
                 reason="fingerprint",
             )
+
+    def _check_shape(self, batch: IngestBatch, config: MetricConfig) -> None:
+        """A clear batch's lengths and report ids."""
         if batch.report_bytes != config.report_bytes:
             raise InvalidBatch(
                 f"metric {batch.metric!r}: report_bytes must be {config.report_bytes}, "
@@ -190,24 +200,13 @@ class Ingestor:
             raise InvalidBatch(
                 f"{batch.cohorts.size} cohorts for count={batch.count}", reason="length"
             )
-        if len(batch.bits) != batch.count * batch.report_bytes:
-            raise InvalidBatch(
-                f"bits has {len(batch.bits)} bytes, expected count*report_bytes = "
-                f"{batch.count}*{batch.report_bytes}",
-                reason="length",
-            )
-        if len(batch.report_ids) != REPORT_ID_BYTES * batch.count:
-            raise InvalidBatch(
-                f"report_ids has {len(batch.report_ids)} bytes, expected "
-                f"{REPORT_ID_BYTES}*count = {REPORT_ID_BYTES * batch.count}",
-                reason="length",
-            )
+        _check_length("bits", batch.bits, batch.count, batch.report_bytes, "report_bytes")
+        _check_length("report_ids", batch.report_ids, batch.count, REPORT_ID_BYTES, "16")
         words = np.frombuffer(batch.report_ids, dtype="<u8")
         if np.count_nonzero(words) != words.size:  # a zero word (rare): is a whole id zero?
             pairs = words.reshape(batch.count, 2)
             if not bool((pairs[:, 0] | pairs[:, 1]).all()):
                 raise InvalidBatch("a report id is all zero", reason="report_id")
-        return config
 
     def count(self, batch: IngestBatch, config: MetricConfig) -> Counts:
         """The batch's counts after the per-report checks (cohorts, padding, payloads)."""
@@ -263,12 +262,7 @@ class Ingestor:
             raise InvalidBatch(
                 f"{batch.key_ids.size} key ids for count={batch.count}", reason="length"
             )
-        if len(batch.sealed) != batch.count * batch.sealed_bytes:
-            raise InvalidBatch(
-                f"sealed has {len(batch.sealed)} bytes, expected count*sealed_bytes = "
-                f"{batch.count}*{batch.sealed_bytes}",
-                reason="length",
-            )
+        _check_length("sealed", batch.sealed, batch.count, batch.sealed_bytes, "sealed_bytes")
         if config.heavy_hitters is None:
             opened = self.keys.open(batch, config, self._clock())
             screened, counts = screen(opened, config, self._accumulator)
@@ -309,12 +303,14 @@ class Ingestor:
         """Validate (open), count, and apply once. Store errors propagate (StoreError).
 
         A batch whose id was applied before is answered as a duplicate after the O(1)
-        checks, before it is opened or counted: a re-sent batch costs no work."""
+        checks of its shape, before any check against what may have changed since it was
+        counted (the round file, the registry's params) and before it is opened or
+        counted: a re-sent batch is acknowledged, at no cost, whatever changed."""
         dropped: dict[str, int] | None = None
-        header = (
-            self._check_batch(batch) if isinstance(batch, SealedBatch) else self.check_header(batch)
-        )
+        header = self._check_batch(batch)
         sealed = isinstance(batch, SealedBatch)
+        if not isinstance(batch, SealedBatch):
+            self._check_shape(batch, header)
         if self.store.is_applied(batch.metric, batch.batch_id):
             # re-sent: not counted again; its kind noted again (a crash may have lost it)
             self._note(batch.metric, batch.window, sealed)
@@ -322,6 +318,7 @@ class Ingestor:
         if isinstance(batch, SealedBatch):
             config, batch, counts, dropped = self.open_sealed(batch)
         else:
+            self._check_params(batch, header)
             config, counts = header, self.count(batch, header)
         description = self._descriptions.get(config.name)
         if description is None:
@@ -337,6 +334,7 @@ class Ingestor:
                 report_ids,
                 description=description,
                 repeated=in_batch,  # recorded with the counts: a histogram's statement needs it
+                dropped=dropped,  # and the sealed reports dropped: a round job reports them
             )
         except ParamsConflict as exc:  # the registry changed: say which field, not two hashes
             stored = self.store.description(batch.metric)
@@ -355,6 +353,15 @@ class Ingestor:
             duplicate=False,
             duplicate_reports=in_batch + outcome.duplicates,
             dropped=dropped,
+        )
+
+
+def _check_length(column: str, data: bytes, count: int, each: int, each_name: str) -> None:
+    """InvalidBatch ("length") unless ``data`` holds ``count`` values of ``each`` bytes."""
+    if len(data) != count * each:
+        raise InvalidBatch(
+            f"{column} has {len(data)} bytes, expected count*{each_name} = {count}*{each}",
+            reason="length",
         )
 
 

@@ -1,12 +1,11 @@
-"""Prometheus metrics of the aggregator daemon (``prometheus-client``).
-
-Each server gets its own ``CollectorRegistry`` so several aggregators can run
-in one process (the demo, the tests) without clashing series.
-"""
+"""Prometheus metrics of the aggregator daemon (its own CollectorRegistry:
+``crowdmix.core.metrics``)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from crowdmix.core.metrics import LATENCY_BUCKETS
 
 __all__ = ["IngestMetrics"]
 
@@ -68,7 +67,7 @@ class IngestMetrics:
         self.latency = Histogram(
             "crowdmix_aggregator_ingest_seconds",
             "Ingest call latency (validate, count, store)",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.apply_retries = Gauge(

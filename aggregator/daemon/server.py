@@ -35,6 +35,7 @@ from crowdmix.aggregator.sealing.ingest import KeyFile
 from crowdmix.aggregator.store.base import CountStore
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.core.log_limit import RepeatedFailure
+from crowdmix.core.metrics import serve_metrics, stop_metrics
 from crowdmix.core.registry import MAX_BATCH_BYTES, Registry
 
 __all__ = [
@@ -149,18 +150,15 @@ class AggregatorServer:
         self.port = port
         self._server.start()
         if self._metrics_port is not None:
-            from prometheus_client import start_http_server
-
             try:
-                self._http, _ = start_http_server(
-                    self._metrics_port, addr=self._metrics_host, registry=self.metrics.registry
+                self._http, self.metrics_port = serve_metrics(
+                    self.metrics.registry, self._metrics_port, self._metrics_host
                 )
             except OSError as exc:
                 self._server.stop(None)
                 raise BindError(
                     f"cannot serve metrics on port {self._metrics_port}: {exc}"
                 ) from None
-            self.metrics_port = int(self._http.server_port)
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.metrics.up.set(1)
@@ -232,8 +230,7 @@ class AggregatorServer:
         if self.keys is not None:
             self.keys.close()
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+            stop_metrics(self._http)
         log.info("aggregator stopped")
 
     def wait(self, timeout: float | None = None) -> bool:

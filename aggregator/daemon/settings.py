@@ -19,7 +19,7 @@ from typing import Any
 
 from crowdmix.aggregator.errors import ConfigError
 from crowdmix.core.redis_url import redis_url_problem
-from crowdmix.core.registry import Registry, RegistryError, parse_registry, read_registry_file
+from crowdmix.core.registry import Registry, load_daemon_config
 
 __all__ = ["AggregatorSettings", "load_config"]
 
@@ -119,25 +119,10 @@ def load_config(
 
     Raises ``ConfigError`` for a bad table or value, ``RegistryError`` (both name the
     file and the field) for a bad registry."""
-    data = read_registry_file(path)
-    data.pop("shuffler", None)  # the shuffler's settings: it validates them
-    table = data.pop("aggregator", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: [aggregator] must be a table")
-    unknown = sorted(set(table) - _FIELDS)
-    if unknown:
-        known = ", ".join(sorted(_FIELDS))
-        raise ConfigError(f"{path}: [aggregator]: unknown field(s) {unknown} (known: {known})")
-    try:
-        registry = parse_registry(data)
-    except RegistryError as exc:
-        raise RegistryError(f"{path}: {exc}") from None
-    values = dict(table)
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    unknown = sorted(set(values) - _FIELDS)
-    if unknown:  # a caller's mistake, not the user's
-        raise ValueError(f"unknown aggregator setting(s) {unknown}")
+    registry, values, from_file = load_daemon_config(
+        path, "aggregator", _FIELDS, overrides, ConfigError
+    )
     try:
         return registry, AggregatorSettings(**values)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}" if table else str(exc)) from None
+        raise ConfigError(f"{path}: {exc}" if from_file else str(exc)) from None

@@ -155,16 +155,19 @@ def open_discovery(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepResult:
-    """One round decoded: its reports (and those outside its index range, ignored),
-    its cost, the next round served (None after the value round), and after the value
-    round the table and the guarantee. ``epsilon``: the round's central ε over its
-    smallest stored batch; ``stated_epsilon``: over its cost's crowd (what the ledger
-    records, covering any batch of at least ``min_batch`` stored later)."""
+    """One round decoded: its reports (and those outside its index range, ignored; and
+    ``other_round``, those the aggregator dropped as naming another round: a shuffler
+    served another round file), its cost, the next round served (None after the value
+    round), and after the value round the table and the guarantee. ``epsilon``: the
+    round's central ε over its smallest stored batch; ``stated_epsilon``: over its cost's
+    crowd (what the ledger records, covering any batch of at least ``min_batch`` stored
+    later)."""
 
     round: int
     window: int
     reports: int
     outside: int
+    other_round: int
     epsilon: float
     stated_epsilon: float
     target: float
@@ -234,12 +237,15 @@ def step_discovery(
             "job planned it: it was changed by hand or belongs to another discovery"
         )
     sizes = load_batch_sizes(store, metric.name, [w])
+    other_round = store.dropped_reports(metric.name, [w]).get("round", 0)
     if not sizes:
         raise DiscoveryError(
             f"window {w} of {metric.name!r} has no counts yet: its shuffler releases it "
             "whole once it is closed (window_tolerance windows after it, plus "
             "release_grace_seconds); run this again then"
-        )
+            + (f" ({other_round:,} reports of it were dropped as naming another round: a "
+               "shuffler serves another round file)" if other_round else "")
+        )  # fmt: skip
     ones = np.asarray(load_counts(store, metric, [w]).ones).reshape(-1)
     if ones.size != cells_bound(metric.heavy_hitters, settings.min_batch):  # type: ignore[arg-type]
         raise DiscoveryError(f"stored counts of window {w} have {ones.size} cells")
@@ -347,6 +353,7 @@ def step_discovery(
         window=w,
         reports=int(counts.sum()),
         outside=outside,
+        other_round=other_round,
         epsilon=actual,
         stated_epsilon=stated,
         target=settings.epsilon,

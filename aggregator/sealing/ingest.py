@@ -32,7 +32,6 @@ from crowdmix.core.registry import MetricConfig
 from crowdmix.core.watched_file import WatchedFile
 
 __all__ = [
-    "SCREEN_REASONS",
     "KeyFile",
     "Screened",
     "SealedBatch",
@@ -40,8 +39,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("crowdmix.aggregator")
-
-SCREEN_REASONS = ("fingerprint", "round", "cohort_range", "padding_bits", "payload", "report_id")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

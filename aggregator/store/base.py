@@ -16,7 +16,7 @@ of windows before a cutoff (counts stay) and then refuses their batches
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -36,6 +36,7 @@ __all__ = [
     "ReportIds",
     "StoredCounts",
     "batch_crowd",
+    "checked_drops",
     "parse_windows",
     "sealing_of",
 ]
@@ -196,6 +197,7 @@ class CountStore(Protocol):
         *,
         description: str = "",
         repeated: int = 0,
+        dropped: Mapping[str, int] | None = None,
     ) -> ApplyOutcome:
         """Like :meth:`apply`, and in the same atomic step drop the reports whose id
         was counted before in ``window`` (counting the others:
@@ -203,8 +205,10 @@ class CountStore(Protocol):
 
         Also in that step, when the batch is applied, add to the duplicate-report count
         (:meth:`duplicate_reports`) of ``window`` the ids dropped here plus ``repeated``
-        (ids the caller dropped as repeated within the batch). A batch id applied before
-        changes nothing (a re-sent batch is not a repeated report).
+        (ids the caller dropped as repeated within the batch), and to its
+        :meth:`dropped_reports` the caller's ``dropped`` (reports of the batch it dropped
+        before counting, by reason). A batch id applied before changes nothing (a
+        re-sent batch is not a repeated report).
 
         Raises WindowDisposed when ``window`` is before the cutoff of :meth:`dispose_ids`.
         The batch's size and smallest crowd are recorded for the counted reports only
@@ -218,6 +222,11 @@ class CountStore(Protocol):
 
         None when a window of the selection holding counts has no record of it (its
         counter was lost): unknown, not zero."""
+        ...
+
+    def dropped_reports(self, metric: str, windows: Iterable[int]) -> dict[str, int]:
+        """The reports of ``windows`` dropped before counting, by reason, summed (the
+        ``dropped`` of :meth:`apply_reports`; reasons with none are left out)."""
         ...
 
     def dispose_ids(self, metric: str, before_window: int) -> int:
@@ -286,6 +295,13 @@ class CountStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def checked_drops(repeated: int, dropped: Mapping[str, int] | None) -> dict[str, int]:
+    """``dropped`` without its zeros; ValueError when it or ``repeated`` is negative."""
+    if repeated < 0 or any(n < 0 for n in (dropped or {}).values()):
+        raise ValueError(f"drops must be >= 0, got repeated={repeated}, dropped={dropped}")
+    return {reason: n for reason, n in (dropped or {}).items() if n}
 
 
 def parse_windows(text: str) -> list[int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from crowdmix.aggregator.errors import ParamsConflict, WindowDisposed
 from crowdmix.aggregator.store.base import (
@@ -17,6 +17,7 @@ from crowdmix.aggregator.store.base import (
     ReportIds,
     StoredCounts,
     batch_crowd,
+    checked_drops,
     sealing_of,
 )
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
@@ -39,6 +40,7 @@ class MemoryCountStore(CountStore):
         self._sizes: dict[tuple[str, int], Counter[int]] = {}
         self._crowds: dict[tuple[str, int], int] = {}
         self._duplicates: dict[tuple[str, int], int] = {}
+        self._dropped: dict[tuple[str, int], Counter[str]] = {}
         self._sealing: dict[tuple[str, int], set[bool]] = {}  # (metric, window) -> kinds seen
         self._window_seconds: dict[str, int] = {}
 
@@ -57,9 +59,9 @@ class MemoryCountStore(CountStore):
         *,
         description: str = "",
         repeated: int = 0,
+        dropped: Mapping[str, int] | None = None,
     ) -> ApplyOutcome:
-        if repeated < 0:
-            raise ValueError(f"repeated must be >= 0, got {repeated}")
+        drops = checked_drops(repeated, dropped)
         with self._lock:
             known = self._fingerprints.get(metric)
             if known is not None and known != fingerprint:
@@ -101,6 +103,7 @@ class MemoryCountStore(CountStore):
             ids.add(batch_id)
             key = (metric, window)
             self._duplicates[key] = self._duplicates.get(key, 0) + duplicates + repeated
+            self._dropped.setdefault(key, Counter()).update(drops)
             self._window_batches.setdefault((metric, window), set()).add(batch_id)
             if check is not None and report_ids.ids:
                 self._report_ids[(metric, window)] = index
@@ -129,6 +132,13 @@ class MemoryCountStore(CountStore):
             wanted = self._windows_locked(metric) if windows is None else set(windows)
             # every window counted by this store has its record: never unknown here
             return sum(self._duplicates.get((metric, w), 0) for w in wanted)
+
+    def dropped_reports(self, metric: str, windows: Iterable[int]) -> dict[str, int]:
+        with self._lock:
+            out: Counter[str] = Counter()
+            for w in set(windows):
+                out.update(self._dropped.get((metric, w), {}))
+            return dict(out)
 
     def description(self, metric: str) -> str | None:
         with self._lock:

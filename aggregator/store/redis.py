@@ -10,9 +10,9 @@ window's delta hash. Report-id membership is tested in this process
 sums deltas into one total per window under a version check, so several aggregator
 processes can share one Redis. Keys are hash-tagged by metric (one Cluster slot):
 ``{prefix}:{metric}:meta``, ``:ids``, ``:windows`` and per window ``:w:{W}:batches``,
-``rids``, ``nrids``, ``deltas``, ``total``, ``sizes``, ``crowd``, ``notes``, ``dupids``.
-:meth:`RedisCountStore.dispose_ids` deletes the ids of windows past retention. Why
-per-batch deltas, the key table and memory figures: docs/design.md, "Aggregator: store".
+``rids``, ``nrids``, ``deltas``, ``total``, ``sizes``, ``crowd``, ``notes``, ``dupids``,
+``dropped``. :meth:`RedisCountStore.dispose_ids` deletes the ids of windows past retention.
+Why per-batch deltas, the key table, memory: docs/design.md, "Aggregator: store".
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -36,11 +36,12 @@ from crowdmix.aggregator.store.base import (
     ReportIds,
     StoredCounts,
     batch_crowd,
+    checked_drops,
     sealing_of,
 )
 from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
-from crowdmix.core.redis_url import is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import blocking_client
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
@@ -49,7 +50,8 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 # KEYS: 1 ids, 2 windows, 3 w:W:deltas, 4 meta, 5 w:W:sizes, 6 w:W:crowd, 7 w:W:batches,
-#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W:dupids
+#       8 w:W:rids (list of id blobs), 9 w:W:nrids (ids in that list), 10 w:W:dupids,
+#       11 w:W:dropped (reason -> reports dropped before counting)
 # ARGV: 1 batch id, 2 window, 3 counts blob, 4 fingerprint, 5 description, 6 reports counted,
 #       7 crowd, 8 report ids (16 bytes each, concatenated), 9/10 the length of W's rids list
 #       the caller checked the ids against and the fingerprint of its last blob (``_tail``),
@@ -57,7 +59,8 @@ log = logging.getLogger(__name__)
 #       id turned out counted before), 12 '1' when WAIT follows (a duplicate then writes a
 #       counter: WAIT covers only its connection's writes, and the replication stream is
 #       ordered, so a replica that has this write has the first apply, whichever connection
-#       made it), 13 report ids dropped as repeats, to add to W's dupids
+#       made it), 13 report ids dropped as repeats, to add to W's dupids, then pairs of a
+#       reason and the reports the caller dropped for it, to add to W's dropped
 # Returns {1} applied, {0} duplicate batch, {-1, fp} params conflict, {-2, cutoff} window
 # past retention, {3} the list is not the one the caller checked against (it grew, or it
 # lost its tail and was refilled: a length alone cannot tell): check again.
@@ -94,6 +97,7 @@ if tonumber(ARGV[6]) > 0 then
   if not crowd or tonumber(ARGV[7]) < tonumber(crowd) then redis.call('SET', KEYS[6], ARGV[7]) end
 end
 redis.call('INCRBY', KEYS[10], ARGV[13])
+for i = 14, #ARGV, 2 do redis.call('HINCRBY', KEYS[11], ARGV[i], ARGV[i + 1]) end
 return {1}
 """
 
@@ -235,29 +239,9 @@ class RedisCountStore(CountStore):
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCountStore:
         """``redis://``, ``rediss://``, ``unix://`` (one node) or ``redis+cluster://``."""
-        client: Any
-        if is_cluster_url(url):
-            from redis.cluster import ClusterNode, RedisCluster
-
-            cluster = parse_cluster_url(url)
-            # redis-py's default retries resend a command after a socket failure; every
-            # write here is idempotent (batch ids, versioned folds), so that is safe
-            try:
-                client = RedisCluster(
-                    startup_nodes=[
-                        ClusterNode(host, port)  # type: ignore[no-untyped-call]
-                        for host, port in cluster.nodes
-                    ],
-                    username=cluster.username,
-                    password=cluster.password,
-                    socket_timeout=10.0,
-                    socket_connect_timeout=5.0,
-                )
-            except (redis.exceptions.RedisClusterException, redis.RedisError) as exc:
-                seeds = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
-                raise StoreUnavailable(f"redis cluster {seeds}: {exc}") from None
-        else:
-            client = redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0)
+        # redis-py's default retries resend a command after a socket failure; every
+        # write here is idempotent (batch ids, versioned folds), so that is safe
+        client = blocking_client(url, timeout=10.0, resend=True, error=StoreUnavailable)
         return cls(client, **kwargs)
 
     # -- keys -------------------------------------------------------------------------------
@@ -301,9 +285,9 @@ class RedisCountStore(CountStore):
         *,
         description: str = "",
         repeated: int = 0,
+        dropped: Mapping[str, int] | None = None,
     ) -> ApplyOutcome:
-        if repeated < 0:
-            raise ValueError(f"repeated must be >= 0, got {repeated}")
+        drops = checked_drops(repeated, dropped)
         keys = [
             self._k(metric, "ids"),
             self._k(metric, "windows"),
@@ -315,11 +299,12 @@ class RedisCountStore(CountStore):
             self._k(metric, f"w:{window}:rids"),
             self._k(metric, f"w:{window}:nrids"),
             self._k(metric, f"w:{window}:dupids"),
+            self._k(metric, f"w:{window}:dropped"),
         ]
         if not report_ids.ids:  # nothing to de-duplicate: no index, no list to check
             plain = self._run_apply(
                 keys, metric, window, batch_id, fingerprint, delta, report_ids, description,
-                None, repeated,
+                None, repeated, drops,
             )  # fmt: skip
             if plain is None:  # pragma: no cover - the script checks no list without ids
                 raise StoreError("apply script refused a batch without report ids")
@@ -337,7 +322,7 @@ class RedisCountStore(CountStore):
                         report_ids, delta = report_ids.without(positions)
                     outcome = self._run_apply(
                         keys, metric, window, batch_id, fingerprint, delta, report_ids,
-                        description, synced, duplicates + repeated,
+                        description, synced, duplicates + repeated, drops,
                     )  # fmt: skip
                     if outcome is None:  # the list changed since we read it: read, check again
                         self.apply_retries += 1
@@ -373,10 +358,12 @@ class RedisCountStore(CountStore):
         description: str,
         checked: _Synced | None,
         repeats: int,
+        drops: dict[str, int],
     ) -> ApplyOutcome | None:
         """One run of the apply script with the window's id list as ``checked`` (None for
         a batch without report ids); None when the list is not the one checked.
-        ``repeats``: the ids dropped as repeats, to add to the window's count."""
+        ``repeats``: the ids dropped as repeats, to add to the window's count; ``drops``:
+        the reports dropped before counting, by reason."""
         totals = np.asarray(delta.totals)
         counted = int(totals.sum())
         args: list[bytes | str] = [
@@ -393,6 +380,7 @@ class RedisCountStore(CountStore):
             "1" if checked else "0",
             "1" if self._min_replicas_ack else "0",
             str(repeats),
+            *(x for reason, n in drops.items() for x in (reason, str(n))),
         ]
         result = self._call(lambda: self._replicated(self._apply, keys, args))
         status = int(result[0])
@@ -548,6 +536,22 @@ class RedisCountStore(CountStore):
                 continue
             total += int(value)
         return total
+
+    def dropped_reports(self, metric: str, windows: Iterable[int]) -> dict[str, int]:
+        keys = [self._k(metric, f"w:{w}:dropped") for w in sorted(set(windows))]
+
+        def read() -> list[Any]:
+            pipe = self._r.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        out: dict[str, int] = {}
+        for by_reason in self._call(read) if keys else []:
+            for reason, n in by_reason.items():
+                name = reason.decode() if isinstance(reason, bytes) else str(reason)
+                out[name] = out.get(name, 0) + int(n)
+        return out
 
     def description(self, metric: str) -> str | None:
         raw = self._call(lambda: self._r.hget(self._k(metric, "meta"), "description"))

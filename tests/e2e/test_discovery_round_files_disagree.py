@@ -9,12 +9,15 @@ device that fetched its config from A and submits through B is refused
 ``round_mismatch``, fetches the config again (from B), finds another round in its
 window and drops the report (``round_changed``); devices whose config came from B are
 taken by B, and the aggregator refuses their batch (clear) or drops each report (sealed)
-under ``round``; the round job decodes the window from A's devices alone.
+under ``round``; the round job (the ``crowdmix discover step`` command) decodes the window
+from A's devices alone and says how many sealed reports were dropped as another round's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -23,9 +26,10 @@ import pytest
 
 from crowdmix import client
 from crowdmix.aggregator.daemon.server import start_aggregator
-from crowdmix.aggregator.discovery.pipeline import open_discovery, step_discovery
+from crowdmix.aggregator.discovery.pipeline import open_discovery
 from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import open_store
+from crowdmix.cli import main
 from crowdmix.client.discovery import device_round
 from crowdmix.core.registry import parse_registry
 from crowdmix.core.rounds import RoundBook, read_rounds, write_rounds
@@ -54,13 +58,27 @@ def _secrets_in_round_0(fingerprint: int, weights: tuple[float, ...], n: int) ->
     return out
 
 
+def _toml(table: dict[str, object], name: str = "") -> list[str]:
+    """``table`` as TOML lines (its values are numbers, strings, bools and lists)."""
+    values = [f"{k} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    lines = ([f"[{name}]"] if name and values else []) + values
+    for k, v in table.items():
+        if isinstance(v, dict):
+            lines += _toml(v, f"{name}.{k}" if name else k)
+    return lines
+
+
 def _counter(counter: object, *labels: str) -> float:
     return float(counter.labels(*labels)._value.get())  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("sealing", ["required", "off"])
 def test_a_report_of_another_shufflers_round_is_never_counted_against_this_one(
-    tmp_path: Path, redis_url: str, sealing: Literal["required", "off"]
+    tmp_path: Path,
+    redis_url: str,
+    sealing: Literal["required", "off"],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     data = _registry_dict()
     data["metrics"][METRIC]["shuffle"]["min_batch"] = 2  # type: ignore[index]
@@ -144,17 +162,26 @@ def test_a_report_of_another_shufflers_round_is_never_counted_against_this_one(
         else:  # B's reports are their own clear queue: its batch is refused
             assert eventually(lambda: _counter(aggregator.metrics.rejected, "round") >= 1)
         assert eventually(lambda: _counter(aggregator.metrics.reports, METRIC) == A_DEVICES)
-        job = open_store(aggregator_url)
-        try:
-            result = step_discovery(registry, metric, job, rounds_file=rounds_a,
-                                    state_file=state_file, now=now[0])  # fmt: skip
-        finally:
-            job.close()
-        # decoded from A's devices alone: nothing encoded for B's round counted in it
-        assert (result.round, result.window, result.reports, result.outside) == (
-            0, START, A_DEVICES, 0)  # fmt: skip
     finally:
         b.stop()
         a.stop()
         aggregator.stop()
         counts.close()
+    config = tmp_path / "metrics.toml"
+    config.write_text("\n".join(_toml(data)) + "\n")
+    monkeypatch.setattr(time, "time", lambda: now[0])  # the daemons are stopped: only the job
+    capsys.readouterr()
+    assert main(["discover", "step", "--config", str(config), "--metric", METRIC,
+                 "--rounds", str(rounds_a), "--state", str(state_file),
+                 "--redis", aggregator_url]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    # decoded from A's devices alone: nothing encoded for B's round counted in it
+    assert f"round 0 decoded from {A_DEVICES} reports of window {START};" in out
+    assert "outside its index range" not in out
+    dropped = (
+        f"{B_DEVICES} reports of window {START} dropped by the aggregator as naming another round"
+    )
+    if sealing == "required":  # B's sealed reports rode in A's batch, each dropped: said
+        assert dropped in out
+    else:  # B's clear batch was refused whole: the shuffler keeps it, nothing was dropped
+        assert "dropped" not in out

@@ -509,7 +509,8 @@ def test_a_resent_batch_is_answered_before_it_is_counted(
     store: CountStore, registry: Registry
 ) -> None:
     """A batch id applied before: a duplicate, without counting the batch again (its
-    reports are not even looked at once the O(1) header checks pass)."""
+    reports are not even looked at once the O(1) shape checks pass), whatever changed
+    since in the registry or round file it was checked against."""
     rng = np.random.default_rng(28)
     config = registry["pages"]
     counted: list[int] = []
@@ -531,12 +532,39 @@ def test_a_resent_batch_is_answered_before_it_is_counted(
     again = ingestor.ingest(batch)
     assert (again.duplicate, again.applied) == (True, 0)
     assert len(counted) == calls  # not counted a second time
-    with pytest.raises(InvalidBatch):  # a bad header is still refused
-        ingestor.ingest(replace(batch, fingerprint=batch.fingerprint ^ 1))
+    with pytest.raises(InvalidBatch):  # a bad shape is still refused
+        ingestor.ingest(replace(batch, report_bytes=batch.report_bytes + 1))
+    assert ingestor.ingest(replace(batch, fingerprint=batch.fingerprint ^ 1)).duplicate
     assert same(store.load("pages"), direct_count(config, [batch]))
 
 
 # -- repeated report ids per window (a shuffled histogram's statement needs them) ---------
+
+
+def test_reports_dropped_before_counting_are_recorded_per_window_with_the_batch(
+    store: CountStore, registry: Registry
+) -> None:
+    """``dropped`` is added by reason to its window in the apply step, once per batch id:
+    a re-sent batch, a refused one or another window's adds nothing; negative is refused."""
+    rng = np.random.default_rng(37)
+    fp = registry["pages"].fingerprint
+
+    def apply(window: int, batch_id: bytes, fingerprint: int = fp, **drops: int) -> bool:
+        delta = counts_of(registry, "pages", rng, 5)
+        return store.apply_reports("pages", window, batch_id, fingerprint, delta,
+                                   NO_REPORT_IDS, dropped=drops).applied  # fmt: skip
+
+    assert store.dropped_reports("pages", [3]) == {}
+    assert apply(3, b"a" * 16, round=4, not_authentic=1, payload=0)
+    assert apply(3, b"b" * 16, round=2)
+    assert not apply(3, b"a" * 16, round=4)  # re-sent: changes nothing
+    with pytest.raises(ParamsConflict):
+        apply(3, b"c" * 16, fingerprint=12345, round=9)
+    with pytest.raises(ValueError, match="drops"):
+        apply(3, b"d" * 16, round=-1)
+    assert apply(4, b"e" * 16, round=1)
+    assert store.dropped_reports("pages", [3]) == {"round": 6, "not_authentic": 1}
+    assert store.dropped_reports("pages", [3, 4, 9]) == {"round": 7, "not_authentic": 1}
 
 
 def test_repeated_report_ids_are_counted_per_window_with_the_batch(

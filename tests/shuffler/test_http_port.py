@@ -289,9 +289,9 @@ def test_the_rate_limit_is_per_http_connection() -> None:
 
 
 def test_with_tls_the_http_port_speaks_https_and_offers_h2(tmp_path: Path) -> None:
-    from tests.shuffler.test_operations import _certs
+    from tests.redis_server import self_signed
 
-    crt, key = _certs(tmp_path)
+    crt, key = self_signed(tmp_path)
     settings = ShufflerSettings(http_port=0, tls_cert=str(crt), tls_key=str(key))
     handle = start_shuffler(
         REGISTRY, MemoryStore(), None, settings=settings, tokens=frozenset({TOKEN})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ from crowdmix.shuffler.errors import ConfigError
 from crowdmix.shuffler.intake import RateLimiter
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
+from tests.redis_server import self_signed
 from tests.shuffler.helpers import (
     RAPPOR,
     REGISTRY_TOML,
@@ -316,21 +316,8 @@ def test_graceful_stop_flushes_releasable_reports(aggregator: RecordingAggregato
         crowdmix_pb2_grpc.ShufflerStub(ch).Submit(columns_request(np.arange(40), FP), timeout=2)
 
 
-def _certs(tmp: Path) -> tuple[Path, Path]:
-    key, crt = tmp / "s.key", tmp / "s.crt"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return crt, key
-
-
 def test_tls_and_token(tmp_path: Path) -> None:
-    crt, key = _certs(tmp_path)
+    crt, key = self_signed(tmp_path)
     tokens = tmp_path / "tokens"
     tokens.write_text("app 0123456789abcdef-token\n")
     settings = ShufflerSettings(tls_cert=str(crt), tls_key=str(key), tokens_file=str(tokens))
