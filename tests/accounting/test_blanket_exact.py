@@ -6,15 +6,18 @@ x0 vs x1, every multiset of the others' values), the exact law of the shuffled
 output, and both hockey-stick divergences. At every ε of a grid and at the
 bound's own ε for the cell's δ, the bound's δ(ε) must be at least the exact
 worst δ(ε). The same harness rejects the (p, β, q) variation-ratio pair (a
-negative control: a harness that passed it could not catch an invalid bound).
-Deterministic (no sampling): no false failures.
+negative control: a harness that passed it could not catch an invalid bound),
+and shows two shortcuts an OUE-specific bound cannot take: reading only the
+reports' bits at the victim's two values, and taking the lower bound's data set
+(every other user one third value) as the worst. Deterministic (no sampling):
+no false failures.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -38,14 +41,24 @@ ROUNDING = 1e-12
 
 
 def exact_deltas(r: Randomizer, domain: int, n: int, eps: Sequence[float]) -> np.ndarray:
-    """max over data sets and ordered victim pairs of the exact δ(ε), per ε.
+    """max over data sets and ordered victim pairs of the exact δ(ε), per ε."""
+    worst = np.zeros(len(eps))
+    for _, d in data_set_deltas(r, domain, n, eps):
+        worst = np.maximum(worst, d)
+    return worst
+
+
+def data_set_deltas(
+    r: Randomizer, domain: int, n: int, eps: Sequence[float]
+) -> Iterator[tuple[tuple[tuple[int, ...], int, int], np.ndarray]]:
+    """((others' values, victim's a, victim's b), exact δ(ε) of P_a against P_b per
+    ε) for every multiset of the others' values and ordered victim pair.
 
     The shuffled output is the histogram of the n reports (coded as an integer in
     base n + 1); the others' histogram law is convolved once per multiset."""
     rows = [np.asarray(r(x), dtype=np.float64) for x in range(domain)]
     outputs = len(rows[0])
     weights = (n + 1) ** np.arange(outputs, dtype=np.int64)
-    worst = np.zeros(len(eps))
     scale = np.exp(np.asarray(eps, dtype=np.float64))
 
     def add(keys: np.ndarray, probs: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,9 +81,7 @@ def exact_deltas(r: Randomizer, domain: int, n: int, eps: Sequence[float]) -> np
             laws[v] = full
         for a, b in itertools.permutations(range(domain), 2):
             pa, pb = laws[a], laws[b]
-            d = np.maximum(pa[None, :] - scale[:, None] * pb[None, :], 0.0).sum(axis=1)
-            worst = np.maximum(worst, d)
-    return worst
+            yield (others, a, b), np.maximum(pa[None, :] - scale[:, None] * pb[None, :], 0.0).sum(1)
 
 
 def olh(prime: int, buckets: int, eps: float) -> Randomizer:
@@ -182,6 +193,31 @@ def test_the_harness_rejects_a_blanket_that_counts_every_user_as_cover() -> None
     grid = [0.1, 0.35, 0.75]
     exact = exact_deltas(krr(3, 1.5), 3, 6, grid)
     assert max(ex - fake.delta(eps) for eps, ex in zip(grid, exact, strict=True)) > 1e-2
+
+
+def test_oue_is_not_a_post_processing_of_its_reports_victim_bit_pairs() -> None:
+    # OUE d = 3, ε0 = 1, n = 3: the multiset of each report's (b_x0, b_x1) alone (a
+    # tempting reduction) understates δ. Another user's own bit is a label: 1 w.p.
+    # ½ in its report, p in the victim's, so it points at the victim's report.
+    p = 1 / (math.e + 1)
+    grid = [0.1, 0.2, 0.35, 0.5]
+    real = exact_deltas(unary(3, 0.5, p), 3, 3, grid)
+    pairs = exact_deltas(unary(2, 0.5, p), 3, 3, grid)  # value 2 sets neither bit
+    assert max(real - pairs) > 5e-3, f"the pairs should understate δ: {real - pairs}"
+
+
+def test_oue_worst_data_set_is_not_always_every_other_user_a_third_value() -> None:
+    # OUE d = 4, ε0 = 1, n = 4: the lower bound's data set (victim 0 vs 1, others all
+    # 2) has the largest δ at small ε, but at ε = 0.9 "others all hold the victim's
+    # value" has 4.4× its δ: a bound that reads only that data set is no bound.
+    p = 1 / (math.e + 1)
+    grid = [0.2, 0.5, 0.9]
+    deltas = dict(data_set_deltas(unary(4, 0.5, p), 4, 4, grid))
+    third = deltas[((2, 2, 2), 0, 1)]
+    same = deltas[((0, 0, 0), 0, 1)]
+    worst = np.max(np.array(list(deltas.values())), axis=0)
+    assert worst[0] == pytest.approx(third[0], rel=1e-12)
+    assert same[-1] > 4.0 * third[-1] > 1e-3, (same, third)
 
 
 def test_olh_collision_is_exact_for_a_small_prime() -> None:
