@@ -48,6 +48,7 @@ def lose_last_batch(raw: redis.Redis, batch: IngestBatch) -> None:
     script changed for ``batch``."""
     w = f"w:{batch.window}:"
     raw.rpop(P + w + "rids")
+    raw.rpop(P + w + "rtails")
     raw.decrby(P + w + "nrids", batch.count)
     raw.srem(P + "ids", batch.batch_id)
     raw.srem(P + w + "batches", batch.batch_id)
@@ -79,6 +80,38 @@ def test_an_index_whose_list_lost_its_tail_and_was_refilled_is_rebuilt(
     # and the rebuilt index is right: every report of the three batches is a duplicate now
     again = ia.ingest(rows(x0, np.arange(100)))
     assert (again.applied, again.duplicate_reports) == (0, 100)
+    a.close()
+    b.close()
+
+
+def test_a_window_whose_tails_list_is_not_in_step_checks_the_blobs_themselves(
+    redis_url: str, raw: redis.Redis, registry: Registry
+) -> None:
+    """A window begun before the tails list existed (its rids list longer than its rtails):
+    the scripts read the blobs' own ends, a lost and refilled tail is still noticed, and
+    retention deletes the tails list with the rest."""
+    rng = np.random.default_rng(35)
+    clock = lambda: 5 * registry.window_seconds  # noqa: E731
+    a, b = RedisCountStore.from_url(redis_url), RedisCountStore.from_url(redis_url)
+    ia, ib = Ingestor(registry, a, clock=clock), Ingestor(registry, b, clock=clock)
+    x0, x1, x2, x3 = (fresh(rng, registry, 50, 5) for _ in range(4))
+    assert ia.ingest(x0).applied == 50
+    assert raw.llen(P + "w:5:rtails") == 1  # in step: one tail per blob
+    raw.delete(P + "w:5:rtails")  # as a window begun by an aggregator without tails
+    assert ia.ingest(x1).applied == 50
+    assert raw.llen(P + "w:5:rtails") == 0  # out of step: never written again
+    lose_last_batch(raw, x1)
+    assert ib.ingest(x2).applied == 50  # the list has its old length again
+    r1 = ia.ingest(x1)
+    assert (r1.applied, r1.duplicate_reports) == (50, 0)
+    r2 = ia.ingest(rows(x2, np.arange(50)))
+    assert (r2.applied, r2.duplicate_reports) == (0, 50)
+    assert ia.ingest(x3).applied == 50
+    assert same(a.load("pages"), direct_count(registry["pages"], [x0, x1, x2, x3]))
+    raw.rpush(P + "w:6:rtails", b"t")  # retention deletes a window's tails too
+    raw.sadd(P + "w:6:batches", b"x" * 16)
+    assert a.dispose_ids("pages", 7) > 0
+    assert not raw.exists(P + "w:5:rtails", P + "w:6:rtails", P + "w:5:rids")
     a.close()
     b.close()
 
