@@ -11,9 +11,8 @@ sums deltas into one total per window under a version check, so several aggregat
 processes can share one Redis. Keys are hash-tagged by metric (one Cluster slot):
 ``{prefix}:{metric}:meta``, ``:ids``, ``:windows`` and per window ``:w:{W}:batches``,
 ``rids``, ``rtails``, ``nrids``, ``deltas``, ``total``, ``sizes``, ``crowd``, ``notes``,
-``dupids``, ``dropped``. :meth:`RedisCountStore.dispose_ids` deletes the ids of windows
-past retention. Why per-batch deltas, the key table, memory: docs/design.md, "Aggregator:
-store".
+``dupids``, ``dropped``. :meth:`RedisCountStore.dispose_ids` deletes old windows' ids.
+Why per-batch deltas, the key table, memory: docs/design.md, "Aggregator: store".
 """
 
 from __future__ import annotations
