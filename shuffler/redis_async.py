@@ -119,6 +119,51 @@ class AsyncScriptConnection:
         A socket failure raises as ``eval`` says."""
         return list(await self._guarded(lambda: self._pipelined(calls, wait)))
 
+    async def transaction(
+        self, commands: Sequence[Sequence[Any]], *, wait: tuple[int, int] | None = None
+    ) -> list[Any]:
+        """``MULTI``, ``commands``, ``EXEC`` in one round trip on this connection (then,
+        with ``wait``, ``WAIT`` for them); returns EXEC's replies. Every command runs or
+        none does: an error reply while queueing (out of memory, a wrong argument) aborts
+        the transaction and raises ``StoreUnavailable`` (nothing ran); an error reply among
+        EXEC's (a command that failed as it ran, after others may have written) raises
+        ``StoreOutcomeUnknown``. With ``wait``, WAIT's reply (the replicas that have the
+        writes) is appended to the list. A socket failure raises as ``eval`` says."""
+        replies = await self._guarded(lambda: self._send_transaction(commands, wait))
+        queued, done = replies[: len(commands) + 1], replies[len(commands) + 1]
+        refused = next((r for r in queued if isinstance(r, Exception)), None)
+        if refused is not None:
+            raise StoreUnavailable(f"redis: {reply_text(refused)}")
+        if isinstance(done, Exception) or not isinstance(done, list):
+            raise StoreUnavailable(
+                f"redis: EXEC: {reply_text(done) if isinstance(done, Exception) else done!r}"
+            )
+        failed = next((r for r in done if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise StoreOutcomeUnknown(
+                f"redis: a command of the transaction failed: {reply_text(failed)}"
+            )
+        return [*done, *replies[len(commands) + 2 :]]
+
+    async def _send_transaction(
+        self, commands: Sequence[Sequence[Any]], wait: tuple[int, int] | None
+    ) -> list[Any]:
+        import redis
+
+        conn = self._connection
+        packed = [self._pack(b"MULTI"), *(self._pack(*c) for c in commands), self._pack(b"EXEC")]
+        if wait is not None:
+            packed.append(self._pack(b"WAIT", wait[0], wait[1]))
+        self._sent = True
+        await conn.send_packed_command(b"".join(packed), check_health=False)
+        replies: list[Any] = []
+        for _ in packed:
+            try:
+                replies.append(await conn.read_response())
+            except redis.ResponseError as exc:  # the whole error reply was read: go on
+                replies.append(exc)
+        return replies
+
     async def _pipelined(
         self, calls: Sequence[ScriptCall], wait: tuple[int, int] | None
     ) -> list[Any]:

@@ -4,12 +4,13 @@ Keys are hash-tagged by metric, so each metric lives in one Redis Cluster slot:
 ``{prefix}:{<metric>}:pending`` (hash "<window>:<fingerprint>" → pending reports),
 ``:q:<window>:<fp>`` (list of chunk blobs) and ``:qn:<window>:<fp>`` (their report
 counts), ``:inflight`` (hash batch id → header) and ``:b:<batch id hex>`` (a batch's
-chunks). A group-commit flush is one Lua script call (per queue one RPUSH of a blob, one
-of its count, one HINCRBY), through ``async_appender`` on the server's event loop; the
-releaser's take, load, ack and dispose run on a blocking client in its thread. ``take``
+chunks). A group-commit flush is one MULTI/EXEC (per queue one RPUSH of a blob, one of its
+count, one HINCRBY; a script would cost Redis ~2 ms a megabyte to take the blobs) through
+``async_appender`` on the server's event loop; the releaser's take, load, ack and dispose
+run on a blocking client in its thread. ``take``
 is one script that moves whole chunks (LMOVE, or a RENAME for a whole queue) and checks
-``min_batch`` atomically, so no report lands in two batches. On a cluster
-(``redis+cluster://``) a flush is one script per slot (``crowdmix.shuffler.redis_cluster``).
+``min_batch`` atomically, so no report lands in two batches. On a cluster and in ``append``
+off the loop a flush is those writes as one script (per slot: ``shuffler.redis_cluster``).
 ``min_replicas_ack`` N > 0 ends each append with ``WAIT N`` and raises
 ``StoreNotReplicated`` when fewer replicas have it. Why: docs/design.md, "Shuffler".
 """
@@ -29,7 +30,7 @@ from crowdmix.shuffler.errors import (
     StoreOutcomeUnknown,
     StoreUnavailable,
 )
-from crowdmix.shuffler.redis_async import AsyncScriptConnection, reply_text
+from crowdmix.shuffler.redis_async import AsyncScriptConnection
 from crowdmix.shuffler.redis_cluster import (
     WAIT_TIMEOUT_MS,
     AsyncClusterAppender,
@@ -188,6 +189,21 @@ class RedisStore:
             args += [w.blob, str(w.count).encode(), field.encode()]
         return keys, args
 
+    def append_commands(self, writes: Sequence[PendingWrite]) -> list[tuple[bytes, ...]]:
+        """The commands of an append on one node, for one ``MULTI``/``EXEC``: per queue
+        the blob and its count pushed and the queue's pending count raised (what the
+        append script does on a cluster, where a transaction would need a slot each)."""
+        keys, args = self.append_args(writes)
+        commands: list[tuple[bytes, ...]] = []
+        for i in range(0, len(keys), 3):
+            blob, count, field = args[i : i + 3]
+            commands += [
+                (b"RPUSH", keys[i], blob),
+                (b"RPUSH", keys[i + 1], count),
+                (b"HINCRBY", keys[i + 2], field, count),
+            ]
+        return commands
+
     def metric_key(self, metric: str) -> bytes:
         """A key of ``metric`` (all its keys share its cluster slot)."""
         return self._k(metric, "pending").encode()
@@ -345,17 +361,14 @@ class _AsyncAppender:
         self._min = min_replicas_ack
 
     async def append(self, writes: Sequence[PendingWrite]) -> None:
-        keys, args = self._store.append_args(writes)
-        if not keys:
+        commands = self._store.append_commands(writes)
+        if not commands:
             return
         if not self._min:
-            await self._connection.eval(_APPEND, keys, args)
+            await self._connection.transaction(commands)
             return
-        reply, acked = await self._connection.eval_many(
-            [(_APPEND, keys, args)], wait=(self._min, WAIT_TIMEOUT_MS)
-        )
-        if isinstance(reply, Exception):
-            raise StoreUnavailable(f"redis: {reply_text(reply)}")
+        replies = await self._connection.transaction(commands, wait=(self._min, WAIT_TIMEOUT_MS))
+        acked = replies[-1]
         if isinstance(acked, Exception) or int(acked) < self._min:
             raise StoreNotReplicated(
                 f"redis: the write reached {acked} replica(s) within {WAIT_TIMEOUT_MS} ms, "
