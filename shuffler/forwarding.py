@@ -9,8 +9,8 @@ store's ``take`` re-checks atomically). A batch is permuted with ``secure_permut
 (CSPRNG) before each send and deleted only after the aggregator acknowledged it; failures
 retry with backoff; a queue's batches go out two at a time. In-flight batches are
 re-offered at start-up (``recover``) and while running (``sweep_inflight``, after
-``inflight_retry_seconds``); the aggregator applies a batch id once. Batches older than ``disposal_days`` are discarded, never forwarded.
-Why: docs/design.md, "Shuffler".
+``inflight_retry_seconds``); the aggregator applies a batch id once. Batches older than
+``disposal_days`` are discarded, never forwarded. Why: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations
