@@ -100,8 +100,11 @@ class Releaser:
         # A queue's batches are forwarded up to this many at a time: the next one is taken,
         # permuted and sent while the aggregator counts the one before (one at a time, each
         # side waits for the other). Every forward of a pass ends before the pass does.
+        # Only while the aggregator takes batches: after a failed send (and at start-up)
+        # one batch at a time, so an outage leaves one batch in flight, not several.
         self._forwards_in_flight = forwards_in_flight
         self._forwarders: ThreadPoolExecutor | None = None
+        self._aggregator_answering = False
 
     # -- policy -------------------------------------------------------------
 
@@ -191,7 +194,10 @@ class Releaser:
                         or count >= policy.max_batch
                         or now - since >= policy.max_delay_seconds
                     ):
-                        while len(sending) >= self._forwards_in_flight:
+                        while sending and (
+                            len(sending) >= self._forwards_in_flight
+                            or not self._aggregator_answering
+                        ):
                             forwarded += sending.popleft().result()
                         batch = self._store.take(
                             name,
@@ -325,6 +331,7 @@ class Releaser:
             try:
                 self._send(shuffled)
             except ForwardError as exc:
+                self._aggregator_answering = False
                 if self._metrics is not None:
                     self._metrics.forward_failures.inc()
                 if not exc.retryable:
@@ -344,6 +351,7 @@ class Releaser:
                 time.sleep(delay)
                 delay = min(delay * 2, self._backoff[1])
                 continue
+            self._aggregator_answering = True
             self._store.ack(batch.metric, batch.batch_id)
             if self._metrics is not None:
                 self._metrics.batches_forwarded.labels(batch.metric).inc()
