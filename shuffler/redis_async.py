@@ -128,9 +128,13 @@ class AsyncScriptConnection:
         the transaction and raises ``StoreUnavailable`` (nothing ran); an error reply among
         EXEC's (a command that failed as it ran, after others may have written) raises
         ``StoreOutcomeUnknown``. With ``wait``, WAIT's reply (the replicas that have the
-        writes) is appended to the list. A socket failure raises as ``eval`` says."""
+        writes) is appended to the list. A refused MULTI (an ACL without it) raises
+        ``StoreOutcomeUnknown``: the commands sent behind it ran one by one, outside any
+        transaction. A socket failure raises as ``eval`` says."""
         replies = await self._guarded(lambda: self._send_transaction(commands, wait))
         queued, done = replies[: len(commands) + 1], replies[len(commands) + 1]
+        if isinstance(queued[0], Exception):  # no MULTI: the commands ran (or not) one by one
+            raise StoreOutcomeUnknown(f"redis: MULTI refused: {reply_text(queued[0])}")
         refused = next((r for r in queued if isinstance(r, Exception)), None)
         if refused is not None:
             raise StoreUnavailable(f"redis: {reply_text(refused)}")

@@ -304,6 +304,22 @@ def test_a_command_failing_inside_exec_is_an_unknown_outcome(
     assert r.lrange(b"q", 0, -1) == [b"x"]
 
 
+def test_a_refused_multi_is_an_unknown_outcome(
+    connect: Connect, redis_url: str, r: Any
+) -> None:
+    """Redis refuses MULTI (here: an ACL without it): the commands sent behind it then run
+    one by one, outside any transaction, and EXEC fails ("without MULTI"). They wrote, so
+    the outcome is StoreOutcomeUnknown, never "nothing was stored"."""
+    r.execute_command("ACL", "SETUSER", "no-multi", "on", ">no-multi-pass", "+@all", "-multi", "~*")
+    try:
+        client = connect(port_of(redis_url), username="no-multi", password="no-multi-pass")
+        with pytest.raises(StoreOutcomeUnknown, match="multi"):
+            client.transaction((b"RPUSH", b"q", b"x"), (b"HINCRBY", b"p", b"f", b"1"))
+        assert (r.lrange(b"q", 0, -1), r.hget(b"p", b"f")) == ([b"x"], b"1")
+    finally:
+        r.execute_command("ACL", "DELUSER", "no-multi")
+
+
 def test_megabyte_argument_round_trips(connect: Connect, redis_url: str, r: Any) -> None:
     client = connect(port_of(redis_url))
     big = bytes(range(256)) * 4096  # 1 MiB
