@@ -304,9 +304,7 @@ def test_a_command_failing_inside_exec_is_an_unknown_outcome(
     assert r.lrange(b"q", 0, -1) == [b"x"]
 
 
-def test_a_refused_multi_is_an_unknown_outcome(
-    connect: Connect, redis_url: str, r: Any
-) -> None:
+def test_a_refused_multi_is_an_unknown_outcome(connect: Connect, redis_url: str, r: Any) -> None:
     """Redis refuses MULTI (here: an ACL without it): the commands sent behind it then run
     one by one, outside any transaction, and EXEC fails ("without MULTI"). They wrote, so
     the outcome is StoreOutcomeUnknown, never "nothing was stored"."""
