@@ -68,8 +68,9 @@ log = logging.getLogger(__name__)
 # lost its tail and was refilled: a length alone cannot tell): check again.
 # A blob's tail is read from rtails, not from the blob: every byte a script is given or reads
 # costs Redis about 2 ms a megabyte (a script that only takes the length of a 1.6 MB argument:
-# 3.2 ms; RPUSH of it: 0.45 ms), and a batch's blob is 1.6 MB per 10^5 ids.
-# rtails is used while it has one entry per blob (a window begun before it existed has not).
+# 3.2 ms; RPUSH of it: 0.45 ms), and a batch's blob is 1.6 MB per 10^5 ids. Both lists change
+# only here and in retention, together, so they stay in step (a script's writes are one
+# MULTI/EXEC in the AOF and the replication stream: a crash or failover loses both or neither).
 _APPLY = """
 local meta = redis.call('HMGET', KEYS[4], 'fingerprint', 'ids_disposed_before')
 local fp = meta[1]
@@ -80,27 +81,17 @@ if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   if ARGV[12] == '1' then redis.call('HINCRBY', KEYS[4], 'duplicate_batches', 1) end
   return {0}
 end
-local stepped = redis.call('LLEN', KEYS[12]) == redis.call('LLEN', KEYS[8])
 if ARGV[11] == '1' then
   local n = tonumber(ARGV[9])
   if redis.call('LLEN', KEYS[8]) ~= n then return {3} end
-  if n > 0 then
-    local t
-    if stepped then
-      t = redis.call('LINDEX', KEYS[12], -1)
-    else
-      local b = redis.call('LINDEX', KEYS[8], -1)
-      t = string.sub(b, 1, 16) .. string.sub(b, -16) .. #b
-    end
-    if t ~= ARGV[10] then return {3} end
-  end
+  if n > 0 and redis.call('LINDEX', KEYS[12], -1) ~= ARGV[10] then return {3} end
 end
 if not fp then redis.call('HSET', KEYS[4], 'fingerprint', ARGV[4], 'description', ARGV[5]) end
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('SADD', KEYS[7], ARGV[1])
 if #ARGV[8] > 0 then
   redis.call('RPUSH', KEYS[8], ARGV[8])
-  if stepped then redis.call('RPUSH', KEYS[12], ARGV[14]) end
+  redis.call('RPUSH', KEYS[12], ARGV[14])
   redis.call('INCRBY', KEYS[9], #ARGV[8] / 16)
 end
 if tonumber(ARGV[6]) > 0 then
@@ -117,19 +108,11 @@ return {1}
 
 # KEYS: 1 the window's rids list, 2 its rtails. ARGV: 1 the blobs of it the caller has read.
 # Returns its length and the ``_tail`` of the last blob the caller read (b"" when it read none
-# or the list is shorter): one round trip, no blob leaves Redis (nor enters the script, while
-# rtails is in step).
+# or the list is shorter): one round trip, no blob leaves Redis (nor enters the script).
 _PROBE = """
 local n, s = redis.call('LLEN', KEYS[1]), tonumber(ARGV[1])
 local tail = ''
-if s > 0 and s <= n then
-  if redis.call('LLEN', KEYS[2]) == n then
-    tail = redis.call('LINDEX', KEYS[2], s - 1 - n)
-  else
-    local b = redis.call('LINDEX', KEYS[1], s - 1 - n)
-    tail = string.sub(b, 1, 16) .. string.sub(b, -16) .. #b
-  end
-end
+if s > 0 and s <= n then tail = redis.call('LINDEX', KEYS[2], s - 1 - n) or '' end
 return {n, tail}
 """
 
@@ -181,9 +164,10 @@ def _redirected(reply: Any) -> bool:
 
 
 def _tail(blob: bytes) -> bytes:
-    """What identifies an id blob in its list: its first and last id and its length (the
-    apply script computes the same from ``LINDEX``). A blob refilled into the place of a
-    lost one matches only if it holds the same reports at both ends and has the same size."""
+    """What identifies an id blob in its list: its first and last id and its length (kept
+    beside the blob in the window's ``rtails`` by the apply script). A blob refilled into
+    the place of a lost one matches only if it holds the same reports at both ends and has
+    the same size."""
     return blob[:16] + blob[-16:] + str(len(blob)).encode()
 
 
