@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from crowdmix.core.log_limit import RepeatedFailure
 from crowdmix.core.registry import Registry, window_batch_limit
@@ -103,7 +103,6 @@ class Releaser:
         # Only while the aggregator takes batches: after a failed send (and at start-up)
         # one batch at a time, so an outage leaves one batch in flight, not several.
         self._forwards_in_flight = forwards_in_flight
-        self._forwarders: ThreadPoolExecutor | None = None
         self._aggregator_answering = False
 
     # -- policy -------------------------------------------------------------
@@ -233,25 +232,26 @@ class Releaser:
         return forwarded
 
     def _forward_soon(self, batch: InFlightBatch, give_up: Callable[[], bool]) -> Future[int]:
-        """``forward`` on a thread of the releaser's own (at once with one in flight)."""
+        """``forward`` on a thread of its own (at once with one in flight). A daemon thread,
+        as the releaser's is (a pool's workers are not: a process ending without stopping
+        the releaser would wait at exit for a forward retrying an unreachable aggregator);
+        a batch is large, so a thread per batch costs nothing that counts."""
+        done: Future[int] = Future()
         if self._forwards_in_flight == 1:
-            done: Future[int] = Future()
             try:
                 done.set_result(self.forward(batch, give_up))
             except ShufflerError as exc:
                 done.set_exception(exc)
             return done
-        if self._forwarders is None:
-            self._forwarders = ThreadPoolExecutor(
-                max_workers=self._forwards_in_flight, thread_name_prefix="shuffler-forward"
-            )
-        return self._forwarders.submit(self.forward, batch, give_up)
 
-    def close(self) -> None:
-        """Stop the forwarding threads (none is busy between passes)."""
-        if self._forwarders is not None:
-            self._forwarders.shutdown(wait=True)
-            self._forwarders = None
+        def run() -> None:
+            try:
+                done.set_result(self.forward(batch, give_up))
+            except BaseException as exc:  # the releaser thread raises it from result()
+                done.set_exception(exc)
+
+        threading.Thread(target=run, name="shuffler-forward", daemon=True).start()
+        return done
 
     def _window_due(self, metric: str, window: int) -> bool:
         """A window released whole is due ``release_grace_seconds`` after it closed (the
@@ -423,13 +423,10 @@ class Releaser:
             lambda: self.run_once(give_up, final=True),
             lambda: self.sweep_inflight(give_up, min_age=0.0),
         )
-        try:
-            for final_step in final_steps:
-                if give_up():
-                    break
-                try:
-                    final_step()
-                except ShufflerError as exc:
-                    log.error("final release pass failed: %s", exc)
-        finally:
-            self.close()
+        for final_step in final_steps:
+            if give_up():
+                break
+            try:
+                final_step()
+            except ShufflerError as exc:
+                log.error("final release pass failed: %s", exc)
