@@ -1,8 +1,8 @@
-"""The event loop's Redis connection: the group commit's one hot command.
+"""The event loop's Redis connection: the group commit's one hot write.
 
 The shuffler's flushes (``crowdmix.shuffler.commit``) run on the gRPC server's event loop,
-one at a time, each one EVALSHA of the append script. This module sends that
-command on one ``redis.asyncio`` connection, with hiredis parsing the replies
+one at a time, each one MULTI/EXEC (on a cluster, one EVALSHA of the append script per
+slot). This module sends them on one ``redis.asyncio`` connection, with hiredis parsing the replies
 (and packing the command) when it is installed, as the ``shuffler`` extra does.
 It replaced a hand-written RESP client (``shuffler/resp.py``), which did not win
 by the 10 % end to end that would have justified keeping our own protocol code
