@@ -7,10 +7,10 @@ goes out once per window, in ONE batch, after the window closed (``WindowRule.cl
 and ``release_grace_seconds`` passed. Fewer than ``min_batch`` are never released (the
 store's ``take`` re-checks atomically). A batch is permuted with ``secure_permutation``
 (CSPRNG) before each send and deleted only after the aggregator acknowledged it; failures
-retry with backoff. In-flight batches are re-offered at start-up (``recover``) and while
-running (``sweep_inflight``, after ``inflight_retry_seconds``); the aggregator applies a
-batch id once. Batches older than ``disposal_days`` are discarded, never forwarded.
-Why: docs/design.md, "Shuffler".
+retry with backoff; a queue's batches go out two at a time. In-flight batches are
+re-offered at start-up (``recover``) and while running (``sweep_inflight``, after
+``inflight_retry_seconds``); the aggregator applies a batch id once. Batches older than
+``disposal_days`` are discarded, never forwarded. Why: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from crowdmix.core.log_limit import RepeatedFailure
 from crowdmix.core.registry import Registry, window_batch_limit
@@ -40,7 +42,8 @@ Sender = Callable[[InFlightBatch], None]
 
 
 class Releaser:
-    """Turns pending queues into shuffled batches and forwards them (one thread)."""
+    """Turns pending queues into shuffled batches and forwards them (one thread, with up
+    to ``forwards_in_flight`` batches of a queue being sent at once)."""
 
     def __init__(
         self,
@@ -57,7 +60,10 @@ class Releaser:
         backoff: tuple[float, float] = (0.05, 5.0),
         parked_retry_seconds: float = 600.0,
         inflight_retry_seconds: float = INFLIGHT_RETRY_SECONDS,
+        forwards_in_flight: int = 2,
     ) -> None:
+        if forwards_in_flight < 1:
+            raise ValueError(f"forwards_in_flight must be >= 1, got {forwards_in_flight}")
         if not 0 < inflight_retry_seconds < float("inf"):
             raise ValueError(
                 f"inflight_retry_seconds must be a positive number, got {inflight_retry_seconds!r}"
@@ -91,6 +97,13 @@ class Releaser:
         self._inflight_retry = inflight_retry_seconds
         self._seen_inflight: dict[bytes, tuple[str, float]] = {}
         self._last_sweep = monotonic()
+        # A queue's batches are forwarded up to this many at a time: the next one is taken,
+        # permuted and sent while the aggregator counts the one before (one at a time, each
+        # side waits for the other). Every forward of a pass ends before the pass does.
+        # Only while the aggregator takes batches: after a failed send (and at start-up)
+        # one batch at a time, so an outage leaves one batch in flight, not several.
+        self._forwards_in_flight = forwards_in_flight
+        self._aggregator_answering = False
 
     # -- policy -------------------------------------------------------------
 
@@ -173,23 +186,41 @@ class Releaser:
                     metric_pending += count - taken
                     continue
                 since = self._since.setdefault((name, key), now)
-                while count >= policy.min_batch and (
-                    final or count >= policy.max_batch or now - since >= policy.max_delay_seconds
-                ):
-                    batch = self._store.take(
-                        name,
-                        key,
-                        min_batch=policy.min_batch,
-                        max_batch=policy.max_batch,
-                        batch_id=os.urandom(BATCH_ID_BYTES),
-                    )
-                    if batch is None:  # another process took them first
-                        break
-                    count -= batch.chunk.count
-                    since = self._since[(name, key)] = now
-                    forwarded += self.forward(batch, give_up)
-                    if give_up():
-                        break
+                sending: deque[Future[int]] = deque()
+                try:
+                    while count >= policy.min_batch and (
+                        final
+                        or count >= policy.max_batch
+                        or now - since >= policy.max_delay_seconds
+                    ):
+                        while sending and (
+                            len(sending) >= self._forwards_in_flight
+                            or not self._aggregator_answering
+                        ):
+                            forwarded += sending.popleft().result()
+                        batch = self._store.take(
+                            name,
+                            key,
+                            min_batch=policy.min_batch,
+                            max_batch=policy.max_batch,
+                            batch_id=os.urandom(BATCH_ID_BYTES),
+                        )
+                        if batch is None:  # another process took them first
+                            break
+                        count -= batch.chunk.count
+                        since = self._since[(name, key)] = now
+                        sending.append(self._forward_soon(batch, give_up))
+                        if give_up():
+                            break
+                finally:  # every batch taken is forwarded (or left in flight) in this pass
+                    errors = []
+                    for pending_forward in sending:
+                        try:
+                            forwarded += pending_forward.result()
+                        except ShufflerError as exc:
+                            errors.append(exc)
+                    if errors:
+                        raise errors[0]
                 metric_pending += count
             for stale in [k for k in self._since if k[0] == name and k[1] not in pending]:
                 del self._since[stale]
@@ -199,6 +230,28 @@ class Releaser:
         if self._on_pending is not None:
             self._on_pending(total_pending)
         return forwarded
+
+    def _forward_soon(self, batch: InFlightBatch, give_up: Callable[[], bool]) -> Future[int]:
+        """``forward`` on a thread of its own (at once with one in flight). A daemon thread,
+        as the releaser's is (a pool's workers are not: a process ending without stopping
+        the releaser would wait at exit for a forward retrying an unreachable aggregator);
+        a batch is large, so a thread per batch costs nothing that counts."""
+        done: Future[int] = Future()
+        if self._forwards_in_flight == 1:
+            try:
+                done.set_result(self.forward(batch, give_up))
+            except ShufflerError as exc:
+                done.set_exception(exc)
+            return done
+
+        def run() -> None:
+            try:
+                done.set_result(self.forward(batch, give_up))
+            except BaseException as exc:  # the releaser thread raises it from result()
+                done.set_exception(exc)
+
+        threading.Thread(target=run, name="shuffler-forward", daemon=True).start()
+        return done
 
     def _window_due(self, metric: str, window: int) -> bool:
         """A window released whole is due ``release_grace_seconds`` after it closed (the
@@ -278,6 +331,7 @@ class Releaser:
             try:
                 self._send(shuffled)
             except ForwardError as exc:
+                self._aggregator_answering = False
                 if self._metrics is not None:
                     self._metrics.forward_failures.inc()
                 if not exc.retryable:
@@ -297,6 +351,7 @@ class Releaser:
                 time.sleep(delay)
                 delay = min(delay * 2, self._backoff[1])
                 continue
+            self._aggregator_answering = True
             self._store.ack(batch.metric, batch.batch_id)
             if self._metrics is not None:
                 self._metrics.batches_forwarded.labels(batch.metric).inc()

@@ -48,6 +48,7 @@ def lose_last_batch(raw: redis.Redis, batch: IngestBatch) -> None:
     script changed for ``batch``."""
     w = f"w:{batch.window}:"
     raw.rpop(P + w + "rids")
+    raw.rpop(P + w + "rtails")
     raw.decrby(P + w + "nrids", batch.count)
     raw.srem(P + "ids", batch.batch_id)
     raw.srem(P + w + "batches", batch.batch_id)
@@ -81,6 +82,23 @@ def test_an_index_whose_list_lost_its_tail_and_was_refilled_is_rebuilt(
     assert (again.applied, again.duplicate_reports) == (0, 100)
     a.close()
     b.close()
+
+
+def test_retention_deletes_a_windows_tails_with_its_ids(
+    redis_url: str, raw: redis.Redis, registry: Registry
+) -> None:
+    """One tail per id blob, kept in step by the apply script and deleted with the ids."""
+    rng = np.random.default_rng(35)
+    clock = lambda: 5 * registry.window_seconds  # noqa: E731
+    a = RedisCountStore.from_url(redis_url)
+    ia = Ingestor(registry, a, clock=clock)
+    x0, x1 = (fresh(rng, registry, 50, 5) for _ in range(2))
+    assert ia.ingest(x0).applied == 50
+    assert ia.ingest(x1).applied == 50
+    assert raw.llen(P + "w:5:rtails") == raw.llen(P + "w:5:rids") == 2
+    assert a.dispose_ids("pages", 7) > 0
+    assert not raw.exists(P + "w:5:rtails", P + "w:5:rids")
+    a.close()
 
 
 def test_a_lost_tail_refilled_past_the_old_length_is_noticed_on_read(
@@ -157,7 +175,9 @@ def test_apply_retries_are_bounded_and_counts_without_ids_never_check_the_list(
     real = store._apply
 
     def contended(*args: Any, **kwargs: Any) -> Any:  # another process, just in time
-        raw.rpush(P + "w:5:rids", os.urandom(16))
+        blob = os.urandom(16)  # its ids, and their tail beside them as its apply keeps it
+        raw.rpush(P + "w:5:rids", blob)
+        raw.rpush(P + "w:5:rtails", blob + blob + b"16")
         return real(*args, **kwargs)
 
     store._apply = contended  # type: ignore[assignment]

@@ -70,6 +70,9 @@ class Client:
     def eval(self, script: str, keys: Sequence[bytes] = (), args: Sequence[bytes] = ()) -> Any:
         return self.run(self.connection.eval(script, list(keys), list(args)))
 
+    def transaction(self, *commands: Sequence[Any]) -> Any:
+        return self.run(self.connection.transaction(commands))
+
     def close(self) -> None:
         try:
             self.run(self.connection.aclose())
@@ -260,6 +263,59 @@ def test_keys_and_args_reach_redis_byte_exact(connect: Connect, redis_url: str, 
     assert client.eval(INCR, [b"counter"]) == 1
     assert client.eval(INCR, [b"counter"]) == 2
     assert r.get(b"counter") == b"2"
+
+
+def test_a_transaction_runs_every_command_and_returns_their_replies(
+    connect: Connect, redis_url: str, r: Any
+) -> None:
+    client = connect(port_of(redis_url))
+    blob = bytes(range(256)) * 4096 + b"\r\n*2\r\n"  # a megabyte, with RESP look-alikes
+    replies = client.transaction(
+        (b"RPUSH", b"q", blob), (b"RPUSH", b"qn", b"7"), (b"HINCRBY", b"p", b"f", b"7")
+    )
+    assert replies == [1, 1, 7]
+    assert (r.lrange(b"q", 0, -1), r.hget(b"p", b"f")) == ([blob], b"7")
+    assert client.transaction((b"HINCRBY", b"p", b"f", b"3")) == [10]  # the connection goes on
+
+
+def test_a_command_refused_while_queued_aborts_the_transaction(
+    connect: Connect, redis_url: str, r: Any
+) -> None:
+    """Redis refuses the command as it queues it: nothing of the transaction runs, so the
+    error is the retryable one (StoreUnavailable, not its subclass StoreOutcomeUnknown)."""
+    client = connect(port_of(redis_url))
+    with pytest.raises(StoreUnavailable) as refused:
+        client.transaction((b"RPUSH", b"q", b"x"), (b"HINCRBY", b"p", b"f"))  # wrong arity
+    assert not isinstance(refused.value, StoreOutcomeUnknown)
+    assert "wrong number of arguments" in str(refused.value)
+    assert not r.exists(b"q")
+    assert client.transaction((b"RPUSH", b"q", b"y")) == [1]
+
+
+def test_a_command_failing_inside_exec_is_an_unknown_outcome(
+    connect: Connect, redis_url: str, r: Any
+) -> None:
+    """A command that fails as EXEC runs it (a key of another type): the commands before it
+    wrote, so the outcome is StoreOutcomeUnknown, never "nothing was stored"."""
+    client = connect(port_of(redis_url))
+    r.set(b"not-a-list", b"x")
+    with pytest.raises(StoreOutcomeUnknown, match="WRONGTYPE"):
+        client.transaction((b"RPUSH", b"q", b"x"), (b"RPUSH", b"not-a-list", b"y"))
+    assert r.lrange(b"q", 0, -1) == [b"x"]
+
+
+def test_a_refused_multi_is_an_unknown_outcome(connect: Connect, redis_url: str, r: Any) -> None:
+    """Redis refuses MULTI (here: an ACL without it): the commands sent behind it then run
+    one by one, outside any transaction, and EXEC fails ("without MULTI"). They wrote, so
+    the outcome is StoreOutcomeUnknown, never "nothing was stored"."""
+    r.execute_command("ACL", "SETUSER", "no-multi", "on", ">no-multi-pass", "+@all", "-multi", "~*")
+    try:
+        client = connect(port_of(redis_url), username="no-multi", password="no-multi-pass")
+        with pytest.raises(StoreOutcomeUnknown, match="multi"):
+            client.transaction((b"RPUSH", b"q", b"x"), (b"HINCRBY", b"p", b"f", b"1"))
+        assert (r.lrange(b"q", 0, -1), r.hget(b"p", b"f")) == ([b"x"], b"1")
+    finally:
+        r.execute_command("ACL", "DELUSER", "no-multi")
 
 
 def test_megabyte_argument_round_trips(connect: Connect, redis_url: str, r: Any) -> None:

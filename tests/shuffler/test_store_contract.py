@@ -72,6 +72,23 @@ def test_take_splits_chunks_to_exactly_max_batch(store: ShufflerStore) -> None:
     assert store.take(RAPPOR, KEY, min_batch=1, max_batch=50, batch_id=_bid()) is None
 
 
+def test_take_of_many_small_chunks_takes_the_oldest_in_order(store: ShufflerStore) -> None:
+    """Hundreds of one- and two-report chunks (device-style requests): a batch is the
+    oldest whole chunks that fit, in order, then a split one; counted across pages."""
+    sizes = [1 + i % 2 for i in range(700)]  # 1050 reports
+    start = 0
+    for n in sizes:
+        store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(n, start))])
+        start += n
+    taken = []
+    for max_batch, expected in ((600, 600), (301, 301), (200, 149)):  # the last: all left
+        got = store.take(RAPPOR, KEY, min_batch=1, max_batch=max_batch, batch_id=_bid())
+        assert got is not None and got.chunk.count == expected
+        taken += report_ids(got.chunk).tolist()
+    assert taken == list(range(1050))
+    assert store.pending(RAPPOR) == {}
+
+
 def test_inflight_survives_until_ack(store: ShufflerStore) -> None:
     store.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(20))])
     bid = _bid()
