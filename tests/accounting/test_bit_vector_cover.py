@@ -18,7 +18,9 @@ victim's, so domination on D does not make a report cover. Domination of whole r
 by one law common to every value is the blanket's γ = r0^h (up to the mass of patterns
 with fewer than h zeros), and no decomposition does better than the blanket (Su, Cheng,
 Wang 2025, "Decomposition-based optimal bounds for privacy amplification via
-shuffling"). Deterministic (no sampling): no false failures.
+shuffling"). A bound past the blanket must also hold beyond the labelled lower bound's
+data set, which is not always the worst (the last test). Deterministic (no sampling): no
+false failures.
 """
 
 from __future__ import annotations
@@ -110,3 +112,18 @@ def test_clones_on_the_differing_bits_alone_understate_delta() -> None:
     blanket = BitVector(p=p, q=q, bits=1).profile(n, 1e-3)
     assert blanket is not None
     assert blanket.delta(1.0) >= exact - ROUNDING
+
+
+def test_rappor_worst_data_set_is_not_always_the_labelled_one() -> None:
+    # k = 6, h = 2, n = 3, victim {0,1} vs {2,3}: the labelled lower bound's data set
+    # (others {4,5}: bits avoiding D) has the largest δ at ε = 0, but at ε = 2 others
+    # holding {3,5} (one bit in D, one label) have more: a bound that reads only the
+    # labelled data set is no bound.
+    p, q = 0.3125, 0.6875  # the demo's p*, q*
+    sets = [list(c) for c in itertools.combinations(range(6), 2)]
+    mech = bloom(6, sets, p, q)
+    pair = (sets.index([0, 1]), sets.index([2, 3]))
+    labelled = exact_delta(mech, pair, [sets.index([4, 5])] * 2, [0.0, 2.0])
+    meeting = exact_delta(mech, pair, [sets.index([3, 5])] * 2, [0.0, 2.0])
+    assert labelled[0] > meeting[0]
+    assert meeting[1] > 1.2 * labelled[1] > 1e-2, (meeting, labelled)
