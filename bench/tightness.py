@@ -8,9 +8,10 @@ left. OUE's "GDP" column is that ratio for Gaussian privacy losses of the blanke
 of the lower bound's data set, where both figures land to ~1e-4: no grid, bin or search
 refinement beats it. Target: ≤ 1.1 for k-RR (k = 2…1024) and OUE over n = 1e4…1e7,
 ε0 = 0.25…4, δ = 1e-6…1e-10. Then RAPPOR at the demo's parameters (k=64 h=2 m=16
-f=¼ p=¼ q=¾) and its smallest same-cohort crowds.
+f=¼ p=¼ q=¾) and its smallest same-cohort crowds; its "GDP" column is ours over the
+labelled data set's ε, both as Gaussian privacy losses (``rappor_gaussian_limit``).
 
-    .venv/bin/python bench/tightness.py [--jobs 2] [--full] [--only OUE] [--only-k K]
+    .venv/bin/python bench/tightness.py [--jobs 2] [--full] [--only OUE|RAPPOR] [--only-k K]
 """
 
 from __future__ import annotations
@@ -67,6 +68,30 @@ def gaussian_limit(p: float, q: float, n: int, delta: float) -> float:
     return eps(math.sqrt(2 * a / (gamma * n))) / eps(math.sqrt(2 * a * (1 + chi2) / n))
 
 
+def rappor_gaussian_limit(p: float, q: float, bits: int, n: int, delta: float) -> float:
+    """A bit vector's blanket figure ÷ its labelled lower bound's data set (every other
+    user one value whose ``bits`` Bloom bits avoid the victim's), both as μ-GDP:
+    μ² = 2((1 + A)^h − 1)/(γ(n − 1)) and 2((1 + A)^h − 1)(1 + χ²)^h/(n − 1), with
+    2((1 + A)^h − 1) = E_W[(g0 − g1)²] for disjoint sets, A as in ``gaussian_limit``,
+    γ = ((1 − q)/(1 − p))^h and (1 + χ²)^h = E[(victim's label law / the others')²]
+    over the others' h labels. The ratio tends to (γ(1 + χ²)^h)^(−1/2) for small μ
+    (1.356 at the demo's p*, q*): what a proof reaching that data set would gain."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def eps(mu: float) -> float:
+        def gap(e: float) -> float:
+            return float(norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2))
+
+        return float(brentq(lambda e: gap(e) - delta, 1e-12, 50.0))
+
+    a = (q - p) ** 2 / (p * (1 - p))
+    gamma = ((1 - q) / (1 - p)) ** bits
+    label = (1 + (q - p) ** 2 / (q * (1 - q))) ** bits
+    spread = 2 * ((1 + a) ** bits - 1) / (n - 1)
+    return eps(math.sqrt(spread / gamma)) / eps(math.sqrt(spread * label))
+
+
 def cell(
     c: tuple[str, int, float, int, float],
 ) -> tuple[str, int, float, int, float, float, float, str, float, float]:
@@ -89,15 +114,17 @@ def cell(
     return (*c, best.result.epsilon, lower, best.result.bound, secs, limit)
 
 
-def rappor_rows() -> list[tuple[int, int, float, float, float, dict[str, float]]]:
-    """(clients, crowd, ε1, ours, lower, every lower bound) at the demo's parameters."""
+def rappor_rows() -> list[tuple[int, int, float, float, float, dict[str, float], float]]:
+    """(clients, crowd, ε1, ours, lower, every lower bound, GDP ratio) at the demo's
+    parameters."""
     rand = randomizer_of(rappor=DEMO)
     assert isinstance(rand, BitVector)
     out = []
     for clients, crowd in DEMO_CROWDS:
         ours = best_amplification(rand.epsilon0, crowd, 1e-6, rand).result.epsilon
         lowers = bit_vector_lower(rand.p, rand.q, rand.bits, crowd, 1e-6)
-        out.append((clients, crowd, rand.epsilon0, ours, max(lowers.values()), lowers))
+        limit = rappor_gaussian_limit(rand.p, rand.q, rand.bits, crowd, 1e-6)
+        out.append((clients, crowd, rand.epsilon0, ours, max(lowers.values()), lowers, limit))
     return out
 
 
@@ -106,12 +133,17 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--full", action="store_true", help="a denser grid (about 4× the cells)")
     ap.add_argument(
-        "--only", choices=("k-RR", "OUE"), help="one mechanism's cells (no RAPPOR rows)"
+        "--only",
+        choices=("k-RR", "OUE", "RAPPOR"),
+        help="one mechanism's cells (RAPPOR: its rows alone)",
     )
     ap.add_argument("--only-k", type=int, help="only the k-RR cells of this k (no OUE, RAPPOR)")
     args = ap.parse_args()
     started = time.perf_counter()
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min); 2 cores", flush=True)
+    if args.only == "RAPPOR":
+        rappor(started, args.jobs)
+        return
     cells = [c for c in grid(args.full, args.only_k) if args.only in (None, c[0])]
     print(
         f"{'mech':<5} {'k':>5} {'ε0':>5} {'n':>8} {'δ':>6} {'ours':>9} {'lower':>9} "
@@ -148,17 +180,24 @@ def main() -> None:
         print(f"({time.perf_counter() - started:.0f} s wall, {args.jobs} workers)")
         return
     print()
+    rappor(started, args.jobs)
+
+
+def rappor(started: float, jobs: int) -> None:
+    """The RAPPOR rows (one process: three crowds)."""
     print(
-        f"{'RAPPOR demo':<12} {'crowd':>6} {'ε1':>7} {'ours':>8} {'lower':>8} {'ratio':>6}  lowers"
+        f"{'RAPPOR demo':<12} {'crowd':>6} {'ε1':>7} {'ours':>8} {'lower':>8} {'ratio':>6} "
+        f"{'GDP':>6}  lowers"
     )
-    for clients, crowd, eps1, ours, lower, lowers in rappor_rows():
+    for clients, crowd, eps1, ours, lower, lowers, limit in rappor_rows():
         assert ours >= lower
         detail = ", ".join(f"{k} {v:.4f}" for k, v in lowers.items())
         print(
             f"{clients:>12,} {crowd:>6} {eps1:>7.4f} {ours:>8.4f} {lower:>8.4f} "
-            f"{ours / lower:>6.2f}  {detail}"
+            f"{ours / lower:>6.2f} {limit:>6.3f}  {detail}",
+            flush=True,
         )
-    print(f"({time.perf_counter() - started:.0f} s wall, {args.jobs} workers)")
+    print(f"({time.perf_counter() - started:.0f} s wall, {jobs} workers)")
 
 
 if __name__ == "__main__":
