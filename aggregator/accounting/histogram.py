@@ -75,10 +75,21 @@ def format_g_up(x: float, digits: int = 2) -> str:
     return text
 
 
-def _terms(epsilon: float) -> int:
-    # Terms past a0 shrink by e^-ε per step: after K of them the rest is below
-    # e^-46 ≈ 1e-20 of the first, and it is bounded and added anyway.
-    return max(8, math.ceil(46.0 / max(epsilon, 1e-3)))
+#: Cells of one (rows × terms) block of ``shift_delta``: bounds its memory, not its figure.
+_BLOCK_CELLS = 1 << 18
+
+
+def _terms(epsilon: float, t_max: int) -> int:
+    """Terms summed per row of ``shift_delta`` (the rest is bounded and added anyway).
+
+    Past a0 the terms shrink by e^-ε per step: after 46/ε of them the rest is below
+    e^-46 ≈ 1e-20 of the first. They also follow Bin(t, ½), and a0 ≥ (t + 1)/2: after
+    6√t + 40 of them the rest lies beyond t/2 + 6√t, where Bin(t, ½) has mass at most
+    e^-72 ≈ 5e-32 (Hoeffding) — the cap that keeps small ε from needing ~t/2 terms.
+    """
+    by_epsilon = math.ceil(46.0 / max(epsilon, 1e-3))
+    by_width = math.ceil(6.0 * math.sqrt(t_max)) + 40
+    return max(8, min(by_epsilon, by_width))
 
 
 def shift_delta(epsilon: float, t: Any) -> Any:
@@ -86,17 +97,30 @@ def shift_delta(epsilon: float, t: Any) -> Any:
 
     The likelihood ratio at a is B_t(a − 1)/B_t(a) = a/(t − a + 1), increasing in a, so with
     a0 the smallest a where it exceeds e^ε, δ_t(ε) = Σ_{a ≥ a0} B_t(a − 1)(1 − e^ε(t − a + 1)/a),
-    non-negative terms falling by a factor ≤ e^−ε per step: ``_terms(ε)`` of them are
-    summed in log space and the rest bounded by Pr[Bin(t, ½) ≥ a0 + K − 1] and added.
+    non-negative terms: ``_terms`` of them are summed in log space and the rest bounded by
+    Pr[Bin(t, ½) ≥ a0 + K − 1] and added. Rows go in blocks of at most ``_BLOCK_CELLS``
+    cells (one row at least), so memory does not grow with the number of t.
     """
     import numpy as np
-    from scipy import special, stats
 
     t = np.atleast_1d(np.asarray(t, dtype=np.int64))
     e = math.exp(epsilon)
     # a0: smallest integer a with a > e^ε (t + 1)/(1 + e^ε); at most t + 1.
     a0 = np.minimum(np.floor(e * (t + 1) / (1.0 + e)).astype(np.int64) + 1, t + 1)
-    k = int(min(_terms(epsilon), int(np.max(t + 2 - a0))))
+    k = int(min(_terms(epsilon, int(np.max(t))), int(np.max(t + 2 - a0))))
+    rows = max(1, _BLOCK_CELLS // k)
+    out = np.empty(t.shape, dtype=float)
+    for start in range(0, t.size, rows):
+        block = slice(start, start + rows)
+        out[block] = _shift_block(e, t[block], a0[block], k)
+    return out
+
+
+def _shift_block(e: float, t: Any, a0: Any, k: int) -> Any:
+    """``shift_delta`` for one block of rows, ``k`` terms each."""
+    import numpy as np
+    from scipy import special, stats
+
     steps = np.arange(k, dtype=np.int64)
     a = a0[:, None] + steps[None, :]  # (T, K)
     tt = np.broadcast_to(t[:, None], a.shape)

@@ -22,6 +22,8 @@ __all__ = ["blanket_delta", "cover_grid", "uniform_cover_delta"]
 
 _FLOAT_MARGIN = 1e-9  # relative error allowed per pmf/sf term (boost: ~1e-10)
 _ABS_MARGIN = 1e-300
+#: Cells of one block of pmf/sf evaluations: bounds memory, not the figure.
+_BLOCK_CELLS = 1 << 18
 
 
 def _rates(domain_size: int, local_epsilon: float) -> tuple[float, float]:
@@ -43,7 +45,25 @@ def _spans(f: Any, prob: float) -> tuple[Any, Any]:
 
 
 def _rows(epsilon: float, items: Any, domain_size: int, local_epsilon: float) -> Any:
-    """δ_f(ε) for an array of f (see ``uniform_cover_delta``), upper bounds."""
+    """δ_f(ε) for an array of f (see ``uniform_cover_delta``), upper bounds; the f go in
+    blocks of at most ``_BLOCK_CELLS`` window cells (one f at least)."""
+    import numpy as np
+
+    f = np.atleast_1d(np.asarray(items, dtype=np.int64))
+    lo, hi = _spans(f, min(1.0, 2.0 / domain_size))
+    ends = np.cumsum(hi - lo + 1)
+    out = np.empty(f.shape, dtype=float)
+    start = 0
+    while start < f.size:
+        before = int(ends[start - 1]) if start > 0 else 0
+        stop = max(start + 1, int(np.searchsorted(ends, before + _BLOCK_CELLS, side="right")))
+        out[start:stop] = _rows_block(epsilon, f[start:stop], domain_size, local_epsilon)
+        start = stop
+    return out
+
+
+def _rows_block(epsilon: float, f: Any, domain_size: int, local_epsilon: float) -> Any:
+    """``_rows`` for one block of f."""
     import numpy as np
     from scipy import stats
 
@@ -51,7 +71,6 @@ def _rows(epsilon: float, items: Any, domain_size: int, local_epsilon: float) ->
     p, r = _rates(d, local_epsilon)
     e = math.exp(epsilon)
     a1, a2, a3 = p - e * r, r - e * p, -(d - 2) * r * math.expm1(epsilon)
-    f = np.asarray(items, dtype=np.int64)
     s2 = min(1.0, 2.0 / d)
     lo, hi = _spans(f, s2)
     sizes = hi - lo + 1
@@ -176,9 +195,12 @@ def cover_grid(
         left_out = float(stats.binom.cdf(k[0] - 1, n_out, p_out) if k[0] > 0 else 0.0) + float(
             stats.binom.sf(k[-1], n_out, p_out)
         )
-    arg = points[:, None] - 1 - k[None, :]
-    c = stats.binom.cdf(arg, n_in, p_in) if n_in > 0 else (arg >= 0).astype(float)
-    total = c @ w + left_out
+    total = np.empty(points.shape, dtype=float)
+    rows = max(1, _BLOCK_CELLS // k.size)  # blocks of points: bounds memory only
+    for start in range(0, points.size, rows):
+        arg = points[start : start + rows, None] - 1 - k[None, :]
+        c = stats.binom.cdf(arg, n_in, p_in) if n_in > 0 else (arg >= 0).astype(float)
+        total[start : start + rows] = c @ w + left_out
     cdfs = np.minimum(1.0, total * (1.0 + _FLOAT_MARGIN) + _ABS_MARGIN)
     return tuple(int(x) for x in points), tuple(cdfs)
 
