@@ -152,18 +152,22 @@ class AsyncScriptConnection:
     async def _send_transaction(
         self, commands: Sequence[Sequence[Any]], wait: tuple[int, int] | None
     ) -> list[Any]:
+        packed = [self._pack(b"MULTI"), *(self._pack(*c) for c in commands), self._pack(b"EXEC")]
+        return await self._send_packed(packed, wait)
+
+    async def _send_packed(self, packed: list[bytes], wait: tuple[int, int] | None) -> list[Any]:
+        """Send ``packed`` (then WAIT, with ``wait``) in one write; one reply each, an
+        error reply as its exception."""
         import redis
 
-        conn = self._connection
-        packed = [self._pack(b"MULTI"), *(self._pack(*c) for c in commands), self._pack(b"EXEC")]
         if wait is not None:
             packed.append(self._pack(b"WAIT", wait[0], wait[1]))
         self._sent = True
-        await conn.send_packed_command(b"".join(packed), check_health=False)
+        await self._connection.send_packed_command(b"".join(packed), check_health=False)
         replies: list[Any] = []
         for _ in packed:
             try:
-                replies.append(await conn.read_response())
+                replies.append(await self._connection.read_response())
             except redis.ResponseError as exc:  # the whole error reply was read: go on
                 replies.append(exc)
         return replies
@@ -201,17 +205,7 @@ class AsyncScriptConnection:
             self._pack(b"EVALSHA", _sha1(script), len(keys), *keys, *args)
             for script, keys, args in calls
         ]
-        if wait is not None:
-            packed.append(self._pack(b"WAIT", wait[0], wait[1]))
-        self._sent = True
-        await conn.send_packed_command(b"".join(packed), check_health=False)
-        replies: list[Any] = []
-        for _ in packed:
-            try:
-                replies.append(await conn.read_response())
-            except redis.ResponseError as exc:  # the whole error reply was read: go on
-                replies.append(exc)
-        return replies
+        return await self._send_packed(packed, wait)
 
     async def _guarded(self, call: Callable[[], Awaitable[Any]]) -> Any:
         import redis
