@@ -159,7 +159,7 @@ def add_daemon_options(parser: argparse.ArgumentParser | Any, table: str) -> Non
         dest="shutdown_grace_seconds",
         type=float,
         metavar="SECONDS",
-        help="seconds to drain on SIGTERM",
+        help="seconds to drain on SIGTERM (default 10)",
     )
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics"

@@ -237,12 +237,6 @@ class Releaser:
         the releaser would wait at exit for a forward retrying an unreachable aggregator);
         a batch is large, so a thread per batch costs nothing that counts."""
         done: Future[int] = Future()
-        if self._forwards_in_flight == 1:
-            try:
-                done.set_result(self.forward(batch, give_up))
-            except ShufflerError as exc:
-                done.set_exception(exc)
-            return done
 
         def run() -> None:
             try:
@@ -250,7 +244,10 @@ class Releaser:
             except BaseException as exc:  # the releaser thread raises it from result()
                 done.set_exception(exc)
 
-        threading.Thread(target=run, name="shuffler-forward", daemon=True).start()
+        if self._forwards_in_flight == 1:  # one at a time: on the releaser's thread
+            run()
+        else:
+            threading.Thread(target=run, name="shuffler-forward", daemon=True).start()
         return done
 
     def _window_due(self, metric: str, window: int) -> bool:

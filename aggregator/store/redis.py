@@ -118,7 +118,7 @@ return {n, tail}
 
 # KEYS: 1 meta, 2 ids, then per window: batches set, rids list, nrids counter, rtails list.
 # ARGV: cutoff window, then the windows to dispose. SREMs each window's batch ids from the
-# ids set and deletes its three keys. Returns the ids deleted (batch ids + report ids).
+# ids set and deletes its four keys. Returns the ids deleted (batch ids + report ids).
 _DISPOSE_IDS = """
 local cutoff = tonumber(ARGV[1])
 local before = tonumber(redis.call('HGET', KEYS[1], 'ids_disposed_before') or '0')
