@@ -34,7 +34,7 @@ import numpy as np
 from crowdmix.aggregator.accounting.blanket import bit_vector_given, mixture
 from crowdmix.aggregator.accounting.pairs import ClonePair
 from crowdmix.aggregator.accounting.randomizers import BitVector
-from tests.accounting.test_blanket_exact import Randomizer, bloom
+from tests.accounting.test_blanket_exact import Randomizer, bloom, hockey_stick, victim_laws
 
 # Float rounding of the enumeration (sums of ~1e4 products); every gap asserted is ≥ 1e-2.
 ROUNDING = 1e-12
@@ -47,28 +47,9 @@ def exact_delta(
     holds pair[0] or pair[1], the others hold ``others``; the output is the
     histogram of the n reports."""
     rows = {x: np.asarray(mech(x), dtype=np.float64) for x in {*pair, *others}}
-    outputs = len(rows[pair[0]])
-    weights = (len(others) + 2) ** np.arange(outputs, dtype=np.int64)
-
-    def add(keys: np.ndarray, probs: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ks = (keys[:, None] + weights[None, :]).ravel()
-        ps = (probs[:, None] * row[None, :]).ravel()
-        uniq, inv = np.unique(ks, return_inverse=True)
-        return uniq, np.bincount(inv, weights=ps)
-
-    keys, probs = np.zeros(1, dtype=np.int64), np.ones(1)
-    for x in others:
-        keys, probs = add(keys, probs, rows[x])
-    (k0, p0), (k1, p1) = (add(keys, probs, rows[v]) for v in pair)
-    support = np.union1d(k0, k1)
-    a, b = np.zeros(len(support)), np.zeros(len(support))
-    a[np.searchsorted(support, k0)] = p0
-    b[np.searchsorted(support, k1)] = p1
-    out = []
-    for e in eps:
-        c = math.exp(e)
-        out.append(float(max(np.maximum(a - c * b, 0).sum(), np.maximum(b - c * a, 0).sum())))
-    return out
+    laws = victim_laws(rows, others, pair)
+    a, b = laws[pair[0]], laws[pair[1]]
+    return [float(d) for d in np.maximum(hockey_stick(a, b, eps), hockey_stick(b, a, eps))]
 
 
 def laws_on_d(p: float, q: float) -> dict[str, dict[tuple[int, ...], float]]:

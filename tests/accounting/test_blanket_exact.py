@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pytest
@@ -52,14 +52,22 @@ def data_set_deltas(
     r: Randomizer, domain: int, n: int, eps: Sequence[float]
 ) -> Iterator[tuple[tuple[tuple[int, ...], int, int], np.ndarray]]:
     """((others' values, victim's a, victim's b), exact δ(ε) of P_a against P_b per
-    ε) for every multiset of the others' values and ordered victim pair.
+    ε) for every multiset of the others' values and ordered victim pair."""
+    rows = {x: np.asarray(r(x), dtype=np.float64) for x in range(domain)}
+    for others in itertools.combinations_with_replacement(range(domain), n - 1):
+        laws = victim_laws(rows, others, range(domain))
+        for a, b in itertools.permutations(range(domain), 2):
+            yield (others, a, b), hockey_stick(laws[a], laws[b], eps)
 
-    The shuffled output is the histogram of the n reports (coded as an integer in
-    base n + 1); the others' histogram law is convolved once per multiset."""
-    rows = [np.asarray(r(x), dtype=np.float64) for x in range(domain)]
-    outputs = len(rows[0])
-    weights = (n + 1) ** np.arange(outputs, dtype=np.int64)
-    scale = np.exp(np.asarray(eps, dtype=np.float64))
+
+def victim_laws(
+    rows: Mapping[int, np.ndarray], others: Sequence[int], victims: Iterable[int]
+) -> dict[int, np.ndarray]:
+    """The law of the shuffled output (the histogram of the reports, coded as an integer
+    in base n + 1) when the others hold ``others`` and the victim each of ``victims``,
+    on one support: the others' histogram law is convolved once. ``rows[x]``: the
+    report's law of value x."""
+    weights = (len(others) + 2) ** np.arange(len(next(iter(rows.values()))), dtype=np.int64)
 
     def add(keys: np.ndarray, probs: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nz = np.nonzero(row)[0]
@@ -68,20 +76,23 @@ def data_set_deltas(
         uniq, inv = np.unique(ks, return_inverse=True)
         return uniq, np.bincount(inv, weights=ps)
 
-    for others in itertools.combinations_with_replacement(range(domain), n - 1):
-        keys, probs = np.zeros(1, dtype=np.int64), np.ones(1)
-        for x in others:
-            keys, probs = add(keys, probs, rows[x])
-        laws = {}
-        support = np.unique((keys[:, None] + weights[None, :]).ravel())
-        for v in range(domain):
-            k, p = add(keys, probs, rows[v])
-            full = np.zeros(len(support))
-            full[np.searchsorted(support, k)] = p
-            laws[v] = full
-        for a, b in itertools.permutations(range(domain), 2):
-            pa, pb = laws[a], laws[b]
-            yield (others, a, b), np.maximum(pa[None, :] - scale[:, None] * pb[None, :], 0.0).sum(1)
+    keys, probs = np.zeros(1, dtype=np.int64), np.ones(1)
+    for x in others:
+        keys, probs = add(keys, probs, rows[x])
+    support = np.unique((keys[:, None] + weights[None, :]).ravel())
+    laws = {}
+    for v in victims:
+        k, p = add(keys, probs, rows[v])
+        laws[v] = np.zeros(len(support))
+        laws[v][np.searchsorted(support, k)] = p
+    return laws
+
+
+def hockey_stick(pa: np.ndarray, pb: np.ndarray, eps: Sequence[float]) -> np.ndarray:
+    """δ(ε) of law ``pa`` against ``pb``, per ε: Σ max(pa − e^ε·pb, 0)."""
+    scale = np.exp(np.asarray(eps, dtype=np.float64))
+    out: np.ndarray = np.maximum(pa[None, :] - scale[:, None] * pb[None, :], 0.0).sum(1)
+    return out
 
 
 def olh(prime: int, buckets: int, eps: float) -> Randomizer:

@@ -19,6 +19,7 @@ from crowdmix.aggregator.accounting.amplification import best_amplification
 from crowdmix.aggregator.accounting.lower_bounds import bit_vector_lower
 from crowdmix.aggregator.accounting.lower_labelled import _Walks, labelled_one_bit
 from crowdmix.aggregator.accounting.randomizers import BitVector
+from tests.accounting.test_blanket_exact import hockey_stick, victim_laws
 from tests.accounting.test_exact_shuffle import unary
 
 GRID = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5)
@@ -28,25 +29,10 @@ ROUNDING = 1e-12
 
 def shuffled_delta(d: int, p: float, n: int, eps: list[float]) -> np.ndarray:
     """Exact δ(ε) of the real shuffled OUE (d bits, true bit ½, others p) for the
-    data set: victim 0 vs 1, the n − 1 others 2 (histograms coded in base n + 1)."""
-    rows = [np.asarray(unary(d, 0.5, p)(x)) for x in range(3)]
-    weights = (n + 1) ** np.arange(2**d, dtype=np.int64)
-
-    def add(keys: np.ndarray, probs: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ks = (keys[:, None] + weights[None, :]).ravel()
-        ps = (probs[:, None] * row[None, :]).ravel()
-        uniq, inv = np.unique(ks, return_inverse=True)
-        return uniq, np.bincount(inv, weights=ps)
-
-    keys, probs = np.zeros(1, dtype=np.int64), np.ones(1)
-    for _ in range(n - 1):
-        keys, probs = add(keys, probs, rows[2])
-    k0, p0 = add(keys, probs, rows[0])
-    k1, p1 = add(keys, probs, rows[1])
-    assert np.array_equal(k0, k1)
-    c = np.exp(np.asarray(eps))[:, None]
-    out: np.ndarray = np.maximum(p0[None, :] - c * p1[None, :], 0.0).sum(axis=1)
-    return out
+    data set: victim 0 vs 1, the n − 1 others 2."""
+    rows = {x: np.asarray(unary(d, 0.5, p)(x), dtype=np.float64) for x in range(3)}
+    laws = victim_laws(rows, [2] * (n - 1), (0, 1))
+    return hockey_stick(laws[0], laws[1], eps)
 
 
 def pattern_delta(p: float, q: float, n: int, eps: list[float]) -> np.ndarray:
