@@ -111,7 +111,6 @@ class ShufflerClient:
         timeout: float = 10.0,
         background: bool = True,
         sealing: Sealing = "required",
-        window_seconds: int | None = None,
     ) -> None:
         for name, v in (("max_queue", max_queue), ("batch_size", batch_size)):
             if v < 1:
@@ -122,15 +121,8 @@ class ShufflerClient:
             raise ValueError("client_cert and client_key must be given together")
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
-        if window_seconds is not None and (
-            isinstance(window_seconds, bool)
-            or not isinstance(window_seconds, int)
-            or window_seconds < 1
-        ):
-            raise ValueError(f"window_seconds must be a positive integer, got {window_seconds!r}")
         self.target = check_target(target)
         self.sealing: Sealing = sealing
-        self._window_seconds = window_seconds
         self._cached: CachedConfig | None = None
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._channel = make_channel(
@@ -229,16 +221,6 @@ class ShufflerClient:
         assert self._cached is not None
         return self._cached.config
 
-    def _needs_config(self) -> bool:
-        return self.sealing == "required" or self._window_seconds is None
-
-    def _current_window(self) -> int:
-        if self._window_seconds is not None:
-            return int(time.time() // self._window_seconds)
-        self.config()
-        assert self._cached is not None
-        return self._cached.window(read_clocks())
-
     # -- sending --------------------------------------------------------------
 
     def flush(self) -> int:
@@ -257,19 +239,18 @@ class ShufflerClient:
     def _request(self, batch: list[Item]) -> tuple[pb.SubmitRequest, list[Item]]:
         """The request for ``batch``, and the batch with every report's window fixed
         (a report over a histogram's per-call cap goes back to the queue)."""
-        config = self.config() if self._needs_config() else None
+        config = self.config()
+        assert self._cached is not None
         if any(w is None for _, w in batch):
-            window = self._current_window()
+            window = self._cached.window(read_clocks())
             batch = [(r, window if w is None else w) for r, w in batch]
-        if config is not None:
-            batch, rest = within_message_caps(batch, config, lambda item: item[0].metric)
-            if rest:  # the next call takes them (see within_message_caps)
-                self._requeue(rest)
+        batch, rest = within_message_caps(batch, config, lambda item: item[0].metric)
+        if rest:  # the next call takes them (see within_message_caps)
+            self._requeue(rest)
         key = None
         if self.sealing == "required":
             from crowdmix.core.sealed import SealingError, choose_key
 
-            assert config is not None and self._cached is not None
             try:
                 key = choose_key(config.keys.keys, self._cached.server_now(read_clocks()))
             except SealingError:
@@ -285,13 +266,11 @@ class ShufflerClient:
         request = submit_request(
             [(r, w) for r, w in batch if w is not None],  # every window is fixed now
             key=key,
-            report_bytes=None
-            if config is None
-            else {n: m.report_bytes for n, m in config.metrics.items()},
+            report_bytes={n: m.report_bytes for n, m in config.metrics.items()},
             columnar_threshold=self._columnar_threshold,
-            round_bound=frozenset()
-            if config is None
-            else frozenset(n for n, m in config.metrics.items() if m.heavy_hitters is not None),
+            round_bound=frozenset(
+                n for n, m in config.metrics.items() if m.heavy_hitters is not None
+            ),
         )
         return request, batch
 
@@ -327,7 +306,7 @@ class ShufflerClient:
                     return len(batch)
                 action = answer.action
                 if action is Action.REFETCH:
-                    if not refetched and self._needs_config():
+                    if not refetched:
                         refetched = True
                         self.refetches += 1
                         self._cached = None

@@ -18,6 +18,7 @@ from crowdmix.client.report import Report
 from crowdmix.client.transport import ShufflerClient
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.config_service import ConfigService
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import RAPPOR, make_registry
@@ -28,8 +29,6 @@ FP = REGISTRY[RAPPOR].fingerprint
 TOKEN = "transport-token-0123456789"
 #: plaintext shufflers here: clear reports, said explicitly (never a fallback)
 CLEAR = {"sealing": "off"}
-#: fake shufflers without GetConfig: the window from this machine's clock
-NO_CONFIG = {"sealing": "off", "window_seconds": 86400}
 
 
 def report(i: int, fp: int = FP) -> Report:
@@ -121,7 +120,14 @@ def test_non_retryable_errors_raise_and_count(shuffler: ShufflerHandle) -> None:
     assert stored(shuffler) == 0
 
 
-class FlakyShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+class PlaintextConfig(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+    """A fake shuffler's GetConfig: a plaintext shuffler's answer for ``REGISTRY``."""
+
+    def GetConfig(self, request: pb.GetConfigRequest, context: Any) -> pb.ConfigResponse:
+        return ConfigService(REGISTRY, None).answer(request.SerializeToString())
+
+
+class FlakyShuffler(PlaintextConfig):
     """Answers UNAVAILABLE / RESOURCE_EXHAUSTED a set number of times, then accepts."""
 
     def __init__(self, failures: list[grpc.StatusCode]) -> None:
@@ -146,7 +152,7 @@ def test_retries_with_backoff_then_requeues() -> None:
     server.start()
     try:
         c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=4,
-                           backoff_base=0.01, backoff_cap=0.05, **NO_CONFIG)  # fmt: skip
+                           backoff_base=0.01, backoff_cap=0.05, **CLEAR)  # fmt: skip
         c.submit_many(report(i) for i in range(3))
         with pytest.raises(TransportError, match="RESOURCE_EXHAUSTED"):
             c.flush()  # four attempts, all refused: the reports go back in the queue
@@ -201,7 +207,7 @@ def _readme_retry_table() -> dict[str, bool]:
     return table
 
 
-class RecordingShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+class RecordingShuffler(PlaintextConfig):
     """Refuses every call with one status and records the report ids of each attempt."""
 
     def __init__(self, code: grpc.StatusCode) -> None:
@@ -218,8 +224,9 @@ class RecordingShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[mis
 
 def test_the_transport_does_what_the_readme_retry_table_says() -> None:
     """Every status in the operators' table: retried ones are sent max_attempts times with
-    the same report ids and the reports stay queued (ids unchanged); the others once,
-    then the reports are dropped as failed."""
+    the same report ids and the reports stay queued (ids unchanged); the others once (and
+    once more after the one config refetch INVALID_ARGUMENT asks for), then the reports
+    are dropped as failed."""
     table = _readme_retry_table()
     assert {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INVALID_ARGUMENT"} <= set(table)
     for name, retried in table.items():
@@ -232,7 +239,7 @@ def test_the_transport_does_what_the_readme_retry_table_says() -> None:
             try:
                 c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=3,
                                    backoff_base=0.001, backoff_cap=0.002,
-                                   **NO_CONFIG)  # fmt: skip
+                                   **CLEAR)  # fmt: skip
                 reports = [report(i) for i in range(batch)]
                 c.submit_many(reports)
                 with pytest.raises(TransportError, match=name):
@@ -245,7 +252,8 @@ def test_the_transport_does_what_the_readme_retry_table_says() -> None:
                         c.flush()  # the next flush: the same ids again
                     assert shuffler.ids[3] == sent
                 else:
-                    assert shuffler.ids == [sent], name
+                    assert c.refetches == (name == "INVALID_ARGUMENT"), name
+                    assert shuffler.ids == [sent] * (1 + c.refetches), name
                     assert (c.queued, c.failed) == (0, batch), name
                 c.close(flush=False)
             finally:
