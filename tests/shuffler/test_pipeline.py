@@ -369,7 +369,6 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
 
         sdk = ShufflerClient(
             f"127.0.0.1:{handle.port}",
-            background=False,
             max_attempts=3,
             backoff_base=0.01,
             sealing="off",  # a plaintext shuffler
