@@ -2,14 +2,15 @@
 
 Requests (coroutines on the server's event loop) queue their validated reports and await
 a future. One drain task writes one batch at a time: whatever queued during the previous
-write goes into the next, so coalescing grows with load; ``max_delay`` (1 ms by default)
-waits for more. A write concatenates reports per (metric, fingerprint, window), applies
-the metric's random drop and makes one append, on the loop itself when the store offers
-an event-loop appender (``crowdmix.shuffler.store.async_appender``), else on a daemon
-thread. An acknowledgement always means "durably in the store": a failed write fails
-every request in it; an uncertain one fails them with ``StoreOutcomeUnknown``; on a
-cluster (``PartialWrite``) only the requests touching failed metrics fail. The only time
-recorded is the collection window each report names, never a finer timestamp.
+write goes into the next, so coalescing grows with load; ``max_delay`` (the daemon's
+``commit_max_delay_ms``, 1 ms by default) waits for more. A write concatenates reports per
+(metric, fingerprint, window), applies the metric's random drop and makes one append, on
+the loop itself when the store offers an event-loop appender
+(``crowdmix.shuffler.store.async_appender``), else on a daemon thread. An acknowledgement
+always means "durably in the store": a failed write fails every request in it; an
+uncertain one fails them with ``StoreOutcomeUnknown``; on a cluster (``PartialWrite``)
+only the requests touching failed metrics fail. The only time recorded is the collection
+window each report names, never a finer timestamp.
 """
 
 from __future__ import annotations
@@ -115,14 +116,6 @@ class GroupCommitter:
         self._writing = False
         self._closed = False
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def store(self) -> ShufflerStore:
-        return self._store
-
-    @property
-    def max_delay(self) -> float:
-        return self._max_delay
 
     async def commit(self, parts: Parts) -> None:
         """Return once ``parts`` are durably stored; raise a ``StoreUnavailable`` otherwise."""
