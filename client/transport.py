@@ -97,8 +97,6 @@ class ShufflerClient:
         *,
         tls: bool = False,
         root_certificates: bytes | None = None,
-        client_cert: bytes | None = None,
-        client_key: bytes | None = None,
         max_queue: int = 10_000,
         batch_size: int = 500,
         columnar_threshold: int = COLUMNAR_THRESHOLD,
@@ -113,21 +111,13 @@ class ShufflerClient:
                 raise ValueError(f"{name} must be positive, got {v}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if (client_cert is None) != (client_key is None):
-            raise ValueError("client_cert and client_key must be given together")
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
         self.target = check_target(target)
         self.sealing: Sealing = sealing
         self._cached: CachedConfig | None = None
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = make_channel(
-            target,
-            tls=tls,
-            root_certificates=root_certificates,
-            client_cert=client_cert,
-            client_key=client_key,
-        )
+        self._channel = make_channel(target, tls=tls, root_certificates=root_certificates)
         self._stub = crowdmix_pb2_grpc.ShufflerStub(self._channel)
         self._max_queue = max_queue
         self._batch_size = batch_size
