@@ -256,20 +256,6 @@ class BatchEncoder:
         raw = b"".join(self._pack(bloom_int(v, c, p, h)) for v in candidates for c in range(p.m))
         return np.frombuffer(raw, dtype=np.uint8).reshape(len(candidates), p.m, p.report_bytes)
 
-    def blooms(self, values: Sequence[str | bytes], cohorts: npt.ArrayLike) -> U8:
-        """Bloom filter of each (value, cohort) pair: (n, ceil(k/8)); one hash per distinct pair."""
-        coh = self._check_cohorts(cohorts, len(values))
-        cache: dict[tuple[str | bytes, int], bytes] = {}
-        p, h = self.params, self.hashing
-        parts = []
-        for v, c in zip(values, coh.tolist(), strict=True):
-            key = (v, c)
-            row = cache.get(key)
-            if row is None:
-                row = cache[key] = self._pack(bloom_int(v, c, p, h))
-            parts.append(row)
-        return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(values), -1)
-
     # -- PRR ----------------------------------------------------------------------
 
     def fresh_permanent_responses(self, blooms: U8) -> U8:

@@ -79,10 +79,8 @@ class Reading:
     mono: float
 
 
-def read_clocks(
-    wall: Callable[[], float] = time.time, mono: Callable[[], float] = monotonic
-) -> Reading:
-    return Reading(wall(), mono())
+def read_clocks() -> Reading:
+    return Reading(time.time(), monotonic())
 
 
 def check_server_time(server_time: float) -> float:

@@ -44,19 +44,11 @@ def make_channel(
     *,
     tls: bool,
     root_certificates: bytes | None = None,
-    client_cert: bytes | None = None,
-    client_key: bytes | None = None,
     options: Sequence[tuple[str, int]] = (),
 ) -> grpc.Channel:
     """A TLS channel (``tls`` or root certificates given) or a plaintext one."""
-    if (client_cert is None) != (client_key is None):
-        raise ValueError("client_cert and client_key must be given together")
     if tls or root_certificates is not None:
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=root_certificates,
-            private_key=client_key,
-            certificate_chain=client_cert,
-        )
+        creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
         return grpc.secure_channel(target, creds, options=list(options))
     return grpc.insecure_channel(target, options=list(options))
 

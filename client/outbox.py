@@ -9,7 +9,7 @@ allows at most one report per (metric, window), windows move forward, claim and
 report(s) written together or not at all; ``acknowledged`` deletes rows only once the
 shuffler acknowledged them; ``withdraw`` deletes a report named in a window not begun and
 moves the claim back to the last window waiting or settled. Bounded (``max_reports``,
-``max_bytes``: when full, ``FULL``). Schema versions 1 (upgraded) and 2 are read, others
+``max_bytes``: when full, ``FULL``). Another schema version (``SCHEMA_VERSION``) is
 refused. Only encoded (randomized) reports are stored, never values; deleted rows are
 zeroed (``secure_delete``), the WAL truncated after every delete. docs/design.md, "Client".
 """
@@ -131,14 +131,6 @@ class Outbox:
         (version,) = db.execute("PRAGMA user_version").fetchone()
         if version == SCHEMA_VERSION:
             return
-        if version == 1:  # no settled window: the claim stands for it (never moved back)
-            db.execute("ALTER TABLE claims ADD COLUMN settled_window INTEGER")
-            db.execute("ALTER TABLE claims ADD COLUMN settled_seconds INTEGER")
-            db.execute(
-                "UPDATE claims SET settled_window = window, settled_seconds = window_seconds"
-            )
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            return
         if version == 0 and not db.execute("SELECT 1 FROM sqlite_master").fetchone():
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -147,8 +139,8 @@ class Outbox:
             return
         made_by = "an unreleased SDK (no version)" if version == 0 else f"schema version {version}"
         raise OutboxError(
-            f"the outbox {self.path} was written by {made_by}; this SDK reads schema versions "
-            f"1 to {SCHEMA_VERSION} only (move the file away to start afresh)"
+            f"the outbox {self.path} was written by {made_by}; this SDK reads schema version "
+            f"{SCHEMA_VERSION} only (move the file away to start afresh)"
         )
 
     # -- transactions ---------------------------------------------------------

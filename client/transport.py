@@ -2,13 +2,14 @@
 
     from crowdmix.client.transport import ShufflerClient
     with ShufflerClient("shuffler.example:7400", token=TOKEN, tls=True) as sender:
-        sender.submit(encoder.encode("example.com"))   # sent in the background
-    # leaving the block flushes what is queued and closes the channel
+        sender.submit(encoder.encode("example.com"))
+        sender.flush()   # sends what is queued, batch_size reports a call
+    # leaving the block flushes what is still queued and closes the channel
 
 An app embeds ``crowdmix.client.Reporter`` instead (a durable outbox). Importing this
 module loads grpc (``crowdmix[transport]``). Reports wait in a bounded queue
-(``max_queue``; when full the oldest is dropped and counted in ``dropped``) and go out
-``batch_size`` at a time or every ``flush_interval``. Every report names its collection
+(``max_queue``; when full the oldest is dropped and counted in ``dropped``) until
+``flush`` or ``close`` sends them, ``batch_size`` a call. Every report names its collection
 window and keeps it and its report id through every retry. Refusals are acted on as
 ``crowdmix.client.answers`` says; ``flush`` raises ``TransportError`` when a batch was
 not delivered. ``sealing="required"`` (the default) seals every report to the newest
@@ -17,7 +18,6 @@ published key and never falls back to clear; ``sealing="off"`` sends clear repor
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
@@ -48,8 +48,6 @@ from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 
 __all__ = ["RETRYABLE", "ShufflerClient", "within_message_caps"]
-
-log = logging.getLogger("crowdmix.client")
 
 #: Failures retried with the same report ids (``crowdmix.client.answers``: RETRY).
 RETRYABLE = frozenset(grpc.StatusCode[name] for name in RETRY_CODES)
@@ -99,58 +97,37 @@ class ShufflerClient:
         *,
         tls: bool = False,
         root_certificates: bytes | None = None,
-        client_cert: bytes | None = None,
-        client_key: bytes | None = None,
         max_queue: int = 10_000,
         batch_size: int = 500,
         columnar_threshold: int = COLUMNAR_THRESHOLD,
-        flush_interval: float = 5.0,
         max_attempts: int = 5,
         backoff_base: float = 0.1,
         backoff_cap: float = 5.0,
         timeout: float = 10.0,
-        background: bool = True,
         sealing: Sealing = "required",
-        window_seconds: int | None = None,
     ) -> None:
         for name, v in (("max_queue", max_queue), ("batch_size", batch_size)):
             if v < 1:
                 raise ValueError(f"{name} must be positive, got {v}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if (client_cert is None) != (client_key is None):
-            raise ValueError("client_cert and client_key must be given together")
         if sealing not in ("required", "off"):
             raise ValueError(f"sealing must be 'required' or 'off', got {sealing!r}")
-        if window_seconds is not None and (
-            isinstance(window_seconds, bool)
-            or not isinstance(window_seconds, int)
-            or window_seconds < 1
-        ):
-            raise ValueError(f"window_seconds must be a positive integer, got {window_seconds!r}")
         self.target = check_target(target)
         self.sealing: Sealing = sealing
-        self._window_seconds = window_seconds
         self._cached: CachedConfig | None = None
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = make_channel(
-            target,
-            tls=tls,
-            root_certificates=root_certificates,
-            client_cert=client_cert,
-            client_key=client_key,
-        )
+        self._channel = make_channel(target, tls=tls, root_certificates=root_certificates)
         self._stub = crowdmix_pb2_grpc.ShufflerStub(self._channel)
         self._max_queue = max_queue
         self._batch_size = batch_size
         self._columnar_threshold = columnar_threshold
-        self._flush_interval = flush_interval
         self._max_attempts = max_attempts
         self._backoff = (backoff_base, backoff_cap)
         self._timeout = timeout
         self._jitter = random.Random()  # timing jitter only; no privacy depends on it
         self._queue: deque[Item] = deque()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._closed = False
         self.dropped = 0  # reports evicted from the full queue (oldest first)
@@ -158,10 +135,6 @@ class ShufflerClient:
         self.failed = 0  # reports discarded after a refusal retrying cannot cure
         self.sealed = 0  # reports sent sealed (acknowledged)
         self.refetches = 0  # config refetches after a refusal that asked for one
-        self._thread: threading.Thread | None = None
-        if background:
-            self._thread = threading.Thread(target=self._run, name="crowdmix-sender", daemon=True)
-            self._thread.start()
 
     # -- queue ----------------------------------------------------------------
 
@@ -179,7 +152,7 @@ class ShufflerClient:
                     f"report {i}: report_id must be {REPORT_ID_BYTES} bytes "
                     f"(crowdmix.client.report.new_report_id), got {len(r.report_id)}"
                 )
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise TransportError("the client is closed")
             for r in reports:
@@ -187,20 +160,18 @@ class ShufflerClient:
                     self._queue.popleft()
                     self.dropped += 1
                 self._queue.append((r, window))
-            if len(self._queue) >= self._batch_size:
-                self._cond.notify()
 
     @property
     def queued(self) -> int:
         return len(self._queue)
 
     def _take(self) -> list[Item]:
-        with self._cond:
+        with self._lock:
             n = min(self._batch_size, len(self._queue))
             return [self._queue.popleft() for _ in range(n)]
 
     def _requeue(self, batch: list[Item]) -> None:
-        with self._cond:
+        with self._lock:
             room = self._max_queue - len(self._queue)
             keep = batch[-room:] if room > 0 else []
             self.dropped += len(batch) - len(keep)
@@ -229,16 +200,6 @@ class ShufflerClient:
         assert self._cached is not None
         return self._cached.config
 
-    def _needs_config(self) -> bool:
-        return self.sealing == "required" or self._window_seconds is None
-
-    def _current_window(self) -> int:
-        if self._window_seconds is not None:
-            return int(time.time() // self._window_seconds)
-        self.config()
-        assert self._cached is not None
-        return self._cached.window(read_clocks())
-
     # -- sending --------------------------------------------------------------
 
     def flush(self) -> int:
@@ -249,7 +210,7 @@ class ShufflerClient:
         """
         total = 0
         while True:
-            n = self._send_one_batch(raise_errors=True)
+            n = self._send_one_batch()
             if n == 0:
                 return total
             total += n
@@ -257,19 +218,18 @@ class ShufflerClient:
     def _request(self, batch: list[Item]) -> tuple[pb.SubmitRequest, list[Item]]:
         """The request for ``batch``, and the batch with every report's window fixed
         (a report over a histogram's per-call cap goes back to the queue)."""
-        config = self.config() if self._needs_config() else None
+        config = self.config()
+        assert self._cached is not None
         if any(w is None for _, w in batch):
-            window = self._current_window()
+            window = self._cached.window(read_clocks())
             batch = [(r, window if w is None else w) for r, w in batch]
-        if config is not None:
-            batch, rest = within_message_caps(batch, config, lambda item: item[0].metric)
-            if rest:  # the next call takes them (see within_message_caps)
-                self._requeue(rest)
+        batch, rest = within_message_caps(batch, config, lambda item: item[0].metric)
+        if rest:  # the next call takes them (see within_message_caps)
+            self._requeue(rest)
         key = None
         if self.sealing == "required":
             from crowdmix.core.sealed import SealingError, choose_key
 
-            assert config is not None and self._cached is not None
             try:
                 key = choose_key(config.keys.keys, self._cached.server_now(read_clocks()))
             except SealingError:
@@ -285,17 +245,15 @@ class ShufflerClient:
         request = submit_request(
             [(r, w) for r, w in batch if w is not None],  # every window is fixed now
             key=key,
-            report_bytes=None
-            if config is None
-            else {n: m.report_bytes for n, m in config.metrics.items()},
+            report_bytes={n: m.report_bytes for n, m in config.metrics.items()},
             columnar_threshold=self._columnar_threshold,
-            round_bound=frozenset()
-            if config is None
-            else frozenset(n for n, m in config.metrics.items() if m.heavy_hitters is not None),
+            round_bound=frozenset(
+                n for n, m in config.metrics.items() if m.heavy_hitters is not None
+            ),
         )
         return request, batch
 
-    def _send_one_batch(self, *, raise_errors: bool) -> int:
+    def _send_one_batch(self) -> int:
         with self._send_lock:
             batch = self._take()
             if not batch:
@@ -327,13 +285,13 @@ class ShufflerClient:
                     return len(batch)
                 action = answer.action
                 if action is Action.REFETCH:
-                    if not refetched and self._needs_config():
+                    if not refetched:
                         refetched = True
                         self.refetches += 1
                         self._cached = None
                         continue
                     action = answer.after_refetch
-                if action is Action.RETRY and attempt < self._max_attempts and not self._closing():
+                if action is Action.RETRY and attempt < self._max_attempts:
                     time.sleep(self._jitter.uniform(0.0, delay_cap))
                     delay_cap = min(delay_cap * 2, self._backoff[1])
                     continue
@@ -341,40 +299,17 @@ class ShufflerClient:
                     self._requeue(batch)
                 else:
                     self.failed += len(batch)
-                message = f"shuffler {self.target}: {answer.message}"
-                if raise_errors:
-                    raise TransportError(message) from None
-                log.warning("could not send %d reports: %s", len(batch), message)
-                return 0
-
-    def _closing(self) -> bool:
-        """The background sender stops retrying once close() began; close() flushes."""
-        return self._closed and threading.current_thread() is self._thread
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._closed and len(self._queue) < self._batch_size:
-                    self._cond.wait(self._flush_interval)
-                if self._closed:
-                    return
-            while self._send_one_batch(raise_errors=False):
-                with self._cond:
-                    if self._closed or len(self._queue) < self._batch_size:
-                        break
+                raise TransportError(f"shuffler {self.target}: {answer.message}") from None
 
     # -- lifecycle ------------------------------------------------------------
 
     def close(self, *, flush: bool = True) -> None:
-        """Stop the background sender, send what is queued (unless ``flush=False``),
-        close the channel. Raises ``TransportError`` if the final flush fails."""
-        with self._cond:
+        """Send what is queued (unless ``flush=False``) and close the channel. Raises
+        ``TransportError`` if the final flush fails."""
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
         try:
             if flush:
                 self.flush()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from crowdmix.core.errors import ParamsError
 from crowdmix.core.histogram import ENCODING as HISTOGRAM
 from crowdmix.core.histogram import HistogramParams
 from crowdmix.core.params import HASHINGS, Hashing, RapporParams
+from crowdmix.core.redis_url import redis_url_problem
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -33,6 +34,8 @@ __all__ = [
     "Registry",
     "RegistryError",
     "ShufflePolicy",
+    "check_daemon_settings",
+    "check_integer",
     "load_daemon_config",
     "load_registry",
     "read_registry_file",
@@ -528,6 +531,36 @@ def load_daemon_config(
     if unknown:  # a caller's mistake, not the user's
         raise ValueError(f"unknown {table} setting(s) {unknown}")
     return registry, values, bool(own)
+
+
+def check_integer(
+    name: str, v: object, error: type[Exception], *, low: int, high: int | None = None
+) -> None:
+    """Raise ``error`` naming ``name`` unless ``v`` is an int (not a bool) in [low, high]."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise error(f"{name} must be an integer {bound}, got {v!r}")
+
+
+def check_daemon_settings(
+    settings: Any, error: type[Exception], name: Callable[[str], str] = str
+) -> None:
+    """The checks of the settings both daemons have (``listen``, ``redis``,
+    ``min_replicas_ack``, ``tls_cert``, ``tls_key``, ``tls_client_ca``): ``error`` names
+    the field as ``name(field)`` says."""
+    host, sep, port = settings.listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise error(f"{name('listen')} must be HOST:PORT, got {settings.listen!r}")
+    problem = settings.redis and redis_url_problem(name("redis"), settings.redis)
+    if problem:
+        raise error(problem)
+    check_integer(name("min_replicas_ack"), settings.min_replicas_ack, error, low=0)
+    if settings.min_replicas_ack and settings.redis is None:
+        raise error(f"{name('min_replicas_ack')} needs redis (a Redis with replicas)")
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise error(f"{name('tls_cert')} and {name('tls_key')} go together")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise error(f"{name('tls_client_ca')} needs tls_cert and tls_key")
 
 
 def load_registry(path: str | Path) -> Registry:

@@ -125,9 +125,7 @@ def _send(
 
     def run(k: int) -> None:
         try:
-            with ShufflerClient(
-                target, token, batch_size=per_call, background=False, sealing="required"
-            ) as sender:
+            with ShufflerClient(target, token, batch_size=per_call, sealing="required") as sender:
                 for reports in device_reports[k::senders]:
                     sender.submit_many(reports)
                     acknowledged[k] += sender.flush()

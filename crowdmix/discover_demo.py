@@ -175,7 +175,7 @@ def run_discovery_demo(
             window = served.window
             now[0] = window * ws + ws / 2
             group = holders[cuts[r] : cuts[r + 1]]
-            with ShufflerClient(target, background=False, sealing="off") as sender:
+            with ShufflerClient(target, sealing="off") as sender:
                 # GetConfig: the round of this window (the shuffler re-reads the round
                 # file at most once a second: a device without it waits and asks again)
                 deadline = time.monotonic() + 10.0

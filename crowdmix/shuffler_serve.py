@@ -98,18 +98,6 @@ _FLAGS = {
 }  # fmt: skip
 _SWITCHES = {"allow_unauthenticated": "--allow-unauthenticated"}
 
-_OVERRIDES = (
-    "redis", "min_replicas_ack",
-    "listen", "aggregator", "tls_cert", "tls_key", "tls_client_ca", "aggregator_ca",
-    "aggregator_cert", "aggregator_key", "tokens_file", "metrics_port", "port_file",
-    "max_request_bytes", "max_reports_per_request", "rate_limit_reports", "max_buffered_reports",
-    "max_concurrent_rpcs",
-    "commit_max_delay_ms", "shutdown_grace_seconds", "reuse_port",
-    "metrics_host", "allow_unauthenticated", "public_keys", "http_port", "http_allow_origins",
-    "rounds_file",
-    "window_tolerance", "max_clock_skew_seconds",
-)  # fmt: skip
-
 
 def _serve(args: argparse.Namespace) -> int:
     import dataclasses
@@ -124,15 +112,16 @@ def _serve(args: argparse.Namespace) -> int:
         wait_for_stop_signal,
         write_port_file,
     )
-    from crowdmix.shuffler.config import load_config
+    from crowdmix.shuffler.config import ShufflerSettings, load_config
     from crowdmix.shuffler.memory_store import MemoryStore
     from crowdmix.shuffler.redis_store import RedisStore
     from crowdmix.shuffler.server import start_shuffler
     from crowdmix.shuffler.store import ShufflerStore
 
     log = configure_logging("shuffler", args.log_level, args.log_format)
+    fields = {f.name for f in dataclasses.fields(ShufflerSettings)}  # those with a flag override
     registry, settings = load_config(
-        args.config, {name: getattr(args, name) for name in _OVERRIDES}
+        args.config, {k: v for k, v in vars(args).items() if k in fields}
     )
     if settings.tokens_file is None and not settings.allow_unauthenticated:
         raise CliError(

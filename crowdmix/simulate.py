@@ -187,7 +187,6 @@ def simulate(
                 root_certificates=root_certificates,
                 batch_size=1,
                 columnar_threshold=2,
-                background=False,
                 sealing=sealing,
             ) as sender:
                 for r in mine:
@@ -259,7 +258,6 @@ def send_batched(
         root_certificates=root_certificates,
         max_queue=max(1, total),
         batch_size=batch_size,
-        background=False,
         sealing=sealing,
     ) as sender:
         for i in range(0, total, batch_size):

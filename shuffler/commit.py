@@ -2,14 +2,15 @@
 
 Requests (coroutines on the server's event loop) queue their validated reports and await
 a future. One drain task writes one batch at a time: whatever queued during the previous
-write goes into the next, so coalescing grows with load; ``max_delay`` (1 ms by default)
-waits for more. A write concatenates reports per (metric, fingerprint, window), applies
-the metric's random drop and makes one append, on the loop itself when the store offers
-an event-loop appender (``crowdmix.shuffler.store.async_appender``), else in one writer
-thread. An acknowledgement always means "durably in the store": a failed write fails
-every request in it; an uncertain one fails them with ``StoreOutcomeUnknown``; on a
-cluster (``PartialWrite``) only the requests touching failed metrics fail. The only time
-recorded is the collection window each report names, never a finer timestamp.
+write goes into the next, so coalescing grows with load; ``max_delay`` (the daemon's
+``commit_max_delay_ms``, 1 ms by default) waits for more. A write concatenates reports per
+(metric, fingerprint, window), applies the metric's random drop and makes one append, on
+the loop itself when the store offers an event-loop appender
+(``crowdmix.shuffler.store.async_appender``), else on a daemon thread. An acknowledgement
+always means "durably in the store": a failed write fails every request in it; an
+uncertain one fails them with ``StoreOutcomeUnknown``; on a cluster (``PartialWrite``)
+only the requests touching failed metrics fail. The only time recorded is the collection
+window each report names, never a finer timestamp.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 
 from crowdmix.core.registry import Registry
 from crowdmix.shuffler.columns import Pending, merge, merge_blob
@@ -66,6 +68,26 @@ def _partly_stored(cause: StoreUnavailable) -> StoreUnavailable:
     return StoreOutcomeUnknown(f"part of the request was stored, the rest refused: {cause}")
 
 
+async def _in_daemon_thread(
+    append: Callable[[Sequence[PendingWrite]], None], writes: Sequence[PendingWrite]
+) -> None:
+    """``append(writes)`` on a daemon thread of its own. A pool's workers are not daemon
+    threads: a process ending without ``aclose`` (a failed start-up step) would wait at
+    exit for a write stuck on a store that does not answer. Writes run one at a time."""
+    done: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            append(writes)
+        except BaseException as exc:  # raised again on the loop
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    threading.Thread(target=run, name="shuffler-write", daemon=True).start()
+    await asyncio.wrap_future(done)
+
+
 class GroupCommitter:
     """Coalesces concurrent ``commit`` calls into one store write each round.
 
@@ -90,23 +112,10 @@ class GroupCommitter:
         self._metrics = metrics
         self._on_commit = on_commit
         self._appender = async_appender(store)
-        self._executor = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="shuffler-write")
-            if self._appender is None
-            else None
-        )
         self._queue: list[tuple[Parts, asyncio.Future[None]]] = []
         self._writing = False
         self._closed = False
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def store(self) -> ShufflerStore:
-        return self._store
-
-    @property
-    def max_delay(self) -> float:
-        return self._max_delay
 
     async def commit(self, parts: Parts) -> None:
         """Return once ``parts`` are durably stored; raise a ``StoreUnavailable`` otherwise."""
@@ -126,8 +135,7 @@ class GroupCommitter:
             if self._appender is not None:
                 await self._appender.append(writes)
             else:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._executor, self._store.append, writes)
+                await _in_daemon_thread(self._store.append, writes)
             self._committed(writes)
         except PartialWrite as exc:
             self._committed([w for w in writes if w.metric not in exc.failed])
@@ -166,8 +174,6 @@ class GroupCommitter:
             await asyncio.shield(self._task)
         if self._appender is not None:
             await self._appender.aclose()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
 
     def prepare(self, requests: Sequence[Parts]) -> list[PendingWrite]:
         """The store writes for several requests: one per (metric, fingerprint, window),

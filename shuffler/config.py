@@ -18,8 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crowdmix.core.redis_url import redis_url_problem
-from crowdmix.core.registry import Registry, RegistryError, load_daemon_config
+from crowdmix.core.registry import (
+    Registry,
+    RegistryError,
+    check_daemon_settings,
+    check_integer,
+    load_daemon_config,
+)
 from crowdmix.shuffler.errors import ConfigError
 
 #: Deadline of one ``Aggregator.Ingest`` call made by the forwarder.
@@ -95,23 +100,11 @@ class ShufflerSettings:
     inflight_retry_seconds: float = INFLIGHT_RETRY_SECONDS
 
     def __post_init__(self) -> None:
-        host, sep, port = self.listen.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(f"listen must be HOST:PORT, got {self.listen!r}")
+        check_daemon_settings(self, ConfigError)
         if self.aggregator is not None:
             h, s, p = self.aggregator.rpartition(":")
             if not s or not h or not p.isdigit():
                 raise ConfigError(f"aggregator must be HOST:PORT, got {self.aggregator!r}")
-        problem = self.redis and redis_url_problem("redis", self.redis)
-        if problem:
-            raise ConfigError(problem)
-        _integer("min_replicas_ack", self.min_replicas_ack, low=0)
-        if self.min_replicas_ack and self.redis is None:
-            raise ConfigError("min_replicas_ack needs redis (a Redis with replicas)")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("tls_cert and tls_key must be given together")
-        if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ConfigError("tls_client_ca needs tls_cert and tls_key")
         if (self.aggregator_cert is None) != (self.aggregator_key is None):
             raise ConfigError("aggregator_cert and aggregator_key must be given together")
         if self.aggregator_cert is not None and self.aggregator_ca is None:
@@ -122,9 +115,9 @@ class ShufflerSettings:
             "max_buffered_reports",
             "max_concurrent_rpcs",
         ):
-            _integer(name, getattr(self, name), low=1)
-        _integer("config_cache_seconds", self.config_cache_seconds, low=1)
-        _integer("window_tolerance", self.window_tolerance, low=0)
+            check_integer(name, getattr(self, name), ConfigError, low=1)
+        check_integer("config_cache_seconds", self.config_cache_seconds, ConfigError, low=1)
+        check_integer("window_tolerance", self.window_tolerance, ConfigError, low=0)
         for name in ("rate_limit_reports", "commit_max_delay_ms", "max_clock_skew_seconds"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
@@ -147,7 +140,7 @@ class ShufflerSettings:
             )
         for name in ("http_port", "metrics_port"):
             if getattr(self, name) is not None:
-                _integer(name, getattr(self, name), low=0, high=65535)
+                check_integer(name, getattr(self, name), ConfigError, low=0, high=65535)
         origins = self.http_allow_origins
         if isinstance(origins, str) or not all(isinstance(o, str) and o for o in origins):
             raise ConfigError(
@@ -162,12 +155,6 @@ class ShufflerSettings:
     @property
     def tls(self) -> bool:
         return self.tls_cert is not None
-
-
-def _integer(name: str, v: object, *, low: int, high: int | None = None) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ConfigError(f"{name} must be an integer {bound}, got {v!r}")
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ShufflerSettings)}

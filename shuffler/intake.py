@@ -146,10 +146,6 @@ class Intake:
         with self._lock:
             self._buffered += reports
 
-    @property
-    def buffered(self) -> int:
-        return self._buffered
-
     def admit(
         self, parts: Sequence[ColumnsIn | RowsIn | SealedIn], *, connection: str
     ) -> tuple[dict[tuple[str, int, int], Pending], int]:

@@ -19,7 +19,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
-from crowdmix.core.redis_url import ClusterUrl
+from crowdmix.core.redis_url import ClusterUrl, redirected
 from crowdmix.shuffler.errors import (
     PartialWrite,
     StoreNotReplicated,
@@ -34,7 +34,6 @@ __all__ = ["WAIT_TIMEOUT_MS", "AsyncClusterAppender", "key_slot"]
 #: How long WAIT waits for the replicas before the write is refused as not replicated.
 WAIT_TIMEOUT_MS = 1000
 _ATTEMPTS = 3
-_REDIRECTS = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
 
 Node = tuple[str, int]
 
@@ -44,15 +43,6 @@ def key_slot(key: bytes) -> int:
     from redis.crc import key_slot as slot
 
     return int(slot(key))
-
-
-def redirected(reply: Any) -> bool:
-    """An error reply that says the command did not run here: ask the slot map again."""
-    from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
-
-    if isinstance(reply, MovedError | AskError | TryAgainError | ClusterDownError):
-        return True
-    return isinstance(reply, Exception) and str(reply).split(" ", 1)[0] in _REDIRECTS
 
 
 class AsyncClusterAppender:

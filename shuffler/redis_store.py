@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
-from crowdmix.core.redis_url import blocking_client, is_cluster_url, parse_cluster_url
+from crowdmix.core.redis_url import (
+    blocking_client,
+    is_cluster_url,
+    parse_cluster_url,
+    replicated_call,
+)
 from crowdmix.shuffler.columns import decode_chunks
 from crowdmix.shuffler.errors import (
     PartialWrite,
@@ -35,7 +40,6 @@ from crowdmix.shuffler.redis_cluster import (
     WAIT_TIMEOUT_MS,
     AsyncClusterAppender,
     key_slot,
-    redirected,
 )
 from crowdmix.shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
@@ -234,48 +238,22 @@ class RedisStore:
                 continue
             try:
                 with self._errors():
-                    self._replicated(self._append, keys, args)
+                    replicated_call(
+                        self._redis,
+                        self._append,
+                        keys,
+                        args,
+                        replicas=self._min_replicas_ack,
+                        timeout_ms=WAIT_TIMEOUT_MS,
+                        unavailable=StoreUnavailable,
+                        not_replicated=StoreNotReplicated,
+                    )
             except StoreUnavailable as exc:
                 failed.update((w.metric, exc) for w in group)
         if failed:
             metrics = {w.metric for w in writes if w.count}
             cause = next(iter(failed.values()))
             raise cause if set(failed) >= metrics else PartialWrite(frozenset(failed), cause)
-
-    def _replicated(self, script: Any, keys: list[bytes], args: list[bytes]) -> Any:
-        """Run ``script`` on the master of its slot; with ``min_replicas_ack`` N, then
-        ``WAIT N`` on the same connection, and refuse (``StoreNotReplicated``) if fewer
-        than N replicas have the write in time."""
-        import redis
-
-        if not self._min_replicas_ack:
-            return script(keys=keys, args=args)
-        for _attempt in range(3):
-            node = self._redis
-            if self._cluster is not None:
-                node = self._redis.get_redis_connection(self._redis.get_node_from_key(keys[0]))
-            pipe = node.pipeline(transaction=False)
-            script(keys=keys, args=args, client=pipe)
-            pipe.execute_command("WAIT", self._min_replicas_ack, WAIT_TIMEOUT_MS)
-            try:
-                reply, acked = pipe.execute(raise_on_error=False)
-            except (redis.ConnectionError, redis.TimeoutError):
-                if self._cluster is not None:  # the master may be gone: read the map again
-                    with suppress(redis.RedisError):
-                        self._redis.nodes_manager.initialize()
-                raise
-            if self._cluster is not None and redirected(reply):
-                self._redis.nodes_manager.initialize()  # it did not run: ask the map again
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if isinstance(acked, Exception) or int(acked) < self._min_replicas_ack:
-                raise StoreNotReplicated(
-                    f"redis: the write reached {acked} replica(s) within {WAIT_TIMEOUT_MS} "
-                    f"ms, {self._min_replicas_ack} required (--min-replicas-ack)"
-                )
-            return reply
-        raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
 
     def async_appender(self) -> AsyncAppender:
         """An appender for one event loop, on a connection of its own (one per master

@@ -80,7 +80,6 @@ class AggregatorServer:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         maintain_interval: float = 1.0,
-        max_message_bytes: int = MAX_BATCH_BYTES + (1 << 20),
         keys_file: str | None = None,
         open_workers: int = 0,
         rounds_file: str | None = None,
@@ -122,7 +121,7 @@ class AggregatorServer:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ingest"),
             options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", MAX_BATCH_BYTES + (1 << 20)),
                 ("grpc.so_reuseport", 0),
             ],
         )

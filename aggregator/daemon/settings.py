@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from crowdmix.aggregator.errors import ConfigError
-from crowdmix.core.redis_url import redis_url_problem
-from crowdmix.core.registry import Registry, load_daemon_config
+from crowdmix.core.registry import (
+    Registry,
+    check_daemon_settings,
+    check_integer,
+    load_daemon_config,
+)
 
 __all__ = ["AggregatorSettings", "load_config"]
 
@@ -80,32 +84,14 @@ class AggregatorSettings:
             v = getattr(self, field)
             if v is not None and not isinstance(v, str):
                 raise ConfigError(f"{_name(field)} must be a string, got {v!r}")
-        host, sep, port = self.listen.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(f"{_name('listen')} must be HOST:PORT, got {self.listen!r}")
-        problem = self.redis and redis_url_problem(_name("redis"), self.redis)
-        if problem:
-            raise ConfigError(problem)
-        _integer("min_replicas_ack", self.min_replicas_ack, low=0)
-        if self.min_replicas_ack and self.redis is None:
-            raise ConfigError(f"{_name('min_replicas_ack')} needs redis (a Redis with replicas)")
-        _integer("workers", self.workers, low=1)
-        _integer("open_workers", self.open_workers, low=0)
+        check_daemon_settings(self, ConfigError, _name)
+        check_integer(_name("workers"), self.workers, ConfigError, low=1)
+        check_integer(_name("open_workers"), self.open_workers, ConfigError, low=0)
         if self.metrics_port is not None:
-            _integer("metrics_port", self.metrics_port, low=0, high=65535)
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("tls_cert (--tls-cert) and tls_key (--tls-key) go together")
-        if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ConfigError(f"{_name('tls_client_ca')} needs tls_cert and tls_key")
+            check_integer(_name("metrics_port"), self.metrics_port, ConfigError, low=0, high=65535)
         g = self.shutdown_grace_seconds
         if isinstance(g, bool) or not isinstance(g, int | float) or not 0 <= g < math.inf:
             raise ConfigError(f"{_name('shutdown_grace_seconds')} must be >= 0, got {g!r}")
-
-
-def _integer(field: str, v: object, *, low: int, high: int | None = None) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ConfigError(f"{_name(field)} must be an integer {bound}, got {v!r}")
 
 
 _FIELDS = {f.name for f in dataclasses.fields(AggregatorSettings)}

@@ -443,7 +443,8 @@ def write_outputs(
         from crowdmix.aggregator.report.plot import plot_estimates
 
         paths["plot"] = out / "plot.png"
-        plot_estimates(outcome.result, paths["plot"], top=top, scale=scale, **_plot_args(outcome))
+        layout = report_plot_layout(outcome, top=top, scale=scale)
+        plot_estimates(outcome.result, paths["plot"], layout)
     return paths
 
 

@@ -89,24 +89,15 @@ def _count(n: int, word: str) -> str:
 
 
 def plot_estimates(
-    result: DecodeResult,
-    path: str | os.PathLike[str],
-    *,
-    top: int = 20,
-    title: str = "",
-    scale: str = "auto",
-    subject: str = "reports",
-    total_reports: int | None = None,
+    result: DecodeResult, path: str | os.PathLike[str], layout: PlotLayout | None = None
 ) -> PlotLayout:
-    """Write a PNG of :func:`plot_layout`'s chart; returns the layout drawn."""
+    """Write a PNG of ``layout`` (default: :func:`plot_layout`'s); returns the layout drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    layout = plot_layout(
-        result, top=top, title=title, scale=scale, subject=subject, total_reports=total_reports
-    )
+    layout = layout if layout is not None else plot_layout(result)
     order = layout.rows
     labels = [v if len(v) <= 32 else v[:31] + "…" for v in (result.values[i] for i in order)]
     est = result.proportion[order] * 100

@@ -17,7 +17,6 @@ Why per-batch deltas, the key table, memory: docs/design.md, "Aggregator: store"
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -26,7 +25,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import redis
-import redis.cluster
 
 from crowdmix.aggregator.errors import ParamsConflict, StoreError, StoreUnavailable, WindowDisposed
 from crowdmix.aggregator.store.base import (
@@ -41,7 +39,7 @@ from crowdmix.aggregator.store.base import (
 )
 from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
-from crowdmix.core.redis_url import blocking_client
+from crowdmix.core.redis_url import blocking_client, replicated_call
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
@@ -157,12 +155,6 @@ return 1
 """
 
 
-def _redirected(reply: Any) -> bool:
-    """MOVED, ASK, TRYAGAIN or CLUSTERDOWN: the command did not run on that node."""
-    e = redis.exceptions
-    return isinstance(reply, e.MovedError | e.TryAgainError | e.ClusterDownError)
-
-
 def _tail(blob: bytes) -> bytes:
     """What identifies an id blob in its list: its first and last id and its length (kept
     beside the blob in the window's ``rtails`` by the apply script). A blob refilled into
@@ -216,7 +208,6 @@ class RedisCountStore(CountStore):
         if min_replicas_ack < 0:
             raise ValueError(f"min_replicas_ack must be >= 0, got {min_replicas_ack}")
         self._r = client
-        self._cluster = isinstance(client, redis.cluster.RedisCluster)
         self._min_replicas_ack = min_replicas_ack
         self._wait_timeout_ms = wait_timeout_ms
         self._prefix = prefix
@@ -410,36 +401,16 @@ class RedisCountStore(CountStore):
         ``WAIT N`` on the same connection (WAIT covers only its own connection's writes):
         fewer than N replicas in time raises ``StoreUnavailable`` (the sender retries; the
         batch id makes the retry a duplicate, which writes again and WAITs again)."""
-        if not self._min_replicas_ack:
-            return script(keys=keys, args=args)
-        client: Any = self._r
-        for _attempt in range(3):
-            node = client
-            if self._cluster:
-                node = client.get_redis_connection(client.get_node_from_key(keys[0]))
-            pipe = node.pipeline(transaction=False)
-            script(keys=keys, args=args, client=pipe)
-            pipe.execute_command("WAIT", self._min_replicas_ack, self._wait_timeout_ms)
-            try:
-                reply, acked = pipe.execute(raise_on_error=False)
-            except (redis.ConnectionError, redis.TimeoutError):
-                if self._cluster:  # the master may be gone: read the slot map again
-                    with contextlib.suppress(redis.RedisError):
-                        client.nodes_manager.initialize()
-                raise
-            if self._cluster and _redirected(reply):
-                client.nodes_manager.initialize()  # it did not run: read the slot map again
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if isinstance(acked, Exception) or int(acked) < self._min_replicas_ack:
-                raise StoreUnavailable(
-                    f"redis: the batch reached {acked} replica(s) within "
-                    f"{self._wait_timeout_ms} ms, {self._min_replicas_ack} required "
-                    "(--min-replicas-ack); not acknowledged"
-                )
-            return reply
-        raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
+        return replicated_call(
+            self._r,
+            script,
+            keys,
+            args,
+            replicas=self._min_replicas_ack,
+            timeout_ms=self._wait_timeout_ms,
+            unavailable=StoreUnavailable,
+            not_replicated=StoreUnavailable,
+        )
 
     def _synced(self, metric: str, window: int, key: str, tails: str) -> _Synced:
         """This process's index of the report ids of ``window`` (``key``: its list),

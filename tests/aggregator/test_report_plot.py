@@ -54,7 +54,8 @@ def test_the_distribution_answer_is_drawn_when_the_decoder_gives_it(tmp_path: Pa
     assert (tmp_path / "p.png").stat().st_size > 1000
     assert not plot_layout(_result([0.6, 0.4], distribution=False)).distribution
     # a log axis with estimates at or below 0 still draws
-    plot_estimates(_result([0.9, 0.001, 0.0, -0.002]), tmp_path / "q.png", scale="log")
+    tiny = _result([0.9, 0.001, 0.0, -0.002])
+    plot_estimates(tiny, tmp_path / "q.png", plot_layout(tiny, scale="log"))
 
 
 def test_the_shares_of_a_histogram_are_of_devices_estimated_from_reports() -> None:

@@ -49,11 +49,6 @@ def test_bloom_bits_identical_to_per_report(params: RapporParams, hashing: str) 
     for v, c in itertools.product(range(5), range(params.m)):
         expected = bloom_int(candidates[v], c, params, hashing)  # type: ignore[arg-type]
         assert int.from_bytes(table[v, c].tobytes(), "little") == expected
-    values = [candidates[i % 5] for i in range(40)]
-    cohorts = [(7 * i) % params.m for i in range(40)]
-    rows = enc.blooms(values, cohorts)
-    for i in range(40):
-        assert rows[i].tobytes() == table[i % 5, cohorts[i]].tobytes()
 
 
 def test_memoised_prr_identical_to_per_report_encoder() -> None:

@@ -147,7 +147,7 @@ def test_an_outbox_of_another_schema_version_is_refused_by_name(tmp_path: Path) 
     db.execute("PRAGMA user_version = 7")
     db.close()
     with pytest.raises(
-        OutboxError, match=r"o\.db was written by schema version 7; .* reads schema versions 1 to 2"
+        OutboxError, match=r"o\.db was written by schema version 7; .* reads schema version 2 only"
     ):
         Outbox(tmp_path / "o.db")
     # a file made before outboxes had a version: tables, no version
@@ -247,36 +247,3 @@ def test_withdrawing_a_report_named_ahead_moves_the_claim_back_never_below_a_set
     assert box.claim("n", 40, WS, lambda: _report("n")) is Claim.MADE
     box.withdraw([r.report.report_id for r in box.pending() if r.report.metric == "n"])
     assert box.last_window("n") is None
-
-
-def test_an_outbox_of_schema_version_1_is_upgraded_its_claims_kept_as_settled(
-    tmp_path: Path,
-) -> None:
-    db = sqlite3.connect(tmp_path / "v1.db")
-    db.executescript(
-        "CREATE TABLE claims (metric TEXT PRIMARY KEY, window INTEGER NOT NULL,"
-        " window_seconds INTEGER NOT NULL);"
-        "CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, report_id BLOB NOT NULL"
-        " UNIQUE, metric TEXT NOT NULL, window INTEGER NOT NULL, window_seconds INTEGER NOT"
-        " NULL, cohort INTEGER NOT NULL, fingerprint INTEGER NOT NULL, bits BLOB NOT NULL);"
-        "CREATE INDEX outbox_group ON outbox(metric, window);"
-        "CREATE TABLE config (id INTEGER PRIMARY KEY CHECK (id = 1), answer BLOB NOT NULL,"
-        " fetched REAL NOT NULL, offset REAL NOT NULL);"
-        "CREATE TABLE counters (name TEXT PRIMARY KEY, n INTEGER NOT NULL);"
-        "PRAGMA user_version = 1;"
-    )
-    db.execute("INSERT INTO claims VALUES ('m', 40, ?)", (WS,))
-    db.execute(
-        "INSERT INTO outbox(report_id, metric, window, window_seconds, cohort, fingerprint,"
-        " bits) VALUES (?, 'm', 40, ?, 0, 0, x'00')",
-        (b"r" * 16, WS),
-    )
-    db.commit()
-    db.close()
-    box = Outbox(tmp_path / "v1.db")
-    assert box.withdraw([b"r" * 16]) == 1
-    # a version-1 claim is not known to be ahead of the one before it: it stays
-    assert box.last_window("m") == (40, WS)
-    box.close()
-    db = sqlite3.connect(tmp_path / "v1.db")
-    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)

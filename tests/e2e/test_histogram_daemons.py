@@ -96,7 +96,6 @@ def test_counts_per_bucket_equal_what_the_devices_sent(cluster: LocalCluster) ->
     with ShufflerClient(
         cluster.shuffler_targets[0],
         cluster.token,
-        background=False,
         sealing="required",
         batch_size=64,  # the SDK splits it: at most 1 + m of the metric per call
     ) as sender:
@@ -132,9 +131,7 @@ def test_a_resent_report_set_counts_once(cluster: LocalCluster) -> None:
     before = _aggregator_counts(cluster)
     reports = HistogramEncoder(metric.histogram, metric=METRIC, rand=SeededBits(5)).encode(7)
     once = np.bincount([int.from_bytes(r.bits, "little") for r in reports], minlength=D)
-    with ShufflerClient(
-        cluster.shuffler_targets[0], cluster.token, background=False, sealing="required"
-    ) as sender:
+    with ShufflerClient(cluster.shuffler_targets[0], cluster.token, sealing="required") as sender:
         for _ in range(2):
             sender.submit_many(reports)
             assert sender.flush() == len(reports)

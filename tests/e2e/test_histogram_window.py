@@ -206,7 +206,7 @@ def test_reporter_groups_are_counted_exactly_in_one_batch_per_window(
 
     # RAPPOR on the same shuffler: 250 reports in one go leave in batches of max_batch
     enc = RapporEncoder(RapporParams(**RAPPOR_PARAMS), secret=b"s" * 32, metric=RAPPOR)
-    with ShufflerClient(system.target, TOKEN, background=False, sealing="required") as bulk:
+    with ShufflerClient(system.target, TOKEN, sealing="required") as bulk:
         bulk.submit_many([enc.encode(f"v{i % 7}") for i in range(250)])
         assert bulk.flush() == 250
     assert eventually(lambda: system.counted(RAPPOR) == 250)

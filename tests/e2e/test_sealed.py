@@ -205,7 +205,6 @@ def test_sealed_end_to_end_exact_per_sender_and_no_plaintext_at_the_shuffler(
             batch_size=50,
             # sender 0 sends rows (Report messages), the others columns
             columnar_threshold=1000 if sender == 0 else 16,
-            background=False,
         ) as client:
             client.submit_many(reports)
             client.flush()
@@ -222,9 +221,7 @@ def test_sealed_end_to_end_exact_per_sender_and_no_plaintext_at_the_shuffler(
 def test_the_scan_finds_plaintext_when_sealing_is_off(tmp_path: Path) -> None:
     """The known-plaintext check above can fail: with --plaintext the pattern is there."""
     with local_cluster(tmp_path, REGISTRY, shufflers=1, sealed=False) as c:
-        with ShufflerClient(
-            c.shuffler_targets[0], c.token, background=False, sealing="off"
-        ) as client:
+        with ShufflerClient(c.shuffler_targets[0], c.token, sealing="off") as client:
             client.submit_many(_reports(c, A, 0, 30))
             client.flush()
             assert client.sealed == 0
@@ -313,9 +310,7 @@ def test_refusals_and_drops_by_reason(cluster: LocalCluster) -> None:
 def test_key_rotation_in_the_middle_of_a_stream_loses_nothing(cluster: LocalCluster) -> None:
     per_cohort = {4: 0, 5: 0, 6: 0, 7: 0}
     before = _per_cohort(cluster, A)
-    client = ShufflerClient(
-        cluster.shuffler_targets[1], cluster.token, sealing="required", background=False
-    )
+    client = ShufflerClient(cluster.shuffler_targets[1], cluster.token, sealing="required")
     old = client.config().keys.keys[-1].key_id
     for step in range(8):
         cohort = 4 + step % 4

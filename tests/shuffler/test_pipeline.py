@@ -19,6 +19,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
 from crowdmix.shuffler.store import PendingWrite, QueueKey, ShufflerStore
+from tests.redis_server import RedisServer
 from tests.shuffler.helpers import RAPPOR, RecordingAggregator, make_registry, submit_request
 from tests.waiting import eventually
 
@@ -368,7 +369,6 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
 
         sdk = ShufflerClient(
             f"127.0.0.1:{handle.port}",
-            background=False,
             max_attempts=3,
             backoff_base=0.01,
             sealing="off",  # a plaintext shuffler
@@ -603,4 +603,61 @@ def test_the_process_can_exit_while_a_forward_retries() -> None:
         timeout=60,  # a hang fails here; an exit takes well under a second
         check=False,
     )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+_EXIT_WHILE_WRITING = """
+import asyncio, sys, threading, time
+import numpy as np
+from crowdmix.shuffler.commit import GroupCommitter
+from crowdmix.shuffler.redis_store import RedisStore
+from tests.shuffler.helpers import RAPPOR, make_registry
+from tests.shuffler.test_pipeline import ids_chunk
+
+writing = threading.Event()
+
+class ThreadWrittenStore(RedisStore):
+    def async_appender(self):
+        return None  # the committer writes from its writer thread
+
+    def append(self, writes):
+        writing.set()
+        super().append(writes)  # waits on the paused Redis
+
+registry = make_registry()
+window = registry.window_of(time.time())
+parts = {(RAPPOR, registry[RAPPOR].fingerprint, window): ids_chunk(np.arange(10, dtype=np.int64))}
+
+async def main():
+    committer = GroupCommitter(ThreadWrittenStore(sys.argv[1], timeout=600), registry)
+    asyncio.get_running_loop().create_task(committer.commit(parts))
+    assert await asyncio.to_thread(writing.wait, 60)
+
+asyncio.run(main())  # returns without aclose: a failed start-up step
+"""
+
+
+def test_the_process_can_exit_while_a_store_write_waits(private_redis: RedisServer) -> None:
+    """The committer writes from a daemon thread when the store has no event-loop
+    appender: a process that ends without closing it must not wait at exit for a write
+    stuck on a Redis that does not answer (here paused for writes)."""
+    import subprocess
+    import sys
+
+    import redis
+
+    client = redis.Redis.from_url(private_redis.url)
+    client.execute_command("CLIENT", "PAUSE", 120_000, "WRITE")
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run(
+            [sys.executable, "-c", _EXIT_WHILE_WRITING, private_redis.url],
+            env=env,
+            capture_output=True,
+            timeout=60,  # a hang fails here; an exit takes well under a second
+            check=False,
+        )
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
+        client.close()
     assert done.returncode == 0, done.stderr.decode()[-2000:]

@@ -36,7 +36,7 @@ def test_get_config_serves_params_and_public_keys_and_follows_the_file(tmp_path:
     registry = make_registry()
     settings = ShufflerSettings(public_keys=str(public), config_cache_seconds=120)
     with start_shuffler(registry, settings=settings) as shuffler:
-        sender = ShufflerClient(f"127.0.0.1:{shuffler.port}", background=False)
+        sender = ShufflerClient(f"127.0.0.1:{shuffler.port}")
         config = sender.config()
         assert config.cache_seconds == 120
         assert set(config.metrics) == set(registry.metrics)
@@ -74,8 +74,8 @@ def test_no_sender_sends_clear_reports_unless_told_to(tmp_path: Path) -> None:
     with start_shuffler(registry) as shuffler:
         target = f"127.0.0.1:{shuffler.port}"
         for strict in (
-            ShufflerClient(target, background=False),  # sealed by default: no downgrade
-            ShufflerClient(target, sealing="required", background=False),
+            ShufflerClient(target),  # sealed by default: no downgrade
+            ShufflerClient(target, sealing="required"),
         ):
             # GetConfig says why there is no key: this shuffler takes clear reports only
             assert strict.config().plaintext is True and strict.config().keys.keys == ()
@@ -84,19 +84,19 @@ def test_no_sender_sends_clear_reports_unless_told_to(tmp_path: Path) -> None:
                 strict.flush()
             assert (strict.sent, strict.failed, strict.refetches) == (0, 1, 1)
             strict.close(flush=False)
-        plain = ShufflerClient(target, sealing="off", background=False)  # said explicitly
+        plain = ShufflerClient(target, sealing="off")  # said explicitly
         plain.submit(report)
         assert plain.flush() == 1 and plain.sealed == 0
         plain.close()
     _, _, public = _keys(tmp_path)
     with start_shuffler(registry, settings=ShufflerSettings(public_keys=str(public))) as shuffler:
-        sealed = ShufflerClient(f"127.0.0.1:{shuffler.port}", background=False)
+        sealed = ShufflerClient(f"127.0.0.1:{shuffler.port}")
         assert sealed.config().plaintext is False and sealed.config().keys.keys
         sealed.submit(report)
         assert sealed.flush() == 1 and sealed.sealed == 1
         sealed.close()
         # a clear report to a shuffler that publishes keys is refused with the reason
-        off = ShufflerClient(f"127.0.0.1:{shuffler.port}", sealing="off", background=False)
+        off = ShufflerClient(f"127.0.0.1:{shuffler.port}", sealing="off")
         off.submit(report)
         with pytest.raises(TransportError, match="sealing_required"):
             off.flush()
@@ -119,6 +119,6 @@ def test_config_service_stamps_every_answer_with_its_clock() -> None:
 def test_get_config_serves_the_window_tolerance_the_shuffler_applies() -> None:
     settings = ShufflerSettings(window_tolerance=2)
     with start_shuffler(make_registry(), settings=settings) as shuffler:
-        sender = ShufflerClient(f"127.0.0.1:{shuffler.port}", sealing="off", background=False)
+        sender = ShufflerClient(f"127.0.0.1:{shuffler.port}", sealing="off")
         assert sender.config().window_tolerance == 2 == shuffler.intake.windows.tolerance
         sender.close(flush=False)

@@ -18,18 +18,16 @@ from crowdmix.client.report import Report
 from crowdmix.client.transport import ShufflerClient
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
+from crowdmix.shuffler.config_service import ConfigService
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.shuffler.helpers import RAPPOR, make_registry
-from tests.waiting import eventually
 
 REGISTRY = make_registry()
 FP = REGISTRY[RAPPOR].fingerprint
 TOKEN = "transport-token-0123456789"
 #: plaintext shufflers here: clear reports, said explicitly (never a fallback)
 CLEAR = {"sealing": "off"}
-#: fake shufflers without GetConfig: the window from this machine's clock
-NO_CONFIG = {"sealing": "off", "window_seconds": 86400}
 
 
 def report(i: int, fp: int = FP) -> Report:
@@ -58,15 +56,12 @@ def test_import_client_loads_no_grpc() -> None:
 
 def test_batches_rows_and_columns_and_flushes_on_close(shuffler: ShufflerHandle) -> None:
     with ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=100,
-                        columnar_threshold=16, flush_interval=60, **CLEAR) as c:  # fmt: skip
-        c.submit_many(report(i) for i in range(250))  # two full batches go in background
-        eventually(lambda: stored(shuffler) >= 200, 10, 0.01)
-        assert stored(shuffler) == 200 and c.queued == 50
-        c.submit_many(report(i) for i in range(5))
-        assert c.flush() == 55  # 55 ≥ columnar threshold: one columnar request
-        c.submit(report(1))
-    assert stored(shuffler) == 256
-    assert c.sent == 256 and c.dropped == 0 and c.failed == 0
+                        columnar_threshold=16, **CLEAR) as c:  # fmt: skip
+        c.submit_many(report(i) for i in range(250))
+        assert c.flush() == 250 and c.queued == 0  # 100, 100, 50: columnar requests
+        c.submit(report(1))  # below the columnar threshold: rows
+    assert stored(shuffler) == 251
+    assert c.sent == 251 and c.dropped == 0 and c.failed == 0
     assert shuffler.metrics.accepted_requests._value.get() == 4
 
 
@@ -75,8 +70,7 @@ def test_a_malformed_report_id_is_refused_at_submit_on_both_paths(bad_id: bytes)
     """The row path would send it as is and the columnar one turned it into a zero id
     (counted without de-duplication): both refuse it, queueing nothing of the call."""
     for columnar_threshold in (1, 1000):  # columnar, rows
-        c = ShufflerClient("127.0.0.1:1", TOKEN, background=False,
-                           columnar_threshold=columnar_threshold)  # fmt: skip
+        c = ShufflerClient("127.0.0.1:1", TOKEN, columnar_threshold=columnar_threshold)
         good = report(1)
         bad = Report(metric=RAPPOR, cohort=1, bits=b"\x01\x00", params_fingerprint=FP,
                      report_id=bad_id)  # fmt: skip
@@ -91,8 +85,7 @@ def test_a_malformed_report_id_is_refused_at_submit_on_both_paths(bad_id: bytes)
 
 
 def test_bounded_queue_drops_oldest(shuffler: ShufflerHandle) -> None:
-    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, max_queue=10, background=False,
-                       **CLEAR)  # fmt: skip
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, max_queue=10, **CLEAR)
     c.submit_many(report(i) for i in range(25))
     assert c.queued == 10 and c.dropped == 15
     assert c.flush() == 10
@@ -106,13 +99,12 @@ def test_bounded_queue_drops_oldest(shuffler: ShufflerHandle) -> None:
 
 
 def test_non_retryable_errors_raise_and_count(shuffler: ShufflerHandle) -> None:
-    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", "wrong-token-000000000", background=False,
-                       **CLEAR)  # fmt: skip
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", "wrong-token-000000000", **CLEAR)
     c.submit(report(1))
     with pytest.raises(TransportError, match="UNAUTHENTICATED"):
         c.flush()
     assert c.failed == 1 and c.queued == 0
-    c2 = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, background=False, **CLEAR)
+    c2 = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, **CLEAR)
     c2.submit(report(1, fp=123))
     with pytest.raises(TransportError, match="fingerprint_mismatch"):
         c2.flush()
@@ -121,7 +113,14 @@ def test_non_retryable_errors_raise_and_count(shuffler: ShufflerHandle) -> None:
     assert stored(shuffler) == 0
 
 
-class FlakyShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+class PlaintextConfig(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+    """A fake shuffler's GetConfig: a plaintext shuffler's answer for ``REGISTRY``."""
+
+    def GetConfig(self, request: pb.GetConfigRequest, context: Any) -> pb.ConfigResponse:
+        return ConfigService(REGISTRY, None).answer(request.SerializeToString())
+
+
+class FlakyShuffler(PlaintextConfig):
     """Answers UNAVAILABLE / RESOURCE_EXHAUSTED a set number of times, then accepts."""
 
     def __init__(self, failures: list[grpc.StatusCode]) -> None:
@@ -145,8 +144,8 @@ def test_retries_with_backoff_then_requeues() -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=4,
-                           backoff_base=0.01, backoff_cap=0.05, **NO_CONFIG)  # fmt: skip
+        c = ShufflerClient(f"127.0.0.1:{port}", max_attempts=4,
+                           backoff_base=0.01, backoff_cap=0.05, **CLEAR)  # fmt: skip
         c.submit_many(report(i) for i in range(3))
         with pytest.raises(TransportError, match="RESOURCE_EXHAUSTED"):
             c.flush()  # four attempts, all refused: the reports go back in the queue
@@ -161,7 +160,7 @@ def test_retries_with_backoff_then_requeues() -> None:
 def test_unreachable_shuffler_keeps_reports_queued() -> None:
     from tests.redis_server import free_port
 
-    c = ShufflerClient(f"127.0.0.1:{free_port()}", background=False, max_attempts=2,
+    c = ShufflerClient(f"127.0.0.1:{free_port()}", max_attempts=2,
                        backoff_base=0.01, timeout=2, **CLEAR)  # fmt: skip
     c.submit_many(report(i) for i in range(4))
     with pytest.raises(TransportError, match="UNAVAILABLE"):
@@ -171,8 +170,7 @@ def test_unreachable_shuffler_keeps_reports_queued() -> None:
 
 
 def test_many_threads_submitting(shuffler: ShufflerHandle) -> None:
-    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=64, flush_interval=0.05,
-                       **CLEAR)  # fmt: skip
+    c = ShufflerClient(f"127.0.0.1:{shuffler.port}", TOKEN, batch_size=64, **CLEAR)
 
     def work(t: int) -> None:
         for i in range(500):
@@ -201,7 +199,7 @@ def _readme_retry_table() -> dict[str, bool]:
     return table
 
 
-class RecordingShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[misc]
+class RecordingShuffler(PlaintextConfig):
     """Refuses every call with one status and records the report ids of each attempt."""
 
     def __init__(self, code: grpc.StatusCode) -> None:
@@ -218,8 +216,9 @@ class RecordingShuffler(crowdmix_pb2_grpc.ShufflerServicer):  # type: ignore[mis
 
 def test_the_transport_does_what_the_readme_retry_table_says() -> None:
     """Every status in the operators' table: retried ones are sent max_attempts times with
-    the same report ids and the reports stay queued (ids unchanged); the others once,
-    then the reports are dropped as failed."""
+    the same report ids and the reports stay queued (ids unchanged); the others once (and
+    once more after the one config refetch INVALID_ARGUMENT asks for), then the reports
+    are dropped as failed."""
     table = _readme_retry_table()
     assert {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INVALID_ARGUMENT"} <= set(table)
     for name, retried in table.items():
@@ -230,9 +229,9 @@ def test_the_transport_does_what_the_readme_retry_table_says() -> None:
             port = server.add_insecure_port("127.0.0.1:0")
             server.start()
             try:
-                c = ShufflerClient(f"127.0.0.1:{port}", background=False, max_attempts=3,
+                c = ShufflerClient(f"127.0.0.1:{port}", max_attempts=3,
                                    backoff_base=0.001, backoff_cap=0.002,
-                                   **NO_CONFIG)  # fmt: skip
+                                   **CLEAR)  # fmt: skip
                 reports = [report(i) for i in range(batch)]
                 c.submit_many(reports)
                 with pytest.raises(TransportError, match=name):
@@ -245,7 +244,8 @@ def test_the_transport_does_what_the_readme_retry_table_says() -> None:
                         c.flush()  # the next flush: the same ids again
                     assert shuffler.ids[3] == sent
                 else:
-                    assert shuffler.ids == [sent], name
+                    assert c.refetches == (name == "INVALID_ARGUMENT"), name
+                    assert shuffler.ids == [sent] * (1 + c.refetches), name
                     assert (c.queued, c.failed) == (0, batch), name
                 c.close(flush=False)
             finally:
