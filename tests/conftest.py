@@ -64,7 +64,7 @@ _STARTS_SOMETHING = re.compile(
     r"subprocess|Popen|LocalCluster|local_cluster|RedisServer|RedisCluster|redis_url|"
     r"private_redis|cluster_url|rediss_url|unix_url|start_shuffler|start_aggregator|"
     r"grpc\.server|grpc\.aio\.server|aio\.server|serve_forever|multiprocessing|"
-    r"run_demo|ShufflerHandle|AggregatorHandle|Pipeline\(|sys\.executable|"
+    r"run_demo|ShufflerHandle|AggregatorHandle|Pipeline\(|\bserving\(|sys\.executable|"
     r"\}_url\b"  # request.getfixturevalue(f"{kind}_url"): a store over a real Redis
 )
 

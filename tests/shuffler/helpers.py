@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,7 +21,8 @@ from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.columns import Chunk
 from crowdmix.shuffler.serde import batch_from_proto
-from crowdmix.shuffler.store import InFlightBatch
+from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
+from crowdmix.shuffler.store import InFlightBatch, ShufflerStore
 
 RAPPOR = "home_page"  # k=16 (2 bytes), m=8 cohorts
 OUE = "browser"  # oue over 5 values: 1 byte, bits 5..7 are padding
@@ -108,6 +110,26 @@ def submit_request(
         if not c.report_ids and not (c.sealed or c.key_ids) and c.count:
             c.report_ids = os.urandom(16 * c.count)
     return request
+
+
+@contextlib.contextmanager
+def serving(
+    registry: Registry,
+    store: ShufflerStore,
+    aggregator: str | None,
+    *,
+    grace: float = 1,
+    **options: Any,
+) -> Iterator[tuple[ShufflerHandle, crowdmix_pb2_grpc.ShufflerStub]]:
+    """A shuffler on 127.0.0.1:0 (``start_shuffler(registry, store, aggregator, **options)``)
+    and a stub on one channel to it; the shuffler is stopped with ``grace`` on leaving,
+    so what a test reads of the handle after the block is what the stop left."""
+    handle = start_shuffler(registry, store, aggregator, **options)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as channel:
+            yield handle, crowdmix_pb2_grpc.ShufflerStub(channel)
+    finally:
+        handle.stop(grace=grace)
 
 
 def unique_chunk(n: int, start: int = 0, *, num_cohorts: int = 8) -> Chunk:

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from crowdmix.core.registry import Registry
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.columns import Chunk
@@ -20,7 +21,14 @@ from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
 from crowdmix.shuffler.store import PendingWrite, QueueKey, ShufflerStore
 from tests.redis_server import RedisServer
-from tests.shuffler.helpers import RAPPOR, RecordingAggregator, make_registry, submit_request
+from tests.shuffler.helpers import (
+    OUE,
+    RAPPOR,
+    RecordingAggregator,
+    make_registry,
+    serving,
+    submit_request,
+)
 from tests.waiting import eventually
 
 FAST = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
@@ -72,19 +80,13 @@ def test_100k_reports_come_out_as_exactly_the_input_multiset(
     n = 100_000
     ids = np.arange(n, dtype=np.int64)
     ids[-500:] = ids[:500]  # duplicates in the input must come out twice, too
-    settings = ShufflerSettings(tick_seconds=0.01, shutdown_grace_seconds=5.0)
-    handle = start_shuffler(registry, store, aggregator.target, settings=settings)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            futures = [
-                stub.Submit.future(columns_request(ids[i : i + 1000], fp), timeout=30)
-                for i in range(0, n, 1000)
-            ]
-            assert sum(f.result().accepted for f in futures) == n
+    with serving(registry, store, aggregator.target, grace=5, settings=FAST) as (_, stub):
+        futures = [
+            stub.Submit.future(columns_request(ids[i : i + 1000], fp), timeout=30)
+            for i in range(0, n, 1000)
+        ]
+        assert sum(f.result().accepted for f in futures) == n
         wait_for(lambda: aggregator.total() == 98_000)
-    finally:
-        handle.stop(grace=5)
     assert aggregator.total() == n
     batches = aggregator.all_reports()
     out = np.sort(np.concatenate([ids_of(b.chunk) for b in batches]))
@@ -103,18 +105,14 @@ def test_fewer_than_min_batch_are_never_released(aggregator: RecordingAggregator
     registry = make_registry(min_batch=1000, max_batch=5000, max_delay=0.01)
     fp = registry[RAPPOR].fingerprint
     store = MemoryStore()
-    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            stub.Submit(columns_request(np.arange(999, dtype=np.int64), fp), timeout=10)
-            time.sleep(0.3)  # many release ticks, max_delay long past
-            assert aggregator.total() == 0
-            stub.Submit(columns_request(np.arange(999, 1000, dtype=np.int64), fp), timeout=10)
-            wait_for(lambda: aggregator.total() == 1000)
-            stub.Submit(columns_request(np.arange(5, dtype=np.int64), fp), timeout=10)
-    finally:
-        handle.stop(grace=2)  # the final flush still respects the threshold
+    # grace=2: the final flush at the stop still respects the threshold
+    with serving(registry, store, aggregator.target, grace=2, settings=FAST) as (_, stub):
+        stub.Submit(columns_request(np.arange(999, dtype=np.int64), fp), timeout=10)
+        time.sleep(0.3)  # many release ticks, max_delay long past
+        assert aggregator.total() == 0
+        stub.Submit(columns_request(np.arange(999, 1000, dtype=np.int64), fp), timeout=10)
+        wait_for(lambda: aggregator.total() == 1000)
+        stub.Submit(columns_request(np.arange(5, dtype=np.int64), fp), timeout=10)
     assert aggregator.total() == 1000
     assert sum(store.pending(RAPPOR).values()) == 5
 
@@ -124,23 +122,18 @@ def test_waits_max_delay_before_releasing_a_partial_batch(
 ) -> None:
     registry = make_registry(min_batch=10, max_batch=1000, max_delay=0.6)
     fp = registry[RAPPOR].fingerprint
-    handle = start_shuffler(registry, MemoryStore(), aggregator.target, settings=FAST)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            t0 = time.monotonic()
-            stub.Submit(columns_request(np.arange(50, dtype=np.int64), fp), timeout=10)
-            time.sleep(0.3)
-            assert aggregator.total() == 0  # 50 ≥ min_batch but max_delay has not passed
-            wait_for(lambda: aggregator.total() == 50)
-            assert time.monotonic() - t0 >= 0.55
-            # a full batch goes at once
-            t1 = time.monotonic()
-            stub.Submit(columns_request(np.arange(1000, dtype=np.int64), fp), timeout=10)
-            wait_for(lambda: aggregator.total() == 1050)
-            assert time.monotonic() - t1 < 0.5
-    finally:
-        handle.stop(grace=2)
+    with serving(registry, MemoryStore(), aggregator.target, grace=2, settings=FAST) as (_, stub):
+        t0 = time.monotonic()
+        stub.Submit(columns_request(np.arange(50, dtype=np.int64), fp), timeout=10)
+        time.sleep(0.3)
+        assert aggregator.total() == 0  # 50 ≥ min_batch but max_delay has not passed
+        wait_for(lambda: aggregator.total() == 50)
+        assert time.monotonic() - t0 >= 0.55
+        # a full batch goes at once
+        t1 = time.monotonic()
+        stub.Submit(columns_request(np.arange(1000, dtype=np.int64), fp), timeout=10)
+        wait_for(lambda: aggregator.total() == 1050)
+        assert time.monotonic() - t1 < 0.5
 
 
 def test_retries_while_aggregator_is_down_then_deletes_after_ack(
@@ -150,16 +143,11 @@ def test_retries_while_aggregator_is_down_then_deletes_after_ack(
     fp = registry[RAPPOR].fingerprint
     store = MemoryStore()
     aggregator.fail_next = 4
-    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            stub.Submit(columns_request(np.arange(100, dtype=np.int64), fp), timeout=10)
-            wait_for(lambda: len(store.inflight_ids(RAPPOR)) == 1)
-            wait_for(lambda: aggregator.total() == 100, timeout=20)
-            wait_for(lambda: store.inflight_ids(RAPPOR) == [])
-    finally:
-        handle.stop(grace=2)
+    with serving(registry, store, aggregator.target, grace=2, settings=FAST) as (handle, stub):
+        stub.Submit(columns_request(np.arange(100, dtype=np.int64), fp), timeout=10)
+        wait_for(lambda: len(store.inflight_ids(RAPPOR)) == 1)
+        wait_for(lambda: aggregator.total() == 100, timeout=20)
+        wait_for(lambda: store.inflight_ids(RAPPOR) == [])
     assert aggregator.calls == 5
     assert handle.metrics.forward_failures._value.get() == 4
 
@@ -207,15 +195,10 @@ def test_drop_probability_thins_reports_before_storage(aggregator: RecordingAggr
     registry = make_registry(min_batch=10, max_batch=100_000, max_delay=0.01, drop=0.5)
     fp = registry[RAPPOR].fingerprint
     store = MemoryStore()
-    handle = start_shuffler(registry, store, None, settings=FAST)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            for i in range(20):
-                ids = np.arange(1000 * i, 1000 * (i + 1), dtype=np.int64)
-                assert stub.Submit(columns_request(ids, fp), timeout=10).accepted == 1000
-    finally:
-        handle.stop(grace=1)
+    with serving(registry, store, None, settings=FAST) as (handle, stub):
+        for i in range(20):
+            ids = np.arange(1000 * i, 1000 * (i + 1), dtype=np.int64)
+            assert stub.Submit(columns_request(ids, fp), timeout=10).accepted == 1000
     kept = sum(store.pending(RAPPOR).values())
     # Binomial(20000, 0.5): sd 70.7; ±7 sd fails with probability < 3e-12.
     assert abs(kept - 10_000) < 7 * 70.8
@@ -231,63 +214,42 @@ class SlowStore(MemoryStore):
         super().append(writes)
 
 
-@pytest.mark.parametrize("delay_ms", [0.0, 2.0])
-def test_concurrent_requests_share_store_writes(delay_ms: float) -> None:
-    """A store without an event-loop appender (a subclass of the memory store that
-    blocks) writes from the writer thread, and still coalesces."""
-    registry = make_registry()
-    fp = registry[RAPPOR].fingerprint
-    settings = ShufflerSettings(commit_max_delay_ms=delay_ms)
-    handle = start_shuffler(registry, SlowStore(), None, settings=settings)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            futures = [
-                stub.Submit.future(columns_request(np.arange(10, dtype=np.int64), fp), timeout=10)
-                for _ in range(100)
-            ]
-            assert all(f.result().accepted == 10 for f in futures)
-    finally:
-        handle.stop(grace=1)
-    writes = handle.metrics.store_writes._value.get()
-    # 100 requests queued behind 20 ms writes: a few writes, not 100
-    assert writes <= 25
-    assert sum(handle.store.pending(RAPPOR).values()) == 1000
-
-
-@pytest.mark.parametrize("store_kind", ["memory", "redis", "rediss", "unix"])
-def test_writes_run_on_the_event_loop_and_coalesce_within_the_window(
-    store_kind: str, request: pytest.FixtureRequest
+@pytest.mark.parametrize(
+    ("store_kind", "delay_ms"),
+    [("blocking", 0.0), ("blocking", 2.0)]
+    + [(kind, 300.0) for kind in ("memory", "redis", "rediss", "unix")],
+)
+def test_concurrent_requests_share_store_writes(
+    store_kind: str, delay_ms: float, request: pytest.FixtureRequest
 ) -> None:
-    """The server's own write path (inline memory append; the asyncio Redis connection
-    over redis://, rediss:// and unix://): 100 requests sent at once, a 300 ms gather
-    window, so they share a few writes, and every acknowledged report is stored."""
+    """100 requests sent at once share a few writes, and every acknowledged report is
+    stored: on the server's own write path on the event loop (inline memory append; the
+    asyncio Redis connection over redis://, rediss:// and unix://; a 300 ms gather
+    window), and from the writer thread for a store without an event-loop appender (a
+    memory store subclass whose writes block, so requests queue behind one)."""
     from crowdmix.shuffler.redis_store import RedisStore
     from crowdmix.shuffler.store import async_appender
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
-    store: ShufflerStore = (
-        MemoryStore()
-        if store_kind == "memory"
-        else RedisStore(request.getfixturevalue(f"{store_kind}_url"))
-    )
-    assert async_appender(store) is not None  # not the writer-thread fallback
-    settings = ShufflerSettings(commit_max_delay_ms=300.0)
-    handle = start_shuffler(registry, store, None, settings=settings)
+    store: ShufflerStore
+    if store_kind in ("blocking", "memory"):
+        store = SlowStore() if store_kind == "blocking" else MemoryStore()
+    else:
+        store = RedisStore(request.getfixturevalue(f"{store_kind}_url"))
+    assert (async_appender(store) is None) == (store_kind == "blocking")
+    settings = ShufflerSettings(commit_max_delay_ms=delay_ms)
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+        with serving(registry, store, None, settings=settings) as (handle, stub):
             futures = [
                 stub.Submit.future(columns_request(np.arange(10, dtype=np.int64), fp), timeout=10)
                 for _ in range(100)
             ]
             assert all(f.result().accepted == 10 for f in futures)
-        writes = handle.metrics.store_writes._value.get()
-        assert 1 <= writes <= 25
-        assert sum(store.pending(RAPPOR).values()) == 1000
+            # 100 requests in a 300 ms window or queued behind 20 ms writes: a few writes
+            assert 1 <= handle.metrics.store_writes._value.get() <= 25
+            assert sum(store.pending(RAPPOR).values()) == 1000
     finally:
-        handle.stop(grace=1)
         store.close()
 
 
@@ -304,10 +266,8 @@ def test_store_down_is_unavailable_and_nothing_is_acknowledged(
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     store = RedisStore(private_redis.url, timeout=2.0)
-    handle = start_shuffler(registry, store, None, settings=ShufflerSettings())
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+        with serving(registry, store, None, settings=ShufflerSettings()) as (_, stub):
             assert stub.Submit(columns_request(np.arange(10), fp), timeout=10).accepted == 10
             private_redis.stop()  # clean shutdown: the AOF keeps the 10 acknowledged
             with pytest.raises(grpc.RpcError) as err:
@@ -316,9 +276,8 @@ def test_store_down_is_unavailable_and_nothing_is_acknowledged(
             assert "Traceback" not in err.value.details()
             private_redis.start()
             assert stub.Submit(columns_request(np.arange(5), fp), timeout=10).accepted == 5
-        assert sum(store.pending(RAPPOR).values()) == 15
+            assert sum(store.pending(RAPPOR).values()) == 15
     finally:
-        handle.stop(grace=1)
         store.close()
 
 
@@ -351,22 +310,18 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
     """A write that may have run (no reply, or a store bug mid-write) is
     DEADLINE_EXCEEDED, not UNAVAILABLE; the SDK retries it with the same report id
     (the aggregator drops a repeated id, so the retry cannot count the report twice)."""
+    from crowdmix.client.errors import TransportError
+    from crowdmix.client.report import Report
+    from crowdmix.client.transport import ShufflerClient
     from crowdmix.shuffler.columns import decode_chunks
 
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     store = store_class()
-    handle = start_shuffler(registry, store, None, settings=ShufflerSettings())
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            with pytest.raises(grpc.RpcError) as err:
-                stub.Submit(columns_request(np.arange(10), fp), timeout=10)
+    with serving(registry, store, None, settings=ShufflerSettings()) as (handle, stub):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Submit(columns_request(np.arange(10), fp), timeout=10)
         # the SDK's transport retries it (same report id each time), then keeps it queued
-        from crowdmix.client.errors import TransportError
-        from crowdmix.client.report import Report
-        from crowdmix.client.transport import ShufflerClient
-
         sdk = ShufflerClient(
             f"127.0.0.1:{handle.port}",
             max_attempts=3,
@@ -380,8 +335,6 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
             sdk.flush()
         assert sdk.failed == 0 and sdk.queued == 1  # kept for the next flush, same id
         sdk.close(flush=False)
-    finally:
-        handle.stop(grace=1)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert err.value.details().startswith("store_outcome_unknown")
     assert "Traceback" not in err.value.details() and "bug" not in err.value.details()
@@ -390,29 +343,28 @@ def test_an_unconfirmed_write_is_deadline_exceeded_not_unavailable(
     assert sdk_ids == [report.report_id] * 3 and len(report.report_id) == 16
 
 
-def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggregator) -> None:
-    from crowdmix.protos import crowdmix_pb2 as pb
-    from tests.shuffler.helpers import OUE
-
-    registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
-    fp, oue_fp = registry[RAPPOR].fingerprint, registry[OUE].fingerprint
+def _submit_a_batch_the_aggregator_refuses(
+    registry: Registry, stub: Any, aggregator: RecordingAggregator
+) -> None:
+    """20 reports of OUE, a metric the aggregator refuses: one batch, refused once."""
     aggregator.refuse = {OUE}
+    oue = pb.ReportColumns(
+        metric=OUE, params_fingerprint=registry[OUE].fingerprint, count=20, report_bytes=1,
+        cohorts=[0] * 20, bits=b"\x01" * 20,
+    )  # fmt: skip
+    stub.Submit(submit_request(columns=[oue]), timeout=10)
+    wait_for(lambda: aggregator.refused == 1)
+
+
+def test_a_refused_batch_is_parked_not_retried_forever(aggregator: RecordingAggregator) -> None:
+    registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
     store = MemoryStore()
-    handle = start_shuffler(registry, store, aggregator.target, settings=FAST)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            oue = pb.ReportColumns(
-                metric=OUE, params_fingerprint=oue_fp, count=20, report_bytes=1,
-                cohorts=[0] * 20, bits=b"\x01" * 20,
-            )  # fmt: skip
-            stub.Submit(submit_request(columns=[oue]), timeout=10)
-            wait_for(lambda: aggregator.refused == 1)
-            stub.Submit(columns_request(np.arange(30, dtype=np.int64), fp), timeout=10)
-            wait_for(lambda: aggregator.total() == 30)  # other releases are not blocked
-            time.sleep(0.2)
-    finally:
-        handle.stop(grace=1)
+    with serving(registry, store, aggregator.target, settings=FAST) as (handle, stub):
+        _submit_a_batch_the_aggregator_refuses(registry, stub, aggregator)
+        fp = registry[RAPPOR].fingerprint
+        stub.Submit(columns_request(np.arange(30, dtype=np.int64), fp), timeout=10)
+        wait_for(lambda: aggregator.total() == 30)  # other releases are not blocked
+        time.sleep(0.2)
     assert aggregator.refused == 1  # not re-sent in a loop
     assert len(store.inflight_ids(OUE)) == 1  # kept for the next start-up
     assert handle.metrics.parked_batches._value.get() == 1
@@ -423,31 +375,16 @@ def test_a_refused_batch_is_offered_again_after_parked_retry_seconds(
 ) -> None:
     """Once the aggregator takes it (an operator fixed its registry), the parked batch
     is delivered without a restart, and the gauge goes back to 0."""
-    from crowdmix.protos import crowdmix_pb2 as pb
-    from tests.shuffler.helpers import OUE
-
     registry = make_registry(min_batch=10, max_batch=100, max_delay=0.01)
-    oue_fp = registry[OUE].fingerprint
-    aggregator.refuse = {OUE}
     store = MemoryStore()
     settings = ShufflerSettings(tick_seconds=0.01, parked_retry_seconds=0.5)
-    handle = start_shuffler(registry, store, aggregator.target, settings=settings)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            oue = pb.ReportColumns(
-                metric=OUE, params_fingerprint=oue_fp, count=20, report_bytes=1,
-                cohorts=[0] * 20, bits=b"\x01" * 20,
-            )  # fmt: skip
-            stub.Submit(submit_request(columns=[oue]), timeout=10)
-            wait_for(lambda: aggregator.refused == 1)
-            # the gauge moves when the refusal reaches the shuffler, just after the count
-            wait_for(lambda: handle.metrics.parked_batches._value.get() == 1)
-            aggregator.refuse = set()
-            wait_for(lambda: aggregator.total() == 20)
-            wait_for(lambda: not store.inflight_ids(OUE))
-    finally:
-        handle.stop(grace=1)
+    with serving(registry, store, aggregator.target, settings=settings) as (handle, stub):
+        _submit_a_batch_the_aggregator_refuses(registry, stub, aggregator)
+        # the gauge moves when the refusal reaches the shuffler, just after the count
+        wait_for(lambda: handle.metrics.parked_batches._value.get() == 1)
+        aggregator.refuse = set()
+        wait_for(lambda: aggregator.total() == 20)
+        wait_for(lambda: not store.inflight_ids(OUE))
     assert aggregator.refused == 1
     assert handle.metrics.parked_batches._value.get() == 0
 
