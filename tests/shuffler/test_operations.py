@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -24,6 +25,7 @@ from tests.shuffler.helpers import (
     REGISTRY_TOML,
     RecordingAggregator,
     make_registry,
+    serving,
     submit_request,
 )
 from tests.shuffler.test_pipeline import columns_request
@@ -175,17 +177,11 @@ def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted() -> None:
 
     settings = ShufflerSettings(max_concurrent_rpcs=4)
     store = SlowStore()
-    handle = start_shuffler(REGISTRY, store, None, settings=settings)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            futures = [
-                stub.Submit.future(columns_request(np.arange(10), FP), timeout=10)
-                for _ in range(40)
-            ]
-            codes = [f.code() for f in futures]
-    finally:
-        handle.stop(grace=1)
+    with serving(REGISTRY, store, None, settings=settings) as (_, stub):
+        futures = [
+            stub.Submit.future(columns_request(np.arange(10), FP), timeout=10) for _ in range(40)
+        ]
+        codes = [f.code() for f in futures]
     ok = codes.count(grpc.StatusCode.OK)
     exhausted = codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert ok + exhausted == 40
@@ -193,21 +189,26 @@ def test_calls_beyond_max_concurrent_rpcs_are_resource_exhausted() -> None:
     assert sum(store.pending(RAPPOR).values()) == 10 * ok
 
 
+def _three_message_stream(
+    store: MemoryStore,
+    settings: ShufflerSettings,
+    send: Callable[[list[pb.SubmitRequest]], Iterator[pb.SubmitRequest]] = iter,
+) -> pytest.ExceptionInfo[grpc.RpcError]:
+    """A SubmitStream of three messages of three reports each (``send`` yields them) to a
+    shuffler on ``store``, which refuses the stream: what it answered."""
+    with serving(REGISTRY, store, None, settings=settings) as (_, stub):
+        messages = [columns_request(np.arange(3), FP) for _ in range(3)]
+        with pytest.raises(grpc.RpcError) as err:
+            stub.SubmitStream(send(messages), timeout=10)
+    return err
+
+
 def test_a_stream_failing_after_stored_messages_says_what_it_stored() -> None:
     """buffer_full stops a stream after part of it is stored: the answer keeps its own
     status (RESOURCE_EXHAUSTED: retry later, which report ids make safe) and says how
     much was stored, in the details and in the trailing metadata."""
-    settings = ShufflerSettings(max_buffered_reports=5)
     store = MemoryStore()
-    handle = start_shuffler(REGISTRY, store, None, settings=settings)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            messages = [columns_request(np.arange(3), FP) for _ in range(3)]
-            with pytest.raises(grpc.RpcError) as err:
-                stub.SubmitStream(iter(messages), timeout=10)
-    finally:
-        handle.stop(grace=1)
+    err = _three_message_stream(store, ShufflerSettings(max_buffered_reports=5))
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "buffer" in err.value.details()
     stored = sum(store.pending(RAPPOR).values())
@@ -244,21 +245,13 @@ def test_a_streams_stored_count_is_a_prefix_when_a_later_commit_succeeds(
 
     monkeypatch.setattr(GroupCommitter, "_write", second_write_fails)
 
-    def paced(messages: list[pb.SubmitRequest]) -> object:
+    def paced(messages: list[pb.SubmitRequest]) -> Iterator[pb.SubmitRequest]:
         for message, pause in zip(messages, (0.25, 0.05, 0.0), strict=True):
             yield message
             time.sleep(pause)
 
     store = MemoryStore()
-    handle = start_shuffler(REGISTRY, store, None, settings=ShufflerSettings())
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
-            messages = [columns_request(np.arange(3), FP) for _ in range(3)]
-            with pytest.raises(grpc.RpcError) as err:
-                stub.SubmitStream(paced(messages), timeout=10)
-    finally:
-        handle.stop(grace=1)
+    err = _three_message_stream(store, ShufflerSettings(), send=paced)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     stored = sum(store.pending(RAPPOR).values())
     trailing = dict(err.value.trailing_metadata())
