@@ -5,6 +5,8 @@ split per slot, atomic per metric. Several tests wait out WAIT's 1 s timeout: sl
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.errors import StoreUnavailable as AggregatorStoreUnavailable
 from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.core.redis_url import parse_cluster_url
+from crowdmix.shuffler.columns import Chunk
 from crowdmix.shuffler.commit import GroupCommitter
 from crowdmix.shuffler.errors import StoreNotReplicated, StoreUnavailable
 from crowdmix.shuffler.redis_cluster import key_slot
@@ -95,39 +98,47 @@ def test_wait_on_a_single_node_without_replicas_refuses(redis_url: str) -> None:
         s.close()
 
 
-def test_a_flush_fails_only_for_the_requests_of_a_refusing_slot(cluster_url: str) -> None:
-    """The master of OUE refuses writes (OOM): the request for RAPPOR in the same flush is
-    acknowledged, the one for OUE is not, and nothing of OUE is stored."""
+def _flush_while_oue_refuses(
+    cluster_url: str, store: RedisStore, *requests: dict[str, Chunk]
+) -> list[Any]:
+    """``requests`` (metric → reports each) in one group-commit flush to ``store`` while
+    the master of OUE refuses writes (OOM): what each request's commit returned or raised."""
     registry = make_registry()
+
+    async def flush() -> list[Any]:
+        committer = GroupCommitter(store, registry, max_delay=0.05)
+        try:
+            commits = (
+                committer.commit({(m, registry[m].fingerprint, WINDOW): c for m, c in r.items()})
+                for r in requests
+            )
+            return await asyncio.gather(*commits, return_exceptions=True)
+        finally:
+            await committer.aclose()
+
     oue_master = _master_of(cluster_url, OUE)
-    store = RedisStore(cluster_url)
     oue_master.config_set("maxmemory", "1")
     try:
-
-        async def flush() -> list[Any]:
-            committer = GroupCommitter(store, registry, max_delay=0.05)
-            try:
-                return await asyncio.gather(
-                    committer.commit(
-                        {(RAPPOR, registry[RAPPOR].fingerprint, WINDOW): unique_chunk(20)}
-                    ),
-                    committer.commit(
-                        {(OUE, registry[OUE].fingerprint, WINDOW): unique_chunk(5, 50)}
-                    ),
-                    return_exceptions=True,
-                )
-            finally:
-                await committer.aclose()
-
-        rappor, oue = asyncio.run(flush())
-        assert rappor is None
-        assert isinstance(oue, StoreUnavailable) and "OOM" in str(oue)
+        return asyncio.run(flush())
     finally:
         oue_master.config_set("maxmemory", "0")
         oue_master.close()
-    assert sum(store.pending(RAPPOR).values()) == 20
-    assert store.pending(OUE) == {}
-    store.close()
+
+
+def test_a_flush_fails_only_for_the_requests_of_a_refusing_slot(cluster_url: str) -> None:
+    """The master of OUE refuses writes (OOM): the request for RAPPOR in the same flush is
+    acknowledged, the one for OUE is not, and nothing of OUE is stored."""
+    store = RedisStore(cluster_url)
+    try:
+        rappor, oue = _flush_while_oue_refuses(
+            cluster_url, store, {RAPPOR: unique_chunk(20)}, {OUE: unique_chunk(5, 50)}
+        )
+        assert rappor is None
+        assert isinstance(oue, StoreUnavailable) and "OOM" in str(oue)
+        assert sum(store.pending(RAPPOR).values()) == 20
+        assert store.pending(OUE) == {}
+    finally:
+        store.close()
 
 
 def _counts(n: int, seed: int) -> CohortCounts:
@@ -207,38 +218,48 @@ def _move_slot(slot: int, source: redis.Redis, target: redis.Redis, masters: lis
             client.close()
 
 
-def test_an_appender_with_a_stale_slot_map_follows_moved(
+@contextlib.contextmanager
+def _rappors_slot_to_move(
     cluster_url: str, redis_cluster: RedisClusterServers
-) -> None:
-    """A slot moves to another master after the event-loop appender read the slot map:
-    the old master answers MOVED (the script did not run), the appender reads the map
-    again and writes to the new master, once."""
-    store = RedisStore(cluster_url)
-    s = LoopAppended(store)
+) -> Iterator[tuple[int, redis.Redis, redis.Redis, list[int]]]:
+    """RAPPOR's slot, its master, a master that holds neither RAPPOR nor OUE, and the
+    masters' ports; on leaving, the slot is emptied and given back to its master."""
     masters = redis_cluster.master_ports()
     source = _master_of(cluster_url, RAPPOR)
     other = _master_of(cluster_url, OUE)
-    ports = {source.connection_pool.connection_kwargs["port"]}
-    ports.add(other.connection_pool.connection_kwargs["port"])
+    ports = {c.connection_pool.connection_kwargs["port"] for c in (source, other)}
     target = redis.Redis(port=next(p for p in masters if p not in ports))
     slot = key_slot(b"{home_page}")
     try:
-        s.append([PendingWrite.of(OUE, KEY, unique_chunk(3))])  # the appender has the map
-        _move_slot(slot, source, target, masters)
-        s.append(_writes())  # RAPPOR's part: MOVED, then the new master
-        assert s.pending(RAPPOR) == {KEY: 30}
-        assert s.pending(OUE) == {KEY: 10}
-        assert target.hget(f"crowdmix:{{{RAPPOR}}}:pending", KEY.field) == b"30"
-        assert source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        yield slot, source, target, masters
     finally:
-        s.close()
-        for c in (source, target):  # empty the slot and give it back
+        for c in (source, target):
             keys = c.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
             if keys:
                 c.delete(*keys)
         _move_slot(slot, target, source, masters)
         for c in (source, target, other):
             c.close()
+
+
+def test_an_appender_with_a_stale_slot_map_follows_moved(
+    cluster_url: str, redis_cluster: RedisClusterServers
+) -> None:
+    """A slot moves to another master after the event-loop appender read the slot map:
+    the old master answers MOVED (the script did not run), the appender reads the map
+    again and writes to the new master, once."""
+    with _rappors_slot_to_move(cluster_url, redis_cluster) as (slot, source, target, masters):
+        s = LoopAppended(RedisStore(cluster_url))
+        try:
+            s.append([PendingWrite.of(OUE, KEY, unique_chunk(3))])  # the appender has the map
+            _move_slot(slot, source, target, masters)
+            s.append(_writes())  # RAPPOR's part: MOVED, then the new master
+            assert s.pending(RAPPOR) == {KEY: 30}
+            assert s.pending(OUE) == {KEY: 10}
+            assert target.hget(f"crowdmix:{{{RAPPOR}}}:pending", KEY.field) == b"30"
+            assert source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        finally:
+            s.close()
 
 
 def test_a_slot_in_migration_refuses_new_writes_until_it_ends(
@@ -248,35 +269,23 @@ def test_a_slot_in_migration_refuses_new_writes_until_it_ends(
     redirected (ASK or TRYAGAIN); the appender reads the map again, resends a few times,
     then refuses UNAVAILABLE (nothing written). Once the slot has moved, MOVED leads the
     same appender to the new master."""
-    store = RedisStore(cluster_url)
-    s = LoopAppended(store)
-    masters = redis_cluster.master_ports()
-    source = _master_of(cluster_url, RAPPOR)
-    other = _master_of(cluster_url, OUE)
-    ports = {c.connection_pool.connection_kwargs["port"] for c in (source, other)}
-    target = redis.Redis(port=next(p for p in masters if p not in ports))
-    slot = key_slot(b"{home_page}")
     write = [PendingWrite.of(RAPPOR, KEY, unique_chunk(4))]
-    try:
-        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(source))
-        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(target))
-        with pytest.raises(StoreUnavailable) as refused:
+    with _rappors_slot_to_move(cluster_url, redis_cluster) as (slot, source, target, masters):
+        s = LoopAppended(RedisStore(cluster_url))
+        try:
+            target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(source))
+            source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(target))
+            with pytest.raises(StoreUnavailable) as refused:
+                s.append(write)
+            assert not isinstance(refused.value, StoreNotReplicated)
+            assert "ASK" in str(refused.value) or "TRYAGAIN" in str(refused.value)
+            for c in (source, target):
+                assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+            _move_slot(slot, source, target, masters)  # the migration ends (no keys to move)
             s.append(write)
-        assert not isinstance(refused.value, StoreNotReplicated)
-        assert "ASK" in str(refused.value) or "TRYAGAIN" in str(refused.value)
-        for c in (source, target):
-            assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
-        _move_slot(slot, source, target, masters)  # the migration ends (no keys to move)
-        s.append(write)
-        assert s.pending(RAPPOR) == {KEY: 4}
-    finally:
-        s.close()
-        keys = target.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
-        if keys:
-            target.delete(*keys)
-        _move_slot(slot, target, source, masters)
-        for c in (source, target, other):
-            c.close()
+            assert s.pending(RAPPOR) == {KEY: 4}
+        finally:
+            s.close()
 
 
 def _pages_batch(registry: Any, seed: int) -> Any:
@@ -344,35 +353,14 @@ def test_a_request_partly_stored_is_not_told_nothing_was_stored(cluster_url: str
     from crowdmix.shuffler.servicer import status_for
 
     assert status_for(StoreNotReplicated("x")) == grpc.StatusCode.DEADLINE_EXCEEDED
-    registry = make_registry()
-    oue_master = _master_of(cluster_url, OUE)
     store = RedisStore(cluster_url)
-    oue_master.config_set("maxmemory", "1")
     try:
-
-        async def flush() -> list[Any]:
-            committer = GroupCommitter(store, registry, max_delay=0.05)
-            try:
-                return await asyncio.gather(
-                    committer.commit(
-                        {
-                            (RAPPOR, registry[RAPPOR].fingerprint, WINDOW): unique_chunk(20),
-                            (OUE, registry[OUE].fingerprint, WINDOW): unique_chunk(5, 50),
-                        }
-                    ),
-                    committer.commit(
-                        {(OUE, registry[OUE].fingerprint, WINDOW): unique_chunk(3, 80)}
-                    ),
-                    return_exceptions=True,
-                )
-            finally:
-                await committer.aclose()
-
-        both, oue_only = asyncio.run(flush())
-    finally:
-        oue_master.config_set("maxmemory", "0")
-        oue_master.close()
-    try:
+        both, oue_only = _flush_while_oue_refuses(
+            cluster_url,
+            store,
+            {RAPPOR: unique_chunk(20), OUE: unique_chunk(5, 50)},
+            {OUE: unique_chunk(3, 80)},
+        )
         assert sum(store.pending(RAPPOR).values()) == 20  # the first request's other part
         assert store.pending(OUE) == {}
         assert isinstance(both, StoreOutcomeUnknown), both
