@@ -66,35 +66,36 @@ def crowdmix(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_report_decodes_live_counts_from_redis(tmp_path: Path, redis_url: str) -> None:
+def ingest(tmp_path: Path, redis_url: str, seed: int, batches: list[int]) -> None:
+    """Batches of ``home`` reports (``batches``: the window of each, 20 000 reports each)
+    through the aggregator's ingest into Redis, its clock in window 101 (so windows 100
+    and 101 are within retention)."""
     _, registry = write_registry(tmp_path, REGISTRY)
-    config = registry["home"]
-    rng = np.random.default_rng(2024)
-    # the ingestor's clock in window 101, so windows 100-101 are within retention
-    ingestor = Ingestor(
-        registry,
-        RedisCountStore.from_url(redis_url),
-        clock=lambda: 101 * registry.window_seconds,
-    )
+    rng = np.random.default_rng(seed)
+    store = RedisCountStore.from_url(redis_url)
+    ingestor = Ingestor(registry, store, clock=lambda: 101 * registry.window_seconds)
+    for window in batches:
+        ingestor.ingest(rappor_batch(rng, registry["home"], 20_000, window))
+
+
+def report(
+    redis_url: str, candidates: Path, out: Path, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """``crowdmix report --redis`` of metric ``home``."""
+    return crowdmix(
+        "report", "--redis", redis_url, "--metric", "home", "--candidates", str(candidates),
+        "--out", str(out), "--no-plot", *options,
+    )  # fmt: skip
+
+
+def test_report_decodes_live_counts_from_redis(tmp_path: Path, redis_url: str) -> None:
     # 60 000 reports over two windows: 20 000 in window 100, 40 000 in window 101
-    for window, n in ((100, 20_000), (101, 20_000), (101, 20_000)):
-        ingestor.ingest(rappor_batch(rng, config, n, window))
+    ingest(tmp_path, redis_url, 2024, [100, 101, 101])
     candidates = tmp_path / "candidates.txt"
     candidates.write_text("\n".join([*TRUE, "epsilon", "zeta"]) + "\n")
 
     out = tmp_path / "all"
-    result = crowdmix(
-        "report",
-        "--redis",
-        redis_url,
-        "--metric",
-        "home",
-        "--candidates",
-        str(candidates),
-        "--out",
-        str(out),
-        "--no-plot",
-    )
+    result = report(redis_url, candidates, out)
     assert result.returncode == 0, result.stderr
     with (out / "results.csv").open() as fh:
         rows = {r["value"]: r for r in csv.DictReader(fh)}
@@ -116,20 +117,7 @@ def test_report_decodes_live_counts_from_redis(tmp_path: Path, redis_url: str) -
     assert statement["batch"]["smallest_crowd_measured"] is True
 
     one = tmp_path / "one"
-    result = crowdmix(
-        "report",
-        "--redis",
-        redis_url,
-        "--metric",
-        "home",
-        "--windows",
-        "100",
-        "--candidates",
-        str(candidates),
-        "--out",
-        str(one),
-        "--no-plot",
-    )
+    result = report(redis_url, candidates, one, "--windows", "100")
     assert result.returncode == 0, result.stderr
     summary = json.loads((one / "summary.json").read_text())
     assert summary["reports"] == 20_000
@@ -153,29 +141,18 @@ def test_report_redis_errors_are_messages(tmp_path: Path, redis_url: str) -> Non
 def test_report_records_releases_in_a_ledger_and_refuses_one_over_budget(
     tmp_path: Path, redis_url: str
 ) -> None:
-    _, registry = write_registry(tmp_path, REGISTRY)
-    config = registry["home"]
-    rng = np.random.default_rng(7)
-    # the ingestor's clock in window 101, so windows 100-101 are within retention
-    ingestor = Ingestor(
-        registry,
-        RedisCountStore.from_url(redis_url),
-        clock=lambda: 101 * registry.window_seconds,
-    )
-    for window in (100, 101):
-        ingestor.ingest(rappor_batch(rng, config, 20_000, window))
+    ingest(tmp_path, redis_url, 7, [100, 101])
     candidates = tmp_path / "candidates.txt"
     candidates.write_text("\n".join(TRUE) + "\n")
     ledger = tmp_path / "ledger.json"
 
-    def report(window: str, out: str, *budget: str) -> subprocess.CompletedProcess[str]:
-        return crowdmix(
-            "report", "--redis", redis_url, "--metric", "home", "--windows", window,
-            "--candidates", str(candidates), "--out", str(tmp_path / out), "--no-plot",
-            "--ledger", str(ledger), *budget,
+    def release(window: str, out: str, *budget: str) -> subprocess.CompletedProcess[str]:
+        return report(
+            redis_url, candidates, tmp_path / out, "--windows", window, "--ledger", str(ledger),
+            *budget,
         )  # fmt: skip
 
-    first = report("100", "w100", "--budget-epsilon", "10", "--new-ledger")
+    first = release("100", "w100", "--budget-epsilon", "10", "--new-ledger")
     assert first.returncode == 0, first.stderr
     summary = json.loads((tmp_path / "w100" / "summary.json").read_text())
     assert summary["privacy"]["ledger"]["recorded"] is True
@@ -183,7 +160,7 @@ def test_report_records_releases_in_a_ledger_and_refuses_one_over_budget(
     spent = summary["privacy"]["ledger"]["total_epsilon"]
     assert 0 < spent < 10
 
-    again = report("100", "again", "--budget-epsilon", "10")  # same release: no new cost
+    again = release("100", "again", "--budget-epsilon", "10")  # same release: no new cost
     assert again.returncode == 0, again.stderr
     assert (
         json.loads((tmp_path / "again" / "summary.json").read_text())["privacy"]["ledger"][
@@ -193,7 +170,7 @@ def test_report_records_releases_in_a_ledger_and_refuses_one_over_budget(
     )
 
     before = ledger.read_bytes()
-    refused = report("101", "w101", "--budget-epsilon", str(spent * 1.0001))
+    refused = release("101", "w101", "--budget-epsilon", str(spent * 1.0001))
     assert refused.returncode == 1
     assert "release refused by the ledger" in refused.stderr
     assert ledger.read_bytes() == before  # nothing recorded
