@@ -16,7 +16,7 @@ from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.shuffler.helpers import OUE, RAPPOR, make_registry, submit_request
+from tests.shuffler.helpers import OUE, RAPPOR, make_registry, serving, submit_request
 
 TOKEN = "test-token-0123456789abcdef"
 REGISTRY = make_registry()
@@ -68,14 +68,18 @@ def _ids(request: pb.SubmitRequest, rid: bytes) -> pb.SubmitRequest:
     return request
 
 
-def _columns(count: int = 2) -> pb.ReportColumns:
+def _columns(
+    count: int = 2, *, cohorts: list[int] | None = None, bits: bytes | None = None
+) -> pb.ReportColumns:
+    """``count`` columnar RAPPOR reports (2 bytes each): cohorts 0, 1, … and zero bits
+    unless given (a test of malformed columns gives lists that do not match ``count``)."""
     return pb.ReportColumns(
         metric=RAPPOR,
         params_fingerprint=FP,
         count=count,
         report_bytes=2,
-        cohorts=list(range(count)),
-        bits=b"\x00" * 2 * count,
+        cohorts=list(range(count)) if cohorts is None else cohorts,
+        bits=b"\x00" * 2 * count if bits is None else bits,
     )
 
 
@@ -96,42 +100,10 @@ BAD = {
     "cohort_range_basic": submit_request(
         reports=[row(metric=OUE, cohort=1, bits=b"\x01", fp=OUE_FP)]
     ),
-    "malformed_columns": submit_request(
-        columns=[
-            pb.ReportColumns(
-                metric=RAPPOR,
-                params_fingerprint=FP,
-                count=3,
-                report_bytes=2,
-                cohorts=[0, 1],
-                bits=b"\x00" * 6,
-            )
-        ]
-    ),
-    "columns_bits_short": submit_request(
-        columns=[
-            pb.ReportColumns(
-                metric=RAPPOR,
-                params_fingerprint=FP,
-                count=2,
-                report_bytes=2,
-                cohorts=[0, 1],
-                bits=b"\x00" * 3,
-            )
-        ]
-    ),
+    "malformed_columns": submit_request(columns=[_columns(3, cohorts=[0, 1])]),
+    "columns_bits_short": submit_request(columns=[_columns(2, bits=b"\x00" * 3)]),
     "one_bad_column_sinks_the_rows": submit_request(
-        reports=[row(), row()],
-        columns=[
-            pb.ReportColumns(
-                metric=RAPPOR,
-                params_fingerprint=FP,
-                count=1,
-                report_bytes=2,
-                cohorts=[99],
-                bits=b"\x00\x00",
-            )
-        ],
+        reports=[row(), row()], columns=[_columns(1, cohorts=[99])]
     ),
 }
 
@@ -165,14 +137,7 @@ def test_oversized_and_too_many_are_resource_exhausted(
 ) -> None:
     before = pending(shuffler)
     too_big = submit_request(reports=[row(bits=b"\x00" * 70_000)])  # > 64 KiB message
-    too_many = submit_request(
-        columns=[
-            pb.ReportColumns(
-                metric=RAPPOR, params_fingerprint=FP, count=2001, report_bytes=2,
-                cohorts=[0] * 2001, bits=b"\x00" * 4002,
-            )
-        ]
-    )  # fmt: skip
+    too_many = submit_request(columns=[_columns(2001, cohorts=[0] * 2001)])
     for request in (too_big, too_many):
         with pytest.raises(grpc.RpcError) as err:
             submit(channel, request)
@@ -197,13 +162,8 @@ def test_valid_rows_and_columns_are_stored_all_together(
     before = pending(shuffler)
     request = submit_request(
         reports=[row(), row(metric=OUE, cohort=0, bits=b"\x1f", fp=OUE_FP)],
-        columns=[
-            pb.ReportColumns(
-                metric=RAPPOR, params_fingerprint=FP, count=3, report_bytes=2,
-                cohorts=[0, 7, 2], bits=b"\xff\xff\x00\x00\x12\x34",
-            )
-        ],
-    )  # fmt: skip
+        columns=[_columns(3, cohorts=[0, 7, 2], bits=b"\xff\xff\x00\x00\x12\x34")],
+    )
     assert submit(channel, request) == 5
     after = pending(shuffler)
     assert after[RAPPOR] - before[RAPPOR] == 4
@@ -291,18 +251,14 @@ def test_garbage_bytes_never_store_or_kill(
     assert submit(channel, submit_request(reports=[row()])) == 1
 
 
-def test_numpy_view_of_pending_matches(shuffler: ShufflerHandle) -> None:
+def test_numpy_view_of_pending_matches() -> None:
     """The stored chunks decode to the cohorts and bits that were sent."""
     store = MemoryStore()
-    handle = start_shuffler(REGISTRY, store, None, tokens=None)
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as ch:
-            submit(ch, submit_request(reports=[row(cohort=5, bits=b"\xab\x0c")]), metadata=())
+    with serving(REGISTRY, store, None, tokens=None) as (_, stub):
+        stub.Submit(submit_request(reports=[row(cohort=5, bits=b"\xab\x0c")]), timeout=10)
         (key,) = store.pending(RAPPOR)
         batch = store.take(RAPPOR, key, min_batch=1, max_batch=10, batch_id=b"x" * 16)
         assert batch is not None and key.fingerprint == FP
         assert batch.chunk.cohorts.tolist() == [5]
         assert np.array_equal(batch.chunk.bit_matrix(), [[0xAB, 0x0C]])
         assert key.window == REGISTRY.window_of(__import__("time").time())
-    finally:
-        handle.stop(grace=1)
