@@ -19,23 +19,18 @@ import threading
 import time
 from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
 
-from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
-from crowdmix.client.transport import RETRYABLE
 from crowdmix.cluster import LocalCluster
 from crowdmix.core.registry import load_registry
-from crowdmix.protos import crowdmix_pb2 as pb
-from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.redis_cluster import key_slot
-from tests.shuffler.helpers import current_window, submit_request
+from tests.service.pipeline import Senders, metric_toml
 
 pytestmark = pytest.mark.slow
 
-K, M = 64, 16  # 8-byte reports, 16 cohorts (one per sender at most)
+M = 16  # cohorts: one per sender at most (8-byte reports, as in tests/service/pipeline)
 SENDERS, REQUESTS, PER_REQUEST = 6, 12, 100
 
 
@@ -53,90 +48,12 @@ METRICS = _one_metric_per_master()
 
 
 def _registry(path: Path) -> Path:
-    text = "".join(
-        f"""
-[metrics.{name}]
-encoding = "rappor"
-k = {K}
-h = 2
-m = {M}
-f = 0.5
-p = 0.5
-q = 0.75
-
-[metrics.{name}.shuffle]
-min_batch = 100
-max_batch = 100000
-max_delay_seconds = 0.1
-"""
-        for name in METRICS
-    )
+    text = "".join(metric_toml(name, min_batch=100, max_batch=100_000, m=M) for name in METRICS)
     # a batch whose forward was cut by the failover is offered again after 2.5 s; the
     # forward's deadline must exceed the aggregator's WAIT timeout (1 s)
     text += "\n[shuffler]\ninflight_retry_seconds = 2.5\nforward_timeout_seconds = 2.0\n"
     path.write_text(text)
     return path
-
-
-class Senders:
-    """Each sender sends its requests in order, each until acknowledged; a request holds
-    ``PER_REQUEST`` reports of each metric, in the sender's cohort, with fixed ids."""
-
-    def __init__(self, fingerprints: dict[str, int], token: str) -> None:
-        rng = np.random.default_rng(17)
-        shape = (len(METRICS), SENDERS, REQUESTS, PER_REQUEST)
-        self.bits = rng.integers(0, 256, size=(*shape, K // 8), dtype=np.uint8)
-        self.ids = rng.integers(0, 256, size=(*shape, 16), dtype=np.uint8)
-        self.acked = np.zeros((SENDERS, REQUESTS), dtype=bool)
-        self.codes: list[str] = []
-        self.window = current_window()  # every request names it, first send and retries
-        self.fingerprints = fingerprints
-        self.metadata = (("authorization", f"Bearer {token}"),)
-
-    def request(self, s: int, r: int) -> pb.SubmitRequest:
-        return submit_request(
-            window=self.window,
-            columns=[
-                pb.ReportColumns(
-                    metric=name,
-                    params_fingerprint=self.fingerprints[name],
-                    count=PER_REQUEST,
-                    report_bytes=K // 8,
-                    cohorts=[s] * PER_REQUEST,
-                    bits=self.bits[j, s, r].tobytes(),
-                    report_ids=self.ids[j, s, r].tobytes(),
-                )
-                for j, name in enumerate(METRICS)
-            ],
-        )
-
-    def send(self, targets: list[str], requests: range, deadline: float, pace: float = 0.0) -> None:
-        def sender(s: int) -> None:
-            with grpc.insecure_channel(targets[s % len(targets)]) as channel:
-                stub = crowdmix_pb2_grpc.ShufflerStub(channel)
-                for r in requests:
-                    while not self.acked[s, r] and time.monotonic() < deadline:
-                        try:
-                            stub.Submit(self.request(s, r), timeout=5, metadata=self.metadata)
-                            self.acked[s, r] = True
-                            time.sleep(pace)  # spread the load over the failover
-                        except grpc.RpcError as exc:
-                            self.codes.append(exc.code().name)
-                            assert exc.code() in RETRYABLE, exc
-                            time.sleep(0.05)
-
-        threads = [threading.Thread(target=sender, args=(s,)) for s in range(SENDERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def expected_ones(self, j: int) -> np.ndarray:
-        counts = CohortCounts.create(M, K)
-        for s in range(SENDERS):
-            bits = self.bits[j, s][self.acked[s]].reshape(-1, K // 8)
-            counts.add(np.full(bits.shape[0], s, dtype=np.uint32), bits)
-        return np.asarray(counts.ones)
 
 
 def _per_sender(store: RedisCountStore, metric: str) -> list[int]:
@@ -159,10 +76,11 @@ def test_a_master_killed_mid_load_loses_no_acknowledged_report(tmp_path: Path) -
     c.start()
     try:
         assert c.cluster is not None
-        senders = Senders({m: registry[m].fingerprint for m in METRICS}, c.token)
+        fingerprints = {m: registry[m].fingerprint for m in METRICS}
+        senders = Senders(fingerprints, SENDERS, REQUESTS, PER_REQUEST, seed=17, m=M, token=c.token)
         targets = c.shuffler_targets
         deadline = time.monotonic() + 60
-        senders.send(targets, range(REQUESTS // 3), deadline)
+        senders.send(targets, range(REQUESTS // 3), deadline=deadline)
         # the master of the first metric's slot, as the cluster sees it now
         store = RedisCountStore.from_url(c.cluster.url)
         victim_port = store._r.get_node_from_key(f"x:{{{METRICS[0]}}}").port
@@ -184,7 +102,7 @@ def test_a_master_killed_mid_load_loses_no_acknowledged_report(tmp_path: Path) -
 
         killer = threading.Thread(target=kill_and_bring_back)
         killer.start()
-        senders.send(targets, range(REQUESTS // 3, REQUESTS), deadline, pace=0.15)
+        senders.send(targets, range(REQUESTS // 3, REQUESTS), deadline=deadline, pace=0.15)
         killer.join(30)
         assert senders.acked.all(), f"not all acknowledged by the deadline: {senders.codes[-5:]}"
         # the kill hit the load: writes to the dead master's slot were refused, then retried
@@ -208,7 +126,7 @@ def test_a_master_killed_mid_load_loses_no_acknowledged_report(tmp_path: Path) -
                 f"{want}; refusals seen: {sorted(set(senders.codes))}"
             )
             assert not got.totals[SENDERS:].any()
-            assert np.array_equal(got.ones, senders.expected_ones(j)), metric
+            assert np.array_equal(got.ones, senders.expected(j).ones), metric
         store.close()
     finally:
         codes = c.stop()

@@ -5,7 +5,8 @@ serve`` and ``crowdmix aggregator serve`` sharing it (their keys do not
 overlap), all on 127.0.0.1. A :class:`Load` of columnar 1000-report
 ``Submit`` requests is generated with numpy up front and remembers which
 requests the shuffler acknowledged, so the expected counts are a direct count
-of exactly those reports.
+of exactly those reports. :class:`Senders` send as devices do, each request
+until it is acknowledged, each sender in a cohort of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.errors import StoreUnavailable
 from crowdmix.aggregator.store.base import StoredCounts
 from crowdmix.aggregator.store.redis import RedisCountStore
+from crowdmix.client.transport import RETRYABLE
 from crowdmix.cluster import DaemonProcess, free_port
 from crowdmix.core.registry import MetricConfig, Registry, load_registry
 from crowdmix.protos import crowdmix_pb2 as pb
@@ -35,19 +37,23 @@ from tests.shuffler.helpers import current_window, submit_request
 METRIC = "e2e"
 K, M = 64, 32  # 8-byte reports: lean for a million of them, still many cohorts and bits
 
-REGISTRY = f"""
-[metrics.{METRIC}]
+
+def metric_toml(name: str, *, min_batch: int, max_batch: int, m: int = M) -> str:
+    """The registry table of a RAPPOR metric of K bits and ``m`` cohorts, released
+    within 0.1 s of ``min_batch`` reports."""
+    return f"""
+[metrics.{name}]
 encoding = "rappor"
 k = {K}
 h = 2
-m = {M}
+m = {m}
 f = 0.5
 p = 0.5
 q = 0.75
 
-[metrics.{METRIC}.shuffle]
-min_batch = {{min_batch}}
-max_batch = {{max_batch}}
+[metrics.{name}.shuffle]
+min_batch = {min_batch}
+max_batch = {max_batch}
 max_delay_seconds = 0.1
 """
 
@@ -146,6 +152,99 @@ class Load:
         return StoredCounts.of(counts)
 
 
+class Senders:
+    """``senders`` devices, each in cohort = its index, each with ``requests`` requests
+    of ``per_request`` reports of every metric of ``fingerprints`` (metric → params
+    fingerprint); every report has a fixed random report id. Per-cohort totals of a
+    registry with ``m`` cohorts are then per-sender counts."""
+
+    def __init__(
+        self,
+        fingerprints: dict[str, int],
+        senders: int,
+        requests: int,
+        per_request: int,
+        *,
+        seed: int,
+        m: int = M,
+        token: str | None = None,
+    ) -> None:
+        assert senders <= m
+        rng = np.random.default_rng(seed)
+        self.fingerprints, self.metrics = fingerprints, list(fingerprints)
+        self.senders, self.requests, self.per_request, self.m = senders, requests, per_request, m
+        shape = (len(self.metrics), senders, requests, per_request)
+        self.bits = rng.integers(0, 256, size=(*shape, K // 8), dtype=np.uint8)
+        self.ids = rng.integers(0, 256, size=(*shape, 16), dtype=np.uint8)
+        self.acked = np.zeros((senders, requests), dtype=bool)
+        self.attempts = np.zeros((senders, requests), dtype=np.int64)
+        self.codes: list[str] = []
+        self.window = current_window()  # every request names it, first send and retries
+        self.metadata = None if token is None else (("authorization", f"Bearer {token}"),)
+
+    def request(self, s: int, r: int) -> pb.SubmitRequest:
+        return submit_request(
+            window=self.window,
+            columns=[
+                pb.ReportColumns(
+                    metric=name,
+                    params_fingerprint=self.fingerprints[name],
+                    count=self.per_request,
+                    report_bytes=K // 8,
+                    cohorts=[s] * self.per_request,
+                    bits=self.bits[j, s, r].tobytes(),
+                    report_ids=self.ids[j, s, r].tobytes(),
+                )
+                for j, name in enumerate(self.metrics)
+            ],
+        )
+
+    def send(
+        self,
+        targets: str | list[str],
+        requests: range,
+        *,
+        deadline: float,
+        timeout: float = 5,
+        pace: float = 0.0,
+    ) -> None:
+        """Each sender (a thread; sender s to ``targets[s % len(targets)]``) sends
+        ``requests`` in order, each until acknowledged (transient failures retried with
+        the same ids) or ``deadline`` passes, and waits ``pace`` seconds after each
+        acknowledgement."""
+        to = [targets] if isinstance(targets, str) else targets
+
+        def sender(s: int) -> None:
+            with grpc.insecure_channel(to[s % len(to)]) as channel:
+                stub = crowdmix_pb2_grpc.ShufflerStub(channel)
+                for r in requests:
+                    while not self.acked[s, r] and time.monotonic() < deadline:
+                        self.attempts[s, r] += 1
+                        try:
+                            stub.Submit(self.request(s, r), timeout=timeout, metadata=self.metadata)
+                            self.acked[s, r] = True
+                            if pace:
+                                time.sleep(pace)
+                        except grpc.RpcError as exc:
+                            self.codes.append(exc.code().name)
+                            assert exc.code() in RETRYABLE, exc
+                            time.sleep(0.05)
+
+        threads = [threading.Thread(target=sender, args=(s,)) for s in range(self.senders)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def expected(self, metric: int = 0) -> StoredCounts:
+        """Each sender's acknowledged reports of the ``metric``-th metric, counted once."""
+        counts = CohortCounts.create(self.m, K)
+        for s in range(self.senders):
+            bits = self.bits[metric, s][self.acked[s]].reshape(-1, K // 8)
+            counts.add(np.full(bits.shape[0], s, dtype=np.uint32), bits)
+        return StoredCounts.of(counts)
+
+
 class Pipeline:
     """redis (given) + one aggregator process + one shuffler process on loopback."""
 
@@ -166,7 +265,7 @@ class Pipeline:
         self.shuffler_redis_url = shuffler_redis_url or redis_url
         self.config_path = workdir / "metrics.toml"
         self.config_path.write_text(
-            REGISTRY.format(max_batch=max_batch, min_batch=min_batch) + extra_toml
+            metric_toml(METRIC, min_batch=min_batch, max_batch=max_batch) + extra_toml
         )
         self.registry: Registry = load_registry(self.config_path)
         self.config = self.registry[METRIC]

@@ -28,13 +28,11 @@ import redis
 
 from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.store.base import StoredCounts
-from crowdmix.client.transport import RETRYABLE
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.redis_store import _TAKE
 from tests.redis_server import RedisServer, free_port
-from tests.service.pipeline import METRIC, K, M, Pipeline, explain
-from tests.shuffler.helpers import current_window, submit_request
+from tests.service.pipeline import METRIC, K, M, Pipeline, Senders, explain
 
 pytestmark = pytest.mark.slow
 
@@ -44,73 +42,6 @@ SHUFFLER_TABLE = "\n[shuffler]\ninflight_retry_seconds = 1.0\nforward_timeout_se
 # is released (at min_batch = 1000 a shuffler rightly held a last 250 or 500: seen on
 # loaded boxes as acknowledged != counted within the wait)
 PER_REQUEST = 250
-
-
-class Senders:
-    """``senders`` devices, each in cohort = its index, each with ``requests`` requests of
-    ``per_request`` reports; every report has a fixed random report id."""
-
-    def __init__(self, senders: int, requests: int, per_request: int, seed: int) -> None:
-        assert senders <= M
-        rng = np.random.default_rng(seed)
-        self.senders, self.requests, self.per_request = senders, requests, per_request
-        shape = (senders, requests, per_request)
-        self.bits = rng.integers(0, 256, size=(*shape, K // 8), dtype=np.uint8)
-        self.ids = rng.integers(0, 256, size=(*shape, 16), dtype=np.uint8)
-        self.acked = np.zeros((senders, requests), dtype=bool)
-        self.attempts = np.zeros((senders, requests), dtype=np.int64)
-        self.codes: list[str] = []
-        self.window = current_window()  # every request names it, first send and retries
-
-    def request(self, s: int, r: int, fingerprint: int) -> pb.SubmitRequest:
-        return submit_request(
-            window=self.window,
-            columns=[
-                pb.ReportColumns(
-                    metric=METRIC,
-                    params_fingerprint=fingerprint,
-                    count=self.per_request,
-                    report_bytes=K // 8,
-                    cohorts=[s] * self.per_request,
-                    bits=self.bits[s, r].tobytes(),
-                    report_ids=self.ids[s, r].tobytes(),
-                )
-            ],
-        )
-
-    def send(
-        self, target: str, fingerprint: int, requests: range, *, deadline: float, timeout: float = 5
-    ) -> None:
-        """Each sender (a thread) sends ``requests`` in order, each until acknowledged
-        (transient failures retried with the same ids) or ``deadline`` passes."""
-
-        def sender(s: int) -> None:
-            with grpc.insecure_channel(target) as channel:
-                stub = crowdmix_pb2_grpc.ShufflerStub(channel)
-                for r in requests:
-                    while not self.acked[s, r] and time.monotonic() < deadline:
-                        self.attempts[s, r] += 1
-                        try:
-                            stub.Submit(self.request(s, r, fingerprint), timeout=timeout)
-                            self.acked[s, r] = True
-                        except grpc.RpcError as exc:
-                            self.codes.append(exc.code().name)
-                            assert exc.code() in RETRYABLE, exc
-                            time.sleep(0.05)
-
-        threads = [threading.Thread(target=sender, args=(s,)) for s in range(self.senders)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def expected(self) -> StoredCounts:
-        """Each sender's acknowledged reports, counted once."""
-        counts = CohortCounts.create(M, K)
-        for s in range(self.senders):
-            bits = self.bits[s][self.acked[s]].reshape(-1, K // 8)
-            counts.add(np.full(bits.shape[0], s, dtype=np.uint32), bits)
-        return StoredCounts.of(counts)
 
 
 def assert_each_sender_counted_once(p: Pipeline, senders: Senders) -> None:
@@ -237,10 +168,9 @@ def test_a_batch_whose_move_reply_is_lost_is_forwarded(
     try:
         p.start_aggregator()
         p.start_shuffler()
-        senders = Senders(8, 10, PER_REQUEST, seed=1)
+        senders = Senders({METRIC: p.config.fingerprint}, 8, 10, PER_REQUEST, seed=1)
         proxy.armed.set()
-        fp = p.config.fingerprint
-        senders.send(p.shuffler_target, fp, range(10), deadline=time.monotonic() + 60)
+        senders.send(p.shuffler_target, range(10), deadline=time.monotonic() + 60)
         assert senders.acked.all()
         assert proxy.dropped.wait(10), "the proxy never saw the move script"
         assert p.shuffler is not None
@@ -272,9 +202,8 @@ def test_redis_sigkill_and_restart_mid_load_counts_every_acked_report_once(
     try:
         p.start_aggregator()
         p.start_shuffler()
-        senders = Senders(8, 16, PER_REQUEST, seed=2)
-        fp = p.config.fingerprint
-        senders.send(p.shuffler_target, fp, range(8), deadline=time.monotonic() + 60)
+        senders = Senders({METRIC: p.config.fingerprint}, 8, 16, PER_REQUEST, seed=2)
+        senders.send(p.shuffler_target, range(8), deadline=time.monotonic() + 60)
 
         def kill_and_restart() -> None:
             time.sleep(0.2)
@@ -284,7 +213,7 @@ def test_redis_sigkill_and_restart_mid_load_counts_every_acked_report_once(
 
         t = threading.Thread(target=kill_and_restart)
         t.start()
-        senders.send(p.shuffler_target, fp, range(8, 16), deadline=time.monotonic() + 60)
+        senders.send(p.shuffler_target, range(8, 16), deadline=time.monotonic() + 60)
         t.join(30)
         assert senders.acked.all()
         wait_until_counted(p, senders, timeout=30)
@@ -319,15 +248,12 @@ def test_a_retry_after_the_shuffler_died_on_a_frozen_redis_counts_once(
     try:
         p.start_aggregator()
         p.start_shuffler()
-        senders = Senders(6, 6, PER_REQUEST, seed=3)
-        fp = p.config.fingerprint
-        senders.send(p.shuffler_target, fp, range(3), deadline=time.monotonic() + 60)
+        senders = Senders({METRIC: p.config.fingerprint}, 6, 6, PER_REQUEST, seed=3)
+        senders.send(p.shuffler_target, range(3), deadline=time.monotonic() + 60)
         os.kill(redis_pid, signal.SIGSTOP)
         try:
             # one attempt each: the shuffler writes, Redis never answers
-            senders.send(
-                p.shuffler_target, fp, range(3, 4), deadline=time.monotonic() + 1.5, timeout=1
-            )
+            senders.send(p.shuffler_target, range(3, 4), deadline=time.monotonic() + 1.5, timeout=1)
             assert not senders.acked[:, 3].any()
             # the shuffler's writes sit unread in the frozen Redis's socket: wait until they
             # stop growing, so that its kill cannot cut a transaction short (a loaded box
@@ -341,7 +267,7 @@ def test_a_retry_after_the_shuffler_died_on_a_frozen_redis_counts_once(
         finally:
             os.kill(redis_pid, signal.SIGCONT)
         p.start_shuffler()
-        senders.send(p.shuffler_target, fp, range(3, 6), deadline=time.monotonic() + 60)
+        senders.send(p.shuffler_target, range(3, 6), deadline=time.monotonic() + 60)
         assert senders.acked.all()
         assert set(senders.codes) <= {"DEADLINE_EXCEEDED", "UNAVAILABLE"}
         assert (senders.attempts[:, 3] >= 2).all()  # every sender retried request 3
