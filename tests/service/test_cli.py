@@ -1,11 +1,10 @@
-"""``crowdmix aggregator serve`` as a real process: health, SIGTERM, exit codes, mTLS."""
+"""``crowdmix aggregator serve`` as a real process: health, SIGTERM, mTLS. Its exit codes
+for bad input are in tests/e2e/test_bad_input.py, with every other subcommand's."""
 
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -35,16 +34,6 @@ def aggregator(tmp_path: Path, *extra: str, config: Path | None = None) -> Daemo
     )
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crowdmix", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-
-
 def test_serve_answers_health_writes_its_port_and_exits_0_on_sigterm(tmp_path: Path) -> None:
     # the config may carry the shuffler's own [shuffler] table: it is not a metric
     config = tmp_path / "shared.toml"
@@ -64,41 +53,6 @@ def test_serve_answers_health_writes_its_port_and_exits_0_on_sigterm(tmp_path: P
         assert "aggregator stopped" in d.tail_log()
     finally:
         d.kill()
-
-
-def test_bad_registry_exits_1_naming_the_field(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.toml"
-    bad.write_text(REGISTRY_TOML.replace("k = 20", "k = 0"))
-    result = run_cli("aggregator", "serve", "--config", str(bad), "--listen", "127.0.0.1:0")
-    assert result.returncode == 1
-    assert "'pages'" in result.stderr and "k" in result.stderr
-    missing = run_cli("aggregator", "serve", "--config", str(tmp_path / "none.toml"))
-    assert missing.returncode == 1 and "does not exist" in missing.stderr
-
-
-def test_port_in_use_exits_4_and_unreachable_redis_exits_5(tmp_path: Path) -> None:
-    config, _ = write_registry(tmp_path)
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        result = run_cli(
-            "aggregator", "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"
-        )
-    assert result.returncode == 4, result.stderr
-    assert "cannot listen" in result.stderr
-    result = run_cli(
-        "aggregator",
-        "serve",
-        "--config",
-        str(config),
-        "--listen",
-        "127.0.0.1:0",
-        "--redis",
-        f"redis://127.0.0.1:{free_port()}/0",
-    )
-    assert result.returncode == 5, result.stderr
-    assert "redis unavailable" in result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +109,3 @@ def test_mtls_admits_only_clients_with_a_certificate_from_the_ca(
         assert d.stop() == 0
     finally:
         d.kill()
-
-
-def test_tls_flags_must_come_together(tmp_path: Path) -> None:
-    config, _ = write_registry(tmp_path)
-    result = run_cli("aggregator", "serve", "--config", str(config), "--tls-cert", "x.crt")
-    assert result.returncode == 1 and "--tls-key" in result.stderr
