@@ -118,19 +118,6 @@ def test_launcher_simulate_and_clean_stop(tmp_path: Path) -> None:
     assert not cluster.redis.ping() and not cluster.aggregator_redis.ping()
 
 
-def test_simulate_rejects_unknown_metric(tmp_path: Path) -> None:
-    from crowdmix.cluster import write_demo_registry
-
-    registry = write_demo_registry(tmp_path / "m.toml")
-    out = subprocess.run(
-        [sys.executable, "-m", "crowdmix", "simulate", "--target", "127.0.0.1:1",
-         "--config", str(registry), "--metric", "nope"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 1
-    assert "metric 'nope' is not in" in out.stderr
-
-
 @pytest.mark.slow
 def test_cluster_command_runs_until_sigterm(tmp_path: Path) -> None:
     import signal
