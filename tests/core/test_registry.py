@@ -161,6 +161,11 @@ def _histogram(**shuffle: Any) -> dict[str, Any]:
     return {"metrics": {"screens": table}}
 
 
+def _krr(**shuffle: Any) -> dict[str, Any]:
+    table = {"encoding": "krr", "epsilon": 1.0, "domain_size": 3, "shuffle": shuffle}
+    return {"metrics": {"b": table}}
+
+
 def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling() -> None:
     from crowdmix.core.registry import MAX_BATCH_BYTES, MAX_BATCH_REPORTS, window_batch_limit
     from crowdmix.core.sealed import sealed_length
@@ -196,31 +201,10 @@ def test_a_histogram_is_released_per_window_and_max_batch_is_the_window_ceiling(
         (_histogram(release="weekly"), "release must be one of"),
         (_histogram(release="max_batch", release_grace_seconds=60), "is for release = 'window'"),
         (
-            {
-                "metrics": {
-                    "b": {
-                        "encoding": "krr",
-                        "epsilon": 1.0,
-                        "domain_size": 3,
-                        "shuffle": {"release": "window"},
-                    }
-                }
-            },
+            _krr(release="window"),
             "release = 'window' is for shuffled histograms and heavy hitters only",
         ),
-        (
-            {
-                "metrics": {
-                    "b": {
-                        "encoding": "krr",
-                        "epsilon": 1.0,
-                        "domain_size": 3,
-                        "shuffle": {"release_grace_seconds": 1},
-                    }
-                }
-            },
-            "release_grace_seconds is for release = 'window'",
-        ),
+        (_krr(release_grace_seconds=1), "release_grace_seconds is for release = 'window'"),
     ],
 )
 def test_bad_window_release_settings_are_named(data: dict[str, Any], message: str) -> None:
