@@ -115,8 +115,8 @@ def submit_request(
 @contextlib.contextmanager
 def serving(
     registry: Registry,
-    store: ShufflerStore,
-    aggregator: str | None,
+    store: ShufflerStore | None = None,
+    aggregator: str | None = None,
     *,
     grace: float = 1,
     **options: Any,

@@ -18,10 +18,9 @@ import grpc
 from crowdmix.aggregator.daemon.server import start_aggregator
 from crowdmix.aggregator.store.memory import MemoryCountStore
 from crowdmix.protos import crowdmix_pb2 as pb
-from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.config import ShufflerSettings
-from crowdmix.shuffler.server import start_shuffler
-from tests.shuffler.helpers import RAPPOR, current_window, make_registry, submit_request
+from tests.shuffler.helpers import RAPPOR, current_window, make_registry, serving, submit_request
+from tests.waiting import eventually
 
 DAY = 86400
 
@@ -30,37 +29,31 @@ def _counted_or_refused(disposal_days: float, tolerance: int, window: int) -> No
     registry = make_registry(min_batch=1, max_delay=0.01, disposal_days=disposal_days)
     counts = MemoryCountStore()
     aggregator = start_aggregator(registry, counts)
-    shuffler = start_shuffler(
-        registry,
-        aggregator=f"127.0.0.1:{aggregator.port}",
-        settings=ShufflerSettings(tick_seconds=0.01, window_tolerance=tolerance),
-    )
+    settings = ShufflerSettings(tick_seconds=0.01, window_tolerance=tolerance)
     report = pb.Report(
         metric=RAPPOR,
         cohort=0,
         bits=b"\x01\x00",
         params_fingerprint=registry[RAPPOR].fingerprint,
     )
+    target = f"127.0.0.1:{aggregator.port}"
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{shuffler.port}") as ch:
+        with serving(registry, None, target, grace=2, settings=settings) as (_, stub):
             try:
-                crowdmix_pb2_grpc.ShufflerStub(ch).Submit(
-                    submit_request(reports=[report], window=window), timeout=10
-                )
+                stub.Submit(submit_request(reports=[report], window=window), timeout=10)
             except grpc.RpcError as exc:  # refused: the device hears of it and counts it
                 assert exc.code() is grpc.StatusCode.FAILED_PRECONDITION
                 assert (exc.details() or "").startswith("window_closed:")
                 return
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            stored = counts.load(RAPPOR)
-            if stored is not None and int(stored.totals.sum()) == 1:
-                return
-            time.sleep(0.02)
+
+            def counted_once() -> bool:
+                stored = counts.load(RAPPOR)
+                return stored is not None and int(stored.totals.sum()) == 1
+
+            counted = eventually(counted_once, 10, 0.02)
     finally:
-        shuffler.stop(grace=2)
         aggregator.stop()
-    raise AssertionError(
+    assert counted, (
         f"window {window} was acknowledged (tolerance {tolerance}, disposal_days "
         f"{disposal_days}) and never counted: the shuffler disposed of it unforwarded"
     )

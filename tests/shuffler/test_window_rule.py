@@ -7,13 +7,11 @@ import grpc
 import pytest
 
 from crowdmix.protos import crowdmix_pb2 as pb
-from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.errors import ConfigError, WindowRefused
 from crowdmix.shuffler.memory_store import MemoryStore
-from crowdmix.shuffler.server import start_shuffler
 from crowdmix.shuffler.windows import WindowRule
-from tests.shuffler.helpers import RAPPOR, make_registry, submit_request
+from tests.shuffler.helpers import RAPPOR, make_registry, serving, submit_request
 
 DAY = 86400
 W = 20_000  # the current window in the table below
@@ -94,44 +92,37 @@ def test_the_server_refuses_by_window_and_protocol_with_reasons_and_files_the_re
     registry = make_registry()
     fp = registry[RAPPOR].fingerprint
     store = MemoryStore()
-    handle = start_shuffler(
-        registry, store, None, settings=ShufflerSettings(), clock=lambda: now[0]
-    )
 
     def row() -> pb.Report:
         return pb.Report(metric=RAPPOR, cohort=1, bits=b"\x01\x00", params_fingerprint=fp)
 
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{handle.port}") as channel:
-            stub = crowdmix_pb2_grpc.ShufflerStub(channel)
-            for window, code, reason in (
-                (W - 2, grpc.StatusCode.FAILED_PRECONDITION, "window_closed: "),
-                (W + 2, grpc.StatusCode.FAILED_PRECONDITION, "window_ahead: "),
-            ):
-                with pytest.raises(grpc.RpcError) as info:
-                    stub.Submit(submit_request(reports=[row()], window=window), timeout=10)
-                assert info.value.code() == code
-                assert info.value.details().startswith(reason)
-            # one report of a refused window sinks the whole request
-            mixed = submit_request(reports=[row(), row()], window=W)
-            mixed.reports[1].window = W - 2
+    with serving(registry, store, settings=ShufflerSettings(), clock=lambda: now[0]) as (_, stub):
+        for window, code, reason in (
+            (W - 2, grpc.StatusCode.FAILED_PRECONDITION, "window_closed: "),
+            (W + 2, grpc.StatusCode.FAILED_PRECONDITION, "window_ahead: "),
+        ):
             with pytest.raises(grpc.RpcError) as info:
-                stub.Submit(mixed, timeout=10)
-            assert info.value.details().startswith("window_closed: ")
-            for protocol in (0, 1, 3):
-                with pytest.raises(grpc.RpcError) as info:
-                    stub.Submit(submit_request(reports=[row()], protocol=protocol), timeout=10)
-                assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-                assert info.value.details().startswith("protocol_unsupported: ")
-            assert store.pending(RAPPOR) == {}
+                stub.Submit(submit_request(reports=[row()], window=window), timeout=10)
+            assert info.value.code() == code
+            assert info.value.details().startswith(reason)
+        # one report of a refused window sinks the whole request
+        mixed = submit_request(reports=[row(), row()], window=W)
+        mixed.reports[1].window = W - 2
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Submit(mixed, timeout=10)
+        assert info.value.details().startswith("window_closed: ")
+        for protocol in (0, 1, 3):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Submit(submit_request(reports=[row()], protocol=protocol), timeout=10)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert info.value.details().startswith("protocol_unsupported: ")
+        assert store.pending(RAPPOR) == {}
 
-            for window, n in ((W - 1, 2), (W, 3), (W + 1, 4)):
-                request = submit_request(reports=[row() for _ in range(n)], window=window)
-                assert stub.Submit(request, timeout=10).accepted == n
-            pending = {key.window: count for key, count in store.pending(RAPPOR).items()}
-            assert pending == {W - 1: 2, W: 3, W + 1: 4}
+        for window, n in ((W - 1, 2), (W, 3), (W + 1, 4)):
+            request = submit_request(reports=[row() for _ in range(n)], window=window)
+            assert stub.Submit(request, timeout=10).accepted == n
+        pending = {key.window: count for key, count in store.pending(RAPPOR).items()}
+        assert pending == {W - 1: 2, W: 3, W + 1: 4}
 
-            answer = stub.GetConfig(pb.GetConfigRequest(), timeout=10)
-            assert (answer.window, answer.server_time) == (W, now[0])
-    finally:
-        handle.stop(grace=1)
+        answer = stub.GetConfig(pb.GetConfigRequest(), timeout=10)
+        assert (answer.window, answer.server_time) == (W, now[0])

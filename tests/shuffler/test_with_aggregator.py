@@ -8,19 +8,16 @@ import subprocess
 import time
 from pathlib import Path
 
-import grpc
 import numpy as np
 
 from crowdmix.aggregator.counting.counts import CohortCounts
 from crowdmix.aggregator.daemon.server import start_aggregator
 from crowdmix.aggregator.store.memory import MemoryCountStore
-from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.aggregator_client import AggregatorSender
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
-from crowdmix.shuffler.server import start_shuffler
 from crowdmix.shuffler.store import PendingWrite, QueueKey
-from tests.shuffler.helpers import RAPPOR, make_registry
+from tests.shuffler.helpers import RAPPOR, make_registry, serving
 from tests.shuffler.test_pipeline import columns_request, ids_chunk, wait_for
 
 
@@ -40,28 +37,21 @@ def test_reports_are_counted_exactly_once_by_the_aggregator() -> None:
     sender(early)
     sender.close()
 
-    shuffler = start_shuffler(
-        registry,
-        store,
-        f"127.0.0.1:{aggregator.port}",
-        settings=ShufflerSettings(tick_seconds=0.01),
-    )
     n = 10_000
     ids = np.arange(n, dtype=np.int64)
+
+    def counted() -> int:
+        stored = counts_store.load(RAPPOR)
+        return 0 if stored is None else int(stored.totals.sum())
+
+    settings, target = ShufflerSettings(tick_seconds=0.01), f"127.0.0.1:{aggregator.port}"
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{shuffler.port}") as ch:
-            stub = crowdmix_pb2_grpc.ShufflerStub(ch)
+        with serving(registry, store, target, grace=5, settings=settings) as (_, stub):
             for i in range(0, n, 1000):
                 stub.Submit(columns_request(ids[i : i + 1000], fp), timeout=10)
-
-        def counted() -> int:
-            stored = counts_store.load(RAPPOR)
-            return 0 if stored is None else int(stored.totals.sum())
-
-        wait_for(lambda: counted() == n + 1000)
-        wait_for(lambda: store.inflight_ids(RAPPOR) == [])
+            wait_for(lambda: counted() == n + 1000)
+            wait_for(lambda: store.inflight_ids(RAPPOR) == [])
     finally:
-        shuffler.stop(grace=5)
         aggregator.stop()
     expected = CohortCounts.create(num_cohorts=8, nbits=16)
     everything = ids_chunk(np.concatenate([ids, np.arange(20_000, 21_000)]))
@@ -96,15 +86,12 @@ def test_mtls_to_the_aggregator(tmp_path: Path) -> None:
         aggregator_cert=str(tmp_path / "shuffler-client.crt"),
         aggregator_key=str(tmp_path / "shuffler-client.key"),
     )
-    shuffler = start_shuffler(
-        registry, MemoryStore(), f"localhost:{aggregator.port}", settings=settings
-    )
+    target = f"localhost:{aggregator.port}"
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{shuffler.port}") as ch:
-            crowdmix_pb2_grpc.ShufflerStub(ch).Submit(
-                columns_request(np.arange(50, dtype=np.int64), fp), timeout=10
+        with serving(registry, MemoryStore(), target, grace=2, settings=settings) as (_, stub):
+            stub.Submit(columns_request(np.arange(50, dtype=np.int64), fp), timeout=10)
+            wait_for(
+                lambda: (s := counts_store.load(RAPPOR)) is not None and int(s.totals.sum()) == 50
             )
-        wait_for(lambda: (s := counts_store.load(RAPPOR)) is not None and int(s.totals.sum()) == 50)
     finally:
-        shuffler.stop(grace=2)
         aggregator.stop()
