@@ -38,7 +38,6 @@ from crowdmix.aggregator.discovery.pipeline import (
     step_discovery,
 )
 from crowdmix.aggregator.discovery.plan import DiscoveryState
-from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import load_batch_sizes, open_store
 from crowdmix.client.discovery import PrefixEncoder, ValueEncoder, device_round
 from crowdmix.client.randomness import BitSource
@@ -49,6 +48,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import start_shuffler
 from tests.client.bitsources import SeededBits
+from tests.shuffler.helpers import write_keys
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real servers, seconds
@@ -171,10 +171,7 @@ def test_a_discovery_over_three_windows_finds_the_planted_values(
     keys_file = public = None
     if sealing == "required":  # the SDK's default: reports sealed to the aggregator's key
         t = int(now[0])
-        keys, _ = KeySet().with_new_key(t - HOUR)
-        keys_file, public = tmp_path / "keys.json", tmp_path / "public.json"
-        save_keyset(keys_file, keys, now=t, create=True)
-        write_public_config(public, keys, now=t)
+        _, keys_file, public = write_keys(tmp_path, t, valid_from=t - HOUR)
     rounds_file, state_file = tmp_path / "rounds.json", tmp_path / "state.json"
     aggregator = start_aggregator(
         registry,

@@ -27,7 +27,6 @@ import pytest
 from crowdmix import client
 from crowdmix.aggregator.daemon.server import start_aggregator
 from crowdmix.aggregator.discovery.pipeline import open_discovery
-from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import open_store
 from crowdmix.cli import main
 from crowdmix.client.discovery import device_round
@@ -38,6 +37,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.e2e.test_discovery_pipeline import GRACE, HOUR, METRIC, START, _registry_dict
+from tests.shuffler.helpers import write_keys
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real servers, seconds
@@ -89,10 +89,8 @@ def test_a_report_of_another_shufflers_round_is_never_counted_against_this_one(
     now = [START * HOUR + HOUR / 2]
     keys_file = public = None
     if sealing == "required":
-        keys, _ = KeySet().with_new_key(int(now[0]) - HOUR)
-        keys_file, public = tmp_path / "keys.json", tmp_path / "public.json"
-        save_keyset(keys_file, keys, now=int(now[0]), create=True)
-        write_public_config(public, keys, now=int(now[0]))
+        t = int(now[0])
+        _, keys_file, public = write_keys(tmp_path, t, valid_from=t - HOUR)
     rounds_a, rounds_b = tmp_path / "rounds.json", tmp_path / "rounds-b.json"
     state_file = tmp_path / "state.json"
     served = open_discovery(registry, metric, rounds_file=rounds_a, state_file=state_file,

@@ -39,7 +39,6 @@ import pytest
 
 from crowdmix import client
 from crowdmix.aggregator.daemon.server import AggregatorServer, start_aggregator
-from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import load_batch_sizes, load_counts, open_store
 from crowdmix.aggregator.store.base import CountStore
 from crowdmix.client.histogram import HistogramEncoder
@@ -52,6 +51,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from tests.daemons import kill_at
+from tests.shuffler.helpers import write_keys
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
@@ -126,13 +126,9 @@ def system(tmp_path: Path, redis_url: str) -> Iterator[System]:
     t = int(time.time())
     # valid from an hour back: the device judges a key on the shuffler's clock, which
     # this test holds in the middle of the current hour
-    keys, _ = KeySet().with_new_key(t - HOUR)
-    save_keyset(tmp_path / "keys.json", keys, now=t, create=True)
-    write_public_config(tmp_path / "public.json", keys, now=t)
+    _, keys_file, public = write_keys(tmp_path, t, valid_from=t - HOUR)
     counts = open_store(None)
-    aggregator = start_aggregator(
-        registry, counts, listen="127.0.0.1:0", keys_file=str(tmp_path / "keys.json")
-    )
+    aggregator = start_aggregator(registry, counts, listen="127.0.0.1:0", keys_file=str(keys_file))
     # the shuffler's clock stands still in the middle of a window until the test moves it
     window = registry.window_of(time.time())
     now = [window * HOUR + HOUR / 2]
@@ -141,7 +137,7 @@ def system(tmp_path: Path, redis_url: str) -> Iterator[System]:
         registry,
         store,
         f"127.0.0.1:{aggregator.port}",
-        settings=ShufflerSettings(public_keys=str(tmp_path / "public.json")),
+        settings=ShufflerSettings(public_keys=str(public)),
         tokens=frozenset({TOKEN}),
         clock=lambda: now[0],
     )

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from crowdmix import client
-from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+from crowdmix.aggregator.sealing.keys import KeySet
 from crowdmix.client.outbox import Outbox
 from crowdmix.client.reporter import ReportStatus
 from crowdmix.cluster import free_port
@@ -29,7 +29,7 @@ from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.shuffler.helpers import OUE, RAPPOR, make_registry
+from tests.shuffler.helpers import OUE, RAPPOR, make_registry, write_keys
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
@@ -98,17 +98,10 @@ class Forwarder:
             self._conns.clear()
 
 
-def _public_keys(directory: Path) -> Path:
-    now = int(time.time())
-    keys, _ = KeySet().with_new_key(now)
-    save_keyset(directory / "keys.json", keys, now=now, create=True)
-    write_public_config(directory / "public.json", keys, now=now)
-    return directory / "public.json"
-
-
 @pytest.fixture
 def sealed_shuffler(tmp_path: Path) -> Iterator[ShufflerHandle]:
-    settings = ShufflerSettings(public_keys=str(_public_keys(tmp_path)))
+    _, _, public = write_keys(tmp_path)
+    settings = ShufflerSettings(public_keys=str(public))
     with start_shuffler(
         make_registry(min_batch=1), settings=settings, tokens=frozenset({TOKEN})
     ) as s:

@@ -11,20 +11,18 @@ logged at WARNING once and named in ``last_error``. Real shufflers on loopback.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crowdmix import client
-from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.cli import main
 from crowdmix.client.outbox import Outbox
 from crowdmix.cluster import free_port
 from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.shuffler.helpers import OUE, RAPPOR, make_registry
+from tests.shuffler.helpers import OUE, RAPPOR, make_registry, write_keys
 
 pytestmark = pytest.mark.slow  # real servers, seconds each
 
@@ -34,11 +32,8 @@ ReportStatus = client.ReportStatus
 
 @pytest.fixture
 def sealed_shuffler(tmp_path: Path) -> Iterator[ShufflerHandle]:
-    now = int(time.time())
-    keys, _ = KeySet().with_new_key(now)
-    save_keyset(tmp_path / "keys.json", keys, now=now, create=True)
-    write_public_config(tmp_path / "public.json", keys, now=now)
-    settings = ShufflerSettings(public_keys=str(tmp_path / "public.json"))
+    _, _, public = write_keys(tmp_path)
+    settings = ShufflerSettings(public_keys=str(public))
     with start_shuffler(
         make_registry(min_batch=1), settings=settings, tokens=frozenset({TOKEN})
     ) as s:

@@ -9,7 +9,8 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
@@ -23,6 +24,9 @@ from crowdmix.shuffler.columns import Chunk
 from crowdmix.shuffler.serde import batch_from_proto
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
 from crowdmix.shuffler.store import InFlightBatch, ShufflerStore
+
+if TYPE_CHECKING:
+    from crowdmix.aggregator.sealing.keys import KeySet
 
 RAPPOR = "home_page"  # k=16 (2 bytes), m=8 cohorts
 OUE = "browser"  # oue over 5 values: 1 byte, bits 5..7 are padding
@@ -110,6 +114,22 @@ def submit_request(
         if not c.report_ids and not (c.sealed or c.key_ids) and c.count:
             c.report_ids = os.urandom(16 * c.count)
     return request
+
+
+def write_keys(
+    directory: Path, now: int | None = None, *, valid_from: int | None = None
+) -> tuple[KeySet, Path, Path]:
+    """A new aggregator key, valid from ``valid_from`` (default ``now``, default this
+    second): the key set saved as ``directory/keys.json`` at ``now`` and what a shuffler
+    publishes of it as ``directory/public.json``. Returns the key set and both paths."""
+    from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+
+    now = int(time.time()) if now is None else now
+    keys, _ = KeySet().with_new_key(now if valid_from is None else valid_from)
+    private, public = directory / "keys.json", directory / "public.json"
+    save_keyset(private, keys, now=now, create=True)
+    write_public_config(public, keys, now=now)
+    return keys, private, public
 
 
 @contextlib.contextmanager

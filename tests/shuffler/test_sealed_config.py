@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
+from crowdmix.aggregator.sealing.keys import write_public_config
 from crowdmix.client.errors import TransportError
 from crowdmix.client.report import Report
 from crowdmix.client.transport import ShufflerClient
@@ -19,20 +19,11 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.config_service import ConfigService
 from crowdmix.shuffler.errors import ConfigError
 from crowdmix.shuffler.server import start_shuffler
-from tests.shuffler.helpers import RAPPOR, make_registry
-
-
-def _keys(tmp_path: Path) -> tuple[KeySet, Path, Path]:
-    now = int(time.time())
-    keys, _ = KeySet().with_new_key(now)
-    private, public = tmp_path / "keys.json", tmp_path / "public.json"
-    save_keyset(private, keys, now=now, create=True)
-    write_public_config(public, keys, now=now)
-    return keys, private, public
+from tests.shuffler.helpers import RAPPOR, make_registry, write_keys
 
 
 def test_get_config_serves_params_and_public_keys_and_follows_the_file(tmp_path: Path) -> None:
-    keys, private, public = _keys(tmp_path)
+    keys, private, public = write_keys(tmp_path)
     registry = make_registry()
     settings = ShufflerSettings(public_keys=str(public), config_cache_seconds=120)
     with start_shuffler(registry, settings=settings) as shuffler:
@@ -61,7 +52,7 @@ def test_get_config_serves_params_and_public_keys_and_follows_the_file(tmp_path:
 
 
 def test_a_private_key_file_is_refused_as_public_keys(tmp_path: Path) -> None:
-    _, private, _ = _keys(tmp_path)
+    _, private, _ = write_keys(tmp_path)
     with pytest.raises(ConfigError, match="public key"):
         start_shuffler(make_registry(), settings=ShufflerSettings(public_keys=str(private)))
 
@@ -88,7 +79,7 @@ def test_no_sender_sends_clear_reports_unless_told_to(tmp_path: Path) -> None:
         plain.submit(report)
         assert plain.flush() == 1 and plain.sealed == 0
         plain.close()
-    _, _, public = _keys(tmp_path)
+    _, _, public = write_keys(tmp_path)
     with start_shuffler(registry, settings=ShufflerSettings(public_keys=str(public))) as shuffler:
         sealed = ShufflerClient(f"127.0.0.1:{shuffler.port}")
         assert sealed.config().plaintext is False and sealed.config().keys.keys
