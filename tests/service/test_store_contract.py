@@ -411,12 +411,14 @@ def test_retention_deletes_the_ids_of_old_windows_and_refuses_their_batches(
     assert same(store.load("pages"), direct_count(config, [old]))
 
 
-def test_overlapping_batches_applied_concurrently_count_each_report_id_once(
+def test_overlapping_batches_applied_concurrently_count_each_report_and_each_repeat_once(
     store: CountStore, registry: Registry
 ) -> None:
     """Four threads apply batches drawn from one pool of 1200 reports, overlapping in
-    their report ids: the drop and the count are one atomic step, so the final counts
-    are exactly the pool's, each report once."""
+    their report ids, each batch sent twice (applies retried when another process
+    appended ids meanwhile): the drop, the count and the count of repeats are one atomic
+    step, so the final counts are exactly the pool's, each report once, and the repeats
+    are the reports offered minus those counted (a re-sent batch is never a repeat)."""
     rng = np.random.default_rng(24)
     config = registry["pages"]
     pool = with_ids(random_batch(rng, config, 1200, window=5), rng.integers(0, 256, (1200, 16)))
@@ -425,18 +427,21 @@ def test_overlapping_batches_applied_concurrently_count_each_report_id_once(
     batches = [rows(pool, np.sort(p)) for p in picks]
     ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
     counted: list[int] = []
+    resent: list[bool] = []
 
     def worker(mine: list[IngestBatch]) -> None:
         for b in mine:
             counted.append(ingestor.ingest(b).applied)
+            resent.append(ingestor.ingest(b).duplicate)  # a duplicate batch, not a repeat
 
     threads = [threading.Thread(target=worker, args=(batches[i::4],)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sum(counted) == 1200
+    assert sum(counted) == 1200 and len(resent) == len(batches) and all(resent)
     assert same(store.load("pages"), direct_count(config, [pool]))
+    assert store.duplicate_reports("pages", [5]) == sum(b.count for b in batches) - 1200
 
 
 def test_report_id_index_finds_exactly_the_ids_it_holds() -> None:
@@ -628,34 +633,6 @@ def test_repeated_report_ids_are_counted_per_window_with_the_batch(
     now[0] += config.shuffle.disposal_days * 86400 + 4 * day
     assert ingestor.dispose_ids() > 0
     assert [store.duplicate_reports("pages", [w]) for w in (4, 5, 6)] == [0, 160, 0]
-
-
-def test_repeats_counted_under_concurrent_applies_are_exact(
-    store: CountStore, registry: Registry
-) -> None:
-    """Four threads apply overlapping batches of one pool (applies retried when another
-    process appended ids meanwhile): the count of repeats is exactly the reports offered
-    minus those counted, so it is recorded in the same atomic step, once per apply."""
-    rng = np.random.default_rng(32)
-    config = registry["pages"]
-    pool = with_ids(random_batch(rng, config, 600, window=5), rng.integers(0, 256, (600, 16)))
-    picks = [rng.choice(600, size=150, replace=False) for _ in range(16)]
-    picks.append(np.arange(600))
-    batches = [rows(pool, np.sort(p)) for p in picks]
-    ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
-
-    def worker(mine: list[IngestBatch]) -> None:
-        for b in mine:
-            ingestor.ingest(b)
-            ingestor.ingest(b)  # every batch re-sent: never a repeat
-
-    threads = [threading.Thread(target=worker, args=(batches[i::4],)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert same(store.load("pages"), direct_count(config, [pool]))
-    assert store.duplicate_reports("pages", [5]) == sum(b.count for b in batches) - 600
 
 
 def test_repeats_survive_a_redis_kill(tmp_path: Path) -> None:
