@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -42,6 +43,17 @@ SHUFFLER_TABLE = "\n[shuffler]\ninflight_retry_seconds = 1.0\nforward_timeout_se
 # is released (at min_batch = 1000 a shuffler rightly held a last 250 or 500: seen on
 # loaded boxes as acknowledged != counted within the wait)
 PER_REQUEST = 250
+
+
+def _pipeline(
+    tmp_path: Path, redis_url: str, *, extra_toml: str = SHUFFLER_TABLE, **options: Any
+) -> Pipeline:
+    """A pipeline whose batches may be as small as one request (PER_REQUEST reports),
+    its shuffler re-offering a batch in flight after a second unless ``extra_toml`` says
+    otherwise."""
+    return Pipeline(
+        tmp_path, redis_url, max_batch=4000, min_batch=PER_REQUEST, extra_toml=extra_toml, **options
+    )
 
 
 def assert_each_sender_counted_once(p: Pipeline, senders: Senders) -> None:
@@ -155,16 +167,8 @@ def test_a_batch_whose_move_reply_is_lost_is_forwarded(
     while the daemon runs (a sweep re-offers it after inflight_retry_seconds), or, when
     the sweep is far off, by SIGTERM's final pass; not only at the next start-up."""
     retry = 1.0 if when == "while_running" else 3600.0
-    p = Pipeline(
-        tmp_path,
-        private_redis.url,
-        max_batch=4000,
-        min_batch=PER_REQUEST,
-        shuffler_redis_url=proxy.url,
-        extra_toml=(
-            f"\n[shuffler]\ninflight_retry_seconds = {retry}\nforward_timeout_seconds = 0.9\n"
-        ),
-    )
+    table = f"\n[shuffler]\ninflight_retry_seconds = {retry}\nforward_timeout_seconds = 0.9\n"
+    p = _pipeline(tmp_path, private_redis.url, shuffler_redis_url=proxy.url, extra_toml=table)
     try:
         p.start_aggregator()
         p.start_shuffler()
@@ -192,13 +196,7 @@ def test_a_batch_whose_move_reply_is_lost_is_forwarded(
 def test_redis_sigkill_and_restart_mid_load_counts_every_acked_report_once(
     tmp_path: Path, private_redis: RedisServer
 ) -> None:
-    p = Pipeline(
-        tmp_path,
-        private_redis.url,
-        max_batch=4000,
-        min_batch=PER_REQUEST,
-        extra_toml=SHUFFLER_TABLE,
-    )
+    p = _pipeline(tmp_path, private_redis.url)
     try:
         p.start_aggregator()
         p.start_shuffler()
@@ -235,13 +233,8 @@ def test_a_retry_after_the_shuffler_died_on_a_frozen_redis_counts_once(
     reported. test_a_first_copy_ingested_after_its_retry_counts_once_per_report_id makes
     the stored-twice case certain."""
     metrics_port = free_port()
-    p = Pipeline(
-        tmp_path,
-        private_redis.url,
-        max_batch=4000,
-        min_batch=PER_REQUEST,
-        extra_toml=SHUFFLER_TABLE,
-        aggregator_args=("--metrics-port", str(metrics_port)),
+    p = _pipeline(
+        tmp_path, private_redis.url, aggregator_args=("--metrics-port", str(metrics_port))
     )
     assert private_redis.proc is not None
     redis_pid = private_redis.proc.pid
