@@ -1,4 +1,5 @@
-"""Shared test material: a small registry, report generators, a recording aggregator."""
+"""Shared test material: a small registry, report generators, a recording aggregator, a
+shuffler served with a stub on it, and an aggregator key written as the daemons read it."""
 
 from __future__ import annotations
 
