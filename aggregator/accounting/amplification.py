@@ -20,7 +20,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -86,14 +86,21 @@ class AmplificationResult:
     amplified: bool
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "bound": self.bound,
-            "epsilon0": self.epsilon0,
-            "n": self.n,
-            "amplified": self.amplified,
-        }
+        return asdict(self)
+
+
+def _result(eps: float, epsilon0: float, n: int, delta: float, bound: str) -> AmplificationResult:
+    """``eps`` from ``bound``, or ε0 itself when ``eps`` is within AMPLIFIED_MARGIN of it:
+    such a bound only trades δ for a sliver of ε."""
+    amplified = eps < epsilon0 * (1.0 - AMPLIFIED_MARGIN)
+    return AmplificationResult(
+        epsilon=eps if amplified else epsilon0,
+        delta=delta,
+        bound=bound,
+        epsilon0=epsilon0,
+        n=n,
+        amplified=amplified,
+    )
 
 
 _check = check_shuffle_args
@@ -251,15 +258,7 @@ def _blanket_result(
 ) -> AmplificationResult:
     eps0 = randomizer.epsilon0
     eps = eps0 if profile is None else epsilon_from_profile(profile, delta, eps0)
-    amplified = eps < eps0 * (1.0 - AMPLIFIED_MARGIN)
-    return AmplificationResult(
-        epsilon=eps if amplified else eps0,
-        delta=delta,
-        bound="blanket" if profile is not None else "none",
-        epsilon0=eps0,
-        n=n,
-        amplified=amplified,
-    )
+    return _result(eps, eps0, n, delta, "blanket" if profile is not None else "none")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,16 +306,7 @@ def _binary_rr(randomizer: Randomizer, n: int, delta: float) -> AmplificationRes
     if not isinstance(randomizer, KaryRR) or randomizer.domain != 2:
         return None
     eps0 = randomizer.epsilon0
-    eps = binary_rr_epsilon(eps0, n, float(delta))
-    amplified = eps < eps0 * (1.0 - AMPLIFIED_MARGIN)
-    return AmplificationResult(
-        epsilon=eps if amplified else eps0,
-        delta=float(delta),
-        bound="binary-rr",
-        epsilon0=eps0,
-        n=n,
-        amplified=amplified,
-    )
+    return _result(binary_rr_epsilon(eps0, n, float(delta)), eps0, n, float(delta), "binary-rr")
 
 
 @lru_cache(maxsize=1024)
@@ -411,16 +401,7 @@ def _amplify(epsilon0: float, n: int, delta: float, bound: str) -> Amplification
         else:
             pair = ClonePair.clones_fmt21(epsilon0)
         eps = epsilon_from_pair(pair, n, delta, epsilon0)
-    # A bound within 0.1% of ε0 only trades δ for a sliver of ε: report ε0 itself.
-    amplified = eps < epsilon0 * (1.0 - AMPLIFIED_MARGIN)
-    return AmplificationResult(
-        epsilon=eps if amplified else epsilon0,
-        delta=delta,
-        bound=bound,
-        epsilon0=epsilon0,
-        n=n,
-        amplified=amplified,
-    )
+    return _result(eps, epsilon0, n, delta, bound)
 
 
 def _binary_rr_counts(epsilon0: float, n: int, lo: int, hi: int) -> tuple[Any, Any, float]:
