@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from crowdmix.aggregator.accounting.pairs import (
     ClonePair,
@@ -85,14 +86,21 @@ class AmplificationResult:
     amplified: bool
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "bound": self.bound,
-            "epsilon0": self.epsilon0,
-            "n": self.n,
-            "amplified": self.amplified,
-        }
+        return asdict(self)
+
+
+def _result(eps: float, epsilon0: float, n: int, delta: float, bound: str) -> AmplificationResult:
+    """``eps`` from ``bound``, or ε0 itself when ``eps`` is within AMPLIFIED_MARGIN of it:
+    such a bound only trades δ for a sliver of ε."""
+    amplified = eps < epsilon0 * (1.0 - AMPLIFIED_MARGIN)
+    return AmplificationResult(
+        epsilon=eps if amplified else epsilon0,
+        delta=delta,
+        bound=bound,
+        epsilon0=epsilon0,
+        n=n,
+        amplified=amplified,
+    )
 
 
 _check = check_shuffle_args
@@ -134,12 +142,17 @@ def _lower_root(evaluated: EvaluatedPair, delta: float, upper: float) -> float:
     charges its float error upward, so less its tail it is no lower bound."""
     if not isinstance(evaluated, EvaluatedPair):
         raise TypeError(f"a lower bound needs an EvaluatedPair, got {type(evaluated).__name__}")
+    return _bisect_down(evaluated.delta_lower, delta, upper)
+
+
+def _bisect_down(delta_lower: Callable[[float], float], delta: float, upper: float) -> float:
+    """Largest ε in [0, upper] with ``delta_lower(ε)`` > δ, by bisection, rounded down."""
     lo, hi = 0.0, upper
-    if evaluated.delta_lower(0.0) <= delta:
+    if delta_lower(0.0) <= delta:
         return 0.0
     while hi - lo > 1e-9 * max(lo, 1e-6):
         mid = 0.5 * (lo + hi)
-        if evaluated.delta_lower(mid) > delta:
+        if delta_lower(mid) > delta:
             lo = mid
         else:
             hi = mid
@@ -245,15 +258,7 @@ def _blanket_result(
 ) -> AmplificationResult:
     eps0 = randomizer.epsilon0
     eps = eps0 if profile is None else epsilon_from_profile(profile, delta, eps0)
-    amplified = eps < eps0 * (1.0 - AMPLIFIED_MARGIN)
-    return AmplificationResult(
-        epsilon=eps if amplified else eps0,
-        delta=delta,
-        bound="blanket" if profile is not None else "none",
-        epsilon0=eps0,
-        n=n,
-        amplified=amplified,
-    )
+    return _result(eps, eps0, n, delta, "blanket" if profile is not None else "none")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -301,16 +306,7 @@ def _binary_rr(randomizer: Randomizer, n: int, delta: float) -> AmplificationRes
     if not isinstance(randomizer, KaryRR) or randomizer.domain != 2:
         return None
     eps0 = randomizer.epsilon0
-    eps = binary_rr_epsilon(eps0, n, float(delta))
-    amplified = eps < eps0 * (1.0 - AMPLIFIED_MARGIN)
-    return AmplificationResult(
-        epsilon=eps if amplified else eps0,
-        delta=float(delta),
-        bound="binary-rr",
-        epsilon0=eps0,
-        n=n,
-        amplified=amplified,
-    )
+    return _result(binary_rr_epsilon(eps0, n, float(delta)), eps0, n, float(delta), "binary-rr")
 
 
 @lru_cache(maxsize=1024)
@@ -405,34 +401,23 @@ def _amplify(epsilon0: float, n: int, delta: float, bound: str) -> Amplification
         else:
             pair = ClonePair.clones_fmt21(epsilon0)
         eps = epsilon_from_pair(pair, n, delta, epsilon0)
-    # A bound within 0.1% of ε0 only trades δ for a sliver of ε: report ε0 itself.
-    amplified = eps < epsilon0 * (1.0 - AMPLIFIED_MARGIN)
-    return AmplificationResult(
-        epsilon=eps if amplified else epsilon0,
-        delta=delta,
-        bound=bound,
-        epsilon0=epsilon0,
-        n=n,
-        amplified=amplified,
-    )
+    return _result(eps, epsilon0, n, delta, bound)
 
 
-def _binary_rr_delta(epsilon: float, epsilon0: float, n: int) -> float:
-    """max(D(P‖Q), D(Q‖P)) for shuffled binary RR, others all holding 0, from below."""
+def _binary_rr_counts(epsilon0: float, n: int, lo: int, hi: int) -> tuple[Any, Any, float]:
+    """Shuffled binary RR, others all holding 0: the probabilities of k = lo..hi ones
+    with the victim holding 0 (p) and 1 (q), and their relative float error (``pmf_error``
+    of the weights), for ``symmetric_hockey_lower``."""
     import numpy as np
     from scipy import stats
 
     flip = 1.0 / (math.exp(epsilon0) + 1.0)
-    k = np.arange(0, n + 1, dtype=np.float64)
+    k = np.arange(lo, hi + 1, dtype=np.float64)
     base = np.exp(stats.binom.logpmf(k, n - 1, flip))  # others' count of ones
-    shifted = np.concatenate(([0.0], base[:-1]))  # count k−1
+    shifted = np.exp(stats.binom.logpmf(k - 1.0, n - 1, flip))  # count k−1
     p = (1.0 - flip) * base + flip * shifted  # victim holds 0
     q = flip * base + (1.0 - flip) * shifted  # victim holds 1
-    e = math.exp(epsilon)
-    # A lower bound: each side's positive terms less their float error (pmf_error of
-    # the weights, times the magnitudes p + e·q summed there).
-    rel = pmf_error(max(n - 1, 1), flip) + 8.0 * math.ulp(1.0)
-    return symmetric_hockey_lower(p, q, e, rel)
+    return p, q, pmf_error(max(n - 1, 1), flip) + 8.0 * math.ulp(1.0)
 
 
 def shuffled_rr_lower_bound(epsilon0: float, n: int, delta: float, *, domain: int = 3) -> float:
@@ -455,13 +440,9 @@ def shuffled_rr_lower_bound(epsilon0: float, n: int, delta: float, *, domain: in
         e = math.exp(epsilon0)
         pair = ClonePair(p=e, alpha=1.0 / (e + 2.0), r=1.0 / (e + 2.0))
         return _lower_root(pair.evaluate(n, delta), delta, epsilon0)
-    if _binary_rr_delta(0.0, epsilon0, n) <= delta:
-        return 0.0
-    lo, hi = 0.0, epsilon0
-    while hi - lo > 1e-9 * max(lo, 1e-6):
-        mid = 0.5 * (lo + hi)
-        if _binary_rr_delta(mid, epsilon0, n) > delta:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    # max(D(P‖Q), D(Q‖P)) from below: each side's positive terms less their float error
+    # (pmf_error of the weights, times the magnitudes p + e·q summed there).
+    p, q, rel = _binary_rr_counts(epsilon0, n, 0, n)
+    return _bisect_down(
+        lambda eps: symmetric_hockey_lower(p, q, math.exp(eps), rel), delta, epsilon0
+    )

@@ -20,7 +20,6 @@ from crowdmix.aggregator.accounting.lower_labelled import labelled_one_bit
 from crowdmix.aggregator.accounting.pairs import (
     ClonePair,
     binom_window,
-    pmf_error,
     symmetric_hockey_lower,
 )
 
@@ -86,18 +85,10 @@ def krr_lower(epsilon0: float, domain: int, n: int, delta: float) -> float:
 def _binary(epsilon0: float, n: int, delta: float) -> float:
     """Binary RR, everyone else 0: the count of ones, summed over a window of
     counts only (the terms left out are ≥ 0)."""
-    import numpy as np
-    from scipy import stats
+    from crowdmix.aggregator.accounting.amplification import _binary_rr_counts
 
-    flip = 1.0 / (math.exp(epsilon0) + 1.0)
-    lo, hi = binom_window(n - 1, flip, 1e-30)
-    k = np.arange(lo, hi + 2, dtype=np.float64)
-    base = np.exp(stats.binom.logpmf(k, n - 1, flip))
-    shifted = np.exp(stats.binom.logpmf(k - 1.0, n - 1, flip))
-    p = (1.0 - flip) * base + flip * shifted  # victim holds 0
-    q = flip * base + (1.0 - flip) * shifted  # victim holds 1
-
-    rel = pmf_error(max(n - 1, 1), flip) + 8.0 * math.ulp(1.0)  # float error, taken off
+    lo, hi = binom_window(n - 1, 1.0 / (math.exp(epsilon0) + 1.0), 1e-30)
+    p, q, rel = _binary_rr_counts(epsilon0, n, lo, hi + 1)  # rel: float error, taken off
 
     def at(eps: float) -> float:
         e = math.exp(eps)

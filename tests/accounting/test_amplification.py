@@ -176,17 +176,20 @@ def test_float_error_of_the_pair_is_within_what_is_charged(n: int, epsilon0: flo
     assert charged <= 1e-5  # and the charge stays far below anything that moves ε
 
 
-def test_reference_values() -> None:
+def test_reference_values_and_the_order_of_the_bounds() -> None:
     # Computed with independent code, δ = 1e-6.
-    assert amplify(4.0, 10**5, DELTA).epsilon == pytest.approx(0.11815, abs=5e-6)
-    assert amplify(4.0, 10**5, DELTA, bound="fmt21").epsilon == pytest.approx(0.16977, abs=5e-6)
-    assert amplify(4.0, 10**5, DELTA, bound="fmt21-closed").epsilon == pytest.approx(
-        0.5346, abs=5e-5
-    )
-    params = RapporParams()
-    eps1 = epsilon_one(params)
+    generic = amplify(4.0, 10**5, DELTA).epsilon
+    fmt21 = amplify(4.0, 10**5, DELTA, bound="fmt21").epsilon
+    closed = amplify(4.0, 10**5, DELTA, bound="fmt21-closed").epsilon
+    lower = shuffled_rr_lower_bound(4.0, 10**5, DELTA)
+    assert generic == pytest.approx(0.11815, abs=5e-6)
+    assert fmt21 == pytest.approx(0.16977, abs=5e-6)
+    assert closed == pytest.approx(0.5346, abs=5e-5)
+    assert lower == pytest.approx(0.117, abs=5e-4)
+    assert lower <= generic < fmt21 < closed
+    assert shuffled_rr_lower_bound(4.0, 10**5, DELTA, domain=2) <= generic
+    eps1 = epsilon_one(RapporParams())
     assert amplify(eps1, 10**6, DELTA).epsilon == pytest.approx(0.003872, abs=5e-7)
-    assert shuffled_rr_lower_bound(4.0, 10**5, DELTA) == pytest.approx(0.117, abs=5e-4)
 
 
 def test_root_is_on_the_safe_side_and_tight() -> None:
@@ -211,14 +214,6 @@ def test_huge_epsilon0_is_not_amplified_and_does_not_overflow() -> None:
     for bound in ("generic", "fmt21", "fmt21-closed"):
         result = amplify(800.0, 10**6, DELTA, bound=bound)
         assert result.epsilon == 800.0 and not result.amplified
-
-
-def test_bound_ordering_at_reference_point() -> None:
-    generic = amplify(4.0, 10**5, DELTA).epsilon
-    fmt21 = amplify(4.0, 10**5, DELTA, bound="fmt21").epsilon
-    closed = amplify(4.0, 10**5, DELTA, bound="fmt21-closed").epsilon
-    assert shuffled_rr_lower_bound(4.0, 10**5, DELTA) <= generic < fmt21 < closed
-    assert shuffled_rr_lower_bound(4.0, 10**5, DELTA, domain=2) <= generic
 
 
 @pytest.mark.parametrize(

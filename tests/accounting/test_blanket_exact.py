@@ -31,13 +31,34 @@ from crowdmix.aggregator.accounting.randomizers import (
     LocalHashing,
     olh_collision,
 )
-from tests.accounting.test_exact_shuffle import krr, unary
 
 Randomizer = Callable[[int], Sequence[float]]
 EPS_GRID = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5)
 # Float rounding in the enumeration itself (sums of ~1e4 products); every failure
 # of a wrong bound seen is many orders larger (the negative control's is ≥ 1e-4).
 ROUNDING = 1e-12
+
+
+def krr(d: int, eps: float) -> Randomizer:
+    e = math.exp(eps)
+    return lambda x: [e / (e + d - 1) if y == x else 1 / (e + d - 1) for y in range(d)]
+
+
+def unary(d: int, on: float, off: float) -> Randomizer:
+    """Bit j of the output is 1 w.p. ``on`` if j == x else ``off`` (OUE; and a PRR
+    over one-hot Bloom filters, h = 1). Outputs are the 2^d bit patterns."""
+
+    def r(x: int) -> list[float]:
+        out = []
+        for y in range(2**d):
+            pr = 1.0
+            for j in range(d):
+                pj = on if j == x else off
+                pr *= pj if (y >> j) & 1 else 1.0 - pj
+            out.append(pr)
+        return out
+
+    return r
 
 
 def exact_deltas(r: Randomizer, domain: int, n: int, eps: Sequence[float]) -> np.ndarray:

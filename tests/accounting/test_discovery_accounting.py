@@ -62,40 +62,30 @@ def test_rounds_sharing_a_group_compose_sequentially() -> None:
 def test_the_ledger_total_is_the_discovery_guarantee() -> None:
     rounds = [RoundCost(round=r, group=r, n_reports=40_000 + r, epsilon0=6.0) for r in range(3)]
     ledger = PrivacyLedger(MemoryLedgerStore())
-    for c in rounds:
-        eps_r = amplify(c.epsilon0, c.n_reports, 1e-6).epsilon
-        seg = segment_to_dict(round_segment(c, 1e-6, "words-1"))
+
+    def record(c: RoundCost, release_id: str, window: int, discovery: str) -> None:
+        """The round as the round job records it: its own figure and its segment."""
         ledger.record(
             "words",
             Release(
-                release_id=f"r{c.round}",
-                window=c.round,
+                release_id=release_id,
+                window=window,
                 n_reports=c.n_reports,
                 mechanism="heavy-hitters",
-                epsilon=eps_r,
+                epsilon=amplify(c.epsilon0, c.n_reports, 1e-6).epsilon,
                 delta=1e-6,
                 fresh_randomness=True,
-                segment=seg,
+                segment=segment_to_dict(round_segment(c, 1e-6, discovery)),
             ),
         )
+
+    for c in rounds:
+        record(c, f"r{c.round}", c.round, "words-1")
     total = ledger.spent("words")
     assert total[0] == pytest.approx(discovery_guarantee(rounds, 1e-6, discovery="words-1").epsilon)
     assert total[0] < 1.5 * amplify(6.0, 40_000, 1e-6).epsilon  # not 3 rounds added up
     # a second discovery of the same metric adds (basic composition across partitions)
-    c = RoundCost(round=0, group=0, n_reports=40_000, epsilon0=6.0)
-    ledger.record(
-        "words",
-        Release(
-            release_id="again",
-            window=9,
-            n_reports=40_000,
-            mechanism="heavy-hitters",
-            epsilon=amplify(6.0, 40_000, 1e-6).epsilon,
-            delta=1e-6,
-            fresh_randomness=True,
-            segment=segment_to_dict(round_segment(c, 1e-6, "words-2")),
-        ),
-    )
+    record(RoundCost(round=0, group=0, n_reports=40_000, epsilon0=6.0), "again", 9, "words-2")
     assert ledger.spent("words")[0] == pytest.approx(2 * total[0], rel=1e-9)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -34,69 +33,19 @@ from crowdmix.aggregator.accounting import (
 from crowdmix.core.basic import BasicParams
 from crowdmix.core.params import RapporParams
 from crowdmix.core.registry import MetricConfig, ShufflePolicy
+from tests.accounting.test_blanket_exact import Randomizer, krr, unary, victim_laws
 
-Randomizer = Callable[[int], Sequence[float]]
 ANY_BATCH = ShufflePolicy(min_batch=1, max_batch=10**6)
-
-
-def krr(d: int, eps: float) -> Randomizer:
-    e = math.exp(eps)
-    return lambda x: [e / (e + d - 1) if y == x else 1 / (e + d - 1) for y in range(d)]
-
-
-def unary(d: int, on: float, off: float) -> Randomizer:
-    """Bit j of the output is 1 w.p. ``on`` if j == x else ``off`` (OUE; and a PRR
-    over one-hot Bloom filters, h = 1). Outputs are the 2^d bit patterns."""
-
-    def r(x: int) -> list[float]:
-        out = []
-        for y in range(2**d):
-            pr = 1.0
-            for j in range(d):
-                pj = on if j == x else off
-                pr *= pj if (y >> j) & 1 else 1.0 - pj
-            out.append(pr)
-        return out
-
-    return r
-
-
-def _convolve(keys: np.ndarray, probs: np.ndarray, row: Sequence[float], weights: np.ndarray):
-    """Add one user with output distribution ``row`` to a histogram distribution
-    (histograms coded as integers: count_y in base n+1)."""
-    ks = np.concatenate([keys + w for w, p in zip(weights, row, strict=True) if p > 0])
-    ps = np.concatenate([probs * p for p in row if p > 0])
-    uniq, inv = np.unique(ks, return_inverse=True)
-    return uniq, np.bincount(inv, weights=ps)
-
-
-def _datasets(r: Randomizer, domain: int, n: int):
-    """For each multiset of the others' values: {victim value: exact output dist},
-    all on one aligned support."""
-    outputs = len(r(0))
-    weights = (n + 1) ** np.arange(outputs, dtype=np.int64)
-    rows = [list(r(x)) for x in range(domain)]
-    for others in itertools.combinations_with_replacement(range(domain), n - 1):
-        keys, probs = np.zeros(1, dtype=np.int64), np.ones(1)
-        for x in others:
-            keys, probs = _convolve(keys, probs, rows[x], weights)
-        support = np.unique((keys[:, None] + weights[None, :]).ravel())
-        dists = {}
-        for v in range(domain):
-            k, p = _convolve(keys, probs, rows[v], weights)
-            full = np.zeros(len(support))
-            full[np.searchsorted(support, k)] = p
-            dists[v] = full
-        yield dists
 
 
 def worst_delta(r: Randomizer, domain: int, n: int, eps: float, rounds: int = 1) -> float:
     """max over data sets of the exact δ(ε) of ``rounds`` independent shuffles."""
     worst = 0.0
     e = math.exp(eps)
-    for dists in _datasets(r, domain, n):
+    rows = {x: np.asarray(r(x), dtype=np.float64) for x in range(domain)}
+    for others in itertools.combinations_with_replacement(range(domain), n - 1):
         composed = {}
-        for v, p in dists.items():
+        for v, p in victim_laws(rows, others, range(domain)).items():
             c = p
             for _ in range(rounds - 1):
                 c = np.outer(c, p).ravel()

@@ -278,17 +278,8 @@ def test_prr_parameter_changes_sharing_coins_are_refused() -> None:
 
 
 def _segment(kind: str, eps: float, n: int, rounds: int) -> Segment:
-    if kind == "krr":
-        basic = BasicParams(mechanism="krr", epsilon=eps, domain_size=5)
-        return Segment(
-            rounds=rounds,
-            n_amplify=n,
-            delta=DELTA,
-            epsilon0=eps,
-            beta=basic_total_variation(basic),
-        )
-    if kind == "oue":
-        basic = BasicParams(mechanism="oue", epsilon=eps, domain_size=8)
+    if kind in ("krr", "oue"):
+        basic = BasicParams(mechanism=kind, epsilon=eps, domain_size=5 if kind == "krr" else 8)
         return Segment(
             rounds=rounds,
             n_amplify=n,

@@ -13,8 +13,8 @@ import pytest
 
 from crowdmix.aggregator.counting import accumulator_for
 from crowdmix.aggregator.counting.files import save_counts
-from crowdmix.cli import main
 from crowdmix.core.registry import load_registry
+from tests.accounting.test_cli import run
 
 CONFIG = """
 [metrics.browser]
@@ -25,12 +25,6 @@ domain = ["chrome", "firefox", "safari", "edge"]
 
 # statistical, seconds each: the full check runs them, scripts/check --fast does not
 pytestmark = pytest.mark.slow
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def merged_counts(tmp_path: Path) -> tuple[Path, Path]:

@@ -19,8 +19,7 @@ from crowdmix.aggregator.accounting.amplification import best_amplification
 from crowdmix.aggregator.accounting.lower_bounds import bit_vector_lower
 from crowdmix.aggregator.accounting.lower_labelled import _Walks, labelled_one_bit
 from crowdmix.aggregator.accounting.randomizers import BitVector
-from tests.accounting.test_blanket_exact import hockey_stick, victim_laws
-from tests.accounting.test_exact_shuffle import unary
+from tests.accounting.test_blanket_exact import hockey_stick, unary, victim_laws
 
 GRID = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5)
 # Float rounding of the enumeration (sums of ~1e4 products).

@@ -85,58 +85,6 @@ def _views(
     )
 
 
-def _device(params: HistogramParams, value: int) -> dict[Vec, float]:
-    """One device's count vector: its k-RR'd real report plus m slots, each filled w.p. q
-    with a uniform value (client.HistogramEncoder's law)."""
-    d, q = params.domain_size, params.fake_probability
-    unit = [tuple(int(i == j) for i in range(d)) for j in range(d)]
-    law: dict[Vec, float] = {(0,) * d: 1.0}
-    for _ in range(params.fake_slots):
-        nxt: dict[Vec, float] = {}
-        for vec, w in law.items():
-            nxt[vec] = nxt.get(vec, 0.0) + w * (1.0 - q)
-            for j in range(d):
-                v = tuple(a + b for a, b in zip(vec, unit[j], strict=True))
-                nxt[v] = nxt.get(v, 0.0) + w * q / d
-        law = nxt
-    p, r = params.keep_probability, params.other_probability
-    out: dict[Vec, float] = {}
-    for vec, w in law.items():
-        for y in range(d):
-            v = tuple(a + b for a, b in zip(vec, unit[y], strict=True))
-            out[v] = out.get(v, 0.0) + w * (p if y == value else r)
-    return out
-
-
-def _convolve(law: np.ndarray, device: dict[Vec, float], reach: int) -> np.ndarray:
-    """law ⊛ device, exactly (shifted adds), ``reach`` bounding law's support per bucket."""
-    size = law.shape[0]
-    out = np.zeros_like(law)
-    for vec, w in device.items():
-        dst = tuple(slice(v, min(size, v + reach + 1)) for v in vec)
-        src = tuple(slice(0, min(size - v, reach + 1)) for v in vec)
-        out[dst] += w * law[src]
-    return out
-
-
-def _dense_views(params: HistogramParams, others: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The law of the whole histogram of every device's reports (dense, one axis per
-    bucket), the target holding 0 (P) or 1 (Q), by convolving the devices' laws: the
-    plain form of _views, which test_the_enumeration_is_the_per_device_convolution
-    holds it to."""
-    d, top = params.domain_size, params.max_messages
-    size = (len(others) + 1) * top + 1
-    law = np.zeros((size,) * d)
-    law[(0,) * d] = 1.0
-    for k, value in enumerate(others):
-        law = _convolve(law, _device(params, value), k * top)
-    reach = len(others) * top
-    return (
-        _convolve(law, _device(params, 0), reach),
-        _convolve(law, _device(params, 1), reach),
-    )
-
-
 def _datasets(d: int, others: int) -> Iterator[tuple[int, ...]]:
     """The other devices' values up to symmetry: value counts (c0 ≥ c1 for the target's
     pair 0/1, both directions being checked) and the other buckets' counts sorted."""
@@ -235,20 +183,22 @@ def test_the_enumeration_is_the_per_device_convolution(
     d: int, n: int, m: int, q: float, eps_l: float
 ) -> None:
     """_views (every fake slot at once, then the k-RR reports, on reachable histograms
-    only) is the law of each device's own report set convolved device by device over a
-    dense histogram, for every dataset the check enumerates."""
+    only) is the law of each device's own report set convolved device by device
+    (test_statement_soundness's brute force of the real mechanism), for every dataset
+    the check enumerates."""
+    from tests.histogram.test_statement_soundness import _mechanism
+
     params = HistogramParams(domain_size=d, fake_slots=m, fake_probability=q, local_epsilon=eps_l)
     grid = _Histograms(d, n * params.max_messages)
     fakes = _fakes(params, grid, n)
-    cells = np.ravel_multi_index(tuple(grid.vecs.T), (n * params.max_messages + 1,) * d)
+    reached = {tuple(int(c) for c in vec): i for i, vec in enumerate(grid.vecs)}
     for others in _datasets(d, n - 1):
-        for ours, dense in zip(
-            _views(params, grid, fakes, others), _dense_views(params, others), strict=True
-        ):
-            flat, unreached = dense.ravel(), np.ones(dense.size, dtype=bool)
-            unreached[cells] = False
-            assert not flat[unreached].any()
-            np.testing.assert_allclose(ours, flat[cells], rtol=1e-12, atol=1e-17)
+        for ours, target in zip(_views(params, grid, fakes, others), (0, 1), strict=True):
+            brute = _mechanism(params, (target, *others))
+            assert brute.keys() <= reached.keys()  # no histogram the grid leaves out
+            dense = np.zeros(len(grid.vecs))
+            dense[[reached[h] for h in brute]] = list(brute.values())
+            np.testing.assert_allclose(ours, dense, rtol=1e-12, atol=1e-17)
 
 
 # --- the per-f figure against brute force --------------------------------------------

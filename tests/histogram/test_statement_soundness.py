@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def _conv(a: dict[Hist, float], b: dict[Hist, float]) -> dict[Hist, float]:
     out: dict[Hist, float] = defaultdict(float)
     for ka, pa in a.items():
         for kb, pb in b.items():
-            out[tuple(x + y for x, y in zip(ka, kb, strict=True))] += pa * pb
+            out[tuple(map(operator.add, ka, kb))] += pa * pb
     return dict(out)
 
 
