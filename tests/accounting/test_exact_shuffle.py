@@ -124,7 +124,7 @@ def test_memoised_prr_figures_hold_for_the_exact_shuffled_prr() -> None:
 
 
 def test_krr_d5_n100_regression_needs_at_least_1_1564() -> None:
-    # Review finding 1: shuffled 5-RR, ε0 = 2, n = 100, δ = 1e-6, victim 0 vs 1 and
+    # Shuffled 5-RR, ε0 = 2, n = 100, δ = 1e-6, victim 0 vs 1 and
     # everyone else 2, exact over the full (N0, N1, N2): needs ε ≥ 1.15643; the
     # (p, β, q) pair stated 1.13527.
     from scipy.special import gammaln

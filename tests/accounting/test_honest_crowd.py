@@ -12,7 +12,7 @@ import pytest
 from crowdmix.aggregator.accounting.histogram_release import histogram_release
 from crowdmix.core.histogram import HistogramParams
 
-# the example of the outside audit: d = 4, m = 4, q = 0.5, batches of 1,000 reports
+# the worked example: d = 4, m = 4, q = 0.5, batches of 1,000 reports
 PARAMS = HistogramParams(domain_size=4, fake_slots=4, fake_probability=0.5)
 BATCH = 1000
 

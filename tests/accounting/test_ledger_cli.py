@@ -82,7 +82,7 @@ def test_counts_merging_seven_windows_are_recorded_as_seven_rounds(
     assert row.split()[1:4] == ["0", "7", "1,000"]  # window, rounds, crowd (min_batch assumed)
     printed = float(out.split("total: (ε = ")[1].split(",")[0])
     assert seven <= printed <= seven * (1 + 1e-5)  # never printed smaller than it is
-    # Review finding 4: the total states the same-clients-every-round assumption.
+    # The total states the same-clients-every-round assumption.
     assert "note: the total assumes the same clients report in every round" in out
     code, out, _ = run(capsys, "privacy", "ledger", str(ledger), "--json")
     data = json.loads(out)["metrics"]["browser"]
