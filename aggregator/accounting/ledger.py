@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-# Printed with every ledger total (review finding 4): the memoised-PRR argument
+# Printed with every ledger total: the memoised-PRR argument
 # bounds a group of rounds at its smallest crowd, which is only right when the same
 # clients report in every round (the linked view needs the rounds' intersection).
 TOTAL_ASSUMPTION = (
