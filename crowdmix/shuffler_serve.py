@@ -43,7 +43,8 @@ def register(subparsers: Any) -> None:
     a("--aggregator-cert", metavar="FILE", help="client certificate for mTLS to the aggregator")
     a("--aggregator-key", metavar="FILE", help="key of --aggregator-cert")
     a("--tokens", dest="tokens_file", metavar="FILE", help="bearer tokens, one a line (required)")
-    a("--allow-unauthenticated", action="store_true",
+    # default None, not False: an absent switch must not override the [shuffler] table
+    a("--allow-unauthenticated", action="store_true", default=None,
       help="serve without --tokens (or with the placeholder token of tokens.example.txt): "
       "anyone who reaches the port can submit reports")  # fmt: skip
     a("--public-keys", metavar="FILE",
@@ -69,7 +70,7 @@ def register(subparsers: Any) -> None:
     a("--processes", type=int, default=1, metavar="N",
       help="serve from N processes sharing the port (SO_REUSEPORT) and the Redis store; "
       "one per core: a single Python process is bound by its GIL")  # fmt: skip
-    a("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    a("--reuse-port", action="store_true", default=None, help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
 
 

@@ -338,3 +338,45 @@ def test_example_registry_loads() -> None:
     registry, settings = load_config(path)
     assert set(registry.metrics) == {"home_page", "browser"}
     assert settings.listen == "127.0.0.1:7400" and settings.redis is None
+
+
+def test_the_tables_switches_hold_when_their_flags_are_not_given(tmp_path: Path) -> None:
+    """``allow_unauthenticated`` and ``reuse_port`` in ``[shuffler]`` (docs/operating.md)
+    are used by ``crowdmix shuffler serve`` when ``--allow-unauthenticated`` and
+    ``--reuse-port`` are absent: an absent switch is not a "false" that overrides the
+    table. The first daemon starts without ``--tokens``; the second binds its port."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    config = write(tmp_path, "\n[shuffler]\nallow_unauthenticated = true\nreuse_port = true\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def serve(name: str, listen: str) -> int:
+        port_file = tmp_path / f"{name}.port"
+        args = ["--config", str(config), "--listen", listen, "--port-file", str(port_file)]
+        log = (tmp_path / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "crowdmix", "shuffler", "serve", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        started = eventually(lambda: port_file.exists() or proc.poll() is not None, 60, 0.05)
+        assert started and proc.poll() is None, (tmp_path / f"{name}.log").read_text()
+        return int(port_file.read_text())
+
+    try:
+        port = serve("first", "127.0.0.1:0")
+        assert serve("second", f"127.0.0.1:{port}") == port
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        assert [proc.wait(timeout=60) for proc in procs] == [0, 0]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
