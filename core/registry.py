@@ -36,6 +36,7 @@ __all__ = [
     "ShufflePolicy",
     "check_daemon_settings",
     "check_integer",
+    "check_strings",
     "load_daemon_config",
     "load_registry",
     "read_registry_file",
@@ -542,16 +543,34 @@ def check_integer(
         raise error(f"{name} must be an integer {bound}, got {v!r}")
 
 
+def check_strings(
+    settings: Any,
+    fields: Iterable[str],
+    error: type[Exception],
+    name: Callable[[str], str] = str,
+) -> None:
+    """Raise ``error`` naming the first of ``fields`` that is neither None nor a string
+    (a TOML table can hold a number or a boolean where a path or an address belongs)."""
+    for f in fields:
+        v = getattr(settings, f)
+        if v is not None and not isinstance(v, str):
+            raise error(f"{name(f)} must be a string, got {v!r}")
+
+
 def check_daemon_settings(
     settings: Any, error: type[Exception], name: Callable[[str], str] = str
 ) -> None:
     """The checks of the settings both daemons have (``listen``, ``redis``,
     ``min_replicas_ack``, ``tls_cert``, ``tls_key``, ``tls_client_ca``): ``error`` names
     the field as ``name(field)`` says."""
+    check_strings(
+        settings, ("listen", "redis", "tls_cert", "tls_key", "tls_client_ca"), error, name
+    )
     host, sep, port = settings.listen.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise error(f"{name('listen')} must be HOST:PORT, got {settings.listen!r}")
-    problem = settings.redis and redis_url_problem(name("redis"), settings.redis)
+    # "" is no URL either: not "no Redis" (None), which would then fail at the connection
+    problem = settings.redis is not None and redis_url_problem(name("redis"), settings.redis)
     if problem:
         raise error(problem)
     check_integer(name("min_replicas_ack"), settings.min_replicas_ack, error, low=0)

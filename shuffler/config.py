@@ -23,6 +23,7 @@ from crowdmix.core.registry import (
     RegistryError,
     check_daemon_settings,
     check_integer,
+    check_strings,
     load_daemon_config,
 )
 from crowdmix.shuffler.errors import ConfigError
@@ -101,6 +102,17 @@ class ShufflerSettings:
 
     def __post_init__(self) -> None:
         check_daemon_settings(self, ConfigError)
+        check_strings(
+            self,
+            (
+                "aggregator", "tokens_file", "aggregator_ca", "aggregator_cert",
+                "aggregator_key", "metrics_host", "port_file", "public_keys", "rounds_file",
+            ),
+            ConfigError,
+        )  # fmt: skip
+        for name in ("reuse_port", "allow_unauthenticated"):
+            if not isinstance(getattr(self, name), bool):  # "false" would be true
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.aggregator is not None:
             h, s, p = self.aggregator.rpartition(":")
             if not s or not h or not p.isdigit():

@@ -22,6 +22,7 @@ from crowdmix.core.registry import (
     Registry,
     check_daemon_settings,
     check_integer,
+    check_strings,
     load_daemon_config,
 )
 
@@ -70,21 +71,10 @@ class AggregatorSettings:
     shutdown_grace_seconds: float = 10.0
 
     def __post_init__(self) -> None:
-        for field in (
-            "listen",
-            "redis",
-            "tls_cert",
-            "tls_key",
-            "tls_client_ca",
-            "keys",
-            "rounds_file",
-            "metrics_host",
-            "port_file",
-        ):
-            v = getattr(self, field)
-            if v is not None and not isinstance(v, str):
-                raise ConfigError(f"{_name(field)} must be a string, got {v!r}")
         check_daemon_settings(self, ConfigError, _name)
+        check_strings(
+            self, ("keys", "rounds_file", "metrics_host", "port_file"), ConfigError, _name
+        )
         check_integer(_name("workers"), self.workers, ConfigError, low=1)
         check_integer(_name("open_workers"), self.open_workers, ConfigError, low=0)
         if self.metrics_port is not None:

@@ -152,6 +152,10 @@ def _cases() -> list[Case]:
         # the threaded server is gone: its setting is refused by name
         c("shuffler-unknown-setting", (*serve_s, "--config", "{syncconfig}"), "['server']"),
         c("shuffler-server-flag-gone", (*serve_s, *cfg, "--server", "sync"), "--server"),
+        # a wrong type in the table, an empty URL: the field named, no "unexpected" error
+        c("shuffler-listen-wrong-type", (*serve_s, "--config", "{intlisten}"),
+          "listen must be a string"),
+        c("shuffler-empty-redis", (*serve_s, *cfg, "--redis", ""), "redis must be a redis://"),
         # simulate
         c("simulate-dead-target",
           ("simulate", "--target", "127.0.0.1:{dead}", *cfg, "--metric", "pages", "--token",
@@ -263,6 +267,7 @@ def _files(tmp: Path) -> dict[str, str]:
         REGISTRY_TOML.replace("min_batch = 10", "min_batch = 0")
     )
     (tmp / "sync.toml").write_text(REGISTRY_TOML + '\n[shuffler]\nserver = "sync"\n')
+    (tmp / "intlisten.toml").write_text(REGISTRY_TOML + "\n[shuffler]\nlisten = 7400\n")
     (tmp / "a-directory").mkdir()
     (tmp / "garbage").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe not [toml] = = ,,,\n")
     (tmp / "a-file").write_text("not a directory\n")
@@ -292,6 +297,7 @@ def _files(tmp: Path) -> dict[str, str]:
         "syncconfig": str(tmp / "sync.toml"),
         "zerok": str(tmp / "zero-k.toml"),
         "zerobatch": str(tmp / "zero-min-batch.toml"),
+        "intlisten": str(tmp / "intlisten.toml"),
         "missing": str(tmp / "no-such-file"),
         "dir": str(tmp / "a-directory"),
         "garbage": str(tmp / "garbage"),

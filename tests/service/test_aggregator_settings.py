@@ -54,6 +54,7 @@ def test_the_table_overrides_the_defaults_and_flags_override_the_table(tmp_path:
         ("listen = 7500\n", r"listen \(--listen\) must be a string"),
         ("workers = 0\n", r"workers \(--workers\) must be an integer >= 1"),
         ('redis = "memory"\n', r"redis \(--redis\) must be a redis://"),
+        ('redis = ""\n', r"redis \(--redis\) must be a redis://"),
         ("min_replicas_ack = 1\n", r"min_replicas_ack \(--min-replicas-ack\) needs redis"),
         ('tls_cert = "a.crt"\n', "tls_cert .* and tls_key .* go together"),
     ],

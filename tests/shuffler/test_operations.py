@@ -82,6 +82,14 @@ def test_window_rule_settings_from_the_table_and_flags(tmp_path: Path) -> None:
         ("\n[metrics.x]\nk = 16\n", "'x': encoding is required"),
         ("\n[shuffler]\ninflight_retry_seconds = 30\n", "inflight_retry_seconds"),
         ("\n[shuffler]\nforward_timeout_seconds = 0\n", "forward_timeout_seconds"),
+        # a wrong type is refused by name, not met later as an AttributeError or taken
+        ("\n[shuffler]\nlisten = 7400\n", "listen must be a string"),
+        ('\n[shuffler]\nredis = ""\n', "redis must be a redis://"),
+        ("\n[shuffler]\naggregator = 7500\n", "aggregator must be a string"),
+        ("\n[shuffler]\ntokens_file = 1\n", "tokens_file must be a string"),
+        ("\n[shuffler]\ntls_cert = true\ntls_key = true\n", "tls_cert must be a string"),
+        ('\n[shuffler]\nallow_unauthenticated = "false"\n', "allow_unauthenticated must be"),
+        ("\n[shuffler]\nreuse_port = 1\n", "reuse_port must be"),
     ],
 )
 def test_bad_config_names_the_field(tmp_path: Path, extra: str, field: str) -> None:
