@@ -6,14 +6,12 @@
         sender.flush()   # sends what is queued, batch_size reports a call
     # leaving the block flushes what is still queued and closes the channel
 
-An app embeds ``crowdmix.client.Reporter`` instead (a durable outbox). Importing this
-module loads grpc (``crowdmix[transport]``). Reports wait in a bounded queue
-(``max_queue``; when full the oldest is dropped and counted in ``dropped``) until
-``flush`` or ``close`` sends them, ``batch_size`` a call. Every report names its collection
-window and keeps it and its report id through every retry. Refusals are acted on as
-``crowdmix.client.answers`` says; ``flush`` raises ``TransportError`` when a batch was
-not delivered. ``sealing="required"`` (the default) seals every report to the newest
-published key and never falls back to clear; ``sealing="off"`` sends clear reports.
+An app embeds ``crowdmix.client.Reporter`` instead (a durable outbox). Needs
+``crowdmix[transport]``. Reports wait in a bounded queue (``max_queue``; when full the
+oldest is dropped, counted in ``dropped``) until ``flush`` or ``close`` sends them,
+``batch_size`` a call, each with its window and report id through every retry; refusals
+are acted on as ``crowdmix.client.answers`` says; ``flush`` raises ``TransportError`` for
+a batch not delivered. ``sealing="required"`` (default) never falls back to clear.
 """
 
 from __future__ import annotations

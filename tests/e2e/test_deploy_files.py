@@ -382,5 +382,6 @@ def test_the_example_ledger_states_what_the_current_bounds_give() -> None:
             metric, r.n_reports, batch_sizes=r.batch_sizes, rounds=r.rounds,
             smallest_crowd=min(r.batch_sizes),
         )  # fmt: skip
-        # the same figure up to the PLD library's floating-point noise across platforms
-        assert r.epsilon == pytest.approx(stated.longitudinal.epsilon, rel=1e-12)
+        # the same figure up to floating-point noise across platforms and library versions
+        # (numpy 2.4 / scipy 1.17 / dp_accounting 0.6 move it by 8e-12 relative)
+        assert r.epsilon == pytest.approx(stated.longitudinal.epsilon, rel=1e-9)
