@@ -127,10 +127,11 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.tokens_file is None and not settings.allow_unauthenticated:
         raise CliError(
             "no --tokens FILE: the shuffler would accept reports from anyone who reaches it; "
-            "give --tokens (or tokens_file in [shuffler]), or --allow-unauthenticated"
+            "give --tokens (or tokens_file in [shuffler]), or --allow-unauthenticated "
+            "(or allow_unauthenticated = true in [shuffler])"
         )
     if settings.tokens_file is None:
-        log.warning("--allow-unauthenticated: no bearer token is asked of senders")
+        log.warning("allow_unauthenticated: no bearer token is asked of senders")
     if settings.public_keys is None:
         log.warning(PLAINTEXT_WARNING)
     if args.processes < 1:

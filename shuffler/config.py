@@ -221,7 +221,8 @@ def load_tokens(path: str | Path, *, allow_placeholder: bool = False) -> frozens
             f"tokens_file {path} holds the placeholder token {PLACEHOLDER_TOKEN} of "
             "tokens.example.txt, which authenticates nobody: put a random token there "
             '(python3 -c "import secrets; print(secrets.token_hex(32))"), '
-            "or allow it with --allow-unauthenticated"
+            "or allow it with --allow-unauthenticated (or allow_unauthenticated = true in "
+            "[shuffler])"
         )
     if any(len(t) < 16 for t in tokens):
         raise ConfigError(f"tokens_file {path}: every token must be at least 16 characters")

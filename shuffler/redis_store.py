@@ -5,42 +5,30 @@ Keys are hash-tagged by metric, so each metric lives in one Redis Cluster slot:
 ``:q:<window>:<fp>`` (list of chunk blobs) and ``:qn:<window>:<fp>`` (their report
 counts), ``:inflight`` (hash batch id → header) and ``:b:<batch id hex>`` (a batch's
 chunks). A group-commit flush is one MULTI/EXEC (per queue one RPUSH of a blob, one of its
-count, one HINCRBY; a script would cost Redis ~2 ms a megabyte to take the blobs) through
-``async_appender`` on the server's event loop; the releaser's take, load, ack and dispose
-run on a blocking client in its thread. ``take``
-is one script that moves whole chunks (SORT … STORE, or a RENAME for a whole queue), checks
-``min_batch`` atomically, so no report lands in two batches. On a cluster and in ``append``
-off the loop a flush is those writes as one script (per slot: ``shuffler.redis_cluster``).
-``min_replicas_ack`` N > 0 ends each append with ``WAIT N`` and raises
+count, one HINCRBY; a script would cost Redis ~2 ms a megabyte to take the blobs), on a
+cluster one script per slot (``shuffler.redis_cluster``), through ``async_appender`` on the
+server's event loop; ``append`` (tests, benchmarks) runs that appender on a loop of its own,
+so its errors mean the same. The releaser's take, load, ack and dispose run on a blocking
+client in its thread. ``take`` is one script that moves whole chunks (SORT … STORE, or a
+RENAME for a whole queue) and checks ``min_batch`` atomically: no report lands in two
+batches. ``min_replicas_ack`` N > 0 ends each append with ``WAIT N`` and raises
 ``StoreNotReplicated`` when fewer replicas have it. Why: docs/design.md, "Shuffler".
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from crowdmix.core.redis_url import (
-    blocking_client,
-    is_cluster_url,
-    parse_cluster_url,
-    replicated_call,
-)
+from crowdmix.core.redis_url import blocking_client, is_cluster_url, parse_cluster_url
 from crowdmix.shuffler.columns import decode_chunks
-from crowdmix.shuffler.errors import (
-    PartialWrite,
-    StoreNotReplicated,
-    StoreOutcomeUnknown,
-    StoreUnavailable,
-)
+from crowdmix.shuffler.errors import StoreNotReplicated, StoreOutcomeUnknown, StoreUnavailable
 from crowdmix.shuffler.redis_async import AsyncScriptConnection
-from crowdmix.shuffler.redis_cluster import (
-    WAIT_TIMEOUT_MS,
-    AsyncClusterAppender,
-    key_slot,
-)
+from crowdmix.shuffler.redis_cluster import WAIT_TIMEOUT_MS, AsyncClusterAppender
 from crowdmix.shuffler.store import AsyncAppender, InFlightBatch, PendingWrite, QueueKey
 
 __all__ = ["RedisStore"]
@@ -164,7 +152,10 @@ class RedisStore:
         self._prefix = prefix
         self._url, self._timeout = url, timeout
         self._min_replicas_ack = min_replicas_ack
-        self._append = self._redis.register_script(_APPEND)
+        # ``append``'s own event loop and appender, made on its first call
+        self._append_lock = threading.Lock()
+        self._append_loop: asyncio.Runner | None = None
+        self._appender: AsyncAppender | None = None
         self._take = self._redis.register_script(_TAKE)
         self._dispose = self._redis.register_script(_DISPOSE)
         self._ack = self._redis.register_script(_ACK)
@@ -224,36 +215,14 @@ class RedisStore:
         return self._k(metric, "pending").encode()
 
     def append(self, writes: Sequence[PendingWrite]) -> None:
-        if self._cluster is None:
-            groups = [list(writes)]
-        else:  # one script per slot: a cluster refuses a script across slots (CROSSSLOT)
-            by_slot: dict[int, list[PendingWrite]] = {}
-            for w in writes:
-                by_slot.setdefault(key_slot(self.metric_key(w.metric)), []).append(w)
-            groups = list(by_slot.values())
-        failed: dict[str, StoreUnavailable] = {}
-        for group in groups:
-            keys, args = self.append_args(group)
-            if not keys:
-                continue
-            try:
-                with self._errors():
-                    replicated_call(
-                        self._redis,
-                        self._append,
-                        keys,
-                        args,
-                        replicas=self._min_replicas_ack,
-                        timeout_ms=WAIT_TIMEOUT_MS,
-                        unavailable=StoreUnavailable,
-                        not_replicated=StoreNotReplicated,
-                    )
-            except StoreUnavailable as exc:
-                failed.update((w.metric, exc) for w in group)
-        if failed:
-            metrics = {w.metric for w in writes if w.count}
-            cause = next(iter(failed.values()))
-            raise cause if set(failed) >= metrics else PartialWrite(frozenset(failed), cause)
+        """The event-loop appender's write, from a thread with no event loop running:
+        one write path, so one rule for what a failure means."""
+        with self._append_lock:
+            if self._append_loop is None:
+                self._append_loop = asyncio.Runner()
+            if self._appender is None:
+                self._appender = self.async_appender()
+            self._append_loop.run(self._appender.append(writes))
 
     def async_appender(self) -> AsyncAppender:
         """An appender for one event loop, on a connection of its own (one per master
@@ -338,6 +307,14 @@ class RedisStore:
             self._redis.ping()
 
     def close(self) -> None:
+        with self._append_lock:
+            if self._append_loop is not None:
+                try:
+                    if self._appender is not None:
+                        self._append_loop.run(self._appender.aclose())
+                finally:
+                    self._append_loop.close()
+                    self._append_loop, self._appender = None, None
         self._redis.close()
 
 

@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from crowdmix.aggregator.store.base import StoredCounts
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
 from crowdmix.shuffler.redis_store import _TAKE
+from tests.redis_proxy import DropOneReply
 from tests.redis_server import RedisServer, free_port
 from tests.service.pipeline import METRIC, K, M, Pipeline, Senders, explain
 
@@ -76,75 +76,6 @@ def wait_until_counted(p: Pipeline, senders: Senders, timeout: float) -> None:
         time.sleep(0.1)
     # settle: a double count would show as more than wanted
     time.sleep(1.0)
-
-
-class DropOneReply:
-    """A TCP proxy to Redis that, once armed, forwards the first command containing
-    ``marker`` and then cuts that connection without forwarding the reply: the command
-    ran, its caller sees the connection drop."""
-
-    def __init__(self, upstream_port: int, marker: bytes) -> None:
-        self.upstream_port = upstream_port
-        self.marker = marker
-        self.armed = threading.Event()
-        self.dropped = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-            cut = threading.Event()
-            threading.Thread(target=self._up, args=(client, upstream, cut), daemon=True).start()
-            threading.Thread(target=self._down, args=(upstream, client, cut), daemon=True).start()
-
-    def _up(self, client: socket.socket, upstream: socket.socket, cut: threading.Event) -> None:
-        tail = b""
-        try:
-            while data := client.recv(65536):
-                hit = self.armed.is_set() and self.marker in tail + data
-                if hit:
-                    self.armed.clear()
-                    cut.set()  # the reply to this command is never forwarded
-                upstream.sendall(data)
-                if hit:
-                    time.sleep(0.3)  # let Redis run it
-                    self.dropped.set()
-                    break
-                tail = data[-len(self.marker) :]
-        except OSError:
-            pass
-        for s in (client, upstream):
-            _close(s)
-
-    def _down(self, upstream: socket.socket, client: socket.socket, cut: threading.Event) -> None:
-        try:
-            while (data := upstream.recv(65536)) and not cut.is_set():
-                client.sendall(data)
-        except OSError:
-            pass
-        for s in (client, upstream):
-            _close(s)
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
-
-
-def _close(s: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        s.shutdown(socket.SHUT_RDWR)
-    s.close()
 
 
 @pytest.fixture

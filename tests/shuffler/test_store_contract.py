@@ -179,17 +179,21 @@ def test_merge_blob_equals_merge_then_to_blob() -> None:
     assert blob == merge(parts).to_blob()
 
 
-def test_redis_loop_append_reloads_a_flushed_script_and_reconnects(private_redis: Any) -> None:
-    """The server's append (the event loop's connection) after SCRIPT FLUSH and across a
-    Redis restart: the script is loaded again, a stopped Redis is the retryable error,
-    and the connection comes back by itself."""
+@pytest.mark.parametrize("path", ["direct", "loop"])
+def test_redis_append_reloads_a_flushed_script_and_reconnects(
+    private_redis: Any, path: str
+) -> None:
+    """An append (``append`` itself, and the server's: the event loop's connection) after
+    SCRIPT FLUSH and across a Redis restart: the script is loaded again, a stopped Redis
+    is the retryable error, and the connection comes back by itself."""
     import redis
 
     from crowdmix.shuffler.errors import StoreOutcomeUnknown, StoreUnavailable
     from crowdmix.shuffler.redis_store import RedisStore
     from tests.shuffler.conftest import LoopAppended
 
-    s: Any = LoopAppended(RedisStore(private_redis.url, timeout=2.0))
+    store = RedisStore(private_redis.url, timeout=2.0)
+    s: Any = LoopAppended(store) if path == "loop" else store
     s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(3))])
     redis.Redis.from_url(private_redis.url).script_flush()  # EVALSHA now answers NOSCRIPT
     s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(4, 3))])
@@ -204,6 +208,36 @@ def test_redis_loop_append_reloads_a_flushed_script_and_reconnects(private_redis
     batch = s.take(RAPPOR, KEY, min_batch=1, max_batch=100, batch_id=_bid())
     assert batch is not None and sorted(report_ids(batch.chunk).tolist()) == list(range(9))
     s.close()
+
+
+@pytest.mark.parametrize("path", ["direct", "loop"])
+def test_redis_append_whose_reply_is_lost_is_an_unknown_outcome(
+    private_redis: Any, path: str
+) -> None:
+    """Redis ran the append, then the connection dropped before its reply came: the
+    error says the outcome is unknown, never "nothing was stored" (StoreUnavailable
+    alone), which would invite the sender to send the stored reports again; on
+    ``append`` itself as on the server's event-loop appender."""
+    from crowdmix.shuffler.errors import StoreOutcomeUnknown
+    from crowdmix.shuffler.redis_store import RedisStore
+    from tests.redis_proxy import DropOneReply
+    from tests.shuffler.conftest import LoopAppended
+
+    proxy = DropOneReply(private_redis.port, f"q:{KEY.field}".encode())
+    store = RedisStore(proxy.url, timeout=5.0)
+    s: Any = LoopAppended(store) if path == "loop" else store
+    try:
+        s.append([PendingWrite.of(RAPPOR, OTHER, unique_chunk(2))])  # connected, script loaded
+        proxy.armed.set()
+        with pytest.raises(StoreOutcomeUnknown):
+            s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(3))])
+        assert proxy.dropped.is_set()  # Redis answered: the write ran
+        assert s.pending(RAPPOR) == {OTHER: 2, KEY: 3}  # once
+        s.append([PendingWrite.of(RAPPOR, KEY, unique_chunk(4, 3))])  # reconnects
+        assert s.pending(RAPPOR) == {OTHER: 2, KEY: 7}
+    finally:
+        s.close()
+        proxy.close()
 
 
 def with_report_ids(chunk: Chunk, start: int) -> Chunk:
