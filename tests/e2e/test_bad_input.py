@@ -406,3 +406,30 @@ def test_bad_input_gives_one_clear_line_and_a_failing_exit(
     if case.exit is not None:
         assert proc.returncode == case.exit, shown
     assert sum("error:" in ln for ln in lines) == 1, shown
+
+
+def test_python_m_crowdmix_exits_with_the_daemons_codes(
+    outcomes: dict[str, tuple[Case, subprocess.CompletedProcess[str], dict[str, str]]],
+) -> None:
+    """``python -m crowdmix`` (crowdmix/__main__.py) exits with the code ``main()``
+    returns, as the console script the table runs does: 4 for a busy port, 5 for a
+    store that does not answer."""
+    _, _, files = outcomes["shuffler-port-in-use"]
+    shuffler = ("shuffler", "serve", "--tokens", files["tokens"], "--config", files["config"])
+    dead = ("aggregator", "serve", "--config", files["config"], "--listen", "127.0.0.1:0")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        runs = {
+            4: (*shuffler, "--listen", f"127.0.0.1:{busy.getsockname()[1]}"),
+            5: (*dead, "--redis", f"redis://127.0.0.1:{files['dead']}"),
+        }
+        for code, args in runs.items():
+            proc = subprocess.run(
+                [sys.executable, "-m", "crowdmix", *args],
+                capture_output=True,
+                text=True,
+                timeout=45,
+                stdin=subprocess.DEVNULL,
+            )
+            assert proc.returncode == code, proc.stderr
