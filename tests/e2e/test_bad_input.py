@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pytest
 
-from crowdmix.cluster import free_port
 from tests.service.helpers import REGISTRY_TOML
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -291,7 +290,6 @@ def _files(tmp: Path) -> dict[str, str]:
         fingerprint=pages.fingerprint,
         window=1,
     )
-    dead = free_port()
     return {
         "config": str(tmp / "metrics.toml"),
         "syncconfig": str(tmp / "sync.toml"),
@@ -309,7 +307,6 @@ def _files(tmp: Path) -> dict[str, str]:
         "rmap": str(tmp / "map.csv"),
         "counts": str(tmp / "counts.npz"),
         "outdir": str(tmp / "out"),
-        "dead": str(dead),
     }
 
 
@@ -355,10 +352,14 @@ def outcomes(
 ) -> Iterator[dict[str, tuple[Case, subprocess.CompletedProcess[str], dict[str, str]]]]:
     tmp = tmp_path_factory.mktemp("bad-input")
     files = _files(tmp)
-    with socket.socket() as busy:
+    # "dead": bound but not listening, so a connect is refused and no other process (a
+    # test run beside this one) can start a server there while the table runs
+    with socket.socket() as busy, socket.socket() as dead:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         files["busy"] = str(busy.getsockname()[1])
+        dead.bind(("127.0.0.1", 0))
+        files["dead"] = str(dead.getsockname()[1])
 
         def run(case: Case) -> tuple[Case, subprocess.CompletedProcess[str], dict[str, str]]:
             args = [a.format(**files) for a in case.args]
@@ -383,7 +384,7 @@ def outcomes(
             if case.args[0] not in SUBPROCESS:
                 args = [a.format(**files) for a in case.args]
                 done.append((case, _in_process(args, tmp), files))
-    yield {case.id: (case, proc, f) for case, proc, f in done}
+        yield {case.id: (case, proc, f) for case, proc, f in done}
 
 
 @pytest.mark.parametrize("case_id", [c.id for c in CASES])
