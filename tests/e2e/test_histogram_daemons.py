@@ -6,8 +6,8 @@ sealed reports over real gRPC.
   the devices' coins are seeded, so the test knows every report.
 - A clear report of the metric is refused INVALID_ARGUMENT ``histogram_unsealed``;
   a call with more than 1 + m of its reports INVALID_ARGUMENT ``too_many_messages``.
-- A shuffler without public keys, or an aggregator without a key set, refuses to
-  start with one line on stderr and exit code 1.
+- (A shuffler without public keys, or an aggregator without a key set, refuses to
+  start: rows of tests/e2e/test_bad_input.py.)
 - The report job decodes the live counts and states both figures.
 """
 
@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -189,23 +188,3 @@ def test_unsealed_and_over_the_cap_calls_are_refused_with_a_reason(
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details.startswith("too_many_messages"), details
     assert f"at most {cap}" in details
-
-
-def test_daemons_without_keys_refuse_the_metric_at_startup(
-    cluster: LocalCluster, tmp_path: Path
-) -> None:
-    for argv in (
-        ["shuffler", "serve", "--config", str(cluster.registry_path), "--listen",
-         "127.0.0.1:0", "--allow-unauthenticated"],
-        ["aggregator", "serve", "--config", str(cluster.registry_path), "--listen",
-         "127.0.0.1:0"],
-    ):  # fmt: skip
-        run = subprocess.run(
-            [sys.executable, "-m", "crowdmix", *argv],
-            capture_output=True, text=True, timeout=60, cwd=tmp_path,
-        )  # fmt: skip
-        assert run.returncode == 1, (argv, run.stderr)
-        assert "Traceback" not in run.stderr
-        errors = [line for line in run.stderr.splitlines() if line.startswith("crowdmix: error")]
-        assert len(errors) == 1, run.stderr  # (the other lines are start-up warnings)
-        assert "shuffled histogram and needs sealed reports" in errors[0]
