@@ -122,25 +122,6 @@ def test_counts_per_bucket_equal_what_the_devices_sent(cluster: LocalCluster) ->
     assert (out / "results.csv").read_text().count("\n") == D + 1
 
 
-def test_a_resent_report_set_counts_once(cluster: LocalCluster) -> None:
-    """The same reports sent twice (sealed afresh each time: other ciphertexts, the
-    same report ids inside) count once, like every encoding's."""
-    metric = load_registry(cluster.registry_path)[METRIC]
-    assert metric.histogram is not None
-    before = _aggregator_counts(cluster)
-    reports = HistogramEncoder(metric.histogram, metric=METRIC, rand=SeededBits(5)).encode(7)
-    once = np.bincount([int.from_bytes(r.bits, "little") for r in reports], minlength=D)
-    with ShufflerClient(cluster.shuffler_targets[0], cluster.token, sealing="required") as sender:
-        for _ in range(2):
-            sender.submit_many(reports)
-            assert sender.flush() == len(reports)
-    want = (before + once).tolist()
-    eventually(lambda: _aggregator_counts(cluster).tolist() == want, 60, 0.1)
-    # both copies were released within a few max_delay (0.2 s) ticks; neither may add
-    time.sleep(2.0)
-    assert _aggregator_counts(cluster).tolist() == want
-
-
 def test_crowdmix_simulate_sends_each_clients_reports_within_the_cap(
     cluster: LocalCluster,
 ) -> None:
