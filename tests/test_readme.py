@@ -55,7 +55,9 @@ def test_quick_start_run_command_works(tmp_path: Path) -> None:
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "Privacy:" in out.stdout
+    assert "95% interval" in out.stdout and "true" in out.stdout
+    assert "total variation distance" in out.stdout
+    assert "Privacy:" in out.stdout and "δ = 1e-06" in out.stdout
     assert {p.name for p in tmp_path.iterdir()} >= {"results.csv", "summary.json", "plot.png"}
 
 

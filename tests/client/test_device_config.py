@@ -38,3 +38,18 @@ def test_window_and_disposal_age_travel_with_the_params() -> None:
     bare.ClearField("window_seconds")
     with pytest.raises(ParamsError, match="window_seconds 0"):
         from_proto(bare)
+
+
+def test_an_answer_without_window_tolerance_keeps_the_shufflers_default() -> None:
+    """A shuffler, a cached answer or a bundled file from before the field sends no
+    ``window_tolerance``: proto3 reads it as 0, which must not make the device drop the
+    previous window's reports unasked."""
+    registry = parse_registry(
+        {
+            "collection": {"window_seconds": 3600},
+            "metrics": {"a": {"encoding": "krr", "epsilon": 1.0, "domain_size": 4}},
+        }
+    )
+    old = to_proto(DeviceConfig.of(registry, PublicKeySet(())))
+    old.ClearField("window_tolerance")  # as a shuffler before the field wrote it
+    assert from_proto(old).window_tolerance == 1

@@ -84,6 +84,9 @@ def _cases() -> list[Case]:
           ("{missing}", "does not exist"), exit=1),
         c("aggregator-bad-field", ("aggregator", "serve", "--config", "{zerok}"), "'pages': k",
           exit=1),
+        c("aggregator-histogram-without-keys",
+          ("aggregator", "serve", "--config", "{histogram}", "--listen", "127.0.0.1:0"),
+          ("'screens' is a shuffled histogram and needs sealed reports", "--keys"), exit=1),
         c("aggregator-unreadable-config", ("aggregator", "serve", "--config", "{dir}"), "{dir}"),
         c("aggregator-garbage-config", ("aggregator", "serve", "--config", "{garbage}"),
           "{garbage}"),
@@ -115,6 +118,10 @@ def _cases() -> list[Case]:
         c("shuffler-unreadable-config", (*serve_s, "--config", "{dir}"), "{dir}"),
         c("shuffler-garbage-config", (*serve_s, "--config", "{garbage}"), "{garbage}"),
         c("shuffler-bad-field", (*serve_s, "--config", "{zerobatch}"), "'pages': min_batch",
+          exit=1),
+        c("shuffler-histogram-without-keys",
+          (*serve_s, "--config", "{histogram}", "--listen", "127.0.0.1:0"),
+          ("'screens' is a shuffled histogram and needs sealed reports", "--public-keys"),
           exit=1),
         c("shuffler-port-in-use", (*serve_s, *cfg, "--listen", "127.0.0.1:{busy}"),
           "cannot listen on 127.0.0.1:{busy}", exit=4),
@@ -267,6 +274,10 @@ def _files(tmp: Path) -> dict[str, str]:
     )
     (tmp / "sync.toml").write_text(REGISTRY_TOML + '\n[shuffler]\nserver = "sync"\n')
     (tmp / "intlisten.toml").write_text(REGISTRY_TOML + "\n[shuffler]\nlisten = 7400\n")
+    (tmp / "histogram.toml").write_text(
+        '[metrics.screens]\nencoding = "shuffled-histogram"\ndomain_size = 12\nfake_slots = 3\n'
+        "fake_probability = 0.5\n"
+    )
     (tmp / "a-directory").mkdir()
     (tmp / "garbage").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe not [toml] = = ,,,\n")
     (tmp / "a-file").write_text("not a directory\n")
@@ -293,6 +304,7 @@ def _files(tmp: Path) -> dict[str, str]:
     return {
         "config": str(tmp / "metrics.toml"),
         "syncconfig": str(tmp / "sync.toml"),
+        "histogram": str(tmp / "histogram.toml"),
         "zerok": str(tmp / "zero-k.toml"),
         "zerobatch": str(tmp / "zero-min-batch.toml"),
         "intlisten": str(tmp / "intlisten.toml"),

@@ -6,9 +6,8 @@ of one app claim a window once."""
 
 from __future__ import annotations
 
-import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,9 @@ import pytest
 
 from crowdmix.cluster import LocalCluster
 from tests.browser import Site, page_result
-from tests.daemons import local_cluster, stored_counts
+from tests.daemons import counted, local_cluster
 from tests.typescript import built_sdk
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -55,34 +55,22 @@ def open_page(site: Site, cluster: LocalCluster, profile: Path, **query: str) ->
     return page_result(site, url, profile, linger=1.0)
 
 
-def _theme(cluster: LocalCluster) -> list[int]:
-    got = stored_counts(cluster, "theme")
-    return [0, 0, 0] if got is None else [int(x) for x in got.ones[0][:3]]
-
-
-def _eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "the aggregator did not count it in time"
-        time.sleep(0.2)
-
-
 def test_a_page_in_chromium_reports_through_the_shuffler_http_port(
     site: Site, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     result = open_page(site, cluster, tmp_path / "profile", value="dark")
     assert result["made"] is True, result
     assert result["queued"] == 0 and result["counters"]["delivered"] == 1, result
-    _eventually(lambda: sum(_theme(cluster)) == 1)
+    assert eventually(lambda: counted(cluster, "theme") == 1, 60, 0.2)
 
 
 def test_leaving_the_page_sends_the_report_with_keepalive(
     site: Site, cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    before = sum(_theme(cluster))
+    before = counted(cluster, "theme")
     result = open_page(site, cluster, tmp_path / "profile", leave="sepia", background="0")
     assert result == {"made": True, "queued": 1}
-    _eventually(lambda: sum(_theme(cluster)) == before + 1)
+    assert eventually(lambda: counted(cluster, "theme") == before + 1, 60, 0.2)
 
 
 def test_two_tabs_of_one_app_claim_a_window_once(

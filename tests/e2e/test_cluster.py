@@ -11,23 +11,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from crowdmix.aggregator.store import load_counts
 from crowdmix.cluster import DEMO_METRIC, LocalCluster
 from crowdmix.health import check_health
-
-
-def _counted(cluster: LocalCluster, expected: int, timeout: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout
-    total = 0
-    while time.monotonic() < deadline:
-        try:
-            total = int(load_counts(cluster.aggregator_redis_url, DEMO_METRIC).totals.sum())
-        except LookupError:
-            total = 0
-        if total >= expected:
-            return total
-        time.sleep(0.2)
-    return total
+from tests.daemons import counted
+from tests.waiting import eventually
 
 
 def _held_back(cluster: LocalCluster, settle: float = 3.0) -> int:
@@ -104,7 +91,8 @@ def test_launcher_simulate_and_clean_stop(tmp_path: Path) -> None:
         # shuffler until min_batch are pending, so counted + held back == acknowledged.
         held_back = _held_back(cluster)
         assert held_back < 500
-        assert _counted(cluster, 3600 - held_back) == 3600 - held_back
+        assert eventually(lambda: counted(cluster, DEMO_METRIC) >= 3600 - held_back, 30, 0.2)
+        assert counted(cluster, DEMO_METRIC) == 3600 - held_back
         # A bad token is refused by the shuffler, and the simulator says so.
         cluster.token, good = "x" * 32, cluster.token
         refused = _simulate(cluster, cluster.shuffler_targets[0], "--clients", "10")

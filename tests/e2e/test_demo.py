@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,26 +71,6 @@ def test_demo_decodes_the_truth_within_its_intervals(tmp_path: Path) -> None:
     assert sum(privacy["statement"]["batch"]["sizes"]) == demo.counted
     assert privacy["statement"]["batch"]["smallest_crowd_measured"] is True
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_demo_command_prints_table_and_privacy(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "crowdmix", "demo", "--clients", "20000", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "95% interval" in out.stdout and "true" in out.stdout
-    assert "total variation distance" in out.stdout
-    assert "Privacy:" in out.stdout and "δ = 1e-06" in out.stdout
-    assert (tmp_path / "plot.png").is_file()
-
-
-def test_demo_with_redis_stores(tmp_path: Path, redis_url: str) -> None:
-    demo = run_demo(_args(tmp_path, "--redis", redis_url, "--clients", "5000"), quiet=True)  # type: ignore[arg-type]
-    assert demo.acknowledged == 5000
-    assert demo.counted + demo.held_back == 5000
 
 
 def test_demo_plot_draws_intervals_that_exclude_their_estimate(tmp_path: Path) -> None:

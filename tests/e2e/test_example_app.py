@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from crowdmix.cluster import LocalCluster, free_port
-from tests.daemons import local_cluster, stored_counts
+from tests.daemons import counted, local_cluster
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
 
@@ -45,11 +46,6 @@ def _run(app: Path, target: str, token_file: Path, *extra: str) -> subprocess.Co
         timeout=120,
         cwd=ROOT,
     )  # fmt: skip
-
-
-def _counted(cluster: LocalCluster) -> int:
-    got = stored_counts(cluster, "theme")
-    return 0 if got is None else int(sum(int(x) for x in got.totals))
 
 
 def test_the_example_reports_once_a_day_and_delivers_what_waited(
@@ -98,8 +94,6 @@ def test_the_example_reports_once_a_day_and_delivers_what_waited(
     assert url.returncode == 2 and "without a scheme" in url.stderr, url.stderr
 
     expected = 2  # d1 and d2, once each
-    deadline = time.monotonic() + 60
-    while _counted(cluster) < expected and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: counted(cluster, "theme") >= expected, 60, 0.1)
     time.sleep(0.5)
-    assert _counted(cluster) == expected
+    assert counted(cluster, "theme") == expected

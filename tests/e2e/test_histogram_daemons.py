@@ -6,8 +6,8 @@ sealed reports over real gRPC.
   the devices' coins are seeded, so the test knows every report.
 - A clear report of the metric is refused INVALID_ARGUMENT ``histogram_unsealed``;
   a call with more than 1 + m of its reports INVALID_ARGUMENT ``too_many_messages``.
-- A shuffler without public keys, or an aggregator without a key set, refuses to
-  start with one line on stderr and exit code 1.
+- (A shuffler without public keys, or an aggregator without a key set, refuses to
+  start: rows of tests/e2e/test_bad_input.py.)
 - The report job decodes the live counts and states both figures.
 """
 
@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -123,25 +122,6 @@ def test_counts_per_bucket_equal_what_the_devices_sent(cluster: LocalCluster) ->
     assert (out / "results.csv").read_text().count("\n") == D + 1
 
 
-def test_a_resent_report_set_counts_once(cluster: LocalCluster) -> None:
-    """The same reports sent twice (sealed afresh each time: other ciphertexts, the
-    same report ids inside) count once, like every encoding's."""
-    metric = load_registry(cluster.registry_path)[METRIC]
-    assert metric.histogram is not None
-    before = _aggregator_counts(cluster)
-    reports = HistogramEncoder(metric.histogram, metric=METRIC, rand=SeededBits(5)).encode(7)
-    once = np.bincount([int.from_bytes(r.bits, "little") for r in reports], minlength=D)
-    with ShufflerClient(cluster.shuffler_targets[0], cluster.token, sealing="required") as sender:
-        for _ in range(2):
-            sender.submit_many(reports)
-            assert sender.flush() == len(reports)
-    want = (before + once).tolist()
-    eventually(lambda: _aggregator_counts(cluster).tolist() == want, 60, 0.1)
-    # both copies were released within a few max_delay (0.2 s) ticks; neither may add
-    time.sleep(2.0)
-    assert _aggregator_counts(cluster).tolist() == want
-
-
 def test_crowdmix_simulate_sends_each_clients_reports_within_the_cap(
     cluster: LocalCluster,
 ) -> None:
@@ -189,23 +169,3 @@ def test_unsealed_and_over_the_cap_calls_are_refused_with_a_reason(
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details.startswith("too_many_messages"), details
     assert f"at most {cap}" in details
-
-
-def test_daemons_without_keys_refuse_the_metric_at_startup(
-    cluster: LocalCluster, tmp_path: Path
-) -> None:
-    for argv in (
-        ["shuffler", "serve", "--config", str(cluster.registry_path), "--listen",
-         "127.0.0.1:0", "--allow-unauthenticated"],
-        ["aggregator", "serve", "--config", str(cluster.registry_path), "--listen",
-         "127.0.0.1:0"],
-    ):  # fmt: skip
-        run = subprocess.run(
-            [sys.executable, "-m", "crowdmix", *argv],
-            capture_output=True, text=True, timeout=60, cwd=tmp_path,
-        )  # fmt: skip
-        assert run.returncode == 1, (argv, run.stderr)
-        assert "Traceback" not in run.stderr
-        errors = [line for line in run.stderr.splitlines() if line.startswith("crowdmix: error")]
-        assert len(errors) == 1, run.stderr  # (the other lines are start-up warnings)
-        assert "shuffled histogram and needs sealed reports" in errors[0]

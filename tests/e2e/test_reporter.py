@@ -26,15 +26,13 @@ from crowdmix.client.reporter import ReportStatus
 from crowdmix.cluster import free_port
 from crowdmix.core.params import RapporParams
 from crowdmix.protos import crowdmix_pb2 as pb
-from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.shuffler.helpers import OUE, RAPPOR, make_registry, write_keys
+from tests.e2e.config_server import TOKEN
+from tests.shuffler.helpers import OUE, RAPPOR, make_registry
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
-
-TOKEN = "app-token-123"
 
 
 class Forwarder:
@@ -96,16 +94,6 @@ class Forwarder:
                     c.shutdown(socket.SHUT_RDWR)
                 c.close()
             self._conns.clear()
-
-
-@pytest.fixture
-def sealed_shuffler(tmp_path: Path) -> Iterator[ShufflerHandle]:
-    _, _, public = write_keys(tmp_path)
-    settings = ShufflerSettings(public_keys=str(public))
-    with start_shuffler(
-        make_registry(min_batch=1), settings=settings, tokens=frozenset({TOKEN})
-    ) as s:
-        yield s
 
 
 @pytest.fixture

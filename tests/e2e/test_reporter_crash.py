@@ -24,13 +24,11 @@ The kill points:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +37,8 @@ import redis
 
 from crowdmix.aggregator.store.redis import RedisCountStore
 from crowdmix.cluster import LocalCluster, free_port
-from tests.daemons import kill_at
+from tests.daemons import aggregator_metric, kill_at, local_cluster
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes or servers, seconds each
 
@@ -106,17 +105,9 @@ POINTS = ["in_claim", "after_claim", "before_send", "in_flight", "after_ack"]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     work = tmp_path_factory.mktemp("reporter-crash")
-    reg = work / "registry.toml"
-    reg.write_text(REGISTRY)
-    c = LocalCluster(
-        work / "cluster",
-        shufflers=1,
-        registry_path=reg,
-        extra_aggregator_args=["--metrics-port", str(free_port())],
-    )
-    c.start()
-    yield c
-    c.stop()
+    metrics = ["--metrics-port", str(free_port())]
+    with local_cluster(work, REGISTRY, shufflers=1, extra_aggregator_args=metrics) as c:
+        yield c
 
 
 def _device(cluster: LocalCluster, app_dir: Path, point: str) -> subprocess.Popen[str]:
@@ -167,16 +158,6 @@ def _counted(cluster: LocalCluster) -> tuple[int, list[bytes]]:
     return total, ids
 
 
-def _duplicates(cluster: LocalCluster) -> float:
-    args = cluster.aggregator.args if cluster.aggregator else []
-    port = args[args.index("--metrics-port") + 1]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    m = re.search(
-        rf'^crowdmix_aggregator_duplicate_reports_total\{{metric="{METRIC}"\}} (\S+)$', text, re.M
-    )
-    return float(m.group(1)) if m else 0.0
-
-
 def test_sigkill_at_every_point_loses_nothing_and_counts_nothing_twice(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -205,12 +186,7 @@ def test_sigkill_at_every_point_loses_nothing_and_counts_nothing_twice(
         assert after == [] and claim is not None, point
 
     expected = len(POINTS)  # one report per restarted device; none of the dead one
-    deadline = time.monotonic() + 60
-    while True:
-        total, ids = _counted(cluster)
-        if total >= expected or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    eventually(lambda: _counted(cluster)[0] >= expected, 60, 0.1)
     time.sleep(1.0)  # a late duplicate would have arrived by now (max_delay 0.1 s)
     total, ids = _counted(cluster)
     assert total == expected, outputs
@@ -218,4 +194,5 @@ def test_sigkill_at_every_point_loses_nothing_and_counts_nothing_twice(
     for point in POINTS[1:]:
         assert before_ids[point][0] in ids, point  # delivered with the id it was claimed with
     # after_ack's report reached the aggregator twice; the repeat was dropped by its id
-    assert 1 <= _duplicates(cluster) <= 2
+    name = "crowdmix_aggregator_duplicate_reports_total"
+    assert 1 <= aggregator_metric(cluster, name, metric=METRIC) <= 2

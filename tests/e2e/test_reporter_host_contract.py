@@ -2,7 +2,8 @@
 
 Construction raises for a programmer's error (a target without a port, an unreadable
 bundled config). After it, nothing raises into the app and ``report`` never waits for
-the network: it returns a result saying what it did. A config exported at build time
+the network (tests/e2e/test_reporter.py: not even on an expired cached config): it
+returns a result saying what it did. A config exported at build time
 (``crowdmix config export``) lets the first report be made offline, encoded. A
 refusal that retrying cannot fix (a wrong token, TLS against a plaintext port) is
 logged at WARNING once and named in ``last_error``. Real shufflers on loopback.
@@ -11,33 +12,20 @@ logged at WARNING once and named in ``last_error``. Real shufflers on loopback.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crowdmix import client
 from crowdmix.cli import main
-from crowdmix.client.outbox import Outbox
 from crowdmix.cluster import free_port
-from crowdmix.shuffler.config import ShufflerSettings
-from crowdmix.shuffler.server import ShufflerHandle, start_shuffler
-from tests.shuffler.helpers import OUE, RAPPOR, make_registry, write_keys
+from crowdmix.shuffler.server import ShufflerHandle
+from tests.e2e.config_server import TOKEN
+from tests.shuffler.helpers import OUE, RAPPOR
 
 pytestmark = pytest.mark.slow  # real servers, seconds each
 
-TOKEN = "app-token-123"
 ReportStatus = client.ReportStatus
-
-
-@pytest.fixture
-def sealed_shuffler(tmp_path: Path) -> Iterator[ShufflerHandle]:
-    _, _, public = write_keys(tmp_path)
-    settings = ShufflerSettings(public_keys=str(public))
-    with start_shuffler(
-        make_registry(min_batch=1), settings=settings, tokens=frozenset({TOKEN})
-    ) as s:
-        yield s
 
 
 def test_a_bundled_config_makes_the_first_report_offline_encoded(
@@ -130,29 +118,6 @@ def test_after_construction_nothing_raises_into_the_app(
     assert r.report(RAPPOR, "x").status is ReportStatus.CLOSED
     assert r.flush(timeout=1) == 0 and r.queued == 0 and r.counters()["invalid_value"] == 6
     r.close()  # twice: nothing happens
-
-
-def test_report_never_touches_the_network(tmp_path: Path) -> None:
-    """Even when the cached config expired (the old SDK then asked the shuffler for up
-    to two seconds in the app's thread): the report is made from the cache, the
-    background sender renews it."""
-    with start_shuffler(make_registry(min_batch=1), tokens=frozenset({TOKEN})) as s:
-        target = f"127.0.0.1:{s.port}"
-        with client.Reporter(
-            tmp_path / "app", target, token=TOKEN, tls=False, sealing="off", background=False
-        ) as r:
-            assert r.flush(timeout=10) == 0
-        box = Outbox(tmp_path / "app" / "outbox.sqlite3")
-        cached = box.cached_config()
-        assert cached is not None
-        box.store_config(cached[0], cached[1] - 7200, cached[2])  # two hours old
-        box.close()
-        with client.Reporter(
-            tmp_path / "app", target, token=TOKEN, tls=False, sealing="off", background=False
-        ) as r:
-            assert r.report(OUE, "a")
-            assert r._link is None  # no channel was even made
-            assert r.flush(timeout=10) == 0 and r.counters()["delivered"] == 1
 
 
 def _refusal_said_once(r: client.Reporter, caplog: pytest.LogCaptureFixture, words: str) -> None:

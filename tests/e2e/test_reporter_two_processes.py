@@ -1,8 +1,8 @@
 """Two processes of one app (say, the app and its widget) on one app directory.
 
-They share the outbox: one report per metric and window between them, and a report
-both of them send counts once, in the aggregator (same window, same id) and in
-``counters()`` (the rows deleted, not the ids acknowledged).
+They share the outbox: one report per metric and window between them. (A report both
+of them send counts once in ``counters()``: tests/client/test_outbox.py, the rows
+deleted, not the ids acknowledged.)
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import pytest
 
 from crowdmix import client
 from crowdmix.cluster import free_port
-from crowdmix.shuffler.memory_store import MemoryStore
 from crowdmix.shuffler.server import start_shuffler
 from tests.e2e.config_server import TOKEN
-from tests.shuffler.helpers import OUE, make_registry
+from tests.shuffler.helpers import make_registry
 
 pytestmark = pytest.mark.slow  # real servers and processes, seconds each
 
@@ -62,26 +61,3 @@ def test_two_processes_on_one_app_dir_claim_one_report(tmp_path: Path) -> None:
             assert outs == ["already_reported_this_window", "claimed"], outs
             with client.Reporter(app, offline, **KW) as r:
                 assert r.queued == 1
-
-
-def test_a_report_both_processes_send_is_delivered_once(tmp_path: Path) -> None:
-    """B reads the report, then A sends it and deletes it, then B sends it too: the
-    shuffler holds two copies of one report (one window, one id: the aggregator counts
-    it once) and ``counters()`` says delivered once, not twice."""
-    store = MemoryStore()
-    with start_shuffler(make_registry(min_batch=1), store, tokens=frozenset({TOKEN})) as s:
-        target, app = f"127.0.0.1:{s.port}", tmp_path / "app"
-        a = client.Reporter(app, target, **KW)
-
-        class AfterTheOther(client.Reporter):
-            def _submit(self, request: Any, timeout: float) -> int:
-                assert a.flush(timeout=10) == 0  # A delivers the row B is about to send
-                return super()._submit(request, timeout)
-
-        b = AfterTheOther(app, target, **KW)
-        with a, b:
-            assert a.flush(timeout=10) == 0 and a.report(OUE, "a")
-            assert b.flush(timeout=10) == 0
-            assert a.counters() == b.counters() == {"delivered": 1}
-    ((_, copies),) = store.pending(OUE).items()
-    assert copies == 2  # the same report twice, in one window

@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from crowdmix.core.registry import load_registry
 from crowdmix.core.sealed import PROTOCOL_VERSION, PublicKeySet
 from crowdmix.protos import crowdmix_pb2 as pb
 from crowdmix.protos import crowdmix_pb2_grpc
-from tests.daemons import local_cluster, stored_counts
+from tests.daemons import aggregator_metric, local_cluster, stored_counts
 
 A, B = "sealed_a", "sealed_b"
 # 16 bytes = k 128 bits: the known plaintext every test report carries as its bits
@@ -103,17 +102,8 @@ def _wait_counts(cluster: LocalCluster, metric: str, want: dict[int, int]) -> li
 
 
 def _dropped(cluster: LocalCluster, metric: str, reason: str) -> float:
-    """crowdmix_aggregator_sealed_dropped_total{metric, reason} from the metrics endpoint."""
-    args = cluster.aggregator.args if cluster.aggregator else []
-    port = args[args.index("--metrics-port") + 1]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    m = re.search(
-        rf'^crowdmix_aggregator_sealed_dropped_total\{{metric="{metric}",reason="{reason}"\}} '
-        r"(\S+)$",
-        text,
-        re.M,
-    )
-    return float(m.group(1)) if m else 0.0
+    name = "crowdmix_aggregator_sealed_dropped_total"
+    return aggregator_metric(cluster, name, metric=metric, reason=reason)
 
 
 def _shuffler_bytes(cluster: LocalCluster) -> bytes:

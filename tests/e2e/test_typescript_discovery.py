@@ -25,7 +25,6 @@ import pytest
 
 from crowdmix.aggregator.daemon.server import start_aggregator
 from crowdmix.aggregator.discovery.pipeline import open_discovery, step_discovery
-from crowdmix.aggregator.sealing.keys import KeySet, save_keyset, write_public_config
 from crowdmix.aggregator.store import load_batch_sizes, open_store
 from crowdmix.core.registry import parse_registry
 from crowdmix.demo import demo_redis_urls
@@ -33,6 +32,7 @@ from crowdmix.shuffler.config import ShufflerSettings
 from crowdmix.shuffler.redis_store import RedisStore
 from crowdmix.shuffler.server import start_shuffler
 from tests.e2e import test_discovery_pipeline as seeded
+from tests.shuffler.helpers import write_keys
 from tests.typescript import built_sdk, node
 from tests.waiting import eventually
 
@@ -95,10 +95,7 @@ def test_typescript_devices_run_a_discovery_that_equals_the_python_encoders(
         (d / "secret").write_bytes(seeded._secret(SEED, i))
     start = seeded.START
     now = [start * HOUR + HOUR / 2]
-    keys, _ = KeySet().with_new_key(int(now[0]) - HOUR)
-    keys_file, public = tmp_path / "keys.json", tmp_path / "public.json"
-    save_keyset(keys_file, keys, now=int(now[0]), create=True)
-    write_public_config(public, keys, now=int(now[0]))
+    _, keys_file, public = write_keys(tmp_path, int(now[0]), valid_from=int(now[0]) - HOUR)
     counts = open_store(aggregator_url)
     rounds_file, state_file = tmp_path / "rounds.json", tmp_path / "state.json"
     aggregator = start_aggregator(

@@ -14,15 +14,16 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crowdmix.cluster import LocalCluster
-from tests.daemons import local_cluster, stored_counts
+from tests.daemons import counted, local_cluster
 from tests.doc_pages import code_blocks
 from tests.typescript import built_sdk, node
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -100,18 +101,6 @@ def _devices(job: Path) -> subprocess.Popen[str]:
     )
 
 
-def _total(cluster: LocalCluster, metric: str) -> int:
-    got = stored_counts(cluster, metric)
-    return 0 if got is None else int(got.totals.sum())
-
-
-def _eventually(check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "the aggregator did not count them in time"
-        time.sleep(0.2)
-
-
 def test_reports_of_every_encoding_are_opened_and_counted_once(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -126,9 +115,9 @@ def test_reports_of_every_encoding_are_opened_and_counted_once(
     histogram_rows = summary["delivered"] - 5 * devices
     assert devices <= histogram_rows <= 4 * devices
     expected = {m: devices for m, _ in EVERY_ENCODING} | {"screens": histogram_rows}
-    _eventually(lambda: {m: _total(cluster, m) for m in expected} == expected)
+    assert eventually(lambda: {m: counted(cluster, m) for m in expected} == expected, 60, 0.2)
     time.sleep(1.0)  # nothing more arrives: each report counted once
-    assert {m: _total(cluster, m) for m in expected} == expected
+    assert {m: counted(cluster, m) for m in expected} == expected
 
 
 def test_kill_9_of_the_node_app_loses_none_and_counts_none_twice(
@@ -168,9 +157,9 @@ def test_kill_9_of_the_node_app_loses_none_and_counts_none_twice(
         for metric in claimed:
             claimed[metric] += metric in outbox["claims"]
     assert claimed == {"crash_rappor": devices, "crash_krr": devices}
-    _eventually(lambda: {m: _total(cluster, m) for m in claimed} == claimed)
+    assert eventually(lambda: {m: counted(cluster, m) for m in claimed} == claimed, 60, 0.2)
     time.sleep(1.0)
-    assert {m: _total(cluster, m) for m in claimed} == claimed
+    assert {m: counted(cluster, m) for m in claimed} == claimed
 
 
 def test_a_kill_after_the_shuffler_acknowledged_sends_again_and_counts_once(
@@ -181,7 +170,7 @@ def test_a_kill_after_the_shuffler_acknowledged_sends_again_and_counts_once(
     once."""
     base = tmp_path / "acked"
     reports = [["home_page", "acked.example"], ["theme", "sepia"]]
-    before = {m: _total(cluster, m) for m, _ in reports}
+    before = {m: counted(cluster, m) for m, _ in reports}
     proc = _devices(_job(cluster, base, 1, reports, hang_after_ack=True))
     kill_at_line(proc, base / "progress", "acked")
     outbox = json.loads((base / "device-0" / "outbox.json").read_text())
@@ -191,9 +180,9 @@ def test_a_kill_after_the_shuffler_acknowledged_sends_again_and_counts_once(
     assert proc.returncode == 0, err
     assert json.loads(out) == {"claimed": {}, "queued": 0, "delivered": 2, "errors": []}
     expected = {m: before[m] + 1 for m in before}
-    _eventually(lambda: {m: _total(cluster, m) for m in expected} == expected)
+    assert eventually(lambda: {m: counted(cluster, m) for m in expected} == expected, 60, 0.2)
     time.sleep(1.0)
-    assert {m: _total(cluster, m) for m in expected} == expected
+    assert {m: counted(cluster, m) for m in expected} == expected
 
 
 def kill_at_line(proc: subprocess.Popen[str], path: Path, line: str) -> None:
@@ -213,7 +202,7 @@ def test_the_node_example_reports(cluster: LocalCluster, tmp_path: Path) -> None
         "CROWDMIX_TOKEN": cluster.token,
         "CROWDMIX_APP_DIR": str(tmp_path / "app"),
     }
-    before = _total(cluster, "theme")
+    before = counted(cluster, "theme")
     out = subprocess.run(
         [node(), str(REPO / "examples" / "node" / "report.mjs"), "theme=sepia", "nope=1"],
         env=env,
@@ -224,7 +213,7 @@ def test_the_node_example_reports(cluster: LocalCluster, tmp_path: Path) -> None
     ).stdout
     assert "theme: reported" in out and "nope: not reported" in out
     assert json.loads(out.splitlines()[-1])["counters"]["delivered"] == 1
-    _eventually(lambda: _total(cluster, "theme") == before + 1)
+    assert eventually(lambda: counted(cluster, "theme") == before + 1, 60, 0.2)
 
 
 def test_the_readmes_typescript_snippet_reports_from_node(
@@ -243,9 +232,9 @@ def test_the_readmes_typescript_snippet_reports_from_node(
         + snippet.replace("https://shuffler.example:7480", cluster.http_urls[0])
         + "console.log(JSON.stringify(reporter.counters()));\nawait reporter.close();\n"
     )
-    before = _total(cluster, "theme")
+    before = counted(cluster, "theme")
     out = subprocess.run(
         [node(), str(app)], capture_output=True, text=True, timeout=120, check=True
     ).stdout
     assert json.loads(out.splitlines()[-1])["delivered"] == 1
-    _eventually(lambda: _total(cluster, "theme") == before + 1)
+    assert eventually(lambda: counted(cluster, "theme") == before + 1, 60, 0.2)
