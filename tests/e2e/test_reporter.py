@@ -64,7 +64,11 @@ class Forwarder:
                 a, _ = listener.accept()
             except OSError:
                 return
-            b = socket.create_connection(("127.0.0.1", self._target))
+            try:
+                b = socket.create_connection(("127.0.0.1", self._target))
+            except OSError:  # the shuffler behind is down: the client sees a reset
+                a.close()
+                continue
             with self._lock:
                 self._conns += [a, b]
             for x, y in ((a, b), (b, a)):
