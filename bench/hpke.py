@@ -98,6 +98,7 @@ def _suite_figures(suite: str, n: int, repeats: int, pool_n: int) -> None:
         ob = open_batch(
             keys,
             metric="bench",
+            window=0,
             report_bytes=RB,
             fingerprint=FP,
             key_ids=key_ids,
@@ -130,6 +131,7 @@ def _suite_figures(suite: str, n: int, repeats: int, pool_n: int) -> None:
             def run(opener: Opener = opener) -> object:
                 ob = opener.open(
                     metric="bench",
+                    window=0,
                     report_bytes=RB,
                     fingerprint=FP,
                     key_ids=big_ids,
