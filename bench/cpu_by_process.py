@@ -91,7 +91,7 @@ def by_role(root: int, last: dict[int, tuple[float, float, str]]) -> dict[str, f
 
 def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
-        print(__doc__.strip().splitlines()[2].strip() if __doc__ else "COMMAND ...")
+        print(__doc__.strip().splitlines()[3].strip() if __doc__ else "COMMAND ...")
         return 2
     child = subprocess.Popen(sys.argv[1:])
     last = sample(child.pid, child)
