@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -411,35 +412,67 @@ def test_retention_deletes_the_ids_of_old_windows_and_refuses_their_batches(
     assert same(store.load("pages"), direct_count(config, [old]))
 
 
+class _LookTogether:
+    """The store, but ``is_applied`` answers only once both deliveries of a batch have
+    looked: two gRPC workers given the same batch at once, both past the Ingestor's cheap
+    look (it is not atomic with the apply), so the store's own batch-id check in
+    ``apply_reports`` must answer the second. Everything else is the store's."""
+
+    def __init__(self, store: CountStore, meet: threading.Barrier) -> None:
+        self._store, self._meet = store, meet
+
+    def is_applied(self, metric: str, batch_id: bytes) -> bool:
+        seen = self._store.is_applied(metric, batch_id)
+        self._meet.wait()  # BrokenBarrierError here: the two deliveries did not overlap
+        return seen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
 def test_overlapping_batches_applied_concurrently_count_each_report_and_each_repeat_once(
     store: CountStore, registry: Registry
 ) -> None:
-    """Four threads apply batches drawn from one pool of 1200 reports, overlapping in
-    their report ids, each batch sent twice (applies retried when another process
-    appended ids meanwhile): the drop, the count and the count of repeats are one atomic
+    """Two pairs of threads apply batches drawn from one pool of 1200 reports,
+    overlapping in their report ids (applies retried when another process appended ids
+    meanwhile). The two threads of a pair deliver each batch at the same moment, so the
+    store's batch-id check answers one of them, and then each re-sends it (answered by
+    the Ingestor's look). The drop, the count and the count of repeats are one atomic
     step, so the final counts are exactly the pool's, each report once, and the repeats
-    are the reports offered minus those counted (a re-sent batch is never a repeat)."""
+    are the reports offered once minus those counted (a re-sent batch is never a repeat,
+    whichever check answers it)."""
     rng = np.random.default_rng(24)
     config = registry["pages"]
     pool = with_ids(random_batch(rng, config, 1200, window=5), rng.integers(0, 256, (1200, 16)))
     picks = [rng.choice(1200, size=300, replace=False) for _ in range(24)]
     picks.append(np.arange(1200))  # every report at least once
     batches = [rows(pool, np.sort(p)) for p in picks]
-    ingestor = Ingestor(registry, store, clock=lambda: 5 * registry.window_seconds)
+    clock = lambda: 5 * registry.window_seconds  # noqa: E731
+    ingestor = Ingestor(registry, store, clock=clock)
     counted: list[int] = []
+    raced: list[bool] = []
     resent: list[bool] = []
 
-    def worker(mine: list[IngestBatch]) -> None:
+    def worker(mine: list[IngestBatch], meet: threading.Barrier) -> None:
+        racing = Ingestor(registry, _LookTogether(store, meet), clock=clock)  # type: ignore[arg-type]
         for b in mine:
-            counted.append(ingestor.ingest(b).applied)
+            result = racing.ingest(b)
+            counted.append(result.applied)
+            raced.append(result.duplicate)
             resent.append(ingestor.ingest(b).duplicate)  # a duplicate batch, not a repeat
 
-    threads = [threading.Thread(target=worker, args=(batches[i::4],)) for i in range(4)]
+    pairs = [threading.Barrier(2, timeout=60) for _ in range(2)]
+    threads = [
+        threading.Thread(target=worker, args=(batches[i % 2 :: 2], pairs[i % 2])) for i in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sum(counted) == 1200 and len(resent) == len(batches) and all(resent)
+    assert sum(counted) == 1200
+    # of each pair, one answered by apply_reports itself: both had passed the look
+    assert len(raced) == 2 * len(batches) and raced.count(True) == len(batches)
+    assert len(resent) == 2 * len(batches) and all(resent)
     assert same(store.load("pages"), direct_count(config, [pool]))
     assert store.duplicate_reports("pages", [5]) == sum(b.count for b in batches) - 1200
 
