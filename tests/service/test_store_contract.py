@@ -203,12 +203,14 @@ def test_concurrent_threads_apply_each_batch_once(store: CountStore, registry: R
         t.start()
     for t in threads:
         t.join()
-    # every batch once more, from here: only the ones nobody sent yet apply
-    for bid, d in batches:
-        with lock:
-            outcomes.append(store.apply("pages", 4, bid, fp, d))
-    stop.set()
-    f.join()
+    try:
+        # every batch once more, from here: only the ones nobody sent yet apply
+        for bid, d in batches:
+            with lock:
+                outcomes.append(store.apply("pages", 4, bid, fp, d))
+    finally:  # a store that raises fails the test, not hangs the run on the folder
+        stop.set()
+        f.join()
     assert sum(outcomes) == len(batches)  # exactly one "applied" per id
     assert same(store.load("pages"), expected)
     assert store.applied_batches("pages") == len(batches)
@@ -455,11 +457,15 @@ def test_overlapping_batches_applied_concurrently_count_each_report_and_each_rep
 
     def worker(mine: list[IngestBatch], meet: threading.Barrier) -> None:
         racing = Ingestor(registry, _LookTogether(store, meet), clock=clock)  # type: ignore[arg-type]
-        for b in mine:
-            result = racing.ingest(b)
-            counted.append(result.applied)
-            raced.append(result.duplicate)
-            resent.append(ingestor.ingest(b).duplicate)  # a duplicate batch, not a repeat
+        try:
+            for b in mine:
+                result = racing.ingest(b)
+                counted.append(result.applied)
+                raced.append(result.duplicate)
+                resent.append(ingestor.ingest(b).duplicate)  # a duplicate batch, not a repeat
+        except BaseException:
+            meet.abort()  # the other thread of the pair stops waiting at its next look
+            raise
 
     pairs = [threading.Barrier(2, timeout=60) for _ in range(2)]
     threads = [
