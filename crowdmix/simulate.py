@@ -202,9 +202,9 @@ def simulate(
                     totals[2] += sender.dropped
 
         threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in chunks if c]
-        for t in threads:
-            t.start()
         try:
+            for t in threads:
+                t.start()
             # join in short steps: the main thread must stay free to take Ctrl-C
             while any(t.is_alive() for t in threads):
                 for t in threads:
@@ -212,9 +212,16 @@ def simulate(
                 if progress:
                     progress_bar("sending", min(sent[0], clients), clients, sys.stderr, final=False)
         except KeyboardInterrupt:
+            # The senders stop before their next report. One inside a call is not waited
+            # for beyond a short grace shared by all of them: a call and its retries last
+            # up to a minute against a slow shuffler, the threads are daemons, and nothing
+            # they would count is printed after an interrupt. (A grace per thread made
+            # Ctrl-C take 5 s times --concurrency.)
             stop.set()
+            grace_ends = time.monotonic() + 1.0
             for t in threads:
-                t.join(5.0)
+                if t.is_alive():
+                    t.join(max(0.0, grace_ends - time.monotonic()))
             raise
         if progress:
             progress_bar("sending", sent[0], clients, sys.stderr)

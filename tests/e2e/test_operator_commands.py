@@ -120,3 +120,40 @@ def test_simulate_unary_stops_on_ctrl_c(tmp_path: Path) -> None:
         assert "\r" not in err  # no progress bar when stderr is not a terminal
     finally:
         shuffler.stop()
+
+
+def test_simulate_stops_on_ctrl_c_while_every_sender_waits_on_a_silent_shuffler(
+    tmp_path: Path,
+) -> None:
+    """A shuffler that takes connections and never answers: each of the 16 senders sits
+    in a call that lasts its 10 s deadline, then retries. Ctrl-C must not wait for them
+    (it once waited 5 s per sender in turn: 50 s here, more on a busy box)."""
+    import signal
+    import socket
+    import time
+
+    from tests.service.helpers import write_registry
+
+    config, _ = write_registry(tmp_path)
+    silent = socket.create_server(("127.0.0.1", 0))
+    silent.settimeout(60)  # encoding the clients comes first
+    held: list[socket.socket] = []
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "crowdmix"), "simulate", "--target",
+         f"127.0.0.1:{silent.getsockname()[1]}", "--config", str(config), "--metric", "pages",
+         "--mode", "unary", "--concurrency", "16", "--clients", "1000", "--plaintext"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        held.append(silent.accept()[0])  # the senders' channels share one connection
+        time.sleep(2)  # every sender is in its first call by now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)  # not the 50 s and more of waiting on senders
+        assert proc.returncode == 130 and "Traceback" not in err
+        assert "interrupted" in err
+    finally:
+        proc.kill()
+        proc.communicate()
+        for conn in held:
+            conn.close()
+        silent.close()
