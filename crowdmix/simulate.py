@@ -145,6 +145,7 @@ def simulate(
     """Encode ``clients`` clients' values and deliver them; returns what was acknowledged."""
     from collections import Counter
 
+    from crowdmix.client.errors import TransportError
     from crowdmix.client.transport import ShufflerClient
 
     if clients < 1:
@@ -179,27 +180,36 @@ def simulate(
         stop = threading.Event()  # Ctrl-C: the senders finish their call and stop
         sent = [0]
 
+        refused: list[TransportError] = []  # the first ends the run as batched mode's does
+
         def worker(mine: list[Report]) -> None:
-            with ShufflerClient(
-                target,
-                token,
-                tls=tls,
-                root_certificates=root_certificates,
-                batch_size=1,
-                columnar_threshold=2,
-                sealing=sealing,
-            ) as sender:
-                for r in mine:
-                    if stop.is_set():
-                        break
-                    sender.submit(r)
-                    sender.flush()
-                    with lock:
-                        sent[0] += 1
+            try:
+                with ShufflerClient(
+                    target,
+                    token,
+                    tls=tls,
+                    root_certificates=root_certificates,
+                    batch_size=1,
+                    columnar_threshold=2,
+                    sealing=sealing,
+                ) as sender:
+                    try:
+                        for r in mine:
+                            if stop.is_set():
+                                break
+                            sender.submit(r)
+                            sender.flush()
+                            with lock:
+                                sent[0] += 1
+                    finally:
+                        with lock:
+                            totals[0] += sender.sent
+                            totals[1] += sender.failed
+                            totals[2] += sender.dropped
+            except TransportError as exc:
                 with lock:
-                    totals[0] += sender.sent
-                    totals[1] += sender.failed
-                    totals[2] += sender.dropped
+                    refused.append(exc)
+                stop.set()
 
         threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in chunks if c]
         try:
@@ -223,6 +233,8 @@ def simulate(
                 if t.is_alive():
                     t.join(max(0.0, grace_ends - time.monotonic()))
             raise
+        if refused:
+            raise refused[0]
         if progress:
             progress_bar("sending", sent[0], clients, sys.stderr)
         acked, failed, dropped = totals
