@@ -1,4 +1,4 @@
-"""Store URLs and Redis calls shared by the shuffler and the aggregator.
+"""Store URLs shared by the shuffler and the aggregator: which Redis, and whether a cluster.
 
 A Redis Cluster (or Valkey cluster) is named by ``redis+cluster://`` followed by one or
 more seed nodes, comma separated; the client asks any of them for the slot map::
@@ -8,13 +8,11 @@ more seed nodes, comma separated; the client asks any of them for the slot map::
 
 A cluster has only database 0, so a path other than ``/`` or ``/0`` is refused. String
 handling, and ``blocking_client`` for the daemons, which imports redis-py when called
-(``import client`` stays light), and ``replicated_call``, a script followed by ``WAIT``.
+(``import client`` stays light), and ``redirected`` for a cluster's error replies.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -28,7 +26,6 @@ __all__ = [
     "parse_cluster_url",
     "redirected",
     "redis_url_problem",
-    "replicated_call",
 ]
 
 CLUSTER_SCHEME = "redis+cluster://"
@@ -151,53 +148,3 @@ def redirected(reply: Any) -> bool:
     if isinstance(reply, MovedError | AskError | TryAgainError | ClusterDownError):
         return True
     return isinstance(reply, Exception) and str(reply).split(" ", 1)[0] in _REDIRECTS
-
-
-def replicated_call(
-    client: Any,
-    script: Any,
-    keys: Sequence[Any],
-    args: Sequence[Any],
-    *,
-    replicas: int,
-    timeout_ms: int,
-    unavailable: type[Exception],
-    not_replicated: type[Exception],
-) -> Any:
-    """Run ``script`` (registered on the blocking ``client``). With ``replicas`` N > 0: on
-    the master of its slot, then ``WAIT N timeout_ms`` on the same connection (WAIT covers
-    only its own connection's writes); ``not_replicated`` when fewer than N replicas have
-    the write in time. On a cluster a redirected call did not run: the slot map is read
-    again and the call resent, at most 3 times, then ``unavailable``."""
-    import redis
-    import redis.cluster
-
-    if not replicas:
-        return script(keys=keys, args=args)
-    cluster = isinstance(client, redis.cluster.RedisCluster)
-    for _attempt in range(3):
-        node = client
-        if cluster:
-            node = client.get_redis_connection(client.get_node_from_key(keys[0]))
-        pipe = node.pipeline(transaction=False)
-        script(keys=keys, args=args, client=pipe)
-        pipe.execute_command("WAIT", replicas, timeout_ms)
-        try:
-            reply, acked = pipe.execute(raise_on_error=False)
-        except (redis.ConnectionError, redis.TimeoutError):
-            if cluster:  # the master may be gone: read the slot map again
-                with contextlib.suppress(redis.RedisError):
-                    client.nodes_manager.initialize()
-            raise
-        if cluster and redirected(reply):
-            client.nodes_manager.initialize()  # it did not run: read the slot map again
-            continue
-        if isinstance(reply, Exception):
-            raise reply
-        if isinstance(acked, Exception) or int(acked) < replicas:
-            raise not_replicated(
-                f"redis: the write reached {acked} replica(s) within {timeout_ms} ms, "
-                f"{replicas} required (--min-replicas-ack)"
-            )
-        return reply
-    raise unavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")

@@ -17,6 +17,7 @@ Why per-batch deltas, the key table, memory: docs/design.md, "Aggregator: store"
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import redis
+import redis.cluster
 
 from crowdmix.aggregator.errors import ParamsConflict, StoreError, StoreUnavailable, WindowDisposed
 from crowdmix.aggregator.store.base import (
@@ -39,7 +41,7 @@ from crowdmix.aggregator.store.base import (
 )
 from crowdmix.aggregator.store.codec import encode_counts, sum_blobs
 from crowdmix.aggregator.store.report_ids import ReportIdIndex
-from crowdmix.core.redis_url import blocking_client, replicated_call
+from crowdmix.core.redis_url import blocking_client, redirected
 
 __all__ = ["DEFAULT_PREFIX", "RedisCountStore"]
 
@@ -400,17 +402,40 @@ class RedisCountStore(CountStore):
         """Run ``script`` on the master of its slot; with ``min_replicas_ack`` N, then
         ``WAIT N`` on the same connection (WAIT covers only its own connection's writes):
         fewer than N replicas in time raises ``StoreUnavailable`` (the sender retries; the
-        batch id makes the retry a duplicate, which writes again and WAITs again)."""
-        return replicated_call(
-            self._r,
-            script,
-            keys,
-            args,
-            replicas=self._min_replicas_ack,
-            timeout_ms=self._wait_timeout_ms,
-            unavailable=StoreUnavailable,
-            not_replicated=StoreUnavailable,
-        )
+        batch id makes the retry a duplicate, which writes again and WAITs again). On a
+        cluster a redirected call did not run: the slot map is read again and the call
+        resent, at most 3 times."""
+        if not self._min_replicas_ack:
+            return script(keys=keys, args=args)
+        client: Any = self._r
+        cluster = isinstance(client, redis.cluster.RedisCluster)
+        for _attempt in range(3):
+            node = client
+            if cluster:
+                node = client.get_redis_connection(client.get_node_from_key(keys[0]))
+            pipe = node.pipeline(transaction=False)
+            script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", self._min_replicas_ack, self._wait_timeout_ms)
+            try:
+                reply, acked = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if cluster:  # the master may be gone: read the slot map again
+                    with contextlib.suppress(redis.RedisError):
+                        client.nodes_manager.initialize()
+                raise
+            if cluster and redirected(reply):
+                client.nodes_manager.initialize()  # it did not run: read the slot map again
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception) or int(acked) < self._min_replicas_ack:
+                raise StoreUnavailable(
+                    f"redis: the write reached {acked} replica(s) within "
+                    f"{self._wait_timeout_ms} ms, {self._min_replicas_ack} required "
+                    "(--min-replicas-ack)"
+                )
+            return reply
+        raise StoreUnavailable("redis: the slot kept moving (MOVED/ASK) on 3 attempts")
 
     def _synced(self, metric: str, window: int, key: str, tails: str) -> _Synced:
         """This process's index of the report ids of ``window`` (``key``: its list),
